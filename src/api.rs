@@ -1,0 +1,504 @@
+//! The `RbacRule` custom resource (`rbacrules.io/v1alpha1`).
+//!
+//! Doc comments on these types become the CRD's OpenAPI descriptions, so they
+//! are written for `kubectl explain` readers.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as MetaCondition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// API group of the RbacRule kind and prefix of every label and annotation
+/// this project writes.
+pub const GROUP: &str = "rbacrules.io";
+
+/// An RbacRule says when (a trigger object kind, with filters) and what
+/// (ClusterRoles, Roles and bindings rendered from templates) the controller
+/// keeps in the cluster. A rule without a trigger emits fixed objects once.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "rbacrules.io",
+    version = "v1alpha1",
+    kind = "RbacRule",
+    plural = "rbacrules",
+    shortname = "rbr",
+    status = "RbacRuleStatus",
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"TRIGGERS","type":"integer","jsonPath":".status.matchedTriggers"}"#,
+    printcolumn = r#"{"name":"OBJECTS","type":"integer","jsonPath":".status.managedObjects"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RbacRuleSpec {
+    /// The lowest `--manage` level at which this rule is active:
+    /// `serviceaccounts` (roles bound to software), `basic` (plus user-facing
+    /// roles) or `all` (plus namespace roles). The controller's `--manage`
+    /// flag (default `all`) switches off rules above its level; their objects
+    /// are then left alone. Default: `all`.
+    #[serde(default, skip_serializing_if = "ManageLevel::is_default")]
+    pub manage_level: ManageLevel,
+
+    /// The kind of object that makes this rule emit its outputs: one output
+    /// set per matching object. Omit it for a static rule that emits its
+    /// outputs exactly once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Trigger>,
+
+    /// Named sets of objects found from the trigger, evaluated in order and
+    /// available to templates as `related.<name>` (a sorted list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related: Vec<Related>,
+
+    /// The objects to emit for each trigger (or once, without a trigger).
+    pub outputs: Vec<Output>,
+}
+
+/// How much of the built-in behaviour the controller manages, after the
+/// `--manage` flag of Crossplane's RBAC manager design.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ManageLevel {
+    /// Roles bound to software (service accounts) only.
+    #[serde(rename = "serviceaccounts")]
+    ServiceAccounts,
+    /// Software roles plus the user-facing cluster-wide roles.
+    Basic,
+    /// Everything, including namespace roles.
+    #[default]
+    All,
+}
+
+impl ManageLevel {
+    fn is_default(&self) -> bool {
+        *self == ManageLevel::All
+    }
+
+    /// The flag spelling of this level.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ManageLevel::ServiceAccounts => "serviceaccounts",
+            ManageLevel::Basic => "basic",
+            ManageLevel::All => "all",
+        }
+    }
+}
+
+impl fmt::Display for ManageLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which objects trigger the rule. An object must pass every filter given.
+/// Objects being deleted and objects carrying the pause annotation produce
+/// nothing new; the controller leaves their existing outputs untouched.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Trigger {
+    /// API group of the trigger kind; empty for the core group (Namespace).
+    #[serde(default)]
+    pub api_group: String,
+    /// Kind of the trigger objects, e.g. `Namespace`.
+    pub kind: String,
+    /// Version the controller watches. Empty: the version the API server
+    /// prefers. Matching ignores versions: an object of the group and kind
+    /// at any version triggers the rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Label selector the trigger must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Conditions on the trigger's fields; all must hold. Templates in them
+    /// see `trigger`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Label or annotation entries to find on the trigger. When set, an
+    /// object with no matching entry does not trigger the rule, and the
+    /// matches are available to templates as `matches`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_match: Option<MetadataMatch>,
+    /// Templates see only `apiVersion`, `kind` and `metadata` of the
+    /// trigger; the controller then watches metadata only (less memory).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub metadata_only: bool,
+    /// An annotation that pauses the trigger, e.g. `crossplane.io/paused`
+    /// = `"true"`. A paused trigger's outputs are neither created, updated
+    /// nor deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseAnnotation>,
+}
+
+/// An annotation key and value that mark a trigger as paused.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseAnnotation {
+    /// Annotation key.
+    pub annotation: String,
+    /// Value that means paused. Default: `"true"`.
+    #[serde(default = "default_true_string")]
+    pub value: String,
+}
+
+fn default_true_string() -> String {
+    "true".to_string()
+}
+
+/// Finds entries of the trigger's labels or annotations by regular
+/// expressions over key and value. Both expressions must match the whole
+/// key or value. Each match is available to templates as an item of
+/// `matches` with `key`, `value` and every named capture group of both
+/// expressions, sorted by key.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataMatch {
+    /// Where to look: `annotations` (default) or `labels`.
+    #[serde(default)]
+    pub source: MetadataSource,
+    /// Regular expression the whole key must match, e.g.
+    /// `rbac\.crossplane\.io/(?P<xrd>.+)`.
+    pub key: String,
+    /// Regular expression the whole value must match. Default: any value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// Which metadata map a [`MetadataMatch`] reads.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MetadataSource {
+    /// `metadata.annotations`.
+    #[default]
+    Annotations,
+    /// `metadata.labels`.
+    Labels,
+}
+
+/// A test on one value. The value is either a field of the object under test
+/// (`path`) or a rendered template (`value`); exactly one operator is given.
+/// Operands are templates too. A missing field fails every operator except
+/// `exists: false` and `notEquals`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Dotted field path, e.g. `spec.claimNames.kind` or
+    /// `metadata.labels["example.org/team"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A template whose rendered text is tested instead of a field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The value equals this text (numbers and booleans compare as text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<String>,
+    /// The value is missing or differs from this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_equals: Option<String>,
+    /// The value is one of these texts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_of: Option<Vec<String>>,
+    /// The whole value matches this regular expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    /// The field is present and not null (true) or absent (false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exists: Option<bool>,
+}
+
+/// A named set of related objects, found from the trigger. Give exactly one
+/// source: `objects` (objects in the cluster) or `listField` (entries of a
+/// list field of the trigger or of earlier related sets).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Related {
+    /// Name of the set; templates read it as `related.<name>`.
+    pub name: String,
+    /// An expression; when it is false the set is empty (e.g. when the
+    /// trigger lacks the label a selector needs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Objects in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<ObjectQuery>,
+    /// Entries of a list field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_field: Option<ListFieldQuery>,
+    /// Conditions every item must pass. Templates see `trigger`, earlier
+    /// `related` sets and `item`, the candidate; `path` reads the candidate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "where")]
+    pub filter: Vec<Condition>,
+}
+
+/// Objects of one kind in the cluster, narrowed by owner, namespace, names
+/// and labels.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectQuery {
+    /// API group; empty for the core group.
+    #[serde(default)]
+    pub api_group: String,
+    /// Kind, e.g. `Deployment`.
+    pub kind: String,
+    /// Version the controller watches. Empty: the preferred version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Templates see only `apiVersion`, `kind` and `metadata` of these
+    /// objects; the controller then watches metadata only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub metadata_only: bool,
+    /// Only objects whose controller ownerReference points at the trigger.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub controlled_by_trigger: bool,
+    /// Template: only objects in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Only objects with one of these names: a template list (see
+    /// `outputs[].rules` for the list syntax).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::template_list_schema")]
+    pub names: Option<Value>,
+    /// Label selector with templated values (matchLabels values and
+    /// matchExpressions values are rendered first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// Entries of a list field, each extended with the named captures of an
+/// optional regular expression. Entries whose field does not match the
+/// expression are ignored. Duplicates are removed; the result is sorted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListFieldQuery {
+    /// Dotted path of the list, e.g. `status.objectRefs`.
+    pub path: String,
+    /// Objects to read the list from: `trigger` and/or names of earlier
+    /// related sets. Default: `[trigger]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub of: Vec<String>,
+    /// Extracts named captures from a field of each entry; they are added
+    /// to the entry (an entry whose field does not match is dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract: Option<Extract>,
+}
+
+/// A regular expression applied to a field of each list entry.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Extract {
+    /// Dotted path of the field within the entry, e.g. `name`.
+    pub path: String,
+    /// Regular expression with named groups, matched against the whole
+    /// field, e.g. `(?P<plural>[^.]+)\.(?P<group>.+)`.
+    pub regex: String,
+}
+
+/// One object to emit. String fields are handlebars templates rendered in
+/// strict mode: a missing variable is an error, never an empty string.
+/// Templates see `rule` (`name`), `trigger` (the object, absent for static
+/// rules), `matches`, `related.<name>` and loop variables.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Output {
+    /// `ClusterRole`, `Role`, `ClusterRoleBinding` or `RoleBinding`.
+    pub kind: OutputKind,
+    /// An expression: emit one object per item of the list it yields, with
+    /// the item bound to the name given by `as`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_each: Option<String>,
+    /// Loop variable name for `forEach`. Default: `item`.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "as")]
+    pub as_name: Option<String>,
+    /// An expression; the object is emitted only when it is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Template for `metadata.name`.
+    pub name: String,
+    /// Template for `metadata.namespace` (Role and RoleBinding only).
+    /// Default for those kinds: the trigger's namespace, or the trigger's
+    /// name when the trigger is a Namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Labels: keys and values are templates; a `$merge` key takes a
+    /// template list of maps merged in (e.g. one label per namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::template_map_schema")]
+    pub labels: Option<Value>,
+    /// Annotations, templated like `labels`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::template_map_schema")]
+    pub annotations: Option<Value>,
+    /// PolicyRules (ClusterRole, Role) as a template list: every string is
+    /// a template, and a list item of the form `{forEach, as, when, item}`
+    /// expands to zero or more items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::template_list_schema")]
+    pub rules: Option<Value>,
+    /// Approximated aggregation: the rules of the ClusterRoles selected here
+    /// (observed ones and those emitted by other rules) are appended to
+    /// `rules`, de-duplicated by RBAC coverage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules_from: Option<RulesFrom>,
+    /// ClusterRole aggregationRule as a template (clusterRoleSelectors).
+    /// An aggregated ClusterRole is emitted without a `rules` field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::template_object_schema")]
+    pub aggregation_rule: Option<Value>,
+    /// Binding roleRef: `kind` (ClusterRole or Role) and `name` templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_ref: Option<RoleRefTemplate>,
+    /// Binding subjects as a template list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::template_list_schema")]
+    pub subjects: Option<Value>,
+}
+
+/// Kinds of object a rule can emit.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
+)]
+pub enum OutputKind {
+    /// rbac.authorization.k8s.io/v1 ClusterRole.
+    #[default]
+    ClusterRole,
+    /// rbac.authorization.k8s.io/v1 Role.
+    Role,
+    /// rbac.authorization.k8s.io/v1 ClusterRoleBinding.
+    ClusterRoleBinding,
+    /// rbac.authorization.k8s.io/v1 RoleBinding.
+    RoleBinding,
+}
+
+impl OutputKind {
+    /// Every kind, in output sort order.
+    pub const ALL: [OutputKind; 4] = [
+        OutputKind::ClusterRole,
+        OutputKind::ClusterRoleBinding,
+        OutputKind::Role,
+        OutputKind::RoleBinding,
+    ];
+
+    /// The Kubernetes kind name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OutputKind::ClusterRole => "ClusterRole",
+            OutputKind::Role => "Role",
+            OutputKind::ClusterRoleBinding => "ClusterRoleBinding",
+            OutputKind::RoleBinding => "RoleBinding",
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(&self) -> bool {
+        matches!(self, OutputKind::Role | OutputKind::RoleBinding)
+    }
+
+    /// Whether this kind is a role (carries rules) rather than a binding.
+    pub fn is_role(&self) -> bool {
+        matches!(self, OutputKind::Role | OutputKind::ClusterRole)
+    }
+
+    /// Parses a Kubernetes kind name.
+    pub fn parse(kind: &str) -> Option<OutputKind> {
+        OutputKind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+}
+
+impl fmt::Display for OutputKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where approximated aggregation copies rules from. ClusterRoles matching
+/// any of `names` or `selector` contribute their rules; names that do not
+/// exist contribute nothing.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RulesFrom {
+    /// ClusterRole names, as a template list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::api::template_list_schema")]
+    pub cluster_role_names: Option<Value>,
+    /// Label selector over ClusterRoles, with templated values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_role_selector: Option<LabelSelector>,
+}
+
+/// A binding's roleRef; `apiGroup` is always rbac.authorization.k8s.io.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRefTemplate {
+    /// Template: `ClusterRole` or `Role`.
+    pub kind: String,
+    /// Template for the role name.
+    pub name: String,
+}
+
+/// What the controller last did with a rule.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RbacRuleStatus {
+    /// `Ready` (all outputs applied) and `Degraded` (an evaluation, watch,
+    /// conflict or API error; the message says which).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<MetaCondition>,
+    /// The generation of the spec these conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Number of objects that currently trigger the rule.
+    #[serde(default)]
+    pub matched_triggers: i64,
+    /// Number of objects the rule currently manages.
+    #[serde(default)]
+    pub managed_objects: i64,
+}
+
+/// Schema of a template list: any list (items are templates or directives).
+pub(crate) fn template_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "x-kubernetes-preserve-unknown-fields": true }
+    })
+}
+
+/// Schema of a template map: string keys, template values, `$merge` lists.
+pub(crate) fn template_map_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// Schema of a template object.
+pub(crate) fn template_object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}

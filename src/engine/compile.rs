@@ -1,0 +1,647 @@
+//! Validation and compilation of rules: every template, expression, regular
+//! expression and selector is checked once, before any object is rendered,
+//! and every error names the field of the rule's spec.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use regex::Regex;
+use serde_json::Value;
+
+use super::error::{ErrorKind, FieldError};
+use super::path::FieldPath;
+use super::store::GroupKind;
+use super::template::Templates;
+use crate::api::{Condition, OutputKind, RbacRuleSpec};
+
+/// Names templates may not use for loop variables or related sets.
+pub const RESERVED: &[&str] = &["rule", "trigger", "matches", "related", "item"];
+
+/// A rule that passed validation.
+pub struct CompiledRule {
+    pub name: String,
+    pub spec: RbacRuleSpec,
+    /// Regular expressions by their source text (anchored to the whole value).
+    pub regexes: HashMap<String, Regex>,
+    /// Kinds the rule reads: its trigger, related objects, rulesFrom.
+    pub consumes: BTreeSet<GroupKind>,
+    /// Kinds the rule emits.
+    pub produces: BTreeSet<GroupKind>,
+}
+
+/// The group/kind of an emitted kind.
+pub fn output_gk(kind: OutputKind) -> GroupKind {
+    GroupKind::new("rbac.authorization.k8s.io", kind.as_str())
+}
+
+/// Compiles `text` as a regular expression matching a whole value.
+pub fn anchored(text: &str) -> Result<Regex, regex::Error> {
+    Regex::new(&format!("^(?:{text})$"))
+}
+
+struct Compiler<'a> {
+    templates: &'a mut Templates,
+    regexes: HashMap<String, Regex>,
+    errors: Vec<FieldError>,
+}
+
+impl Compiler<'_> {
+    fn err(&mut self, kind: ErrorKind, field: impl Into<String>, msg: impl Into<String>) {
+        self.errors.push(FieldError::new(kind, field, msg));
+    }
+
+    fn template(&mut self, field: &str, text: &str) {
+        if let Err(e) = self.templates.compile(text) {
+            self.err(ErrorKind::Template, field, e);
+        }
+    }
+
+    fn expr(&mut self, field: &str, text: &str) {
+        if let Err(e) = self.templates.compile_expr(text) {
+            self.err(ErrorKind::Template, field, e);
+        }
+    }
+
+    /// A regex given literally is compiled now; a templated one is checked
+    /// as a template and compiled after rendering.
+    fn regex(&mut self, field: &str, text: &str) {
+        if text.contains("{{") {
+            self.template(field, text);
+            return;
+        }
+        match anchored(text) {
+            Ok(re) => {
+                self.regexes.insert(text.to_string(), re);
+            }
+            Err(e) => self.err(
+                ErrorKind::Regex,
+                field,
+                format!("invalid regular expression: {e}"),
+            ),
+        }
+    }
+
+    fn path(&mut self, field: &str, text: &str) {
+        if let Err(e) = FieldPath::parse(text) {
+            self.err(ErrorKind::InvalidRule, field, e);
+        }
+    }
+
+    fn identifier(&mut self, field: &str, name: &str) {
+        let ok = !name.is_empty()
+            && name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            self.err(
+                ErrorKind::InvalidRule,
+                field,
+                format!("{name:?} is not a valid variable name (letters, digits, _)"),
+            );
+        } else if RESERVED.contains(&name) && field.ends_with(".as") {
+            self.err(
+                ErrorKind::InvalidRule,
+                field,
+                format!("{name:?} is reserved"),
+            );
+        }
+    }
+
+    fn condition(&mut self, field: &str, c: &Condition) {
+        match (&c.path, &c.value) {
+            (Some(p), None) => self.path(&format!("{field}.path"), p),
+            (None, Some(v)) => self.template(&format!("{field}.value"), v),
+            _ => self.err(
+                ErrorKind::InvalidRule,
+                field,
+                "give exactly one of path and value",
+            ),
+        }
+        let ops = [
+            c.equals.is_some(),
+            c.not_equals.is_some(),
+            c.one_of.is_some(),
+            c.regex.is_some(),
+            c.exists.is_some(),
+        ];
+        if ops.iter().filter(|b| **b).count() != 1 {
+            self.err(
+                ErrorKind::InvalidRule,
+                field,
+                "give exactly one of equals, notEquals, oneOf, regex, exists",
+            );
+        }
+        if c.exists.is_some() && c.path.is_none() {
+            self.err(
+                ErrorKind::InvalidRule,
+                format!("{field}.exists"),
+                "exists needs path",
+            );
+        }
+        if let Some(t) = &c.equals {
+            self.template(&format!("{field}.equals"), t);
+        }
+        if let Some(t) = &c.not_equals {
+            self.template(&format!("{field}.notEquals"), t);
+        }
+        for (i, t) in c.one_of.iter().flatten().enumerate() {
+            self.template(&format!("{field}.oneOf[{i}]"), t);
+        }
+        if let Some(r) = &c.regex {
+            self.regex(&format!("{field}.regex"), r);
+        }
+    }
+
+    fn selector(&mut self, field: &str, sel: &LabelSelector) {
+        for (k, v) in sel.match_labels.iter().flatten() {
+            self.template(&format!("{field}.matchLabels[{k:?}]"), k);
+            self.template(&format!("{field}.matchLabels[{k:?}]"), v);
+        }
+        for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+            let f = format!("{field}.matchExpressions[{i}]");
+            self.template(&format!("{f}.key"), &e.key);
+            if !matches!(
+                e.operator.as_str(),
+                "In" | "NotIn" | "Exists" | "DoesNotExist"
+            ) {
+                self.err(
+                    ErrorKind::Selector,
+                    format!("{f}.operator"),
+                    format!("unknown operator {:?}", e.operator),
+                );
+            }
+            for (j, v) in e.values.iter().flatten().enumerate() {
+                self.template(&format!("{f}.values[{j}]"), v);
+            }
+        }
+    }
+
+    /// Walks a template value: strings are templates, `{forEach, as, when,
+    /// item|items}` list entries are directives, `$merge` merges maps.
+    fn tvalue(&mut self, field: &str, v: &Value) {
+        match v {
+            Value::String(s) => self.template(field, s),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let f = format!("{field}[{i}]");
+                    match directive(item) {
+                        Ok(Some(d)) => {
+                            if let Some(e) = d.for_each {
+                                self.expr(&format!("{f}.forEach"), e);
+                            }
+                            if let Some(a) = d.as_name {
+                                self.identifier(&format!("{f}.as"), a);
+                            }
+                            if let Some(w) = d.when {
+                                self.expr(&format!("{f}.when"), w);
+                            }
+                            match d.body {
+                                Body::Item(b) => self.tvalue(&format!("{f}.item"), b),
+                                Body::Items(b) => self.tvalue(&format!("{f}.items"), b),
+                            }
+                        }
+                        Ok(None) => self.tvalue(&f, item),
+                        Err(msg) => self.err(ErrorKind::InvalidRule, f, msg),
+                    }
+                }
+            }
+            Value::Object(map) => {
+                for (k, val) in map {
+                    if k == "$merge" {
+                        if !val.is_array() {
+                            self.err(
+                                ErrorKind::InvalidRule,
+                                format!("{field}.$merge"),
+                                "$merge takes a list of maps",
+                            );
+                        }
+                        self.tvalue(&format!("{field}.$merge"), val);
+                    } else {
+                        self.template(&format!("{field}[{k:?}]"), k);
+                        self.tvalue(&format!("{field}.{k}"), val);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The body of a list directive.
+pub enum Body<'a> {
+    /// One item per iteration.
+    Item(&'a Value),
+    /// A list of items spliced in per iteration.
+    Items(&'a Value),
+}
+
+/// A parsed list directive.
+pub struct Directive<'a> {
+    pub for_each: Option<&'a str>,
+    pub as_name: Option<&'a str>,
+    pub when: Option<&'a str>,
+    pub body: Body<'a>,
+}
+
+const DIRECTIVE_KEYS: &[&str] = &["forEach", "as", "when", "item", "items"];
+
+/// Whether a list entry is a directive (a map whose keys are all directive
+/// keys, with `item` or `items`), and its parts.
+pub fn directive(v: &Value) -> Result<Option<Directive<'_>>, String> {
+    let Value::Object(m) = v else { return Ok(None) };
+    if m.is_empty() || !m.keys().all(|k| DIRECTIVE_KEYS.contains(&k.as_str())) {
+        return Ok(None);
+    }
+    let text = |k: &str| -> Result<Option<&str>, String> {
+        match m.get(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(_) => Err(format!("{k} must be a string")),
+        }
+    };
+    let body = match (m.get("item"), m.get("items")) {
+        (Some(i), None) => Body::Item(i),
+        (None, Some(Value::Array(_))) => Body::Items(&m["items"]),
+        (None, Some(_)) => return Err("items must be a list".to_string()),
+        _ => return Err("a directive takes exactly one of item and items".to_string()),
+    };
+    let d = Directive {
+        for_each: text("forEach")?,
+        as_name: text("as")?,
+        when: text("when")?,
+        body,
+    };
+    if d.as_name.is_some() && d.for_each.is_none() {
+        return Err("as needs forEach".to_string());
+    }
+    Ok(Some(d))
+}
+
+/// Validates and compiles one rule; templates go into `templates`.
+pub fn compile(
+    name: &str,
+    spec: &RbacRuleSpec,
+    templates: &mut Templates,
+) -> Result<CompiledRule, Vec<FieldError>> {
+    let mut c = Compiler {
+        templates,
+        regexes: HashMap::new(),
+        errors: Vec::new(),
+    };
+    let mut consumes = BTreeSet::new();
+    let mut produces = BTreeSet::new();
+
+    if let Some(t) = &spec.trigger {
+        if t.kind.is_empty() {
+            c.err(
+                ErrorKind::InvalidRule,
+                "spec.trigger.kind",
+                "kind is required",
+            );
+        }
+        consumes.insert(GroupKind::new(&t.api_group, &t.kind));
+        if let Some(sel) = &t.selector {
+            // Trigger selectors are literal: nothing to render them from.
+            if let Err(e) = crate::selector::validate(sel) {
+                c.err(ErrorKind::Selector, "spec.trigger.selector", e.to_string());
+            }
+        }
+        for (i, cond) in t.conditions.iter().enumerate() {
+            c.condition(&format!("spec.trigger.conditions[{i}]"), cond);
+        }
+        if let Some(m) = &t.metadata_match {
+            c.regex("spec.trigger.metadataMatch.key", &m.key);
+            if m.key.contains("{{") {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    "spec.trigger.metadataMatch.key",
+                    "must not be a template",
+                );
+            }
+            if let Some(v) = &m.value {
+                c.regex("spec.trigger.metadataMatch.value", v);
+                if v.contains("{{") {
+                    c.err(
+                        ErrorKind::InvalidRule,
+                        "spec.trigger.metadataMatch.value",
+                        "must not be a template",
+                    );
+                }
+            }
+        }
+        if let Some(p) = &t.pause
+            && p.annotation.is_empty()
+        {
+            c.err(
+                ErrorKind::InvalidRule,
+                "spec.trigger.pause.annotation",
+                "annotation is required",
+            );
+        }
+    }
+
+    let mut related_names: BTreeSet<&str> = BTreeSet::new();
+    for (i, r) in spec.related.iter().enumerate() {
+        let f = format!("spec.related[{i}]");
+        c.identifier(&format!("{f}.name"), &r.name);
+        if !related_names.insert(r.name.as_str()) {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.name"),
+                format!("duplicate related name {:?}", r.name),
+            );
+        }
+        if let Some(w) = &r.when {
+            c.expr(&format!("{f}.when"), w);
+        }
+        match (&r.objects, &r.list_field) {
+            (Some(q), None) => {
+                if q.kind.is_empty() {
+                    c.err(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.objects.kind"),
+                        "kind is required",
+                    );
+                }
+                consumes.insert(GroupKind::new(&q.api_group, &q.kind));
+                if q.controlled_by_trigger && spec.trigger.is_none() {
+                    c.err(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.objects.controlledByTrigger"),
+                        "needs a trigger",
+                    );
+                }
+                if let Some(ns) = &q.namespace {
+                    c.template(&format!("{f}.objects.namespace"), ns);
+                }
+                if let Some(n) = &q.names {
+                    c.tvalue(&format!("{f}.objects.names"), n);
+                }
+                if let Some(s) = &q.selector {
+                    c.selector(&format!("{f}.objects.selector"), s);
+                }
+            }
+            (None, Some(l)) => {
+                c.path(&format!("{f}.listField.path"), &l.path);
+                for (j, of) in l.of.iter().enumerate() {
+                    let known = if of == "trigger" {
+                        spec.trigger.is_some()
+                    } else {
+                        spec.related[..i].iter().any(|p| &p.name == of)
+                    };
+                    if !known {
+                        c.err(
+                            ErrorKind::InvalidRule,
+                            format!("{f}.listField.of[{j}]"),
+                            format!("{of:?} is neither the trigger nor an earlier related set"),
+                        );
+                    }
+                }
+                if l.of.is_empty() && spec.trigger.is_none() {
+                    c.err(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.listField.of"),
+                        "a static rule must name the sets to read",
+                    );
+                }
+                if let Some(x) = &l.extract {
+                    c.path(&format!("{f}.listField.extract.path"), &x.path);
+                    c.regex(&format!("{f}.listField.extract.regex"), &x.regex);
+                    if x.regex.contains("{{") {
+                        c.err(
+                            ErrorKind::InvalidRule,
+                            format!("{f}.listField.extract.regex"),
+                            "must not be a template",
+                        );
+                    }
+                }
+            }
+            _ => c.err(
+                ErrorKind::InvalidRule,
+                f.clone(),
+                "give exactly one of objects and listField",
+            ),
+        }
+        for (j, cond) in r.filter.iter().enumerate() {
+            c.condition(&format!("{f}.where[{j}]"), cond);
+        }
+    }
+
+    if spec.outputs.is_empty() {
+        c.err(
+            ErrorKind::InvalidRule,
+            "spec.outputs",
+            "at least one output is required",
+        );
+    }
+    for (i, o) in spec.outputs.iter().enumerate() {
+        let f = format!("spec.outputs[{i}]");
+        produces.insert(output_gk(o.kind));
+        if let Some(e) = &o.for_each {
+            c.expr(&format!("{f}.forEach"), e);
+        }
+        if let Some(a) = &o.as_name {
+            c.identifier(&format!("{f}.as"), a);
+            if o.for_each.is_none() {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.as"),
+                    "as needs forEach",
+                );
+            }
+        }
+        if let Some(w) = &o.when {
+            c.expr(&format!("{f}.when"), w);
+        }
+        c.template(&format!("{f}.name"), &o.name);
+        if let Some(ns) = &o.namespace {
+            if !o.kind.namespaced() {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.namespace"),
+                    format!("a {} has no namespace", o.kind),
+                );
+            }
+            c.template(&format!("{f}.namespace"), ns);
+        }
+        for (field, v) in [("labels", &o.labels), ("annotations", &o.annotations)] {
+            if let Some(v) = v {
+                if !v.is_object() {
+                    c.err(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.{field}"),
+                        "must be a map",
+                    );
+                }
+                c.tvalue(&format!("{f}.{field}"), v);
+            }
+        }
+        let is_role = o.kind.is_role();
+        let only = |c: &mut Compiler, present: bool, field: &str, allowed: bool, what: &str| {
+            if present && !allowed {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.{field}"),
+                    format!("only {what} take {field}"),
+                );
+            }
+        };
+        only(
+            &mut c,
+            o.rules.is_some(),
+            "rules",
+            is_role,
+            "ClusterRoles and Roles",
+        );
+        only(
+            &mut c,
+            o.rules_from.is_some(),
+            "rulesFrom",
+            is_role,
+            "ClusterRoles and Roles",
+        );
+        only(
+            &mut c,
+            o.aggregation_rule.is_some(),
+            "aggregationRule",
+            o.kind == OutputKind::ClusterRole,
+            "ClusterRoles",
+        );
+        only(
+            &mut c,
+            o.role_ref.is_some(),
+            "roleRef",
+            !is_role,
+            "bindings",
+        );
+        only(
+            &mut c,
+            o.subjects.is_some(),
+            "subjects",
+            !is_role,
+            "bindings",
+        );
+        if !is_role && o.role_ref.is_none() {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.roleRef"),
+                "a binding needs roleRef",
+            );
+        }
+        if o.aggregation_rule.is_some() && (o.rules.is_some() || o.rules_from.is_some()) {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.aggregationRule"),
+                "an aggregated ClusterRole takes no rules or rulesFrom: the aggregation controller owns its rules",
+            );
+        }
+        if let Some(v) = &o.rules {
+            if !v.is_array() {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.rules"),
+                    "must be a list",
+                );
+            }
+            c.tvalue(&format!("{f}.rules"), v);
+        }
+        if let Some(rf) = &o.rules_from {
+            consumes.insert(output_gk(OutputKind::ClusterRole));
+            if rf.cluster_role_names.is_none() && rf.cluster_role_selector.is_none() {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.rulesFrom"),
+                    "give clusterRoleNames, clusterRoleSelector or both",
+                );
+            }
+            if let Some(n) = &rf.cluster_role_names {
+                if !n.is_array() {
+                    c.err(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.rulesFrom.clusterRoleNames"),
+                        "must be a list",
+                    );
+                }
+                c.tvalue(&format!("{f}.rulesFrom.clusterRoleNames"), n);
+            }
+            if let Some(s) = &rf.cluster_role_selector {
+                c.selector(&format!("{f}.rulesFrom.clusterRoleSelector"), s);
+            }
+        }
+        if let Some(a) = &o.aggregation_rule {
+            c.tvalue(&format!("{f}.aggregationRule"), a);
+        }
+        if let Some(r) = &o.role_ref {
+            c.template(&format!("{f}.roleRef.kind"), &r.kind);
+            c.template(&format!("{f}.roleRef.name"), &r.name);
+        }
+        if let Some(s) = &o.subjects {
+            if !s.is_array() {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.subjects"),
+                    "must be a list",
+                );
+            }
+            c.tvalue(&format!("{f}.subjects"), s);
+        }
+    }
+
+    if c.errors.is_empty() {
+        Ok(CompiledRule {
+            name: name.to_string(),
+            spec: spec.clone(),
+            regexes: c.regexes,
+            consumes,
+            produces,
+        })
+    } else {
+        Err(c.errors)
+    }
+}
+
+/// Orders rules so that every rule runs after the rules whose output kinds
+/// it reads. Ties go by name. Returns the order (indices) and the names of
+/// rules caught in a cycle, which cannot run.
+pub fn order(rules: &[CompiledRule]) -> (Vec<usize>, BTreeMap<usize, Vec<String>>) {
+    let n = rules.len();
+    // deps[b] = rules that must run before b.
+    let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    for (b, rb) in rules.iter().enumerate() {
+        for (a, ra) in rules.iter().enumerate() {
+            if ra.produces.intersection(&rb.consumes).next().is_some() {
+                deps[b].insert(a);
+            }
+        }
+    }
+    let mut by_name: Vec<usize> = (0..n).collect();
+    by_name.sort_by(|x, y| rules[*x].name.cmp(&rules[*y].name));
+    let mut done = vec![false; n];
+    let mut out = Vec::with_capacity(n);
+    loop {
+        let next = by_name
+            .iter()
+            .copied()
+            .find(|&i| !done[i] && deps[i].iter().all(|&d| done[d] && d != i));
+        match next {
+            Some(i) => {
+                done[i] = true;
+                out.push(i);
+            }
+            None => break,
+        }
+    }
+    let stuck: Vec<usize> = by_name.iter().copied().filter(|&i| !done[i]).collect();
+    let mut cycles = BTreeMap::new();
+    for &i in &stuck {
+        let waits: Vec<String> = deps[i]
+            .iter()
+            .filter(|&&d| !done[d])
+            .map(|&d| rules[d].name.clone())
+            .collect();
+        cycles.insert(i, waits);
+    }
+    (out, cycles)
+}

@@ -1,0 +1,1060 @@
+//! Evaluation of compiled rules against observed objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use serde_json::{Map, Value, json};
+
+use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
+use super::error::{EngineError, ErrorKind, FieldError};
+use super::output::{self, Body, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Meta};
+use super::path::{FieldPath, scalar_text};
+use super::store::{GroupKind, ObjectKey, ObjectStore, group_of, key_of, object_ref};
+use super::template::truthy;
+use super::{Desired, Engine, Evaluation, RuleReport, RuleState};
+use crate::api::{Condition, GROUP, MetadataSource, OutputKind, Related, RulesFrom, Trigger};
+use crate::policy;
+
+type Result<T> = std::result::Result<T, FieldError>;
+
+/// What rules read: the observed objects, overlaid with the objects earlier
+/// rules emitted in this evaluation. Live objects that a successfully
+/// evaluated rule manages are hidden, since its fresh output replaces them.
+struct View<'a> {
+    observed: &'a ObjectStore,
+    overlay: &'a ObjectStore,
+    reports: &'a BTreeMap<String, RuleReport>,
+}
+
+impl View<'_> {
+    fn is_output_kind(gk: &GroupKind) -> bool {
+        OutputKind::ALL.iter().any(|k| output_gk(*k) == *gk)
+    }
+
+    /// A live object superseded by this evaluation's output.
+    fn hidden(&self, obj: &Value) -> bool {
+        let meta = &obj["metadata"];
+        if meta["labels"][MANAGED_BY_LABEL].as_str() != Some(MANAGED_BY_VALUE) {
+            return false;
+        }
+        let Some(rule) = meta["annotations"][output::rule_annotation()].as_str() else {
+            return false;
+        };
+        let trigger = meta["annotations"][output::trigger_annotation()].as_str();
+        match self.reports.get(rule) {
+            // Its rule is gone: the object is about to be pruned.
+            None => true,
+            Some(r) => {
+                r.state == RuleState::Evaluated
+                    && !match trigger {
+                        Some(t) => r.kept_triggers.contains(t),
+                        None => r.static_kept,
+                    }
+            }
+        }
+    }
+
+    fn list<'v>(&'v self, gk: &GroupKind, ns: Option<&'v str>) -> Vec<&'v Value> {
+        let observed: Vec<&Value> = match ns {
+            Some(ns) => self.observed.list_namespace(gk, ns).collect(),
+            None => self.observed.list(gk).collect(),
+        };
+        if !Self::is_output_kind(gk) {
+            return observed;
+        }
+        let mut merged: BTreeMap<ObjectKey, &Value> = BTreeMap::new();
+        for o in observed {
+            if !self.hidden(o)
+                && let Some(k) = key_of(o)
+            {
+                merged.insert(k, o);
+            }
+        }
+        let produced: Vec<&Value> = match ns {
+            Some(ns) => self.overlay.list_namespace(gk, ns).collect(),
+            None => self.overlay.list(gk).collect(),
+        };
+        for o in produced {
+            if let Some(k) = key_of(o) {
+                merged.insert(k, o);
+            }
+        }
+        merged.into_values().collect()
+    }
+}
+
+/// A key identifying an emitted object.
+type OutKey = (OutputKind, String, String);
+
+pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
+    let mut reports = engine.fixed_reports.clone();
+    let mut overlay = ObjectStore::new();
+    let mut produced: BTreeMap<OutKey, Desired> = BTreeMap::new();
+    let mut contested: BTreeSet<OutKey> = BTreeSet::new();
+
+    for rule in &engine.rules {
+        let view = View {
+            observed,
+            overlay: &overlay,
+            reports: &reports,
+        };
+        let (mut report, sets) = Evaluator { engine, rule }.run(&view);
+        let mut conflicts: Vec<(String, Option<String>, OutKey)> = Vec::new();
+        for (trigger, outs) in sets {
+            for d in outs {
+                let key = (d.kind, d.namespace.clone(), d.name.clone());
+                if contested.contains(&key) {
+                    conflicts.push((rule.name.clone(), trigger.clone(), key));
+                    continue;
+                }
+                if let Some(prev) = produced.get(&key) {
+                    conflicts.push((rule.name.clone(), trigger.clone(), key.clone()));
+                    conflicts.push((prev.rule.clone(), prev.trigger.clone(), key.clone()));
+                    produced.remove(&key);
+                    contested.insert(key);
+                    continue;
+                }
+                report.outputs += 1;
+                produced.insert(key, d);
+            }
+        }
+        reports.insert(rule.name.clone(), report);
+        for (rname, trigger, key) in conflicts {
+            if let Some(rep) = reports.get_mut(&rname) {
+                let (kind, ns, name) = &key;
+                let obj = if ns.is_empty() {
+                    format!("{kind} {name}")
+                } else {
+                    format!("{kind} {ns}/{name}")
+                };
+                rep.errors.push(EngineError {
+                    kind: ErrorKind::Conflict,
+                    rule: rname.clone(),
+                    field: "spec.outputs".into(),
+                    trigger: trigger.clone(),
+                    message: format!(
+                        "{obj} is emitted by more than one rule or trigger; neither copy is applied"
+                    ),
+                });
+                match &trigger {
+                    Some(t) => {
+                        rep.kept_triggers.insert(t.clone());
+                    }
+                    None => rep.static_kept = true,
+                }
+            }
+        }
+        // Later rules read what this one emitted.
+        overlay = ObjectStore::new();
+        for d in produced.values() {
+            // Manifests always carry apiVersion, kind and name.
+            let _ = overlay.insert(d.object.clone());
+        }
+    }
+
+    let mut desired: Vec<Desired> = produced.into_values().collect();
+    desired.sort_by(|a, b| {
+        (a.kind.as_str(), &a.namespace, &a.name).cmp(&(b.kind.as_str(), &b.namespace, &b.name))
+    });
+    Evaluation {
+        desired,
+        reports,
+        contested,
+    }
+}
+
+/// Removes what templates must not depend on or need not see.
+fn visible(obj: &Value, metadata_only: bool) -> Value {
+    let mut v = if metadata_only {
+        json!({
+            "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
+            "metadata": obj.get("metadata").cloned().unwrap_or(Value::Null),
+        })
+    } else {
+        obj.clone()
+    };
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    v
+}
+
+fn bind(ctx: &mut Value, name: &str, v: Value) -> Option<Value> {
+    ctx.as_object_mut()
+        .and_then(|m| m.insert(name.to_string(), v))
+}
+
+fn unbind(ctx: &mut Value, name: &str, old: Option<Value>) {
+    if let Some(m) = ctx.as_object_mut() {
+        match old {
+            Some(o) => {
+                m.insert(name.to_string(), o);
+            }
+            None => {
+                m.remove(name);
+            }
+        }
+    }
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    obj["metadata"]
+        .get("deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+struct Evaluator<'a> {
+    engine: &'a Engine,
+    rule: &'a CompiledRule,
+}
+
+type Sets = Vec<(Option<String>, Vec<Desired>)>;
+
+impl Evaluator<'_> {
+    fn run(&self, view: &View) -> (RuleReport, Sets) {
+        let mut report = RuleReport::new(RuleState::Evaluated);
+        let mut sets = Vec::new();
+        let Some(trigger) = &self.rule.spec.trigger else {
+            let mut ctx = self.base_context();
+            match self.render(&mut ctx, None, view) {
+                Ok(outs) => sets.push((None, outs)),
+                Err(e) => {
+                    report.errors.push(e.into_engine(&self.rule.name, None));
+                    report.static_kept = true;
+                }
+            }
+            return (report, sets);
+        };
+        let gk = GroupKind::new(&trigger.api_group, &trigger.kind);
+        for obj in view.list(&gk, None) {
+            let tref = object_ref(obj);
+            let seen = visible(obj, trigger.metadata_only);
+            let mut ctx = self.base_context();
+            bind(&mut ctx, "trigger", seen.clone());
+            let matched = self.trigger_matches(trigger, &seen, &mut ctx);
+            let matches = match matched {
+                Ok(None) => continue,
+                Ok(Some(m)) => m,
+                Err(e) => {
+                    report
+                        .errors
+                        .push(e.into_engine(&self.rule.name, Some(&tref)));
+                    report.kept_triggers.insert(tref);
+                    continue;
+                }
+            };
+            report.matched_triggers += 1;
+            let paused = trigger.pause.as_ref().is_some_and(|p| {
+                seen["metadata"]["annotations"][p.annotation.as_str()].as_str()
+                    == Some(p.value.as_str())
+            });
+            if paused || is_deleting(obj) {
+                report.kept_triggers.insert(tref);
+                continue;
+            }
+            if let Some(m) = matches {
+                bind(&mut ctx, "matches", Value::Array(m));
+            }
+            match self.render(&mut ctx, Some(obj), view) {
+                Ok(outs) => sets.push((Some(tref), outs)),
+                Err(e) => {
+                    report
+                        .errors
+                        .push(e.into_engine(&self.rule.name, Some(&tref)));
+                    report.kept_triggers.insert(tref);
+                }
+            }
+        }
+        (report, sets)
+    }
+
+    fn base_context(&self) -> Value {
+        json!({"rule": {"name": self.rule.name}, "related": {}})
+    }
+
+    /// `Ok(None)`: no match. `Ok(Some(matches))`: a match, with the
+    /// metadata matches when the trigger asks for them.
+    fn trigger_matches(
+        &self,
+        t: &Trigger,
+        obj: &Value,
+        ctx: &mut Value,
+    ) -> Result<Option<Option<Vec<Value>>>> {
+        if let Some(sel) = &t.selector
+            && !crate::selector::matches(sel, &labels_of(obj)).unwrap_or(false)
+        {
+            return Ok(None);
+        }
+        for (i, c) in t.conditions.iter().enumerate() {
+            if !self.condition(&format!("spec.trigger.conditions[{i}]"), c, obj, ctx)? {
+                return Ok(None);
+            }
+        }
+        let Some(mm) = &t.metadata_match else {
+            return Ok(Some(None));
+        };
+        let source = match mm.source {
+            MetadataSource::Annotations => "annotations",
+            MetadataSource::Labels => "labels",
+        };
+        let key_re = self.regex("spec.trigger.metadataMatch.key", &mm.key)?;
+        let val_re = match &mm.value {
+            Some(v) => Some(self.regex("spec.trigger.metadataMatch.value", v)?),
+            None => None,
+        };
+        let mut found = Vec::new();
+        if let Some(m) = obj["metadata"][source].as_object() {
+            // serde_json maps are sorted by key: matches come out sorted.
+            for (k, v) in m {
+                let Some(v) = v.as_str() else { continue };
+                let Some(kc) = key_re.captures(k) else {
+                    continue;
+                };
+                let mut entry = Map::new();
+                entry.insert("key".into(), json!(k));
+                entry.insert("value".into(), json!(v));
+                for name in key_re.capture_names().flatten() {
+                    if let Some(c) = kc.name(name) {
+                        entry.insert(name.to_string(), json!(c.as_str()));
+                    }
+                }
+                if let Some(vre) = &val_re {
+                    let Some(vc) = vre.captures(v) else { continue };
+                    for name in vre.capture_names().flatten() {
+                        if let Some(c) = vc.name(name) {
+                            entry.insert(name.to_string(), json!(c.as_str()));
+                        }
+                    }
+                }
+                found.push(Value::Object(entry));
+            }
+        }
+        Ok(if found.is_empty() {
+            None
+        } else {
+            Some(Some(found))
+        })
+    }
+
+    fn regex(&self, field: &str, text: &str) -> Result<regex::Regex> {
+        match self.rule.regexes.get(text) {
+            Some(r) => Ok(r.clone()),
+            None => anchored(text).map_err(|e| {
+                FieldError::new(
+                    ErrorKind::Regex,
+                    field,
+                    format!("invalid regular expression {text:?}: {e}"),
+                )
+            }),
+        }
+    }
+
+    fn tpl(&self, field: &str, text: &str, ctx: &Value) -> Result<String> {
+        self.engine
+            .templates
+            .render(text, ctx)
+            .map_err(|e| FieldError::new(ErrorKind::Template, field, e))
+    }
+
+    fn expr(&self, field: &str, text: &str, ctx: &Value) -> Result<Value> {
+        self.engine
+            .templates
+            .eval(text, ctx)
+            .map_err(|e| FieldError::new(ErrorKind::Template, field, e))
+    }
+
+    fn condition(&self, field: &str, c: &Condition, subject: &Value, ctx: &Value) -> Result<bool> {
+        let actual: Option<String> = match (&c.path, &c.value) {
+            (Some(p), _) => {
+                let path = FieldPath::parse(p).map_err(|e| {
+                    FieldError::new(ErrorKind::InvalidRule, format!("{field}.path"), e)
+                })?;
+                let v = path.get(subject).filter(|v| !v.is_null());
+                if let Some(want) = c.exists {
+                    return Ok(v.is_some() == want);
+                }
+                v.and_then(scalar_text)
+            }
+            (None, Some(t)) => Some(self.tpl(&format!("{field}.value"), t, ctx)?),
+            (None, None) => None,
+        };
+        if let Some(e) = &c.equals {
+            let want = self.tpl(&format!("{field}.equals"), e, ctx)?;
+            return Ok(actual.as_deref() == Some(want.as_str()));
+        }
+        if let Some(e) = &c.not_equals {
+            let want = self.tpl(&format!("{field}.notEquals"), e, ctx)?;
+            return Ok(actual.as_deref() != Some(want.as_str()));
+        }
+        if let Some(list) = &c.one_of {
+            for (i, e) in list.iter().enumerate() {
+                let want = self.tpl(&format!("{field}.oneOf[{i}]"), e, ctx)?;
+                if actual.as_deref() == Some(want.as_str()) {
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        }
+        if let Some(r) = &c.regex {
+            let text = self.tpl(&format!("{field}.regex"), r, ctx)?;
+            let re = self.regex(&format!("{field}.regex"), &text)?;
+            return Ok(actual.is_some_and(|a| re.is_match(&a)));
+        }
+        Ok(false)
+    }
+
+    /// Expands a template value: strings rendered, list directives run,
+    /// `$merge` maps merged.
+    fn expand(&self, v: &Value, ctx: &mut Value, field: &str) -> Result<Value> {
+        match v {
+            Value::String(s) => Ok(Value::String(self.tpl(field, s, ctx)?)),
+            Value::Array(items) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let f = format!("{field}[{i}]");
+                    let d = directive(item)
+                        .map_err(|m| FieldError::new(ErrorKind::InvalidRule, &f, m))?;
+                    let Some(d) = d else {
+                        out.push(self.expand(item, ctx, &f)?);
+                        continue;
+                    };
+                    let emit = |this: &Self, ctx: &mut Value, out: &mut Vec<Value>| -> Result<()> {
+                        if let Some(w) = d.when
+                            && !truthy(&this.expr(&format!("{f}.when"), w, ctx)?)
+                        {
+                            return Ok(());
+                        }
+                        match d.body {
+                            DirBody::Item(b) => {
+                                out.push(this.expand(b, ctx, &format!("{f}.item"))?)
+                            }
+                            DirBody::Items(b) => {
+                                match this.expand(b, ctx, &format!("{f}.items"))? {
+                                    Value::Array(xs) => out.extend(xs),
+                                    other => out.push(other),
+                                }
+                            }
+                        }
+                        Ok(())
+                    };
+                    match d.for_each {
+                        None => emit(self, ctx, &mut out)?,
+                        Some(e) => {
+                            let var = d.as_name.unwrap_or("item");
+                            for x in self.list_of(&format!("{f}.forEach"), e, ctx)? {
+                                let old = bind(ctx, var, x);
+                                let r = emit(self, ctx, &mut out);
+                                unbind(ctx, var, old);
+                                r?;
+                            }
+                        }
+                    }
+                }
+                Ok(Value::Array(out))
+            }
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for (k, val) in map {
+                    if k == "$merge" {
+                        let merged = self.expand(val, ctx, &format!("{field}.$merge"))?;
+                        for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
+                            let Value::Object(pm) = part else {
+                                return Err(FieldError::new(
+                                    ErrorKind::InvalidRule,
+                                    format!("{field}.$merge[{j}]"),
+                                    "must render to a map",
+                                ));
+                            };
+                            for (pk, pv) in pm {
+                                if out
+                                    .insert(pk.clone(), pv.clone())
+                                    .is_some_and(|old| old != *pv)
+                                {
+                                    return Err(FieldError::new(
+                                        ErrorKind::InvalidOutput,
+                                        format!("{field}.$merge[{j}]"),
+                                        format!("key {pk:?} is given twice with different values"),
+                                    ));
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    let key = self.tpl(&format!("{field}[{k:?}]"), k, ctx)?;
+                    let val = self.expand(val, ctx, &format!("{field}.{k}"))?;
+                    if out.insert(key.clone(), val).is_some() {
+                        return Err(FieldError::new(
+                            ErrorKind::InvalidOutput,
+                            field,
+                            format!("key {key:?} is rendered twice"),
+                        ));
+                    }
+                }
+                Ok(Value::Object(out))
+            }
+            other => Ok(other.clone()),
+        }
+    }
+
+    /// Evaluates a `forEach` expression: a list (null is empty).
+    fn list_of(&self, field: &str, e: &str, ctx: &Value) -> Result<Vec<Value>> {
+        match self.expr(field, e, ctx)? {
+            Value::Array(a) => Ok(a),
+            Value::Null => Ok(Vec::new()),
+            other => Err(FieldError::new(
+                ErrorKind::Template,
+                field,
+                format!("forEach must yield a list, got {other}"),
+            )),
+        }
+    }
+
+    fn strings(&self, field: &str, v: &Value, ctx: &mut Value) -> Result<Vec<String>> {
+        match self.expand(v, ctx, field)? {
+            Value::Array(a) => a
+                .into_iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    scalar_text(&x).ok_or_else(|| {
+                        FieldError::new(
+                            ErrorKind::InvalidOutput,
+                            format!("{field}[{i}]"),
+                            "must render to text",
+                        )
+                    })
+                })
+                .collect(),
+            _ => Err(FieldError::new(
+                ErrorKind::InvalidOutput,
+                field,
+                "must render to a list",
+            )),
+        }
+    }
+
+    fn selector(&self, field: &str, sel: &LabelSelector, ctx: &Value) -> Result<LabelSelector> {
+        let mut out = LabelSelector::default();
+        if let Some(ml) = &sel.match_labels {
+            let mut m = BTreeMap::new();
+            for (k, v) in ml {
+                let f = format!("{field}.matchLabels[{k:?}]");
+                m.insert(self.tpl(&f, k, ctx)?, self.tpl(&f, v, ctx)?);
+            }
+            out.match_labels = Some(m);
+        }
+        if let Some(exprs) = &sel.match_expressions {
+            let mut rendered = Vec::new();
+            for (i, e) in exprs.iter().enumerate() {
+                let f = format!("{field}.matchExpressions[{i}]");
+                let values = match &e.values {
+                    Some(vs) => Some(
+                        vs.iter()
+                            .enumerate()
+                            .map(|(j, v)| self.tpl(&format!("{f}.values[{j}]"), v, ctx))
+                            .collect::<Result<Vec<_>>>()?,
+                    ),
+                    None => None,
+                };
+                rendered.push(LabelSelectorRequirement {
+                    key: self.tpl(&format!("{f}.key"), &e.key, ctx)?,
+                    operator: e.operator.clone(),
+                    values,
+                });
+            }
+            out.match_expressions = Some(rendered);
+        }
+        crate::selector::validate(&out)
+            .map_err(|e| FieldError::new(ErrorKind::Selector, field, e.to_string()))?;
+        Ok(out)
+    }
+
+    fn related(
+        &self,
+        i: usize,
+        rel: &Related,
+        ctx: &mut Value,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Vec<Value>> {
+        let f = format!("spec.related[{i}]");
+        if let Some(w) = &rel.when
+            && !truthy(&self.expr(&format!("{f}.when"), w, ctx)?)
+        {
+            return Ok(Vec::new());
+        }
+        let mut items: Vec<Value> = if let Some(q) = &rel.objects {
+            let gk = GroupKind::new(&q.api_group, &q.kind);
+            let ns = match &q.namespace {
+                Some(t) => Some(self.tpl(&format!("{f}.objects.namespace"), t, ctx)?),
+                None => None,
+            };
+            let names: Option<BTreeSet<String>> = match &q.names {
+                Some(n) => Some(
+                    self.strings(&format!("{f}.objects.names"), n, ctx)?
+                        .into_iter()
+                        .collect(),
+                ),
+                None => None,
+            };
+            let selector = match &q.selector {
+                Some(s) => Some(self.selector(&format!("{f}.objects.selector"), s, ctx)?),
+                None => None,
+            };
+            view.list(&gk, ns.as_deref())
+                .into_iter()
+                .filter(|o| {
+                    names.as_ref().is_none_or(|n| {
+                        o["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|x| n.contains(x))
+                    })
+                })
+                .filter(|o| {
+                    !q.controlled_by_trigger || trigger.is_some_and(|t| controlled_by(o, t))
+                })
+                .filter(|o| {
+                    selector
+                        .as_ref()
+                        .is_none_or(|s| crate::selector::matches(s, &labels_of(o)).unwrap_or(false))
+                })
+                .map(|o| visible(o, q.metadata_only))
+                .collect()
+        } else if let Some(l) = &rel.list_field {
+            let path = FieldPath::parse(&l.path).map_err(|e| {
+                FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
+            })?;
+            let default_of = ["trigger".to_string()];
+            let of = if l.of.is_empty() {
+                &default_of[..]
+            } else {
+                &l.of[..]
+            };
+            let mut sources: Vec<Value> = Vec::new();
+            for name in of {
+                if name == "trigger" {
+                    sources.extend(ctx.get("trigger").cloned());
+                } else {
+                    sources.extend(
+                        ctx["related"][name.as_str()]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            let extract = match &l.extract {
+                Some(x) => Some((
+                    FieldPath::parse(&x.path).map_err(|e| {
+                        FieldError::new(
+                            ErrorKind::InvalidRule,
+                            format!("{f}.listField.extract.path"),
+                            e,
+                        )
+                    })?,
+                    self.regex(&format!("{f}.listField.extract.regex"), &x.regex)?,
+                )),
+                None => None,
+            };
+            let mut seen = BTreeMap::new();
+            for src in &sources {
+                for entry in path
+                    .get(src)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let item = match &extract {
+                        None => entry.clone(),
+                        Some((xp, re)) => {
+                            let Value::Object(m) = entry else { continue };
+                            let Some(text) = xp.get(entry).and_then(Value::as_str) else {
+                                continue;
+                            };
+                            let Some(caps) = re.captures(text) else {
+                                continue;
+                            };
+                            let mut m = m.clone();
+                            for name in re.capture_names().flatten() {
+                                if let Some(c) = caps.name(name) {
+                                    m.insert(name.to_string(), json!(c.as_str()));
+                                }
+                            }
+                            Value::Object(m)
+                        }
+                    };
+                    seen.insert(item.to_string(), item);
+                }
+            }
+            seen.into_values().collect()
+        } else {
+            Vec::new()
+        };
+        if !rel.filter.is_empty() {
+            let mut kept = Vec::with_capacity(items.len());
+            for item in items {
+                let old = bind(ctx, "item", item.clone());
+                let mut ok = Ok(true);
+                for (j, c) in rel.filter.iter().enumerate() {
+                    ok = self.condition(&format!("{f}.where[{j}]"), c, &item, ctx);
+                    if !matches!(ok, Ok(true)) {
+                        break;
+                    }
+                }
+                unbind(ctx, "item", old);
+                if ok? {
+                    kept.push(item);
+                }
+            }
+            items = kept;
+        }
+        Ok(items)
+    }
+
+    /// Renders every output for one trigger (or the static set).
+    fn render(
+        &self,
+        ctx: &mut Value,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Vec<Desired>> {
+        for (i, rel) in self.rule.spec.related.iter().enumerate() {
+            let set = self.related(i, rel, ctx, trigger, view)?;
+            if let Some(r) = ctx.get_mut("related").and_then(Value::as_object_mut) {
+                r.insert(rel.name.clone(), Value::Array(set));
+            }
+        }
+        let mut out: Vec<Desired> = Vec::new();
+        for (i, o) in self.rule.spec.outputs.iter().enumerate() {
+            let f = format!("spec.outputs[{i}]");
+            let one = |this: &Self, ctx: &mut Value, out: &mut Vec<Desired>| -> Result<()> {
+                if let Some(w) = &o.when
+                    && !truthy(&this.expr(&format!("{f}.when"), w, ctx)?)
+                {
+                    return Ok(());
+                }
+                let d = this.object(&f, o, ctx, trigger, view)?;
+                if let Some(prev) = out
+                    .iter()
+                    .find(|p| p.kind == d.kind && p.namespace == d.namespace && p.name == d.name)
+                {
+                    if prev.object != d.object {
+                        return Err(FieldError::new(
+                            ErrorKind::Conflict,
+                            &f,
+                            format!(
+                                "{} {:?} is emitted twice with different content",
+                                d.kind, d.name
+                            ),
+                        ));
+                    }
+                    return Ok(());
+                }
+                out.push(d);
+                Ok(())
+            };
+            match &o.for_each {
+                None => one(self, ctx, &mut out)?,
+                Some(e) => {
+                    let var = o.as_name.as_deref().unwrap_or("item");
+                    for x in self.list_of(&format!("{f}.forEach"), e, ctx)? {
+                        let old = bind(ctx, var, x);
+                        let r = one(self, ctx, &mut out);
+                        unbind(ctx, var, old);
+                        r?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn object(
+        &self,
+        f: &str,
+        o: &crate::api::Output,
+        ctx: &mut Value,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Desired> {
+        let name = self.tpl(&format!("{f}.name"), &o.name, ctx)?;
+        output::validate_name(&format!("{f}.name"), &name)?;
+        let namespace = if o.kind.namespaced() {
+            let ns = match &o.namespace {
+                Some(t) => self.tpl(&format!("{f}.namespace"), t, ctx)?,
+                None => default_namespace(trigger).ok_or_else(|| {
+                    FieldError::new(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.namespace"),
+                        format!(
+                            "a {} needs a namespace: the trigger has none, so give one",
+                            o.kind
+                        ),
+                    )
+                })?,
+            };
+            output::validate_namespace(&format!("{f}.namespace"), &ns)?;
+            Some(ns)
+        } else {
+            None
+        };
+
+        let mut labels = BTreeMap::new();
+        if let Some(l) = &o.labels {
+            labels = output::string_map(
+                &format!("{f}.labels"),
+                &self.expand(l, ctx, &format!("{f}.labels"))?,
+            )?;
+        }
+        let mut annotations = BTreeMap::new();
+        if let Some(a) = &o.annotations {
+            annotations = output::string_map(
+                &format!("{f}.annotations"),
+                &self.expand(a, ctx, &format!("{f}.annotations"))?,
+            )?;
+        }
+        for k in labels.keys().chain(annotations.keys()) {
+            if k.starts_with(&format!("{GROUP}/")) || k == MANAGED_BY_LABEL {
+                return Err(FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.labels"),
+                    format!("key {k:?} is reserved for provenance"),
+                ));
+            }
+        }
+        for (k, v) in &labels {
+            output::validate_key(&format!("{f}.labels"), k)?;
+            output::validate_label_value(&format!("{f}.labels"), k, v)?;
+        }
+        for k in annotations.keys() {
+            output::validate_key(&format!("{f}.annotations"), k)?;
+        }
+        labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
+        labels.insert(
+            output::rule_label(),
+            super::template::shorten(&self.rule.name, 63),
+        );
+        annotations.insert(output::rule_annotation(), self.rule.name.clone());
+        if let Some(t) = trigger {
+            annotations.insert(output::trigger_annotation(), object_ref(t));
+        }
+        let owner = trigger.and_then(|t| owner_reference(t, namespace.as_deref()));
+
+        let body = if o.kind.is_role() {
+            let namespaced = o.kind.namespaced();
+            let mut rules: Vec<PolicyRule> = match &o.rules {
+                Some(r) => output::policy_rules(
+                    &format!("{f}.rules"),
+                    &self.expand(r, ctx, &format!("{f}.rules"))?,
+                    namespaced,
+                )?,
+                None => Vec::new(),
+            };
+            if let Some(rf) = &o.rules_from {
+                rules.extend(self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?);
+                if namespaced {
+                    rules = policy::without_non_resource_urls(&rules);
+                }
+                rules = policy::compact(&rules);
+            }
+            let aggregation = match &o.aggregation_rule {
+                Some(a) => Some(output::aggregation_rule(
+                    &format!("{f}.aggregationRule"),
+                    &self.expand(a, ctx, &format!("{f}.aggregationRule"))?,
+                )?),
+                None => None,
+            };
+            if let Some(allow) = &self.engine.options.allow {
+                let (ok, missing) = policy::covers(allow, &rules);
+                if !ok {
+                    let shown: Vec<String> = missing.iter().take(3).map(describe_rule).collect();
+                    return Err(FieldError::new(
+                        ErrorKind::Forbidden,
+                        format!("{f}.rules"),
+                        format!(
+                            "{} {name:?} grants what the allow-list does not: {}",
+                            o.kind,
+                            shown.join("; ")
+                        ),
+                    ));
+                }
+            }
+            Body::Role { rules, aggregation }
+        } else {
+            let rr = o.role_ref.as_ref().ok_or_else(|| {
+                FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.roleRef"),
+                    "a binding needs roleRef",
+                )
+            })?;
+            let role_kind = self.tpl(&format!("{f}.roleRef.kind"), &rr.kind, ctx)?;
+            let role_name = self.tpl(&format!("{f}.roleRef.name"), &rr.name, ctx)?;
+            let allowed: &[&str] = if o.kind == OutputKind::ClusterRoleBinding {
+                &["ClusterRole"]
+            } else {
+                &["ClusterRole", "Role"]
+            };
+            if !allowed.contains(&role_kind.as_str()) {
+                return Err(FieldError::new(
+                    ErrorKind::InvalidOutput,
+                    format!("{f}.roleRef.kind"),
+                    format!(
+                        "a {} may reference {}, not {role_kind:?}",
+                        o.kind,
+                        allowed.join(" or ")
+                    ),
+                ));
+            }
+            output::validate_name(&format!("{f}.roleRef.name"), &role_name)?;
+            let subjects = match &o.subjects {
+                Some(s) => output::subjects(
+                    &format!("{f}.subjects"),
+                    &self.expand(s, ctx, &format!("{f}.subjects"))?,
+                    o.kind,
+                )?,
+                None => Vec::new(),
+            };
+            Body::Binding {
+                role_kind,
+                role_name,
+                subjects,
+            }
+        };
+        let meta = Meta {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            labels,
+            annotations,
+            owner,
+        };
+        Ok(Desired {
+            kind: o.kind,
+            namespace: namespace.unwrap_or_default(),
+            name,
+            rule: self.rule.name.clone(),
+            trigger: trigger.map(object_ref),
+            object: output::manifest(o.kind, &meta, &body)?,
+        })
+    }
+
+    /// Rules of the ClusterRoles named or selected, in name order.
+    fn rules_from(
+        &self,
+        f: &str,
+        rf: &RulesFrom,
+        ctx: &mut Value,
+        view: &View,
+    ) -> Result<Vec<PolicyRule>> {
+        let names: BTreeSet<String> = match &rf.cluster_role_names {
+            Some(n) => self
+                .strings(&format!("{f}.clusterRoleNames"), n, ctx)?
+                .into_iter()
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        let selector = match &rf.cluster_role_selector {
+            Some(s) => Some(self.selector(&format!("{f}.clusterRoleSelector"), s, ctx)?),
+            None => None,
+        };
+        let mut out = Vec::new();
+        for role in view.list(&output_gk(OutputKind::ClusterRole), None) {
+            let name = role["metadata"]["name"].as_str().unwrap_or_default();
+            let chosen = names.contains(name)
+                || selector.as_ref().is_some_and(|s| {
+                    crate::selector::matches(s, &labels_of(role)).unwrap_or(false)
+                });
+            if !chosen {
+                continue;
+            }
+            for (i, r) in role
+                .get("rules")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                // Live roles were validated by the API server; skip what
+                // does not parse rather than fail every copying rule.
+                match serde_json::from_value::<PolicyRule>(r.clone()) {
+                    Ok(p) => out.push(p),
+                    Err(e) => {
+                        tracing::warn!(role = name, index = i, error = %e, "skipping unparseable rule")
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn describe_rule(r: &PolicyRule) -> String {
+    serde_json::to_string(r).unwrap_or_default()
+}
+
+fn labels_of(obj: &Value) -> BTreeMap<String, String> {
+    obj["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Role and RoleBinding default to the trigger's namespace, or to the
+/// trigger itself when it is a Namespace.
+fn default_namespace(trigger: Option<&Value>) -> Option<String> {
+    let t = trigger?;
+    let (ns, name) = key_of(t)?;
+    if !ns.is_empty() {
+        return Some(ns);
+    }
+    let gk = GroupKind::of(t)?;
+    (gk.group.is_empty() && gk.kind == "Namespace").then_some(name)
+}
+
+/// Whether `obj` has a controller ownerReference to `owner` (by uid when
+/// both have one, else by group, kind and name).
+fn controlled_by(obj: &Value, owner: &Value) -> bool {
+    let owner_uid = owner["metadata"]["uid"].as_str().unwrap_or_default();
+    let owner_gk = GroupKind::of(owner);
+    let owner_name = owner["metadata"]["name"].as_str();
+    obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["controller"].as_bool() == Some(true))
+        .any(|r| {
+            let uid = r["uid"].as_str().unwrap_or_default();
+            if !uid.is_empty() && !owner_uid.is_empty() {
+                return uid == owner_uid;
+            }
+            let gk = GroupKind::new(
+                group_of(r["apiVersion"].as_str().unwrap_or_default()),
+                r["kind"].as_str().unwrap_or_default(),
+            );
+            Some(gk) == owner_gk && r["name"].as_str() == owner_name
+        })
+}
+
+/// A controller ownerReference to the trigger, where Kubernetes allows it:
+/// the trigger has a uid, and is cluster-scoped or in the object's namespace.
+fn owner_reference(trigger: &Value, namespace: Option<&str>) -> Option<Value> {
+    let meta = &trigger["metadata"];
+    let uid = meta["uid"].as_str().filter(|u| !u.is_empty())?;
+    let trigger_ns = meta["namespace"].as_str().unwrap_or_default();
+    if !trigger_ns.is_empty() && namespace != Some(trigger_ns) {
+        return None;
+    }
+    Some(json!({
+        "apiVersion": trigger["apiVersion"],
+        "kind": trigger["kind"],
+        "name": meta["name"],
+        "uid": uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }))
+}

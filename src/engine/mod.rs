@@ -1,0 +1,272 @@
+//! The pure rule engine: (rules, observed objects) → desired objects.
+//!
+//! No Kubernetes client here. Evaluation is deterministic: rules run in
+//! dependency order (ties by name), objects are read in sorted order, and the
+//! result is sorted by kind, namespace and name.
+
+pub mod compile;
+pub mod error;
+mod eval;
+pub mod output;
+pub mod path;
+pub mod store;
+pub mod template;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde_json::Value;
+
+pub use error::{EngineError, ErrorKind};
+pub use store::{GroupKind, ObjectStore};
+
+use crate::api::{ManageLevel, OutputKind, RbacRuleSpec};
+use compile::CompiledRule;
+use template::Templates;
+
+/// A rule as handed to the engine.
+#[derive(Clone, Debug)]
+pub struct RuleSource {
+    /// metadata.name of the RbacRule.
+    pub name: String,
+    /// Its spec.
+    pub spec: RbacRuleSpec,
+}
+
+/// Settings of one evaluation.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Rules above this level are inactive.
+    pub manage: ManageLevel,
+    /// The allow-list: when set, every emitted policy rule must be covered
+    /// by these rules, or its output fails with a Forbidden error.
+    pub allow: Option<Vec<PolicyRule>>,
+}
+
+/// An object the rules want in the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    /// Its kind.
+    pub kind: OutputKind,
+    /// Namespace; empty for cluster-scoped kinds.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The rule that emitted it.
+    pub rule: String,
+    /// The trigger it was rendered for (`Kind.group/[ns/]name`).
+    pub trigger: Option<String>,
+    /// The full manifest, with provenance.
+    pub object: Value,
+}
+
+/// Where a rule stands after an evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleState {
+    /// Evaluated; some triggers may still have failed.
+    Evaluated,
+    /// Above the configured manage level: its objects are left alone.
+    Inactive,
+    /// Invalid or in a dependency cycle: nothing evaluated, its objects kept.
+    Failed,
+}
+
+/// What happened to one rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleReport {
+    /// Overall state.
+    pub state: RuleState,
+    /// Objects that matched the trigger (including paused ones).
+    pub matched_triggers: usize,
+    /// Objects emitted.
+    pub outputs: usize,
+    /// Every error, rule-level and per trigger.
+    pub errors: Vec<EngineError>,
+    /// Triggers whose outputs must be left as they are: paused, being
+    /// deleted, or failed to render.
+    pub kept_triggers: BTreeSet<String>,
+    /// Whether the static (trigger-less) output set failed and is kept.
+    pub static_kept: bool,
+}
+
+impl RuleReport {
+    fn new(state: RuleState) -> Self {
+        RuleReport {
+            state,
+            matched_triggers: 0,
+            outputs: 0,
+            errors: Vec::new(),
+            kept_triggers: BTreeSet::new(),
+            static_kept: false,
+        }
+    }
+}
+
+/// The result of evaluating every rule.
+#[derive(Clone, Debug, Default)]
+pub struct Evaluation {
+    /// Desired objects, sorted by kind, namespace and name.
+    pub desired: Vec<Desired>,
+    /// Per rule, by name.
+    pub reports: BTreeMap<String, RuleReport>,
+    /// Objects two rules or triggers both emit: neither copy is desired and
+    /// the live object must be left alone.
+    pub contested: BTreeSet<(OutputKind, String, String)>,
+}
+
+impl Evaluation {
+    /// Every error, in rule order.
+    pub fn errors(&self) -> impl Iterator<Item = &EngineError> {
+        self.reports.values().flat_map(|r| r.errors.iter())
+    }
+
+    /// Whether a live object carrying this provenance must be left as it
+    /// is rather than pruned when it is not desired: its rule is inactive,
+    /// failed, or its trigger is paused, deleting or failed. An object of a
+    /// rule that no longer exists may be pruned.
+    pub fn keeps(&self, rule: &str, trigger: Option<&str>) -> bool {
+        match self.reports.get(rule) {
+            None => false,
+            Some(r) => match r.state {
+                RuleState::Inactive | RuleState::Failed => true,
+                RuleState::Evaluated => match trigger {
+                    Some(t) => r.kept_triggers.contains(t),
+                    None => r.static_kept,
+                },
+            },
+        }
+    }
+}
+
+/// Rules compiled once, evaluated against any number of observed states.
+pub struct Engine {
+    templates: Templates,
+    /// Valid rules in evaluation order.
+    rules: Vec<CompiledRule>,
+    /// Reports for rules that cannot run (invalid, cyclic, inactive).
+    fixed_reports: BTreeMap<String, RuleReport>,
+    options: Options,
+}
+
+/// A kind the rules read, and how: what the controller must watch.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Interest {
+    /// Group and kind.
+    pub gk: GroupKind,
+    /// A version named by a rule, if any.
+    pub version: Option<String>,
+    /// Whether metadata is all any rule reads of this kind.
+    pub metadata_only: bool,
+}
+
+impl Engine {
+    /// Compiles the rules. Invalid rules are reported, not fatal: the others
+    /// still run.
+    pub fn new(sources: &[RuleSource], options: Options) -> Engine {
+        let mut templates = Templates::new();
+        let mut compiled = Vec::new();
+        let mut fixed_reports = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for src in sources {
+            if !seen.insert(src.name.clone()) {
+                let mut rep = RuleReport::new(RuleState::Failed);
+                rep.errors.push(EngineError {
+                    kind: ErrorKind::InvalidRule,
+                    rule: src.name.clone(),
+                    field: "metadata.name".into(),
+                    trigger: None,
+                    message: "two rules have this name".into(),
+                });
+                fixed_reports.insert(src.name.clone(), rep);
+                continue;
+            }
+            if src.spec.manage_level > options.manage {
+                fixed_reports.insert(src.name.clone(), RuleReport::new(RuleState::Inactive));
+                continue;
+            }
+            match compile::compile(&src.name, &src.spec, &mut templates) {
+                Ok(c) => compiled.push(c),
+                Err(errs) => {
+                    let mut rep = RuleReport::new(RuleState::Failed);
+                    rep.errors = errs
+                        .into_iter()
+                        .map(|e| e.into_engine(&src.name, None))
+                        .collect();
+                    fixed_reports.insert(src.name.clone(), rep);
+                }
+            }
+        }
+        let (order, cycles) = compile::order(&compiled);
+        for (i, waits) in &cycles {
+            let name = compiled[*i].name.clone();
+            let mut rep = RuleReport::new(RuleState::Failed);
+            rep.errors.push(EngineError {
+                kind: ErrorKind::Cycle,
+                rule: name.clone(),
+                field: "spec".into(),
+                trigger: None,
+                message: format!(
+                    "reads kinds emitted by rules that (transitively) read its own outputs: {}",
+                    waits.join(", ")
+                ),
+            });
+            fixed_reports.insert(name, rep);
+        }
+        let mut slots: Vec<Option<CompiledRule>> = compiled.into_iter().map(Some).collect();
+        let rules = order.into_iter().filter_map(|i| slots[i].take()).collect();
+        Engine {
+            templates,
+            rules,
+            fixed_reports,
+            options,
+        }
+    }
+
+    /// The settings this engine was built with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Kinds the runnable rules read, merged per kind.
+    pub fn interests(&self) -> Vec<Interest> {
+        let mut out: BTreeMap<GroupKind, Interest> = BTreeMap::new();
+        let mut add = |gk: GroupKind, version: &Option<String>, metadata_only: bool| {
+            let e = out.entry(gk.clone()).or_insert(Interest {
+                gk,
+                version: None,
+                metadata_only: true,
+            });
+            e.metadata_only &= metadata_only;
+            if e.version.is_none() {
+                e.version.clone_from(version);
+            }
+        };
+        for r in &self.rules {
+            if let Some(t) = &r.spec.trigger {
+                add(
+                    GroupKind::new(&t.api_group, &t.kind),
+                    &t.version,
+                    t.metadata_only,
+                );
+            }
+            for rel in &r.spec.related {
+                if let Some(q) = &rel.objects {
+                    add(
+                        GroupKind::new(&q.api_group, &q.kind),
+                        &q.version,
+                        q.metadata_only,
+                    );
+                }
+            }
+            if r.spec.outputs.iter().any(|o| o.rules_from.is_some()) {
+                add(compile::output_gk(OutputKind::ClusterRole), &None, false);
+            }
+        }
+        out.into_values().collect()
+    }
+
+    /// Evaluates every rule against the observed objects.
+    pub fn evaluate(&self, observed: &ObjectStore) -> Evaluation {
+        eval::evaluate(self, observed)
+    }
+}

@@ -1,0 +1,493 @@
+//! Turning rendered parts into valid RBAC objects, with Kubernetes' own
+//! validation rules for names, labels, policy rules, roleRefs and subjects,
+//! so that a bad render fails here, naming the rule's field, instead of at
+//! the API server.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use super::error::{ErrorKind, FieldError};
+use crate::api::{GROUP, OutputKind};
+
+/// The API group of RBAC objects.
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+/// apiVersion of every emitted object.
+pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
+
+/// Label on every emitted object; the controller lists by it (its label
+/// inventory, as Config Sync keeps one).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "rbac-rules";
+
+/// Provenance keys, all under `rbacrules.io/`.
+pub fn rule_label() -> String {
+    format!("{GROUP}/rule")
+}
+/// Annotation with the full rule name (the label may be shortened).
+pub fn rule_annotation() -> String {
+    format!("{GROUP}/rule")
+}
+/// Annotation naming the trigger as `Kind.group/[namespace/]name`.
+pub fn trigger_annotation() -> String {
+    format!("{GROUP}/trigger")
+}
+
+fn invalid(field: &str, msg: impl Into<String>) -> FieldError {
+    FieldError::new(ErrorKind::InvalidOutput, field, msg)
+}
+
+/// RBAC object names are path segments: not empty, `.` or `..`, no `/` or
+/// `%`. We also cap them at 253 characters, the general object name limit.
+pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
+    if name.is_empty() {
+        return Err(invalid(field, "rendered name is empty"));
+    }
+    if name == "." || name == ".." {
+        return Err(invalid(field, format!("name {name:?} is not allowed")));
+    }
+    if let Some(c) = name.chars().find(|c| *c == '/' || *c == '%') {
+        return Err(invalid(
+            field,
+            format!("name {name:?} may not contain {c:?}"),
+        ));
+    }
+    if name.len() > 253 {
+        return Err(invalid(
+            field,
+            format!(
+                "name is {} characters long, the limit is 253: {name:?}",
+                name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Namespaces are DNS-1123 labels.
+pub fn validate_namespace(field: &str, ns: &str) -> Result<(), FieldError> {
+    let ok = !ns.is_empty()
+        && ns.len() <= 63
+        && ns
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !ns.starts_with('-')
+        && !ns.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!(
+                "namespace {ns:?} is not a valid DNS label (lowercase, digits, '-', at most 63)"
+            ),
+        ))
+    }
+}
+
+/// `[A-Za-z0-9]` at both ends, `-_.` and alphanumerics inside, ≤ 63.
+fn is_qualified_name_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !p.starts_with('-')
+                && !p.ends_with('-')
+        })
+}
+
+/// Label and annotation keys: optional DNS-subdomain prefix, `/`, name.
+pub fn validate_key(field: &str, key: &str) -> Result<(), FieldError> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && !is_dns_subdomain(p)
+    {
+        return Err(invalid(
+            field,
+            format!("key {key:?}: prefix {p:?} is not a DNS subdomain of at most 253 characters"),
+        ));
+    }
+    if !is_qualified_name_part(name) {
+        return Err(invalid(
+            field,
+            format!(
+                "key {key:?}: name part must be 1-63 characters, alphanumeric at both ends, '-', '_' or '.' inside (it is {})",
+                name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Label values: empty, or ≤ 63 with the name-part rules.
+pub fn validate_label_value(field: &str, key: &str, value: &str) -> Result<(), FieldError> {
+    if value.is_empty() || is_qualified_name_part(value) {
+        return Ok(());
+    }
+    Err(invalid(
+        field,
+        format!(
+            "label {key:?}: value {value:?} is {} characters; values must be at most 63, alphanumeric at both ends, '-', '_' or '.' inside (use the shorten or hash helper)",
+            value.len()
+        ),
+    ))
+}
+
+/// Converts a rendered map of text to a string map.
+pub fn string_map(field: &str, v: &Value) -> Result<BTreeMap<String, String>, FieldError> {
+    let Value::Object(m) = v else {
+        return Err(invalid(field, "must render to a map"));
+    };
+    let mut out = BTreeMap::new();
+    for (k, val) in m {
+        let s = match val {
+            Value::String(s) => s.clone(),
+            Value::Bool(b) => b.to_string(),
+            Value::Number(n) => n.to_string(),
+            other => {
+                return Err(invalid(
+                    &format!("{field}.{k}"),
+                    format!("must be text, got {other}"),
+                ));
+            }
+        };
+        out.insert(k.clone(), s);
+    }
+    Ok(out)
+}
+
+/// Deserializes a rendered value into a Kubernetes type, refusing unknown
+/// fields (a typo like `resource:` must not silently widen or narrow a role).
+pub fn strict<T: DeserializeOwned>(field: &str, v: &Value) -> Result<T, FieldError> {
+    let mut unknown = Vec::new();
+    let parsed: Result<T, _> =
+        serde_ignored::deserialize(v.clone(), |p| unknown.push(p.to_string()));
+    let parsed = parsed.map_err(|e| invalid(field, e.to_string()))?;
+    if let Some(u) = unknown.first() {
+        return Err(invalid(
+            &format!("{field}.{u}"),
+            format!("unknown field {u:?}"),
+        ));
+    }
+    Ok(parsed)
+}
+
+/// Kubernetes' PolicyRule validation (pkg/apis/rbac/validation).
+pub fn validate_policy_rule(
+    field: &str,
+    r: &PolicyRule,
+    namespaced: bool,
+) -> Result<(), FieldError> {
+    let empty = |o: &Option<Vec<String>>| o.as_ref().is_none_or(Vec::is_empty);
+    if r.verbs.is_empty() {
+        return Err(invalid(
+            &format!("{field}.verbs"),
+            "verbs must not be empty",
+        ));
+    }
+    if !empty(&r.non_resource_urls) {
+        if namespaced {
+            return Err(invalid(
+                &format!("{field}.nonResourceURLs"),
+                "namespaced Roles may not have nonResourceURLs",
+            ));
+        }
+        if !empty(&r.api_groups) || !empty(&r.resources) {
+            return Err(invalid(
+                field,
+                "a rule may not cover both resources and nonResourceURLs",
+            ));
+        }
+        return Ok(());
+    }
+    if r.api_groups.is_none() || empty(&r.api_groups) {
+        return Err(invalid(
+            &format!("{field}.apiGroups"),
+            "resource rules need at least one apiGroup (\"\" is the core group)",
+        ));
+    }
+    if empty(&r.resources) {
+        return Err(invalid(
+            &format!("{field}.resources"),
+            "resource rules need at least one resource",
+        ));
+    }
+    Ok(())
+}
+
+/// Parses and validates rendered policy rules.
+pub fn policy_rules(
+    field: &str,
+    v: &Value,
+    namespaced: bool,
+) -> Result<Vec<PolicyRule>, FieldError> {
+    let Value::Array(items) = v else {
+        return Err(invalid(field, "must render to a list"));
+    };
+    let mut rules = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let f = format!("{field}[{i}]");
+        let r: PolicyRule = strict(&f, item)?;
+        validate_policy_rule(&f, &r, namespaced)?;
+        rules.push(r);
+    }
+    Ok(rules)
+}
+
+/// Parses and validates subjects, filling the apiGroup Kubernetes expects
+/// for each kind and dropping exact duplicates.
+pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>, FieldError> {
+    let Value::Array(items) = v else {
+        return Err(invalid(field, "must render to a list"));
+    };
+    let mut out: Vec<Subject> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let f = format!("{field}[{i}]");
+        let mut s: Subject = strict(&f, item)?;
+        if s.name.is_empty() {
+            return Err(invalid(&format!("{f}.name"), "subject name is empty"));
+        }
+        match s.kind.as_str() {
+            "ServiceAccount" => {
+                if s.api_group.as_deref().is_some_and(|g| !g.is_empty()) {
+                    return Err(invalid(
+                        &format!("{f}.apiGroup"),
+                        "ServiceAccount subjects take apiGroup \"\"",
+                    ));
+                }
+                s.api_group = Some(String::new());
+                match s.namespace.as_deref() {
+                    Some(ns) if !ns.is_empty() => {
+                        validate_namespace(&format!("{f}.namespace"), ns)?
+                    }
+                    _ if kind == OutputKind::ClusterRoleBinding => {
+                        return Err(invalid(
+                            &format!("{f}.namespace"),
+                            "ServiceAccount subjects of a ClusterRoleBinding need a namespace",
+                        ));
+                    }
+                    _ => s.namespace = None,
+                }
+            }
+            "User" | "Group" => {
+                if s.api_group.as_deref().is_some_and(|g| g != RBAC_GROUP) {
+                    return Err(invalid(
+                        &format!("{f}.apiGroup"),
+                        format!("{} subjects take apiGroup {RBAC_GROUP}", s.kind),
+                    ));
+                }
+                s.api_group = Some(RBAC_GROUP.to_string());
+                if s.namespace.as_deref().is_some_and(|n| !n.is_empty()) {
+                    return Err(invalid(
+                        &format!("{f}.namespace"),
+                        format!("{} subjects have no namespace", s.kind),
+                    ));
+                }
+                s.namespace = None;
+            }
+            other => {
+                return Err(invalid(
+                    &format!("{f}.kind"),
+                    format!("subject kind {other:?} is not ServiceAccount, User or Group"),
+                ));
+            }
+        }
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses an aggregationRule and checks its selectors.
+pub fn aggregation_rule(field: &str, v: &Value) -> Result<AggregationRule, FieldError> {
+    let a: AggregationRule = strict(field, v)?;
+    for (i, sel) in a.cluster_role_selectors.iter().flatten().enumerate() {
+        crate::selector::validate(sel).map_err(|e| {
+            FieldError::new(
+                ErrorKind::Selector,
+                format!("{field}.clusterRoleSelectors[{i}]"),
+                e.to_string(),
+            )
+        })?;
+        for (k, val) in sel.match_labels.iter().flatten() {
+            validate_key(&format!("{field}.clusterRoleSelectors[{i}].matchLabels"), k)?;
+            validate_label_value(
+                &format!("{field}.clusterRoleSelectors[{i}].matchLabels"),
+                k,
+                val,
+            )?;
+        }
+    }
+    Ok(a)
+}
+
+/// Metadata of an emitted object.
+pub struct Meta {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub owner: Option<Value>,
+}
+
+/// What an emitted object carries besides metadata.
+pub enum Body {
+    /// A role's rules (None for an aggregated ClusterRole).
+    Role {
+        rules: Vec<PolicyRule>,
+        aggregation: Option<AggregationRule>,
+    },
+    /// A binding's roleRef (kind, name) and subjects.
+    Binding {
+        role_kind: String,
+        role_name: String,
+        subjects: Vec<Subject>,
+    },
+}
+
+/// Assembles the manifest. Fields are emitted in a fixed order and empty
+/// lists are left out, as the API server returns them, so that comparing
+/// with the live object needs no special cases.
+pub fn manifest(kind: OutputKind, meta: &Meta, body: &Body) -> Result<Value, FieldError> {
+    let mut md = Map::new();
+    md.insert("name".into(), json!(meta.name));
+    if let Some(ns) = &meta.namespace {
+        md.insert("namespace".into(), json!(ns));
+    }
+    if !meta.labels.is_empty() {
+        md.insert("labels".into(), json!(meta.labels));
+    }
+    if !meta.annotations.is_empty() {
+        md.insert("annotations".into(), json!(meta.annotations));
+    }
+    if let Some(o) = &meta.owner {
+        md.insert("ownerReferences".into(), json!([o]));
+    }
+    let mut obj = Map::new();
+    obj.insert("apiVersion".into(), json!(RBAC_API_VERSION));
+    obj.insert("kind".into(), json!(kind.as_str()));
+    obj.insert("metadata".into(), Value::Object(md));
+    let to_value = |v: &dyn erased::Ser| v.value().map_err(|e| invalid("spec.outputs", e));
+    match body {
+        Body::Role { rules, aggregation } => {
+            if let Some(a) = aggregation {
+                obj.insert("aggregationRule".into(), to_value(a)?);
+            } else if !rules.is_empty() {
+                obj.insert("rules".into(), to_value(rules)?);
+            }
+        }
+        Body::Binding {
+            role_kind,
+            role_name,
+            subjects,
+        } => {
+            obj.insert(
+                "roleRef".into(),
+                json!({"apiGroup": RBAC_GROUP, "kind": role_kind, "name": role_name}),
+            );
+            if !subjects.is_empty() {
+                obj.insert("subjects".into(), to_value(subjects)?);
+            }
+        }
+    }
+    Ok(Value::Object(obj))
+}
+
+/// Object-safe serialization to a JSON value.
+mod erased {
+    pub trait Ser {
+        fn value(&self) -> Result<serde_json::Value, String>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn value(&self) -> Result<serde_json::Value, String> {
+            serde_json::to_value(self).map_err(|e| e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_rbac_path_segment_rules() {
+        assert!(validate_name("f", "crossplane:composite:x.example.org:aggregate-to-edit").is_ok());
+        for bad in ["", ".", "..", "a/b", "a%b"] {
+            assert!(validate_name("f", bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_name("f", &"a".repeat(254)).is_err());
+    }
+
+    #[test]
+    fn label_rules() {
+        assert!(validate_key("f", "rbac.crossplane.io/aggregate-to-edit").is_ok());
+        assert!(validate_key("f", "namespace.crossplane.io/team-a").is_ok());
+        assert!(validate_key("f", "Bad_Prefix/x").is_err());
+        assert!(validate_key("f", &format!("a.io/{}", "x".repeat(64))).is_err());
+        assert!(validate_label_value("f", "k", "true").is_ok());
+        assert!(validate_label_value("f", "k", "").is_ok());
+        let e = validate_label_value("f", "k", &"x".repeat(64)).unwrap_err();
+        assert!(e.message.contains("64 characters"), "{}", e.message);
+        assert!(validate_label_value("f", "k", "-x").is_err());
+    }
+
+    #[test]
+    fn policy_rule_validation() {
+        let v = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        assert!(policy_rules("f", &v, true).is_ok());
+        let no_group = json!([{"resources": ["pods"], "verbs": ["get"]}]);
+        assert!(
+            policy_rules("f", &no_group, false)
+                .unwrap_err()
+                .field
+                .ends_with("apiGroups")
+        );
+        let typo = json!([{"apiGroups": [""], "resource": ["pods"], "verbs": ["get"]}]);
+        let e = policy_rules("f", &typo, false).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{}", e.message);
+        let url_in_role = json!([{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}]);
+        assert!(policy_rules("f", &url_in_role, true).is_err());
+        assert!(policy_rules("f", &url_in_role, false).is_ok());
+    }
+
+    #[test]
+    fn subjects_get_kind_defaults_and_checks() {
+        let v = json!([
+            {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"},
+            {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"},
+            {"kind": "Group", "name": "g"}
+        ]);
+        let s = subjects("f", &v, OutputKind::ClusterRoleBinding).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[1].api_group.as_deref(), Some(RBAC_GROUP));
+        let no_ns = json!([{"kind": "ServiceAccount", "name": "sa"}]);
+        assert!(subjects("f", &no_ns, OutputKind::ClusterRoleBinding).is_err());
+        assert!(subjects("f", &no_ns, OutputKind::RoleBinding).is_ok());
+        assert!(
+            subjects(
+                "f",
+                &json!([{"kind": "Robot", "name": "r"}]),
+                OutputKind::RoleBinding
+            )
+            .is_err()
+        );
+    }
+}

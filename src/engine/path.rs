@@ -1,0 +1,133 @@
+//! Dotted field paths such as `spec.claimNames.kind`,
+//! `metadata.labels["example.org/team"]` or `status.objectRefs[0].name`.
+
+use serde_json::Value;
+
+/// One step of a [`FieldPath`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Segment {
+    /// An object key.
+    Key(String),
+    /// A list index.
+    Index(usize),
+}
+
+/// A parsed field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldPath {
+    segments: Vec<Segment>,
+}
+
+impl FieldPath {
+    /// Parses `a.b["c.d"][0].e`. Quoted keys take `"` or `'`; an empty
+    /// path, an empty segment or an unclosed bracket is an error.
+    pub fn parse(text: &str) -> Result<FieldPath, String> {
+        let mut segments = Vec::new();
+        let chars: Vec<char> = text.chars().collect();
+        let mut i = 0;
+        let mut expect_key = true;
+        while i < chars.len() {
+            match chars[i] {
+                '.' => {
+                    if expect_key {
+                        return Err(format!("empty segment at offset {i} in path {text:?}"));
+                    }
+                    expect_key = true;
+                    i += 1;
+                    if i == chars.len() {
+                        return Err(format!("path {text:?} ends with '.'"));
+                    }
+                }
+                '[' => {
+                    let close = chars[i..]
+                        .iter()
+                        .position(|c| *c == ']')
+                        .map(|p| p + i)
+                        .ok_or_else(|| format!("unclosed '[' in path {text:?}"))?;
+                    let inner: String = chars[i + 1..close].iter().collect();
+                    let inner = inner.trim();
+                    let quoted = inner.len() >= 2
+                        && ((inner.starts_with('"') && inner.ends_with('"'))
+                            || (inner.starts_with('\'') && inner.ends_with('\'')));
+                    if quoted {
+                        segments.push(Segment::Key(inner[1..inner.len() - 1].to_string()));
+                    } else if let Ok(n) = inner.parse::<usize>() {
+                        segments.push(Segment::Index(n));
+                    } else if !inner.is_empty() {
+                        // `[key]` without quotes, as in handlebars paths.
+                        segments.push(Segment::Key(inner.to_string()));
+                    } else {
+                        return Err(format!("empty '[]' in path {text:?}"));
+                    }
+                    expect_key = false;
+                    i = close + 1;
+                }
+                _ => {
+                    if !expect_key {
+                        return Err(format!(
+                            "expected '.' or '[' at offset {i} in path {text:?}"
+                        ));
+                    }
+                    let start = i;
+                    while i < chars.len() && chars[i] != '.' && chars[i] != '[' {
+                        i += 1;
+                    }
+                    segments.push(Segment::Key(chars[start..i].iter().collect()));
+                    expect_key = false;
+                }
+            }
+        }
+        if segments.is_empty() {
+            return Err("empty path".to_string());
+        }
+        Ok(FieldPath { segments })
+    }
+
+    /// The value at this path, if every step exists.
+    pub fn get<'a>(&self, value: &'a Value) -> Option<&'a Value> {
+        self.segments.iter().try_fold(value, |v, seg| match seg {
+            Segment::Key(k) => v.as_object().and_then(|m| m.get(k)),
+            Segment::Index(n) => v.as_array().and_then(|a| a.get(*n)),
+        })
+    }
+}
+
+/// Reads `path` from `value`; `None` when the path is invalid or missing.
+pub fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    FieldPath::parse(path).ok().and_then(|p| p.get(value))
+}
+
+/// Text form of a scalar for comparisons: strings as they are, numbers and
+/// booleans as JSON text; `None` for null, lists and maps.
+pub fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_and_reads_paths() {
+        let v = json!({"metadata": {"labels": {"a.b/c": "x"}}, "list": [{"n": 1}]});
+        assert_eq!(lookup(&v, r#"metadata.labels["a.b/c"]"#), Some(&json!("x")));
+        assert_eq!(lookup(&v, "metadata.labels['a.b/c']"), Some(&json!("x")));
+        assert_eq!(lookup(&v, "metadata.labels.[a.b/c]"), Some(&json!("x")));
+        assert_eq!(lookup(&v, "list[0].n"), Some(&json!(1)));
+        assert_eq!(lookup(&v, "list[1].n"), None);
+        assert_eq!(lookup(&v, "metadata.missing"), None);
+    }
+
+    #[test]
+    fn rejects_malformed_paths() {
+        for bad in ["", ".a", "a..b", "a.", "a[", "a[]", "a[0]b"] {
+            assert!(FieldPath::parse(bad).is_err(), "{bad:?} should not parse");
+        }
+    }
+}

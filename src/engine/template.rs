@@ -1,0 +1,710 @@
+//! Handlebars in strict mode, plus expressions and helpers.
+//!
+//! Templates render to plain strings: no HTML escaping, and a missing
+//! variable is an error. An *expression* (`forEach`, `when`) is a handlebars
+//! expression — a path or a helper call — evaluated to a JSON value by
+//! rendering it through the `json` helper and parsing the result, so the
+//! expression language is exactly the template language.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use handlebars::{
+    Context, Handlebars, Helper, HelperDef, RenderContext, RenderError, RenderErrorReason,
+    ScopedJson,
+};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::path::{FieldPath, scalar_text};
+
+/// The compiled templates and expressions of every rule.
+pub struct Templates {
+    hb: Handlebars<'static>,
+}
+
+impl Default for Templates {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Templates {
+    /// A registry with strict mode, no escaping and the helpers below.
+    pub fn new() -> Self {
+        let mut hb = Handlebars::new();
+        hb.set_strict_mode(true);
+        hb.register_escape_fn(handlebars::no_escape);
+        for (name, allow_missing, f) in HELPERS {
+            hb.register_helper(
+                name,
+                Box::new(ValueHelper {
+                    name,
+                    allow_missing: *allow_missing,
+                    f: *f,
+                }),
+            );
+        }
+        Templates { hb }
+    }
+
+    /// Whether `text` needs handlebars at all.
+    fn is_literal(text: &str) -> bool {
+        !text.contains("{{")
+    }
+
+    /// Parses a template once; later renders reuse it.
+    pub fn compile(&mut self, text: &str) -> Result<(), String> {
+        if Self::is_literal(text) || self.hb.has_template(text) {
+            return Ok(());
+        }
+        self.hb
+            .register_template_string(text, text)
+            .map_err(|e| template_error_text(&e))
+    }
+
+    /// Parses an expression once.
+    pub fn compile_expr(&mut self, expr: &str) -> Result<(), String> {
+        let wrapped = wrap_expr(expr)?;
+        if self.hb.has_template(&wrapped) {
+            return Ok(());
+        }
+        self.hb
+            .register_template_string(&wrapped, &wrapped)
+            .map_err(|e| template_error_text(&e))
+    }
+
+    /// Renders a template compiled before.
+    pub fn render(&self, text: &str, ctx: &Value) -> Result<String, String> {
+        if Self::is_literal(text) {
+            return Ok(text.to_string());
+        }
+        self.hb.render(text, ctx).map_err(|e| render_error_text(&e))
+    }
+
+    /// Evaluates an expression compiled before to a JSON value. A bare path
+    /// that is missing yields null.
+    pub fn eval(&self, expr: &str, ctx: &Value) -> Result<Value, String> {
+        let wrapped = wrap_expr(expr)?;
+        let text = self
+            .hb
+            .render(&wrapped, ctx)
+            .map_err(|e| render_error_text(&e))?;
+        serde_json::from_str(&text).map_err(|e| format!("expression did not yield JSON: {e}"))
+    }
+}
+
+/// `path` → `{{json path}}`; `helper a b` → `{{json (helper a b)}}`.
+fn wrap_expr(expr: &str) -> Result<String, String> {
+    let expr = expr.trim();
+    if expr.is_empty() {
+        return Err("empty expression".to_string());
+    }
+    if expr.contains("{{") || expr.contains("}}") {
+        return Err("an expression is written without {{ }}".to_string());
+    }
+    let simple =
+        !expr.contains(char::is_whitespace) || (expr.starts_with('(') && expr.ends_with(')'));
+    Ok(if simple {
+        format!("{{{{json {expr}}}}}")
+    } else {
+        format!("{{{{json ({expr})}}}}")
+    })
+}
+
+fn template_error_text(e: &handlebars::TemplateError) -> String {
+    match e.pos() {
+        Some((l, c)) => format!("{} (line {l}, column {c})", e.reason()),
+        None => e.reason().to_string(),
+    }
+}
+
+fn render_error_text(e: &RenderError) -> String {
+    match e.reason() {
+        RenderErrorReason::MissingVariable(Some(path)) => format!("missing variable {path}"),
+        RenderErrorReason::MissingVariable(None) => "missing variable".to_string(),
+        RenderErrorReason::Other(msg) => msg.clone(),
+        RenderErrorReason::HelperNotFound(h) => format!("unknown helper {h:?}"),
+        other => other.to_string(),
+    }
+}
+
+/// Truthiness for `when`: false, null, "", 0, [] and {} are false.
+pub fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+type HelperFn = fn(&[Value]) -> Result<Value, String>;
+
+/// A helper that maps argument values to a value.
+struct ValueHelper {
+    name: &'static str,
+    /// Whether a missing argument counts as null rather than an error.
+    allow_missing: bool,
+    f: HelperFn,
+}
+
+impl HelperDef for ValueHelper {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        h: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut RenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let mut args = Vec::with_capacity(h.params().len());
+        for p in h.params() {
+            if p.is_value_missing() {
+                if !self.allow_missing {
+                    let path = p.relative_path().cloned().unwrap_or_default();
+                    return Err(RenderErrorReason::Other(format!(
+                        "missing variable {path} (argument of {})",
+                        self.name
+                    ))
+                    .into());
+                }
+                args.push(Value::Null);
+            } else {
+                args.push(p.value().clone());
+            }
+        }
+        let v = (self.f)(&args)
+            .map_err(|m| RenderErrorReason::Other(format!("helper {}: {m}", self.name)))?;
+        Ok(ScopedJson::Derived(v))
+    }
+}
+
+/// Name, whether missing arguments are null, function. Documented in
+/// docs/rules.md; keep the two in step.
+const HELPERS: &[(&str, bool, HelperFn)] = &[
+    ("json", true, h_json),
+    ("get", true, h_get),
+    ("default", true, h_default),
+    ("list", false, h_list),
+    ("concat", false, h_concat),
+    ("append", false, h_append),
+    ("split", false, h_split),
+    ("join", false, h_join),
+    ("lower", false, h_lower),
+    ("upper", false, h_upper),
+    ("replace", false, h_replace),
+    ("trimPrefix", false, h_trim_prefix),
+    ("trimSuffix", false, h_trim_suffix),
+    ("hasPrefix", false, h_has_prefix),
+    ("hasSuffix", false, h_has_suffix),
+    ("contains", false, h_contains),
+    ("containsLoose", false, h_contains_loose),
+    ("regexMatch", false, h_regex_match),
+    ("pluck", false, h_pluck),
+    ("uniq", false, h_uniq),
+    ("sort", false, h_sort),
+    ("groupBy", false, h_group_by),
+    ("keys", false, h_keys),
+    ("apiGroup", false, h_api_group),
+    ("imageRegistry", false, h_image_registry),
+    ("imageOrg", false, h_image_org),
+    ("hash", false, h_hash),
+    ("shorten", false, h_shorten),
+];
+
+fn arity(args: &[Value], min: usize, max: usize) -> Result<(), String> {
+    if args.len() < min || args.len() > max {
+        if min == max {
+            return Err(format!("takes {min} argument(s), got {}", args.len()));
+        }
+        return Err(format!(
+            "takes {min} to {max} arguments, got {}",
+            args.len()
+        ));
+    }
+    Ok(())
+}
+
+fn text(args: &[Value], i: usize) -> Result<String, String> {
+    match &args[i] {
+        Value::Null => Ok(String::new()),
+        v => scalar_text(v)
+            .ok_or_else(|| format!("argument {} must be text, got {}", i + 1, kind_of(v))),
+    }
+}
+
+fn list(args: &[Value], i: usize) -> Result<Vec<Value>, String> {
+    match &args[i] {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => Ok(a.clone()),
+        v => Err(format!(
+            "argument {} must be a list, got {}",
+            i + 1,
+            kind_of(v)
+        )),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "text",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+/// `json v`: the value itself (a missing value is null).
+fn h_json(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    // The caller renders this; a string result must stay JSON text.
+    Ok(Value::String(
+        serde_json::to_string(&args[0]).map_err(|e| e.to_string())?,
+    ))
+}
+
+/// `get obj "a.b[0]" [default]`: a field by path, or the default (null).
+fn h_get(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 3)?;
+    let path = FieldPath::parse(&text(args, 1)?)?;
+    let found = path.get(&args[0]).filter(|v| !v.is_null()).cloned();
+    Ok(found.unwrap_or_else(|| args.get(2).cloned().unwrap_or(Value::Null)))
+}
+
+/// `default v d`: `d` when `v` is missing, null or "".
+fn h_default(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    Ok(match &args[0] {
+        Value::Null => args[1].clone(),
+        Value::String(s) if s.is_empty() => args[1].clone(),
+        v => v.clone(),
+    })
+}
+
+/// `list a b c`: a list of the arguments.
+fn h_list(args: &[Value]) -> Result<Value, String> {
+    Ok(Value::Array(args.to_vec()))
+}
+
+/// `concat a b …`: the arguments' text, joined.
+fn h_concat(args: &[Value]) -> Result<Value, String> {
+    let mut out = String::new();
+    for i in 0..args.len() {
+        out.push_str(&text(args, i)?);
+    }
+    Ok(Value::String(out))
+}
+
+/// `append l1 l2 …`: lists concatenated.
+fn h_append(args: &[Value]) -> Result<Value, String> {
+    let mut out = Vec::new();
+    for i in 0..args.len() {
+        out.extend(list(args, i)?);
+    }
+    Ok(Value::Array(out))
+}
+
+/// `split s sep [n]`: at most `n` parts (all by default).
+fn h_split(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 3)?;
+    let s = text(args, 0)?;
+    let sep = text(args, 1)?;
+    if sep.is_empty() {
+        return Err("separator is empty".to_string());
+    }
+    let parts: Vec<Value> = match args.get(2) {
+        Some(n) => {
+            let n = n.as_u64().ok_or("argument 3 must be a number")? as usize;
+            s.splitn(n.max(1), sep.as_str())
+                .map(|p| Value::String(p.to_string()))
+                .collect()
+        }
+        None => s
+            .split(sep.as_str())
+            .map(|p| Value::String(p.to_string()))
+            .collect(),
+    };
+    Ok(Value::Array(parts))
+}
+
+/// `join l sep`.
+fn h_join(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let items = list(args, 0)?;
+    let sep = text(args, 1)?;
+    let parts: Result<Vec<String>, String> = items
+        .iter()
+        .map(|v| scalar_text(v).ok_or_else(|| format!("cannot join {}", kind_of(v))))
+        .collect();
+    Ok(Value::String(parts?.join(&sep)))
+}
+
+fn h_lower(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    Ok(Value::String(text(args, 0)?.to_lowercase()))
+}
+
+fn h_upper(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    Ok(Value::String(text(args, 0)?.to_uppercase()))
+}
+
+/// `replace s from to`: every occurrence.
+fn h_replace(args: &[Value]) -> Result<Value, String> {
+    arity(args, 3, 3)?;
+    Ok(Value::String(
+        text(args, 0)?.replace(&text(args, 1)?, &text(args, 2)?),
+    ))
+}
+
+fn h_trim_prefix(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let s = text(args, 0)?;
+    let p = text(args, 1)?;
+    Ok(Value::String(
+        s.strip_prefix(p.as_str()).unwrap_or(&s).to_string(),
+    ))
+}
+
+fn h_trim_suffix(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let s = text(args, 0)?;
+    let p = text(args, 1)?;
+    Ok(Value::String(
+        s.strip_suffix(p.as_str()).unwrap_or(&s).to_string(),
+    ))
+}
+
+fn h_has_prefix(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    Ok(Value::Bool(text(args, 0)?.starts_with(&text(args, 1)?)))
+}
+
+fn h_has_suffix(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    Ok(Value::Bool(text(args, 0)?.ends_with(&text(args, 1)?)))
+}
+
+/// `contains list-or-text x`: list membership or substring.
+fn h_contains(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    Ok(Value::Bool(match &args[0] {
+        Value::Array(items) => items.contains(&args[1]),
+        _ => text(args, 0)?.contains(&text(args, 1)?),
+    }))
+}
+
+/// Lowercase letters and digits only: "Safe-Start" and "safestart" agree.
+fn loose(s: &str) -> String {
+    s.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// `containsLoose list x`: membership ignoring case and punctuation.
+fn h_contains_loose(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let want = loose(&text(args, 1)?);
+    Ok(Value::Bool(
+        list(args, 0)?
+            .iter()
+            .filter_map(scalar_text)
+            .any(|s| loose(&s) == want),
+    ))
+}
+
+/// `regexMatch s re`: whether the whole of `s` matches.
+fn h_regex_match(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let re = regex::Regex::new(&format!("^(?:{})$", text(args, 1)?)).map_err(|e| e.to_string())?;
+    Ok(Value::Bool(re.is_match(&text(args, 0)?)))
+}
+
+/// `pluck list "path"`: the field of each item (items without it skipped).
+fn h_pluck(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let path = FieldPath::parse(&text(args, 1)?)?;
+    Ok(Value::Array(
+        list(args, 0)?
+            .iter()
+            .filter_map(|v| path.get(v).cloned())
+            .collect(),
+    ))
+}
+
+/// Orders JSON values: by their JSON text, which is total and stable.
+fn sort_key(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `uniq list`: duplicates removed, first appearance kept.
+fn h_uniq(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for v in list(args, 0)? {
+        if seen.insert(v.to_string()) {
+            out.push(v);
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// `sort list`.
+fn h_sort(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    let mut items = list(args, 0)?;
+    items.sort_by_key(sort_key);
+    Ok(Value::Array(items))
+}
+
+/// `groupBy list "path"`: `[{key, items}]` sorted by key; items keep their
+/// order. Items without the field are skipped.
+fn h_group_by(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let path = FieldPath::parse(&text(args, 1)?)?;
+    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for item in list(args, 0)? {
+        if let Some(key) = path.get(&item).and_then(scalar_text) {
+            groups.entry(key).or_default().push(item);
+        }
+    }
+    Ok(Value::Array(
+        groups
+            .into_iter()
+            .map(|(key, items)| {
+                let mut m = Map::new();
+                m.insert("key".to_string(), Value::String(key));
+                m.insert("items".to_string(), Value::Array(items));
+                Value::Object(m)
+            })
+            .collect(),
+    ))
+}
+
+/// `keys map`: sorted keys.
+fn h_keys(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    match &args[0] {
+        Value::Object(m) => Ok(Value::Array(m.keys().cloned().map(Value::String).collect())),
+        Value::Null => Ok(Value::Array(Vec::new())),
+        v => Err(format!("argument 1 must be a map, got {}", kind_of(v))),
+    }
+}
+
+/// `apiGroup "apps/v1"` → `apps`; `apiGroup "v1"` → `` (core).
+fn h_api_group(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    let api_version = text(args, 0)?;
+    Ok(Value::String(
+        api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g.to_string())
+            .unwrap_or_default(),
+    ))
+}
+
+/// Splits an image reference into registry and repository path, the way
+/// container tooling does: the first component is a registry when it has a
+/// `.` or `:` or is `localhost`; otherwise the registry is `docker.io`.
+/// Tag and digest are dropped.
+pub fn split_image(image: &str) -> (String, String) {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let (first, rest) = match without_digest.split_once('/') {
+        Some((f, r)) if f.contains('.') || f.contains(':') || f == "localhost" => {
+            (f.to_string(), r.to_string())
+        }
+        _ => ("docker.io".to_string(), without_digest.to_string()),
+    };
+    // A tag is a `:` after the last `/`.
+    let repo = match rest.rsplit_once('/') {
+        Some((head, last)) => format!("{head}/{}", last.split(':').next().unwrap_or(last)),
+        None => rest.split(':').next().unwrap_or(&rest).to_string(),
+    };
+    (first, repo)
+}
+
+/// `imageRegistry img`: e.g. `xpkg.crossplane.io`.
+fn h_image_registry(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    Ok(Value::String(split_image(&text(args, 0)?).0))
+}
+
+/// `imageOrg img`: registry and first path segment, e.g.
+/// `xpkg.crossplane.io/crossplane-contrib`.
+fn h_image_org(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    let (registry, repo) = split_image(&text(args, 0)?);
+    let org = repo.split('/').next().unwrap_or_default();
+    Ok(Value::String(format!("{registry}/{org}")))
+}
+
+/// Lowercase hex SHA-256 of `s`, cut to `n` characters.
+pub fn short_hash(s: &str, n: usize) -> String {
+    let digest = Sha256::digest(s.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    hex.chars().take(n.clamp(1, 64)).collect()
+}
+
+/// `hash s [n]`: stable short hash (default 10 hex characters).
+fn h_hash(args: &[Value]) -> Result<Value, String> {
+    arity(args, 1, 2)?;
+    let n = match args.get(1) {
+        Some(v) => v.as_u64().ok_or("argument 2 must be a number")? as usize,
+        None => 10,
+    };
+    Ok(Value::String(short_hash(&text(args, 0)?, n)))
+}
+
+/// Keeps `s` when it fits in `max`; otherwise a prefix, `-` and a 10-hex
+/// hash of the whole, within `max`, ending in an alphanumeric (so the
+/// result stays a valid label value or name).
+pub fn shorten(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let hash = short_hash(s, 10);
+    let keep = max.saturating_sub(hash.len() + 1);
+    let mut prefix: String = s.chars().take(keep).collect();
+    while prefix.len() > keep {
+        prefix.pop();
+    }
+    let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    if prefix.is_empty() {
+        hash
+    } else {
+        format!("{prefix}-{hash}")
+    }
+}
+
+/// `shorten s max`.
+fn h_shorten(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let max = args[1].as_u64().ok_or("argument 2 must be a number")? as usize;
+    if max < 11 {
+        return Err("max must be at least 11".to_string());
+    }
+    Ok(Value::String(shorten(&text(args, 0)?, max)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn render(t: &str, ctx: Value) -> Result<String, String> {
+        let mut tpl = Templates::new();
+        tpl.compile(t)?;
+        tpl.render(t, &ctx)
+    }
+
+    fn eval(e: &str, ctx: Value) -> Result<Value, String> {
+        let mut tpl = Templates::new();
+        tpl.compile_expr(e)?;
+        tpl.eval(e, &ctx)
+    }
+
+    #[test]
+    fn strict_mode_rejects_missing_variables() {
+        let err = render("x-{{trigger.spec.nope}}", json!({"trigger": {"spec": {}}})).unwrap_err();
+        assert!(err.contains("missing variable"), "{err}");
+        assert!(err.contains("trigger.spec.nope"), "{err}");
+    }
+
+    #[test]
+    fn no_html_escaping() {
+        assert_eq!(render("{{a}}", json!({"a": "<'&\">"})).unwrap(), "<'&\">");
+    }
+
+    #[test]
+    fn expressions_yield_values() {
+        let ctx = json!({"a": [{"g": "x", "p": 1}, {"g": "y", "p": 2}, {"g": "x", "p": 3}]});
+        assert_eq!(
+            eval("groupBy a \"g\"", ctx.clone()).unwrap(),
+            json!([{"key": "x", "items": [{"g": "x", "p": 1}, {"g": "x", "p": 3}]},
+                   {"key": "y", "items": [{"g": "y", "p": 2}]}])
+        );
+        assert_eq!(eval("a.missing", ctx.clone()).unwrap(), Value::Null);
+        assert_eq!(eval("pluck a \"p\"", ctx).unwrap(), json!([1, 2, 3]));
+    }
+
+    #[test]
+    fn helpers_reject_missing_arguments_except_lenient_ones() {
+        let err = eval("lower a.b", json!({"a": {}})).unwrap_err();
+        assert!(err.contains("missing variable"), "{err}");
+        assert_eq!(
+            eval("default a.b \"z\"", json!({"a": {}})).unwrap(),
+            json!("z")
+        );
+        assert_eq!(eval("get a \"b.c\" 3", json!({"a": {}})).unwrap(), json!(3));
+    }
+
+    #[test]
+    fn image_parsing() {
+        assert_eq!(
+            split_image("xpkg.crossplane.io/crossplane-contrib/provider-aws-s3:v1.2"),
+            (
+                "xpkg.crossplane.io".into(),
+                "crossplane-contrib/provider-aws-s3".into()
+            )
+        );
+        assert_eq!(
+            split_image("nginx:1.2"),
+            ("docker.io".into(), "nginx".into())
+        );
+        assert_eq!(
+            split_image("localhost:5000/org/img@sha256:abc"),
+            ("localhost:5000".into(), "org/img".into())
+        );
+        assert_eq!(
+            eval(
+                "imageOrg \"xpkg.upbound.io/upbound/provider-aws-ec2:v1\"",
+                json!({})
+            )
+            .unwrap(),
+            json!("xpkg.upbound.io/upbound")
+        );
+    }
+
+    #[test]
+    fn contains_loose_ignores_case_and_punctuation() {
+        let ctx = json!({"c": ["SafeStart"]});
+        assert_eq!(
+            eval("containsLoose c \"safe-start\"", ctx).unwrap(),
+            json!(true)
+        );
+        assert_eq!(
+            eval("containsLoose c \"safe-stop\"", json!({"c": ["SafeStart"]})).unwrap(),
+            json!(false)
+        );
+    }
+
+    #[test]
+    fn shorten_keeps_short_and_hashes_long() {
+        assert_eq!(shorten("abc", 63), "abc");
+        let long = "a".repeat(70) + ".example.org";
+        let s = shorten(&long, 63);
+        assert_eq!(s.len(), 63);
+        assert!(s.ends_with(&short_hash(&long, 10)));
+        assert_ne!(shorten(&(long.clone() + "x"), 63), s);
+        // Never ends the prefix in punctuation.
+        let dotted = format!("{}.{}", "b".repeat(51), "c".repeat(20));
+        assert!(!shorten(&dotted, 63).contains(".-"));
+    }
+
+    #[test]
+    fn bad_templates_are_reported() {
+        let mut tpl = Templates::new();
+        assert!(tpl.compile("{{#each x}}").is_err());
+        assert!(tpl.compile_expr("{{x}}").is_err());
+        let err = render("{{nosuch a}}", json!({"a": 1})).unwrap_err();
+        assert!(err.contains("nosuch"), "{err}");
+    }
+}

@@ -1,0 +1,34 @@
+//! rbac-rules: a rule-driven Kubernetes RBAC controller.
+//!
+//! `RbacRule` objects ([`api`]) say when (a trigger kind) and what (role and
+//! binding templates). The pure [`engine`] turns rules and observed objects
+//! into desired objects; [`render`] runs it offline on YAML files and
+//! [`controller`] keeps a cluster equal to it.
+
+pub mod api;
+pub mod controller;
+pub mod engine;
+pub mod policy;
+pub mod render;
+pub mod rules;
+pub mod selector;
+pub mod yaml;
+
+use kube::CustomResourceExt;
+
+/// The RbacRule CRD as YAML, exactly what `crds/` holds.
+pub fn crd_yaml() -> Result<String, yaml::YamlError> {
+    yaml::to_yaml(&api::RbacRule::crd())
+}
+
+/// Parses a `--manage` value.
+pub fn parse_manage(s: &str) -> Result<api::ManageLevel, String> {
+    match s {
+        "serviceaccounts" => Ok(api::ManageLevel::ServiceAccounts),
+        "basic" => Ok(api::ManageLevel::Basic),
+        "all" => Ok(api::ManageLevel::All),
+        other => Err(format!(
+            "{other:?} is not one of serviceaccounts, basic, all"
+        )),
+    }
+}

@@ -1,0 +1,84 @@
+//! The `rbac-rules` command: `crd`, `render` and `run`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use rbac_rules::controller::RunArgs;
+use rbac_rules::render::RenderArgs;
+
+/// A rule-driven Kubernetes RBAC controller.
+#[derive(Parser, Debug)]
+#[command(name = "rbac-rules", version, about)]
+struct Cli {
+    /// Log format.
+    #[arg(long, env = "RBAC_RULES_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the RbacRule CustomResourceDefinition as YAML.
+    Crd,
+    /// Run the engine offline on YAML files and print the objects it emits.
+    Render(RenderArgs),
+    /// Run the controller against the cluster of the current kubeconfig.
+    Run(RunArgs),
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Crd => match rbac_rules::crd_yaml() {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Render(args) => rbac_rules::render::main(&args),
+        Command::Run(args) => {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(rbac_rules::controller::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "controller stopped");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

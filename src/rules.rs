@@ -1,0 +1,143 @@
+//! Reading RbacRule manifests: the built-in set embedded in the binary and
+//! rule files given on the command line. Unknown fields are errors here,
+//! naming file, rule and field: a typo must not silently change a rule.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::api::{GROUP, RbacRuleSpec};
+use crate::engine::RuleSource;
+use crate::yaml::{self, Document, YamlError};
+
+/// The built-in rules, as shipped in `rules/` (file name, text).
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "rules/crossplane-core.yaml",
+        include_str!("../rules/crossplane-core.yaml"),
+    ),
+    (
+        "rules/crossplane-user-roles.yaml",
+        include_str!("../rules/crossplane-user-roles.yaml"),
+    ),
+    (
+        "rules/crossplane-xrd.yaml",
+        include_str!("../rules/crossplane-xrd.yaml"),
+    ),
+    (
+        "rules/crossplane-provider.yaml",
+        include_str!("../rules/crossplane-provider.yaml"),
+    ),
+    (
+        "rules/crossplane-namespace.yaml",
+        include_str!("../rules/crossplane-namespace.yaml"),
+    ),
+];
+
+/// A rule file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Unreadable file or invalid YAML.
+    #[error(transparent)]
+    Yaml(#[from] YamlError),
+    /// A document that is not a valid RbacRule.
+    #[error("{origin}: {rule}{field}: {message}")]
+    Invalid {
+        origin: String,
+        rule: String,
+        field: String,
+        message: String,
+    },
+}
+
+fn invalid(doc: &Document, rule: &str, field: &str, message: impl Into<String>) -> LoadError {
+    LoadError::Invalid {
+        origin: doc.origin(),
+        rule: if rule.is_empty() {
+            "RbacRule".to_string()
+        } else {
+            format!("RbacRule {rule:?}")
+        },
+        field: if field.is_empty() {
+            String::new()
+        } else {
+            format!(": {field}")
+        },
+        message: message.into(),
+    }
+}
+
+/// Parses one RbacRule document.
+pub fn parse_rule(doc: &Document) -> Result<RuleSource, LoadError> {
+    let v = &doc.value;
+    let name = v["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let api_version = v["apiVersion"].as_str().unwrap_or_default();
+    let kind = v["kind"].as_str().unwrap_or_default();
+    if kind != "RbacRule" || api_version != format!("{GROUP}/v1alpha1") {
+        return Err(invalid(
+            doc,
+            &name,
+            "",
+            format!(
+                "expected apiVersion {GROUP}/v1alpha1, kind RbacRule; got {api_version:?}, {kind:?}"
+            ),
+        ));
+    }
+    if name.is_empty() {
+        return Err(invalid(doc, &name, "metadata.name", "name is required"));
+    }
+    let spec = v.get("spec").cloned().unwrap_or(Value::Null);
+    let mut unknown: Vec<String> = Vec::new();
+    let parsed: Result<RbacRuleSpec, _> = serde_path_to_error::deserialize(
+        serde_ignored::Deserializer::new(spec, &mut |p: serde_ignored::Path| {
+            unknown.push(p.to_string())
+        }),
+    );
+    let spec = parsed.map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            "spec".to_string()
+        } else {
+            format!("spec.{path}")
+        };
+        invalid(doc, &name, &field, e.into_inner().to_string())
+    })?;
+    if let Some(u) = unknown.first() {
+        return Err(invalid(
+            doc,
+            &name,
+            &format!("spec.{u}"),
+            format!("unknown field {:?}", last_segment(u)),
+        ));
+    }
+    Ok(RuleSource { name, spec })
+}
+
+fn last_segment(path: &str) -> &str {
+    path.rsplit('.').next().unwrap_or(path)
+}
+
+/// Parses every document of a text as an RbacRule.
+pub fn parse_text(path: &Path, text: &str) -> Result<Vec<RuleSource>, LoadError> {
+    yaml::parse_documents(path, text)?
+        .iter()
+        .map(parse_rule)
+        .collect()
+}
+
+/// Loads rule files and directories.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<RuleSource>, LoadError> {
+    yaml::load_paths(paths)?.iter().map(parse_rule).collect()
+}
+
+/// The built-in rules.
+pub fn builtin() -> Result<Vec<RuleSource>, LoadError> {
+    let mut out = Vec::new();
+    for (file, text) in BUILTIN {
+        out.extend(parse_text(Path::new(file), text)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,235 @@
+//! YAML in and out: multi-document files, `kind: List`, directories, and
+//! output in the key order `kubectl` users read (apiVersion, kind, metadata
+//! first).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::Value;
+
+/// A YAML file that cannot be read or parsed.
+#[derive(Debug, thiserror::Error)]
+pub enum YamlError {
+    /// The file or directory cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not valid YAML.
+    #[error("{path}: invalid YAML: {message}")]
+    Parse { path: String, message: String },
+    /// Serialization failed.
+    #[error("cannot write YAML: {0}")]
+    Write(String),
+}
+
+/// One document of a file, with where it came from.
+#[derive(Clone, Debug)]
+pub struct Document {
+    /// The file.
+    pub path: PathBuf,
+    /// 1-based position of the document in the file (items of a `List`
+    /// share their list's position).
+    pub index: usize,
+    /// The content.
+    pub value: Value,
+}
+
+impl Document {
+    /// `file.yaml#2`, for messages.
+    pub fn origin(&self) -> String {
+        format!("{}#{}", self.path.display(), self.index)
+    }
+}
+
+/// Parses a multi-document YAML text; empty documents are skipped and
+/// `kind: List` documents are replaced by their items.
+pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Document>, YamlError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| YamlError::Parse {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let mut out = Vec::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let index = i + 1;
+        if doc.is_null() {
+            continue;
+        }
+        let is_list = doc.get("kind").and_then(Value::as_str) == Some("List")
+            || doc
+                .get("kind")
+                .and_then(Value::as_str)
+                .is_some_and(|k| k.ends_with("List"))
+                && doc.get("items").is_some();
+        if is_list {
+            for item in doc
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                out.push(Document {
+                    path: path.to_path_buf(),
+                    index,
+                    value: item.clone(),
+                });
+            }
+        } else {
+            out.push(Document {
+                path: path.to_path_buf(),
+                index,
+                value: doc,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Files named by `paths`: files as given, directories walked recursively
+/// for `.yaml`, `.yml` and `.json` files in name order.
+pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| YamlError::Io {
+            path: p.display().to_string(),
+            source: e,
+        })?;
+        if meta.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| YamlError::Io {
+                    path: p.display().to_string(),
+                    source: e,
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            entries.sort();
+            let (dirs, files): (Vec<PathBuf>, Vec<PathBuf>) =
+                entries.into_iter().partition(|e| e.is_dir());
+            for f in files {
+                if matches!(
+                    f.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml" | "json")
+                ) {
+                    out.push(f);
+                }
+            }
+            out.extend(expand_paths(&dirs)?);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Reads every document under `paths`.
+pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Document>, YamlError> {
+    let mut out = Vec::new();
+    for f in expand_paths(paths)? {
+        let text = std::fs::read_to_string(&f).map_err(|e| YamlError::Io {
+            path: f.display().to_string(),
+            source: e,
+        })?;
+        out.extend(parse_documents(&f, &text)?);
+    }
+    Ok(out)
+}
+
+/// Key order: these first, in this order, then the rest alphabetically.
+const TOP_ORDER: &[&str] = &["apiVersion", "kind", "metadata", "spec"];
+const META_ORDER: &[&str] = &[
+    "name",
+    "namespace",
+    "labels",
+    "annotations",
+    "ownerReferences",
+];
+
+/// Serializes a JSON value with Kubernetes-style key order at the top and
+/// in `metadata`; nested maps keep sorted order.
+struct Ordered<'a> {
+    value: &'a Value,
+    order: &'static [&'static str],
+}
+
+impl Serialize for Ordered<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(m) = self.value else {
+            return self.value.serialize(s);
+        };
+        let mut keys: Vec<&String> = m.keys().collect();
+        let rank = |k: &str| {
+            self.order
+                .iter()
+                .position(|o| *o == k)
+                .unwrap_or(self.order.len())
+        };
+        keys.sort_by(|a, b| (rank(a), a.as_str()).cmp(&(rank(b), b.as_str())));
+        let mut map = s.serialize_map(Some(keys.len()))?;
+        for k in keys {
+            let v = &m[k.as_str()];
+            if self.order == TOP_ORDER && k == "metadata" {
+                map.serialize_entry(
+                    k,
+                    &Ordered {
+                        value: v,
+                        order: META_ORDER,
+                    },
+                )?;
+            } else {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// One value as YAML.
+pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, YamlError> {
+    let v = serde_json::to_value(value).map_err(|e| YamlError::Write(e.to_string()))?;
+    serde_saphyr::to_string(&Ordered {
+        value: &v,
+        order: TOP_ORDER,
+    })
+    .map_err(|e| YamlError::Write(e.to_string()))
+}
+
+/// Objects as a multi-document YAML stream.
+pub fn to_yaml_stream(values: &[Value]) -> Result<String, YamlError> {
+    let mut out = String::new();
+    for v in values {
+        out.push_str("---\n");
+        out.push_str(&to_yaml(v)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lists_and_empty_documents() {
+        let text = "---\n---\nkind: List\napiVersion: v1\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: v1, kind: Namespace, metadata: {name: b}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: c}\n";
+        let docs = parse_documents(Path::new("x.yaml"), text).unwrap();
+        let names: Vec<&str> = docs
+            .iter()
+            .map(|d| d.value["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn output_round_trips_and_orders_keys() {
+        let v = json!({"rules": [{"verbs": ["*"], "apiGroups": [""], "resources": ["*"]}],
+                       "metadata": {"labels": {"a": "true"}, "name": "x:y"},
+                       "kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1"});
+        let text = to_yaml(&v).unwrap();
+        assert!(text.starts_with("apiVersion:"), "{text}");
+        let back: Value = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(back, v, "{text}");
+    }
+}

@@ -26,6 +26,7 @@ pub const GROUP: &str = "rbacrules.io";
     plural = "rbacrules",
     shortname = "rbr",
     status = "RbacRuleStatus",
+    doc = "An RbacRule: when a trigger object matches, keep these ClusterRoles, Roles and bindings.",
     printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"TRIGGERS","type":"integer","jsonPath":".status.matchedTriggers"}"#,
     printcolumn = r#"{"name":"OBJECTS","type":"integer","jsonPath":".status.managedObjects"}"#,

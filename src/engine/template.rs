@@ -204,6 +204,7 @@ const HELPERS: &[(&str, bool, HelperFn)] = &[
     ("pluck", false, h_pluck),
     ("uniq", false, h_uniq),
     ("sort", false, h_sort),
+    ("sortBy", false, h_sort_by),
     ("groupBy", false, h_group_by),
     ("keys", false, h_keys),
     ("apiGroup", false, h_api_group),
@@ -462,6 +463,18 @@ fn h_sort(args: &[Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     let mut items = list(args, 0)?;
     items.sort_by_key(sort_key);
+    Ok(Value::Array(items))
+}
+
+/// `sortBy list "path"`: stable sort by a field (items without it last).
+fn h_sort_by(args: &[Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let path = FieldPath::parse(&text(args, 1)?)?;
+    let mut items = list(args, 0)?;
+    items.sort_by_key(|v| match path.get(v) {
+        Some(x) => (0, sort_key(x)),
+        None => (1, String::new()),
+    });
     Ok(Value::Array(items))
 }
 

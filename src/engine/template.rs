@@ -638,13 +638,15 @@ mod tests {
 
     #[test]
     fn expressions_yield_values() {
-        let ctx = json!({"a": [{"g": "x", "p": 1}, {"g": "y", "p": 2}, {"g": "x", "p": 3}]});
+        let ctx = json!({"a": [{"g": "x", "p": 1}, {"g": "y", "p": 2}, {"g": "x", "p": 3}], "b": {}});
         assert_eq!(
             eval("groupBy a \"g\"", ctx.clone()).unwrap(),
             json!([{"key": "x", "items": [{"g": "x", "p": 1}, {"g": "x", "p": 3}]},
                    {"key": "y", "items": [{"g": "y", "p": 2}]}])
         );
-        assert_eq!(eval("a.missing", ctx.clone()).unwrap(), Value::Null);
+        assert_eq!(eval("b.missing", ctx.clone()).unwrap(), Value::Null);
+        // A field of a list is an authoring error, not a missing value.
+        assert!(eval("a.missing", ctx.clone()).is_err());
         assert_eq!(eval("pluck a \"p\"", ctx).unwrap(), json!([1, 2, 3]));
     }
 

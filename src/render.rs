@@ -52,7 +52,7 @@ pub enum RenderError {
     /// The allow-list file.
     #[error("{path}: {message}")]
     Allow { path: String, message: String },
-    /// Evaluation errors, one per line.
+    /// Invalid rules or evaluation errors, one per line.
     #[error("{}", .0.join("\n"))]
     Evaluation(Vec<String>),
 }
@@ -62,7 +62,9 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
     let rules = if args.rules.is_empty() {
         rules::builtin()?
     } else {
-        rules::load(&args.rules)?
+        rules::load(&args.rules).map_err(|errs| {
+            RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
+        })?
     };
     let mut store = ObjectStore::new();
     for doc in yaml::load_paths(&args.objects)? {

@@ -93,9 +93,13 @@ pub fn parse_rule(doc: &Document) -> Result<RuleSource, LoadError> {
     let mut unknown: Vec<String> = Vec::new();
     let parsed: Result<RbacRuleSpec, _> = serde_path_to_error::deserialize(
         serde_ignored::Deserializer::new(spec, &mut |p: serde_ignored::Path| {
-            unknown.push(p.to_string())
+            unknown.push(format!("spec.{}", bracket_indices(&p.to_string())))
         }),
     );
+    let typo_hint = unknown
+        .first()
+        .map(|u| format!(" (unknown field {u}: a typo?)"))
+        .unwrap_or_default();
     let spec = parsed.map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." {
@@ -103,17 +107,33 @@ pub fn parse_rule(doc: &Document) -> Result<RuleSource, LoadError> {
         } else {
             format!("spec.{path}")
         };
-        invalid(doc, &name, &field, e.into_inner().to_string())
+        invalid(doc, &name, &field, format!("{}{typo_hint}", e.into_inner()))
     })?;
     if let Some(u) = unknown.first() {
         return Err(invalid(
             doc,
             &name,
-            &format!("spec.{u}"),
+            u,
             format!("unknown field {:?}", last_segment(u)),
         ));
     }
     Ok(RuleSource { name, spec })
+}
+
+/// `outputs.0.nmae` → `outputs[0].nmae`, the notation of every other error.
+fn bracket_indices(path: &str) -> String {
+    let mut out = String::new();
+    for seg in path.split('.') {
+        if !seg.is_empty() && seg.chars().all(|c| c.is_ascii_digit()) {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
 }
 
 fn last_segment(path: &str) -> &str {
@@ -128,9 +148,15 @@ pub fn parse_text(path: &Path, text: &str) -> Result<Vec<RuleSource>, LoadError>
         .collect()
 }
 
-/// Loads rule files and directories.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<RuleSource>, LoadError> {
-    yaml::load_paths(paths)?.iter().map(parse_rule).collect()
+/// Loads rule files and directories; every invalid rule is reported.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<RuleSource>, Vec<LoadError>> {
+    let docs = yaml::load_paths(paths).map_err(|e| vec![LoadError::from(e)])?;
+    let (ok, bad): (Vec<_>, Vec<_>) = docs.iter().map(parse_rule).partition(Result::is_ok);
+    if bad.is_empty() {
+        Ok(ok.into_iter().filter_map(Result::ok).collect())
+    } else {
+        Err(bad.into_iter().filter_map(Result::err).collect())
+    }
 }
 
 /// The built-in rules.

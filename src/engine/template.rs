@@ -638,7 +638,8 @@ mod tests {
 
     #[test]
     fn expressions_yield_values() {
-        let ctx = json!({"a": [{"g": "x", "p": 1}, {"g": "y", "p": 2}, {"g": "x", "p": 3}], "b": {}});
+        let ctx =
+            json!({"a": [{"g": "x", "p": 1}, {"g": "y", "p": 2}, {"g": "x", "p": 3}], "b": {}});
         assert_eq!(
             eval("groupBy a \"g\"", ctx.clone()).unwrap(),
             json!([{"key": "x", "items": [{"g": "x", "p": 1}, {"g": "x", "p": 3}]},

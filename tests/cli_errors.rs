@@ -1,0 +1,387 @@
+//! Every error path of `render`: non-zero exit, nothing on stdout, and a
+//! message naming the file or rule and the field.
+
+use std::path::Path;
+use std::process::Command;
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Renders `objects` with `rules` (YAML texts) from a temporary directory.
+fn render(rules: &str, objects: &str, extra: &[&str]) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules_path = dir.path().join("rules.yaml");
+    let objects_path = dir.path().join("objects.yaml");
+    std::fs::write(&rules_path, rules).expect("write rules");
+    std::fs::write(&objects_path, objects).expect("write objects");
+    run(&rules_path, &objects_path, extra)
+}
+
+fn run(rules: &Path, objects: &Path, extra: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .arg("render")
+        .arg("--rules")
+        .arg(rules)
+        .arg("--objects")
+        .arg(objects)
+        .args(extra)
+        .output()
+        .expect("run rbac-rules");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Asserts a failed run whose stderr has every `needle`.
+fn assert_fails(r: &Run, needles: &[&str]) {
+    assert_eq!(r.code, Some(1), "exit status; stderr: {}", r.stderr);
+    assert!(r.stdout.is_empty(), "nothing on stdout, got: {}", r.stdout);
+    for n in needles {
+        assert!(r.stderr.contains(n), "stderr lacks {n:?}:\n{}", r.stderr);
+    }
+}
+
+const NAMESPACE: &str =
+    "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n  uid: u-1\n  labels: {team: a}\n";
+
+fn rule(name: &str, body: &str) -> String {
+    format!(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata:\n  name: {name}\nspec:\n{body}"
+    )
+}
+
+const TRIGGER: &str = "  trigger:\n    kind: Namespace\n";
+
+#[test]
+fn a_good_rule_renders() {
+    let r = render(
+        &rule(
+            "good",
+            &format!(
+                "{TRIGGER}  outputs:\n  - kind: Role\n    name: reader\n    rules:\n    - {{apiGroups: [''], resources: [pods], verbs: [get]}}\n"
+            ),
+        ),
+        NAMESPACE,
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("namespace: team-a"), "{}", r.stdout);
+}
+
+#[test]
+fn bad_handlebars_syntax() {
+    let r = render(
+        &rule(
+            "bad-tpl",
+            &format!("{TRIGGER}  outputs:\n  - kind: Role\n    name: \"{{{{#if trigger}}x\"\n"),
+        ),
+        NAMESPACE,
+        &[],
+    );
+    assert_fails(&r, &["rule \"bad-tpl\"", "spec.outputs[0].name"]);
+}
+
+#[test]
+fn missing_variable_is_an_error_not_an_empty_string() {
+    let r = render(
+        &rule(
+            "missing-var",
+            &format!(
+                "{TRIGGER}  outputs:\n  - kind: Role\n    name: \"r-{{{{trigger.spec.nothing}}}}\"\n"
+            ),
+        ),
+        NAMESPACE,
+        &[],
+    );
+    assert_fails(
+        &r,
+        &[
+            "rule \"missing-var\"",
+            "spec.outputs[0].name",
+            "trigger Namespace/team-a",
+            "missing variable",
+        ],
+    );
+}
+
+#[test]
+fn unknown_helper() {
+    let r = render(
+        &rule(
+            "helper",
+            &format!(
+                "{TRIGGER}  outputs:\n  - kind: Role\n    name: \"{{{{frobnicate trigger.metadata.name}}}}\"\n"
+            ),
+        ),
+        NAMESPACE,
+        &[],
+    );
+    assert_fails(
+        &r,
+        &["rule \"helper\"", "spec.outputs[0].name", "frobnicate"],
+    );
+}
+
+#[test]
+fn bad_regex() {
+    let body = "  trigger:\n    kind: Namespace\n    metadataMatch:\n      key: 'example.org/(?P<x>'\n  outputs:\n  - kind: Role\n    name: r\n";
+    let r = render(&rule("bad-regex", body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"bad-regex\"",
+            "spec.trigger.metadataMatch.key",
+            "invalid regular expression",
+        ],
+    );
+}
+
+#[test]
+fn unknown_field_names_file_rule_and_field() {
+    let body = format!("{TRIGGER}  outputs:\n  - kind: Role\n    nmae: r\n    name: r\n");
+    let r = render(&rule("typo", &body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rules.yaml#1",
+            "RbacRule \"typo\"",
+            "spec.outputs[0].nmae",
+            "unknown field",
+        ],
+    );
+}
+
+#[test]
+fn unknown_field_inside_a_rendered_policy_rule() {
+    let body = format!(
+        "{TRIGGER}  outputs:\n  - kind: Role\n    name: r\n    rules:\n    - {{apiGroups: [''], resource: [pods], verbs: [get]}}\n"
+    );
+    let r = render(&rule("rule-typo", &body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"rule-typo\"",
+            "spec.outputs[0].rules[0].resource",
+            "unknown field",
+        ],
+    );
+}
+
+#[test]
+fn wrong_type_names_the_field() {
+    let body = format!("{TRIGGER}  outputs:\n  - kind: Deployment\n    name: r\n");
+    let r = render(&rule("kind", &body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &["RbacRule \"kind\"", "spec.outputs[0].kind", "Deployment"],
+    );
+}
+
+#[test]
+fn rendered_name_over_limits() {
+    let body = format!(
+        "{TRIGGER}  outputs:\n  - kind: ClusterRole\n    name: \"{{{{trigger.metadata.name}}}}-{}\"\n",
+        "x".repeat(250)
+    );
+    let r = render(&rule("long-name", &body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &["rule \"long-name\"", "spec.outputs[0].name", "limit is 253"],
+    );
+}
+
+#[test]
+fn rendered_invalid_name() {
+    let body = format!(
+        "{TRIGGER}  outputs:\n  - kind: ClusterRole\n    name: \"a/{{{{trigger.metadata.name}}}}\"\n"
+    );
+    let r = render(&rule("slash", &body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"slash\"",
+            "spec.outputs[0].name",
+            "may not contain '/'",
+        ],
+    );
+}
+
+#[test]
+fn rendered_label_value_over_63() {
+    let body = format!(
+        "{TRIGGER}  outputs:\n  - kind: ClusterRole\n    name: r-{{{{trigger.metadata.name}}}}\n    labels:\n      example.org/owner: \"{{{{trigger.metadata.name}}}}-{}\"\n",
+        "y".repeat(60)
+    );
+    let r = render(&rule("long-label", &body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"long-label\"",
+            "spec.outputs[0].labels",
+            "example.org/owner",
+            "at most 63",
+        ],
+    );
+}
+
+#[test]
+fn rendered_invalid_label_key() {
+    let body = format!(
+        "{TRIGGER}  outputs:\n  - kind: ClusterRole\n    name: r-{{{{trigger.metadata.name}}}}\n    labels:\n      \"Bad Key/{{{{trigger.metadata.name}}}}\": \"true\"\n"
+    );
+    let r = render(&rule("bad-key", &body), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"bad-key\"",
+            "spec.outputs[0].labels",
+            "Bad Key/team-a",
+        ],
+    );
+}
+
+#[test]
+fn invalid_selector_operator() {
+    let body = "  trigger:\n    kind: Namespace\n    selector:\n      matchExpressions:\n      - {key: team, operator: Maybe}\n  outputs:\n  - kind: Role\n    name: r\n";
+    let r = render(&rule("selector", body), NAMESPACE, &[]);
+    assert_fails(&r, &["rule \"selector\"", "spec.trigger.selector", "Maybe"]);
+}
+
+#[test]
+fn two_rules_emitting_one_object_conflict_on_both() {
+    let out = "  outputs:\n  - kind: ClusterRole\n    name: shared\n";
+    let rules = format!("{}---\n{}", rule("first", out), rule("second", out));
+    let r = render(&rules, NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"first\"",
+            "rule \"second\"",
+            "ClusterRole shared is emitted by more than one rule",
+        ],
+    );
+}
+
+#[test]
+fn dependency_cycle_is_reported() {
+    // Each emits ClusterRoles and copies rules from ClusterRoles.
+    let body = "  outputs:\n  - kind: ClusterRole\n    name: NAME\n    rulesFrom:\n      clusterRoleNames: [other]\n";
+    let rules = format!(
+        "{}---\n{}",
+        rule("loop-a", &body.replace("NAME", "a")),
+        rule("loop-b", &body.replace("NAME", "b"))
+    );
+    let r = render(&rules, NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &["rule \"loop-a\"", "rule \"loop-b\"", "read its own outputs"],
+    );
+}
+
+#[test]
+fn allow_list_forbids_wider_roles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allow = dir.path().join("allow.yaml");
+    std::fs::write(
+        &allow,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- {apiGroups: [''], resources: [pods, configmaps], verbs: [get, list, watch]}\n",
+    )
+    .expect("write allow");
+    let body = format!(
+        "{TRIGGER}  outputs:\n  - kind: Role\n    name: r\n    rules:\n    - {{apiGroups: [''], resources: [secrets], verbs: [get]}}\n"
+    );
+    let allow_arg = allow.to_string_lossy().into_owned();
+    let r = render(
+        &rule("too-wide", &body),
+        NAMESPACE,
+        &["--allow", &allow_arg],
+    );
+    assert_fails(
+        &r,
+        &[
+            "rule \"too-wide\"",
+            "spec.outputs[0].rules",
+            "allow-list",
+            "secrets",
+        ],
+    );
+
+    let narrow = format!(
+        "{TRIGGER}  outputs:\n  - kind: Role\n    name: r\n    rules:\n    - {{apiGroups: [''], resources: [pods], verbs: [get]}}\n"
+    );
+    let ok = render(
+        &rule("narrow", &narrow),
+        NAMESPACE,
+        &["--allow", &allow_arg],
+    );
+    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+}
+
+#[test]
+fn every_invalid_rule_is_reported_not_just_the_first() {
+    let rules = format!(
+        "{}---\n{}",
+        rule("one", "  outputs:\n  - kind: Role\n    nme: r\n"),
+        rule("two", "  outputs:\n  - kind: Role\n    nmae: r\n")
+    );
+    let r = render(&rules, NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "RbacRule \"one\"",
+            "missing field `name` (unknown field spec.outputs[0].nme: a typo?)",
+            "RbacRule \"two\"",
+            "spec.outputs[0].nmae",
+        ],
+    );
+}
+
+#[test]
+fn invalid_objects_yaml() {
+    let r = render(
+        &rule("ok", "  outputs:\n  - kind: ClusterRole\n    name: r\n"),
+        "kind: [unclosed\n",
+        &[],
+    );
+    assert_fails(&r, &["objects.yaml", "invalid YAML"]);
+}
+
+#[test]
+fn object_without_name() {
+    let r = render(
+        &rule("ok", "  outputs:\n  - kind: ClusterRole\n    name: r\n"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {}\n",
+        &[],
+    );
+    assert_fails(&r, &["objects.yaml#1", "metadata.name"]);
+}
+
+#[test]
+fn missing_objects_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        rule("ok", "  outputs:\n  - kind: ClusterRole\n    name: r\n"),
+    )
+    .expect("write");
+    let r = run(&rules, &dir.path().join("nope.yaml"), &[]);
+    assert_fails(&r, &["nope.yaml"]);
+}
+
+#[test]
+fn not_an_rbac_rule() {
+    let r = render(NAMESPACE, NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rules.yaml#1",
+            "expected apiVersion rbacrules.io/v1alpha1, kind RbacRule",
+        ],
+    );
+}

@@ -1,0 +1,439 @@
+//! Behaviour of the pure engine beyond single renders: isolation of bad
+//! rules, what must be kept, determinism, ordering and ownership.
+
+use rbac_rules::api::{ManageLevel, OutputKind};
+use rbac_rules::engine::{Engine, ErrorKind, ObjectStore, Options, RuleSource, RuleState};
+use serde_json::{Value, json};
+
+fn rules(yaml: &str) -> Vec<RuleSource> {
+    rbac_rules::rules::parse_text(std::path::Path::new("test.yaml"), yaml).expect("rules parse")
+}
+
+fn store(objects: &[Value]) -> ObjectStore {
+    let mut s = ObjectStore::new();
+    for o in objects {
+        s.insert(o.clone()).expect("object inserts");
+    }
+    s
+}
+
+fn ns(name: &str, labels: Value, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": name, "uid": format!("uid-{name}"), "labels": labels, "annotations": annotations}})
+}
+
+fn names(eval: &rbac_rules::engine::Evaluation) -> Vec<String> {
+    eval.desired
+        .iter()
+        .map(|d| format!("{}/{}/{}", d.kind, d.namespace, d.name))
+        .collect()
+}
+
+const GOOD_AND_BAD: &str = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: bad}
+spec:
+  trigger: {kind: Namespace}
+  outputs:
+  - kind: Role
+    name: "{{trigger.spec.missing}}"
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: broken-template}
+spec:
+  outputs:
+  - kind: ClusterRole
+    name: "{{#each}}"
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: good}
+spec:
+  trigger: {kind: Namespace}
+  outputs:
+  - kind: Role
+    name: reader
+    rules:
+    - {apiGroups: [""], resources: [pods], verbs: [get]}
+"#;
+
+#[test]
+fn one_bad_rule_never_stops_the_others_and_keeps_its_objects() {
+    let engine = Engine::new(&rules(GOOD_AND_BAD), Options::default());
+    let eval = engine.evaluate(&store(&[
+        ns("a", json!({}), json!({})),
+        ns("b", json!({}), json!({})),
+    ]));
+    assert_eq!(names(&eval), ["Role/a/reader", "Role/b/reader"]);
+
+    let bad = &eval.reports["bad"];
+    assert_eq!(bad.state, RuleState::Evaluated);
+    assert_eq!(
+        bad.errors.len(),
+        2,
+        "one error per trigger: {:?}",
+        bad.errors
+    );
+    assert!(
+        eval.keeps("bad", Some("Namespace/a")),
+        "a failed trigger keeps its objects"
+    );
+    let broken = &eval.reports["broken-template"];
+    assert_eq!(broken.state, RuleState::Failed);
+    assert_eq!(broken.errors[0].kind, ErrorKind::Template);
+    assert_eq!(broken.errors[0].field, "spec.outputs[0].name");
+    assert!(
+        eval.keeps("broken-template", None),
+        "an invalid rule keeps its objects"
+    );
+
+    assert!(
+        !eval.keeps("good", Some("Namespace/a")),
+        "a good rule's stale objects are pruned"
+    );
+    assert!(
+        !eval.keeps("deleted-rule", None),
+        "objects of a deleted rule are pruned"
+    );
+}
+
+#[test]
+fn paused_and_deleting_triggers_keep_their_objects() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: r}
+spec:
+  trigger:
+    kind: Namespace
+    pause: {annotation: example.org/paused}
+  outputs:
+  - {kind: Role, name: x}
+"#;
+    let mut deleting = ns("gone", json!({}), json!({}));
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let objects = [
+        ns("paused", json!({}), json!({"example.org/paused": "true"})),
+        deleting,
+        ns("live", json!({}), json!({"example.org/paused": "false"})),
+    ];
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&objects));
+    assert_eq!(names(&eval), ["Role/live/x"]);
+    let rep = &eval.reports["r"];
+    assert_eq!(rep.matched_triggers, 3);
+    assert!(eval.keeps("r", Some("Namespace/paused")));
+    assert!(eval.keeps("r", Some("Namespace/gone")));
+    assert!(!eval.keeps("r", Some("Namespace/live")));
+}
+
+#[test]
+fn evaluation_is_deterministic_whatever_the_input_order() {
+    let builtin = rbac_rules::rules::builtin().expect("built-in rules");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/crossplane-cluster.yaml"
+    ))
+    .expect("example");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("yaml");
+    let forward = Engine::new(&builtin, Options::default()).evaluate(&store(&docs));
+    let mut reversed_docs = docs.clone();
+    reversed_docs.reverse();
+    let mut reversed_rules = builtin.clone();
+    reversed_rules.reverse();
+    let backward =
+        Engine::new(&reversed_rules, Options::default()).evaluate(&store(&reversed_docs));
+    assert_eq!(forward.desired, backward.desired);
+    assert!(!forward.desired.is_empty());
+}
+
+const COPY: &str = r#"
+# Named to sort before the producer: order comes from dependencies, not names.
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: a-copier}
+spec:
+  trigger: {kind: Namespace, metadataOnly: true}
+  outputs:
+  - kind: Role
+    name: copied
+    rulesFrom:
+      clusterRoleSelector:
+        matchLabels: {example.org/copy: "true"}
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: z-producer}
+spec:
+  trigger: {apiGroup: example.org, kind: Widget}
+  outputs:
+  - kind: ClusterRole
+    name: "widget:{{trigger.metadata.name}}"
+    labels: {example.org/copy: "true"}
+    rules:
+    - {apiGroups: [example.org], resources: ["{{trigger.metadata.name}}"], verbs: [get]}
+    - {nonResourceURLs: [/healthz], verbs: [get]}
+"#;
+
+fn widget(name: &str) -> Value {
+    json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name, "uid": format!("w-{name}")}})
+}
+
+fn role_rules(eval: &rbac_rules::engine::Evaluation, name: &str) -> Value {
+    eval.desired
+        .iter()
+        .find(|d| d.kind == OutputKind::Role && d.name == name)
+        .map(|d| d.object["rules"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn roles_copy_cluster_roles_emitted_in_the_same_evaluation() {
+    let eval = Engine::new(&rules(COPY), Options::default())
+        .evaluate(&store(&[ns("t", json!({}), json!({})), widget("gears")]));
+    // nonResourceURLs are dropped: Roles cannot carry them.
+    assert_eq!(
+        role_rules(&eval, "copied"),
+        json!([{"apiGroups": ["example.org"], "resources": ["gears"], "verbs": ["get"]}])
+    );
+}
+
+#[test]
+fn stale_managed_cluster_roles_are_not_copied() {
+    // The live cluster still has the role of a Widget that is gone; the
+    // producer evaluated fine, so its stale output is about to be pruned and
+    // must not leak into Roles.
+    let stale = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "widget:old", "labels": {"example.org/copy": "true", "app.kubernetes.io/managed-by": "rbac-rules"},
+                     "annotations": {"rbacrules.io/rule": "z-producer", "rbacrules.io/trigger": "Widget.example.org/old"}},
+        "rules": [{"apiGroups": ["example.org"], "resources": ["old"], "verbs": ["*"]}]});
+    let unmanaged = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "hand-made", "labels": {"example.org/copy": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]});
+    let eval = Engine::new(&rules(COPY), Options::default()).evaluate(&store(&[
+        ns("t", json!({}), json!({})),
+        widget("gears"),
+        stale,
+        unmanaged,
+    ]));
+    assert_eq!(
+        role_rules(&eval, "copied"),
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+               {"apiGroups": ["example.org"], "resources": ["gears"], "verbs": ["get"]}]),
+        "hand-made roles are copied (name order), stale managed ones are not"
+    );
+}
+
+#[test]
+fn metadata_only_triggers_see_no_spec() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: m}
+spec:
+  trigger: {apiGroup: example.org, kind: Widget, metadataOnly: true}
+  outputs:
+  - {kind: ClusterRole, name: "w:{{trigger.spec.size}}"}
+"#;
+    let mut w = widget("big");
+    w["spec"] = json!({"size": "xl"});
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[w]));
+    let err = &eval.reports["m"].errors[0];
+    assert!(err.message.contains("missing variable"), "{err}");
+}
+
+#[test]
+fn owner_references_only_where_kubernetes_allows_them() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: o}
+spec:
+  trigger: {apiGroup: example.org, kind: Gadget}
+  outputs:
+  - {kind: Role, name: same-ns}
+  - {kind: Role, name: other-ns, namespace: elsewhere}
+  - {kind: ClusterRole, name: "cluster-{{trigger.metadata.name}}"}
+"#;
+    let gadget = json!({"apiVersion": "example.org/v1", "kind": "Gadget", "metadata": {"name": "g", "namespace": "home", "uid": "g-1"}});
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[gadget]));
+    let owner = |name: &str| {
+        eval.desired
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| d.object["metadata"]["ownerReferences"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        owner("same-ns"),
+        json!([{"apiVersion": "example.org/v1", "kind": "Gadget", "name": "g", "uid": "g-1", "controller": true, "blockOwnerDeletion": true}])
+    );
+    assert_eq!(
+        owner("other-ns"),
+        Value::Null,
+        "a namespaced owner cannot own objects elsewhere"
+    );
+    assert_eq!(
+        owner("cluster-g"),
+        Value::Null,
+        "a namespaced owner cannot own cluster-scoped objects"
+    );
+    let d = eval
+        .desired
+        .iter()
+        .find(|d| d.name == "same-ns")
+        .expect("same-ns");
+    assert_eq!(
+        d.object["metadata"]["annotations"]["rbacrules.io/trigger"],
+        "Gadget.example.org/home/g"
+    );
+    assert_eq!(d.object["metadata"]["labels"]["rbacrules.io/rule"], "o");
+}
+
+#[test]
+fn for_each_outputs_and_merged_labels() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: each}
+spec:
+  trigger: {apiGroup: example.org, kind: Widget}
+  related:
+  - name: spaces
+    objects: {kind: Namespace, selector: {matchLabels: {widget: "{{trigger.metadata.name}}"}}}
+  outputs:
+  - kind: ClusterRole
+    name: "widget:{{trigger.metadata.name}}"
+    labels:
+      example.org/kind: widget
+      $merge:
+      - forEach: related.spaces
+        as: s
+        item: {"namespace.example.org/{{s.metadata.name}}": "true"}
+  - kind: Role
+    forEach: related.spaces
+    as: s
+    when: 'ne s.metadata.name "skip"'
+    name: widget-user
+    namespace: "{{s.metadata.name}}"
+"#;
+    let objects = [
+        widget("w"),
+        ns("n1", json!({"widget": "w"}), json!({})),
+        ns("n2", json!({"widget": "w"}), json!({})),
+        ns("skip", json!({"widget": "w"}), json!({})),
+        ns("other", json!({"widget": "v"}), json!({})),
+    ];
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&objects));
+    assert_eq!(
+        names(&eval),
+        [
+            "ClusterRole//widget:w",
+            "Role/n1/widget-user",
+            "Role/n2/widget-user"
+        ]
+    );
+    let labels = &eval.desired[0].object["metadata"]["labels"];
+    assert_eq!(labels["namespace.example.org/n1"], "true");
+    assert_eq!(labels["namespace.example.org/skip"], "true");
+    assert!(labels.get("namespace.example.org/other").is_none());
+}
+
+#[test]
+fn two_triggers_emitting_one_object_conflict_and_keep() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: clash}
+spec:
+  trigger: {kind: Namespace}
+  outputs:
+  - {kind: ClusterRole, name: "same-for-all"}
+"#;
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[
+        ns("a", json!({}), json!({})),
+        ns("b", json!({}), json!({})),
+    ]));
+    assert!(eval.desired.is_empty());
+    assert!(eval.contested.contains(&(
+        OutputKind::ClusterRole,
+        String::new(),
+        "same-for-all".to_string()
+    )));
+    assert!(
+        eval.reports["clash"]
+            .errors
+            .iter()
+            .all(|e| e.kind == ErrorKind::Conflict)
+    );
+    assert!(eval.keeps("clash", Some("Namespace/a")) && eval.keeps("clash", Some("Namespace/b")));
+}
+
+#[test]
+fn manage_levels_switch_rules_off() {
+    let builtin = rbac_rules::rules::builtin().expect("built-in rules");
+    for (level, inactive) in [
+        (
+            ManageLevel::ServiceAccounts,
+            vec![
+                "crossplane-composite-users",
+                "crossplane-namespace",
+                "crossplane-provider-users",
+                "crossplane-user-roles",
+            ],
+        ),
+        (
+            ManageLevel::Basic,
+            vec!["crossplane-namespace", "crossplane-namespace-base"],
+        ),
+        (ManageLevel::All, vec![]),
+    ] {
+        let eval = Engine::new(
+            &builtin,
+            Options {
+                manage: level,
+                allow: None,
+            },
+        )
+        .evaluate(&ObjectStore::new());
+        let mut off: Vec<&str> = eval
+            .reports
+            .iter()
+            .filter(|(_, r)| r.state == RuleState::Inactive)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        off.sort();
+        let mut want = inactive.clone();
+        if level == ManageLevel::ServiceAccounts {
+            want.push("crossplane-namespace-base");
+            want.sort();
+        }
+        assert_eq!(off, want, "inactive rules at {level}");
+        assert!(eval.keeps(want.first().copied().unwrap_or("none"), None) || want.is_empty());
+    }
+}
+
+#[test]
+fn interests_name_every_kind_the_rules_read() {
+    let builtin = rbac_rules::rules::builtin().expect("built-in rules");
+    let engine = Engine::new(&builtin, Options::default());
+    let kinds: Vec<(String, bool)> = engine
+        .interests()
+        .into_iter()
+        .map(|i| (i.gk.to_string(), i.metadata_only))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Namespace".to_string(), true),
+            (
+                "CompositeResourceDefinition.apiextensions.crossplane.io".to_string(),
+                false
+            ),
+            ("Deployment.apps".to_string(), false),
+            ("ProviderRevision.pkg.crossplane.io".to_string(), false),
+            ("ClusterRole.rbac.authorization.k8s.io".to_string(), false),
+        ]
+    );
+}

@@ -1,7 +1,41 @@
-//! The controller: observes the cluster, runs the engine, applies, prunes
-//! and reports. (Being written.)
+//! The controller (`rbac-rules run`): keeps the cluster equal to what its
+//! RbacRule objects say.
+//!
+//! - [`observe`]: watches (rules, our outputs, the kinds rules read) and
+//!   their caches;
+//! - [`sync`]: one reconcile — evaluate ([`crate::engine`]), [`plan`] (pure
+//!   diff), [`apply`] (writes), [`status`] (conditions and Events);
+//! - [`metrics`]: Prometheus metrics and health endpoints;
+//! - [`leader`]: Lease-based leader election.
+//!
+//! The control loop below owns the caches, debounces watch events into one
+//! reconcile and writes only while this replica leads.
+
+pub mod apply;
+mod error;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod plan;
+pub mod status;
+pub mod sync;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+pub use error::Error;
 
 use crate::api::ManageLevel;
+use apply::Gate;
+use metrics::Metrics;
+use observe::{Watches, World};
+use sync::{Snapshot, Syncer};
 
 /// Settings of `rbac-rules run`.
 #[derive(clap::Args, Clone, Debug)]
@@ -29,9 +63,270 @@ pub struct RunArgs {
     /// grant more. Unset: no allow-list.
     #[arg(long, env = "RBAC_RULES_ALLOW_CLUSTERROLE")]
     pub allow_clusterrole: Option<String>,
+    /// Quiet time after a watch event before reconciling, in milliseconds:
+    /// a burst of events becomes one evaluation.
+    #[arg(long, env = "RBAC_RULES_DEBOUNCE_MS", default_value_t = 300)]
+    pub debounce_ms: u64,
+    /// Seconds between reconciles of the cached state when nothing happens
+    /// (a no-op resync sends no request).
+    #[arg(long, env = "RBAC_RULES_RESYNC_SECONDS", default_value_t = 300)]
+    pub resync_seconds: u64,
+    /// Seconds between discovery retries for kinds rules read that the API
+    /// server does not serve yet.
+    #[arg(long, env = "RBAC_RULES_REDISCOVERY_SECONDS", default_value_t = 30)]
+    pub rediscovery_seconds: u64,
+    /// Identity in the Lease and in Events (default: $POD_NAME, then
+    /// $HOSTNAME).
+    #[arg(long, env = "RBAC_RULES_IDENTITY")]
+    pub identity: Option<String>,
 }
 
+/// Longest wait before retrying failed writes.
+const MAX_RETRY: Duration = Duration::from_secs(120);
+/// First wait before retrying failed writes.
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+
 /// Runs the controller until SIGTERM or ctrl-c.
-pub async fn run(_args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    Err("the controller is not built yet".into())
+pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let client = Client::try_default().await.map_err(Error::Client)?;
+    let metrics = Metrics::new();
+    let ready = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    let server = metrics::serve(
+        args.metrics_address,
+        metrics.clone(),
+        ready.clone(),
+        wait_true(stop_rx.clone()),
+    )
+    .await?;
+    let server = tokio::spawn(server);
+    let signals = tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok());
+    let gate = Arc::new(Gate::new(!args.leader_election));
+    let lease = if args.leader_election {
+        let namespace = args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        Some(
+            leader::Lease::start(
+                client.clone(),
+                &namespace,
+                &args.lease_name,
+                identity.clone(),
+            )
+            .await?,
+        )
+    } else {
+        metrics.leader.set(1);
+        None
+    };
+
+    let result = control_loop(
+        &args,
+        client,
+        metrics,
+        gate.clone(),
+        ready,
+        lease.as_ref().map(leader::Lease::receiver),
+        stop_rx,
+    )
+    .await;
+    // Stop writing first, then give the lease back.
+    gate.stop();
+    if let Some(l) = lease {
+        l.release().await;
+    }
+    signals.abort();
+    let _ = server.await;
+    result.map_err(Into::into)
+}
+
+async fn wait_true(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; ctrl-c only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The control loop: feed watch events into the world, reconcile after a
+/// quiet period, resync and rediscover periodically, follow leadership.
+async fn control_loop(
+    args: &RunArgs,
+    client: Client,
+    metrics: Metrics,
+    gate: Arc<Gate>,
+    ready: Arc<AtomicBool>,
+    mut leader: Option<watch::Receiver<bool>>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let (tx, mut rx) = mpsc::channel(1024);
+    let mut world = World::new(args.allow_clusterrole.clone());
+    let mut watches = Watches::start(
+        client.clone(),
+        tx,
+        args.manage,
+        args.allow_clusterrole.as_deref(),
+    );
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok());
+    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity);
+
+    let debounce = Duration::from_millis(args.debounce_ms);
+    let mut due: Option<Instant> = None;
+    let mut retry = FIRST_RETRY;
+    let mut resync = tokio::time::interval(Duration::from_secs(args.resync_seconds.max(1)));
+    let mut rediscovery =
+        tokio::time::interval(Duration::from_secs(args.rediscovery_seconds.max(1)));
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    rediscovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    loop {
+        let wake = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = stop.wait_for(|v| *v) => break,
+            feed = rx.recv() => {
+                let Some(feed) = feed else { break };
+                let change = world.apply(feed);
+                if change.rules {
+                    watches.reconcile_kinds(&mut world).await;
+                    metrics.watched_kinds.set(world.watched_kinds() as i64);
+                }
+                if change.dirty || change.rules {
+                    // Debounce from the first event of a burst: bounded
+                    // latency even under a steady stream of events.
+                    due.get_or_insert_with(|| Instant::now() + debounce);
+                }
+            }
+            _ = tokio::time::sleep_until(wake), if due.is_some() => {
+                due = None;
+                if !world.base_synced() {
+                    continue;
+                }
+                if world.kinds_settled() && !ready.swap(true, Ordering::SeqCst) {
+                    tracing::info!(kinds = world.watched_kinds(), rules = world.rules.len(), "initial sync done");
+                }
+                if !gate.open() {
+                    continue;
+                }
+                let allow = world.allow_rules();
+                let holds = world.holds();
+                let snap = Snapshot {
+                    rules: &world.rules,
+                    observed: &world.store,
+                    owned: &world.owned,
+                    holds: &holds,
+                    allow: allow.as_deref(),
+                    prune: world.kinds_settled(),
+                };
+                let report = syncer.sync(&snap).await;
+                log_report(&report, &holds);
+                if report.retry {
+                    due = Some(Instant::now() + retry);
+                    retry = (retry * 2).min(MAX_RETRY);
+                } else {
+                    retry = FIRST_RETRY;
+                }
+            }
+            _ = resync.tick() => {
+                due.get_or_insert_with(Instant::now);
+            }
+            _ = rediscovery.tick(), if world.has_unresolved() => {
+                if watches.rediscover(&mut world).await {
+                    metrics.watched_kinds.set(world.watched_kinds() as i64);
+                    due.get_or_insert_with(|| Instant::now() + debounce);
+                }
+            }
+            changed = async {
+                match leader.as_mut() {
+                    Some(rx) => rx.changed().await.map(|_| *rx.borrow()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                match changed {
+                    Ok(is_leader) => {
+                        gate.set_leader(is_leader);
+                        metrics.leader.set(i64::from(is_leader));
+                        if is_leader {
+                            tracing::info!("became leader: reconciling everything");
+                            due = Some(Instant::now());
+                        } else {
+                            tracing::warn!("lost leadership: writes stopped");
+                        }
+                    }
+                    Err(_) => {
+                        // The lease task ended: we can never lead again.
+                        gate.set_leader(false);
+                        metrics.leader.set(0);
+                        tracing::error!("leader election stopped");
+                        return Err(Error::LeaseLost);
+                    }
+                }
+            }
+        }
+    }
+    drop(watches);
+    Ok(())
+}
+
+fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>) {
+    let applied = report
+        .written
+        .iter()
+        .filter(|w| w.outcome.is_applied())
+        .count();
+    let deleted = report
+        .written
+        .iter()
+        .filter(|w| matches!(w.outcome, apply::Outcome::Deleted))
+        .count();
+    if report.plan.is_empty() && report.status_patches == 0 {
+        tracing::debug!(
+            unchanged = report.plan.unchanged.len(),
+            held = holds.len(),
+            "reconciled: no changes"
+        );
+    } else {
+        tracing::info!(
+            applied,
+            deleted,
+            unchanged = report.plan.unchanged.len(),
+            kept = report.plan.kept.len(),
+            status_patches = report.status_patches,
+            held = holds.len(),
+            "reconciled"
+        );
+    }
 }

@@ -1,0 +1,360 @@
+//! Executing a [`Plan`]: server-side applies and precondition deletes.
+//!
+//! Every write first checks the [`Gate`]: a replica that lost the lease or
+//! is shutting down stops between two writes.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+
+use super::Error;
+use super::metrics::Metrics;
+use super::plan::{Apply, ApplyAction, FIELD_MANAGER, ObjectId, Plan};
+use crate::api::OutputKind;
+use crate::engine::output::MANAGED_BY_LABEL;
+
+/// How long a found ownership conflict is trusted before the object is
+/// looked up again (so a conflict costs one GET per period, not one per
+/// reconcile, and a removed foreign object is replaced within it).
+pub const CONFLICT_RECHECK: Duration = Duration::from_secs(300);
+
+/// Whether this replica may write: it leads (or runs without election) and
+/// is not shutting down.
+#[derive(Debug, Default)]
+pub struct Gate {
+    leader: AtomicBool,
+    stopping: AtomicBool,
+}
+
+impl Gate {
+    /// A gate; `leader` is the initial leadership.
+    pub fn new(leader: bool) -> Self {
+        Gate {
+            leader: AtomicBool::new(leader),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// Records leadership.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.store(leader, Ordering::SeqCst);
+    }
+
+    /// Stops all further writes.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether this replica holds the lease.
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    /// Whether a write may be sent now.
+    pub fn open(&self) -> bool {
+        self.is_leader() && !self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+/// Objects known to exist without our provenance, with when we looked.
+#[derive(Debug, Default)]
+pub struct ConflictMemo {
+    seen: BTreeMap<ObjectId, (Instant, String)>,
+}
+
+impl ConflictMemo {
+    fn get(&self, id: &ObjectId) -> Option<&str> {
+        self.seen
+            .get(id)
+            .filter(|(at, _)| at.elapsed() < CONFLICT_RECHECK)
+            .map(|(_, m)| m.as_str())
+    }
+
+    /// Forgets objects no longer wanted.
+    fn retain_planned(&mut self, plan: &Plan) {
+        self.seen
+            .retain(|id, _| plan.applies.iter().any(|a| &a.id == id));
+    }
+}
+
+/// What happened to one planned write.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Created (did not exist).
+    Created,
+    /// Updated; the parts that differed.
+    Updated(Vec<&'static str>),
+    /// Binding deleted and re-created with a new roleRef.
+    Recreated,
+    /// Pruned.
+    Deleted,
+    /// Exists without our provenance: left alone. `fresh` is false when the
+    /// conflict was remembered rather than looked up now.
+    Conflict {
+        /// Who seems to manage it.
+        message: String,
+        /// Newly found (emit an Event) or remembered.
+        fresh: bool,
+    },
+    /// The object changed or vanished under a precondition: re-plan later.
+    Raced,
+    /// The API server refused or could not be reached.
+    Failed(Error),
+    /// Not sent: the gate closed.
+    Skipped,
+}
+
+impl Outcome {
+    /// Whether the object now exists as desired.
+    pub fn is_applied(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Created | Outcome::Updated(_) | Outcome::Recreated
+        )
+    }
+}
+
+/// One planned write and its outcome.
+#[derive(Debug)]
+pub struct Written {
+    /// The object.
+    pub id: ObjectId,
+    /// The rule that wanted (or owned) it.
+    pub rule: String,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// The ApiResource of an RBAC kind.
+pub fn api_resource(kind: OutputKind) -> ApiResource {
+    match kind {
+        OutputKind::ClusterRole => ApiResource::erase::<ClusterRole>(&()),
+        OutputKind::Role => ApiResource::erase::<Role>(&()),
+        OutputKind::ClusterRoleBinding => ApiResource::erase::<ClusterRoleBinding>(&()),
+        OutputKind::RoleBinding => ApiResource::erase::<RoleBinding>(&()),
+    }
+}
+
+fn api_for(client: &Client, id: &ObjectId) -> Api<DynamicObject> {
+    let ar = api_resource(id.kind);
+    if id.kind.namespaced() {
+        Api::namespaced_with(client.clone(), &id.namespace, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    }
+}
+
+/// Sends the plan's writes in order (applies, then deletes) and reports
+/// each outcome. A failed write does not stop the others.
+pub async fn execute(
+    client: &Client,
+    gate: &Gate,
+    metrics: &Metrics,
+    plan: &Plan,
+    memo: &mut ConflictMemo,
+) -> Vec<Written> {
+    memo.retain_planned(plan);
+    let mut out = Vec::with_capacity(plan.applies.len() + plan.deletes.len());
+    for a in &plan.applies {
+        let outcome = if gate.open() {
+            apply_one(client, gate, metrics, a, memo).await
+        } else {
+            Outcome::Skipped
+        };
+        log_outcome(&a.id, &outcome);
+        out.push(Written {
+            id: a.id.clone(),
+            rule: a.rule.clone(),
+            outcome,
+        });
+    }
+    for d in &plan.deletes {
+        let outcome = if gate.open() {
+            match delete_one(
+                client,
+                metrics,
+                &d.id,
+                d.uid.clone(),
+                d.resource_version.clone(),
+            )
+            .await
+            {
+                Ok(()) => Outcome::Deleted,
+                Err(e) if e.is_gone_or_changed() => Outcome::Raced,
+                Err(e) => Outcome::Failed(e),
+            }
+        } else {
+            Outcome::Skipped
+        };
+        log_outcome(&d.id, &outcome);
+        out.push(Written {
+            id: d.id.clone(),
+            rule: d.rule.clone(),
+            outcome,
+        });
+    }
+    out
+}
+
+fn log_outcome(id: &ObjectId, outcome: &Outcome) {
+    match outcome {
+        Outcome::Created => tracing::info!(object = %id, "created"),
+        Outcome::Updated(parts) => tracing::info!(object = %id, changed = ?parts, "updated"),
+        Outcome::Recreated => tracing::info!(object = %id, "re-created with a new roleRef"),
+        Outcome::Deleted => tracing::info!(object = %id, "pruned"),
+        Outcome::Conflict { message, fresh } => {
+            if *fresh {
+                tracing::warn!(object = %id, %message, "not ours: left alone");
+            }
+        }
+        Outcome::Raced => tracing::info!(object = %id, "changed concurrently; will re-plan"),
+        Outcome::Failed(e) => tracing::warn!(object = %id, error = %e, "write failed"),
+        Outcome::Skipped => tracing::debug!(object = %id, "write skipped: not leading"),
+    }
+}
+
+async fn apply_one(
+    client: &Client,
+    gate: &Gate,
+    metrics: &Metrics,
+    a: &Apply,
+    memo: &mut ConflictMemo,
+) -> Outcome {
+    let api = api_for(client, &a.id);
+    match &a.action {
+        ApplyAction::Create => {
+            if let Some(message) = memo.get(&a.id) {
+                return Outcome::Conflict {
+                    message: message.to_string(),
+                    fresh: false,
+                };
+            }
+            // The owned-object watches see only labelled objects: look for
+            // a foreign object of the same name before creating ours.
+            match api.get_opt(&a.id.name).await {
+                Ok(Some(existing)) if !has_our_label(&existing) => {
+                    let message = foreign_message(&a.id, &existing);
+                    memo.seen
+                        .insert(a.id.clone(), (Instant::now(), message.clone()));
+                    return Outcome::Conflict {
+                        message,
+                        fresh: true,
+                    };
+                }
+                // Ours already (our cache lags behind): apply over it.
+                Ok(_) => {}
+                Err(source) => {
+                    return Outcome::Failed(Error::Api {
+                        action: "get",
+                        object: a.id.to_string(),
+                        source,
+                    });
+                }
+            }
+            if !gate.open() {
+                return Outcome::Skipped;
+            }
+            match send_apply(&api, metrics, a).await {
+                Ok(()) => Outcome::Created,
+                Err(e) => Outcome::Failed(e),
+            }
+        }
+        ApplyAction::Update(parts) => match send_apply(&api, metrics, a).await {
+            Ok(()) => Outcome::Updated(parts.clone()),
+            Err(e) => Outcome::Failed(e),
+        },
+        ApplyAction::Recreate {
+            uid,
+            resource_version,
+        } => {
+            match delete_one(
+                client,
+                metrics,
+                &a.id,
+                uid.clone(),
+                resource_version.clone(),
+            )
+            .await
+            {
+                Ok(()) => {}
+                // Already gone: create it.
+                Err(Error::Api {
+                    source: kube::Error::Api(s),
+                    ..
+                }) if s.code == 404 => {}
+                Err(e) if e.is_gone_or_changed() => return Outcome::Raced,
+                Err(e) => return Outcome::Failed(e),
+            }
+            // No gate check between the two: a lost lease must not leave
+            // the subjects without their binding.
+            match send_apply(&api, metrics, a).await {
+                Ok(()) => Outcome::Recreated,
+                Err(e) => Outcome::Failed(e),
+            }
+        }
+    }
+}
+
+fn has_our_label(obj: &DynamicObject) -> bool {
+    obj.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == crate::engine::output::MANAGED_BY_VALUE)
+}
+
+fn foreign_message(id: &ObjectId, existing: &DynamicObject) -> String {
+    let by = existing
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .map(|m| format!(" (it is managed by {m:?})"))
+        .unwrap_or_default();
+    format!("{id} exists without the {MANAGED_BY_LABEL}=rbac-rules label{by}; it is left alone")
+}
+
+async fn send_apply(api: &Api<DynamicObject>, metrics: &Metrics, a: &Apply) -> Result<(), Error> {
+    // force: the object is ours (or new), so our field manager takes any
+    // field another manager set on it (drift repair).
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    metrics.write(a.id.kind.as_str(), "apply");
+    api.patch(&a.id.name, &params, &Patch::Apply(&a.object))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Api {
+            action: "apply",
+            object: a.id.to_string(),
+            source,
+        })
+}
+
+async fn delete_one(
+    client: &Client,
+    metrics: &Metrics,
+    id: &ObjectId,
+    uid: Option<String>,
+    resource_version: Option<String>,
+) -> Result<(), Error> {
+    let api = api_for(client, id);
+    let params = DeleteParams {
+        preconditions: (uid.is_some() || resource_version.is_some()).then_some(Preconditions {
+            uid,
+            resource_version,
+        }),
+        ..DeleteParams::default()
+    };
+    metrics.write(id.kind.as_str(), "delete");
+    api.delete(&id.name, &params)
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Api {
+            action: "delete",
+            object: id.to_string(),
+            source,
+        })
+}

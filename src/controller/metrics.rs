@@ -1,0 +1,213 @@
+//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::Error;
+
+/// Labels of the errors counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// A bounded reason: an engine reason (`TemplateError`, `Conflict`, ...)
+    /// or an API error label (`api_forbidden`, ...).
+    pub reason: String,
+}
+
+/// Labels of the writes counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// ClusterRole, Role, ClusterRoleBinding, RoleBinding or RbacRule.
+    pub kind: String,
+    /// `apply`, `delete` or `status`.
+    pub action: String,
+}
+
+/// Every metric the controller exports. Names carry the `rbac_rules_`
+/// prefix; counters get `_total` from the encoder.
+#[derive(Clone)]
+pub struct Metrics {
+    /// `rbac_rules_reconciles_total`: reconciles run (as leader).
+    pub reconciles: Counter,
+    /// `rbac_rules_reconcile_errors_total{reason}`: rule evaluation errors,
+    /// conflicts and failed API writes.
+    pub errors: Family<ReasonLabels, Counter>,
+    /// `rbac_rules_api_writes_total{kind,action}`: writes sent.
+    pub writes: Family<WriteLabels, Counter>,
+    /// `rbac_rules_render_duration_seconds`: engine evaluation time.
+    pub render_duration: Histogram,
+    /// `rbac_rules_managed_objects`: live objects carrying our label.
+    pub managed_objects: Gauge,
+    /// `rbac_rules_watched_kinds`: kinds watched for the rules.
+    pub watched_kinds: Gauge,
+    /// `rbac_rules_leader`: 1 while this replica holds the lease.
+    pub leader: Gauge,
+    registry: Arc<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("rbac_rules");
+        let reconciles = Counter::default();
+        let errors = Family::<ReasonLabels, Counter>::default();
+        let writes = Family::<WriteLabels, Counter>::default();
+        let render_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        let managed_objects = Gauge::default();
+        let watched_kinds = Gauge::default();
+        let leader = Gauge::default();
+        registry.register(
+            "reconciles",
+            "Reconciles run by the leader",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Rule errors, conflicts and failed API calls, by reason",
+            errors.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Writes sent to the API server, by kind and action",
+            writes.clone(),
+        );
+        registry.register(
+            "render_duration_seconds",
+            "Time to evaluate every rule",
+            render_duration.clone(),
+        );
+        registry.register(
+            "managed_objects",
+            "Live RBAC objects labelled app.kubernetes.io/managed-by=rbac-rules",
+            managed_objects.clone(),
+        );
+        registry.register(
+            "watched_kinds",
+            "Kinds watched for the rules' triggers and related objects",
+            watched_kinds.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            leader.clone(),
+        );
+        Metrics {
+            reconciles,
+            errors,
+            writes,
+            render_duration,
+            managed_objects,
+            watched_kinds,
+            leader,
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// Counts one error.
+    pub fn error(&self, reason: &str) {
+        self.errors
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one write.
+    pub fn write(&self, kind: &str, action: &str) {
+        self.writes
+            .get_or_create(&WriteLabels {
+                kind: kind.to_string(),
+                action: action.to_string(),
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// Shared by the HTTP handlers.
+#[derive(Clone)]
+struct Http {
+    metrics: Metrics,
+    ready: Arc<AtomicBool>,
+}
+
+/// The HTTP routes: `/metrics`, `/healthz` (the process serves) and
+/// `/readyz` (the initial sync is done; non-leaders are ready too).
+pub fn router(metrics: Metrics, ready: Arc<AtomicBool>) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(serve_ready))
+        .with_state(Http { metrics, ready })
+}
+
+async fn serve_metrics(State(h): State<Http>) -> impl IntoResponse {
+    match h.metrics.encode() {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        ),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "cannot encode metrics".to_string(),
+        ),
+    }
+}
+
+async fn serve_ready(State(h): State<Http>) -> impl IntoResponse {
+    if h.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "initial sync not done")
+    }
+}
+
+/// Binds the address; the returned future serves until `shutdown` resolves.
+pub async fn serve(
+    address: SocketAddr,
+    metrics: Metrics,
+    ready: Arc<AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<impl std::future::Future<Output = ()>, Error> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| Error::Serve { address, source })?;
+    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    Ok(async move {
+        if let Err(e) = axum::serve(listener, router(metrics, ready))
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    })
+}

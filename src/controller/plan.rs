@@ -1,0 +1,589 @@
+//! The pure diff: (evaluation, live managed objects) → the writes to make.
+//!
+//! No client here. A desired object is written only when its semantic
+//! content differs from the live copy (see [`differences`]), so a resync of
+//! an unchanged cluster plans nothing, and a change to one trigger plans
+//! writes for exactly the objects whose rendering changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::api::OutputKind;
+use crate::engine::Evaluation;
+use crate::engine::output::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, RBAC_API_VERSION, rule_annotation, trigger_annotation,
+};
+
+/// Field manager of every write, and the manager whose managedFields entry
+/// says which labels and annotations are ours.
+pub const FIELD_MANAGER: &str = "rbac-rules";
+
+/// Identity of an RBAC object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectId {
+    /// Kind. Its order (ClusterRole, Role, ClusterRoleBinding, RoleBinding)
+    /// is the write order: roles before the bindings that name them.
+    pub kind: OutputKind,
+    /// Namespace; empty for cluster-scoped kinds.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectId {
+    /// An id.
+    pub fn new(kind: OutputKind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectId {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The id of an RBAC object's manifest, if it is one.
+    pub fn of(obj: &Value) -> Option<ObjectId> {
+        if obj.get("apiVersion")?.as_str()? != RBAC_API_VERSION {
+            return None;
+        }
+        let kind = OutputKind::parse(obj.get("kind")?.as_str()?)?;
+        let meta = obj.get("metadata")?;
+        Some(ObjectId::new(
+            kind,
+            meta.get("namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            meta.get("name")?.as_str()?,
+        ))
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// The fields our field manager set on a live object, read from its
+/// `managedFields` entry: what a server-side apply that leaves a field out
+/// would remove.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnedFields {
+    /// Label keys.
+    pub labels: BTreeSet<String>,
+    /// Annotation keys.
+    pub annotations: BTreeSet<String>,
+    /// uids of ownerReferences.
+    pub owner_uids: BTreeSet<String>,
+    /// Top-level fields (`rules`, `aggregationRule`, `subjects`, ...).
+    pub top: BTreeSet<String>,
+}
+
+impl OwnedFields {
+    /// Reads our `Apply` entry of `metadata.managedFields`; `None` when there
+    /// is none (an object created by someone else, or a test fixture).
+    pub fn from_managed_fields(obj: &Value) -> Option<OwnedFields> {
+        let entry = obj["metadata"]["managedFields"]
+            .as_array()?
+            .iter()
+            .find(|e| {
+                e["manager"].as_str() == Some(FIELD_MANAGER)
+                    && e["operation"].as_str() == Some("Apply")
+            })?;
+        let fields = &entry["fieldsV1"];
+        let keys = |v: &Value| -> BTreeSet<String> {
+            v.as_object()
+                .into_iter()
+                .flat_map(|m| m.keys())
+                .filter_map(|k| k.strip_prefix("f:").map(str::to_string))
+                .collect()
+        };
+        let owner_uids = fields["f:metadata"]["f:ownerReferences"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter_map(|k| k.strip_prefix("k:"))
+            .filter_map(|k| serde_json::from_str::<Value>(k).ok())
+            .filter_map(|k| k["uid"].as_str().map(str::to_string))
+            .collect();
+        Some(OwnedFields {
+            labels: keys(&fields["f:metadata"]["f:labels"]),
+            annotations: keys(&fields["f:metadata"]["f:annotations"]),
+            owner_uids,
+            top: keys(fields),
+        })
+    }
+}
+
+/// A live RBAC object carrying our managed-by label, as cached from the
+/// label-selected watches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Live {
+    /// The object without `managedFields`.
+    pub object: Value,
+    /// What our field manager owns on it, when known.
+    pub ours: Option<OwnedFields>,
+}
+
+impl Live {
+    /// Summarises a live object: extracts what we own, then strips
+    /// `managedFields` (they are large and nothing else reads them).
+    pub fn new(mut object: Value) -> Live {
+        let ours = OwnedFields::from_managed_fields(&object);
+        if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        Live { object, ours }
+    }
+
+    /// Whether it carries our managed-by label.
+    pub fn is_managed(&self) -> bool {
+        is_managed(&self.object)
+    }
+
+    /// The rule annotation (provenance), if present.
+    pub fn rule(&self) -> Option<&str> {
+        self.object["metadata"]["annotations"][rule_annotation()].as_str()
+    }
+
+    /// The trigger annotation, if present.
+    pub fn trigger(&self) -> Option<&str> {
+        self.object["metadata"]["annotations"][trigger_annotation()].as_str()
+    }
+
+    /// metadata.uid.
+    pub fn uid(&self) -> Option<&str> {
+        self.object["metadata"]["uid"].as_str()
+    }
+
+    /// metadata.resourceVersion.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.object["metadata"]["resourceVersion"].as_str()
+    }
+}
+
+/// Whether an object carries `app.kubernetes.io/managed-by: rbac-rules`.
+pub fn is_managed(obj: &Value) -> bool {
+    obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE)
+}
+
+/// Drops what the API server treats as absent: null, empty lists, empty
+/// maps and empty strings in maps (`apiGroup: ""` of a ServiceAccount
+/// subject is omitted on the way back). List items are kept as they are:
+/// `apiGroups: [""]` means the core group.
+pub fn normalize(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, x) in m {
+                let n = normalize(x);
+                if !is_empty(&n) {
+                    out.insert(k.clone(), n);
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(normalize).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(m) => m.is_empty(),
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    }
+}
+
+fn field(obj: &Value, name: &str) -> Value {
+    let n = normalize(obj.get(name).unwrap_or(&Value::Null));
+    if is_empty(&n) { Value::Null } else { n }
+}
+
+/// Which parts of a live object differ from the desired manifest, by name
+/// (`labels`, `annotations`, `ownerReferences`, `rules`, `aggregationRule`,
+/// `roleRef`, `subjects`). Empty: nothing to write.
+///
+/// Only what we set counts: labels and annotations others added are
+/// ignored, while ones we set earlier but no longer want count (an apply
+/// would remove them). Server-added metadata (uid, resourceVersion,
+/// managedFields, ...) is ignored. An aggregated ClusterRole's `rules` belong
+/// to the aggregation controller and are never compared.
+pub fn differences(desired: &Value, live: &Live) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let dm = &desired["metadata"];
+    let lm = &live.object["metadata"];
+    for (name, owned) in [
+        ("labels", live.ours.as_ref().map(|o| &o.labels)),
+        ("annotations", live.ours.as_ref().map(|o| &o.annotations)),
+    ] {
+        let want = dm[name].as_object();
+        let have = lm[name].as_object();
+        let missing = want
+            .into_iter()
+            .flatten()
+            .any(|(k, v)| have.and_then(|h| h.get(k)) != Some(v));
+        let stale = owned
+            .into_iter()
+            .flatten()
+            .any(|k| !want.is_some_and(|w| w.contains_key(k)));
+        if missing || stale {
+            out.push(name);
+        }
+    }
+    if owner_references_differ(dm, lm, live.ours.as_ref()) {
+        out.push("ownerReferences");
+    }
+    let kind = desired["kind"].as_str().and_then(OutputKind::parse);
+    let owns = |f: &str| live.ours.as_ref().is_none_or(|o| o.top.contains(f));
+    match kind {
+        Some(k) if k.is_role() => {
+            let want_agg = field(desired, "aggregationRule");
+            let have_agg = field(&live.object, "aggregationRule");
+            if want_agg.is_null() {
+                // Someone else's aggregationRule survives our apply: only
+                // one we set counts.
+                if !have_agg.is_null() && owns("aggregationRule") {
+                    out.push("aggregationRule");
+                }
+                if field(desired, "rules") != field(&live.object, "rules") {
+                    out.push("rules");
+                }
+            } else if want_agg != have_agg {
+                out.push("aggregationRule");
+            }
+        }
+        Some(_) => {
+            if field(desired, "roleRef") != field(&live.object, "roleRef") {
+                out.push("roleRef");
+            }
+            if field(desired, "subjects") != field(&live.object, "subjects") {
+                out.push("subjects");
+            }
+        }
+        None => {}
+    }
+    out
+}
+
+fn owner_references_differ(dm: &Value, lm: &Value, ours: Option<&OwnedFields>) -> bool {
+    let want: Vec<Value> = dm["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(normalize)
+        .collect();
+    let have: Vec<Value> = lm["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(normalize)
+        .collect();
+    if want.iter().any(|w| !have.contains(w)) {
+        return true;
+    }
+    let want_uids: BTreeSet<&str> = want.iter().filter_map(|w| w["uid"].as_str()).collect();
+    ours.is_some_and(|o| o.owner_uids.iter().any(|u| !want_uids.contains(u.as_str())))
+}
+
+/// Why an object is applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApplyAction {
+    /// Not among our live objects: the writer first checks that no object
+    /// without our provenance has the name, then creates it.
+    Create,
+    /// Ours and different; the parts that differ.
+    Update(Vec<&'static str>),
+    /// A binding whose roleRef changed. roleRef is immutable, so the live
+    /// binding is deleted (with uid and resourceVersion preconditions) and
+    /// the new one applied right after: the subjects lose the binding for
+    /// one round-trip. Rules that rename bindings instead get no gap, since
+    /// new objects are applied before old ones are pruned.
+    Recreate {
+        /// uid of the live binding.
+        uid: Option<String>,
+        /// resourceVersion of the live binding.
+        resource_version: Option<String>,
+    },
+}
+
+/// One server-side apply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Apply {
+    /// The object.
+    pub id: ObjectId,
+    /// Rule that wants it.
+    pub rule: String,
+    /// Trigger it was rendered for.
+    pub trigger: Option<String>,
+    /// The manifest to send.
+    pub object: Value,
+    /// Why.
+    pub action: ApplyAction,
+}
+
+/// One deletion of a managed object nothing wants any more.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delete {
+    /// The object.
+    pub id: ObjectId,
+    /// The rule named in its provenance.
+    pub rule: String,
+    /// uid precondition.
+    pub uid: Option<String>,
+    /// resourceVersion precondition: a concurrent edit (for example someone
+    /// taking the object over by removing our label) makes the delete fail
+    /// instead of destroying it.
+    pub resource_version: Option<String>,
+}
+
+/// Why a live managed object is left as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepReason {
+    /// Its rule failed, is inactive, or its trigger is paused, deleting or
+    /// failed to render (`Evaluation::keeps`).
+    Kept,
+    /// Its rule waits for a watch (kind not served or not yet listed).
+    Held,
+    /// Two rules or triggers emit it.
+    Contested,
+    /// Carries our label but no rule annotation: provenance unknown.
+    NoProvenance,
+    /// Would be pruned, but the view is incomplete.
+    PruneDeferred,
+}
+
+/// The writes one reconcile makes, in order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Applies: roles before bindings (ObjectId order).
+    pub applies: Vec<Apply>,
+    /// Deletes, after every apply: bindings before roles.
+    pub deletes: Vec<Delete>,
+    /// Desired objects already equal to the live ones, with their rule.
+    pub unchanged: Vec<(ObjectId, String)>,
+    /// Live managed objects left alone, with their rule (if any).
+    pub kept: Vec<(ObjectId, Option<String>, KeepReason)>,
+}
+
+impl Plan {
+    /// Whether the plan writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.applies.is_empty() && self.deletes.is_empty()
+    }
+}
+
+/// Computes the writes that make the live managed objects equal to the
+/// evaluation.
+///
+/// - `held`: rules whose objects must not be touched at all (they were not
+///   evaluated because a watch they need is not synced).
+/// - `prune`: whether deletions are allowed; false while the view may be
+///   incomplete. Applies are still planned.
+pub fn plan(
+    evaluation: &Evaluation,
+    live: &BTreeMap<ObjectId, Live>,
+    held: &BTreeSet<String>,
+    prune: bool,
+) -> Plan {
+    let mut out = Plan::default();
+    let mut wanted: BTreeSet<ObjectId> = BTreeSet::new();
+    for d in &evaluation.desired {
+        let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
+        wanted.insert(id.clone());
+        let action = match live.get(&id) {
+            None => ApplyAction::Create,
+            Some(l) => {
+                let diff = differences(&d.object, l);
+                if diff.is_empty() {
+                    out.unchanged.push((id, d.rule.clone()));
+                    continue;
+                }
+                if diff.contains(&"roleRef") {
+                    ApplyAction::Recreate {
+                        uid: l.uid().map(str::to_string),
+                        resource_version: l.resource_version().map(str::to_string),
+                    }
+                } else {
+                    ApplyAction::Update(diff)
+                }
+            }
+        };
+        out.applies.push(Apply {
+            id,
+            rule: d.rule.clone(),
+            trigger: d.trigger.clone(),
+            object: d.object.clone(),
+            action,
+        });
+    }
+    out.applies.sort_by(|a, b| a.id.cmp(&b.id));
+
+    for (id, l) in live {
+        if wanted.contains(id) || !l.is_managed() {
+            continue;
+        }
+        let rule = l.rule().map(str::to_string);
+        let reason =
+            if evaluation
+                .contested
+                .contains(&(id.kind, id.namespace.clone(), id.name.clone()))
+            {
+                Some(KeepReason::Contested)
+            } else {
+                match &rule {
+                    None => Some(KeepReason::NoProvenance),
+                    Some(r) if held.contains(r) => Some(KeepReason::Held),
+                    Some(r) if evaluation.keeps(r, l.trigger()) => Some(KeepReason::Kept),
+                    Some(_) if !prune => Some(KeepReason::PruneDeferred),
+                    Some(_) => None,
+                }
+            };
+        match (reason, rule) {
+            (Some(reason), rule) => out.kept.push((id.clone(), rule, reason)),
+            (None, Some(rule)) => out.deletes.push(Delete {
+                id: id.clone(),
+                rule,
+                uid: l.uid().map(str::to_string),
+                resource_version: l.resource_version().map(str::to_string),
+            }),
+            (None, None) => {}
+        }
+    }
+    // Bindings go before the roles they name.
+    out.deletes
+        .sort_by(|a, b| b.id.kind.cmp(&a.id.kind).then(a.id.cmp(&b.id)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn live(v: Value) -> Live {
+        Live::new(v)
+    }
+
+    fn role(rules: Value) -> Value {
+        json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": "r", "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+            "rules": rules,
+        })
+    }
+
+    #[test]
+    fn absent_and_empty_lists_are_equal() {
+        let desired = json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
+            "metadata": {"name": "b", "namespace": "n"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "apiGroup": ""}],
+        });
+        // The server drops the empty apiGroup and adds metadata.
+        let l = live(json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
+            "metadata": {"name": "b", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                         "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa"}],
+        }));
+        assert!(differences(&desired, &l).is_empty());
+
+        let no_rules = json!({"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole", "metadata": {"name": "r"}});
+        assert!(differences(&no_rules, &live(role(json!([])))).is_empty());
+        assert!(differences(&no_rules, &live(role(Value::Null))).is_empty());
+        assert_eq!(
+            differences(
+                &no_rules,
+                &live(role(
+                    json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])
+                ))
+            ),
+            vec!["rules"]
+        );
+    }
+
+    #[test]
+    fn policy_rule_empty_fields_and_order() {
+        let desired =
+            role(json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]));
+        let same = role(
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"], "resourceNames": []}]),
+        );
+        assert!(differences(&desired, &live(same)).is_empty());
+        // Verb order is content for an atomic list: an apply would rewrite it.
+        let reordered =
+            role(json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "get"]}]));
+        assert_eq!(differences(&desired, &live(reordered)), vec!["rules"]);
+        // The core group "" is a value, not an empty field.
+        let other_group =
+            role(json!([{"apiGroups": ["apps"], "resources": ["pods"], "verbs": ["get", "list"]}]));
+        assert_eq!(differences(&desired, &live(other_group)), vec!["rules"]);
+    }
+
+    #[test]
+    fn aggregated_roles_ignore_rules_filled_by_the_aggregator() {
+        let agg = json!({"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]});
+        let desired = json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": "r"}, "aggregationRule": agg,
+        });
+        let mut l = role(json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]));
+        l["aggregationRule"] = agg.clone();
+        assert!(differences(&desired, &live(l.clone())).is_empty());
+        l["aggregationRule"] = json!({"clusterRoleSelectors": [{"matchLabels": {"a": "c"}}]});
+        assert_eq!(differences(&desired, &live(l)), vec!["aggregationRule"]);
+    }
+
+    #[test]
+    fn only_labels_we_own_count() {
+        let desired = json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": "r", "labels": {"a": "1"}},
+        });
+        let mut l = json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": "r", "labels": {"a": "1", "other": "x"},
+              "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}},
+                {"manager": "kubectl", "operation": "Update",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:other": {}}}}}]},
+        });
+        // Someone else's label: no write (an apply would not remove it).
+        assert!(differences(&desired, &live(l.clone())).is_empty());
+        // A label we set earlier and no longer want: write.
+        l["metadata"]["labels"]["gone"] = json!("1");
+        l["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:labels"]["f:gone"] =
+            json!({});
+        assert_eq!(differences(&desired, &live(l.clone())), vec!["labels"]);
+        // A changed value of ours: write.
+        let mut edited = desired.clone();
+        edited["metadata"]["labels"]["a"] = json!("2");
+        assert_eq!(differences(&edited, &live(l)), vec!["labels"]);
+        // Live::new keeps the summary but strips managedFields.
+        let l = live(json!({"metadata": {"managedFields": []}}));
+        assert!(l.object["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn owner_references_compare_by_content() {
+        let owner = json!({"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u1",
+                           "controller": true, "blockOwnerDeletion": true});
+        let mut desired = role(Value::Null);
+        desired["metadata"]["ownerReferences"] = json!([owner]);
+        let mut l = desired.clone();
+        assert!(differences(&desired, &live(l.clone())).is_empty());
+        l["metadata"]["ownerReferences"][0]["uid"] = json!("u2");
+        assert_eq!(differences(&desired, &live(l)), vec!["ownerReferences"]);
+    }
+}

@@ -1,0 +1,295 @@
+//! RbacRule status and Events: computed from the evaluation and the write
+//! outcomes, written only when they change.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client, Resource, api::Patch, api::PatchParams};
+use serde_json::json;
+
+use super::Error;
+use super::apply::{Outcome, Written};
+use crate::api::{ManageLevel, RbacRule, RbacRuleStatus};
+use crate::engine::{EngineError, RuleReport, RuleState};
+
+/// Condition type: every output of the rule is applied.
+pub const READY: &str = "Ready";
+/// Condition type: something is wrong (evaluation, watch, conflict, API).
+pub const DEGRADED: &str = "Degraded";
+
+/// Longest condition message we write (the API allows 32768).
+const MAX_MESSAGE: usize = 4000;
+/// Longest Event note (the API allows 1 kB).
+const MAX_NOTE: usize = 1000;
+
+/// Why a rule was not evaluated this time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// A kind it reads is not served by the API server (CRD not installed
+    /// yet, or discovery failed). Retried by periodic rediscovery.
+    KindNotServed(String),
+    /// A watch it needs has not (re)listed yet, or its last list failed.
+    WaitingForSync(String),
+    /// The list of a kind it reads failed (e.g. forbidden); retried.
+    WatchFailed(String),
+    /// The `--allow-clusterrole` ClusterRole does not exist.
+    AllowListNotFound(String),
+}
+
+impl Hold {
+    /// Condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Hold::KindNotServed(_) => "KindNotServed",
+            Hold::WaitingForSync(_) => "WaitingForSync",
+            Hold::WatchFailed(_) => "WatchFailed",
+            Hold::AllowListNotFound(_) => "AllowListNotFound",
+        }
+    }
+
+    /// Human-readable detail.
+    pub fn message(&self) -> &str {
+        match self {
+            Hold::KindNotServed(m)
+            | Hold::WaitingForSync(m)
+            | Hold::WatchFailed(m)
+            | Hold::AllowListNotFound(m) => m,
+        }
+    }
+
+    /// Whether it makes the rule Degraded (a wait for a list does not).
+    pub fn degrades(&self) -> bool {
+        !matches!(self, Hold::WaitingForSync(_))
+    }
+}
+
+/// One problem to report: reason and message.
+type Problem = (&'static str, String);
+
+fn describe(e: &EngineError) -> String {
+    match &e.trigger {
+        Some(t) => format!("{} (trigger {t}): {}", e.field, e.message),
+        None => format!("{}: {}", e.field, e.message),
+    }
+}
+
+/// Everything needed to compute one rule's status.
+pub struct RuleInputs<'a> {
+    /// The engine's report; None when the rule was held.
+    pub report: Option<&'a RuleReport>,
+    /// Why the rule was held, if it was.
+    pub hold: Option<&'a Hold>,
+    /// This reconcile's writes for the rule.
+    pub writes: &'a [&'a Written],
+    /// Objects of the rule that exist now.
+    pub managed: i64,
+    /// The controller's `--manage` level.
+    pub manage: ManageLevel,
+}
+
+/// Computes a rule's status. `None`: leave the current status as it is (a
+/// rule waiting for a re-list keeps what it had).
+pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<RbacRuleStatus> {
+    let current = rule.status.as_ref();
+    if let Some(h @ Hold::WaitingForSync(_)) = inputs.hold
+        && current.is_some_and(|s| !s.conditions.is_empty())
+    {
+        tracing::debug!(rule = %rule.metadata.name.as_deref().unwrap_or_default(), reason = h.message(), "status kept while waiting for a list");
+        return None;
+    }
+    let generation = rule.metadata.generation;
+    let mut problems: Vec<Problem> = Vec::new();
+    let mut ready: Option<(&'static str, String)> = None;
+    match (inputs.hold, inputs.report) {
+        (Some(h), _) => {
+            if h.degrades() {
+                problems.push((h.reason(), h.message().to_string()));
+            } else {
+                ready = Some((h.reason(), h.message().to_string()));
+            }
+        }
+        (None, Some(r)) if r.state == RuleState::Inactive => {
+            ready = Some((
+                "Inactive",
+                format!(
+                    "manageLevel {} is above the controller's --manage {}; its objects are left alone",
+                    rule.spec.manage_level, inputs.manage
+                ),
+            ));
+        }
+        (None, Some(r)) => {
+            problems.extend(r.errors.iter().map(|e| (e.kind.reason(), describe(e))));
+        }
+        (None, None) => {}
+    }
+    for w in inputs.writes {
+        match &w.outcome {
+            Outcome::Conflict { message, .. } => problems.push(("Conflict", message.clone())),
+            Outcome::Failed(e) => problems.push((e.reason(), e.to_string())),
+            _ => {}
+        }
+    }
+    let (ready_cond, degraded_cond) = if let Some((reason, message)) = problems.first() {
+        let mut text = problems
+            .iter()
+            .take(5)
+            .map(|(_, m)| m.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        if problems.len() > 5 {
+            text.push_str(&format!("; and {} more", problems.len() - 5));
+        }
+        let text = truncate(&text, MAX_MESSAGE);
+        (("False", *reason, message.clone()), ("True", *reason, text))
+    } else if let Some((reason, message)) = ready {
+        (
+            ("False", reason, message),
+            ("False", "AsExpected", "no problems".to_string()),
+        )
+    } else {
+        (
+            ("True", "Reconciled", "every output is applied".to_string()),
+            ("False", "AsExpected", "no problems".to_string()),
+        )
+    };
+    let cond = |type_: &str, (status, reason, message): (&str, &str, String)| {
+        let previous = current.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+        // Keep the transition time while the status stays the same.
+        let last_transition_time = match previous {
+            Some(p) if p.status == status => p.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+        Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message: truncate(&message, MAX_MESSAGE),
+            observed_generation: generation,
+            last_transition_time,
+        }
+    };
+    Some(RbacRuleStatus {
+        conditions: vec![cond(READY, ready_cond), cond(DEGRADED, degraded_cond)],
+        observed_generation: generation,
+        matched_triggers: inputs
+            .report
+            .map(|r| r.matched_triggers as i64)
+            .or_else(|| current.map(|s| s.matched_triggers))
+            .unwrap_or(0),
+        managed_objects: inputs.managed,
+    })
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Writes the status with a merge patch on the status subresource, only
+/// when it differs from the current one.
+pub async fn patch(
+    client: &Client,
+    rule: &RbacRule,
+    status: &RbacRuleStatus,
+) -> Result<bool, Error> {
+    if rule.status.as_ref() == Some(status) {
+        return Ok(false);
+    }
+    let name = rule.metadata.name.clone().unwrap_or_default();
+    let api: Api<RbacRule> = Api::all(client.clone());
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .map_err(|source| Error::Api {
+        action: "patch status",
+        object: format!("RbacRule {name}"),
+        source,
+    })?;
+    Ok(true)
+}
+
+/// Events for one rule from this reconcile: one per reason, listing the
+/// objects (Events are about the RbacRule; a single object also goes in
+/// `related`). Nothing on a reconcile that wrote nothing and found nothing
+/// new.
+pub fn events(
+    rule: &RbacRule,
+    writes: &[&Written],
+    new_status: Option<&RbacRuleStatus>,
+) -> Vec<Event> {
+    let mut groups: BTreeMap<(&'static str, &'static str, bool), Vec<String>> = BTreeMap::new();
+    for w in writes {
+        let key = match &w.outcome {
+            Outcome::Created | Outcome::Updated(_) | Outcome::Recreated => {
+                ("Applied", "Apply", false)
+            }
+            Outcome::Deleted => ("Pruned", "Prune", false),
+            Outcome::Conflict { fresh: true, .. } => ("Conflict", "Apply", true),
+            Outcome::Failed(e) => (e.reason(), "Write", true),
+            Outcome::Conflict { fresh: false, .. } | Outcome::Raced | Outcome::Skipped => continue,
+        };
+        let text = match &w.outcome {
+            Outcome::Created => format!("{} (created)", w.id),
+            Outcome::Updated(parts) => format!("{} ({})", w.id, parts.join(", ")),
+            Outcome::Recreated => format!("{} (re-created: roleRef changed)", w.id),
+            Outcome::Failed(e) => e.to_string(),
+            Outcome::Conflict { message, .. } => message.clone(),
+            _ => w.id.to_string(),
+        };
+        groups.entry(key).or_default().push(text);
+    }
+    let mut out: Vec<Event> = groups
+        .into_iter()
+        .map(|((reason, action, warning), items)| Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(truncate(&items.join("; "), MAX_NOTE)),
+            action: action.to_string(),
+            secondary: None,
+        })
+        .collect();
+    // A newly Degraded rule (or a new reason) gets one Warning.
+    let degraded = |s: Option<&RbacRuleStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == DEGRADED))
+            .filter(|c| c.status == "True")
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    if let Some((reason, message)) = degraded(new_status)
+        && degraded(rule.status.as_ref()).as_ref() != Some(&(reason.clone(), message.clone()))
+        && !out.iter().any(|e| e.reason == reason)
+    {
+        out.push(Event {
+            type_: EventType::Warning,
+            reason,
+            note: Some(truncate(&message, MAX_NOTE)),
+            action: "Evaluate".to_string(),
+            secondary: None,
+        });
+    }
+    out
+}
+
+/// Publishes Events on the RbacRule (events.k8s.io/v1, namespace
+/// `default` since the rule is cluster-scoped).
+pub async fn publish(recorder: &Recorder, rule: &RbacRule, events: &[Event]) {
+    let reference = rule.object_ref(&());
+    for e in events {
+        if let Err(err) = recorder.publish(e, &reference).await {
+            tracing::warn!(rule = ?rule.metadata.name, reason = %e.reason, error = %err, "cannot publish event");
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! One reconcile: observed snapshot → engine → plan → writes → status and
+//! Events. Driven by the watch loop, and directly by tests (no watches).
+//!
+//! What gets re-rendered: every reconcile re-runs the whole (pure, cheap)
+//! engine over the cached objects, but writes only objects whose desired
+//! content differs from the live cache. So a Namespace annotation change
+//! writes that namespace's Roles and bindings; a new XRD writes its
+//! ClusterRoles and the Roles of namespaces that accept it; a ClusterRole
+//! change writes the Roles that copy rules from it. A resync of an
+//! unchanged cluster sends no request at all (statuses are compared before
+//! patching, Events come only from writes and new problems).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use super::apply::{self, ConflictMemo, Gate, Outcome, Written};
+use super::metrics::Metrics;
+use super::plan::{self, KeepReason, Live, ObjectId, Plan};
+use super::status::{self, Hold, RuleInputs};
+use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
+use crate::engine::output::{MANAGED_BY_LABEL, rule_annotation};
+use crate::engine::{Engine, Evaluation, ObjectStore, Options, RuleSource};
+
+/// Name of this controller in Events.
+pub const CONTROLLER_NAME: &str = "rbac-rules";
+
+/// What one reconcile sees.
+pub struct Snapshot<'a> {
+    /// The RbacRule objects, by name (with their current status).
+    pub rules: &'a BTreeMap<String, RbacRule>,
+    /// Objects of the kinds the rules read.
+    pub observed: &'a ObjectStore,
+    /// Live objects carrying our managed-by label.
+    pub owned: &'a BTreeMap<ObjectId, Live>,
+    /// Rules not to evaluate now, and why; their objects are left alone.
+    pub holds: &'a BTreeMap<String, Hold>,
+    /// The allow-list, when `--allow-clusterrole` is set and found.
+    pub allow: Option<&'a [PolicyRule]>,
+    /// Whether deletions are allowed (every watch has listed).
+    pub prune: bool,
+}
+
+/// What one reconcile did.
+#[derive(Debug)]
+pub struct SyncReport {
+    /// The writes planned.
+    pub plan: Plan,
+    /// Their outcomes, in order.
+    pub written: Vec<Written>,
+    /// Status patches sent.
+    pub status_patches: usize,
+    /// Whether something should be retried soon (a failed or raced write).
+    pub retry: bool,
+}
+
+/// Compiled rules, reused while rules and allow-list stay the same.
+struct CachedEngine {
+    key: (Vec<(String, RbacRuleSpec)>, Option<Vec<PolicyRule>>),
+    engine: Engine,
+}
+
+/// Runs reconciles with one client. Keeps the compiled engine and the
+/// ownership-conflict memo between runs.
+pub struct Syncer {
+    client: Client,
+    recorder: Recorder,
+    metrics: Metrics,
+    gate: std::sync::Arc<Gate>,
+    manage: ManageLevel,
+    engine: Option<CachedEngine>,
+    conflicts: ConflictMemo,
+}
+
+impl Syncer {
+    /// A syncer writing through `client` while `gate` is open.
+    pub fn new(
+        client: Client,
+        manage: ManageLevel,
+        metrics: Metrics,
+        gate: std::sync::Arc<Gate>,
+        instance: Option<String>,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.to_string(),
+                instance,
+            },
+        );
+        Syncer {
+            client,
+            recorder,
+            metrics,
+            gate,
+            manage,
+            engine: None,
+            conflicts: ConflictMemo::default(),
+        }
+    }
+
+    fn engine(
+        &mut self,
+        rules: &BTreeMap<String, RbacRule>,
+        holds: &BTreeMap<String, Hold>,
+        allow: Option<&[PolicyRule]>,
+    ) -> &Engine {
+        let key = (
+            rules
+                .iter()
+                .filter(|(n, _)| !holds.contains_key(*n))
+                .map(|(n, r)| (n.clone(), r.spec.clone()))
+                .collect::<Vec<_>>(),
+            allow.map(<[PolicyRule]>::to_vec),
+        );
+        let cached = match self.engine.take() {
+            Some(c) if c.key == key => c,
+            _ => {
+                let sources: Vec<RuleSource> = key
+                    .0
+                    .iter()
+                    .map(|(name, spec)| RuleSource {
+                        name: name.clone(),
+                        spec: spec.clone(),
+                    })
+                    .collect();
+                tracing::debug!(rules = sources.len(), "compiling rules");
+                let engine = Engine::new(
+                    &sources,
+                    Options {
+                        manage: self.manage,
+                        allow: key.1.clone(),
+                    },
+                );
+                CachedEngine { key, engine }
+            }
+        };
+        &self.engine.insert(cached).engine
+    }
+
+    /// Evaluates the snapshot and returns the evaluation and the plan,
+    /// without writing.
+    pub fn evaluate(&mut self, snap: &Snapshot<'_>) -> (Evaluation, Plan) {
+        let held: BTreeSet<String> = snap.holds.keys().cloned().collect();
+        let started = Instant::now();
+        let observed = without_provenance_of(snap.observed, &held);
+        let engine = self.engine(snap.rules, snap.holds, snap.allow);
+        let evaluation = engine.evaluate(observed.as_ref().unwrap_or(snap.observed));
+        self.metrics
+            .render_duration
+            .observe(started.elapsed().as_secs_f64());
+        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        (evaluation, plan)
+    }
+
+    /// One reconcile: evaluate, write the differences, update statuses and
+    /// publish Events. Writes nothing while the gate is closed.
+    pub async fn sync(&mut self, snap: &Snapshot<'_>) -> SyncReport {
+        let (evaluation, plan) = self.evaluate(snap);
+        let mut report = SyncReport {
+            plan,
+            written: Vec::new(),
+            status_patches: 0,
+            retry: false,
+        };
+        if !self.gate.open() {
+            return report;
+        }
+        self.metrics.reconciles.inc();
+        for e in evaluation.errors() {
+            self.metrics.error(e.kind.reason());
+        }
+        let deferred = report
+            .plan
+            .kept
+            .iter()
+            .filter(|k| k.2 == KeepReason::PruneDeferred)
+            .count();
+        if deferred > 0 {
+            tracing::info!(deferred, "prunes deferred until every watch has listed");
+        }
+        report.written = apply::execute(
+            &self.client,
+            &self.gate,
+            &self.metrics,
+            &report.plan,
+            &mut self.conflicts,
+        )
+        .await;
+        for w in &report.written {
+            match &w.outcome {
+                Outcome::Failed(e) => {
+                    self.metrics.error(e.metric_label());
+                    report.retry = true;
+                }
+                Outcome::Conflict { fresh: true, .. } => self.metrics.error("Conflict"),
+                Outcome::Raced => report.retry = true,
+                _ => {}
+            }
+        }
+
+        let managed = managed_counts(snap.owned, &report);
+        self.metrics
+            .managed_objects
+            .set(managed.values().sum::<i64>());
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        for (name, rule) in snap.rules {
+            let writes: Vec<&Written> = report.written.iter().filter(|w| &w.rule == name).collect();
+            let inputs = RuleInputs {
+                report: evaluation.reports.get(name),
+                hold: snap.holds.get(name),
+                writes: &writes,
+                managed: managed.get(name).copied().unwrap_or(0),
+                manage: self.manage,
+            };
+            let new_status = status::compute(rule, &inputs, &now);
+            let events = status::events(rule, &writes, new_status.as_ref());
+            if !self.gate.open() {
+                break;
+            }
+            if let Some(s) = &new_status {
+                match status::patch(&self.client, rule, s).await {
+                    Ok(true) => {
+                        report.status_patches += 1;
+                        self.metrics.write("RbacRule", "status");
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(rule = %name, error = %e, "cannot update status");
+                        self.metrics.error(e.metric_label());
+                        report.retry = true;
+                    }
+                }
+            }
+            status::publish(&self.recorder, rule, &events).await;
+        }
+        report
+    }
+}
+
+/// Objects per rule that exist after the writes: unchanged and applied
+/// desired objects, plus live ones left alone.
+fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTreeMap<String, i64> {
+    let mut objects: BTreeMap<ObjectId, String> = BTreeMap::new();
+    for (id, rule) in &report.plan.unchanged {
+        objects.insert(id.clone(), rule.clone());
+    }
+    for (id, rule, _) in &report.plan.kept {
+        if let Some(r) = rule {
+            objects.insert(id.clone(), r.clone());
+        }
+    }
+    let outcome: BTreeMap<&ObjectId, &Outcome> =
+        report.written.iter().map(|w| (&w.id, &w.outcome)).collect();
+    for a in &report.plan.applies {
+        let now_ours = match outcome.get(&a.id) {
+            Some(o) if o.is_applied() => true,
+            // Not written: it still exists if it existed.
+            Some(Outcome::Skipped | Outcome::Raced | Outcome::Failed(_)) | None => {
+                owned.contains_key(&a.id)
+            }
+            Some(_) => false,
+        };
+        if now_ours {
+            objects.insert(a.id.clone(), a.rule.clone());
+        }
+    }
+    for d in &report.plan.deletes {
+        if !outcome
+            .get(&d.id)
+            .is_some_and(|o| matches!(o, Outcome::Deleted))
+        {
+            objects.insert(d.id.clone(), d.rule.clone());
+        }
+    }
+    let mut counts = BTreeMap::new();
+    for rule in objects.into_values() {
+        *counts.entry(rule).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// When rules are held, their live objects must look like ordinary
+/// (unmanaged) objects to the engine: otherwise it hides them as outputs of
+/// a rule that no longer exists, and rules copying from them would shrink.
+fn without_provenance_of(observed: &ObjectStore, held: &BTreeSet<String>) -> Option<ObjectStore> {
+    if held.is_empty() {
+        return None;
+    }
+    let gks: Vec<_> = OutputKind::ALL
+        .iter()
+        .map(|k| crate::engine::GroupKind::new(crate::engine::output::RBAC_GROUP, k.as_str()))
+        .collect();
+    let affected = gks.iter().any(|gk| {
+        observed.list(gk).any(|o| {
+            o["metadata"]["annotations"][rule_annotation()]
+                .as_str()
+                .is_some_and(|r| held.contains(r))
+        })
+    });
+    if !affected {
+        return None;
+    }
+    let mut copy = observed.clone();
+    for gk in &gks {
+        let changed: Vec<serde_json::Value> = observed
+            .list(gk)
+            .filter(|o| {
+                o["metadata"]["annotations"][rule_annotation()]
+                    .as_str()
+                    .is_some_and(|r| held.contains(r))
+            })
+            .cloned()
+            .collect();
+        for mut o in changed {
+            if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
+                labels.remove(MANAGED_BY_LABEL);
+            }
+            // Same apiVersion, kind and name: replaces the original.
+            let _ = copy.insert(o);
+        }
+    }
+    Some(copy)
+}

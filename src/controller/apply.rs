@@ -100,6 +100,9 @@ pub enum Outcome {
         /// Newly found (emit an Event) or remembered.
         fresh: bool,
     },
+    /// A binding not written because the role it names could not be
+    /// written this time (so it never binds a foreign or stale role).
+    Blocked(String),
     /// The object changed or vanished under a precondition: re-plan later.
     Raced,
     /// The API server refused or could not be reached.
@@ -159,12 +162,23 @@ pub async fn execute(
 ) -> Vec<Written> {
     memo.retain_planned(plan);
     let mut out = Vec::with_capacity(plan.applies.len() + plan.deletes.len());
+    // Roles planned but not written: bindings naming them wait.
+    let mut unwritten: std::collections::BTreeSet<ObjectId> = Default::default();
     for a in &plan.applies {
-        let outcome = if gate.open() {
+        let blocked = role_ref(&a.id, &a.object).filter(|r| unwritten.contains(r));
+        let outcome = if let Some(role) = blocked {
+            Outcome::Blocked(format!(
+                "{} is not written: the {role} it names was not written",
+                a.id
+            ))
+        } else if gate.open() {
             apply_one(client, gate, metrics, a, memo).await
         } else {
             Outcome::Skipped
         };
+        if a.id.kind.is_role() && !outcome.is_applied() {
+            unwritten.insert(a.id.clone());
+        }
         log_outcome(&a.id, &outcome);
         out.push(Written {
             id: a.id.clone(),
@@ -200,6 +214,21 @@ pub async fn execute(
     out
 }
 
+/// The role a binding manifest names, as an id.
+fn role_ref(id: &ObjectId, object: &serde_json::Value) -> Option<ObjectId> {
+    if id.kind.is_role() {
+        return None;
+    }
+    let kind = OutputKind::parse(object["roleRef"]["kind"].as_str()?)?;
+    let name = object["roleRef"]["name"].as_str()?;
+    let namespace = if kind.namespaced() {
+        id.namespace.clone()
+    } else {
+        String::new()
+    };
+    Some(ObjectId::new(kind, namespace, name))
+}
+
 fn log_outcome(id: &ObjectId, outcome: &Outcome) {
     match outcome {
         Outcome::Created => tracing::info!(object = %id, "created"),
@@ -212,6 +241,7 @@ fn log_outcome(id: &ObjectId, outcome: &Outcome) {
             }
         }
         Outcome::Raced => tracing::info!(object = %id, "changed concurrently; will re-plan"),
+        Outcome::Blocked(why) => tracing::warn!(object = %id, reason = %why, "binding not written"),
         Outcome::Failed(e) => tracing::warn!(object = %id, error = %e, "write failed"),
         Outcome::Skipped => tracing::debug!(object = %id, "write skipped: not leading"),
     }

@@ -63,8 +63,8 @@ pub struct RunArgs {
     /// grant more. Unset: no allow-list.
     #[arg(long, env = "RBAC_RULES_ALLOW_CLUSTERROLE")]
     pub allow_clusterrole: Option<String>,
-    /// Quiet time after a watch event before reconciling, in milliseconds:
-    /// a burst of events becomes one evaluation.
+    /// Delay from the first watch event of a burst to the reconcile, in
+    /// milliseconds: a burst of events becomes one evaluation.
     #[arg(long, env = "RBAC_RULES_DEBOUNCE_MS", default_value_t = 300)]
     pub debounce_ms: u64,
     /// Seconds between reconciles of the cached state when nothing happens

@@ -751,3 +751,169 @@ where
 pub fn kinds_of(world: &World) -> BTreeSet<GroupKind> {
     world.kinds.keys().cloned().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rule(name: &str, generation: i64, kind: &str) -> RbacRule {
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "trigger": {"apiGroup": "example.org", "kind": kind, "metadataOnly": true},
+            "outputs": [{"kind": "ClusterRole", "name": "x-{{trigger.metadata.name}}"}]
+        }))
+        .expect("spec");
+        let mut r = RbacRule::new(name, spec);
+        r.metadata.generation = Some(generation);
+        r
+    }
+
+    fn widget(name: &str) -> Value {
+        json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name}})
+    }
+
+    fn listed(world: &mut World, feed: impl Fn(Event<Value>) -> Feed, objects: Vec<Value>) {
+        world.apply(feed(Event::Init));
+        for o in objects {
+            world.apply(feed(Event::InitApply(o)));
+        }
+        world.apply(feed(Event::InitDone));
+    }
+
+    fn base_world() -> World {
+        let mut w = World::new(None);
+        w.apply(Feed::Rules(Box::new(Event::Init)));
+        w.apply(Feed::Rules(Box::new(Event::InitApply(rule(
+            "r", 1, "Widget",
+        )))));
+        assert!(!w.base_synced());
+        w.apply(Feed::Rules(Box::new(Event::InitDone)));
+        for k in OutputKind::ALL {
+            listed(&mut w, |e| Feed::Owned(k, e), vec![]);
+        }
+        assert!(w.base_synced());
+        w
+    }
+
+    fn watch(w: &mut World, gk: &GroupKind, epoch: u64) {
+        let interest = w.interests(ManageLevel::All).remove(gk).expect("interest");
+        assert!(interest.metadata_only);
+        w.kinds.insert(
+            gk.clone(),
+            KindWatch {
+                interest,
+                unresolved: None,
+                epoch,
+                listing: Listing::default(),
+                task: None,
+            },
+        );
+    }
+
+    #[test]
+    fn a_rule_waits_for_its_kind_then_runs() {
+        let mut w = base_world();
+        let gk = GroupKind::new("example.org", "Widget");
+        watch(&mut w, &gk, 1);
+        assert!(matches!(w.holds().get("r"), Some(Hold::WaitingForSync(_))));
+        assert!(!w.kinds_settled());
+        // A list in progress changes nothing; InitDone swaps it in.
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
+        let c = w.apply(Feed::Kind(gk.clone(), 1, Event::InitApply(widget("a"))));
+        assert!(!c.dirty);
+        assert_eq!(w.store.list(&gk).count(), 0);
+        let c = w.apply(Feed::Kind(gk.clone(), 1, Event::InitDone));
+        assert!(c.dirty);
+        assert_eq!(w.store.list(&gk).count(), 1);
+        assert!(w.holds().is_empty());
+        assert!(w.kinds_settled());
+        // Events of a stopped predecessor are ignored.
+        let c = w.apply(Feed::Kind(gk.clone(), 0, Event::Apply(widget("b"))));
+        assert_eq!(c, Change::default());
+        // An unchanged object is not a change.
+        let c = w.apply(Feed::Kind(gk.clone(), 1, Event::Apply(widget("a"))));
+        assert!(!c.dirty);
+    }
+
+    #[test]
+    fn a_kind_that_stops_being_served_holds_its_rules() {
+        let mut w = base_world();
+        let gk = GroupKind::new("example.org", "Widget");
+        watch(&mut w, &gk, 1);
+        listed(&mut w, |e| Feed::Kind(gk.clone(), 1, e), vec![widget("a")]);
+        let status = kube::core::Status::failure("gone", "NotFound").with_code(404);
+        let err = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)));
+        let c = w.apply(Feed::Error(Source::Kind(gk.clone(), 1), err));
+        assert!(c.lost_kind);
+        assert!(matches!(w.holds().get("r"), Some(Hold::KindNotServed(_))));
+        // Not served is settled: it does not block readiness or pruning of
+        // other rules, and the last list is kept.
+        assert!(w.kinds_settled());
+        assert_eq!(w.store.list(&gk).count(), 1);
+        assert!(w.has_unresolved());
+    }
+
+    #[test]
+    fn a_failed_list_makes_the_cache_stale() {
+        let mut w = base_world();
+        let status = kube::core::Status::failure("denied", "Forbidden").with_code(403);
+        let err = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)));
+        w.apply(Feed::Error(Source::Owned(OutputKind::Role), err));
+        assert!(!w.base_synced());
+        listed(&mut w, |e| Feed::Owned(OutputKind::Role, e), vec![]);
+        assert!(w.base_synced());
+    }
+
+    #[test]
+    fn status_only_rule_changes_re_render_nothing() {
+        let mut w = base_world();
+        let mut r = rule("r", 1, "Widget");
+        r.status = Some(Default::default());
+        let c = w.apply(Feed::Rules(Box::new(Event::Apply(r))));
+        assert_eq!(c, Change::default());
+        assert!(w.rules["r"].status.is_some());
+        let c = w.apply(Feed::Rules(Box::new(Event::Apply(rule("r", 2, "Gadget")))));
+        assert!(c.dirty && c.rules);
+    }
+
+    #[test]
+    fn owned_objects_are_cached_without_managed_fields() {
+        let mut w = base_world();
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "x", "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                         "managedFields": [{"manager": "rbac-rules", "operation": "Apply",
+                                            "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}}]}});
+        let c = w.apply(Feed::Owned(
+            OutputKind::ClusterRole,
+            Event::Apply(role.clone()),
+        ));
+        assert!(c.dirty);
+        let live = &w.owned[&ObjectId::new(OutputKind::ClusterRole, "", "x")];
+        assert!(live.object["metadata"].get("managedFields").is_none());
+        assert!(live.ours.as_ref().is_some_and(|o| o.labels.contains("a")));
+        let c = w.apply(Feed::Owned(OutputKind::ClusterRole, Event::Delete(role)));
+        assert!(c.dirty);
+        assert!(w.owned.is_empty());
+    }
+
+    #[test]
+    fn a_missing_allow_list_holds_every_rule() {
+        let mut w = World::new(Some("limits".into()));
+        listed(
+            &mut w,
+            |e| Feed::Rules(Box::new(map_event(e, |_| rule("r", 1, "Widget")))),
+            vec![json!({})],
+        );
+        for k in OutputKind::ALL {
+            listed(&mut w, |e| Feed::Owned(k, e), vec![]);
+        }
+        assert!(!w.base_synced());
+        w.apply(Feed::Allow(Box::new(Event::Init)));
+        w.apply(Feed::Allow(Box::new(Event::InitDone)));
+        assert!(w.base_synced());
+        assert!(matches!(
+            w.holds().get("r"),
+            Some(Hold::AllowListNotFound(_))
+        ));
+    }
+}

@@ -127,6 +127,7 @@ pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<R
         match &w.outcome {
             Outcome::Conflict { message, .. } => problems.push(("Conflict", message.clone())),
             Outcome::Failed(e) => problems.push((e.reason(), e.to_string())),
+            Outcome::Blocked(why) => problems.push(("RoleNotWritten", why.clone())),
             _ => {}
         }
     }
@@ -236,7 +237,10 @@ pub fn events(
             Outcome::Deleted => ("Pruned", "Prune", false),
             Outcome::Conflict { fresh: true, .. } => ("Conflict", "Apply", true),
             Outcome::Failed(e) => (e.reason(), "Write", true),
-            Outcome::Conflict { fresh: false, .. } | Outcome::Raced | Outcome::Skipped => continue,
+            Outcome::Conflict { fresh: false, .. }
+            | Outcome::Blocked(_)
+            | Outcome::Raced
+            | Outcome::Skipped => continue,
         };
         let text = match &w.outcome {
             Outcome::Created => format!("{} (created)", w.id),

@@ -260,9 +260,8 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
         let now_ours = match outcome.get(&a.id) {
             Some(o) if o.is_applied() => true,
             // Not written: it still exists if it existed.
-            Some(Outcome::Skipped | Outcome::Raced | Outcome::Failed(_)) | None => {
-                owned.contains_key(&a.id)
-            }
+            Some(Outcome::Skipped | Outcome::Raced | Outcome::Failed(_) | Outcome::Blocked(_))
+            | None => owned.contains_key(&a.id),
             Some(_) => false,
         };
         if now_ours {

@@ -1,0 +1,901 @@
+//! HTTP contract of the controller's reconcile: given rules, observed
+//! objects and live managed objects, exactly which requests it sends.
+//!
+//! Each test drives `Syncer::sync` directly (no watches) against a
+//! scripted API server that checks method, path, query, content type and
+//! body of every request, then asserts nothing else was sent.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use http::Method;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use rbac_rules::api::OutputKind;
+use rbac_rules::api::RbacRuleStatus;
+use rbac_rules::controller::apply::Outcome;
+use rbac_rules::controller::plan::{KeepReason, ObjectId};
+use rbac_rules::controller::status::Hold;
+use rbac_rules::controller::sync::Snapshot;
+use serde_json::{Value, json};
+use support::{namespace, owned, pair, rule, rules, store, syncer};
+
+const ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles";
+const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings";
+const RULE_STATUS: &str = "/apis/rbacrules.io/v1alpha1/rbacrules/ns-viewer/status";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+/// A Namespace-triggered rule: a Role and a RoleBinding per namespace.
+fn viewer_spec(binding_name: &str, role_name: &str) -> Value {
+    json!({
+        "trigger": {"kind": "Namespace", "pause": {"annotation": "rbacrules.io/paused"}},
+        "outputs": [
+            {"kind": "Role", "name": role_name,
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+            {"kind": "RoleBinding", "name": binding_name,
+             "roleRef": {"kind": "Role", "name": role_name},
+             "subjects": [{"kind": "Group", "name": "{{trigger.metadata.name}}-viewers"}]}
+        ]
+    })
+}
+
+fn provenance(rule: &str, trigger: &str) -> Value {
+    json!({
+        "labels": {"app.kubernetes.io/managed-by": "rbac-rules", "rbacrules.io/rule": rule},
+        "annotations": {"rbacrules.io/rule": rule, "rbacrules.io/trigger": trigger},
+    })
+}
+
+fn owner(ns: &str) -> Value {
+    json!([{"apiVersion": "v1", "kind": "Namespace", "name": ns, "uid": format!("{ns}-uid"),
+            "controller": true, "blockOwnerDeletion": true}])
+}
+
+/// The Role the rule emits for team-a: the exact apply body.
+fn role_manifest(name: &str) -> Value {
+    let p = provenance("ns-viewer", "Namespace/team-a");
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": "team-a",
+                     "labels": p["labels"], "annotations": p["annotations"],
+                     "ownerReferences": owner("team-a")},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+    })
+}
+
+/// The RoleBinding the rule emits for team-a.
+fn binding_manifest(name: &str, role: &str) -> Value {
+    let p = provenance("ns-viewer", "Namespace/team-a");
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": "team-a",
+                     "labels": p["labels"], "annotations": p["annotations"],
+                     "ownerReferences": owner("team-a")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a-viewers"}],
+    })
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: Some(1),
+        last_transition_time: Time("2026-01-01T00:00:00Z".parse().expect("timestamp")),
+    }
+}
+
+/// The status of a healthy rule with one trigger and `objects` objects.
+fn ready_status(objects: i64) -> RbacRuleStatus {
+    RbacRuleStatus {
+        conditions: vec![
+            condition("Ready", "True", "Reconciled", "every output is applied"),
+            condition("Degraded", "False", "AsExpected", "no problems"),
+        ],
+        observed_generation: Some(1),
+        matched_triggers: 1,
+        managed_objects: objects,
+    }
+}
+
+fn conditions_of(status_patch: &Value) -> BTreeMap<String, (String, String, String)> {
+    status_patch["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or_default().to_string(),
+                (
+                    c["status"].as_str().unwrap_or_default().to_string(),
+                    c["reason"].as_str().unwrap_or_default().to_string(),
+                    c["message"].as_str().unwrap_or_default().to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn creates_role_then_binding_with_server_side_apply_then_status_and_event() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        // New objects: look for a foreign object of the name, then apply.
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer"))
+            .not_found();
+        let apply = server.next().await.expect_apply(&format!("{ROLES}/viewer"));
+        assert_eq!(apply.body, role_manifest("viewer"));
+        apply.echo();
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{BINDINGS}/viewer"))
+            .not_found();
+        let apply = server
+            .next()
+            .await
+            .expect_apply(&format!("{BINDINGS}/viewer"));
+        assert_eq!(apply.body, binding_manifest("viewer", "viewer"));
+        apply.echo();
+
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        assert_eq!(
+            status.content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        let conds = conditions_of(&status.body);
+        assert_eq!(conds["Ready"].0, "True");
+        assert_eq!(conds["Ready"].1, "Reconciled");
+        assert_eq!(conds["Degraded"].0, "False");
+        assert_eq!(status.body["status"]["observedGeneration"], 1);
+        assert_eq!(status.body["status"]["matchedTriggers"], 1);
+        assert_eq!(status.body["status"]["managedObjects"], 2);
+        let echoed = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer"),
+            "status": status.body["status"].clone()});
+        status.respond(200, echoed);
+
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Applied");
+        assert_eq!(event.body["type"], "Normal");
+        assert_eq!(event.body["action"], "Apply");
+        assert_eq!(event.body["regarding"]["kind"], "RbacRule");
+        assert_eq!(event.body["regarding"]["name"], "ns-viewer");
+        assert_eq!(
+            event.body["note"],
+            "Role team-a/viewer (created); RoleBinding team-a/viewer (created)"
+        );
+        assert_eq!(event.body["reportingController"], "rbac-rules");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(matches!(report.written[0].outcome, Outcome::Created));
+    assert!(matches!(report.written[1].outcome, Outcome::Created));
+    assert!(!report.retry);
+}
+
+#[tokio::test]
+async fn a_no_op_reconcile_sends_no_request() {
+    let (client, server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        Some(ready_status(2)),
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    // Live copies as the server returns them: extra server fields, the
+    // ServiceAccount-free subjects, empty lists left out.
+    let owned = owned(vec![
+        role_manifest("viewer"),
+        binding_manifest("viewer", "viewer"),
+    ]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(server.done());
+    let mut s = syncer(client);
+    for _ in 0..3 {
+        let report = s
+            .sync(&Snapshot {
+                rules: &rules,
+                observed: &observed,
+                owned: &owned,
+                holds: &holds,
+                allow: None,
+                prune: true,
+            })
+            .await;
+        assert!(report.plan.is_empty(), "{:?}", report.plan);
+        assert_eq!(report.plan.unchanged.len(), 2);
+        assert_eq!(report.status_patches, 0);
+    }
+    drop(s);
+    scenario.await.expect("scenario");
+}
+
+#[tokio::test]
+async fn drift_is_repaired_with_one_apply() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        Some(ready_status(2)),
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let mut edited = role_manifest("viewer");
+    edited["rules"][0]["verbs"] = json!(["*"]);
+    // Someone else's label on our object is not drift.
+    edited["metadata"]["labels"]["team"] = json!("a");
+    let owned = owned(vec![edited, binding_manifest("viewer", "viewer")]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        // In our cache already: no ownership GET, straight to the apply.
+        let apply = server.next().await.expect_apply(&format!("{ROLES}/viewer"));
+        assert_eq!(apply.body, role_manifest("viewer"));
+        apply.echo();
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Applied");
+        assert_eq!(event.body["note"], "Role team-a/viewer (rules)");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert_eq!(report.plan.applies.len(), 1);
+    assert!(matches!(&report.written[0].outcome, Outcome::Updated(p) if p == &vec!["rules"]));
+}
+
+#[tokio::test]
+async fn prunes_only_managed_objects_nothing_wants_with_preconditions() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        Some(ready_status(2)),
+    )]);
+    let observed = store(vec![
+        namespace("team-a", json!({})),
+        namespace("team-b", json!({"rbacrules.io/paused": "true"})),
+    ]);
+    // An output the rule no longer emits, one of a deleted rule, one of a
+    // paused trigger, and one without a rule annotation.
+    let mut stale = role_manifest("old-viewer");
+    stale["metadata"]["uid"] = json!("old-uid");
+    stale["metadata"]["resourceVersion"] = json!("42");
+    let mut orphan = role_manifest("from-deleted-rule");
+    orphan["metadata"]["annotations"]["rbacrules.io/rule"] = json!("deleted-rule");
+    orphan["metadata"]["labels"]["rbacrules.io/rule"] = json!("deleted-rule");
+    let mut paused = role_manifest("viewer");
+    paused["metadata"]["namespace"] = json!("team-b");
+    paused["metadata"]["annotations"]["rbacrules.io/trigger"] = json!("Namespace/team-b");
+    let mut no_rule = role_manifest("mystery");
+    no_rule["metadata"]["annotations"] = json!({});
+    let owned = owned(vec![
+        role_manifest("viewer"),
+        binding_manifest("viewer", "viewer"),
+        stale,
+        orphan,
+        paused,
+        no_rule,
+    ]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        let del = server
+            .next()
+            .await
+            .expect(Method::DELETE, &format!("{ROLES}/from-deleted-rule"));
+        assert_eq!(
+            del.body["preconditions"]["uid"],
+            "from-deleted-rule-live-uid"
+        );
+        assert_eq!(del.body["preconditions"]["resourceVersion"], "5");
+        del.deleted();
+        let del = server
+            .next()
+            .await
+            .expect(Method::DELETE, &format!("{ROLES}/old-viewer"));
+        assert_eq!(
+            del.body["preconditions"],
+            json!({"uid": "old-uid", "resourceVersion": "42"})
+        );
+        del.deleted();
+        // The paused trigger's Role stays; managedObjects counts it.
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        assert_eq!(status.body["status"]["managedObjects"], 3);
+        assert_eq!(status.body["status"]["matchedTriggers"], 2);
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer")});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Pruned");
+        assert_eq!(event.body["note"], "Role team-a/old-viewer");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    let kept: BTreeMap<String, KeepReason> = report
+        .plan
+        .kept
+        .iter()
+        .map(|(id, _, r)| (id.to_string(), *r))
+        .collect();
+    assert_eq!(
+        kept,
+        BTreeMap::from([
+            ("Role team-a/mystery".to_string(), KeepReason::NoProvenance),
+            ("Role team-b/viewer".to_string(), KeepReason::Kept),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_renamed_binding_is_created_before_the_old_one_is_deleted() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer-v2", "viewer"),
+        Some(ready_status(2)),
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = owned(vec![
+        role_manifest("viewer"),
+        binding_manifest("viewer", "viewer"),
+    ]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{BINDINGS}/viewer-v2"))
+            .not_found();
+        let apply = server
+            .next()
+            .await
+            .expect_apply(&format!("{BINDINGS}/viewer-v2"));
+        assert_eq!(apply.body, binding_manifest("viewer-v2", "viewer"));
+        apply.echo();
+        server
+            .next()
+            .await
+            .expect(Method::DELETE, &format!("{BINDINGS}/viewer"))
+            .deleted();
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Applied");
+        let body = event.body.clone();
+        event.respond(201, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Pruned");
+        assert_eq!(event.body["note"], "RoleBinding team-a/viewer");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    s.sync(&Snapshot {
+        rules: &rules,
+        observed: &observed,
+        owned: &owned,
+        holds: &holds,
+        allow: None,
+        prune: true,
+    })
+    .await;
+    drop(s);
+    scenario.await.expect("scenario");
+}
+
+#[tokio::test]
+async fn a_changed_role_ref_deletes_then_applies_the_binding() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer2"),
+        Some(ready_status(2)),
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    // The Role of the old name is pruned; the binding keeps its name but
+    // names the new Role.
+    let owned = owned(vec![
+        role_manifest("viewer"),
+        binding_manifest("viewer", "viewer"),
+    ]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer2"))
+            .not_found();
+        server
+            .next()
+            .await
+            .expect_apply(&format!("{ROLES}/viewer2"))
+            .echo();
+        // roleRef is immutable: delete (guarded by uid and version), then
+        // apply right away.
+        let del = server
+            .next()
+            .await
+            .expect(Method::DELETE, &format!("{BINDINGS}/viewer"));
+        assert_eq!(
+            del.body["preconditions"],
+            json!({"uid": "viewer-live-uid", "resourceVersion": "5"})
+        );
+        del.deleted();
+        let apply = server
+            .next()
+            .await
+            .expect_apply(&format!("{BINDINGS}/viewer"));
+        assert_eq!(apply.body, binding_manifest("viewer", "viewer2"));
+        apply.echo();
+        // Then the old Role goes.
+        server
+            .next()
+            .await
+            .expect(Method::DELETE, &format!("{ROLES}/viewer"))
+            .deleted();
+        for reason in ["Applied", "Pruned"] {
+            let event = server.next().await.expect(Method::POST, EVENTS);
+            assert_eq!(event.body["reason"], reason);
+            let body = event.body.clone();
+            event.respond(201, body);
+        }
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(matches!(report.written[1].outcome, Outcome::Recreated));
+}
+
+#[tokio::test]
+async fn an_unmanaged_object_of_the_same_name_is_left_alone_and_reported() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer"))
+            .respond(
+                200,
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "viewer", "namespace": "team-a", "uid": "theirs",
+                             "labels": {"app.kubernetes.io/managed-by": "helm"}},
+                "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+            );
+        // No apply of the Role, and the binding that would bind the
+        // foreign Role is not written either.
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        let conds = conditions_of(&status.body);
+        assert_eq!(conds["Ready"].0, "False");
+        assert_eq!(conds["Degraded"].0, "True");
+        assert_eq!(conds["Degraded"].1, "Conflict");
+        assert!(
+            conds["Degraded"].2.contains("Role team-a/viewer exists without the app.kubernetes.io/managed-by=rbac-rules label (it is managed by \"helm\")"),
+            "{}",
+            conds["Degraded"].2
+        );
+        assert_eq!(status.body["status"]["managedObjects"], 0);
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer")});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Conflict");
+        assert_eq!(event.body["type"], "Warning");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(matches!(
+        report.written[0].outcome,
+        Outcome::Conflict { fresh: true, .. }
+    ));
+    assert!(matches!(report.written[1].outcome, Outcome::Blocked(_)));
+}
+
+#[tokio::test]
+async fn a_known_conflict_is_not_looked_up_again() {
+    let (client, mut server) = pair();
+    let rules1 = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let (tx, rx) = tokio::sync::oneshot::channel::<Value>();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer"))
+            .respond(
+                200,
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "viewer", "namespace": "team-a"}}),
+            );
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        let _ = tx.send(status.body["status"].clone());
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer")});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        let body = event.body.clone();
+        event.respond(201, body);
+        // Second reconcile: nothing at all.
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let snap = Snapshot {
+        rules: &rules1,
+        observed: &observed,
+        owned: &owned,
+        holds: &holds,
+        allow: None,
+        prune: true,
+    };
+    s.sync(&snap).await;
+    // The watch brings the patched status back.
+    let written: RbacRuleStatus =
+        serde_json::from_value(rx.await.expect("status")).expect("status JSON");
+    let rules2 = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        Some(written),
+    )]);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules2,
+            ..snap
+        })
+        .await;
+    assert!(matches!(
+        report.written[0].outcome,
+        Outcome::Conflict { fresh: false, .. }
+    ));
+    assert_eq!(report.status_patches, 0);
+    drop(s);
+    scenario.await.expect("scenario");
+}
+
+#[tokio::test]
+async fn nothing_is_written_without_the_lease() {
+    let (client, server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = owned(vec![role_manifest("stale")]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(server.done());
+    let gate = std::sync::Arc::new(rbac_rules::controller::apply::Gate::new(false));
+    let mut s = rbac_rules::controller::sync::Syncer::new(
+        client,
+        rbac_rules::api::ManageLevel::All,
+        rbac_rules::controller::metrics::Metrics::new(),
+        gate,
+        None,
+    );
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    // Planned, not sent.
+    assert_eq!(report.plan.applies.len(), 2);
+    assert_eq!(report.plan.deletes.len(), 1);
+    assert!(report.written.is_empty());
+    drop(s);
+    scenario.await.expect("scenario");
+}
+
+#[tokio::test]
+async fn held_rules_and_an_incomplete_view_never_delete() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![
+        // Three objects: the deferred prune still exists.
+        rule(
+            "ns-viewer",
+            viewer_spec("viewer", "viewer"),
+            Some(ready_status(3)),
+        ),
+        rule(
+            "waits-for-crd",
+            json!({"trigger": {"apiGroup": "example.org", "kind": "Widget"},
+                   "outputs": [{"kind": "ClusterRole", "name": "widget-{{trigger.metadata.name}}",
+                                "rules": [{"apiGroups": ["example.org"], "resources": ["widgets"], "verbs": ["get"]}]}]}),
+            None,
+        ),
+    ]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let mut widget_role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": provenance("waits-for-crd", "Widget.example.org/w1"),
+    });
+    widget_role["metadata"]["name"] = json!("widget-w1");
+    let owned = owned(vec![
+        role_manifest("viewer"),
+        binding_manifest("viewer", "viewer"),
+        role_manifest("stale"),
+        widget_role,
+    ]);
+    let holds = BTreeMap::from([(
+        "waits-for-crd".to_string(),
+        Hold::KindNotServed(
+            "Widget.example.org is not served by the API server (is its CRD installed?)".into(),
+        ),
+    )]);
+    let scenario = tokio::spawn(async move {
+        // Only the held rule's status: Degraded, KindNotServed.
+        let status = server.next().await.expect(
+            Method::PATCH,
+            "/apis/rbacrules.io/v1alpha1/rbacrules/waits-for-crd/status",
+        );
+        let conds = conditions_of(&status.body);
+        assert_eq!(conds["Degraded"].0, "True");
+        assert_eq!(conds["Degraded"].1, "KindNotServed");
+        assert_eq!(conds["Ready"].1, "KindNotServed");
+        assert_eq!(status.body["status"]["managedObjects"], 1);
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "waits-for-crd"}, "spec": {"outputs": []}});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "KindNotServed");
+        assert_eq!(event.body["type"], "Warning");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: false,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(report.plan.deletes.is_empty());
+    let kept: BTreeMap<ObjectId, KeepReason> = report
+        .plan
+        .kept
+        .iter()
+        .map(|(id, _, r)| (id.clone(), *r))
+        .collect();
+    assert_eq!(
+        kept,
+        BTreeMap::from([
+            (
+                ObjectId::new(OutputKind::ClusterRole, "", "widget-w1"),
+                KeepReason::Held
+            ),
+            (
+                ObjectId::new(OutputKind::Role, "team-a", "stale"),
+                KeepReason::PruneDeferred
+            ),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn cluster_scoped_outputs_and_aggregated_roles_without_rules() {
+    let (client, mut server) = pair();
+    let spec = json!({
+        "outputs": [
+            {"kind": "ClusterRole", "name": "widgets-view",
+             "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.org/aggregate-to-view": "true"}}]}},
+            {"kind": "ClusterRoleBinding", "name": "widgets-view",
+             "roleRef": {"kind": "ClusterRole", "name": "widgets-view"},
+             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "tools"}]}
+        ]
+    });
+    let rules = rules(vec![rule("static", spec, None)]);
+    let observed = store(vec![]);
+    // The aggregated role exists and the aggregation controller filled its
+    // rules: not a difference. The binding is new.
+    let labels =
+        json!({"app.kubernetes.io/managed-by": "rbac-rules", "rbacrules.io/rule": "static"});
+    let annotations = json!({"rbacrules.io/rule": "static"});
+    let owned = owned(vec![json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "widgets-view", "labels": labels, "annotations": annotations},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.org/aggregate-to-view": "true"}}]},
+        "rules": [{"apiGroups": ["example.org"], "resources": ["widgets"], "verbs": ["get"]}],
+    })]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        let path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/widgets-view";
+        server.next().await.expect(Method::GET, path).not_found();
+        let apply = server.next().await.expect_apply(path);
+        assert_eq!(
+            apply.body,
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "widgets-view", "labels": labels, "annotations": annotations},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "widgets-view"},
+                "subjects": [{"apiGroup": "", "kind": "ServiceAccount", "name": "reader", "namespace": "tools"}],
+            })
+        );
+        apply.echo();
+        let status = server.next().await.expect(
+            Method::PATCH,
+            "/apis/rbacrules.io/v1alpha1/rbacrules/static/status",
+        );
+        assert_eq!(status.body["status"]["managedObjects"], 2);
+        assert_eq!(status.body["status"]["matchedTriggers"], 0);
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "static"}, "spec": {"outputs": []}});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(
+            event.body["note"],
+            "ClusterRoleBinding widgets-view (created)"
+        );
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert_eq!(report.plan.unchanged.len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_apply_is_reported_and_retried() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        Some(ready_status(2)),
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let mut edited = role_manifest("viewer");
+    edited["rules"] = json!([]);
+    let owned = owned(vec![edited, binding_manifest("viewer", "viewer")]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect_apply(&format!("{ROLES}/viewer"))
+            .respond(403, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "Forbidden", "code": 403, "message": "roles is forbidden: escalation", "metadata": {}}));
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        let conds = conditions_of(&status.body);
+        assert_eq!(conds["Degraded"].1, "Forbidden");
+        assert!(
+            conds["Degraded"].2.contains("apply Role team-a/viewer"),
+            "{}",
+            conds["Degraded"].2
+        );
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer")});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["type"], "Warning");
+        assert_eq!(event.body["reason"], "Forbidden");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&Snapshot {
+            rules: &rules,
+            observed: &observed,
+            owned: &owned,
+            holds: &holds,
+            allow: None,
+            prune: true,
+        })
+        .await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(report.retry);
+}

@@ -899,3 +899,155 @@ async fn a_failed_apply_is_reported_and_retried() {
     scenario.await.expect("scenario");
     assert!(report.retry);
 }
+
+/// The whole control loop against a fake API server: discovery, lists
+/// (metadata-only for the trigger kind), watches, one reconcile, status,
+/// Event, then a clean stop.
+#[tokio::test]
+async fn the_control_loop_lists_discovers_reconciles_and_stops() {
+    use rbac_rules::controller::{RunArgs, run_with};
+
+    let (client, mut server) = pair();
+    let mut spec = viewer_spec("viewer", "viewer");
+    spec["trigger"]["metadataOnly"] = json!(true);
+    let rule_obj = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+        "metadata": {"name": "ns-viewer", "uid": "ns-viewer-uid", "generation": 1, "resourceVersion": "3"},
+        "spec": spec});
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let scenario = tokio::spawn(async move {
+        let mut done_tx = Some(done_tx);
+        let mut parked = Vec::new();
+        let mut log: Vec<String> = Vec::new();
+        let list = |kind: &str, items: Vec<Value>| json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items});
+        while let Some(r) = server.next_opt().await {
+            if r.param("watch") == Some("true") {
+                // Watches stay open and quiet.
+                log.push(format!("WATCH {}", r.path));
+                parked.push(r);
+                continue;
+            }
+            log.push(format!("{} {}", r.method, r.path));
+            let (method, path) = (r.method.to_string(), r.path.clone());
+            match (method.as_str(), path.as_str()) {
+                ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
+                    r.respond(200, list("RbacRuleList", vec![rule_obj.clone()]))
+                }
+                ("GET", p) if p.starts_with("/apis/rbac.authorization.k8s.io/v1/") => {
+                    if r.param("labelSelector").is_some() {
+                        assert_eq!(
+                            r.param("labelSelector"),
+                            Some("app.kubernetes.io%2Fmanaged-by%3Drbac-rules")
+                        );
+                        r.respond(200, list("List", vec![]))
+                    } else {
+                        r.not_found()
+                    }
+                }
+                ("GET", "/api") => r.respond(
+                    200,
+                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+                ),
+                ("GET", "/api/v1") => r.respond(
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "namespaces", "singularName": "namespace", "namespaced": false,
+                         "kind": "Namespace", "verbs": ["get", "list", "watch"]}]}),
+                ),
+                ("GET", "/api/v1/namespaces") => {
+                    // Metadata only: no Namespace bodies are fetched.
+                    assert!(
+                        r.accept.as_deref().is_some_and(|a| a.contains("as=PartialObjectMetadataList")),
+                        "{:?}",
+                        r.accept
+                    );
+                    r.respond(
+                        200,
+                        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                            "metadata": {"resourceVersion": "1"},
+                            "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                                "metadata": {"name": "team-a", "uid": "team-a-uid",
+                                    "managedFields": [{"manager": "kubectl", "operation": "Update"}]}}]}),
+                    )
+                }
+                ("PATCH", p) if p.starts_with("/apis/rbac.authorization.k8s.io/") => {
+                    let r = r.expect_apply(p);
+                    r.echo()
+                }
+                ("PATCH", RULE_STATUS) => {
+                    let mut obj = rule_obj.clone();
+                    obj["status"] = r.body["status"].clone();
+                    r.respond(200, obj)
+                }
+                ("POST", EVENTS) => {
+                    let body = r.body.clone();
+                    r.respond(201, body);
+                    if let Some(tx) = done_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                (m, p) => panic!("unexpected request {m} {p}"),
+            }
+        }
+        drop(parked);
+        log
+    });
+
+    let args = RunArgs {
+        manage: rbac_rules::api::ManageLevel::All,
+        metrics_address: "127.0.0.1:0".parse().expect("address"),
+        leader_election: false,
+        lease_namespace: None,
+        lease_name: "rbac-rules".into(),
+        allow_clusterrole: None,
+        debounce_ms: 50,
+        resync_seconds: 300,
+        rediscovery_seconds: 30,
+        identity: Some("test".into()),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let controller = tokio::spawn(run_with(client, args, stop_rx));
+    tokio::time::timeout(std::time::Duration::from_secs(10), done_rx)
+        .await
+        .expect("the controller did not reconcile in time")
+        .expect("scenario ended early");
+    stop_tx.send(true).expect("stop");
+    tokio::time::timeout(std::time::Duration::from_secs(10), controller)
+        .await
+        .expect("the controller did not stop")
+        .expect("controller task")
+        .expect("controller result");
+    let log = scenario.await.expect("scenario");
+    let writes: Vec<&String> = log
+        .iter()
+        .filter(|l| !l.starts_with("GET") && !l.starts_with("WATCH"))
+        .collect();
+    assert_eq!(
+        writes,
+        vec![
+            &format!("PATCH {ROLES}/viewer"),
+            &format!("PATCH {BINDINGS}/viewer"),
+            &format!("PATCH {RULE_STATUS}"),
+            &format!("POST {EVENTS}"),
+        ]
+    );
+    // Each watch is listed before it is watched, and nothing is written
+    // before every list is in.
+    let first_write = log
+        .iter()
+        .position(|l| l.starts_with("PATCH"))
+        .expect("a write");
+    for path in [
+        "/apis/rbacrules.io/v1alpha1/rbacrules",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "/apis/rbac.authorization.k8s.io/v1/roles",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+        "/api/v1/namespaces",
+    ] {
+        let listed = log.iter().position(|l| l == &format!("GET {path}"));
+        assert!(
+            listed.is_some_and(|i| i < first_write),
+            "{path} not listed first: {log:?}"
+        );
+    }
+}

@@ -202,12 +202,77 @@ pub async fn serve(
         .await
         .map_err(|source| Error::Serve { address, source })?;
     tracing::info!(%address, "serving /metrics, /healthz and /readyz");
-    Ok(async move {
-        if let Err(e) = axum::serve(listener, router(metrics, ready))
-            .with_graceful_shutdown(shutdown)
+    Ok(serve_on(listener, metrics, ready, shutdown))
+}
+
+/// Serves the routes on a bound listener until `shutdown` resolves.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    ready: Arc<AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    if let Err(e) = axum::serve(listener, router(metrics, ready))
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(error = %e, "metrics server stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(address: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(address)
             .await
-        {
-            tracing::error!(error = %e, "metrics server stopped");
+            .expect("connect");
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    #[tokio::test]
+    async fn health_readiness_and_metrics() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let metrics = Metrics::new();
+        let ready = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_on(listener, metrics.clone(), ready.clone(), async {
+            let _ = rx.await;
+        }));
+        assert!(get(address, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(address, "/readyz").await.starts_with("HTTP/1.1 503"));
+        ready.store(true, Ordering::Relaxed);
+        assert!(get(address, "/readyz").await.starts_with("HTTP/1.1 200"));
+
+        metrics.reconciles.inc();
+        metrics.write("Role", "apply");
+        metrics.error("Conflict");
+        metrics.render_duration.observe(0.002);
+        metrics.managed_objects.set(7);
+        let text = get(address, "/metrics").await;
+        for line in [
+            "rbac_rules_reconciles_total 1",
+            "rbac_rules_api_writes_total{kind=\"Role\",action=\"apply\"} 1",
+            "rbac_rules_reconcile_errors_total{reason=\"Conflict\"} 1",
+            "rbac_rules_render_duration_seconds_count 1",
+            "rbac_rules_managed_objects 7",
+            "rbac_rules_leader 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
         }
-    })
+        let _ = tx.send(());
+        server.await.expect("server");
+    }
 }

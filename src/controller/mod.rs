@@ -89,23 +89,35 @@ const FIRST_RETRY: Duration = Duration::from_secs(2);
 /// Runs the controller until SIGTERM or ctrl-c.
 pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = Client::try_default().await.map_err(Error::Client)?;
-    let metrics = Metrics::new();
-    let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = watch::channel(false);
-
-    let server = metrics::serve(
-        args.metrics_address,
-        metrics.clone(),
-        ready.clone(),
-        wait_true(stop_rx.clone()),
-    )
-    .await?;
-    let server = tokio::spawn(server);
     let signals = tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     });
+    let result = run_with(client, args, stop_rx).await;
+    signals.abort();
+    result.map_err(Into::into)
+}
+
+/// Runs the controller with a given client until `stop` turns true: serves
+/// metrics and health, competes for the lease (when enabled), watches and
+/// reconciles. On stop: no further writes, then the lease is released.
+pub async fn run_with(
+    client: Client,
+    args: RunArgs,
+    stop: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let metrics = Metrics::new();
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = metrics::serve(
+        args.metrics_address,
+        metrics.clone(),
+        ready.clone(),
+        wait_true(stop.clone()),
+    )
+    .await?;
+    let server = tokio::spawn(server);
 
     let identity = args
         .identity
@@ -139,7 +151,8 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send +
         gate.clone(),
         ready,
         lease.as_ref().map(leader::Lease::receiver),
-        stop_rx,
+        identity,
+        stop,
     )
     .await;
     // Stop writing first, then give the lease back.
@@ -147,9 +160,8 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send +
     if let Some(l) = lease {
         l.release().await;
     }
-    signals.abort();
     let _ = server.await;
-    result.map_err(Into::into)
+    result
 }
 
 async fn wait_true(mut rx: watch::Receiver<bool>) {
@@ -181,6 +193,7 @@ async fn shutdown_signal() {
 
 /// The control loop: feed watch events into the world, reconcile after a
 /// quiet period, resync and rediscover periodically, follow leadership.
+#[allow(clippy::too_many_arguments)] // the loop's whole context, passed once
 async fn control_loop(
     args: &RunArgs,
     client: Client,
@@ -188,7 +201,8 @@ async fn control_loop(
     gate: Arc<Gate>,
     ready: Arc<AtomicBool>,
     mut leader: Option<watch::Receiver<bool>>,
-    mut stop: watch::Receiver<bool>,
+    identity: Option<String>,
+    stop: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     let (tx, mut rx) = mpsc::channel(1024);
     let mut world = World::new(args.allow_clusterrole.clone());
@@ -198,10 +212,6 @@ async fn control_loop(
         args.manage,
         args.allow_clusterrole.as_deref(),
     );
-    let identity = args
-        .identity
-        .clone()
-        .or_else(|| std::env::var("POD_NAME").ok());
     let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity);
 
     let debounce = Duration::from_millis(args.debounce_ms);
@@ -216,7 +226,7 @@ async fn control_loop(
     loop {
         let wake = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
-            _ = stop.wait_for(|v| *v) => break,
+            _ = wait_true(stop.clone()) => break,
             feed = rx.recv() => {
                 let Some(feed) = feed else { break };
                 let change = world.apply(feed);

@@ -4,10 +4,11 @@
 //! What gets re-rendered: every reconcile re-runs the whole (pure, cheap)
 //! engine over the cached objects, but writes only objects whose desired
 //! content differs from the live cache. So a Namespace annotation change
-//! writes that namespace's Roles and bindings; a new XRD writes its
-//! ClusterRoles and the Roles of namespaces that accept it; a ClusterRole
-//! change writes the Roles that copy rules from it. A resync of an
-//! unchanged cluster sends no request at all (statuses are compared before
+//! writes that namespace's Roles and bindings; a new custom resource kind
+//! writes the ClusterRoles rendered for it and the Roles of namespaces that
+//! reference it; a ClusterRole change writes the Roles that copy rules from
+//! it. A resync of an unchanged cluster sends no request at all (statuses
+//! are compared before
 //! patching, Events come only from writes and new problems).
 
 use std::collections::{BTreeMap, BTreeSet};

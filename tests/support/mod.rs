@@ -33,6 +33,8 @@ pub struct Received {
     pub query: Vec<(String, String)>,
     /// Content-Type header.
     pub content_type: Option<String>,
+    /// Accept header.
+    pub accept: Option<String>,
     /// The body as JSON (Null when empty).
     pub body: Value,
     send: SendResponse<Response<Body>>,
@@ -117,10 +119,15 @@ impl Received {
 impl ApiServer {
     /// The next request; panics when the client is gone or after 5 s.
     pub async fn next(&mut self) -> Received {
-        let next = tokio::time::timeout(std::time::Duration::from_secs(5), self.0.next_request())
+        let next = tokio::time::timeout(std::time::Duration::from_secs(5), self.next_opt())
             .await
             .expect("timed out waiting for a request");
-        let (request, send) = next.expect("the client sent no further request");
+        next.expect("the client sent no further request")
+    }
+
+    /// The next request, or None once every client is gone.
+    pub async fn next_opt(&mut self) -> Option<Received> {
+        let (request, send) = self.0.next_request().await?;
         let (parts, body) = request.into_parts();
         let bytes = body.collect().await.expect("request body").to_bytes();
         let body = if bytes.is_empty() {
@@ -139,7 +146,7 @@ impl ApiServer {
                 None => (p.to_string(), String::new()),
             })
             .collect();
-        Received {
+        Some(Received {
             method: parts.method,
             path: parts.uri.path().to_string(),
             query,
@@ -148,9 +155,14 @@ impl ApiServer {
                 .get("content-type")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
+            accept: parts
+                .headers
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
             body,
             send,
-        }
+        })
     }
 
     /// Asserts the client sends nothing more (every client clone must have

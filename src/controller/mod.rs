@@ -125,6 +125,16 @@ pub async fn run_with(
         .or_else(|| std::env::var("POD_NAME").ok())
         .or_else(|| std::env::var("HOSTNAME").ok());
     let gate = Arc::new(Gate::new(!args.leader_election));
+    // Close the gate the moment stop is asked: a reconcile in flight stops
+    // between two writes instead of finishing.
+    let stopper = {
+        let gate = gate.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            wait_true(stop).await;
+            gate.stop();
+        })
+    };
     let lease = if args.leader_election {
         let namespace = args
             .lease_namespace
@@ -157,6 +167,7 @@ pub async fn run_with(
     .await;
     // Stop writing first, then give the lease back.
     gate.stop();
+    stopper.abort();
     if let Some(l) = lease {
         l.release().await;
     }

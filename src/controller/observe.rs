@@ -194,7 +194,10 @@ impl World {
     pub fn apply(&mut self, feed: Feed) -> Change {
         let mut change = Change::default();
         match feed {
-            Feed::Rules(ev) => match self.rules_listing.step(*ev) {
+            Feed::Rules(ev) => match self
+                .rules_listing
+                .step(map_event(*ev, without_managed_fields))
+            {
                 Step::Nothing => {}
                 Step::Upsert(r) => {
                     let name = r.metadata.name.clone().unwrap_or_default();
@@ -710,6 +713,11 @@ fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource, strip: bool) -> Valu
         meta.remove("managedFields");
     }
     v
+}
+
+fn without_managed_fields(mut r: RbacRule) -> RbacRule {
+    r.metadata.managed_fields = None;
+    r
 }
 
 fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {

@@ -587,3 +587,173 @@ mod tests {
         assert_eq!(differences(&desired, &live(l)), vec!["ownerReferences"]);
     }
 }
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use crate::engine::{Desired, RuleReport, RuleState};
+    use serde_json::json;
+    use std::collections::BTreeSet;
+
+    fn report(state: RuleState, kept: &[&str]) -> RuleReport {
+        RuleReport {
+            state,
+            matched_triggers: 0,
+            outputs: 0,
+            errors: Vec::new(),
+            kept_triggers: kept.iter().map(|t| t.to_string()).collect(),
+            static_kept: false,
+        }
+    }
+
+    fn manifest(kind: OutputKind, ns: &str, name: &str, rule: &str, trigger: &str) -> Value {
+        let mut meta = json!({"name": name,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            "annotations": {"rbacrules.io/rule": rule, "rbacrules.io/trigger": trigger}});
+        if !ns.is_empty() {
+            meta["namespace"] = json!(ns);
+        }
+        let mut o =
+            json!({"apiVersion": RBAC_API_VERSION, "kind": kind.as_str(), "metadata": meta});
+        if !kind.is_role() {
+            o["roleRef"] = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "r"});
+        }
+        o
+    }
+
+    fn desired(kind: OutputKind, ns: &str, name: &str, rule: &str, trigger: &str) -> Desired {
+        Desired {
+            kind,
+            namespace: ns.into(),
+            name: name.into(),
+            rule: rule.into(),
+            trigger: Some(trigger.into()),
+            object: manifest(kind, ns, name, rule, trigger),
+        }
+    }
+
+    fn live_of(objects: Vec<Value>) -> BTreeMap<ObjectId, Live> {
+        objects
+            .into_iter()
+            .map(|o| (ObjectId::of(&o).expect("id"), Live::new(o)))
+            .collect()
+    }
+
+    #[test]
+    fn writes_are_ordered_roles_first_and_deletes_bindings_first() {
+        let evaluation = Evaluation {
+            desired: vec![
+                desired(OutputKind::RoleBinding, "a", "b", "r", "T/a"),
+                desired(OutputKind::ClusterRoleBinding, "", "b", "r", "T/a"),
+                desired(OutputKind::Role, "a", "x", "r", "T/a"),
+                desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
+            ],
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            contested: BTreeSet::new(),
+        };
+        let live = live_of(vec![
+            manifest(OutputKind::ClusterRole, "", "old", "r", "T/a"),
+            manifest(OutputKind::RoleBinding, "a", "old", "r", "T/a"),
+            manifest(OutputKind::Role, "a", "old", "r", "T/a"),
+            manifest(OutputKind::ClusterRoleBinding, "", "old", "r", "T/a"),
+        ]);
+        let p = plan(&evaluation, &live, &BTreeSet::new(), true);
+        let kinds = |ids: Vec<&ObjectId>| ids.iter().map(|i| i.kind).collect::<Vec<_>>();
+        assert_eq!(
+            kinds(p.applies.iter().map(|a| &a.id).collect()),
+            vec![
+                OutputKind::ClusterRole,
+                OutputKind::Role,
+                OutputKind::ClusterRoleBinding,
+                OutputKind::RoleBinding
+            ]
+        );
+        assert_eq!(
+            kinds(p.deletes.iter().map(|d| &d.id).collect()),
+            vec![
+                OutputKind::RoleBinding,
+                OutputKind::ClusterRoleBinding,
+                OutputKind::Role,
+                OutputKind::ClusterRole
+            ]
+        );
+        assert!(p.applies.iter().all(|a| a.action == ApplyAction::Create));
+    }
+
+    #[test]
+    fn what_is_left_alone() {
+        let mut contested = BTreeSet::new();
+        contested.insert((OutputKind::Role, "a".to_string(), "both".to_string()));
+        let evaluation = Evaluation {
+            desired: vec![],
+            reports: BTreeMap::from([
+                ("r".to_string(), report(RuleState::Evaluated, &["T/paused"])),
+                ("failed".to_string(), report(RuleState::Failed, &[])),
+                ("inactive".to_string(), report(RuleState::Inactive, &[])),
+            ]),
+            contested,
+        };
+        let mut foreign = manifest(OutputKind::Role, "a", "foreign", "r", "T/a");
+        foreign["metadata"]["labels"] = json!({});
+        let live = live_of(vec![
+            manifest(OutputKind::Role, "a", "both", "r", "T/a"),
+            manifest(OutputKind::Role, "a", "paused", "r", "T/paused"),
+            manifest(OutputKind::Role, "a", "failed", "failed", "T/a"),
+            manifest(OutputKind::Role, "a", "inactive", "inactive", "T/a"),
+            manifest(OutputKind::Role, "a", "held", "held", "T/a"),
+            manifest(OutputKind::Role, "a", "gone", "gone-rule", "T/a"),
+            manifest(OutputKind::Role, "a", "stale", "r", "T/a"),
+            foreign,
+        ]);
+        let held = BTreeSet::from(["held".to_string()]);
+        let p = plan(&evaluation, &live, &held, true);
+        let deleted: Vec<&str> = p.deletes.iter().map(|d| d.id.name.as_str()).collect();
+        assert_eq!(deleted, vec!["gone", "stale"]);
+        let kept: BTreeMap<&str, KeepReason> = p
+            .kept
+            .iter()
+            .map(|(id, _, r)| (id.name.as_str(), *r))
+            .collect();
+        assert_eq!(
+            kept,
+            BTreeMap::from([
+                ("both", KeepReason::Contested),
+                ("failed", KeepReason::Kept),
+                ("held", KeepReason::Held),
+                ("inactive", KeepReason::Kept),
+                ("paused", KeepReason::Kept),
+            ])
+        );
+        // An incomplete view defers the prunes.
+        let p = plan(&evaluation, &live, &held, false);
+        assert!(p.deletes.is_empty());
+        assert_eq!(
+            p.kept
+                .iter()
+                .filter(|k| k.2 == KeepReason::PruneDeferred)
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_changed_role_ref_recreates_the_binding() {
+        let evaluation = Evaluation {
+            desired: vec![desired(OutputKind::RoleBinding, "a", "b", "r", "T/a")],
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            contested: BTreeSet::new(),
+        };
+        let mut old = manifest(OutputKind::RoleBinding, "a", "b", "r", "T/a");
+        old["roleRef"]["name"] = json!("previous");
+        old["metadata"]["uid"] = json!("u");
+        old["metadata"]["resourceVersion"] = json!("9");
+        let p = plan(&evaluation, &live_of(vec![old]), &BTreeSet::new(), true);
+        assert_eq!(
+            p.applies[0].action,
+            ApplyAction::Recreate {
+                uid: Some("u".into()),
+                resource_version: Some("9".into())
+            }
+        );
+    }
+}

@@ -8,8 +8,8 @@
 //! writes the ClusterRoles rendered for it and the Roles of namespaces that
 //! reference it; a ClusterRole change writes the Roles that copy rules from
 //! it. A resync of an unchanged cluster sends no request at all (statuses
-//! are compared before
-//! patching, Events come only from writes and new problems).
+//! are compared before patching, Events come only from writes and new
+//! problems).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;

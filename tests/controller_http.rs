@@ -1051,3 +1051,105 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         );
     }
 }
+
+/// The built-in rules on an example cluster converge: after the first
+/// reconcile's applies are live (as the API server returns them, with the
+/// aggregation controller's rules filled in and our managedFields), the
+/// next reconcile plans no write. Pure: no request is sent.
+#[tokio::test]
+async fn builtin_rules_converge_with_no_second_write() {
+    use rbac_rules::controller::plan::{FIELD_MANAGER, Live};
+
+    let (client, server) = pair();
+    let scenario = tokio::spawn(server.done());
+    let rules = rules(
+        rbac_rules::rules::builtin()
+            .expect("built-in rules")
+            .into_iter()
+            .map(|src| {
+                let mut r = rbac_rules::api::RbacRule::new(&src.name, src.spec);
+                r.metadata.generation = Some(1);
+                r
+            })
+            .collect(),
+    );
+    let docs = rbac_rules::yaml::load_paths(&["examples/crossplane-cluster.yaml".into()])
+        .expect("example cluster");
+    let cluster: Vec<Value> = docs.into_iter().map(|d| d.value).collect();
+    let observed = store(cluster.clone());
+    let holds = BTreeMap::new();
+    let mut s = syncer(client);
+    let (evaluation, first) = s.evaluate(&Snapshot {
+        rules: &rules,
+        observed: &observed,
+        owned: &BTreeMap::new(),
+        holds: &holds,
+        allow: None,
+        prune: true,
+    });
+    assert!(
+        evaluation.errors().next().is_none(),
+        "{:?}",
+        evaluation.errors().collect::<Vec<_>>()
+    );
+    assert!(first.applies.len() > 10, "{}", first.applies.len());
+
+    // What the server holds after those applies.
+    let mut live_objects = Vec::new();
+    for (i, a) in first.applies.iter().enumerate() {
+        let mut o = a.object.clone();
+        let meta = o["metadata"].as_object_mut().expect("metadata");
+        let keys = |m: Option<&Value>| -> Value {
+            let mut f = serde_json::Map::new();
+            for k in m
+                .and_then(Value::as_object)
+                .into_iter()
+                .flat_map(|m| m.keys())
+            {
+                f.insert(format!("f:{k}"), json!({}));
+            }
+            Value::Object(f)
+        };
+        let fields = json!({"f:metadata": {"f:labels": keys(meta.get("labels")),
+                                           "f:annotations": keys(meta.get("annotations"))}});
+        meta.insert("uid".into(), json!(format!("uid-{i}")));
+        meta.insert("resourceVersion".into(), json!(format!("{}", 100 + i)));
+        meta.insert(
+            "managedFields".into(),
+            json!([{"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": fields}]),
+        );
+        if o.get("aggregationRule").is_some() {
+            o["rules"] =
+                json!([{"apiGroups": ["example.org"], "resources": ["things"], "verbs": ["get"]}]);
+        }
+        live_objects.push(o);
+    }
+    let owned: BTreeMap<ObjectId, Live> = live_objects
+        .iter()
+        .map(|o| (ObjectId::of(o).expect("id"), Live::new(o.clone())))
+        .collect();
+    let mut with_outputs = cluster;
+    with_outputs.extend(live_objects);
+    let observed = store(with_outputs);
+    let (again, second) = s.evaluate(&Snapshot {
+        rules: &rules,
+        observed: &observed,
+        owned: &owned,
+        holds: &holds,
+        allow: None,
+        prune: true,
+    });
+    assert!(
+        second.is_empty(),
+        "{:#?}",
+        second
+            .applies
+            .iter()
+            .map(|a| (&a.id, &a.action))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(second.unchanged.len(), first.applies.len());
+    assert_eq!(again.desired, evaluation.desired);
+    drop(s);
+    scenario.await.expect("scenario");
+}

@@ -58,7 +58,7 @@ pub struct RbacRuleSpec {
 }
 
 /// How much of the built-in behaviour the controller manages, after the
-/// `--manage` flag of Crossplane's RBAC manager design.
+/// `--manage` flag of the RBAC manager design this project follows.
 #[derive(
     Serialize,
     Deserialize,
@@ -138,7 +138,7 @@ pub struct Trigger {
     /// trigger; the controller then watches metadata only (less memory).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub metadata_only: bool,
-    /// An annotation that pauses the trigger, e.g. `crossplane.io/paused`
+    /// An annotation that pauses the trigger, e.g. `example.org/paused`
     /// = `"true"`. A paused trigger's outputs are neither created, updated
     /// nor deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,7 +172,7 @@ pub struct MetadataMatch {
     #[serde(default)]
     pub source: MetadataSource,
     /// Regular expression the whole key must match, e.g.
-    /// `rbac\.crossplane\.io/(?P<xrd>.+)`.
+    /// `rbac\.example\.org/(?P<kind>.+)`.
     pub key: String,
     /// Regular expression the whole value must match. Default: any value.
     #[serde(default, skip_serializing_if = "Option::is_none")]

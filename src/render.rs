@@ -84,6 +84,7 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         Options {
             manage: args.manage,
             allow,
+            ..Options::default()
         },
     );
     let eval = engine.evaluate(&store);

@@ -10,29 +10,9 @@ use crate::api::{GROUP, RbacRuleSpec};
 use crate::engine::RuleSource;
 use crate::yaml::{self, Document, YamlError};
 
-/// The built-in rules, as shipped in `rules/` (file name, text).
-pub const BUILTIN: &[(&str, &str)] = &[
-    (
-        "rules/crossplane-core.yaml",
-        include_str!("../rules/crossplane-core.yaml"),
-    ),
-    (
-        "rules/crossplane-user-roles.yaml",
-        include_str!("../rules/crossplane-user-roles.yaml"),
-    ),
-    (
-        "rules/crossplane-xrd.yaml",
-        include_str!("../rules/crossplane-xrd.yaml"),
-    ),
-    (
-        "rules/crossplane-provider.yaml",
-        include_str!("../rules/crossplane-provider.yaml"),
-    ),
-    (
-        "rules/crossplane-namespace.yaml",
-        include_str!("../rules/crossplane-namespace.yaml"),
-    ),
-];
+/// The built-in rules: every `rules/*.yaml` file (path, text), embedded by
+/// the build script.
+pub const BUILTIN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/builtin_rules.rs"));
 
 /// A rule file that cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -393,7 +393,7 @@ fn manage_levels_switch_rules_off() {
             &builtin,
             Options {
                 manage: level,
-                allow: None,
+                ..Options::default()
             },
         )
         .evaluate(&ObjectStore::new());
@@ -436,4 +436,89 @@ fn interests_name_every_kind_the_rules_read() {
             ("ClusterRole.rbac.authorization.k8s.io".to_string(), false),
         ]
     );
+}
+
+#[test]
+fn held_rules_keep_their_objects_visible_to_copiers() {
+    let live = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "widget:gears", "labels": {"example.org/copy": "true", "app.kubernetes.io/managed-by": "rbac-rules"},
+                     "annotations": {"rbacrules.io/rule": "z-producer", "rbacrules.io/trigger": "Widget.example.org/gears"}},
+        "rules": [{"apiGroups": ["example.org"], "resources": ["gears"], "verbs": ["get"]}]});
+    let options = Options {
+        held: ["z-producer".to_string()].into(),
+        ..Options::default()
+    };
+    // The Widget kind is not observed (its watch is not synced): the
+    // producer is held, and the copier still sees its live role.
+    let eval =
+        Engine::new(&rules(COPY), options).evaluate(&store(&[ns("t", json!({}), json!({})), live]));
+    assert_eq!(eval.reports["z-producer"].state, RuleState::Held);
+    assert!(eval.keeps("z-producer", Some("Widget.example.org/gears")));
+    assert_eq!(
+        role_rules(&eval, "copied"),
+        json!([{"apiGroups": ["example.org"], "resources": ["gears"], "verbs": ["get"]}])
+    );
+}
+
+#[test]
+fn a_cluster_role_copying_cluster_roles_never_reads_its_own_outputs() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: self}
+spec:
+  trigger: {kind: Namespace}
+  outputs:
+  - kind: ClusterRole
+    name: "copy:{{trigger.metadata.name}}"
+    labels: {example.org/copy: "true"}
+    rulesFrom:
+      clusterRoleSelector:
+        matchLabels: {example.org/copy: "true"}
+"#;
+    let base = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "base", "labels": {"example.org/copy": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
+    // Its own output from an earlier evaluation is live too.
+    let previous = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "copy:a", "labels": {"example.org/copy": "true", "app.kubernetes.io/managed-by": "rbac-rules"},
+                     "annotations": {"rbacrules.io/rule": "self", "rbacrules.io/trigger": "Namespace/a"}},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]}]});
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[
+        ns("a", json!({}), json!({})),
+        ns("b", json!({}), json!({})),
+        base,
+        previous,
+    ]));
+    assert_eq!(
+        eval.errors().count(),
+        0,
+        "no self-cycle: {:?}",
+        eval.errors().collect::<Vec<_>>()
+    );
+    for d in &eval.desired {
+        assert_eq!(
+            d.object["rules"],
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
+            "{}",
+            d.name
+        );
+    }
+}
+
+#[test]
+fn interests_by_rule_are_per_rule() {
+    let engine = Engine::new(&rules(COPY), Options::default());
+    let by_rule = engine.interests_by_rule();
+    let kinds = |r: &str| {
+        by_rule[r]
+            .iter()
+            .map(|i| i.gk.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        kinds("a-copier"),
+        ["Namespace", "ClusterRole.rbac.authorization.k8s.io"]
+    );
+    assert_eq!(kinds("z-producer"), ["Widget.example.org"]);
 }

@@ -413,7 +413,7 @@ impl World {
     fn interests(&mut self, manage: ManageLevel) -> BTreeMap<GroupKind, Interest> {
         let options = Options {
             manage,
-            allow: None,
+            ..Options::default()
         };
         self.rule_kinds
             .retain(|name, _| self.rules.contains_key(name));

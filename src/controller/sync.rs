@@ -23,8 +23,7 @@ use super::apply::{self, ConflictMemo, Gate, Outcome, Written};
 use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
-use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
-use crate::engine::output::{MANAGED_BY_LABEL, rule_annotation};
+use crate::api::{ManageLevel, RbacRule, RbacRuleSpec};
 use crate::engine::{Engine, Evaluation, ObjectStore, Options, RuleSource};
 
 /// Name of this controller in Events.
@@ -60,8 +59,15 @@ pub struct SyncReport {
 }
 
 /// Compiled rules, reused while rules and allow-list stay the same.
+/// What the compiled engine depends on: rule specs, allow-list, held rules.
+type EngineKey = (
+    Vec<(String, RbacRuleSpec)>,
+    Option<Vec<PolicyRule>>,
+    BTreeSet<String>,
+);
+
 struct CachedEngine {
-    key: (Vec<(String, RbacRuleSpec)>, Option<Vec<PolicyRule>>),
+    key: EngineKey,
     engine: Engine,
 }
 
@@ -113,10 +119,10 @@ impl Syncer {
         let key = (
             rules
                 .iter()
-                .filter(|(n, _)| !holds.contains_key(*n))
                 .map(|(n, r)| (n.clone(), r.spec.clone()))
                 .collect::<Vec<_>>(),
             allow.map(<[PolicyRule]>::to_vec),
+            holds.keys().cloned().collect::<BTreeSet<String>>(),
         );
         let cached = match self.engine.take() {
             Some(c) if c.key == key => c,
@@ -132,9 +138,12 @@ impl Syncer {
                 tracing::debug!(rules = sources.len(), "compiling rules");
                 let engine = Engine::new(
                     &sources,
+                    // Held rules are not evaluated; their live objects stay
+                    // visible to the rules that copy from them.
                     Options {
                         manage: self.manage,
                         allow: key.1.clone(),
+                        held: key.2.clone(),
                     },
                 );
                 CachedEngine { key, engine }
@@ -148,9 +157,8 @@ impl Syncer {
     pub fn evaluate(&mut self, snap: &Snapshot<'_>) -> (Evaluation, Plan) {
         let held: BTreeSet<String> = snap.holds.keys().cloned().collect();
         let started = Instant::now();
-        let observed = without_provenance_of(snap.observed, &held);
         let engine = self.engine(snap.rules, snap.holds, snap.allow);
-        let evaluation = engine.evaluate(observed.as_ref().unwrap_or(snap.observed));
+        let evaluation = engine.evaluate(snap.observed);
         self.metrics
             .render_duration
             .observe(started.elapsed().as_secs_f64());
@@ -282,47 +290,4 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
         *counts.entry(rule).or_insert(0) += 1;
     }
     counts
-}
-
-/// When rules are held, their live objects must look like ordinary
-/// (unmanaged) objects to the engine: otherwise it hides them as outputs of
-/// a rule that no longer exists, and rules copying from them would shrink.
-fn without_provenance_of(observed: &ObjectStore, held: &BTreeSet<String>) -> Option<ObjectStore> {
-    if held.is_empty() {
-        return None;
-    }
-    let gks: Vec<_> = OutputKind::ALL
-        .iter()
-        .map(|k| crate::engine::GroupKind::new(crate::engine::output::RBAC_GROUP, k.as_str()))
-        .collect();
-    let affected = gks.iter().any(|gk| {
-        observed.list(gk).any(|o| {
-            o["metadata"]["annotations"][rule_annotation()]
-                .as_str()
-                .is_some_and(|r| held.contains(r))
-        })
-    });
-    if !affected {
-        return None;
-    }
-    let mut copy = observed.clone();
-    for gk in &gks {
-        let changed: Vec<serde_json::Value> = observed
-            .list(gk)
-            .filter(|o| {
-                o["metadata"]["annotations"][rule_annotation()]
-                    .as_str()
-                    .is_some_and(|r| held.contains(r))
-            })
-            .cloned()
-            .collect();
-        for mut o in changed {
-            if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
-                labels.remove(MANAGED_BY_LABEL);
-            }
-            // Same apiVersion, kind and name: replaces the original.
-            let _ = copy.insert(o);
-        }
-    }
-    Some(copy)
 }

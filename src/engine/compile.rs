@@ -603,15 +603,16 @@ pub fn compile(
 }
 
 /// Orders rules so that every rule runs after the rules whose output kinds
-/// it reads. Ties go by name. Returns the order (indices) and the names of
-/// rules caught in a cycle, which cannot run.
+/// it reads. Ties go by name. A rule never reads its own outputs (the view
+/// hides them), so it does not depend on itself. Returns the order (indices)
+/// and, for rules caught in a cycle (which cannot run), the rules they wait on.
 pub fn order(rules: &[CompiledRule]) -> (Vec<usize>, BTreeMap<usize, Vec<String>>) {
     let n = rules.len();
     // deps[b] = rules that must run before b.
     let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     for (b, rb) in rules.iter().enumerate() {
         for (a, ra) in rules.iter().enumerate() {
-            if ra.produces.intersection(&rb.consumes).next().is_some() {
+            if a != b && ra.produces.intersection(&rb.consumes).next().is_some() {
                 deps[b].insert(a);
             }
         }
@@ -624,7 +625,7 @@ pub fn order(rules: &[CompiledRule]) -> (Vec<usize>, BTreeMap<usize, Vec<String>
         let next = by_name
             .iter()
             .copied()
-            .find(|&i| !done[i] && deps[i].iter().all(|&d| done[d] && d != i));
+            .find(|&i| !done[i] && deps[i].iter().all(|&d| done[d]));
         match next {
             Some(i) => {
                 done[i] = true;

@@ -32,7 +32,9 @@ impl View<'_> {
         OutputKind::ALL.iter().any(|k| output_gk(*k) == *gk)
     }
 
-    /// A live object superseded by this evaluation's output.
+    /// A live object superseded by this evaluation's output. The rule being
+    /// evaluated has no report yet, so its own live outputs are hidden too:
+    /// a rule never reads what it emits.
     fn hidden(&self, obj: &Value) -> bool {
         let meta = &obj["metadata"];
         if meta["labels"][MANAGED_BY_LABEL].as_str() != Some(MANAGED_BY_VALUE) {
@@ -94,6 +96,10 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
     let mut contested: BTreeSet<OutKey> = BTreeSet::new();
 
     for rule in &engine.rules {
+        if engine.options.held.contains(&rule.name) {
+            reports.insert(rule.name.clone(), RuleReport::new(RuleState::Held));
+            continue;
+        }
         let view = View {
             observed,
             overlay: &overlay,

@@ -41,6 +41,9 @@ pub struct Options {
     /// The allow-list: when set, every emitted policy rule must be covered
     /// by these rules, or its output fails with a Forbidden error.
     pub allow: Option<Vec<PolicyRule>>,
+    /// Rules the caller holds back (e.g. a kind they read is not watched
+    /// yet): not evaluated, their live objects kept and visible to others.
+    pub held: BTreeSet<String>,
 }
 
 /// An object the rules want in the cluster.
@@ -67,6 +70,8 @@ pub enum RuleState {
     Evaluated,
     /// Above the configured manage level: its objects are left alone.
     Inactive,
+    /// Held back by the caller (see [`Options::held`]): objects left alone.
+    Held,
     /// Invalid or in a dependency cycle: nothing evaluated, its objects kept.
     Failed,
 }
@@ -90,7 +95,8 @@ pub struct RuleReport {
 }
 
 impl RuleReport {
-    fn new(state: RuleState) -> Self {
+    /// An empty report in `state`.
+    pub fn new(state: RuleState) -> Self {
         RuleReport {
             state,
             matched_triggers: 0,
@@ -128,7 +134,7 @@ impl Evaluation {
         match self.reports.get(rule) {
             None => false,
             Some(r) => match r.state {
-                RuleState::Inactive | RuleState::Failed => true,
+                RuleState::Inactive | RuleState::Held | RuleState::Failed => true,
                 RuleState::Evaluated => match trigger {
                     Some(t) => r.kept_triggers.contains(t),
                     None => r.static_kept,
@@ -157,6 +163,51 @@ pub struct Interest {
     pub version: Option<String>,
     /// Whether metadata is all any rule reads of this kind.
     pub metadata_only: bool,
+}
+
+/// The kinds one rule reads, unmerged.
+fn rule_interests(r: &CompiledRule) -> Vec<Interest> {
+    let mut out = Vec::new();
+    if let Some(t) = &r.spec.trigger {
+        out.push(Interest {
+            gk: GroupKind::new(&t.api_group, &t.kind),
+            version: t.version.clone(),
+            metadata_only: t.metadata_only,
+        });
+    }
+    for q in r.spec.related.iter().filter_map(|rel| rel.objects.as_ref()) {
+        out.push(Interest {
+            gk: GroupKind::new(&q.api_group, &q.kind),
+            version: q.version.clone(),
+            metadata_only: q.metadata_only,
+        });
+    }
+    if r.spec.outputs.iter().any(|o| o.rules_from.is_some()) {
+        out.push(Interest {
+            gk: compile::output_gk(OutputKind::ClusterRole),
+            version: None,
+            metadata_only: false,
+        });
+    }
+    out
+}
+
+/// One interest per kind: metadata-only only if every reader says so; the
+/// first version named wins.
+fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interest> {
+    let mut out: BTreeMap<GroupKind, Interest> = BTreeMap::new();
+    for i in items {
+        let e = out.entry(i.gk.clone()).or_insert(Interest {
+            gk: i.gk,
+            version: None,
+            metadata_only: true,
+        });
+        e.metadata_only &= i.metadata_only;
+        if e.version.is_none() {
+            e.version = i.version;
+        }
+    }
+    out.into_values().collect()
 }
 
 impl Engine {
@@ -229,40 +280,15 @@ impl Engine {
 
     /// Kinds the runnable rules read, merged per kind.
     pub fn interests(&self) -> Vec<Interest> {
-        let mut out: BTreeMap<GroupKind, Interest> = BTreeMap::new();
-        let mut add = |gk: GroupKind, version: &Option<String>, metadata_only: bool| {
-            let e = out.entry(gk.clone()).or_insert(Interest {
-                gk,
-                version: None,
-                metadata_only: true,
-            });
-            e.metadata_only &= metadata_only;
-            if e.version.is_none() {
-                e.version.clone_from(version);
-            }
-        };
-        for r in &self.rules {
-            if let Some(t) = &r.spec.trigger {
-                add(
-                    GroupKind::new(&t.api_group, &t.kind),
-                    &t.version,
-                    t.metadata_only,
-                );
-            }
-            for rel in &r.spec.related {
-                if let Some(q) = &rel.objects {
-                    add(
-                        GroupKind::new(&q.api_group, &q.kind),
-                        &q.version,
-                        q.metadata_only,
-                    );
-                }
-            }
-            if r.spec.outputs.iter().any(|o| o.rules_from.is_some()) {
-                add(compile::output_gk(OutputKind::ClusterRole), &None, false);
-            }
-        }
-        out.into_values().collect()
+        merge_interests(self.rules.iter().flat_map(rule_interests))
+    }
+
+    /// Kinds each runnable rule reads, by rule name.
+    pub fn interests_by_rule(&self) -> BTreeMap<String, Vec<Interest>> {
+        self.rules
+            .iter()
+            .map(|r| (r.name.clone(), merge_interests(rule_interests(r))))
+            .collect()
     }
 
     /// Evaluates every rule against the observed objects.

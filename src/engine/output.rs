@@ -18,7 +18,7 @@ pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
 
 /// Label on every emitted object; the controller lists by it (its label
-/// inventory, as Config Sync keeps one).
+/// inventory: what it lists to find objects to prune).
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY_VALUE: &str = "rbac-rules";
@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn names_follow_rbac_path_segment_rules() {
-        assert!(validate_name("f", "crossplane:composite:x.example.org:aggregate-to-edit").is_ok());
+        assert!(validate_name("f", "platform:widget:x.example.org:aggregate-to-edit").is_ok());
         for bad in ["", ".", "..", "a/b", "a%b"] {
             assert!(validate_name("f", bad).is_err(), "{bad:?}");
         }
@@ -438,8 +438,8 @@ mod tests {
 
     #[test]
     fn label_rules() {
-        assert!(validate_key("f", "rbac.crossplane.io/aggregate-to-edit").is_ok());
-        assert!(validate_key("f", "namespace.crossplane.io/team-a").is_ok());
+        assert!(validate_key("f", "rbac.example.org/aggregate-to-edit").is_ok());
+        assert!(validate_key("f", "namespace.example.org/team-a").is_ok());
         assert!(validate_key("f", "Bad_Prefix/x").is_err());
         assert!(validate_key("f", &format!("a.io/{}", "x".repeat(64))).is_err());
         assert!(validate_label_value("f", "k", "true").is_ok());

@@ -544,14 +544,14 @@ pub fn split_image(image: &str) -> (String, String) {
     (first, repo)
 }
 
-/// `imageRegistry img`: e.g. `xpkg.crossplane.io`.
+/// `imageRegistry img`: e.g. `registry.example.org`.
 fn h_image_registry(args: &[Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     Ok(Value::String(split_image(&text(args, 0)?).0))
 }
 
 /// `imageOrg img`: registry and first path segment, e.g.
-/// `xpkg.crossplane.io/crossplane-contrib`.
+/// `registry.example.org/team`.
 fn h_image_org(args: &[Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     let (registry, repo) = split_image(&text(args, 0)?);
@@ -665,11 +665,8 @@ mod tests {
     #[test]
     fn image_parsing() {
         assert_eq!(
-            split_image("xpkg.crossplane.io/crossplane-contrib/provider-aws-s3:v1.2"),
-            (
-                "xpkg.crossplane.io".into(),
-                "crossplane-contrib/provider-aws-s3".into()
-            )
+            split_image("registry.example.org/team/widget-operator:v1.2"),
+            ("registry.example.org".into(), "team/widget-operator".into())
         );
         assert_eq!(
             split_image("nginx:1.2"),

@@ -118,6 +118,31 @@ pub fn matches(
     Ok(labels_ok && expressions_ok)
 }
 
+/// Evaluates an already [`validate`]d selector against an object's
+/// `metadata.labels` as JSON, without copying the labels: the engine matches
+/// one selector against many objects and validates it once.
+/// Non-text label values never match.
+pub fn matches_json(
+    selector: &LabelSelector,
+    labels: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> bool {
+    let get = |key: &str| labels.and_then(|m| m.get(key)).and_then(|v| v.as_str());
+    let labels_ok = match_labels(selector)
+        .iter()
+        .all(|(key, value)| get(key) == Some(value.as_str()));
+    labels_ok
+        && match_expressions(selector).iter().all(|r| {
+            let values = requirement_values(r);
+            match r.operator.as_str() {
+                "In" => get(&r.key).is_some_and(|v| values.iter().any(|x| x == v)),
+                "NotIn" => get(&r.key).is_none_or(|v| !values.iter().any(|x| x == v)),
+                "Exists" => get(&r.key).is_some(),
+                "DoesNotExist" => get(&r.key).is_none(),
+                _ => false,
+            }
+        })
+}
+
 /// Like [`matches()`], for `ObjectMeta.labels`-style optional maps: `None`
 /// means "no labels".
 ///
@@ -313,6 +338,69 @@ fn starts_and_ends_with(text: &str, allowed: impl Fn(char) -> bool) -> bool {
     match (text.chars().next(), text.chars().last()) {
         (Some(first), Some(last)) => allowed(first) && allowed(last),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    /// `matches_json` agrees with `matches` on every operator.
+    #[test]
+    fn json_matcher_agrees_with_matches() {
+        let req = |op: &str, vals: &[&str]| LabelSelectorRequirement {
+            key: "k".into(),
+            operator: op.into(),
+            values: if vals.is_empty() {
+                None
+            } else {
+                Some(vals.iter().map(|v| v.to_string()).collect())
+            },
+        };
+        let selectors = [
+            LabelSelector {
+                match_labels: Some([("a".to_string(), "1".to_string())].into()),
+                match_expressions: None,
+            },
+            LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![req("In", &["x", "y"])]),
+            },
+            LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![req("NotIn", &["x"])]),
+            },
+            LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![req("Exists", &[])]),
+            },
+            LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![req("DoesNotExist", &[])]),
+            },
+            LabelSelector::default(),
+        ];
+        let label_sets: [&[(&str, &str)]; 4] =
+            [&[], &[("a", "1")], &[("k", "x")], &[("k", "z"), ("a", "2")]];
+        for sel in &selectors {
+            for set in label_sets {
+                let map: BTreeMap<String, String> = set
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let json: serde_json::Map<String, serde_json::Value> = set
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
+                    .collect();
+                assert_eq!(
+                    matches(sel, &map).ok(),
+                    Some(matches_json(sel, Some(&json))),
+                    "{sel:?} on {set:?}"
+                );
+            }
+        }
+        assert!(!matches_json(&selectors[0], None));
     }
 }
 

@@ -2,21 +2,32 @@
 //!
 //! cargo test --release --test bench_engine -- --ignored --nocapture
 //!
-//! A synthetic Crossplane cluster: XRDS XRDs, PROVIDERS provider revisions
-//! with TYPES CRDs each (in families of 5), and NAMESPACES namespaces each
-//! accepting 3 XRDs.
+//! A synthetic Crossplane cluster: BENCH_XRDS XRDs (default 300),
+//! BENCH_PROVIDERS provider revisions (100) with BENCH_TYPES CRDs each (50),
+//! in families of 5, and BENCH_NAMESPACES namespaces (2000) each accepting
+//! 3 XRDs.
 
 use std::time::Instant;
 
 use rbac_rules::engine::{Engine, ObjectStore, Options};
 use serde_json::json;
 
-const XRDS: usize = 300;
-const PROVIDERS: usize = 100;
-const TYPES: usize = 50;
-const NAMESPACES: usize = 2000;
+/// A size from the environment (BENCH_XRDS, …), or its default.
+fn size(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
+#[allow(non_snake_case)]
 fn cluster() -> ObjectStore {
+    let (XRDS, PROVIDERS, TYPES, NAMESPACES) = (
+        size("BENCH_XRDS", 300),
+        size("BENCH_PROVIDERS", 100),
+        size("BENCH_TYPES", 50),
+        size("BENCH_NAMESPACES", 2000),
+    );
     let mut s = ObjectStore::new();
     let mut add = |v| s.insert(v).expect("insert");
     for i in 0..XRDS {

@@ -1,7 +1,11 @@
 //! Evaluation of compiled rules against observed objects.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
+use handlebars::Context;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use serde_json::{Map, Value, json};
@@ -25,9 +29,12 @@ struct View<'a> {
     observed: &'a ObjectStore,
     overlay: &'a ObjectStore,
     reports: &'a BTreeMap<String, RuleReport>,
+    /// Merged lists, built once: the view cannot change while a rule runs,
+    /// and a rule lists the same kind once per trigger.
+    merged: RefCell<HashMap<(GroupKind, Option<String>), Rc<Vec<&'a Value>>>>,
 }
 
-impl View<'_> {
+impl<'a> View<'a> {
     fn is_output_kind(gk: &GroupKind) -> bool {
         OutputKind::ALL.iter().any(|k| output_gk(*k) == *gk)
     }
@@ -57,15 +64,25 @@ impl View<'_> {
         }
     }
 
-    fn list<'v>(&'v self, gk: &GroupKind, ns: Option<&'v str>) -> Vec<&'v Value> {
-        let observed: Vec<&Value> = match ns {
+    fn list(&self, gk: &GroupKind, ns: Option<&str>) -> Rc<Vec<&'a Value>> {
+        let key = (gk.clone(), ns.map(str::to_string));
+        if let Some(hit) = self.merged.borrow().get(&key) {
+            return Rc::clone(hit);
+        }
+        let list = Rc::new(self.build_list(gk, ns));
+        self.merged.borrow_mut().insert(key, Rc::clone(&list));
+        list
+    }
+
+    fn build_list(&self, gk: &GroupKind, ns: Option<&str>) -> Vec<&'a Value> {
+        let observed: Vec<&'a Value> = match ns {
             Some(ns) => self.observed.list_namespace(gk, ns).collect(),
             None => self.observed.list(gk).collect(),
         };
         if !Self::is_output_kind(gk) {
             return observed;
         }
-        let mut merged: BTreeMap<ObjectKey, &Value> = BTreeMap::new();
+        let mut merged: BTreeMap<ObjectKey, &'a Value> = BTreeMap::new();
         for o in observed {
             if !self.hidden(o)
                 && let Some(k) = key_of(o)
@@ -73,7 +90,7 @@ impl View<'_> {
                 merged.insert(k, o);
             }
         }
-        let produced: Vec<&Value> = match ns {
+        let produced: Vec<&'a Value> = match ns {
             Some(ns) => self.overlay.list_namespace(gk, ns).collect(),
             None => self.overlay.list(gk).collect(),
         };
@@ -104,6 +121,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
             observed,
             overlay: &overlay,
             reports: &reports,
+            merged: RefCell::default(),
         };
         let (mut report, sets) = Evaluator { engine, rule }.run(&view);
         let mut conflicts: Vec<(String, Option<String>, OutKey)> = Vec::new();
@@ -187,13 +205,14 @@ fn visible(obj: &Value, metadata_only: bool) -> Value {
     v
 }
 
-fn bind(ctx: &mut Value, name: &str, v: Value) -> Option<Value> {
-    ctx.as_object_mut()
+fn bind(ctx: &mut Context, name: &str, v: Value) -> Option<Value> {
+    ctx.data_mut()
+        .as_object_mut()
         .and_then(|m| m.insert(name.to_string(), v))
 }
 
-fn unbind(ctx: &mut Value, name: &str, old: Option<Value>) {
-    if let Some(m) = ctx.as_object_mut() {
+fn unbind(ctx: &mut Context, name: &str, old: Option<Value>) {
+    if let Some(m) = ctx.data_mut().as_object_mut() {
         match old {
             Some(o) => {
                 m.insert(name.to_string(), o);
@@ -234,7 +253,7 @@ impl Evaluator<'_> {
             return (report, sets);
         };
         let gk = GroupKind::new(&trigger.api_group, &trigger.kind);
-        for obj in view.list(&gk, None) {
+        for obj in view.list(&gk, None).iter().copied() {
             let tref = object_ref(obj);
             let seen = visible(obj, trigger.metadata_only);
             let mut ctx = self.base_context();
@@ -276,8 +295,8 @@ impl Evaluator<'_> {
         (report, sets)
     }
 
-    fn base_context(&self) -> Value {
-        json!({"rule": {"name": self.rule.name}, "related": {}})
+    fn base_context(&self) -> Context {
+        Context::from(json!({"rule": {"name": self.rule.name}, "related": {}}))
     }
 
     /// `Ok(None)`: no match. `Ok(Some(matches))`: a match, with the
@@ -286,10 +305,10 @@ impl Evaluator<'_> {
         &self,
         t: &Trigger,
         obj: &Value,
-        ctx: &mut Value,
+        ctx: &mut Context,
     ) -> Result<Option<Option<Vec<Value>>>> {
         if let Some(sel) = &t.selector
-            && !crate::selector::matches(sel, &labels_of(obj)).unwrap_or(false)
+            && !crate::selector::matches_json(sel, obj["metadata"]["labels"].as_object())
         {
             return Ok(None);
         }
@@ -357,21 +376,27 @@ impl Evaluator<'_> {
         }
     }
 
-    fn tpl(&self, field: &str, text: &str, ctx: &Value) -> Result<String> {
+    fn tpl(&self, field: &str, text: &str, ctx: &Context) -> Result<String> {
         self.engine
             .templates
             .render(text, ctx)
             .map_err(|e| FieldError::new(ErrorKind::Template, field, e))
     }
 
-    fn expr(&self, field: &str, text: &str, ctx: &Value) -> Result<Value> {
+    fn expr<'c>(&self, field: &str, text: &str, ctx: &'c Context) -> Result<Cow<'c, Value>> {
         self.engine
             .templates
-            .eval(text, ctx)
+            .eval_ref(text, ctx)
             .map_err(|e| FieldError::new(ErrorKind::Template, field, e))
     }
 
-    fn condition(&self, field: &str, c: &Condition, subject: &Value, ctx: &Value) -> Result<bool> {
+    fn condition(
+        &self,
+        field: &str,
+        c: &Condition,
+        subject: &Value,
+        ctx: &Context,
+    ) -> Result<bool> {
         let actual: Option<String> = match (&c.path, &c.value) {
             (Some(p), _) => {
                 let path = FieldPath::parse(p).map_err(|e| {
@@ -413,7 +438,7 @@ impl Evaluator<'_> {
 
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
-    fn expand(&self, v: &Value, ctx: &mut Value, field: &str) -> Result<Value> {
+    fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         match v {
             Value::String(s) => Ok(Value::String(self.tpl(field, s, ctx)?)),
             Value::Array(items) => {
@@ -426,25 +451,26 @@ impl Evaluator<'_> {
                         out.push(self.expand(item, ctx, &f)?);
                         continue;
                     };
-                    let emit = |this: &Self, ctx: &mut Value, out: &mut Vec<Value>| -> Result<()> {
-                        if let Some(w) = d.when
-                            && !truthy(&this.expr(&format!("{f}.when"), w, ctx)?)
-                        {
-                            return Ok(());
-                        }
-                        match d.body {
-                            DirBody::Item(b) => {
-                                out.push(this.expand(b, ctx, &format!("{f}.item"))?)
+                    let emit =
+                        |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
+                            if let Some(w) = d.when
+                                && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
+                            {
+                                return Ok(());
                             }
-                            DirBody::Items(b) => {
-                                match this.expand(b, ctx, &format!("{f}.items"))? {
-                                    Value::Array(xs) => out.extend(xs),
-                                    other => out.push(other),
+                            match d.body {
+                                DirBody::Item(b) => {
+                                    out.push(this.expand(b, ctx, &format!("{f}.item"))?)
+                                }
+                                DirBody::Items(b) => {
+                                    match this.expand(b, ctx, &format!("{f}.items"))? {
+                                        Value::Array(xs) => out.extend(xs),
+                                        other => out.push(other),
+                                    }
                                 }
                             }
-                        }
-                        Ok(())
-                    };
+                            Ok(())
+                        };
                     match d.for_each {
                         None => emit(self, ctx, &mut out)?,
                         Some(e) => {
@@ -505,8 +531,8 @@ impl Evaluator<'_> {
     }
 
     /// Evaluates a `forEach` expression: a list (null is empty).
-    fn list_of(&self, field: &str, e: &str, ctx: &Value) -> Result<Vec<Value>> {
-        match self.expr(field, e, ctx)? {
+    fn list_of(&self, field: &str, e: &str, ctx: &Context) -> Result<Vec<Value>> {
+        match self.expr(field, e, ctx)?.into_owned() {
             Value::Array(a) => Ok(a),
             Value::Null => Ok(Vec::new()),
             other => Err(FieldError::new(
@@ -517,7 +543,7 @@ impl Evaluator<'_> {
         }
     }
 
-    fn strings(&self, field: &str, v: &Value, ctx: &mut Value) -> Result<Vec<String>> {
+    fn strings(&self, field: &str, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
         match self.expand(v, ctx, field)? {
             Value::Array(a) => a
                 .into_iter()
@@ -540,7 +566,7 @@ impl Evaluator<'_> {
         }
     }
 
-    fn selector(&self, field: &str, sel: &LabelSelector, ctx: &Value) -> Result<LabelSelector> {
+    fn selector(&self, field: &str, sel: &LabelSelector, ctx: &Context) -> Result<LabelSelector> {
         let mut out = LabelSelector::default();
         if let Some(ml) = &sel.match_labels {
             let mut m = BTreeMap::new();
@@ -580,13 +606,13 @@ impl Evaluator<'_> {
         &self,
         i: usize,
         rel: &Related,
-        ctx: &mut Value,
+        ctx: &mut Context,
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Vec<Value>> {
         let f = format!("spec.related[{i}]");
         if let Some(w) = &rel.when
-            && !truthy(&self.expr(&format!("{f}.when"), w, ctx)?)
+            && !truthy(&*self.expr(&format!("{f}.when"), w, ctx)?)
         {
             return Ok(Vec::new());
         }
@@ -609,7 +635,8 @@ impl Evaluator<'_> {
                 None => None,
             };
             view.list(&gk, ns.as_deref())
-                .into_iter()
+                .iter()
+                .copied()
                 .filter(|o| {
                     names.as_ref().is_none_or(|n| {
                         o["metadata"]["name"]
@@ -621,9 +648,9 @@ impl Evaluator<'_> {
                     !q.controlled_by_trigger || trigger.is_some_and(|t| controlled_by(o, t))
                 })
                 .filter(|o| {
-                    selector
-                        .as_ref()
-                        .is_none_or(|s| crate::selector::matches(s, &labels_of(o)).unwrap_or(false))
+                    selector.as_ref().is_none_or(|s| {
+                        crate::selector::matches_json(s, o["metadata"]["labels"].as_object())
+                    })
                 })
                 .map(|o| visible(o, q.metadata_only))
                 .collect()
@@ -640,10 +667,10 @@ impl Evaluator<'_> {
             let mut sources: Vec<Value> = Vec::new();
             for name in of {
                 if name == "trigger" {
-                    sources.extend(ctx.get("trigger").cloned());
+                    sources.extend(ctx.data().get("trigger").cloned());
                 } else {
                     sources.extend(
-                        ctx["related"][name.as_str()]
+                        ctx.data()["related"][name.as_str()]
                             .as_array()
                             .cloned()
                             .unwrap_or_default(),
@@ -721,22 +748,26 @@ impl Evaluator<'_> {
     /// Renders every output for one trigger (or the static set).
     fn render(
         &self,
-        ctx: &mut Value,
+        ctx: &mut Context,
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Vec<Desired>> {
         for (i, rel) in self.rule.spec.related.iter().enumerate() {
             let set = self.related(i, rel, ctx, trigger, view)?;
-            if let Some(r) = ctx.get_mut("related").and_then(Value::as_object_mut) {
+            if let Some(r) = ctx
+                .data_mut()
+                .get_mut("related")
+                .and_then(Value::as_object_mut)
+            {
                 r.insert(rel.name.clone(), Value::Array(set));
             }
         }
         let mut out: Vec<Desired> = Vec::new();
         for (i, o) in self.rule.spec.outputs.iter().enumerate() {
             let f = format!("spec.outputs[{i}]");
-            let one = |this: &Self, ctx: &mut Value, out: &mut Vec<Desired>| -> Result<()> {
+            let one = |this: &Self, ctx: &mut Context, out: &mut Vec<Desired>| -> Result<()> {
                 if let Some(w) = &o.when
-                    && !truthy(&this.expr(&format!("{f}.when"), w, ctx)?)
+                    && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
                 {
                     return Ok(());
                 }
@@ -780,7 +811,7 @@ impl Evaluator<'_> {
         &self,
         f: &str,
         o: &crate::api::Output,
-        ctx: &mut Value,
+        ctx: &mut Context,
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Desired> {
@@ -950,7 +981,7 @@ impl Evaluator<'_> {
         &self,
         f: &str,
         rf: &RulesFrom,
-        ctx: &mut Value,
+        ctx: &mut Context,
         view: &View,
     ) -> Result<Vec<PolicyRule>> {
         let names: BTreeSet<String> = match &rf.cluster_role_names {
@@ -965,7 +996,11 @@ impl Evaluator<'_> {
             None => None,
         };
         let mut out = Vec::new();
-        for role in view.list(&output_gk(OutputKind::ClusterRole), None) {
+        for role in view
+            .list(&output_gk(OutputKind::ClusterRole), None)
+            .iter()
+            .copied()
+        {
             let name = role["metadata"]["name"].as_str().unwrap_or_default();
             let chosen = names.contains(name)
                 || selector.as_ref().is_some_and(|s| {

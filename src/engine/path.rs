@@ -83,6 +83,11 @@ impl FieldPath {
         Ok(FieldPath { segments })
     }
 
+    /// The steps of the path.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
     /// The value at this path, if every step exists.
     pub fn get<'a>(&self, value: &'a Value) -> Option<&'a Value> {
         self.segments.iter().try_fold(value, |v, seg| match seg {

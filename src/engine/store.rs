@@ -120,11 +120,13 @@ impl ObjectStore {
     pub fn list_namespace<'a>(
         &'a self,
         gk: &GroupKind,
-        ns: &'a str,
-    ) -> impl Iterator<Item = &'a Value> {
+        ns: &str,
+    ) -> impl Iterator<Item = &'a Value> + use<'a> {
+        let ns = ns.to_string();
         self.kinds.get(gk).into_iter().flat_map(move |m| {
-            m.range((ns.to_string(), String::new())..)
-                .take_while(move |((n, _), _)| n == ns)
+            let inner = ns.clone();
+            m.range((ns.clone(), String::new())..)
+                .take_while(move |((n, _), _)| *n == inner)
                 .map(|(_, v)| v)
         })
     }

@@ -6,6 +6,8 @@
 //! rendering it through the `json` helper and parsing the result, so the
 //! expression language is exactly the template language.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use handlebars::{
@@ -15,7 +17,7 @@ use handlebars::{
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::path::{FieldPath, scalar_text};
+use super::path::{FieldPath, Segment, scalar_text};
 
 /// The compiled templates and expressions of every rule.
 pub struct Templates {
@@ -34,6 +36,7 @@ impl Templates {
         let mut hb = Handlebars::new();
         hb.set_strict_mode(true);
         hb.register_escape_fn(handlebars::no_escape);
+        hb.register_helper(CAPTURE, Box::new(CaptureHelper));
         for (name, allow_missing, f) in HELPERS {
             hb.register_helper(
                 name,
@@ -73,27 +76,118 @@ impl Templates {
             .map_err(|e| template_error_text(&e))
     }
 
-    /// Renders a template compiled before.
-    pub fn render(&self, text: &str, ctx: &Value) -> Result<String, String> {
+    /// Renders a template compiled before. The context is borrowed, not
+    /// serialized per call: contexts carry whole related sets.
+    pub fn render(&self, text: &str, ctx: &Context) -> Result<String, String> {
         if Self::is_literal(text) {
             return Ok(text.to_string());
         }
-        self.hb.render(text, ctx).map_err(|e| render_error_text(&e))
+        self.hb
+            .render_with_context(text, ctx)
+            .map_err(|e| render_error_text(&e))
     }
 
     /// Evaluates an expression compiled before to a JSON value. A bare path
     /// that is missing yields null.
-    pub fn eval(&self, expr: &str, ctx: &Value) -> Result<Value, String> {
+    pub fn eval(&self, expr: &str, ctx: &Context) -> Result<Value, String> {
+        Ok(self.eval_ref(expr, ctx)?.into_owned())
+    }
+
+    /// Like [`Templates::eval`], borrowing from the context where it can: a
+    /// bare path (`related.types`) is read in place, so `when` tests and
+    /// loops over large related sets copy nothing they do not keep.
+    pub fn eval_ref<'c>(&self, expr: &str, ctx: &'c Context) -> Result<Cow<'c, Value>, String> {
+        if let Some(path) = bare_path(expr) {
+            match navigate(ctx.data(), &path) {
+                Nav::Found(v) => return Ok(Cow::Borrowed(v)),
+                Nav::Missing => return Ok(Cow::Owned(Value::Null)),
+                // Lists and scalars on the way: handlebars' own rules apply.
+                Nav::Other => {}
+            }
+        }
         let wrapped = wrap_expr(expr)?;
-        let text = self
-            .hb
-            .render(&wrapped, ctx)
+        CAPTURED.with(|c| c.borrow_mut().take());
+        self.hb
+            .render_with_context(&wrapped, ctx)
             .map_err(|e| render_error_text(&e))?;
-        serde_json::from_str(&text).map_err(|e| format!("expression did not yield JSON: {e}"))
+        Ok(Cow::Owned(
+            CAPTURED
+                .with(|c| c.borrow_mut().take())
+                .unwrap_or(Value::Null),
+        ))
     }
 }
 
-/// `path` → `{{json path}}`; `helper a b` → `{{json (helper a b)}}`.
+thread_local! {
+    /// The value of the expression being evaluated: the capture helper puts
+    /// it here instead of printing it, so no JSON text round trip.
+    static CAPTURED: RefCell<Option<Value>> = const { RefCell::new(None) };
+}
+
+/// Name of the helper that captures an expression's value.
+const CAPTURE: &str = "__capture";
+
+/// Stores its argument (null when missing) in [`CAPTURED`]; prints nothing.
+struct CaptureHelper;
+
+impl HelperDef for CaptureHelper {
+    fn call_inner<'reg: 'rc, 'rc>(
+        &self,
+        h: &Helper<'rc>,
+        _: &'reg Handlebars<'reg>,
+        _: &'rc Context,
+        _: &mut RenderContext<'reg, 'rc>,
+    ) -> Result<ScopedJson<'rc>, RenderError> {
+        let v = h
+            .param(0)
+            .filter(|p| !p.is_value_missing())
+            .map(|p| p.value().clone())
+            .unwrap_or(Value::Null);
+        CAPTURED.with(|c| *c.borrow_mut() = Some(v));
+        Ok(ScopedJson::Derived(Value::String(String::new())))
+    }
+}
+
+/// A plain path expression (`a.b.[c.d]`), which can be read without
+/// handlebars; `None` for helper calls, literals, `this`, `@`-variables and
+/// `../` parent paths.
+fn bare_path(expr: &str) -> Option<FieldPath> {
+    let expr = expr.trim();
+    let first = expr.chars().next()?;
+    if !(first.is_ascii_alphabetic() || first == '_')
+        || expr.contains(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\'' | '@'))
+        || expr.contains("../")
+        || expr == "this"
+        || expr.starts_with("this.")
+    {
+        return None;
+    }
+    FieldPath::parse(expr).ok()
+}
+
+enum Nav<'c> {
+    Found(&'c Value),
+    Missing,
+    Other,
+}
+
+/// Walks object keys only; anything else is left to handlebars.
+fn navigate<'c>(root: &'c Value, path: &FieldPath) -> Nav<'c> {
+    let mut cur = root;
+    for seg in path.segments() {
+        match (cur, seg) {
+            (Value::Object(m), Segment::Key(k)) => match m.get(k) {
+                Some(v) => cur = v,
+                None => return Nav::Missing,
+            },
+            (Value::Null, _) => return Nav::Missing,
+            _ => return Nav::Other,
+        }
+    }
+    Nav::Found(cur)
+}
+
+/// `path` → `{{__capture path}}`; `helper a b` → `{{__capture (helper a b)}}`.
 fn wrap_expr(expr: &str) -> Result<String, String> {
     let expr = expr.trim();
     if expr.is_empty() {
@@ -105,9 +199,9 @@ fn wrap_expr(expr: &str) -> Result<String, String> {
     let simple =
         !expr.contains(char::is_whitespace) || (expr.starts_with('(') && expr.ends_with(')'));
     Ok(if simple {
-        format!("{{{{json {expr}}}}}")
+        format!("{{{{{CAPTURE} {expr}}}}}")
     } else {
-        format!("{{{{json ({expr})}}}}")
+        format!("{{{{{CAPTURE} ({expr})}}}}")
     })
 }
 
@@ -140,7 +234,9 @@ pub fn truthy(value: &Value) -> bool {
     }
 }
 
-type HelperFn = fn(&[Value]) -> Result<Value, String>;
+static NULL: Value = Value::Null;
+
+type HelperFn = fn(&[&Value]) -> Result<Value, String>;
 
 /// A helper that maps argument values to a value.
 struct ValueHelper {
@@ -158,7 +254,8 @@ impl HelperDef for ValueHelper {
         _: &'rc Context,
         _: &mut RenderContext<'reg, 'rc>,
     ) -> Result<ScopedJson<'rc>, RenderError> {
-        let mut args = Vec::with_capacity(h.params().len());
+        // Arguments are borrowed: a helper often gets a whole related set.
+        let mut args: Vec<&Value> = Vec::with_capacity(h.params().len());
         for p in h.params() {
             if p.is_value_missing() {
                 if !self.allow_missing {
@@ -169,9 +266,9 @@ impl HelperDef for ValueHelper {
                     ))
                     .into());
                 }
-                args.push(Value::Null);
+                args.push(&NULL);
             } else {
-                args.push(p.value().clone());
+                args.push(p.value());
             }
         }
         let v = (self.f)(&args)
@@ -214,7 +311,7 @@ const HELPERS: &[(&str, bool, HelperFn)] = &[
     ("shorten", false, h_shorten),
 ];
 
-fn arity(args: &[Value], min: usize, max: usize) -> Result<(), String> {
+fn arity(args: &[&Value], min: usize, max: usize) -> Result<(), String> {
     if args.len() < min || args.len() > max {
         if min == max {
             return Err(format!("takes {min} argument(s), got {}", args.len()));
@@ -227,18 +324,18 @@ fn arity(args: &[Value], min: usize, max: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn text(args: &[Value], i: usize) -> Result<String, String> {
-    match &args[i] {
+fn text(args: &[&Value], i: usize) -> Result<String, String> {
+    match args[i] {
         Value::Null => Ok(String::new()),
         v => scalar_text(v)
             .ok_or_else(|| format!("argument {} must be text, got {}", i + 1, kind_of(v))),
     }
 }
 
-fn list(args: &[Value], i: usize) -> Result<Vec<Value>, String> {
-    match &args[i] {
-        Value::Null => Ok(Vec::new()),
-        Value::Array(a) => Ok(a.clone()),
+fn list<'a>(args: &[&'a Value], i: usize) -> Result<&'a [Value], String> {
+    match args[i] {
+        Value::Null => Ok(&[]),
+        Value::Array(a) => Ok(a),
         v => Err(format!(
             "argument {} must be a list, got {}",
             i + 1,
@@ -259,7 +356,7 @@ fn kind_of(v: &Value) -> &'static str {
 }
 
 /// `json v`: the value itself (a missing value is null).
-fn h_json(args: &[Value]) -> Result<Value, String> {
+fn h_json(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     // The caller renders this; a string result must stay JSON text.
     Ok(Value::String(
@@ -268,17 +365,17 @@ fn h_json(args: &[Value]) -> Result<Value, String> {
 }
 
 /// `get obj "a.b[0]" [default]`: a field by path, or the default (null).
-fn h_get(args: &[Value]) -> Result<Value, String> {
+fn h_get(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 3)?;
     let path = FieldPath::parse(&text(args, 1)?)?;
     let found = path.get(&args[0]).filter(|v| !v.is_null()).cloned();
-    Ok(found.unwrap_or_else(|| args.get(2).cloned().unwrap_or(Value::Null)))
+    Ok(found.unwrap_or_else(|| args.get(2).map(|v| (*v).clone()).unwrap_or(Value::Null)))
 }
 
 /// `default v d`: `d` when `v` is missing, null or "".
-fn h_default(args: &[Value]) -> Result<Value, String> {
+fn h_default(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
-    Ok(match &args[0] {
+    Ok(match args[0] {
         Value::Null => args[1].clone(),
         Value::String(s) if s.is_empty() => args[1].clone(),
         v => v.clone(),
@@ -286,12 +383,12 @@ fn h_default(args: &[Value]) -> Result<Value, String> {
 }
 
 /// `list a b c`: a list of the arguments.
-fn h_list(args: &[Value]) -> Result<Value, String> {
-    Ok(Value::Array(args.to_vec()))
+fn h_list(args: &[&Value]) -> Result<Value, String> {
+    Ok(Value::Array(args.iter().map(|v| (*v).clone()).collect()))
 }
 
 /// `concat a b …`: the arguments' text, joined.
-fn h_concat(args: &[Value]) -> Result<Value, String> {
+fn h_concat(args: &[&Value]) -> Result<Value, String> {
     let mut out = String::new();
     for i in 0..args.len() {
         out.push_str(&text(args, i)?);
@@ -300,16 +397,16 @@ fn h_concat(args: &[Value]) -> Result<Value, String> {
 }
 
 /// `append l1 l2 …`: lists concatenated.
-fn h_append(args: &[Value]) -> Result<Value, String> {
+fn h_append(args: &[&Value]) -> Result<Value, String> {
     let mut out = Vec::new();
     for i in 0..args.len() {
-        out.extend(list(args, i)?);
+        out.extend(list(args, i)?.iter().cloned());
     }
     Ok(Value::Array(out))
 }
 
 /// `split s sep [n]`: at most `n` parts (all by default).
-fn h_split(args: &[Value]) -> Result<Value, String> {
+fn h_split(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 3)?;
     let s = text(args, 0)?;
     let sep = text(args, 1)?;
@@ -332,7 +429,7 @@ fn h_split(args: &[Value]) -> Result<Value, String> {
 }
 
 /// `join l sep`.
-fn h_join(args: &[Value]) -> Result<Value, String> {
+fn h_join(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let items = list(args, 0)?;
     let sep = text(args, 1)?;
@@ -343,25 +440,25 @@ fn h_join(args: &[Value]) -> Result<Value, String> {
     Ok(Value::String(parts?.join(&sep)))
 }
 
-fn h_lower(args: &[Value]) -> Result<Value, String> {
+fn h_lower(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     Ok(Value::String(text(args, 0)?.to_lowercase()))
 }
 
-fn h_upper(args: &[Value]) -> Result<Value, String> {
+fn h_upper(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     Ok(Value::String(text(args, 0)?.to_uppercase()))
 }
 
 /// `replace s from to`: every occurrence.
-fn h_replace(args: &[Value]) -> Result<Value, String> {
+fn h_replace(args: &[&Value]) -> Result<Value, String> {
     arity(args, 3, 3)?;
     Ok(Value::String(
         text(args, 0)?.replace(&text(args, 1)?, &text(args, 2)?),
     ))
 }
 
-fn h_trim_prefix(args: &[Value]) -> Result<Value, String> {
+fn h_trim_prefix(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let s = text(args, 0)?;
     let p = text(args, 1)?;
@@ -370,7 +467,7 @@ fn h_trim_prefix(args: &[Value]) -> Result<Value, String> {
     ))
 }
 
-fn h_trim_suffix(args: &[Value]) -> Result<Value, String> {
+fn h_trim_suffix(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let s = text(args, 0)?;
     let p = text(args, 1)?;
@@ -379,18 +476,18 @@ fn h_trim_suffix(args: &[Value]) -> Result<Value, String> {
     ))
 }
 
-fn h_has_prefix(args: &[Value]) -> Result<Value, String> {
+fn h_has_prefix(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     Ok(Value::Bool(text(args, 0)?.starts_with(&text(args, 1)?)))
 }
 
-fn h_has_suffix(args: &[Value]) -> Result<Value, String> {
+fn h_has_suffix(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     Ok(Value::Bool(text(args, 0)?.ends_with(&text(args, 1)?)))
 }
 
 /// `contains list-or-text x`: list membership or substring.
-fn h_contains(args: &[Value]) -> Result<Value, String> {
+fn h_contains(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     Ok(Value::Bool(match &args[0] {
         Value::Array(items) => items.contains(&args[1]),
@@ -407,7 +504,7 @@ fn loose(s: &str) -> String {
 }
 
 /// `containsLoose list x`: membership ignoring case and punctuation.
-fn h_contains_loose(args: &[Value]) -> Result<Value, String> {
+fn h_contains_loose(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let want = loose(&text(args, 1)?);
     Ok(Value::Bool(
@@ -419,14 +516,14 @@ fn h_contains_loose(args: &[Value]) -> Result<Value, String> {
 }
 
 /// `regexMatch s re`: whether the whole of `s` matches.
-fn h_regex_match(args: &[Value]) -> Result<Value, String> {
+fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let re = regex::Regex::new(&format!("^(?:{})$", text(args, 1)?)).map_err(|e| e.to_string())?;
     Ok(Value::Bool(re.is_match(&text(args, 0)?)))
 }
 
 /// `pluck list "path"`: the field of each item (items without it skipped).
-fn h_pluck(args: &[Value]) -> Result<Value, String> {
+fn h_pluck(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let path = FieldPath::parse(&text(args, 1)?)?;
     Ok(Value::Array(
@@ -446,32 +543,32 @@ fn sort_key(v: &Value) -> String {
 }
 
 /// `uniq list`: duplicates removed, first appearance kept.
-fn h_uniq(args: &[Value]) -> Result<Value, String> {
+fn h_uniq(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for v in list(args, 0)? {
         if seen.insert(v.to_string()) {
-            out.push(v);
+            out.push(v.clone());
         }
     }
     Ok(Value::Array(out))
 }
 
 /// `sort list`.
-fn h_sort(args: &[Value]) -> Result<Value, String> {
+fn h_sort(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
-    let mut items = list(args, 0)?;
-    items.sort_by_key(sort_key);
+    let mut items = list(args, 0)?.to_vec();
+    items.sort_by_cached_key(sort_key);
     Ok(Value::Array(items))
 }
 
 /// `sortBy list "path"`: stable sort by a field (items without it last).
-fn h_sort_by(args: &[Value]) -> Result<Value, String> {
+fn h_sort_by(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let path = FieldPath::parse(&text(args, 1)?)?;
-    let mut items = list(args, 0)?;
-    items.sort_by_key(|v| match path.get(v) {
+    let mut items = list(args, 0)?.to_vec();
+    items.sort_by_cached_key(|v| match path.get(v) {
         Some(x) => (0, sort_key(x)),
         None => (1, String::new()),
     });
@@ -480,13 +577,13 @@ fn h_sort_by(args: &[Value]) -> Result<Value, String> {
 
 /// `groupBy list "path"`: `[{key, items}]` sorted by key; items keep their
 /// order. Items without the field are skipped.
-fn h_group_by(args: &[Value]) -> Result<Value, String> {
+fn h_group_by(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let path = FieldPath::parse(&text(args, 1)?)?;
     let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for item in list(args, 0)? {
         if let Some(key) = path.get(&item).and_then(scalar_text) {
-            groups.entry(key).or_default().push(item);
+            groups.entry(key).or_default().push(item.clone());
         }
     }
     Ok(Value::Array(
@@ -503,7 +600,7 @@ fn h_group_by(args: &[Value]) -> Result<Value, String> {
 }
 
 /// `keys map`: sorted keys.
-fn h_keys(args: &[Value]) -> Result<Value, String> {
+fn h_keys(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     match &args[0] {
         Value::Object(m) => Ok(Value::Array(m.keys().cloned().map(Value::String).collect())),
@@ -513,7 +610,7 @@ fn h_keys(args: &[Value]) -> Result<Value, String> {
 }
 
 /// `apiGroup "apps/v1"` → `apps`; `apiGroup "v1"` → `` (core).
-fn h_api_group(args: &[Value]) -> Result<Value, String> {
+fn h_api_group(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     let api_version = text(args, 0)?;
     Ok(Value::String(
@@ -545,14 +642,14 @@ pub fn split_image(image: &str) -> (String, String) {
 }
 
 /// `imageRegistry img`: e.g. `registry.example.org`.
-fn h_image_registry(args: &[Value]) -> Result<Value, String> {
+fn h_image_registry(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     Ok(Value::String(split_image(&text(args, 0)?).0))
 }
 
 /// `imageOrg img`: registry and first path segment, e.g.
 /// `registry.example.org/team`.
-fn h_image_org(args: &[Value]) -> Result<Value, String> {
+fn h_image_org(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     let (registry, repo) = split_image(&text(args, 0)?);
     let org = repo.split('/').next().unwrap_or_default();
@@ -567,7 +664,7 @@ pub fn short_hash(s: &str, n: usize) -> String {
 }
 
 /// `hash s [n]`: stable short hash (default 10 hex characters).
-fn h_hash(args: &[Value]) -> Result<Value, String> {
+fn h_hash(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 2)?;
     let n = match args.get(1) {
         Some(v) => v.as_u64().ok_or("argument 2 must be a number")? as usize,
@@ -598,7 +695,7 @@ pub fn shorten(s: &str, max: usize) -> String {
 }
 
 /// `shorten s max`.
-fn h_shorten(args: &[Value]) -> Result<Value, String> {
+fn h_shorten(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let max = args[1].as_u64().ok_or("argument 2 must be a number")? as usize;
     if max < 11 {
@@ -615,13 +712,13 @@ mod tests {
     fn render(t: &str, ctx: Value) -> Result<String, String> {
         let mut tpl = Templates::new();
         tpl.compile(t)?;
-        tpl.render(t, &ctx)
+        tpl.render(t, &Context::from(ctx))
     }
 
     fn eval(e: &str, ctx: Value) -> Result<Value, String> {
         let mut tpl = Templates::new();
         tpl.compile_expr(e)?;
-        tpl.eval(e, &ctx)
+        tpl.eval(e, &Context::from(ctx))
     }
 
     #[test]

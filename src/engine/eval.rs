@@ -25,13 +25,16 @@ type Result<T> = std::result::Result<T, FieldError>;
 /// What rules read: the observed objects, overlaid with the objects earlier
 /// rules emitted in this evaluation. Live objects that a successfully
 /// evaluated rule manages are hidden, since its fresh output replaces them.
+/// A kind, optionally narrowed to one namespace.
+type ListKey = (GroupKind, Option<String>);
+
 struct View<'a> {
     observed: &'a ObjectStore,
     overlay: &'a ObjectStore,
     reports: &'a BTreeMap<String, RuleReport>,
     /// Merged lists, built once: the view cannot change while a rule runs,
     /// and a rule lists the same kind once per trigger.
-    merged: RefCell<HashMap<(GroupKind, Option<String>), Rc<Vec<&'a Value>>>>,
+    merged: RefCell<HashMap<ListKey, Rc<Vec<&'a Value>>>>,
 }
 
 impl<'a> View<'a> {

@@ -368,7 +368,7 @@ fn h_json(args: &[&Value]) -> Result<Value, String> {
 fn h_get(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 3)?;
     let path = FieldPath::parse(&text(args, 1)?)?;
-    let found = path.get(&args[0]).filter(|v| !v.is_null()).cloned();
+    let found = path.get(args[0]).filter(|v| !v.is_null()).cloned();
     Ok(found.unwrap_or_else(|| args.get(2).map(|v| (*v).clone()).unwrap_or(Value::Null)))
 }
 
@@ -490,7 +490,7 @@ fn h_has_suffix(args: &[&Value]) -> Result<Value, String> {
 fn h_contains(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     Ok(Value::Bool(match &args[0] {
-        Value::Array(items) => items.contains(&args[1]),
+        Value::Array(items) => items.contains(args[1]),
         _ => text(args, 0)?.contains(&text(args, 1)?),
     }))
 }
@@ -582,7 +582,7 @@ fn h_group_by(args: &[&Value]) -> Result<Value, String> {
     let path = FieldPath::parse(&text(args, 1)?)?;
     let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for item in list(args, 0)? {
-        if let Some(key) = path.get(&item).and_then(scalar_text) {
+        if let Some(key) = path.get(item).and_then(scalar_text) {
             groups.entry(key).or_default().push(item.clone());
         }
     }

@@ -35,6 +35,9 @@ struct View<'a> {
     /// Merged lists, built once: the view cannot change while a rule runs,
     /// and a rule lists the same kind once per trigger.
     merged: RefCell<HashMap<ListKey, Rc<Vec<&'a Value>>>>,
+    /// ClusterRoles per rendered selector: every trigger of a rule usually
+    /// renders the same one.
+    selected: RefCell<HashMap<String, Rc<Vec<&'a Value>>>>,
 }
 
 impl<'a> View<'a> {
@@ -75,6 +78,26 @@ impl<'a> View<'a> {
         let list = Rc::new(self.build_list(gk, ns));
         self.merged.borrow_mut().insert(key, Rc::clone(&list));
         list
+    }
+
+    /// The ClusterRoles that `selector` (validated) matches, memoized by the
+    /// selector's content.
+    fn selected_cluster_roles(&self, selector: &LabelSelector) -> Rc<Vec<&'a Value>> {
+        let key = serde_json::to_string(selector).unwrap_or_default();
+        if let Some(hit) = self.selected.borrow().get(&key) {
+            return Rc::clone(hit);
+        }
+        let list = self.list(&output_gk(OutputKind::ClusterRole), None);
+        let hits: Rc<Vec<&'a Value>> = Rc::new(
+            list.iter()
+                .copied()
+                .filter(|o| {
+                    crate::selector::matches_json(selector, o["metadata"]["labels"].as_object())
+                })
+                .collect(),
+        );
+        self.selected.borrow_mut().insert(key, Rc::clone(&hits));
+        hits
     }
 
     fn build_list(&self, gk: &GroupKind, ns: Option<&str>) -> Vec<&'a Value> {
@@ -125,9 +148,13 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
             overlay: &overlay,
             reports: &reports,
             merged: RefCell::default(),
+            selected: RefCell::default(),
         };
         let (mut report, sets) = Evaluator { engine, rule }.run(&view);
         let mut conflicts: Vec<(String, Option<String>, OutKey)> = Vec::new();
+        // What this rule changed in the overlay, applied after it ran.
+        let mut added: Vec<OutKey> = Vec::new();
+        let mut removed: Vec<OutKey> = Vec::new();
         for (trigger, outs) in sets {
             for d in outs {
                 let key = (d.kind, d.namespace.clone(), d.name.clone());
@@ -139,10 +166,12 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
                     conflicts.push((rule.name.clone(), trigger.clone(), key.clone()));
                     conflicts.push((prev.rule.clone(), prev.trigger.clone(), key.clone()));
                     produced.remove(&key);
+                    removed.push(key.clone());
                     contested.insert(key);
                     continue;
                 }
                 report.outputs += 1;
+                added.push(key.clone());
                 produced.insert(key, d);
             }
         }
@@ -172,11 +201,16 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
                 }
             }
         }
-        // Later rules read what this one emitted.
-        overlay = ObjectStore::new();
-        for d in produced.values() {
-            // Manifests always carry apiVersion, kind and name.
-            let _ = overlay.insert(d.object.clone());
+        // Later rules read what this one emitted (and no longer see what
+        // turned out to be contested).
+        for (kind, ns, name) in removed {
+            overlay.remove(&output_gk(kind), &(ns, name));
+        }
+        for key in added {
+            if let Some(d) = produced.get(&key) {
+                // Manifests always carry apiVersion, kind and name.
+                let _ = overlay.insert(d.object.clone());
+            }
         }
     }
 
@@ -998,20 +1032,26 @@ impl Evaluator<'_> {
             Some(s) => Some(self.selector(&format!("{f}.clusterRoleSelector"), s, ctx)?),
             None => None,
         };
-        let mut out = Vec::new();
-        for role in view
-            .list(&output_gk(OutputKind::ClusterRole), None)
-            .iter()
-            .copied()
-        {
-            let name = role["metadata"]["name"].as_str().unwrap_or_default();
-            let chosen = names.contains(name)
-                || selector.as_ref().is_some_and(|s| {
-                    crate::selector::matches(s, &labels_of(role)).unwrap_or(false)
-                });
-            if !chosen {
-                continue;
+        let roles = view.list(&output_gk(OutputKind::ClusterRole), None);
+        // Sorted by (namespace "", name): names are found by binary search.
+        let mut chosen: BTreeMap<&str, &Value> = BTreeMap::new();
+        for n in &names {
+            if let Ok(i) = roles.binary_search_by(|r| {
+                r["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .cmp(n.as_str())
+            }) {
+                chosen.insert(n.as_str(), roles[i]);
             }
+        }
+        if let Some(s) = &selector {
+            for role in view.selected_cluster_roles(s).iter().copied() {
+                chosen.insert(role["metadata"]["name"].as_str().unwrap_or_default(), role);
+            }
+        }
+        let mut out = Vec::new();
+        for (name, role) in chosen {
             for (i, r) in role
                 .get("rules")
                 .and_then(Value::as_array)
@@ -1035,17 +1075,6 @@ impl Evaluator<'_> {
 
 fn describe_rule(r: &PolicyRule) -> String {
     serde_json::to_string(r).unwrap_or_default()
-}
-
-fn labels_of(obj: &Value) -> BTreeMap<String, String> {
-    obj["metadata"]["labels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Role and RoleBinding default to the trigger's namespace, or to the

@@ -92,7 +92,7 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
     if !errors.is_empty() {
         return Err(RenderError::Evaluation(errors));
     }
-    let mut objects: Vec<Value> = eval.desired.iter().map(|d| d.object.clone()).collect();
+    let mut objects: Vec<Value> = eval.desired.iter().map(|d| (*d.object).clone()).collect();
     if args.flatten {
         flatten(&store, &mut objects)?;
     }

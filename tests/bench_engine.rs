@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use rbac_rules::engine::{Engine, ObjectStore, Options};
+use rbac_rules::engine::{Engine, Memo, ObjectStore, Options};
 use serde_json::json;
 
 /// A size from the environment (BENCH_XRDS, …), or its default.
@@ -29,7 +29,13 @@ fn cluster() -> ObjectStore {
         size("BENCH_NAMESPACES", 2000),
     );
     let mut s = ObjectStore::new();
-    let mut add = |v| s.insert(v).expect("insert");
+    let mut rv = 0u64;
+    // Objects carry resourceVersions, as a live cluster's do.
+    let mut add = |mut v: serde_json::Value| {
+        rv += 1;
+        v["metadata"]["resourceVersion"] = json!(rv.to_string());
+        s.insert(v).expect("insert")
+    };
     for i in 0..XRDS {
         add(
             json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
@@ -96,13 +102,31 @@ fn bench_builtin_rules_on_large_cluster() {
         assert_eq!(eval.errors().count(), 0);
     }
     times.sort();
+    // Incremental: a warm memo, then no change, then one namespace changed.
+    let mut memo = Memo::new();
+    engine.evaluate_incremental(&store, &mut memo);
+    let started = Instant::now();
+    engine.evaluate_incremental(&store, &mut memo);
+    let noop = (started.elapsed(), memo.renders());
+    let mut changed = store.clone();
+    changed
+        .insert(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-0", "uid": "ns-0", "resourceVersion": "changed",
+            "annotations": {"rbac.crossplane.io/xthings1.platform.example.org": "xrd-claim-accepted"}}}))
+        .expect("insert");
+    let started = Instant::now();
+    engine.evaluate_incremental(&changed, &mut memo);
+    let one = (started.elapsed(), memo.renders());
     println!(
-        "engine bench: {} objects in, {outputs} objects out; build {:?}, compile {:?}, evaluate min {:?} / median {:?} / max {:?}",
+        "engine bench: {} objects in, {outputs} objects out; build {:?}, compile {:?}, full evaluate min {:?} / median {:?} / max {:?}; incremental no-op {:?} ({} renders), one namespace changed {:?} ({} renders)",
         store.len(),
         build,
         compile,
         times[0],
         times[1],
-        times[2]
+        times[2],
+        noop.0,
+        noop.1,
+        one.0,
+        one.1
     );
 }

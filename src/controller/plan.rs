@@ -421,7 +421,7 @@ pub fn plan(
             id,
             rule: d.rule.clone(),
             trigger: d.trigger.clone(),
-            object: d.object.clone(),
+            object: (*d.object).clone(),
             action,
         });
     }
@@ -628,7 +628,7 @@ mod plan_tests {
             name: name.into(),
             rule: rule.into(),
             trigger: Some(trigger.into()),
-            object: manifest(kind, ns, name, rule, trigger),
+            object: std::sync::Arc::new(manifest(kind, ns, name, rule, trigger)),
         }
     }
 

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use handlebars::Context;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -12,9 +13,10 @@ use serde_json::{Map, Value, json};
 
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
 use super::error::{EngineError, ErrorKind, FieldError};
+use super::memo::{Changes, Memo, OutKey, Outcome, Owner, Read, RuleMemo, Signature, TriggerMemo};
 use super::output::{self, Body, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Meta};
 use super::path::{FieldPath, scalar_text};
-use super::store::{GroupKind, ObjectKey, ObjectStore, group_of, key_of, object_ref};
+use super::store::{GroupKind, ObjectKey, ObjectStore, key_of, object_ref};
 use super::template::truthy;
 use super::{Desired, Engine, Evaluation, RuleReport, RuleState};
 use crate::api::{Condition, GROUP, MetadataSource, OutputKind, Related, RulesFrom, Trigger};
@@ -38,6 +40,9 @@ struct View<'a> {
     /// ClusterRoles per rendered selector: every trigger of a rule usually
     /// renders the same one.
     selected: RefCell<HashMap<String, Rc<Vec<&'a Value>>>>,
+    /// Whether any changed object passes a selector-based read, by the
+    /// read's filters: all triggers of a rule usually share them.
+    touched: RefCell<HashMap<String, bool>>,
 }
 
 impl<'a> View<'a> {
@@ -78,6 +83,77 @@ impl<'a> View<'a> {
         let list = Rc::new(self.build_list(gk, ns));
         self.merged.borrow_mut().insert(key, Rc::clone(&list));
         list
+    }
+
+    /// One object as rules see it: this evaluation's output, else the live
+    /// object unless it is superseded.
+    fn get(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&'a Value> {
+        if Self::is_output_kind(gk) {
+            if let Some(o) = self.overlay.get(gk, key) {
+                return Some(o);
+            }
+            return self.observed.get(gk, key).filter(|o| !self.hidden(o));
+        }
+        self.observed.get(gk, key)
+    }
+
+    /// Whether a change since the last evaluation can alter what `read`
+    /// found: a changed object it found, or a changed object that now
+    /// passes its filters.
+    fn touches(&self, changes: &Changes, read: &Read) -> bool {
+        if changes.all || changes.whole.contains(&read.gk) {
+            return true;
+        }
+        let Some(changed) = changes.keys.get(&read.gk) else {
+            return false;
+        };
+        if read.hits.iter().any(|k| changed.contains(k)) {
+            return true;
+        }
+        let in_scope = |k: &ObjectKey| read.namespace.as_ref().is_none_or(|ns| *ns == k.0);
+        if let Some(names) = &read.names {
+            let ns = read.namespace.clone().unwrap_or_default();
+            for n in names {
+                let key = (ns.clone(), n.clone());
+                if changed.contains(&key)
+                    && self.get(&read.gk, &key).is_some_and(|o| read.passes(o))
+                {
+                    return true;
+                }
+            }
+            if !read.either {
+                // Every object it could find carries one of the names.
+                return false;
+            }
+        }
+        if read.names.is_some() && read.selector.is_none() {
+            return false;
+        }
+        // Filters without the names: shared by many triggers, so memoized.
+        let cache_key = format!(
+            "{}|{:?}|{}|{}",
+            read.gk,
+            read.namespace,
+            serde_json::to_string(&read.selector).unwrap_or_default(),
+            read.owner
+                .as_ref()
+                .map(|o| o.uid.as_str())
+                .unwrap_or_default()
+        );
+        if let Some(hit) = self.touched.borrow().get(&cache_key) {
+            return *hit;
+        }
+        let unnamed = Read {
+            names: None,
+            either: false,
+            ..read.clone()
+        };
+        let hit = changed
+            .iter()
+            .filter(|k| in_scope(k))
+            .any(|k| self.get(&read.gk, k).is_some_and(|o| unnamed.passes(o)));
+        self.touched.borrow_mut().insert(cache_key, hit);
+        hit
     }
 
     /// The ClusterRoles that `selector` (validated) matches, memoized by the
@@ -129,10 +205,14 @@ impl<'a> View<'a> {
     }
 }
 
-/// A key identifying an emitted object.
-type OutKey = (OutputKind, String, String);
-
-pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
+/// Evaluates every rule, re-rendering only what changed since `memo` was
+/// made (everything, for an empty or foreign memo).
+pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
+    let reset = memo.adopt(engine.id);
+    let mut changes = memo.observe(observed);
+    changes.all = reset;
+    memo.renders = 0;
+    let previously_contested = std::mem::take(&mut memo.contested);
     let mut reports = engine.fixed_reports.clone();
     let mut overlay = ObjectStore::new();
     let mut produced: BTreeMap<OutKey, Desired> = BTreeMap::new();
@@ -140,7 +220,10 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
 
     for rule in &engine.rules {
         if engine.options.held.contains(&rule.name) {
-            reports.insert(rule.name.clone(), RuleReport::new(RuleState::Held));
+            memo.rules.remove(&rule.name);
+            let report = RuleReport::new(RuleState::Held);
+            note_signature(memo, &mut changes, rule, &report);
+            reports.insert(rule.name.clone(), report);
             continue;
         }
         let view = View {
@@ -149,8 +232,21 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
             reports: &reports,
             merged: RefCell::default(),
             selected: RefCell::default(),
+            touched: RefCell::default(),
         };
-        let (mut report, sets) = Evaluator { engine, rule }.run(&view);
+        let prev = memo.rules.remove(&rule.name).unwrap_or_default();
+        let evaluator = Evaluator {
+            engine,
+            rule,
+            reads: RefCell::default(),
+        };
+        let (rule_memo, dirty, renders) = evaluator.run(&view, prev, &changes);
+        memo.renders += renders;
+        let (mut report, sets) = assemble(&rule.name, &rule_memo);
+        memo.rules.insert(rule.name.clone(), rule_memo);
+        for (kind, ns, name) in dirty {
+            changes.add(&output_gk(kind), (ns, name));
+        }
         let mut conflicts: Vec<(String, Option<String>, OutKey)> = Vec::new();
         // What this rule changed in the overlay, applied after it ran.
         let mut added: Vec<OutKey> = Vec::new();
@@ -175,6 +271,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
                 produced.insert(key, d);
             }
         }
+        note_signature(memo, &mut changes, rule, &report);
         reports.insert(rule.name.clone(), report);
         for (rname, trigger, key) in conflicts {
             if let Some(rep) = reports.get_mut(&rname) {
@@ -204,15 +301,20 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore) -> Evaluation {
         // Later rules read what this one emitted (and no longer see what
         // turned out to be contested).
         for (kind, ns, name) in removed {
-            overlay.remove(&output_gk(kind), &(ns, name));
+            overlay.remove(&output_gk(kind), &(ns.clone(), name.clone()));
+            changes.add(&output_gk(kind), (ns, name));
         }
         for key in added {
+            if previously_contested.contains(&key) {
+                changes.add(&output_gk(key.0), (key.1.clone(), key.2.clone()));
+            }
             if let Some(d) = produced.get(&key) {
                 // Manifests always carry apiVersion, kind and name.
-                let _ = overlay.insert(d.object.clone());
+                let _ = overlay.insert_shared(Arc::clone(&d.object));
             }
         }
     }
+    memo.contested = contested.clone();
 
     let mut desired: Vec<Desired> = produced.into_values().collect();
     desired.sort_by(|a, b| {
@@ -270,66 +372,199 @@ fn is_deleting(obj: &Value) -> bool {
 struct Evaluator<'a> {
     engine: &'a Engine,
     rule: &'a CompiledRule,
+    /// What the current render looked up (see [`Read`]).
+    reads: RefCell<Vec<Read>>,
 }
 
 type Sets = Vec<(Option<String>, Vec<Desired>)>;
 
-impl Evaluator<'_> {
-    fn run(&self, view: &View) -> (RuleReport, Sets) {
-        let mut report = RuleReport::new(RuleState::Evaluated);
-        let mut sets = Vec::new();
-        let Some(trigger) = &self.rule.spec.trigger else {
-            let mut ctx = self.base_context();
-            match self.render(&mut ctx, None, view) {
-                Ok(outs) => sets.push((None, outs)),
-                Err(e) => {
-                    report.errors.push(e.into_engine(&self.rule.name, None));
-                    report.static_kept = true;
-                }
+/// Records what a rule's reports mean for other rules' views: when it
+/// changes (a trigger paused, the rule held), every kind it emits counts as
+/// changed for the rules after it.
+fn note_signature(
+    memo: &mut Memo,
+    changes: &mut Changes,
+    rule: &CompiledRule,
+    report: &RuleReport,
+) {
+    let sig = Signature {
+        state: report.state,
+        kept_triggers: report.kept_triggers.clone(),
+        static_kept: report.static_kept,
+    };
+    if memo.signatures.get(&rule.name) != Some(&sig) {
+        changes.whole.extend(rule.produces.iter().cloned());
+        memo.signatures.insert(rule.name.clone(), sig);
+    }
+}
+
+/// A rule's report and output sets from its trigger outcomes, in trigger
+/// order.
+fn assemble(rule: &str, memo: &RuleMemo) -> (RuleReport, Sets) {
+    let mut report = RuleReport::new(RuleState::Evaluated);
+    let mut sets = Vec::new();
+    if let Some(s) = &memo.static_set {
+        match &s.outcome {
+            Outcome::Rendered(d) => sets.push((None, d.clone())),
+            Outcome::Failed(e) | Outcome::MatchError(e) => {
+                report.errors.push(e.clone().into_engine(rule, None));
+                report.static_kept = true;
             }
-            return (report, sets);
+            Outcome::NoMatch | Outcome::Frozen => {}
+        }
+    }
+    for (tref, t) in memo.triggers.values() {
+        match &t.outcome {
+            Outcome::NoMatch => {}
+            Outcome::MatchError(e) => {
+                report.errors.push(e.clone().into_engine(rule, Some(tref)));
+                report.kept_triggers.insert(tref.clone());
+            }
+            Outcome::Frozen => {
+                report.matched_triggers += 1;
+                report.kept_triggers.insert(tref.clone());
+            }
+            Outcome::Failed(e) => {
+                report.matched_triggers += 1;
+                report.errors.push(e.clone().into_engine(rule, Some(tref)));
+                report.kept_triggers.insert(tref.clone());
+            }
+            Outcome::Rendered(d) => {
+                report.matched_triggers += 1;
+                sets.push((Some(tref.clone()), d.clone()));
+            }
+        }
+    }
+    (report, sets)
+}
+
+/// Keys of the objects that differ between two output sets.
+fn differing(before: &[Desired], after: &[Desired], dirty: &mut Vec<OutKey>) {
+    let index = |ds: &[Desired]| -> BTreeMap<OutKey, usize> {
+        ds.iter()
+            .enumerate()
+            .map(|(i, d)| ((d.kind, d.namespace.clone(), d.name.clone()), i))
+            .collect()
+    };
+    let (b, a) = (index(before), index(after));
+    for (k, i) in &b {
+        if a.get(k)
+            .is_none_or(|j| after[*j].object != before[*i].object)
+        {
+            dirty.push(k.clone());
+        }
+    }
+    for k in a.keys() {
+        if !b.contains_key(k) {
+            dirty.push(k.clone());
+        }
+    }
+}
+
+impl Evaluator<'_> {
+    /// Every trigger's outcome, reusing `prev` where nothing it depends on
+    /// changed. Returns the new memo, the emitted objects that differ from
+    /// last time, and how many output sets were rendered.
+    fn run(
+        &self,
+        view: &View,
+        mut prev: RuleMemo,
+        changes: &Changes,
+    ) -> (RuleMemo, Vec<OutKey>, usize) {
+        let mut memo = RuleMemo::default();
+        let mut dirty = Vec::new();
+        let mut renders = 0;
+        let untouched = |m: &TriggerMemo| !m.reads.iter().any(|r| view.touches(changes, r));
+        let Some(trigger) = &self.rule.spec.trigger else {
+            let reuse = prev
+                .static_set
+                .take()
+                .filter(|m| !changes.all && untouched(m));
+            let entry = match reuse {
+                Some(m) => m,
+                None => {
+                    renders += 1;
+                    let mut ctx = self.base_context();
+                    let outcome = match self.render(&mut ctx, None, view) {
+                        Ok(outs) => Outcome::Rendered(outs),
+                        Err(e) => Outcome::Failed(e),
+                    };
+                    let before = prev
+                        .static_set
+                        .as_ref()
+                        .map(|m| m.outcome.outputs())
+                        .unwrap_or_default();
+                    differing(before, outcome.outputs(), &mut dirty);
+                    TriggerMemo {
+                        outcome,
+                        reads: self.reads.take(),
+                    }
+                }
+            };
+            memo.static_set = Some(entry);
+            return (memo, dirty, renders);
         };
         let gk = GroupKind::new(&trigger.api_group, &trigger.kind);
         for obj in view.list(&gk, None).iter().copied() {
-            let tref = object_ref(obj);
-            let seen = visible(obj, trigger.metadata_only);
-            let mut ctx = self.base_context();
-            bind(&mut ctx, "trigger", seen.clone());
-            let matched = self.trigger_matches(trigger, &seen, &mut ctx);
-            let matches = match matched {
-                Ok(None) => continue,
-                Ok(Some(m)) => m,
-                Err(e) => {
-                    report
-                        .errors
-                        .push(e.into_engine(&self.rule.name, Some(&tref)));
-                    report.kept_triggers.insert(tref);
-                    continue;
-                }
-            };
-            report.matched_triggers += 1;
-            let paused = trigger.pause.as_ref().is_some_and(|p| {
-                seen["metadata"]["annotations"][p.annotation.as_str()].as_str()
-                    == Some(p.value.as_str())
-            });
-            if paused || is_deleting(obj) {
-                report.kept_triggers.insert(tref);
+            let Some(key) = key_of(obj) else { continue };
+            let old = prev.triggers.remove(&key);
+            if let Some((tref, m)) = &old
+                && !changes.contains(&gk, &key)
+                && untouched(m)
+            {
+                memo.triggers.insert(key, (tref.clone(), m.clone()));
                 continue;
             }
-            if let Some(m) = matches {
-                bind(&mut ctx, "matches", Value::Array(m));
-            }
-            match self.render(&mut ctx, Some(obj), view) {
-                Ok(outs) => sets.push((Some(tref), outs)),
-                Err(e) => {
-                    report
-                        .errors
-                        .push(e.into_engine(&self.rule.name, Some(&tref)));
-                    report.kept_triggers.insert(tref);
-                }
-            }
+            renders += 1;
+            let tref = object_ref(obj);
+            let outcome = self.trigger_outcome(trigger, obj, view);
+            let before = old
+                .as_ref()
+                .map(|(_, m)| m.outcome.outputs())
+                .unwrap_or_default();
+            differing(before, outcome.outputs(), &mut dirty);
+            memo.triggers.insert(
+                key,
+                (
+                    tref,
+                    TriggerMemo {
+                        outcome,
+                        reads: self.reads.take(),
+                    },
+                ),
+            );
         }
-        (report, sets)
+        // Triggers that are gone: their objects are gone from the output.
+        for (_, (_, m)) in prev.triggers {
+            differing(m.outcome.outputs(), &[], &mut dirty);
+        }
+        (memo, dirty, renders)
+    }
+
+    /// Matches and renders one candidate trigger.
+    fn trigger_outcome(&self, trigger: &Trigger, obj: &Value, view: &View) -> Outcome {
+        self.reads.borrow_mut().clear();
+        let seen = visible(obj, trigger.metadata_only);
+        let mut ctx = self.base_context();
+        bind(&mut ctx, "trigger", seen.clone());
+        let matches = match self.trigger_matches(trigger, &seen, &mut ctx) {
+            Ok(None) => return Outcome::NoMatch,
+            Ok(Some(m)) => m,
+            Err(e) => return Outcome::MatchError(e),
+        };
+        let paused = trigger.pause.as_ref().is_some_and(|p| {
+            obj["metadata"]["annotations"][p.annotation.as_str()].as_str() == Some(p.value.as_str())
+        });
+        if paused || is_deleting(obj) {
+            return Outcome::Frozen;
+        }
+        if let Some(m) = matches {
+            bind(&mut ctx, "matches", Value::Array(m));
+        }
+        match self.render(&mut ctx, Some(obj), view) {
+            Ok(outs) => Outcome::Rendered(outs),
+            Err(e) => Outcome::Failed(e),
+        }
     }
 
     fn base_context(&self) -> Context {
@@ -671,24 +906,34 @@ impl Evaluator<'_> {
                 Some(s) => Some(self.selector(&format!("{f}.objects.selector"), s, ctx)?),
                 None => None,
             };
-            view.list(&gk, ns.as_deref())
+            let mut read = Read {
+                gk: gk.clone(),
+                namespace: ns.clone(),
+                names,
+                selector,
+                either: false,
+                owner: if q.controlled_by_trigger {
+                    // Without a trigger nothing is controlled by it.
+                    Some(trigger.map(Owner::of).unwrap_or(Owner {
+                        uid: "\u{0}none".into(),
+                        gk: None,
+                        name: String::new(),
+                    }))
+                } else {
+                    None
+                },
+                hits: BTreeSet::new(),
+            };
+            let found: Vec<&Value> = view
+                .list(&gk, ns.as_deref())
                 .iter()
                 .copied()
-                .filter(|o| {
-                    names.as_ref().is_none_or(|n| {
-                        o["metadata"]["name"]
-                            .as_str()
-                            .is_some_and(|x| n.contains(x))
-                    })
-                })
-                .filter(|o| {
-                    !q.controlled_by_trigger || trigger.is_some_and(|t| controlled_by(o, t))
-                })
-                .filter(|o| {
-                    selector.as_ref().is_none_or(|s| {
-                        crate::selector::matches_json(s, o["metadata"]["labels"].as_object())
-                    })
-                })
+                .filter(|o| read.passes(o))
+                .collect();
+            read.hits = found.iter().filter_map(|o| key_of(o)).collect();
+            self.reads.borrow_mut().push(read);
+            found
+                .into_iter()
                 .map(|o| visible(o, q.metadata_only))
                 .collect()
         } else if let Some(l) = &rel.list_field {
@@ -1009,7 +1254,7 @@ impl Evaluator<'_> {
             name,
             rule: self.rule.name.clone(),
             trigger: trigger.map(object_ref),
-            object: output::manifest(o.kind, &meta, &body)?,
+            object: Arc::new(output::manifest(o.kind, &meta, &body)?),
         })
     }
 
@@ -1050,6 +1295,18 @@ impl Evaluator<'_> {
                 chosen.insert(role["metadata"]["name"].as_str().unwrap_or_default(), role);
             }
         }
+        self.reads.borrow_mut().push(Read {
+            gk: output_gk(OutputKind::ClusterRole),
+            namespace: None,
+            hits: chosen
+                .keys()
+                .map(|n| (String::new(), (*n).to_string()))
+                .collect(),
+            names: Some(names.clone()),
+            selector: selector.clone(),
+            either: true,
+            owner: None,
+        });
         let mut out = Vec::new();
         for (name, role) in chosen {
             for (i, r) in role
@@ -1087,30 +1344,6 @@ fn default_namespace(trigger: Option<&Value>) -> Option<String> {
     }
     let gk = GroupKind::of(t)?;
     (gk.group.is_empty() && gk.kind == "Namespace").then_some(name)
-}
-
-/// Whether `obj` has a controller ownerReference to `owner` (by uid when
-/// both have one, else by group, kind and name).
-fn controlled_by(obj: &Value, owner: &Value) -> bool {
-    let owner_uid = owner["metadata"]["uid"].as_str().unwrap_or_default();
-    let owner_gk = GroupKind::of(owner);
-    let owner_name = owner["metadata"]["name"].as_str();
-    obj["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["controller"].as_bool() == Some(true))
-        .any(|r| {
-            let uid = r["uid"].as_str().unwrap_or_default();
-            if !uid.is_empty() && !owner_uid.is_empty() {
-                return uid == owner_uid;
-            }
-            let gk = GroupKind::new(
-                group_of(r["apiVersion"].as_str().unwrap_or_default()),
-                r["kind"].as_str().unwrap_or_default(),
-            );
-            Some(gk) == owner_gk && r["name"].as_str() == owner_name
-        })
 }
 
 /// A controller ownerReference to the trigger, where Kubernetes allows it:

@@ -7,17 +7,20 @@
 pub mod compile;
 pub mod error;
 mod eval;
+mod memo;
 pub mod output;
 pub mod path;
 pub mod store;
 pub mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
 
 pub use error::{EngineError, ErrorKind};
+pub use memo::Memo;
 pub use store::{GroupKind, ObjectStore};
 
 use crate::api::{ManageLevel, OutputKind, RbacRuleSpec};
@@ -59,8 +62,8 @@ pub struct Desired {
     pub rule: String,
     /// The trigger it was rendered for (`Kind.group/[ns/]name`).
     pub trigger: Option<String>,
-    /// The full manifest, with provenance.
-    pub object: Value,
+    /// The full manifest, with provenance (shared: evaluations reuse it).
+    pub object: Arc<Value>,
 }
 
 /// Where a rule stands after an evaluation.
@@ -146,6 +149,8 @@ impl Evaluation {
 
 /// Rules compiled once, evaluated against any number of observed states.
 pub struct Engine {
+    /// Identity for memos (see [`Memo`]).
+    id: u64,
     templates: Templates,
     /// Valid rules in evaluation order.
     rules: Vec<CompiledRule>,
@@ -266,6 +271,7 @@ impl Engine {
         let mut slots: Vec<Option<CompiledRule>> = compiled.into_iter().map(Some).collect();
         let rules = order.into_iter().filter_map(|i| slots[i].take()).collect();
         Engine {
+            id: memo::next_engine_id(),
             templates,
             rules,
             fixed_reports,
@@ -293,6 +299,13 @@ impl Engine {
 
     /// Evaluates every rule against the observed objects.
     pub fn evaluate(&self, observed: &ObjectStore) -> Evaluation {
-        eval::evaluate(self, observed)
+        eval::evaluate(self, observed, &mut Memo::new())
+    }
+
+    /// Evaluates every rule, rendering again only the triggers that what
+    /// changed since the last call with `memo` can affect. The result is
+    /// the same as [`Engine::evaluate`]'s.
+    pub fn evaluate_incremental(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
+        eval::evaluate(self, observed, memo)
     }
 }

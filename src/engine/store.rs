@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -75,10 +76,11 @@ pub fn object_ref(obj: &Value) -> String {
 }
 
 /// Objects by group/kind, then by namespace and name. Iteration is sorted,
-/// which keeps evaluation deterministic.
+/// which keeps evaluation deterministic. Objects are shared, not copied,
+/// between stores (the engine overlays its own outputs on the cluster's).
 #[derive(Clone, Debug, Default)]
 pub struct ObjectStore {
-    kinds: BTreeMap<GroupKind, BTreeMap<ObjectKey, Value>>,
+    kinds: BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Value>>>,
 }
 
 impl ObjectStore {
@@ -90,6 +92,11 @@ impl ObjectStore {
     /// Adds or replaces an object. Objects without apiVersion, kind or name
     /// are refused with a message saying which is missing.
     pub fn insert(&mut self, obj: Value) -> Result<(), String> {
+        self.insert_shared(Arc::new(obj))
+    }
+
+    /// Like [`ObjectStore::insert`], for an object shared with others.
+    pub fn insert_shared(&mut self, obj: Arc<Value>) -> Result<(), String> {
         let gk = GroupKind::of(&obj).ok_or("object has no apiVersion or kind")?;
         let key = key_of(&obj).ok_or_else(|| format!("{gk} has no metadata.name"))?;
         self.kinds.entry(gk).or_default().insert(key, obj);
@@ -98,7 +105,10 @@ impl ObjectStore {
 
     /// Removes an object; returns it if it was there.
     pub fn remove(&mut self, gk: &GroupKind, key: &ObjectKey) -> Option<Value> {
-        self.kinds.get_mut(gk).and_then(|m| m.remove(key))
+        self.kinds
+            .get_mut(gk)
+            .and_then(|m| m.remove(key))
+            .map(Arc::unwrap_or_clone)
     }
 
     /// Drops every object of a kind (a fresh list replaces them).
@@ -108,12 +118,15 @@ impl ObjectStore {
 
     /// One object.
     pub fn get(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&Value> {
-        self.kinds.get(gk).and_then(|m| m.get(key))
+        self.kinds.get(gk).and_then(|m| m.get(key)).map(|v| &**v)
     }
 
     /// Every object of a kind, sorted by namespace and name.
     pub fn list(&self, gk: &GroupKind) -> impl Iterator<Item = &Value> {
-        self.kinds.get(gk).into_iter().flat_map(|m| m.values())
+        self.kinds
+            .get(gk)
+            .into_iter()
+            .flat_map(|m| m.values().map(|v| &**v))
     }
 
     /// Every object of a kind in one namespace.
@@ -127,7 +140,7 @@ impl ObjectStore {
             let inner = ns.clone();
             m.range((ns.clone(), String::new())..)
                 .take_while(move |((n, _), _)| *n == inner)
-                .map(|(_, v)| v)
+                .map(|(_, v)| &**v)
         })
     }
 

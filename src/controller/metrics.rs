@@ -48,6 +48,9 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     /// `rbac_rules_render_duration_seconds`: engine evaluation time.
     pub render_duration: Histogram,
+    /// `rbac_rules_renders_total`: trigger output sets rendered; evaluation
+    /// is incremental, so this grows with changes, not with cluster size.
+    pub renders: Counter,
     /// `rbac_rules_managed_objects`: live objects carrying our label.
     pub managed_objects: Gauge,
     /// `rbac_rules_watched_kinds`: kinds watched for the rules.
@@ -71,6 +74,7 @@ impl Metrics {
         let errors = Family::<ReasonLabels, Counter>::default();
         let writes = Family::<WriteLabels, Counter>::default();
         let render_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        let renders = Counter::default();
         let managed_objects = Gauge::default();
         let watched_kinds = Gauge::default();
         let leader = Gauge::default();
@@ -95,6 +99,11 @@ impl Metrics {
             render_duration.clone(),
         );
         registry.register(
+            "renders",
+            "Trigger output sets rendered (unchanged ones are reused)",
+            renders.clone(),
+        );
+        registry.register(
             "managed_objects",
             "Live RBAC objects labelled app.kubernetes.io/managed-by=rbac-rules",
             managed_objects.clone(),
@@ -114,6 +123,7 @@ impl Metrics {
             errors,
             writes,
             render_duration,
+            renders,
             managed_objects,
             watched_kinds,
             leader,

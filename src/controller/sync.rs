@@ -24,7 +24,7 @@ use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
 use crate::api::{ManageLevel, RbacRule, RbacRuleSpec};
-use crate::engine::{Engine, Evaluation, ObjectStore, Options, RuleSource};
+use crate::engine::{Engine, Evaluation, Memo, ObjectStore, Options, RuleSource};
 
 /// Name of this controller in Events.
 pub const CONTROLLER_NAME: &str = "rbac-rules";
@@ -69,6 +69,9 @@ type EngineKey = (
 struct CachedEngine {
     key: EngineKey,
     engine: Engine,
+    /// What the last evaluation rendered: the next renders only what the
+    /// changes since touch.
+    memo: Memo,
 }
 
 /// Runs reconciles with one client. Keeps the compiled engine and the
@@ -115,7 +118,7 @@ impl Syncer {
         rules: &BTreeMap<String, RbacRule>,
         holds: &BTreeMap<String, Hold>,
         allow: Option<&[PolicyRule]>,
-    ) -> &Engine {
+    ) -> &mut CachedEngine {
         let key = (
             rules
                 .iter()
@@ -146,10 +149,14 @@ impl Syncer {
                         held: key.2.clone(),
                     },
                 );
-                CachedEngine { key, engine }
+                CachedEngine {
+                    key,
+                    engine,
+                    memo: Memo::new(),
+                }
             }
         };
-        &self.engine.insert(cached).engine
+        self.engine.insert(cached)
     }
 
     /// Evaluates the snapshot and returns the evaluation and the plan,
@@ -157,11 +164,16 @@ impl Syncer {
     pub fn evaluate(&mut self, snap: &Snapshot<'_>) -> (Evaluation, Plan) {
         let held: BTreeSet<String> = snap.holds.keys().cloned().collect();
         let started = Instant::now();
-        let engine = self.engine(snap.rules, snap.holds, snap.allow);
-        let evaluation = engine.evaluate(snap.observed);
+        let cached = self.engine(snap.rules, snap.holds, snap.allow);
+        let evaluation = cached
+            .engine
+            .evaluate_incremental(snap.observed, &mut cached.memo);
+        let renders = cached.memo.renders();
+        self.metrics.renders.inc_by(renders as u64);
         self.metrics
             .render_duration
             .observe(started.elapsed().as_secs_f64());
+        tracing::debug!(renders, "evaluated");
         let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
         (evaluation, plan)
     }

@@ -291,6 +291,7 @@ const HELPERS: &[(&str, bool, HelperFn)] = &[
     ("lower", false, h_lower),
     ("upper", false, h_upper),
     ("replace", false, h_replace),
+    ("trim", false, h_trim),
     ("trimPrefix", false, h_trim_prefix),
     ("trimSuffix", false, h_trim_suffix),
     ("hasPrefix", false, h_has_prefix),
@@ -456,6 +457,12 @@ fn h_replace(args: &[&Value]) -> Result<Value, String> {
     Ok(Value::String(
         text(args, 0)?.replace(&text(args, 1)?, &text(args, 2)?),
     ))
+}
+
+/// `trim s`: white space removed at both ends.
+fn h_trim(args: &[&Value]) -> Result<Value, String> {
+    arity(args, 1, 1)?;
+    Ok(Value::String(text(args, 0)?.trim().to_string()))
 }
 
 fn h_trim_prefix(args: &[&Value]) -> Result<Value, String> {
@@ -757,6 +764,18 @@ mod tests {
             json!("z")
         );
         assert_eq!(eval("get a \"b.c\" 3", json!({"a": {}})).unwrap(), json!(3));
+    }
+
+    #[test]
+    fn trim_and_split_read_lists_written_by_hand() {
+        assert_eq!(
+            render(
+                "{{#each (split s \",\")}}[{{trim this}}]{{/each}}",
+                json!({"s": "sre, auditors ,dev"})
+            )
+            .unwrap(),
+            "[sre][auditors][dev]"
+        );
     }
 
     #[test]

@@ -59,13 +59,19 @@ pub enum RenderError {
 
 /// Runs `render` and returns the YAML stream.
 pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
-    let rules = if args.rules.is_empty() {
-        rules::builtin()?
+    let loaded = if args.rules.is_empty() {
+        rules::builtin_with_origins()
     } else {
-        rules::load(&args.rules).map_err(|errs| {
-            RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
-        })?
-    };
+        rules::load_with_origins(&args.rules)
+    }
+    .map_err(|errs| {
+        RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
+    })?;
+    let origins: std::collections::BTreeMap<String, String> = loaded
+        .iter()
+        .map(|(o, r)| (r.name.clone(), o.clone()))
+        .collect();
+    let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
     let mut store = ObjectStore::new();
     for doc in yaml::load_paths(&args.objects)? {
         store
@@ -88,7 +94,14 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         },
     );
     let eval = engine.evaluate(&store);
-    let errors: Vec<String> = eval.errors().map(|e| format!("error: {e}")).collect();
+    // Each error names the file the rule came from, then rule and field.
+    let errors: Vec<String> = eval
+        .errors()
+        .map(|e| match origins.get(&e.rule) {
+            Some(origin) => format!("error: {origin}: {e}"),
+            None => format!("error: {e}"),
+        })
+        .collect();
     if !errors.is_empty() {
         return Err(RenderError::Evaluation(errors));
     }

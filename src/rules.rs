@@ -130,13 +130,39 @@ pub fn parse_text(path: &Path, text: &str) -> Result<Vec<RuleSource>, LoadError>
 
 /// Loads rule files and directories; every invalid rule is reported.
 pub fn load(paths: &[PathBuf]) -> Result<Vec<RuleSource>, Vec<LoadError>> {
+    Ok(load_with_origins(paths)?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
+}
+
+/// Like [`load`], with each rule's origin (`file#document`) for messages.
+pub fn load_with_origins(paths: &[PathBuf]) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
     let docs = yaml::load_paths(paths).map_err(|e| vec![LoadError::from(e)])?;
-    let (ok, bad): (Vec<_>, Vec<_>) = docs.iter().map(parse_rule).partition(Result::is_ok);
-    if bad.is_empty() {
-        Ok(ok.into_iter().filter_map(Result::ok).collect())
-    } else {
-        Err(bad.into_iter().filter_map(Result::err).collect())
+    with_origins(&docs)
+}
+
+fn with_origins(docs: &[Document]) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
+    let mut ok = Vec::new();
+    let mut bad = Vec::new();
+    for d in docs {
+        match parse_rule(d) {
+            Ok(r) => ok.push((d.origin(), r)),
+            Err(e) => bad.push(e),
+        }
     }
+    if bad.is_empty() { Ok(ok) } else { Err(bad) }
+}
+
+/// The built-in rules with their origins (`rules/<file>#document`).
+pub fn builtin_with_origins() -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
+    let mut docs = Vec::new();
+    for (file, text) in BUILTIN {
+        docs.extend(
+            yaml::parse_documents(Path::new(file), text).map_err(|e| vec![LoadError::from(e)])?,
+        );
+    }
+    with_origins(&docs)
 }
 
 /// The built-in rules.

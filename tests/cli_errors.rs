@@ -83,7 +83,10 @@ fn bad_handlebars_syntax() {
         NAMESPACE,
         &[],
     );
-    assert_fails(&r, &["rule \"bad-tpl\"", "spec.outputs[0].name"]);
+    assert_fails(
+        &r,
+        &["rules.yaml#1: rule \"bad-tpl\"", "spec.outputs[0].name"],
+    );
 }
 
 #[test]
@@ -101,7 +104,7 @@ fn missing_variable_is_an_error_not_an_empty_string() {
     assert_fails(
         &r,
         &[
-            "rule \"missing-var\"",
+            "rules.yaml#1: rule \"missing-var\"",
             "spec.outputs[0].name",
             "trigger Namespace/team-a",
             "missing variable",
@@ -134,7 +137,7 @@ fn bad_regex() {
     assert_fails(
         &r,
         &[
-            "rule \"bad-regex\"",
+            "rules.yaml#1: rule \"bad-regex\"",
             "spec.trigger.metadataMatch.key",
             "invalid regular expression",
         ],
@@ -191,7 +194,11 @@ fn rendered_name_over_limits() {
     let r = render(&rule("long-name", &body), NAMESPACE, &[]);
     assert_fails(
         &r,
-        &["rule \"long-name\"", "spec.outputs[0].name", "limit is 253"],
+        &[
+            "rules.yaml#1: rule \"long-name\"",
+            "spec.outputs[0].name",
+            "limit is 253",
+        ],
     );
 }
 
@@ -204,7 +211,7 @@ fn rendered_invalid_name() {
     assert_fails(
         &r,
         &[
-            "rule \"slash\"",
+            "rules.yaml#1: rule \"slash\"",
             "spec.outputs[0].name",
             "may not contain '/'",
         ],
@@ -260,8 +267,8 @@ fn two_rules_emitting_one_object_conflict_on_both() {
     assert_fails(
         &r,
         &[
-            "rule \"first\"",
-            "rule \"second\"",
+            "rules.yaml#1: rule \"first\"",
+            "rules.yaml#2: rule \"second\"",
             "ClusterRole shared is emitted by more than one rule",
         ],
     );
@@ -279,7 +286,11 @@ fn dependency_cycle_is_reported() {
     let r = render(&rules, NAMESPACE, &[]);
     assert_fails(
         &r,
-        &["rule \"loop-a\"", "rule \"loop-b\"", "read its own outputs"],
+        &[
+            "rules.yaml#1: rule \"loop-a\"",
+            "rules.yaml#2: rule \"loop-b\"",
+            "read its own outputs",
+        ],
     );
 }
 

@@ -137,7 +137,7 @@ impl<'a> View<'a> {
             serde_json::to_string(&read.selector).unwrap_or_default(),
             read.owner
                 .as_ref()
-                .map(|o| o.uid.as_str())
+                .map(|o| format!("{}|{:?}|{}", o.uid, o.gk, o.name))
                 .unwrap_or_default()
         );
         if let Some(hit) = self.touched.borrow().get(&cache_key) {

@@ -396,3 +396,112 @@ fn not_an_rbac_rule() {
         ],
     );
 }
+
+const CLUSTER_ADMIN: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: cluster-admin\n  labels: {example.org/power: \"true\"}\nrules:\n- {apiGroups: ['*'], resources: ['*'], verbs: ['*']}\n- {nonResourceURLs: ['*'], verbs: ['*']}\n";
+
+/// An allow-list file granting reads of pods and configmaps.
+fn narrow_allow(dir: &Path) -> String {
+    let allow = dir.join("allow.yaml");
+    std::fs::write(
+        &allow,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- {apiGroups: [''], resources: [pods, configmaps], verbs: [get, list, watch]}\n",
+    )
+    .expect("write allow");
+    allow.to_string_lossy().into_owned()
+}
+
+#[test]
+fn allow_list_refuses_a_binding_to_a_powerful_role() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allow = narrow_allow(dir.path());
+    let body = "  outputs:\n  - kind: ClusterRoleBinding\n    name: sneaky\n    roleRef: {kind: ClusterRole, name: cluster-admin}\n    subjects:\n    - {kind: Group, name: everyone}\n";
+    let objects = format!("{NAMESPACE}---\n{CLUSTER_ADMIN}");
+    let r = render(&rule("binder", body), &objects, &["--allow", &allow]);
+    assert_fails(
+        &r,
+        &[
+            "rules.yaml#1: rule \"binder\"",
+            "ClusterRoleBinding \"sneaky\" binds role \"cluster-admin\"",
+            "allow-list",
+        ],
+    );
+    // Without the allow-list the same rule renders.
+    let ok = render(&rule("binder", body), &objects, &[]);
+    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+}
+
+#[test]
+fn allow_list_refuses_an_aggregation_that_selects_a_powerful_role() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allow = narrow_allow(dir.path());
+    let body = "  outputs:\n  - kind: ClusterRole\n    name: gatherer\n    aggregationRule:\n      clusterRoleSelectors:\n      - matchLabels: {example.org/power: \"true\"}\n";
+    let objects = format!("{NAMESPACE}---\n{CLUSTER_ADMIN}");
+    let r = render(&rule("aggregator", body), &objects, &["--allow", &allow]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"aggregator\"",
+            "ClusterRole \"gatherer\" aggregates roles that grant",
+            "allow-list",
+        ],
+    );
+}
+
+#[test]
+fn allow_list_passes_bindings_to_allowed_or_missing_roles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allow = narrow_allow(dir.path());
+    let body = "  outputs:\n  - kind: ClusterRole\n    name: reader\n    rules:\n    - {apiGroups: [''], resources: [pods], verbs: [get]}\n  - kind: ClusterRoleBinding\n    name: reader\n    roleRef: {kind: ClusterRole, name: reader}\n    subjects: [{kind: Group, name: readers}]\n  - kind: ClusterRoleBinding\n    name: later\n    roleRef: {kind: ClusterRole, name: not-yet-there}\n    subjects: [{kind: Group, name: readers}]\n";
+    let r = render(&rule("fine", body), NAMESPACE, &["--allow", &allow]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("name: not-yet-there"), "{}", r.stdout);
+}
+
+#[test]
+fn builtin_rules_render_within_a_realistic_allow_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allow = dir.path().join("allow.yaml");
+    std::fs::write(
+        &allow,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- apiGroups: ['', rbac.authorization.k8s.io, apiextensions.k8s.io, apiextensions.crossplane.io, pkg.crossplane.io, coordination.k8s.io, events.k8s.io, xr.example.org, provider.example.org]\n  resources: ['*']\n  verbs: ['*']\n",
+    )
+    .expect("write allow");
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .args([
+            "render",
+            "--objects",
+            "examples/crossplane-cluster.yaml",
+            "--allow",
+        ])
+        .arg(&allow)
+        .output()
+        .expect("run rbac-rules");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Narrow it (no secrets): the roles granting secrets are refused.
+    std::fs::write(
+        &allow,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- apiGroups: [rbac.authorization.k8s.io, apiextensions.k8s.io, apiextensions.crossplane.io, pkg.crossplane.io, xr.example.org, provider.example.org]\n  resources: ['*']\n  verbs: ['*']\n",
+    )
+    .expect("write allow");
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .args([
+            "render",
+            "--objects",
+            "examples/crossplane-cluster.yaml",
+            "--allow",
+        ])
+        .arg(&allow)
+        .output()
+        .expect("run rbac-rules");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("rules/crossplane-core.yaml#1: rule \"crossplane-core\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("secrets"), "{stderr}");
+}

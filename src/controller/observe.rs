@@ -411,8 +411,12 @@ impl World {
 
     /// Recomputes the kinds each rule reads and the merged interests.
     fn interests(&mut self, manage: ManageLevel) -> BTreeMap<GroupKind, Interest> {
+        // With an allow-list, the engine checks what bindings and
+        // aggregations grant against every ClusterRole and Role: the
+        // (empty) placeholder makes the interests include them.
         let options = Options {
             manage,
+            allow: self.allow_name.as_ref().map(|_| Vec::new()),
             ..Options::default()
         };
         self.rule_kinds
@@ -816,6 +820,28 @@ mod tests {
                 task: None,
             },
         );
+    }
+
+    #[test]
+    fn an_allow_list_adds_watches_on_every_role() {
+        let rbac = |k: &str| GroupKind::new("rbac.authorization.k8s.io", k);
+        let mut without = base_world();
+        let kinds = without.interests(ManageLevel::All);
+        assert!(!kinds.contains_key(&rbac("ClusterRole")));
+
+        let mut with = World::new(Some("limits".into()));
+        with.apply(Feed::Rules(Box::new(Event::Init)));
+        with.apply(Feed::Rules(Box::new(Event::InitApply(rule(
+            "r", 1, "Widget",
+        )))));
+        with.apply(Feed::Rules(Box::new(Event::InitDone)));
+        let kinds = with.interests(ManageLevel::All);
+        for k in ["ClusterRole", "Role"] {
+            let i = kinds
+                .get(&rbac(k))
+                .expect("watched for the allow-list check");
+            assert!(!i.metadata_only, "{k}: rules are needed, not just metadata");
+        }
     }
 
     #[test]

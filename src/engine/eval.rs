@@ -315,6 +315,9 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         }
     }
     memo.contested = contested.clone();
+    if let Some(allow) = &engine.options.allow {
+        check_grants(allow, observed, &overlay, &mut produced, &mut reports);
+    }
 
     let mut desired: Vec<Desired> = produced.into_values().collect();
     desired.sort_by(|a, b| {
@@ -325,6 +328,132 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         reports,
         contested,
     }
+}
+
+/// With an allow-list, what an emitted object *grants* must be within it,
+/// not only the rules it spells out: an aggregated ClusterRole grants the
+/// rules of every role it selects, a binding those of the role it names.
+/// Checked once every rule has run, against the final view (live objects
+/// and all outputs), so it adds no ordering between rules. An object that
+/// fails is not emitted: its rule gets a Forbidden error and the trigger's
+/// live objects are kept, as for any failed render. A binding to a role
+/// that does not exist grants nothing and passes; the role, once it exists
+/// (emitted or not), is checked on the next evaluation.
+fn check_grants(
+    allow: &[PolicyRule],
+    observed: &ObjectStore,
+    overlay: &ObjectStore,
+    produced: &mut BTreeMap<OutKey, Desired>,
+    reports: &mut BTreeMap<String, RuleReport>,
+) {
+    let view = View {
+        observed,
+        overlay,
+        reports,
+        merged: RefCell::default(),
+        selected: RefCell::default(),
+        touched: RefCell::default(),
+    };
+    let cluster_roles = output_gk(OutputKind::ClusterRole);
+    let mut refused: Vec<(OutKey, String)> = Vec::new();
+    for (key, d) in produced.iter() {
+        let granted: Option<(String, Vec<PolicyRule>)> = match d.kind {
+            OutputKind::ClusterRole if d.object.get("aggregationRule").is_some() => Some((
+                format!("ClusterRole {:?} aggregates roles that grant", d.name),
+                aggregated_rules(&view, &d.object),
+            )),
+            OutputKind::ClusterRoleBinding | OutputKind::RoleBinding => {
+                let role_ref = &d.object["roleRef"];
+                let name = role_ref["name"].as_str().unwrap_or_default().to_string();
+                let role = match role_ref["kind"].as_str() {
+                    Some("Role") => view.get(
+                        &output_gk(OutputKind::Role),
+                        &(d.namespace.clone(), name.clone()),
+                    ),
+                    _ => view.get(&cluster_roles, &(String::new(), name.clone())),
+                };
+                role.map(|r| {
+                    let rules = if r.get("aggregationRule").is_some() {
+                        aggregated_rules(&view, r)
+                    } else {
+                        rules_of(r)
+                    };
+                    (
+                        format!("{} {:?} binds role {name:?}, which grants", d.kind, d.name),
+                        rules,
+                    )
+                })
+            }
+            _ => None,
+        };
+        if let Some((what, rules)) = granted {
+            let (ok, missing) = policy::covers(allow, &rules);
+            if !ok {
+                let shown: Vec<String> = missing.iter().take(3).map(describe_rule).collect();
+                refused.push((
+                    key.clone(),
+                    format!("{what} what the allow-list does not: {}", shown.join("; ")),
+                ));
+            }
+        }
+    }
+    drop(view);
+    for (key, message) in refused {
+        let Some(d) = produced.remove(&key) else {
+            continue;
+        };
+        if let Some(rep) = reports.get_mut(&d.rule) {
+            rep.outputs = rep.outputs.saturating_sub(1);
+            rep.errors.push(EngineError {
+                kind: ErrorKind::Forbidden,
+                rule: d.rule.clone(),
+                field: "spec.outputs".into(),
+                trigger: d.trigger.clone(),
+                message,
+            });
+            match &d.trigger {
+                Some(t) => {
+                    rep.kept_triggers.insert(t.clone());
+                }
+                None => rep.static_kept = true,
+            }
+        }
+    }
+}
+
+fn rules_of(role: &Value) -> Vec<PolicyRule> {
+    role.get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| serde_json::from_value(r.clone()).ok())
+        .collect()
+}
+
+/// The rules the aggregation controller would give `role`: those of every
+/// other ClusterRole its selectors match, as they are now.
+fn aggregated_rules(view: &View, role: &Value) -> Vec<PolicyRule> {
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    let selectors: Vec<LabelSelector> = role["aggregationRule"]["clusterRoleSelectors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| serde_json::from_value(s.clone()).ok())
+        .collect();
+    let mut out = Vec::new();
+    for other in view.list(&output_gk(OutputKind::ClusterRole), None).iter() {
+        if other["metadata"]["name"].as_str() == Some(name) {
+            continue;
+        }
+        let labels = other["metadata"]["labels"].as_object();
+        if selectors
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            out.extend(rules_of(other));
+        }
+    }
+    out
 }
 
 /// Removes what templates must not depend on or need not see.

@@ -42,7 +42,9 @@ pub struct Options {
     /// Rules above this level are inactive.
     pub manage: ManageLevel,
     /// The allow-list: when set, every emitted policy rule must be covered
-    /// by these rules, or its output fails with a Forbidden error.
+    /// by these rules, and so must what an emitted aggregated ClusterRole
+    /// currently aggregates and what the role an emitted binding references
+    /// grants; otherwise the output fails with a Forbidden error.
     pub allow: Option<Vec<PolicyRule>>,
     /// Rules the caller holds back (e.g. a kind they read is not watched
     /// yet): not evaluated, their live objects kept and visible to others.
@@ -286,7 +288,19 @@ impl Engine {
 
     /// Kinds the runnable rules read, merged per kind.
     pub fn interests(&self) -> Vec<Interest> {
-        merge_interests(self.rules.iter().flat_map(rule_interests))
+        let mut all: Vec<Interest> = self.rules.iter().flat_map(rule_interests).collect();
+        if self.options.allow.is_some() {
+            // The allow-list check reads the roles that emitted
+            // aggregations select and emitted bindings reference.
+            for kind in [OutputKind::ClusterRole, OutputKind::Role] {
+                all.push(Interest {
+                    gk: compile::output_gk(kind),
+                    version: None,
+                    metadata_only: false,
+                });
+            }
+        }
+        merge_interests(all)
     }
 
     /// Kinds each runnable rule reads, by rule name.

@@ -18,7 +18,7 @@ use rbac_rules::controller::plan::{KeepReason, ObjectId};
 use rbac_rules::controller::status::Hold;
 use rbac_rules::controller::sync::Snapshot;
 use serde_json::{Value, json};
-use support::{namespace, owned, pair, rule, rules, store, syncer};
+use support::{namespace, owned, pair, rule, rules, snapshot, store, syncer};
 
 const ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles";
 const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings";
@@ -186,16 +186,7 @@ async fn creates_role_then_binding_with_server_side_apply_then_status_and_event(
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
     assert!(matches!(report.written[0].outcome, Outcome::Created));
@@ -222,16 +213,7 @@ async fn a_no_op_reconcile_sends_no_request() {
     let scenario = tokio::spawn(server.done());
     let mut s = syncer(client);
     for _ in 0..3 {
-        let report = s
-            .sync(&Snapshot {
-                rules: &rules,
-                observed: &observed,
-                owned: &owned,
-                holds: &holds,
-                allow: None,
-                prune: true,
-            })
-            .await;
+        let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
         assert!(report.plan.is_empty(), "{:?}", report.plan);
         assert_eq!(report.plan.unchanged.len(), 2);
         assert_eq!(report.status_patches, 0);
@@ -268,16 +250,7 @@ async fn drift_is_repaired_with_one_apply() {
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
     assert_eq!(report.plan.applies.len(), 1);
@@ -353,16 +326,7 @@ async fn prunes_only_managed_objects_nothing_wants_with_preconditions() {
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
     let kept: BTreeMap<String, KeepReason> = report
@@ -423,15 +387,7 @@ async fn a_renamed_binding_is_created_before_the_old_one_is_deleted() {
         server.done().await;
     });
     let mut s = syncer(client);
-    s.sync(&Snapshot {
-        rules: &rules,
-        observed: &observed,
-        owned: &owned,
-        holds: &holds,
-        allow: None,
-        prune: true,
-    })
-    .await;
+    s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
 }
@@ -495,16 +451,7 @@ async fn a_changed_role_ref_deletes_then_applies_the_binding() {
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
     assert!(matches!(report.written[1].outcome, Outcome::Recreated));
@@ -557,16 +504,7 @@ async fn an_unmanaged_object_of_the_same_name_is_left_alone_and_reported() {
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
     assert!(matches!(
@@ -662,16 +600,7 @@ async fn nothing_is_written_without_the_lease() {
         gate,
         None,
     );
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     // Planned, not sent.
     assert_eq!(report.plan.applies.len(), 2);
     assert_eq!(report.plan.deletes.len(), 1);
@@ -831,16 +760,7 @@ async fn cluster_scoped_outputs_and_aggregated_roles_without_rules() {
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
     assert_eq!(report.plan.unchanged.len(), 1);
@@ -885,16 +805,7 @@ async fn a_failed_apply_is_reported_and_retried() {
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s
-        .sync(&Snapshot {
-            rules: &rules,
-            observed: &observed,
-            owned: &owned,
-            holds: &holds,
-            allow: None,
-            prune: true,
-        })
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
     assert!(report.retry);

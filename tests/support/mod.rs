@@ -15,6 +15,8 @@ use rbac_rules::api::{RbacRule, RbacRuleSpec, RbacRuleStatus};
 use rbac_rules::controller::apply::Gate;
 use rbac_rules::controller::metrics::Metrics;
 use rbac_rules::controller::plan::{Live, ObjectId};
+use rbac_rules::controller::status::Hold;
+use rbac_rules::controller::sync::Snapshot;
 use rbac_rules::controller::sync::Syncer;
 use rbac_rules::engine::ObjectStore;
 use serde_json::{Value, json};
@@ -245,4 +247,21 @@ pub fn owned(objects: Vec<Value>) -> BTreeMap<ObjectId, Live> {
             (ObjectId::of(&o).expect("RBAC object"), Live::new(o))
         })
         .collect()
+}
+
+/// The usual reconcile input: no allow-list, pruning allowed.
+pub fn snapshot<'a>(
+    rules: &'a BTreeMap<String, RbacRule>,
+    observed: &'a ObjectStore,
+    owned: &'a BTreeMap<ObjectId, Live>,
+    holds: &'a BTreeMap<String, Hold>,
+) -> Snapshot<'a> {
+    Snapshot {
+        rules,
+        observed,
+        owned,
+        holds,
+        allow: None,
+        prune: true,
+    }
 }

@@ -186,18 +186,19 @@ fn wrong_type_names_the_field() {
 }
 
 #[test]
-fn rendered_name_over_limits() {
+fn rendered_namespace_over_limits() {
     let body = format!(
-        "{TRIGGER}  outputs:\n  - kind: ClusterRole\n    name: \"{{{{trigger.metadata.name}}}}-{}\"\n",
-        "x".repeat(250)
+        "{TRIGGER}  outputs:\n  - kind: Role\n    name: r\n    namespace: \"{{{{trigger.metadata.name}}}}-{}\"\n",
+        "x".repeat(60)
     );
-    let r = render(&rule("long-name", &body), NAMESPACE, &[]);
+    let r = render(&rule("long-namespace", &body), NAMESPACE, &[]);
     assert_fails(
         &r,
         &[
-            "rules.yaml#1: rule \"long-name\"",
-            "spec.outputs[0].name",
-            "limit is 253",
+            "rules.yaml#1: rule \"long-namespace\"",
+            "spec.outputs[0].namespace",
+            "trigger Namespace/team-a",
+            "at most 63",
         ],
     );
 }

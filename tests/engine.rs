@@ -522,3 +522,31 @@ fn interests_by_rule_are_per_rule() {
     );
     assert_eq!(kinds("z-producer"), ["Widget.example.org"]);
 }
+
+#[test]
+fn an_xrd_with_the_longest_possible_name_gets_its_roles() {
+    // XRD names are CRD names: up to 253 characters. Role names built from
+    // them exceed 253, which Kubernetes allows for RBAC objects.
+    let group = format!("{}.example.org", "g".repeat(200));
+    let name = format!("{}.{group}", "x".repeat(253 - group.len() - 1));
+    assert_eq!(name.len(), 253);
+    let xrd = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
+        "metadata": {"name": name, "uid": "xrd-long"},
+        "spec": {"group": group, "names": {"kind": "XLong", "plural": "x".repeat(253 - group.len() - 1)}}});
+    let builtin = rbac_rules::rules::builtin().expect("built-in rules");
+    let eval = Engine::new(&builtin, Options::default()).evaluate(&store(&[xrd]));
+    assert_eq!(
+        eval.errors().count(),
+        0,
+        "{:?}",
+        eval.errors().collect::<Vec<_>>()
+    );
+    let roles: Vec<&str> = eval
+        .desired
+        .iter()
+        .filter(|d| d.name.contains(&name))
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(roles.len(), 4, "{roles:?}");
+    assert!(roles.iter().all(|r| r.len() > 253));
+}

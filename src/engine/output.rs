@@ -41,7 +41,9 @@ fn invalid(field: &str, msg: impl Into<String>) -> FieldError {
 }
 
 /// RBAC object names are path segments: not empty, `.` or `..`, no `/` or
-/// `%`. We also cap them at 253 characters, the general object name limit.
+/// `%`. Kubernetes sets no length limit on them (unlike DNS names), and
+/// rules rely on that: roles named after a 253-character object (a CRD
+/// name, say) plus a prefix and suffix are longer than 253.
 pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
     if name.is_empty() {
         return Err(invalid(field, "rendered name is empty"));
@@ -53,15 +55,6 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
         return Err(invalid(
             field,
             format!("name {name:?} may not contain {c:?}"),
-        ));
-    }
-    if name.len() > 253 {
-        return Err(invalid(
-            field,
-            format!(
-                "name is {} characters long, the limit is 253: {name:?}",
-                name.len()
-            ),
         ));
     }
     Ok(())
@@ -433,7 +426,8 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "a%b"] {
             assert!(validate_name("f", bad).is_err(), "{bad:?}");
         }
-        assert!(validate_name("f", &"a".repeat(254)).is_err());
+        // No length limit, as in Kubernetes' ValidateRBACName.
+        assert!(validate_name("f", &"a".repeat(300)).is_ok());
     }
 
     #[test]

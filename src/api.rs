@@ -53,8 +53,25 @@ pub struct RbacRuleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related: Vec<Related>,
 
+    /// Named values computed once per trigger, after `related`, and
+    /// available to templates as `vars.<name>`: an expression used by
+    /// several outputs is written and evaluated once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vars: Vec<Var>,
+
     /// The objects to emit for each trigger (or once, without a trigger).
     pub outputs: Vec<Output>,
+}
+
+/// A named value: an expression (a path or a helper call, as in
+/// `forEach`) evaluated once per trigger. Later vars may use earlier ones.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Var {
+    /// Name; templates read it as `vars.<name>`.
+    pub name: String,
+    /// The expression, e.g. `groupBy related.types "group"`.
+    pub value: String,
 }
 
 /// How much of the built-in behaviour the controller manages, after the

@@ -506,3 +506,32 @@ fn builtin_rules_render_within_a_realistic_allow_list() {
     );
     assert!(stderr.contains("secrets"), "{stderr}");
 }
+
+#[test]
+fn bad_vars_are_reported() {
+    let dup = format!(
+        "{TRIGGER}  vars:\n  - {{name: a, value: trigger.metadata.name}}\n  - {{name: a, value: trigger.metadata.uid}}\n  outputs:\n  - {{kind: Role, name: r}}\n"
+    );
+    let r = render(&rule("dup-var", &dup), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rules.yaml#1: rule \"dup-var\"",
+            "spec.vars[1].name",
+            "duplicate var name",
+        ],
+    );
+    let bad = format!(
+        "{TRIGGER}  vars:\n  - {{name: a, value: 'nosuchhelper trigger'}}\n  outputs:\n  - {{kind: Role, name: r}}\n"
+    );
+    let r = render(&rule("bad-var", &bad), NAMESPACE, &[]);
+    assert_fails(
+        &r,
+        &[
+            "rule \"bad-var\"",
+            "spec.vars[0].value",
+            "trigger Namespace/team-a",
+            "nosuchhelper",
+        ],
+    );
+}

@@ -550,3 +550,32 @@ fn an_xrd_with_the_longest_possible_name_gets_its_roles() {
     assert_eq!(roles.len(), 4, "{roles:?}");
     assert!(roles.iter().all(|r| r.len() > 253));
 }
+
+#[test]
+fn vars_are_computed_once_per_trigger_and_shared_by_outputs() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: v}
+spec:
+  trigger: {apiGroup: example.org, kind: Widget}
+  vars:
+  - {name: owner, value: 'default (get trigger "metadata.labels.team") "nobody"'}
+  - {name: prefix, value: 'concat "widget:" vars.owner'}
+  outputs:
+  - {kind: ClusterRole, name: "{{vars.prefix}}:{{trigger.metadata.name}}:view"}
+  - {kind: ClusterRole, name: "{{vars.prefix}}:{{trigger.metadata.name}}:edit"}
+"#;
+    let mut w = widget("w1");
+    w["metadata"]["labels"] = json!({"team": "blue"});
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[w, widget("w2")]));
+    assert_eq!(
+        names(&eval),
+        [
+            "ClusterRole//widget:blue:w1:edit",
+            "ClusterRole//widget:blue:w1:view",
+            "ClusterRole//widget:nobody:w2:edit",
+            "ClusterRole//widget:nobody:w2:view"
+        ]
+    );
+}

@@ -15,7 +15,7 @@ use super::template::Templates;
 use crate::api::{Condition, OutputKind, RbacRuleSpec};
 
 /// Names templates may not use for loop variables or related sets.
-pub const RESERVED: &[&str] = &["rule", "trigger", "matches", "related", "item"];
+pub const RESERVED: &[&str] = &["rule", "trigger", "matches", "related", "vars", "item"];
 
 /// A rule that passed validation.
 pub struct CompiledRule {
@@ -427,6 +427,20 @@ pub fn compile(
         for (j, cond) in r.filter.iter().enumerate() {
             c.condition(&format!("{f}.where[{j}]"), cond);
         }
+    }
+
+    let mut var_names: BTreeSet<&str> = BTreeSet::new();
+    for (i, v) in spec.vars.iter().enumerate() {
+        let f = format!("spec.vars[{i}]");
+        c.identifier(&format!("{f}.name"), &v.name);
+        if !var_names.insert(v.name.as_str()) {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.name"),
+                format!("duplicate var name {:?}", v.name),
+            );
+        }
+        c.expr(&format!("{f}.value"), &v.value);
     }
 
     if spec.outputs.is_empty() {

@@ -1173,6 +1173,19 @@ impl Evaluator<'_> {
                 r.insert(rel.name.clone(), Value::Array(set));
             }
         }
+        bind(ctx, "vars", Value::Object(Map::new()));
+        for (i, v) in self.rule.spec.vars.iter().enumerate() {
+            let value = self
+                .expr(&format!("spec.vars[{i}].value"), &v.value, ctx)?
+                .into_owned();
+            if let Some(vars) = ctx
+                .data_mut()
+                .get_mut("vars")
+                .and_then(Value::as_object_mut)
+            {
+                vars.insert(v.name.clone(), value);
+            }
+        }
         let mut out: Vec<Desired> = Vec::new();
         for (i, o) in self.rule.spec.outputs.iter().enumerate() {
             let f = format!("spec.outputs[{i}]");

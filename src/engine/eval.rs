@@ -143,15 +143,10 @@ impl<'a> View<'a> {
         if let Some(hit) = self.touched.borrow().get(&cache_key) {
             return *hit;
         }
-        let unnamed = Read {
-            names: None,
-            either: false,
-            ..read.clone()
-        };
-        let hit = changed
-            .iter()
-            .filter(|k| in_scope(k))
-            .any(|k| self.get(&read.gk, k).is_some_and(|o| unnamed.passes(o)));
+        let hit = changed.iter().filter(|k| in_scope(k)).any(|k| {
+            self.get(&read.gk, k)
+                .is_some_and(|o| read.passes_unnamed(o))
+        });
         self.touched.borrow_mut().insert(cache_key, hit);
         hit
     }
@@ -421,13 +416,27 @@ fn check_grants(
     }
 }
 
+/// A live or emitted role's rules. Live roles were validated by the API
+/// server; what does not parse is skipped (and logged) rather than failing
+/// every rule that reads the role.
 fn rules_of(role: &Value) -> Vec<PolicyRule> {
-    role.get("rules")
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, r) in role
+        .get("rules")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|r| serde_json::from_value(r.clone()).ok())
-        .collect()
+        .enumerate()
+    {
+        match serde_json::from_value::<PolicyRule>(r.clone()) {
+            Ok(p) => out.push(p),
+            Err(e) => {
+                tracing::warn!(role = name, index = i, error = %e, "skipping unparseable rule")
+            }
+        }
+    }
+    out
 }
 
 /// The rules the aggregation controller would give `role`: those of every
@@ -1450,23 +1459,8 @@ impl Evaluator<'_> {
             owner: None,
         });
         let mut out = Vec::new();
-        for (name, role) in chosen {
-            for (i, r) in role
-                .get("rules")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                // Live roles were validated by the API server; skip what
-                // does not parse rather than fail every copying rule.
-                match serde_json::from_value::<PolicyRule>(r.clone()) {
-                    Ok(p) => out.push(p),
-                    Err(e) => {
-                        tracing::warn!(role = name, index = i, error = %e, "skipping unparseable rule")
-                    }
-                }
-            }
+        for role in chosen.into_values() {
+            out.extend(rules_of(role));
         }
         Ok(out)
     }

@@ -234,17 +234,33 @@ impl Read {
     pub fn passes(&self, obj: &Value) -> bool {
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();
         let by_name = self.names.as_ref().map(|n| n.contains(name));
-        let by_selector = self
-            .selector
-            .as_ref()
-            .map(|s| crate::selector::matches_json(s, obj["metadata"]["labels"].as_object()));
-        let chosen = if self.either {
-            by_name.unwrap_or(false) || by_selector.unwrap_or(false)
+        if self.either {
+            let by_selector = self
+                .selector
+                .as_ref()
+                .is_some_and(|s| matches_labels(s, obj));
+            (by_name.unwrap_or(false) || by_selector) && self.owner_ok(obj)
         } else {
-            by_name.unwrap_or(true) && by_selector.unwrap_or(true)
-        };
-        chosen && self.owner.as_ref().is_none_or(|o| o.controls(obj))
+            by_name.unwrap_or(true) && self.passes_unnamed(obj)
+        }
     }
+
+    /// Whether `obj` passes the selector and owner filters, whatever its
+    /// name.
+    pub fn passes_unnamed(&self, obj: &Value) -> bool {
+        self.selector
+            .as_ref()
+            .is_none_or(|s| matches_labels(s, obj))
+            && self.owner_ok(obj)
+    }
+
+    fn owner_ok(&self, obj: &Value) -> bool {
+        self.owner.as_ref().is_none_or(|o| o.controls(obj))
+    }
+}
+
+fn matches_labels(selector: &LabelSelector, obj: &Value) -> bool {
+    crate::selector::matches_json(selector, obj["metadata"]["labels"].as_object())
 }
 
 /// Objects that changed since the last evaluation, by kind; `whole` kinds

@@ -614,10 +614,8 @@ impl Watches {
         metadata_only: bool,
     ) -> Task {
         let source_gk = gk.clone();
-        let feed_gk = gk.clone();
         let source = move || Source::Kind(source_gk.clone(), epoch);
         let tx = self.tx.clone();
-        let ar2 = ar.clone();
         if metadata_only {
             // Only metadata is fetched and cached: no CRD bodies in memory.
             let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
@@ -625,13 +623,7 @@ impl Watches {
                 api,
                 watcher::Config::default(),
                 tx,
-                move |ev| {
-                    Feed::Kind(
-                        feed_gk.clone(),
-                        epoch,
-                        map_event(ev, |o| to_value(&o, &ar2, true)),
-                    )
-                },
+                kind_feed(gk.clone(), epoch, ar.clone()),
                 source,
             )
         } else {
@@ -640,13 +632,7 @@ impl Watches {
                 api,
                 watcher::Config::default(),
                 tx,
-                move |ev| {
-                    Feed::Kind(
-                        feed_gk.clone(),
-                        epoch,
-                        map_event(ev, |o| to_value(&o, &ar2, true)),
-                    )
-                },
+                kind_feed(gk.clone(), epoch, ar.clone()),
                 source,
             )
         }
@@ -722,6 +708,22 @@ fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource, strip: bool) -> Valu
 fn without_managed_fields(mut r: RbacRule) -> RbacRule {
     r.metadata.managed_fields = None;
     r
+}
+
+/// Turns watch events of one kind (full or metadata-only objects) into
+/// feed items, as JSON with apiVersion and kind and without managedFields.
+fn kind_feed<K: serde::Serialize>(
+    gk: GroupKind,
+    epoch: u64,
+    ar: ApiResource,
+) -> impl Fn(Event<K>) -> Feed + Send + 'static {
+    move |ev| {
+        Feed::Kind(
+            gk.clone(),
+            epoch,
+            map_event(ev, |o| to_value(&o, &ar, true)),
+        )
+    }
 }
 
 fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {

@@ -166,10 +166,9 @@ pub fn builtin_with_origins() -> Result<Vec<(String, RuleSource)>, Vec<LoadError
 }
 
 /// The built-in rules.
-pub fn builtin() -> Result<Vec<RuleSource>, LoadError> {
-    let mut out = Vec::new();
-    for (file, text) in BUILTIN {
-        out.extend(parse_text(Path::new(file), text)?);
-    }
-    Ok(out)
+pub fn builtin() -> Result<Vec<RuleSource>, Vec<LoadError>> {
+    Ok(builtin_with_origins()?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
 }

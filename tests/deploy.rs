@@ -53,6 +53,8 @@ const CLUSTER_SCOPED: &[&str] = &[
     "ClusterRole",
     "ClusterRoleBinding",
     "RbacRule",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 ];
 
 fn root() -> &'static Path {

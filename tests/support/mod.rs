@@ -54,6 +54,29 @@ impl Received {
         self.send.send_response(response);
     }
 
+    /// Answers with a status code, a `Retry-After` header (seconds) and a
+    /// v1 Status body, as API priority and fairness throttles.
+    pub fn throttle(self, code: u16, retry_after_seconds: u64) {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "TooManyRequests", "code": code, "message": "too many requests",
+            "details": {"retryAfterSeconds": retry_after_seconds}, "metadata": {}});
+        let bytes = serde_json::to_vec(&body).expect("response body");
+        let response = Response::builder()
+            .status(StatusCode::from_u16(code).expect("status code"))
+            .header("content-type", "application/json")
+            .header("retry-after", retry_after_seconds.to_string())
+            .body(Body::from(bytes))
+            .expect("response");
+        self.send.send_response(response);
+    }
+
+    /// Answers with an error status and a v1 Status body of `reason`.
+    pub fn fail(self, code: u16, reason: &str) {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": reason, "code": code, "message": format!("{reason} (test)"), "metadata": {}});
+        self.respond(code, body);
+    }
+
     /// Answers 200 with the request body echoed (what apply and create
     /// return, near enough).
     pub fn echo(self) {
@@ -182,6 +205,18 @@ impl ApiServer {
 /// A client and the server it talks to.
 pub fn pair() -> (Client, ApiServer) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, "default"), ApiServer(handle))
+}
+
+/// A client with the retry layer `Client::try_default` installs (kube's
+/// `Config::default_retry`): 429, 503 and 504 are retried with backoff,
+/// honouring `Retry-After`.
+pub fn pair_with_retries() -> (Client, ApiServer) {
+    use kube::client::retry::RetryPolicy;
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let service = tower::ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(RetryPolicy::server_retry()))
+        .service(service);
     (Client::new(service, "default"), ApiServer(handle))
 }
 

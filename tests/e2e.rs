@@ -41,6 +41,10 @@
 //! bound only to deploy/'s ClusterRole: every step below also proves that
 //! the RBAC in deploy/ is enough.
 //!
+//! 0. the admission fence (deploy/admission.yaml, installed for this run's
+//!    ServiceAccount) refuses an unlabelled ClusterRole and a binding to
+//!    cluster-admin written as the controller, and lets every write of the
+//!    steps below through;
 //! 1. the static outputs appear and every built-in rule turns Ready;
 //! 2. an XRD gets its four ClusterRoles (provenance, owner, rules), the
 //!    aggregated `crossplane-edit` picks them up, and the rule gets an
@@ -722,12 +726,14 @@ async fn cleanup(ctx: &Ctx) {
 async fn scenario(ctx: &Ctx, kubeconfig: &Kubeconfig, controller: &mut Option<Controller>) {
     install(ctx).await;
     let sa_kubeconfig = controller_identity(ctx, kubeconfig).await;
+    install_fence(ctx).await;
     *controller = Some(Controller::start(
         &sa_kubeconfig,
         ctx.dir.path().join("controller-1.log"),
     ));
     controller.as_mut().expect("controller").wait_ready().await;
 
+    fence_refuses(ctx, &sa_kubeconfig).await;
     static_outputs(ctx).await;
     let xrd_uid = xrd(ctx).await;
     let (pr_uid, deployment) = provider_revision(ctx).await;
@@ -908,6 +914,98 @@ async fn controller_identity(ctx: &Ctx, kubeconfig: &Kubeconfig) -> PathBuf {
         .and_then(|u| u.username);
     assert_eq!(seen.as_deref(), Some(user.as_str()), "impersonation");
     path
+}
+
+fn vap_ar() -> ApiResource {
+    ar(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+    )
+}
+
+fn vap_binding_ar() -> ApiResource {
+    ar(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+    )
+}
+
+/// deploy/admission.yaml, named for this run and matching this run's
+/// controller ServiceAccount: every write of the controller in the steps
+/// that follow passes the fence on a real API server.
+async fn install_fence(ctx: &Ctx) {
+    const DEPLOYED_USER: &str = "system:serviceaccount:rbac-rules-system:rbac-rules";
+    let name = format!("rbac-rules-fence-{}", ctx.ns);
+    for mut doc in read_yaml("deploy/admission.yaml") {
+        doc["metadata"]["name"] = json!(name);
+        if doc["kind"] == "ValidatingAdmissionPolicy" {
+            let conditions = doc["spec"]["matchConditions"]
+                .as_array_mut()
+                .expect("matchConditions");
+            for c in conditions {
+                let e = c["expression"].as_str().expect("expression");
+                assert!(e.contains(DEPLOYED_USER), "{e}");
+                c["expression"] = json!(e.replace(DEPLOYED_USER, &ctx.controller_user()));
+            }
+            ctx.create(&vap_ar(), None, doc).await;
+        } else {
+            doc["spec"]["policyName"] = json!(name);
+            ctx.create(&vap_binding_ar(), None, doc).await;
+        }
+    }
+}
+
+/// As the controller's ServiceAccount (which RBAC allows to create and
+/// bind any role), writes the fence must refuse: an unlabelled ClusterRole
+/// and a labelled binding to cluster-admin.
+async fn fence_refuses(ctx: &Ctx, sa_kubeconfig: &Path) {
+    let client = Client::try_from(
+        Config::from_custom_kubeconfig(
+            Kubeconfig::read_from(sa_kubeconfig).expect("the controller's kubeconfig"),
+            &KubeConfigOptions::default(),
+        )
+        .await
+        .expect("config"),
+    )
+    .expect("client");
+    let probe = format!("{}-fence-probe", ctx.ns);
+    let cases = [
+        (
+            cr_ar(),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": probe}, "rules": []}),
+            "app.kubernetes.io/managed-by=rbac-rules",
+        ),
+        (
+            crb_ar(),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": probe, "labels": {"app.kubernetes.io/managed-by": "rbac-rules"}},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": ctx.user}]}),
+            "cluster-admin",
+        ),
+    ];
+    for (ar, obj, needle) in cases {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let obj: DynamicObject = serde_json::from_value(obj).expect("object");
+        // The policy takes effect a moment after it is created.
+        eventually(
+            format!("the fence to refuse {} {probe}", ar.kind),
+            async || match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => {
+                    let _ = api.delete(&probe, &DeleteParams::default()).await;
+                    Err("admitted".into())
+                }
+                Err(kube::Error::Api(s)) if s.message.contains(needle) => Ok(()),
+                Err(e) => Err(format!("refused, but not by the fence: {e}")),
+            },
+        )
+        .await;
+    }
 }
 
 /// Writes `kubeconfig` to `path` with its current user acting as `user`

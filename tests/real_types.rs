@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rbac_rules::engine::{Engine, EngineWarning, Evaluation, Memo, ObjectStore, Options, RuleSource};
+use rbac_rules::engine::{
+    Engine, EngineWarning, Evaluation, Memo, ObjectStore, Options, RuleSource,
+};
 use serde_json::{Value, json};
 
 fn golden_objects(case: &str) -> ObjectStore {
@@ -138,10 +140,7 @@ fn hostile_xrds_render_nothing_and_are_warned_about() {
             )
         })
         .collect();
-        let got: BTreeSet<_> = warned(&eval)
-            .into_iter()
-            .filter(|w| w.0 == rule)
-            .collect();
+        let got: BTreeSet<_> = warned(&eval).into_iter().filter(|w| w.0 == rule).collect();
         assert_eq!(got, expected, "warnings of {rule}");
     }
     // The report counts the skipped triggers as matched, and each warning
@@ -180,7 +179,10 @@ fn hostile_object_refs_are_skipped_and_the_good_one_rendered() {
     let trigger = "ProviderRevision.pkg.crossplane.io/provider-evil-5555";
     for rule in ["crossplane-provider-system", "crossplane-provider-users"] {
         let mut expected: BTreeSet<(String, String, String, String)> = BTreeSet::new();
-        for v in BAD_REFS.iter().chain(&["gadgets.*", "nodes.x.kubernetes.io"]) {
+        for v in BAD_REFS
+            .iter()
+            .chain(&["gadgets.*", "nodes.x.kubernetes.io"])
+        {
             expected.insert((
                 rule.to_string(),
                 "spec.related[1].require[0]".to_string(),
@@ -188,10 +190,7 @@ fn hostile_object_refs_are_skipped_and_the_good_one_rendered() {
                 v.to_string(),
             ));
         }
-        let got: BTreeSet<_> = warned(&eval)
-            .into_iter()
-            .filter(|w| w.0 == rule)
-            .collect();
+        let got: BTreeSet<_> = warned(&eval).into_iter().filter(|w| w.0 == rule).collect();
         assert_eq!(got, expected, "warnings of {rule}");
     }
     let good = pairs(&[
@@ -212,7 +211,12 @@ fn hostile_object_refs_are_skipped_and_the_good_one_rendered() {
     let groups: BTreeSet<&str> = system.iter().map(|(g, _)| g.as_str()).collect();
     assert_eq!(
         groups,
-        BTreeSet::from(["", "coordination.k8s.io", "events.k8s.io", "good.example.org"])
+        BTreeSet::from([
+            "",
+            "coordination.k8s.io",
+            "events.k8s.io",
+            "good.example.org"
+        ])
     );
     assert!(!system.iter().any(|(g, r)| g == "*" || (r == "*")));
 }
@@ -220,7 +224,10 @@ fn hostile_object_refs_are_skipped_and_the_good_one_rendered() {
 #[test]
 fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
     let rules = example_rules("rules/examples/package-isolation");
-    let eval = evaluate(&rules, &golden_objects("examples-package-isolation-hostile"));
+    let eval = evaluate(
+        &rules,
+        &golden_objects("examples-package-isolation-hostile"),
+    );
     let cluster = "ClusterPackageInstall.packages.crossplane.io/provider-evil";
     let values: BTreeSet<String> = eval
         .warnings()
@@ -274,7 +281,12 @@ fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
     );
     // The tenant's package: only its good CRD.
     assert_eq!(
-        granted(object(&eval, "ClusterRole", "", "package:tenant:pkg:v1:view")),
+        granted(object(
+            &eval,
+            "ClusterRole",
+            "",
+            "package:tenant:pkg:v1:view"
+        )),
         pairs(&[("good.example.org", "tenants")])
     );
 }
@@ -282,7 +294,10 @@ fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
 #[test]
 fn repo_sync_tenants_bind_only_the_allow_set() {
     let rules = example_rules("rules/examples/config-sync");
-    let eval = evaluate(&rules, &golden_objects("examples-config-sync-repo-sync-hostile"));
+    let eval = evaluate(
+        &rules,
+        &golden_objects("examples-config-sync-repo-sync-hostile"),
+    );
     let bound: BTreeSet<String> = eval
         .desired
         .iter()
@@ -385,7 +400,13 @@ fn generic_require_format_in_not_regex_optional_and_unmatched_warn() {
             "a",
             "a.example.org",
             None,
-            &["things.a.example.org", "nodot", "secrets.a.example.org", "x.evil.org", "others.other.example.org"],
+            &[
+                "things.a.example.org",
+                "nodot",
+                "secrets.a.example.org",
+                "x.evil.org",
+                "others.other.example.org",
+            ],
         ),
         widget("b", "*", None, &["things.a.example.org"]),
         widget("c", "c.example.org", Some("Not A Label"), &[]),
@@ -401,7 +422,14 @@ fn generic_require_format_in_not_regex_optional_and_unmatched_warn() {
         ("spec.trigger.require[1]", w("c"), "Not A Label"),
     ]
     .iter()
-    .map(|(f, t, v)| ("widgets".to_string(), f.to_string(), t.clone(), v.to_string()))
+    .map(|(f, t, v)| {
+        (
+            "widgets".to_string(),
+            f.to_string(),
+            t.clone(),
+            v.to_string(),
+        )
+    })
     .collect();
     assert_eq!(warned(&eval), expected);
     let msg = |field: &str| {

@@ -547,11 +547,9 @@ fn assemble(rule: &str, memo: &RuleMemo) -> (RuleReport, Sets) {
     let mut report = RuleReport::new(RuleState::Evaluated);
     let mut sets = Vec::new();
     if let Some(s) = &memo.static_set {
-        report.warnings.extend(
-            s.warnings
-                .iter()
-                .map(|w| w.clone().into_engine(rule, None)),
-        );
+        report
+            .warnings
+            .extend(s.warnings.iter().map(|w| w.clone().into_engine(rule, None)));
         match &s.outcome {
             Outcome::Rendered(d) => sets.push((None, d.clone())),
             Outcome::Failed(e) | Outcome::MatchError(e) => {

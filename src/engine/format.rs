@@ -95,7 +95,16 @@ mod tests {
     #[test]
     fn groups_and_labels() {
         assert!(is_custom_group("example.org"));
-        for bad in ["", "*", "apps", "core", "rbac.authorization.k8s.io", "k8s.io", "x.kubernetes.io", "a..b"] {
+        for bad in [
+            "",
+            "*",
+            "apps",
+            "core",
+            "rbac.authorization.k8s.io",
+            "k8s.io",
+            "x.kubernetes.io",
+            "a..b",
+        ] {
             assert!(!is_custom_group(bad), "{bad:?}");
         }
         assert!(is_dns_label("secrets"));

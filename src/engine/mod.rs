@@ -6,8 +6,8 @@
 
 pub mod compile;
 pub mod error;
-pub mod format;
 mod eval;
+pub mod format;
 mod memo;
 pub mod output;
 pub mod path;

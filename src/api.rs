@@ -216,7 +216,7 @@ pub enum MetadataSource {
 /// A test on one value. The value is either a field of the object under test
 /// (`path`) or a rendered template (`value`); exactly one operator is given.
 /// Operands are templates too. A missing field fails every operator except
-/// `exists: false` and `notEquals`.
+/// `exists: false`, `notEquals` and `notRegex`; with `optional` it passes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
@@ -357,7 +357,8 @@ pub struct ObjectQuery {
 
 /// Entries of a list field, each extended with the named captures of an
 /// optional regular expression. Entries whose field does not match the
-/// expression are ignored. Duplicates are removed; the result is sorted.
+/// expression are dropped, kept or warned about (`extract.unmatched`).
+/// Duplicates are removed; the result is sorted.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListFieldQuery {
@@ -368,7 +369,7 @@ pub struct ListFieldQuery {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub of: Vec<String>,
     /// Extracts named captures from a field of each entry; they are added
-    /// to the entry (an entry whose field does not match is dropped).
+    /// to the entry (see `unmatched` for entries whose field does not match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extract: Option<Extract>,
 }

@@ -160,6 +160,12 @@ pub struct Trigger {
     /// nor deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseAnnotation>,
+    /// Conditions a matching trigger must pass to be rendered, tested after
+    /// the filters above (templates see `trigger`). A trigger that fails one
+    /// renders nothing (its earlier outputs are pruned) and the rule gets a
+    /// warning naming the field and value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require: Vec<Condition>,
 }
 
 /// An annotation key and value that mark a trigger as paused.
@@ -210,7 +216,7 @@ pub enum MetadataSource {
 /// A test on one value. The value is either a field of the object under test
 /// (`path`) or a rendered template (`value`); exactly one operator is given.
 /// Operands are templates too. A missing field fails every operator except
-/// `exists: false` and `notEquals`.
+/// `exists: false`, `notEquals` and `notRegex`; with `optional` it passes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
@@ -236,6 +242,55 @@ pub struct Condition {
     /// The field is present and not null (true) or absent (false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exists: Option<bool>,
+    /// The value is missing or its whole text does not match this regular
+    /// expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_regex: Option<String>,
+    /// An expression yielding a list: the value's text equals the text of
+    /// one of its entries, e.g. `pluck related.roles "metadata.name"`.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "in")]
+    pub in_list: Option<String>,
+    /// The value's text is a well-formed name of this kind (see
+    /// [`ValueFormat`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<ValueFormat>,
+    /// With `path`: a missing (or null) field passes the condition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+    /// Why the condition exists, shown in the warning when a `require`
+    /// condition skips an entry or a trigger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Kinds of names a condition's `format` checks.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ValueFormat {
+    /// An RFC 1123 label: at most 63 lowercase letters, digits and `-`,
+    /// alphanumeric at both ends (a namespace, a resource's plural).
+    DnsLabel,
+    /// An RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+    DnsSubdomain,
+    /// An API group a CustomResourceDefinition may define: a DNS subdomain
+    /// with at least one dot, not reserved for Kubernetes (`k8s.io`,
+    /// `kubernetes.io` and their subdomains).
+    CustomGroup,
+    /// A CustomResourceDefinition name `<plural>.<group>`: a `dnsLabel`
+    /// plural and a `customGroup` group.
+    CrdName,
+}
+
+impl ValueFormat {
+    /// The name used in rules.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ValueFormat::DnsLabel => "dnsLabel",
+            ValueFormat::DnsSubdomain => "dnsSubdomain",
+            ValueFormat::CustomGroup => "customGroup",
+            ValueFormat::CrdName => "crdName",
+        }
+    }
 }
 
 /// A named set of related objects, found from the trigger. Give exactly one
@@ -260,6 +315,10 @@ pub struct Related {
     /// `related` sets and `item`, the candidate; `path` reads the candidate.
     #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "where")]
     pub filter: Vec<Condition>,
+    /// Conditions every item must pass after `where`, like `where`; an item
+    /// that fails one is skipped with a warning naming the field and value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require: Vec<Condition>,
 }
 
 /// Objects of one kind in the cluster, narrowed by owner, namespace, names
@@ -298,7 +357,8 @@ pub struct ObjectQuery {
 
 /// Entries of a list field, each extended with the named captures of an
 /// optional regular expression. Entries whose field does not match the
-/// expression are ignored. Duplicates are removed; the result is sorted.
+/// expression are dropped, kept or warned about (`extract.unmatched`).
+/// Duplicates are removed; the result is sorted.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListFieldQuery {
@@ -309,7 +369,7 @@ pub struct ListFieldQuery {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub of: Vec<String>,
     /// Extracts named captures from a field of each entry; they are added
-    /// to the entry (an entry whose field does not match is dropped).
+    /// to the entry (see `unmatched` for entries whose field does not match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extract: Option<Extract>,
 }
@@ -323,6 +383,30 @@ pub struct Extract {
     /// Regular expression with named groups, matched against the whole
     /// field, e.g. `(?P<plural>[^.]+)\.(?P<group>.+)`.
     pub regex: String,
+    /// What becomes of an entry whose field does not match: `drop`
+    /// (default), `keep` (without captures) or `warn` (dropped with a
+    /// warning).
+    #[serde(default, skip_serializing_if = "Unmatched::is_drop")]
+    pub unmatched: Unmatched,
+}
+
+/// What `extract` does with an entry it cannot match.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Unmatched {
+    /// Dropped silently.
+    #[default]
+    Drop,
+    /// Kept as it is, without captures (for `where` or `require` to judge).
+    Keep,
+    /// Dropped with a warning.
+    Warn,
+}
+
+impl Unmatched {
+    fn is_drop(&self) -> bool {
+        *self == Unmatched::Drop
+    }
 }
 
 /// One object to emit. String fields are handlebars templates rendered in

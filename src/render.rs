@@ -1,6 +1,7 @@
 //! `rbac-rules render`: the engine offline, on YAML files.
 //!
-//! Success: every emitted object on stdout as a YAML stream, exit 0.
+//! Success: every emitted object on stdout as a YAML stream, exit 0; what
+//! rules skipped on purpose as `warning:` lines on stderr.
 //! Any invalid rule, input or render: every error on stderr, nothing on
 //! stdout, exit 1.
 
@@ -59,6 +60,12 @@ pub enum RenderError {
 
 /// Runs `render` and returns the YAML stream.
 pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
+    render_with_warnings(args).map(|(out, _)| out)
+}
+
+/// Runs `render`: the YAML stream and the warnings (what rules skipped on
+/// purpose), each `warning: <file>: <warning>`.
+pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), RenderError> {
     let loaded = if args.rules.is_empty() {
         rules::builtin_with_origins()
     } else {
@@ -105,11 +112,18 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
     if !errors.is_empty() {
         return Err(RenderError::Evaluation(errors));
     }
+    let warnings: Vec<String> = eval
+        .warnings()
+        .map(|w| match origins.get(&w.rule) {
+            Some(origin) => format!("warning: {origin}: {w}"),
+            None => format!("warning: {w}"),
+        })
+        .collect();
     let mut objects: Vec<Value> = eval.desired.iter().map(|d| (*d.object).clone()).collect();
     if args.flatten {
         flatten(&store, &mut objects)?;
     }
-    Ok(yaml::to_yaml_stream(&objects)?)
+    Ok((yaml::to_yaml_stream(&objects)?, warnings))
 }
 
 /// Fills aggregated ClusterRoles among `objects` from every ClusterRole in
@@ -179,8 +193,11 @@ fn load_allow(path: &PathBuf) -> Result<Vec<PolicyRule>, RenderError> {
 
 /// The `render` command: prints, or reports errors and fails.
 pub fn main(args: &RenderArgs) -> ExitCode {
-    match render(args) {
-        Ok(out) => {
+    match render_with_warnings(args) {
+        Ok((out, warnings)) => {
+            for w in warnings {
+                eprintln!("{w}");
+            }
             print!("{out}");
             ExitCode::SUCCESS
         }

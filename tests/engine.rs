@@ -527,7 +527,10 @@ fn interests_by_rule_are_per_rule() {
 fn an_xrd_with_the_longest_possible_name_gets_its_roles() {
     // XRD names are CRD names: up to 253 characters. Role names built from
     // them exceed 253, which Kubernetes allows for RBAC objects.
-    let group = format!("{}.example.org", "g".repeat(200));
+    // A real group: DNS labels of at most 63 characters (the rules refuse
+    // anything else), 200 characters in all.
+    let group = format!("{0}.{0}.{1}.example.org", "g".repeat(63), "g".repeat(60));
+    assert_eq!(group.len(), 200);
     let name = format!("{}.{group}", "x".repeat(253 - group.len() - 1));
     assert_eq!(name.len(), 253);
     let xrd = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",

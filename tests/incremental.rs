@@ -45,8 +45,13 @@ fn xrd(i: usize, claim: bool, paused: bool) -> Value {
         "metadata": {"name": format!("xthings{i}.example.org"), "uid": format!("xrd-{i}")},
         "spec": {"group": "example.org", "names": {"kind": format!("XThing{i}"), "plural": format!("xthings{i}")}}});
     if claim {
-        v["spec"]["claimNames"] =
-            json!({"kind": format!("Thing{i}"), "plural": format!("things{i}")});
+        // XRD 3's claim is hostile: its warning comes and goes with it.
+        let plural = if i == 3 {
+            "*".to_string()
+        } else {
+            format!("things{i}")
+        };
+        v["spec"]["claimNames"] = json!({"kind": format!("Thing{i}"), "plural": plural});
     }
     if paused {
         v["metadata"]["annotations"] = json!({"crossplane.io/paused": "true"});
@@ -55,12 +60,20 @@ fn xrd(i: usize, claim: bool, paused: bool) -> Value {
 }
 
 fn revision(p: usize, family: usize, org: &str, types: usize) -> Value {
-    let refs: Vec<Value> = (0..types)
+    let mut refs: Vec<Value> = (0..types)
         .map(|t| {
             json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                          "name": format!("kind{t}s.p{p}.example.org")})
         })
         .collect();
+    // Three types come with hostile entries: skipped with warnings, which
+    // incremental evaluation must report like a full one.
+    if types == 3 {
+        for bad in ["*.*", "secrets."] {
+            refs.push(json!({"apiVersion": "apiextensions.k8s.io/v1",
+                             "kind": "CustomResourceDefinition", "name": bad}));
+        }
+    }
     json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
         "metadata": {"name": format!("provider-{p}"), "uid": format!("pr-{p}"),
                      "labels": {"pkg.crossplane.io/provider-family": format!("family-{family}")}},
@@ -156,6 +169,8 @@ fn incremental_equals_full_on_random_changes() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let first = engine.evaluate_incremental(&c.store, &mut memo);
     assert_same(0, "initial", &first, &engine.evaluate(&c.store));
+    // Hostile objectRefs: warnings take part in the comparison.
+    assert!(first.warnings().count() > 0);
     apply(&mut c, &first);
 
     for step in 1..=300 {

@@ -601,6 +601,7 @@ mod plan_tests {
             matched_triggers: 0,
             outputs: 0,
             errors: Vec::new(),
+            warnings: Vec::new(),
             kept_triggers: kept.iter().map(|t| t.to_string()).collect(),
             static_kept: false,
         }

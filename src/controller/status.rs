@@ -1,7 +1,7 @@
 //! RbacRule status and Events: computed from the evaluation and the write
 //! outcomes, written only when they change.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -287,6 +287,40 @@ pub fn events(
     out
 }
 
+/// A Warning Event `Skipped` for the warnings of `report` not reported
+/// before (`seen` holds what was, and is updated): what the rule skipped on
+/// purpose, e.g. trigger data that names no real type. Nothing when no
+/// warning is new.
+pub fn skipped_event(report: Option<&RuleReport>, seen: &mut BTreeSet<String>) -> Option<Event> {
+    let now: BTreeSet<String> = report
+        .map(|r| {
+            r.warnings
+                .iter()
+                .map(|w| {
+                    let trigger = w.trigger.as_deref().map(|t| format!(" (trigger {t})"));
+                    format!(
+                        "{}{}: skipped {:?}: {}",
+                        w.field,
+                        trigger.unwrap_or_default(),
+                        w.value,
+                        w.message
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let fresh: Vec<&str> = now.difference(seen).map(String::as_str).collect();
+    let event = (!fresh.is_empty()).then(|| Event {
+        type_: EventType::Warning,
+        reason: "Skipped".to_string(),
+        note: Some(truncate(&fresh.join("; "), MAX_NOTE)),
+        action: "Evaluate".to_string(),
+        secondary: None,
+    });
+    *seen = now;
+    event
+}
+
 /// Publishes Events on the RbacRule (events.k8s.io/v1, namespace
 /// `default` since the rule is cluster-scoped).
 pub async fn publish(recorder: &Recorder, rule: &RbacRule, events: &[Event]) {
@@ -295,5 +329,52 @@ pub async fn publish(recorder: &Recorder, rule: &RbacRule, events: &[Event]) {
         if let Err(err) = recorder.publish(e, &reference).await {
             tracing::warn!(rule = ?rule.metadata.name, reason = %e.reason, error = %err, "cannot publish event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::EngineWarning;
+
+    fn report(values: &[&str]) -> RuleReport {
+        let mut r = RuleReport::new(RuleState::Evaluated);
+        r.warnings = values
+            .iter()
+            .map(|v| EngineWarning {
+                rule: "r".into(),
+                field: "spec.related[1].require[0]".into(),
+                trigger: Some("Widget.example.org/w".into()),
+                value: v.to_string(),
+                message: "not a valid crdName".into(),
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn skipped_events_only_for_new_warnings() {
+        let mut seen = BTreeSet::new();
+        let e = skipped_event(Some(&report(&["*.*"])), &mut seen).expect("a first event");
+        assert_eq!(e.reason, "Skipped");
+        assert!(matches!(e.type_, EventType::Warning));
+        let note = e.note.unwrap_or_default();
+        assert!(
+            note.contains(
+                "spec.related[1].require[0] (trigger Widget.example.org/w): skipped \"*.*\""
+            ),
+            "{note}"
+        );
+        // The same warning again: no Event; a new one: only it.
+        assert!(skipped_event(Some(&report(&["*.*"])), &mut seen).is_none());
+        let e = skipped_event(Some(&report(&["*.*", "x.*"])), &mut seen).expect("a new event");
+        let note = e.note.unwrap_or_default();
+        assert!(
+            note.contains("\"x.*\"") && !note.contains("\"*.*\""),
+            "{note}"
+        );
+        // Gone and back: reported again.
+        assert!(skipped_event(Some(&report(&[])), &mut seen).is_none());
+        assert!(skipped_event(Some(&report(&["*.*"])), &mut seen).is_some());
     }
 }

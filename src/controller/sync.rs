@@ -84,6 +84,8 @@ pub struct Syncer {
     manage: ManageLevel,
     engine: Option<CachedEngine>,
     conflicts: ConflictMemo,
+    /// Per rule, the warnings already published as Events.
+    warned: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Syncer {
@@ -110,6 +112,7 @@ impl Syncer {
             manage,
             engine: None,
             conflicts: ConflictMemo::default(),
+            warned: BTreeMap::new(),
         }
     }
 
@@ -229,6 +232,7 @@ impl Syncer {
             .managed_objects
             .set(managed.values().sum::<i64>());
         let now = Time(k8s_openapi::jiff::Timestamp::now());
+        self.warned.retain(|n, _| snap.rules.contains_key(n));
         for (name, rule) in snap.rules {
             let writes: Vec<&Written> = report.written.iter().filter(|w| &w.rule == name).collect();
             let inputs = RuleInputs {
@@ -239,7 +243,9 @@ impl Syncer {
                 manage: self.manage,
             };
             let new_status = status::compute(rule, &inputs, &now);
-            let events = status::events(rule, &writes, new_status.as_ref());
+            let mut events = status::events(rule, &writes, new_status.as_ref());
+            let seen = self.warned.entry(name.clone()).or_default();
+            events.extend(status::skipped_event(inputs.report, seen));
             if !self.gate.open() {
                 break;
             }

@@ -125,12 +125,22 @@ impl Compiler<'_> {
             c.one_of.is_some(),
             c.regex.is_some(),
             c.exists.is_some(),
+            c.not_regex.is_some(),
+            c.in_list.is_some(),
+            c.format.is_some(),
         ];
         if ops.iter().filter(|b| **b).count() != 1 {
             self.err(
                 ErrorKind::InvalidRule,
                 field,
-                "give exactly one of equals, notEquals, oneOf, regex, exists",
+                "give exactly one of equals, notEquals, oneOf, regex, notRegex, in, format, exists",
+            );
+        }
+        if c.optional && (c.path.is_none() || c.exists.is_some()) {
+            self.err(
+                ErrorKind::InvalidRule,
+                format!("{field}.optional"),
+                "optional needs path (and no exists)",
             );
         }
         if c.exists.is_some() && c.path.is_none() {
@@ -151,6 +161,12 @@ impl Compiler<'_> {
         }
         if let Some(r) = &c.regex {
             self.regex(&format!("{field}.regex"), r);
+        }
+        if let Some(r) = &c.not_regex {
+            self.regex(&format!("{field}.notRegex"), r);
+        }
+        if let Some(e) = &c.in_list {
+            self.expr(&format!("{field}.in"), e);
         }
     }
 
@@ -311,6 +327,9 @@ pub fn compile(
         for (i, cond) in t.conditions.iter().enumerate() {
             c.condition(&format!("spec.trigger.conditions[{i}]"), cond);
         }
+        for (i, cond) in t.require.iter().enumerate() {
+            c.condition(&format!("spec.trigger.require[{i}]"), cond);
+        }
         if let Some(m) = &t.metadata_match {
             c.regex("spec.trigger.metadataMatch.key", &m.key);
             if m.key.contains("{{") {
@@ -426,6 +445,9 @@ pub fn compile(
         }
         for (j, cond) in r.filter.iter().enumerate() {
             c.condition(&format!("{f}.where[{j}]"), cond);
+        }
+        for (j, cond) in r.require.iter().enumerate() {
+            c.condition(&format!("{f}.require[{j}]"), cond);
         }
     }
 

@@ -95,3 +95,74 @@ impl FieldError {
         }
     }
 }
+
+/// Longest value a warning quotes: trigger data may be long.
+const MAX_WARNING_VALUE: usize = 253;
+
+/// Something a rule skipped on purpose (a `require` condition failed, an
+/// `extract` regex did not match with `unmatched: warn`): the rest of the
+/// trigger is rendered, so this is not an error.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EngineWarning {
+    /// Name of the RbacRule.
+    pub rule: String,
+    /// Field of the rule's spec, e.g. `spec.related[1].require[0]`.
+    pub field: String,
+    /// The trigger being rendered, as `Kind.group/[namespace/]name`.
+    pub trigger: Option<String>,
+    /// The skipped value, as tested (`(missing)` for a missing field).
+    pub value: String,
+    /// Why it was skipped.
+    pub message: String,
+}
+
+impl fmt::Display for EngineWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rule {:?}: {}", self.rule, self.field)?;
+        if let Some(t) = &self.trigger {
+            write!(f, " (trigger {t})")?;
+        }
+        // Debug quoting escapes control characters: trigger data never
+        // forges log lines.
+        write!(f, ": skipped {:?}: {}", self.value, self.message)
+    }
+}
+
+/// A warning without rule and trigger yet.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FieldWarning {
+    pub field: String,
+    pub value: String,
+    pub message: String,
+}
+
+impl FieldWarning {
+    /// A warning on `field` about `value` (shortened when long).
+    pub fn new(field: impl Into<String>, value: &str, message: impl Into<String>) -> Self {
+        let value = if value.len() > MAX_WARNING_VALUE {
+            let mut end = MAX_WARNING_VALUE;
+            while !value.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}…", &value[..end])
+        } else {
+            value.to_string()
+        };
+        FieldWarning {
+            field: field.into(),
+            value,
+            message: message.into(),
+        }
+    }
+
+    /// Attaches the rule and trigger.
+    pub fn into_engine(self, rule: &str, trigger: Option<&str>) -> EngineWarning {
+        EngineWarning {
+            rule: rule.to_string(),
+            field: self.field,
+            trigger: trigger.map(str::to_string),
+            value: self.value,
+            message: self.message,
+        }
+    }
+}

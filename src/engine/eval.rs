@@ -12,14 +12,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use serde_json::{Map, Value, json};
 
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
-use super::error::{EngineError, ErrorKind, FieldError};
+use super::error::{EngineError, ErrorKind, FieldError, FieldWarning};
 use super::memo::{Changes, Memo, OutKey, Outcome, Owner, Read, RuleMemo, Signature, TriggerMemo};
 use super::output::{self, Body, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Meta};
 use super::path::{FieldPath, scalar_text};
 use super::store::{GroupKind, ObjectKey, ObjectStore, key_of, object_ref};
 use super::template::truthy;
 use super::{Desired, Engine, Evaluation, RuleReport, RuleState};
-use crate::api::{Condition, GROUP, MetadataSource, OutputKind, Related, RulesFrom, Trigger};
+use crate::api::{
+    Condition, GROUP, MetadataSource, OutputKind, Related, RulesFrom, Trigger, Unmatched,
+};
 use crate::policy;
 
 type Result<T> = std::result::Result<T, FieldError>;
@@ -234,6 +236,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
             engine,
             rule,
             reads: RefCell::default(),
+            warnings: RefCell::default(),
         };
         let (rule_memo, dirty, renders) = evaluator.run(&view, prev, &changes);
         memo.renders += renders;
@@ -512,6 +515,8 @@ struct Evaluator<'a> {
     rule: &'a CompiledRule,
     /// What the current render looked up (see [`Read`]).
     reads: RefCell<Vec<Read>>,
+    /// What the current render skipped with a warning.
+    warnings: RefCell<Vec<FieldWarning>>,
 }
 
 type Sets = Vec<(Option<String>, Vec<Desired>)>;
@@ -542,6 +547,9 @@ fn assemble(rule: &str, memo: &RuleMemo) -> (RuleReport, Sets) {
     let mut report = RuleReport::new(RuleState::Evaluated);
     let mut sets = Vec::new();
     if let Some(s) = &memo.static_set {
+        report
+            .warnings
+            .extend(s.warnings.iter().map(|w| w.clone().into_engine(rule, None)));
         match &s.outcome {
             Outcome::Rendered(d) => sets.push((None, d.clone())),
             Outcome::Failed(e) | Outcome::MatchError(e) => {
@@ -552,6 +560,11 @@ fn assemble(rule: &str, memo: &RuleMemo) -> (RuleReport, Sets) {
         }
     }
     for (tref, t) in memo.triggers.values() {
+        report.warnings.extend(
+            t.warnings
+                .iter()
+                .map(|w| w.clone().into_engine(rule, Some(tref))),
+        );
         match &t.outcome {
             Outcome::NoMatch => {}
             Outcome::MatchError(e) => {
@@ -636,6 +649,7 @@ impl Evaluator<'_> {
                     TriggerMemo {
                         outcome,
                         reads: self.reads.take(),
+                        warnings: self.take_warnings(),
                     }
                 }
             };
@@ -668,6 +682,7 @@ impl Evaluator<'_> {
                     TriggerMemo {
                         outcome,
                         reads: self.reads.take(),
+                        warnings: self.take_warnings(),
                     },
                 ),
             );
@@ -682,6 +697,7 @@ impl Evaluator<'_> {
     /// Matches and renders one candidate trigger.
     fn trigger_outcome(&self, trigger: &Trigger, obj: &Value, view: &View) -> Outcome {
         self.reads.borrow_mut().clear();
+        self.warnings.borrow_mut().clear();
         let seen = visible(obj, trigger.metadata_only);
         let mut ctx = self.base_context();
         bind(&mut ctx, "trigger", seen.clone());
@@ -696,6 +712,18 @@ impl Evaluator<'_> {
         if paused || is_deleting(obj) {
             return Outcome::Frozen;
         }
+        // A trigger whose data the rule does not believe renders nothing:
+        // its earlier outputs go, with a warning rather than an error.
+        for (i, c) in trigger.require.iter().enumerate() {
+            match self.check(&format!("spec.trigger.require[{i}]"), c, &seen, &ctx) {
+                Ok(None) => {}
+                Ok(Some(w)) => {
+                    self.warnings.borrow_mut().push(w);
+                    return Outcome::Rendered(Vec::new());
+                }
+                Err(e) => return Outcome::Failed(e),
+            }
+        }
         if let Some(m) = matches {
             bind(&mut ctx, "matches", Value::Array(m));
         }
@@ -703,6 +731,14 @@ impl Evaluator<'_> {
             Ok(outs) => Outcome::Rendered(outs),
             Err(e) => Outcome::Failed(e),
         }
+    }
+
+    /// The warnings of the render just done, sorted and de-duplicated.
+    fn take_warnings(&self) -> Vec<FieldWarning> {
+        let mut w = self.warnings.take();
+        w.sort();
+        w.dedup();
+        w
     }
 
     fn base_context(&self) -> Context {
@@ -807,32 +843,85 @@ impl Evaluator<'_> {
         subject: &Value,
         ctx: &Context,
     ) -> Result<bool> {
+        Ok(self.test(field, c, subject, ctx)?.0)
+    }
+
+    /// A `require` condition: `Some(warning)` when it fails.
+    fn check(
+        &self,
+        field: &str,
+        c: &Condition,
+        subject: &Value,
+        ctx: &Context,
+    ) -> Result<Option<FieldWarning>> {
+        let (ok, shown) = self.test(field, c, subject, ctx)?;
+        if ok {
+            return Ok(None);
+        }
+        let message = match (&c.message, c.format) {
+            (Some(m), _) => m.clone(),
+            (None, Some(f)) => format!("not a valid {}", f.as_str()),
+            (None, None) => "does not pass the condition".to_string(),
+        };
+        Ok(Some(FieldWarning::new(field, &shown, message)))
+    }
+
+    /// Whether the condition holds, and the tested value as a warning
+    /// shows it.
+    fn test(
+        &self,
+        field: &str,
+        c: &Condition,
+        subject: &Value,
+        ctx: &Context,
+    ) -> Result<(bool, String)> {
+        const MISSING: &str = "(missing)";
         let actual: Option<String> = match (&c.path, &c.value) {
             (Some(p), _) => {
                 let path = FieldPath::parse(p).map_err(|e| {
                     FieldError::new(ErrorKind::InvalidRule, format!("{field}.path"), e)
                 })?;
                 let v = path.get(subject).filter(|v| !v.is_null());
+                let shown = match v {
+                    None => MISSING.to_string(),
+                    Some(x) => scalar_text(x).unwrap_or_else(|| x.to_string()),
+                };
                 if let Some(want) = c.exists {
-                    return Ok(v.is_some() == want);
+                    return Ok((v.is_some() == want, shown));
+                }
+                if v.is_none() && c.optional {
+                    return Ok((true, shown));
                 }
                 v.and_then(scalar_text)
             }
             (None, Some(t)) => Some(self.tpl(&format!("{field}.value"), t, ctx)?),
             (None, None) => None,
         };
+        let shown = actual.clone().unwrap_or_else(|| MISSING.to_string());
+        let ok = self.holds(field, c, actual.as_deref(), ctx)?;
+        Ok((ok, shown))
+    }
+
+    /// Whether the operator holds for the tested text (None: missing).
+    fn holds(
+        &self,
+        field: &str,
+        c: &Condition,
+        actual: Option<&str>,
+        ctx: &Context,
+    ) -> Result<bool> {
         if let Some(e) = &c.equals {
             let want = self.tpl(&format!("{field}.equals"), e, ctx)?;
-            return Ok(actual.as_deref() == Some(want.as_str()));
+            return Ok(actual == Some(want.as_str()));
         }
         if let Some(e) = &c.not_equals {
             let want = self.tpl(&format!("{field}.notEquals"), e, ctx)?;
-            return Ok(actual.as_deref() != Some(want.as_str()));
+            return Ok(actual != Some(want.as_str()));
         }
         if let Some(list) = &c.one_of {
             for (i, e) in list.iter().enumerate() {
                 let want = self.tpl(&format!("{field}.oneOf[{i}]"), e, ctx)?;
-                if actual.as_deref() == Some(want.as_str()) {
+                if actual == Some(want.as_str()) {
                     return Ok(true);
                 }
             }
@@ -841,7 +930,20 @@ impl Evaluator<'_> {
         if let Some(r) = &c.regex {
             let text = self.tpl(&format!("{field}.regex"), r, ctx)?;
             let re = self.regex(&format!("{field}.regex"), &text)?;
-            return Ok(actual.is_some_and(|a| re.is_match(&a)));
+            return Ok(actual.is_some_and(|a| re.is_match(a)));
+        }
+        if let Some(r) = &c.not_regex {
+            let text = self.tpl(&format!("{field}.notRegex"), r, ctx)?;
+            let re = self.regex(&format!("{field}.notRegex"), &text)?;
+            return Ok(!actual.is_some_and(|a| re.is_match(a)));
+        }
+        if let Some(e) = &c.in_list {
+            let Some(a) = actual else { return Ok(false) };
+            let list = self.list_of(&format!("{field}.in"), e, ctx)?;
+            return Ok(list.iter().any(|x| scalar_text(x).as_deref() == Some(a)));
+        }
+        if let Some(f) = c.format {
+            return Ok(actual.is_some_and(|a| super::format::check(f, a)));
         }
         Ok(false)
     }
@@ -1107,6 +1209,7 @@ impl Evaluator<'_> {
                         )
                     })?,
                     self.regex(&format!("{f}.listField.extract.regex"), &x.regex)?,
+                    x.unmatched,
                 )),
                 None => None,
             };
@@ -1120,12 +1223,28 @@ impl Evaluator<'_> {
                 {
                     let item = match &extract {
                         None => entry.clone(),
-                        Some((xp, re)) => {
-                            let Value::Object(m) = entry else { continue };
-                            let Some(text) = xp.get(entry).and_then(Value::as_str) else {
-                                continue;
-                            };
-                            let Some(caps) = re.captures(text) else {
+                        Some((xp, re, unmatched)) => {
+                            let text = xp.get(entry).and_then(Value::as_str);
+                            let caps = text.and_then(|t| re.captures(t));
+                            let (Value::Object(m), Some(caps)) = (entry, caps) else {
+                                match unmatched {
+                                    Unmatched::Drop => {}
+                                    Unmatched::Keep => {
+                                        seen.insert(entry.to_string(), entry.clone());
+                                    }
+                                    Unmatched::Warn => {
+                                        let shown = match (entry, text) {
+                                            (Value::Object(_), Some(t)) => t.to_string(),
+                                            (Value::Object(_), None) => "(missing)".to_string(),
+                                            _ => entry.to_string(),
+                                        };
+                                        self.warnings.borrow_mut().push(FieldWarning::new(
+                                            format!("{f}.listField.extract"),
+                                            &shown,
+                                            "does not match the extract regex",
+                                        ));
+                                    }
+                                }
                                 continue;
                             };
                             let mut m = m.clone();
@@ -1158,6 +1277,25 @@ impl Evaluator<'_> {
                 unbind(ctx, "item", old);
                 if ok? {
                     kept.push(item);
+                }
+            }
+            items = kept;
+        }
+        if !rel.require.is_empty() {
+            let mut kept = Vec::with_capacity(items.len());
+            for item in items {
+                let old = bind(ctx, "item", item.clone());
+                let mut verdict = Ok(None);
+                for (j, c) in rel.require.iter().enumerate() {
+                    verdict = self.check(&format!("{f}.require[{j}]"), c, &item, ctx);
+                    if !matches!(verdict, Ok(None)) {
+                        break;
+                    }
+                }
+                unbind(ctx, "item", old);
+                match verdict? {
+                    None => kept.push(item),
+                    Some(w) => self.warnings.borrow_mut().push(w),
                 }
             }
             items = kept;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::error::FieldError;
+use super::error::{FieldError, FieldWarning};
 use super::store::{GroupKind, ObjectKey, ObjectStore, group_of};
 use super::{Desired, RuleState};
 use crate::api::OutputKind;
@@ -143,6 +143,8 @@ pub(super) struct RuleMemo {
 pub(super) struct TriggerMemo {
     pub outcome: Outcome,
     pub reads: Vec<Read>,
+    /// What the render skipped with a warning, sorted and de-duplicated.
+    pub warnings: Vec<FieldWarning>,
 }
 
 /// What became of one trigger.

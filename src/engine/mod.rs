@@ -7,6 +7,7 @@
 pub mod compile;
 pub mod error;
 mod eval;
+pub mod format;
 mod memo;
 pub mod output;
 pub mod path;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
 
-pub use error::{EngineError, ErrorKind};
+pub use error::{EngineError, EngineWarning, ErrorKind};
 pub use memo::Memo;
 pub use store::{GroupKind, ObjectStore};
 
@@ -92,6 +93,9 @@ pub struct RuleReport {
     pub outputs: usize,
     /// Every error, rule-level and per trigger.
     pub errors: Vec<EngineError>,
+    /// What the rule skipped on purpose (`require`, `extract` with
+    /// `unmatched: warn`), per trigger; the rest was rendered.
+    pub warnings: Vec<EngineWarning>,
     /// Triggers whose outputs must be left as they are: paused, being
     /// deleted, or failed to render.
     pub kept_triggers: BTreeSet<String>,
@@ -107,6 +111,7 @@ impl RuleReport {
             matched_triggers: 0,
             outputs: 0,
             errors: Vec::new(),
+            warnings: Vec::new(),
             kept_triggers: BTreeSet::new(),
             static_kept: false,
         }
@@ -129,6 +134,11 @@ impl Evaluation {
     /// Every error, in rule order.
     pub fn errors(&self) -> impl Iterator<Item = &EngineError> {
         self.reports.values().flat_map(|r| r.errors.iter())
+    }
+
+    /// Every warning, in rule order.
+    pub fn warnings(&self) -> impl Iterator<Item = &EngineWarning> {
+        self.reports.values().flat_map(|r| r.warnings.iter())
     }
 
     /// Whether a live object carrying this provenance must be left as it

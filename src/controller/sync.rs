@@ -84,6 +84,7 @@ pub struct Syncer {
     manage: ManageLevel,
     engine: Option<CachedEngine>,
     conflicts: ConflictMemo,
+    adopt_existing: bool,
 }
 
 impl Syncer {
@@ -110,7 +111,16 @@ impl Syncer {
             manage,
             engine: None,
             conflicts: ConflictMemo::default(),
+            adopt_existing: false,
         }
+    }
+
+    /// Also adopts existing objects without a controller whose names equal
+    /// desired outputs (`--adopt-existing`); objects controlled by an
+    /// output's own trigger are adopted either way.
+    pub fn adopt_existing(mut self, on: bool) -> Self {
+        self.adopt_existing = on;
+        self
     }
 
     fn engine(
@@ -210,6 +220,7 @@ impl Syncer {
             &self.metrics,
             &report.plan,
             &mut self.conflicts,
+            self.adopt_existing,
         )
         .await;
         for w in &report.written {

@@ -1,10 +1,11 @@
-//! The `rbac-rules` command: `crd`, `render` and `run`.
+//! The `rbac-rules` command: `crd`, `render`, `run` and `diff`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use rbac_rules::controller::RunArgs;
+use rbac_rules::diff::DiffArgs;
 use rbac_rules::render::RenderArgs;
 
 /// A rule-driven Kubernetes RBAC controller.
@@ -32,6 +33,9 @@ enum Command {
     Render(RenderArgs),
     /// Run the controller against the cluster of the current kubeconfig.
     Run(RunArgs),
+    /// Show what `run` would change in the cluster of the current
+    /// kubeconfig, without writing: exit 0 nothing, 1 something, 2 error.
+    Diff(DiffArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Render(args) => rbac_rules::render::main(&args),
+        Command::Diff(args) => rbac_rules::diff::main(&args),
         Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -21,7 +21,9 @@ fn path(p: &str) -> PathBuf {
 /// Crossplane's and its RBAC manager's Deployments.
 fn ours() -> Vec<Value> {
     let args = RenderArgs {
-        objects: vec![path("tests/golden/crossplane-chart-deploy-false/objects.yaml")],
+        objects: vec![path(
+            "tests/golden/crossplane-chart-deploy-false/objects.yaml",
+        )],
         rules: vec![],
         flatten: true,
         manage: ManageLevel::All,
@@ -142,7 +144,12 @@ fn deviate(rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
             sa.resources = Some(vec!["serviceaccounts".into()]);
             sa.verbs = SERVICEACCOUNT_VERBS.iter().map(|v| v.to_string()).collect();
             out.push(sa);
-            r.resources = Some(resources.into_iter().filter(|x| x != "serviceaccounts").collect());
+            r.resources = Some(
+                resources
+                    .into_iter()
+                    .filter(|x| x != "serviceaccounts")
+                    .collect(),
+            );
         }
         if !r.resources.as_ref().is_some_and(Vec::is_empty) {
             out.push(r);
@@ -155,7 +162,12 @@ fn deviate(rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
 fn the_system_role_grants_everything_but_impersonation_on_serviceaccounts() {
     let ours = ours();
     let system = rules_of(
-        find(&ours, "ClusterRole", "crossplane:system:aggregate-to-crossplane").expect("system role"),
+        find(
+            &ours,
+            "ClusterRole",
+            "crossplane:system:aggregate-to-crossplane",
+        )
+        .expect("system role"),
     );
     assert!(!covers(&system, &[impersonate()]).0);
     let rest: Vec<PolicyRule> = SERVICEACCOUNT_VERBS

@@ -146,6 +146,18 @@ pub fn api_resource(kind: OutputKind) -> ApiResource {
     }
 }
 
+/// Reads one RBAC object by id; `None` when it does not exist.
+pub async fn get_existing(client: &Client, id: &ObjectId) -> Result<Option<Value>, Error> {
+    match api_for(client, id).get_opt(&id.name).await {
+        Ok(found) => Ok(found.map(|o| serde_json::to_value(&o).unwrap_or_default())),
+        Err(source) => Err(Error::Api {
+            action: "get",
+            object: id.to_string(),
+            source,
+        }),
+    }
+}
+
 fn api_for(client: &Client, id: &ObjectId) -> Api<DynamicObject> {
     let ar = api_resource(id.kind);
     if id.kind.namespaced() {

@@ -775,7 +775,7 @@ mod plan_tests {
         };
         // As adopted: Helm's annotation, and the keep annotation we applied.
         let mut adopted = manifest(OutputKind::ClusterRole, "", "x", "r", "T/a");
-        adopted["metadata"]["annotations"][HELM_RELEASE_ANNOTATION] = json!("crossplane");
+        adopted["metadata"]["annotations"][HELM_RELEASE_ANNOTATION] = json!("platform");
         adopted["metadata"]["annotations"][HELM_RESOURCE_POLICY] = json!("keep");
         adopted["metadata"]["managedFields"] = json!([{"manager": FIELD_MANAGER,
             "operation": "Apply", "fieldsV1": {"f:metadata": {"f:annotations": {

@@ -21,6 +21,9 @@ fn an_unreachable_cluster_exits_2() {
         .expect("run rbac-rules");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("error: the watches did not list within 1 s"), "{stderr}");
+    assert!(
+        stderr.contains("error: the watches did not list within 1 s"),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
 }

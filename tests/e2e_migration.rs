@@ -849,6 +849,9 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
         .as_object_mut()
         .expect("object")
         .remove("aggregationRule");
+    if let Some(m) = plain["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
     plain["rules"] = base.clone();
     let plain: DynamicObject = serde_json::from_value(plain).expect("object");
     api(client, &cr_ar(), None)

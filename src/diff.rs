@@ -9,7 +9,6 @@
 //! change, 1 something would, 2 an error.
 
 use std::collections::BTreeMap;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -437,33 +436,25 @@ fn report_problems(
     }
 }
 
-/// Runs `rbac-rules diff` and returns its exit code.
-pub fn main(args: &DiffArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let result = rt.block_on(async {
+/// Runs `rbac-rules diff` against the current kubeconfig: prints the
+/// report and returns the exit code (errors on stderr, code 2).
+pub async fn run(args: &DiffArgs) -> u8 {
+    let result = async {
         let client = Client::try_default()
             .await
             .map_err(crate::controller::Error::Client)?;
         let (entries, unchanged) = diff(client, args).await?;
         Ok::<_, DiffError>((format(&entries, unchanged)?, exit_code(&entries)))
-    });
+    }
+    .await;
     match result {
         Ok((text, code)) => {
             print!("{text}");
-            ExitCode::from(code)
+            code
         }
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            2
         }
     }
 }

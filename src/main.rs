@@ -65,12 +65,15 @@ fn main() -> ExitCode {
             }
         },
         Command::Render(args) => rbac_rules::render::main(&args),
-        Command::Diff(args) => rbac_rules::diff::main(&args),
+        Command::Diff(args) => match runtime() {
+            Ok(rt) => ExitCode::from(rt.block_on(rbac_rules::diff::run(&args))),
+            Err(e) => {
+                eprintln!("error: cannot start the async runtime: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Run(args) => {
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("error: cannot start the async runtime: {e}");
@@ -86,4 +89,10 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
 }

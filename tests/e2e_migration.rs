@@ -17,8 +17,10 @@
 //!    (tests/data/crossplane-chart-v2.3.4.yaml plus ClusterRole and
 //!    ClusterRoleBinding `crossplane`) with Helm's labels and annotations,
 //!    Crossplane's and the manager's Deployments, an XRD and the four roles
-//!    the manager made for it (controller ownerReference to the XRD, no
-//!    rbac-rules provenance), an editor and a viewer bound to
+//!    the manager made for it, a ProviderRevision with its Deployment and
+//!    the three roles and system binding the manager made for it (each with
+//!    a controller ownerReference to its owner, no rbac-rules provenance),
+//!    an editor and a viewer bound to
 //!    `crossplane-edit` and `crossplane-view`; the built-in RbacRules
 //!    installed, no controller running.
 //! 2. `rbac-rules diff` shows the adoptions and the conflicts (exit 1).
@@ -32,8 +34,8 @@
 //! 5. `rbac-rules diff` exits 0.
 //!
 //! From step 1 to the end a background probe asks SubjectAccessReviews for
-//! an admin (group `crossplane:masters`), the editor, the viewer and
-//! Crossplane's ServiceAccount, and records every answer that differs from
+//! an admin (group `crossplane:masters`), the editor, the viewer,
+//! Crossplane's ServiceAccount and the provider's, and records every answer that differs from
 //! what they had before the switch.
 
 use std::path::{Path, PathBuf};
@@ -91,6 +93,12 @@ fn suffix() -> String {
     format!("{:08x}", (nanos as u32) ^ std::process::id())
 }
 
+fn pr_ar() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("pkg.crossplane.io", "v1", "ProviderRevision"),
+        "providerrevisions",
+    )
+}
 fn cr_ar() -> ApiResource {
     ApiResource::erase::<ClusterRole>(&())
 }
@@ -234,6 +242,9 @@ struct Run {
     ns: String,
     group: String,
     xrd: String,
+    /// The ProviderRevision and the group of its types.
+    pr: String,
+    pr_group: String,
     editor: String,
     viewer: String,
     /// (kind, namespace, name) of what this run created, deleted at the end.
@@ -265,6 +276,8 @@ impl Run {
         let admin = format!("e2e-admin-{}", self.ns);
         let sa = format!("system:serviceaccount:{}:crossplane", self.ns);
         let sa_groups = ["system:serviceaccounts"];
+        let p = self.pr_group.as_str();
+        let provider = format!("system:serviceaccount:{}:provider-mig", self.ns);
         vec![
             q(
                 &admin,
@@ -336,6 +349,12 @@ impl Run {
                 "providerrevisions",
                 true,
             ),
+            q(&sa, &sa_groups, None, "update", p, "gadgets", true),
+            q(&self.editor, &[], None, "create", p, "gadgets", true),
+            q(&self.viewer, &[], None, "list", p, "gadgets", true),
+            q(&self.viewer, &[], None, "delete", p, "gadgets", false),
+            q(&provider, &sa_groups, None, "update", p, "gadgets", true),
+            q(&provider, &sa_groups, None, "delete", p, "gadgets", false),
         ]
     }
 }
@@ -509,19 +528,24 @@ fn name_of(obj: &Value) -> String {
     obj["metadata"]["name"].as_str().expect("name").to_string()
 }
 
-/// The roles Crossplane's RBAC manager makes for `xrd`: the built-in XRD
-/// rules' output (they match it), without rbac-rules' provenance.
-fn manager_roles(dir: &Path, xrd: &Value) -> Vec<Value> {
-    let input = dir.join("xrd.yaml");
-    std::fs::write(&input, serde_json::to_string(xrd).expect("json")).expect("write xrd");
+/// The roles and bindings Crossplane's RBAC manager makes for `objects`:
+/// the output of the built-in rules in `rules` (they match it), without
+/// rbac-rules' provenance.
+fn manager_roles(dir: &Path, objects: &[Value], rules: &str) -> Vec<Value> {
+    let input = dir.join("objects.yaml");
+    let docs: Vec<String> = objects
+        .iter()
+        .map(|o| serde_json::to_string(o).expect("json"))
+        .collect();
+    std::fs::write(&input, docs.join("\n---\n")).expect("write objects");
     let text = render(&RenderArgs {
         objects: vec![input],
-        rules: vec![root().join("rules/crossplane-xrd.yaml")],
+        rules: vec![root().join(rules)],
         flatten: false,
         manage: ManageLevel::All,
         allow: None,
     })
-    .expect("render the XRD roles");
+    .expect("render the manager's roles");
     let mut roles = serde_saphyr::from_multiple::<Value>(&text).expect("yaml");
     for r in &mut roles {
         let meta = r["metadata"].as_object_mut().expect("metadata");
@@ -630,6 +654,8 @@ async fn switch_from_crossplanes_rbac_manager_without_a_gap() {
         ns: format!("rbac-rules-mig-{sfx}"),
         group: format!("mig-{sfx}.example.org"),
         xrd: format!("widgets.mig-{sfx}.example.org"),
+        pr: format!("provider-mig-{sfx}-0a1b2c3d"),
+        pr_group: format!("provider-mig-{sfx}.example.org"),
         editor: format!("e2e-editor-{sfx}"),
         viewer: format!("e2e-viewer-{sfx}"),
         created: Mutex::new(Vec::new()),
@@ -720,11 +746,60 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
     )
     .await;
     run.remember(xrd_ar(), None, &run.xrd);
-    let roles = manager_roles(run.dir.path(), &xrd);
-    assert_eq!(roles.len(), 4, "the manager's four XRD roles");
-    for r in &roles {
-        let live = create_fresh(client, &cr_ar(), None, CROSSPLANE, r).await;
-        uids.push((cr_ar(), name_of(r), live["metadata"]["uid"].clone()));
+    let mut made = manager_roles(run.dir.path(), &[xrd], "rules/crossplane-xrd.yaml");
+    assert_eq!(made.len(), 4, "the manager's four XRD roles");
+    // A provider: a revision with two types and the Deployment it controls.
+    create_fresh(
+        client,
+        &pr_ar(),
+        None,
+        MANAGER,
+        &json!({
+        "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+        "metadata": {"name": run.pr},
+        "spec": {"image": "xpkg.example.org/mig/provider-mig:v0.1.0",
+                 "desiredState": "Active", "revision": 1}}),
+    )
+    .await;
+    run.remember(pr_ar(), None, &run.pr);
+    let crd = |plural: &str| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition", "name": format!("{plural}.{}", run.pr_group)})
+    };
+    let pr = api(client, &pr_ar(), None)
+        .patch_status(
+            &run.pr,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"objectRefs": [crd("gadgets"), crd("providerconfigs")]}}),
+            ),
+        )
+        .await
+        .expect("the ProviderRevision's status");
+    let pr = serde_json::to_value(pr).expect("json");
+    let deployment = create_fresh(client, &deploy_ar(), Some(ns), CROSSPLANE, &json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": run.pr, "namespace": ns, "ownerReferences": [{
+            "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision", "name": run.pr,
+            "uid": pr["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "provider-mig"}},
+            "template": {"metadata": {"labels": {"app": "provider-mig"}},
+                "spec": {"serviceAccountName": "provider-mig",
+                    "containers": [{"name": "p", "image": "xpkg.example.org/mig/provider-mig:v0.1.0"}]}}}})).await;
+    let provider = manager_roles(
+        run.dir.path(),
+        &[pr, deployment],
+        "rules/crossplane-provider.yaml",
+    );
+    assert_eq!(
+        provider.len(),
+        4,
+        "edit, view and system roles and the system binding"
+    );
+    made.extend(provider);
+    for r in &made {
+        let live = create_fresh(client, &ar_of(r), None, CROSSPLANE, r).await;
+        uids.push((ar_of(r), name_of(r), live["metadata"]["uid"].clone()));
     }
     for (user, role) in [
         (&run.editor, "crossplane-edit"),

@@ -627,6 +627,33 @@ mod tests {
     }
 
     #[test]
+    fn an_adopted_aggregated_role_keeps_the_aggregators_rules_and_foreign_labels() {
+        let agg = json!({"clusterRoleSelectors": [{"matchLabels": {"x": "true"}}]});
+        let mut desired = role("agg", ours(), Value::Null);
+        desired.as_object_mut().expect("object").remove("rules");
+        desired["aggregationRule"] = agg.clone();
+        let filled = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let mut live = role("agg", json!({"team": "a"}), filled.clone());
+        live["aggregationRule"] = agg;
+        live["metadata"]["uid"] = json!("u");
+        let after = applied(&live, None, &desired);
+        assert_eq!(after["rules"], filled);
+        assert_eq!(after["metadata"]["labels"]["team"], "a");
+        assert_eq!(
+            after["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "rbac-rules"
+        );
+        assert!(after["metadata"].get("uid").is_none());
+        // A label we set before and no longer want goes.
+        let owned = OwnedFields {
+            labels: ["team".to_string()].into(),
+            ..OwnedFields::default()
+        };
+        let after = applied(&live, Some(&owned), &desired);
+        assert!(after["metadata"]["labels"].get("team").is_none());
+    }
+
+    #[test]
     fn unified_diff_hunks() {
         let a = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n";
         let b = "a\nb\nc\nd\nE\nf\ng\nh\ni\nj\nk\n";

@@ -1257,3 +1257,93 @@ async fn without_the_flag_an_object_without_controller_stays_in_conflict_naming_
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn diff_observes_plans_and_looks_up_without_writing() {
+    use rbac_rules::diff::{Change, DiffArgs, diff, exit_code};
+
+    let (client, mut server) = pair();
+    let mut spec = viewer_spec("viewer", "viewer");
+    spec["trigger"]["metadataOnly"] = json!(true);
+    let rule_obj = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+        "metadata": {"name": "ns-viewer", "uid": "ns-viewer-uid", "generation": 1, "resourceVersion": "3"},
+        "spec": spec});
+    let scenario = tokio::spawn(async move {
+        let mut parked = Vec::new();
+        let list = |kind: &str, items: Vec<Value>| json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items});
+        while let Some(r) = server.next_opt().await {
+            if r.param("watch") == Some("true") {
+                parked.push(r);
+                continue;
+            }
+            let (method, path) = (r.method.to_string(), r.path.clone());
+            match (method.as_str(), path.as_str()) {
+                ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
+                    r.respond(200, list("RbacRuleList", vec![rule_obj.clone()]))
+                }
+                ("GET", p)
+                    if p.starts_with("/apis/rbac.authorization.k8s.io/v1/")
+                        && r.param("labelSelector").is_some() =>
+                {
+                    r.respond(200, list("List", vec![]))
+                }
+                // The Role exists, made for the same Namespace by another
+                // controller: adopted by lineage.
+                ("GET", p) if p == format!("{ROLES}/viewer") => r.respond(
+                    200,
+                    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                        "metadata": {"name": "viewer", "namespace": "team-a", "uid": "theirs",
+                                     "ownerReferences": owner("team-a")},
+                        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+                ),
+                ("GET", p) if p == format!("{BINDINGS}/viewer") => r.not_found(),
+                ("GET", "/api") => r.respond(
+                    200,
+                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+                ),
+                ("GET", "/api/v1") => r.respond(
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "namespaces", "singularName": "namespace", "namespaced": false,
+                         "kind": "Namespace", "verbs": ["get", "list", "watch"]}]}),
+                ),
+                ("GET", "/api/v1/namespaces") => r.respond(
+                    200,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                        "metadata": {"resourceVersion": "1"},
+                        "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                            "metadata": {"name": "team-a", "uid": "team-a-uid"}}]}),
+                ),
+                // diff never writes.
+                (m, p) => panic!("unexpected request {m} {p}"),
+            }
+        }
+        drop(parked);
+    });
+    let args = DiffArgs {
+        manage: rbac_rules::api::ManageLevel::All,
+        allow_clusterrole: None,
+        adopt_existing: false,
+        timeout_seconds: 10,
+    };
+    let (entries, unchanged) = diff(client, &args).await.expect("diff");
+    scenario.abort();
+    let changes: Vec<(Change, String)> = entries
+        .iter()
+        .map(|e| (e.change, e.id.to_string()))
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            (Change::Adopt, "Role team-a/viewer".to_string()),
+            (Change::Create, "RoleBinding team-a/viewer".to_string()),
+        ]
+    );
+    assert_eq!(unchanged, 0);
+    // What the adoption's apply would leave: our manifest exactly.
+    assert_eq!(
+        entries[0].after.as_ref().expect("after"),
+        &role_manifest("viewer")
+    );
+    assert_eq!(exit_code(&entries), 1);
+}

@@ -1,10 +1,11 @@
-//! The `rbac-rules` command: `crd`, `render` and `run`.
+//! The `rbac-rules` command: `crd`, `render`, `run` and `diff`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use rbac_rules::controller::RunArgs;
+use rbac_rules::diff::DiffArgs;
 use rbac_rules::render::RenderArgs;
 
 /// A rule-driven Kubernetes RBAC controller.
@@ -32,6 +33,9 @@ enum Command {
     Render(RenderArgs),
     /// Run the controller against the cluster of the current kubeconfig.
     Run(RunArgs),
+    /// Show what `run` would change in the cluster of the current
+    /// kubeconfig, without writing: exit 0 nothing, 1 something, 2 error.
+    Diff(DiffArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -61,11 +65,15 @@ fn main() -> ExitCode {
             }
         },
         Command::Render(args) => rbac_rules::render::main(&args),
+        Command::Diff(args) => match runtime() {
+            Ok(rt) => ExitCode::from(rt.block_on(rbac_rules::diff::run(&args))),
+            Err(e) => {
+                eprintln!("error: cannot start the async runtime: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Run(args) => {
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("error: cannot start the async runtime: {e}");
@@ -81,4 +89,10 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
 }

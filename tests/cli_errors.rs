@@ -464,7 +464,7 @@ fn builtin_rules_render_within_a_realistic_allow_list() {
     let allow = dir.path().join("allow.yaml");
     std::fs::write(
         &allow,
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- apiGroups: ['', rbac.authorization.k8s.io, apiextensions.k8s.io, apiextensions.crossplane.io, pkg.crossplane.io, coordination.k8s.io, events.k8s.io, xr.example.org, provider.example.org]\n  resources: ['*']\n  verbs: ['*']\n",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- apiGroups: ['', rbac.authorization.k8s.io, apiextensions.k8s.io, apiextensions.crossplane.io, pkg.crossplane.io, ops.crossplane.io, protection.crossplane.io, secrets.crossplane.io, apps, extensions, admissionregistration.k8s.io, coordination.k8s.io, events.k8s.io, xr.example.org, provider.example.org]\n  resources: ['*']\n  verbs: ['*']\n",
     )
     .expect("write allow");
     let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))

@@ -914,6 +914,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         resync_seconds: 300,
         rediscovery_seconds: 30,
         identity: Some("test".into()),
+        adopt_existing: false,
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let controller = tokio::spawn(run_with(client, args, stop_rx));
@@ -1063,4 +1064,286 @@ async fn builtin_rules_converge_with_no_second_write() {
     assert_eq!(again.desired, evaluation.desired);
     drop(s);
     scenario.await.expect("scenario");
+}
+
+/// A Role named like the rule's output that someone else made, without
+/// our label.
+fn foreign_role(owner_refs: Value, labels: Value, annotations: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "viewer", "namespace": "team-a", "uid": "theirs",
+                     "resourceVersion": "3", "labels": labels, "annotations": annotations,
+                     "ownerReferences": owner_refs},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+}
+
+/// Runs one reconcile of the viewer rule for team-a where the Role already
+/// exists as `existing`, expecting it to be adopted with `body`; the
+/// binding is new. Returns the notes of the Events, by reason.
+async fn adopt_scenario(
+    existing: Value,
+    adopt_flag: bool,
+    body: Value,
+) -> BTreeMap<String, String> {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer"))
+            .respond(200, existing);
+        // Adopted in place: one forced apply by our field manager, no delete.
+        let apply = server.next().await.expect_apply(&format!("{ROLES}/viewer"));
+        assert_eq!(apply.param("fieldManager"), Some("rbac-rules"));
+        assert_eq!(apply.param("force"), Some("true"));
+        assert_eq!(apply.body, body);
+        assert_eq!(
+            apply.body["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "rbac-rules"
+        );
+        assert_eq!(
+            apply.body["metadata"]["labels"]["rbacrules.io/rule"],
+            "ns-viewer"
+        );
+        apply.echo();
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{BINDINGS}/viewer"))
+            .not_found();
+        server
+            .next()
+            .await
+            .expect_apply(&format!("{BINDINGS}/viewer"))
+            .echo();
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        let conds = conditions_of(&status.body);
+        assert_eq!(conds["Ready"].0, "True", "{conds:?}");
+        assert_eq!(status.body["status"]["managedObjects"], 2);
+        let echoed = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer"),
+            "status": status.body["status"].clone()});
+        status.respond(200, echoed);
+        let mut notes = BTreeMap::new();
+        for _ in 0..2 {
+            let event = server.next().await.expect(Method::POST, EVENTS);
+            assert_eq!(event.body["type"], "Normal");
+            notes.insert(
+                event.body["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                event.body["note"].as_str().unwrap_or_default().to_string(),
+            );
+            let body = event.body.clone();
+            event.respond(201, body);
+        }
+        server.done().await;
+        notes
+    });
+    let mut s = syncer(client).adopt_existing(adopt_flag);
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    drop(s);
+    let notes = scenario.await.expect("scenario");
+    assert!(matches!(report.written[0].outcome, Outcome::Adopted(_)));
+    assert!(matches!(report.written[1].outcome, Outcome::Created));
+    assert!(!report.retry);
+    notes
+}
+
+#[tokio::test]
+async fn an_object_controlled_by_the_outputs_trigger_is_adopted_without_a_flag() {
+    let existing = foreign_role(
+        owner("team-a"),
+        json!({"other.example/aggregate": "true"}),
+        json!({}),
+    );
+    let notes = adopt_scenario(existing, false, role_manifest("viewer")).await;
+    assert!(
+        notes["Adopted"].contains("Role team-a/viewer is controlled by this output's trigger Namespace/team-a: adopted by lineage"),
+        "{notes:?}"
+    );
+    assert_eq!(notes["Applied"], "RoleBinding team-a/viewer (created)");
+}
+
+#[tokio::test]
+async fn with_adopt_existing_a_helm_object_without_controller_is_adopted_and_kept_by_helm() {
+    let existing = foreign_role(
+        Value::Null,
+        json!({"app.kubernetes.io/managed-by": "Helm"}),
+        json!({"meta.helm.sh/release-name": "crossplane",
+               "meta.helm.sh/release-namespace": "crossplane-system"}),
+    );
+    let mut body = role_manifest("viewer");
+    body["metadata"]["annotations"]["helm.sh/resource-policy"] = json!("keep");
+    let notes = adopt_scenario(existing, true, body).await;
+    assert!(notes["Adopted"].contains("--adopt-existing"), "{notes:?}");
+}
+
+/// One reconcile where the Role exists as `existing` and must be left
+/// alone; returns the Degraded condition's message.
+async fn conflict_scenario(existing: Value, adopt_flag: bool) -> String {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer"))
+            .respond(200, existing);
+        // No apply, no delete; the binding waits for its role.
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        let conds = conditions_of(&status.body);
+        assert_eq!(conds["Degraded"].0, "True");
+        assert_eq!(conds["Degraded"].1, "Conflict");
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer")});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Conflict");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+        conds["Degraded"].2.clone()
+    });
+    let mut s = syncer(client).adopt_existing(adopt_flag);
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    drop(s);
+    let message = scenario.await.expect("scenario");
+    assert!(matches!(
+        report.written[0].outcome,
+        Outcome::Conflict { fresh: true, .. }
+    ));
+    assert!(matches!(report.written[1].outcome, Outcome::Blocked(_)));
+    message
+}
+
+#[tokio::test]
+async fn an_object_controlled_by_another_object_is_never_adopted() {
+    let other = json!([{"apiVersion": "v1", "kind": "Namespace", "name": "other",
+        "uid": "other-uid", "controller": true, "blockOwnerDeletion": true}]);
+    let message = conflict_scenario(foreign_role(other, json!({}), json!({})), true).await;
+    assert!(
+        message.contains("Role team-a/viewer exists without the app.kubernetes.io/managed-by=rbac-rules label and is controlled by Namespace other (uid other-uid)"),
+        "{message}"
+    );
+    assert!(!message.contains("--adopt-existing"), "{message}");
+}
+
+#[tokio::test]
+async fn without_the_flag_an_object_without_controller_stays_in_conflict_naming_the_flag() {
+    let existing = foreign_role(
+        Value::Null,
+        json!({"app.kubernetes.io/managed-by": "Helm"}),
+        json!({"meta.helm.sh/release-name": "crossplane"}),
+    );
+    let message = conflict_scenario(existing, false).await;
+    assert!(
+        message.contains("(it is managed by \"Helm\"); it is left alone (run with --adopt-existing to take it over)"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn diff_observes_plans_and_looks_up_without_writing() {
+    use rbac_rules::diff::{Change, DiffArgs, diff, exit_code};
+
+    let (client, mut server) = pair();
+    let mut spec = viewer_spec("viewer", "viewer");
+    spec["trigger"]["metadataOnly"] = json!(true);
+    let rule_obj = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+        "metadata": {"name": "ns-viewer", "uid": "ns-viewer-uid", "generation": 1, "resourceVersion": "3"},
+        "spec": spec});
+    let scenario = tokio::spawn(async move {
+        let mut parked = Vec::new();
+        let list = |kind: &str, items: Vec<Value>| json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items});
+        while let Some(r) = server.next_opt().await {
+            if r.param("watch") == Some("true") {
+                parked.push(r);
+                continue;
+            }
+            let (method, path) = (r.method.to_string(), r.path.clone());
+            match (method.as_str(), path.as_str()) {
+                ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
+                    r.respond(200, list("RbacRuleList", vec![rule_obj.clone()]))
+                }
+                ("GET", p)
+                    if p.starts_with("/apis/rbac.authorization.k8s.io/v1/")
+                        && r.param("labelSelector").is_some() =>
+                {
+                    r.respond(200, list("List", vec![]))
+                }
+                // The Role exists, made for the same Namespace by another
+                // controller: adopted by lineage.
+                ("GET", p) if p == format!("{ROLES}/viewer") => r.respond(
+                    200,
+                    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                        "metadata": {"name": "viewer", "namespace": "team-a", "uid": "theirs",
+                                     "ownerReferences": owner("team-a")},
+                        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+                ),
+                ("GET", p) if p == format!("{BINDINGS}/viewer") => r.not_found(),
+                ("GET", "/api") => r.respond(
+                    200,
+                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+                ),
+                ("GET", "/api/v1") => r.respond(
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "namespaces", "singularName": "namespace", "namespaced": false,
+                         "kind": "Namespace", "verbs": ["get", "list", "watch"]}]}),
+                ),
+                ("GET", "/api/v1/namespaces") => r.respond(
+                    200,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                        "metadata": {"resourceVersion": "1"},
+                        "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                            "metadata": {"name": "team-a", "uid": "team-a-uid"}}]}),
+                ),
+                // diff never writes.
+                (m, p) => panic!("unexpected request {m} {p}"),
+            }
+        }
+        drop(parked);
+    });
+    let args = DiffArgs {
+        manage: rbac_rules::api::ManageLevel::All,
+        allow_clusterrole: None,
+        adopt_existing: false,
+        timeout_seconds: 10,
+    };
+    let (entries, unchanged) = diff(client, &args).await.expect("diff");
+    scenario.abort();
+    let changes: Vec<(Change, String)> = entries
+        .iter()
+        .map(|e| (e.change, e.id.to_string()))
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            (Change::Adopt, "Role team-a/viewer".to_string()),
+            (Change::Create, "RoleBinding team-a/viewer".to_string()),
+        ]
+    );
+    assert_eq!(unchanged, 0);
+    // What the adoption's apply would leave: our manifest exactly.
+    assert_eq!(
+        entries[0].after.as_ref().expect("after"),
+        &role_manifest("viewer")
+    );
+    assert_eq!(exit_code(&entries), 1);
 }

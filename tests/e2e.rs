@@ -1066,7 +1066,8 @@ async fn rule_ready(ctx: &Ctx, name: &str) -> Result<RbacRule, String> {
 
 async fn static_outputs(ctx: &Ctx) {
     for (name, rule) in [
-        ("crossplane", "crossplane-core"),
+        // The chart owns `crossplane`; the rules aggregate under their own name.
+        ("crossplane:rbac-rules", "crossplane-serviceaccount"),
         (
             "crossplane:system:aggregate-to-crossplane",
             "crossplane-core",
@@ -1196,10 +1197,11 @@ async fn xrd(ctx: &Ctx) -> String {
     )
     .await;
     eventually(
-        "crossplane to aggregate the XRD's system role",
+        "crossplane:rbac-rules to aggregate the XRD's system role",
         async || {
             covers(
-                &ctx.must_get(&cr_ar(), None, "crossplane").await?,
+                &ctx.must_get(&cr_ar(), None, "crossplane:rbac-rules")
+                    .await?,
                 &[rule(&[g], &["widgets"], &["update"])],
             )
         },

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use serde_json::Value;
 
 use super::Error;
 use super::metrics::Metrics;
-use super::plan::{Apply, ApplyAction, FIELD_MANAGER, ObjectId, Plan};
+use super::plan::{Apply, ApplyAction, FIELD_MANAGER, ObjectId, Plan, keep_helm_annotation};
 use crate::api::OutputKind;
 use crate::engine::output::MANAGED_BY_LABEL;
 
@@ -90,6 +91,9 @@ pub enum Outcome {
     Updated(Vec<&'static str>),
     /// Binding deleted and re-created with a new roleRef.
     Recreated,
+    /// An existing object without our label taken over in place (one
+    /// server-side apply); why it was adopted.
+    Adopted(String),
     /// Pruned.
     Deleted,
     /// Exists without our provenance: left alone. `fresh` is false when the
@@ -116,7 +120,7 @@ impl Outcome {
     pub fn is_applied(&self) -> bool {
         matches!(
             self,
-            Outcome::Created | Outcome::Updated(_) | Outcome::Recreated
+            Outcome::Created | Outcome::Updated(_) | Outcome::Recreated | Outcome::Adopted(_)
         )
     }
 }
@@ -142,6 +146,18 @@ pub fn api_resource(kind: OutputKind) -> ApiResource {
     }
 }
 
+/// Reads one RBAC object by id; `None` when it does not exist.
+pub async fn get_existing(client: &Client, id: &ObjectId) -> Result<Option<Value>, Error> {
+    match api_for(client, id).get_opt(&id.name).await {
+        Ok(found) => Ok(found.map(|o| serde_json::to_value(&o).unwrap_or_default())),
+        Err(source) => Err(Error::Api {
+            action: "get",
+            object: id.to_string(),
+            source,
+        }),
+    }
+}
+
 fn api_for(client: &Client, id: &ObjectId) -> Api<DynamicObject> {
     let ar = api_resource(id.kind);
     if id.kind.namespaced() {
@@ -159,6 +175,7 @@ pub async fn execute(
     metrics: &Metrics,
     plan: &Plan,
     memo: &mut ConflictMemo,
+    adopt_existing: bool,
 ) -> Vec<Written> {
     memo.retain_planned(plan);
     let mut out = Vec::with_capacity(plan.applies.len() + plan.deletes.len());
@@ -172,7 +189,7 @@ pub async fn execute(
                 a.id
             ))
         } else if gate.open() {
-            apply_one(client, gate, metrics, a, memo).await
+            apply_one(client, gate, metrics, a, memo, adopt_existing).await
         } else {
             Outcome::Skipped
         };
@@ -234,6 +251,7 @@ fn log_outcome(id: &ObjectId, outcome: &Outcome) {
         Outcome::Created => tracing::info!(object = %id, "created"),
         Outcome::Updated(parts) => tracing::info!(object = %id, changed = ?parts, "updated"),
         Outcome::Recreated => tracing::info!(object = %id, "re-created with a new roleRef"),
+        Outcome::Adopted(why) => tracing::info!(object = %id, reason = %why, "adopted"),
         Outcome::Deleted => tracing::info!(object = %id, "pruned"),
         Outcome::Conflict { message, fresh } => {
             if *fresh {
@@ -253,6 +271,7 @@ async fn apply_one(
     metrics: &Metrics,
     a: &Apply,
     memo: &mut ConflictMemo,
+    adopt_existing: bool,
 ) -> Outcome {
     let api = api_for(client, &a.id);
     match &a.action {
@@ -267,13 +286,30 @@ async fn apply_one(
             // a foreign object of the same name before creating ours.
             match api.get_opt(&a.id.name).await {
                 Ok(Some(existing)) if !has_our_label(&existing) => {
-                    let message = foreign_message(&a.id, &existing);
-                    memo.seen
-                        .insert(a.id.clone(), (Instant::now(), message.clone()));
-                    return Outcome::Conflict {
-                        message,
-                        fresh: true,
-                    };
+                    let existing = serde_json::to_value(&existing).unwrap_or_default();
+                    match adoption(&a.id, &a.object, &existing, adopt_existing) {
+                        Ok(why) => {
+                            if !gate.open() {
+                                return Outcome::Skipped;
+                            }
+                            // In place, one apply: no moment without the
+                            // object, so nobody loses a permission.
+                            let mut adopted = a.clone();
+                            keep_helm_annotation(&mut adopted.object, &existing);
+                            return match send_apply(&api, metrics, &adopted).await {
+                                Ok(()) => Outcome::Adopted(why),
+                                Err(e) => Outcome::Failed(e),
+                            };
+                        }
+                        Err(message) => {
+                            memo.seen
+                                .insert(a.id.clone(), (Instant::now(), message.clone()));
+                            return Outcome::Conflict {
+                                message,
+                                fresh: true,
+                            };
+                        }
+                    }
                 }
                 // Ours already (our cache lags behind): apply over it.
                 Ok(_) => {}
@@ -337,15 +373,54 @@ fn has_our_label(obj: &DynamicObject) -> bool {
         .is_some_and(|v| v == crate::engine::output::MANAGED_BY_VALUE)
 }
 
-fn foreign_message(id: &ObjectId, existing: &DynamicObject) -> String {
-    let by = existing
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .map(|m| format!(" (it is managed by {m:?})"))
-        .unwrap_or_default();
-    format!("{id} exists without the {MANAGED_BY_LABEL}=rbac-rules label{by}; it is left alone")
+/// The controller ownerReference of an object, if any.
+fn controller_of(obj: &Value) -> Option<&Value> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|o| o["controller"].as_bool() == Some(true))
+}
+
+/// Whether an existing object without our label is adopted, and why; or
+/// the conflict message when it is not.
+///
+/// - Its controller is the desired output's own trigger (same uid): adopted
+///   by lineage, always (what another controller made for the same owner).
+/// - It has another controller: never adopted.
+/// - It has none: adopted only with `--adopt-existing`.
+pub fn adoption(
+    id: &ObjectId,
+    desired: &Value,
+    existing: &Value,
+    adopt_existing: bool,
+) -> Result<String, String> {
+    let theirs = controller_of(existing);
+    let ours = controller_of(desired).and_then(|o| o["uid"].as_str());
+    match theirs {
+        Some(c) if c["uid"].as_str().is_some() && c["uid"].as_str() == ours => Ok(format!(
+            "{id} is controlled by this output's trigger {}/{}: adopted by lineage",
+            c["kind"].as_str().unwrap_or_default(),
+            c["name"].as_str().unwrap_or_default()
+        )),
+        Some(c) => Err(format!(
+            "{id} exists without the {MANAGED_BY_LABEL}=rbac-rules label and is controlled by {} {} (uid {}); it is left alone",
+            c["kind"].as_str().unwrap_or_default(),
+            c["name"].as_str().unwrap_or_default(),
+            c["uid"].as_str().unwrap_or_default()
+        )),
+        None if adopt_existing => Ok(format!(
+            "{id} existed without a controller: adopted (--adopt-existing)"
+        )),
+        None => {
+            let by = existing["metadata"]["labels"][MANAGED_BY_LABEL]
+                .as_str()
+                .map(|m| format!(" (it is managed by {m:?})"))
+                .unwrap_or_default();
+            Err(format!(
+                "{id} exists without the {MANAGED_BY_LABEL}=rbac-rules label{by}; it is left alone (run with --adopt-existing to take it over)"
+            ))
+        }
+    }
 }
 
 async fn send_apply(api: &Api<DynamicObject>, metrics: &Metrics, a: &Apply) -> Result<(), Error> {

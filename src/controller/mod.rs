@@ -79,6 +79,13 @@ pub struct RunArgs {
     /// $HOSTNAME).
     #[arg(long, env = "RBAC_RULES_IDENTITY")]
     pub identity: Option<String>,
+    /// Also take over existing objects that have no controller and whose
+    /// names equal desired outputs (e.g. roles a Helm chart installed;
+    /// those get `helm.sh/resource-policy: keep`). Objects controlled by an
+    /// output's own trigger are adopted without it; objects controlled by
+    /// anything else never.
+    #[arg(long, env = "RBAC_RULES_ADOPT_EXISTING", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub adopt_existing: bool,
 }
 
 /// Longest wait before retrying failed writes.
@@ -223,7 +230,8 @@ async fn control_loop(
         args.manage,
         args.allow_clusterrole.as_deref(),
     );
-    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity);
+    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
+        .adopt_existing(args.adopt_existing);
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;

@@ -167,6 +167,32 @@ impl Live {
     }
 }
 
+/// Annotation Helm 3 puts on every object of a release.
+pub const HELM_RELEASE_ANNOTATION: &str = "meta.helm.sh/release-name";
+/// Annotation telling Helm to leave an object behind when a release no
+/// longer contains it.
+pub const HELM_RESOURCE_POLICY: &str = "helm.sh/resource-policy";
+
+/// Adds `helm.sh/resource-policy: keep` to a desired manifest when the
+/// existing object was installed by Helm: once adopted, a chart upgrade
+/// that drops it must not delete it. Called on adoption and on every later
+/// plan (the live object still carries Helm's annotation), so our applies
+/// keep the annotation instead of removing it.
+pub fn keep_helm_annotation(desired: &mut Value, existing: &Value) {
+    if !existing["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string() {
+        return;
+    }
+    let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(a) = annotations.as_object_mut() {
+        a.insert(HELM_RESOURCE_POLICY.into(), Value::String("keep".into()));
+    }
+}
+
 /// Whether an object carries `app.kubernetes.io/managed-by: rbac-rules`.
 pub fn is_managed(obj: &Value) -> bool {
     obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE)
@@ -399,10 +425,14 @@ pub fn plan(
     for d in &evaluation.desired {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert(id.clone());
+        let mut object = std::borrow::Cow::Borrowed(&*d.object);
         let action = match live.get(&id) {
             None => ApplyAction::Create,
             Some(l) => {
-                let diff = differences(&d.object, l);
+                if l.object["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string() {
+                    keep_helm_annotation(object.to_mut(), &l.object);
+                }
+                let diff = differences(&object, l);
                 if diff.is_empty() {
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
@@ -421,7 +451,7 @@ pub fn plan(
             id,
             rule: d.rule.clone(),
             trigger: d.trigger.clone(),
-            object: (*d.object).clone(),
+            object: object.into_owned(),
             action,
         });
     }
@@ -735,6 +765,53 @@ mod plan_tests {
                 .count(),
             2
         );
+    }
+
+    #[test]
+    fn an_adopted_helm_object_keeps_the_resource_policy_annotation() {
+        let evaluation = Evaluation {
+            desired: vec![desired(OutputKind::ClusterRole, "", "x", "r", "T/a")],
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            contested: BTreeSet::new(),
+        };
+        // As adopted: Helm's annotation, and the keep annotation we applied.
+        let mut adopted = manifest(OutputKind::ClusterRole, "", "x", "r", "T/a");
+        adopted["metadata"]["annotations"][HELM_RELEASE_ANNOTATION] = json!("platform");
+        adopted["metadata"]["annotations"][HELM_RESOURCE_POLICY] = json!("keep");
+        adopted["metadata"]["managedFields"] = json!([{"manager": FIELD_MANAGER,
+            "operation": "Apply", "fieldsV1": {"f:metadata": {"f:annotations": {
+                "f:rbacrules.io/rule": {}, "f:rbacrules.io/trigger": {},
+                "f:helm.sh/resource-policy": {}}}}}]);
+        let p = plan(
+            &evaluation,
+            &live_of(vec![adopted.clone()]),
+            &BTreeSet::new(),
+            true,
+        );
+        assert!(p.applies.is_empty(), "{:?}", p.applies);
+        assert_eq!(p.unchanged.len(), 1);
+        // Someone removed it: the next apply puts it back.
+        adopted["metadata"]["annotations"]
+            .as_object_mut()
+            .expect("annotations")
+            .remove(HELM_RESOURCE_POLICY);
+        let p = plan(&evaluation, &live_of(vec![adopted]), &BTreeSet::new(), true);
+        assert_eq!(
+            p.applies[0].action,
+            ApplyAction::Update(vec!["annotations"])
+        );
+        assert_eq!(
+            p.applies[0].object["metadata"]["annotations"][HELM_RESOURCE_POLICY],
+            "keep"
+        );
+        // Not a Helm object: never added.
+        let p = plan(
+            &evaluation,
+            &live_of(vec![manifest(OutputKind::ClusterRole, "", "x", "r", "T/a")]),
+            &BTreeSet::new(),
+            true,
+        );
+        assert!(p.applies.is_empty());
     }
 
     #[test]

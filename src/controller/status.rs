@@ -234,6 +234,7 @@ pub fn events(
             Outcome::Created | Outcome::Updated(_) | Outcome::Recreated => {
                 ("Applied", "Apply", false)
             }
+            Outcome::Adopted(_) => ("Adopted", "Adopt", false),
             Outcome::Deleted => ("Pruned", "Prune", false),
             Outcome::Conflict { fresh: true, .. } => ("Conflict", "Apply", true),
             Outcome::Failed(e) => (e.reason(), "Write", true),
@@ -246,6 +247,7 @@ pub fn events(
             Outcome::Created => format!("{} (created)", w.id),
             Outcome::Updated(parts) => format!("{} ({})", w.id, parts.join(", ")),
             Outcome::Recreated => format!("{} (re-created: roleRef changed)", w.id),
+            Outcome::Adopted(why) => why.clone(),
             Outcome::Failed(e) => e.to_string(),
             Outcome::Conflict { message, .. } => message.clone(),
             _ => w.id.to_string(),

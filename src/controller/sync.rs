@@ -86,6 +86,7 @@ pub struct Syncer {
     conflicts: ConflictMemo,
     /// Per rule, the warnings already published as Events.
     warned: BTreeMap<String, BTreeSet<String>>,
+    adopt_existing: bool,
 }
 
 impl Syncer {
@@ -113,7 +114,16 @@ impl Syncer {
             engine: None,
             conflicts: ConflictMemo::default(),
             warned: BTreeMap::new(),
+            adopt_existing: false,
         }
+    }
+
+    /// Also adopts existing objects without a controller whose names equal
+    /// desired outputs (`--adopt-existing`); objects controlled by an
+    /// output's own trigger are adopted either way.
+    pub fn adopt_existing(mut self, on: bool) -> Self {
+        self.adopt_existing = on;
+        self
     }
 
     fn engine(
@@ -213,6 +223,7 @@ impl Syncer {
             &self.metrics,
             &report.plan,
             &mut self.conflicts,
+            self.adopt_existing,
         )
         .await;
         for w in &report.written {

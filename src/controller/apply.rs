@@ -134,6 +134,10 @@ pub struct Written {
     pub rule: String,
     /// What happened.
     pub outcome: Outcome,
+    /// The object as the API server returned it after a successful apply:
+    /// the cache learns from it at once instead of waiting for the watch
+    /// (so a reconcile before the watch event writes nothing twice).
+    pub live: Option<serde_json::Value>,
 }
 
 /// The ApiResource of an RBAC kind.
@@ -183,13 +187,14 @@ pub async fn execute(
     let mut unwritten: std::collections::BTreeSet<ObjectId> = Default::default();
     for a in &plan.applies {
         let blocked = role_ref(&a.id, &a.object).filter(|r| unwritten.contains(r));
+        let mut live = None;
         let outcome = if let Some(role) = blocked {
             Outcome::Blocked(format!(
                 "{} is not written: the {role} it names was not written",
                 a.id
             ))
         } else if gate.open() {
-            apply_one(client, gate, metrics, a, memo, adopt_existing).await
+            apply_one(client, gate, metrics, a, memo, adopt_existing, &mut live).await
         } else {
             Outcome::Skipped
         };
@@ -201,6 +206,7 @@ pub async fn execute(
             id: a.id.clone(),
             rule: a.rule.clone(),
             outcome,
+            live,
         });
     }
     for d in &plan.deletes {
@@ -226,6 +232,7 @@ pub async fn execute(
             id: d.id.clone(),
             rule: d.rule.clone(),
             outcome,
+            live: None,
         });
     }
     out
@@ -272,6 +279,7 @@ async fn apply_one(
     a: &Apply,
     memo: &mut ConflictMemo,
     adopt_existing: bool,
+    learned: &mut Option<serde_json::Value>,
 ) -> Outcome {
     let api = api_for(client, &a.id);
     match &a.action {
@@ -296,7 +304,7 @@ async fn apply_one(
                             // object, so nobody loses a permission.
                             let mut adopted = a.clone();
                             keep_helm_annotation(&mut adopted.object, &existing);
-                            return match send_apply(&api, metrics, &adopted).await {
+                            return match send_apply(&api, metrics, &adopted, learned).await {
                                 Ok(()) => Outcome::Adopted(why),
                                 Err(e) => Outcome::Failed(e),
                             };
@@ -324,12 +332,12 @@ async fn apply_one(
             if !gate.open() {
                 return Outcome::Skipped;
             }
-            match send_apply(&api, metrics, a).await {
+            match send_apply(&api, metrics, a, learned).await {
                 Ok(()) => Outcome::Created,
                 Err(e) => Outcome::Failed(e),
             }
         }
-        ApplyAction::Update(parts) => match send_apply(&api, metrics, a).await {
+        ApplyAction::Update(parts) => match send_apply(&api, metrics, a, learned).await {
             Ok(()) => Outcome::Updated(parts.clone()),
             Err(e) => Outcome::Failed(e),
         },
@@ -357,7 +365,7 @@ async fn apply_one(
             }
             // No gate check between the two: a lost lease must not leave
             // the subjects without their binding.
-            match send_apply(&api, metrics, a).await {
+            match send_apply(&api, metrics, a, learned).await {
                 Ok(()) => Outcome::Recreated,
                 Err(e) => Outcome::Failed(e),
             }
@@ -423,14 +431,20 @@ pub fn adoption(
     }
 }
 
-async fn send_apply(api: &Api<DynamicObject>, metrics: &Metrics, a: &Apply) -> Result<(), Error> {
+/// Applies `a`; on success `learned` holds the object the server returned.
+async fn send_apply(
+    api: &Api<DynamicObject>,
+    metrics: &Metrics,
+    a: &Apply,
+    learned: &mut Option<serde_json::Value>,
+) -> Result<(), Error> {
     // force: the object is ours (or new), so our field manager takes any
     // field another manager set on it (drift repair).
     let params = PatchParams::apply(FIELD_MANAGER).force();
     metrics.write(a.id.kind.as_str(), "apply");
     api.patch(&a.id.name, &params, &Patch::Apply(&a.object))
         .await
-        .map(|_| ())
+        .map(|o| *learned = serde_json::to_value(o).ok())
         .map_err(|source| Error::Api {
             action: "apply",
             object: a.id.to_string(),

@@ -281,6 +281,7 @@ async fn control_loop(
                     prune: world.kinds_settled(),
                 };
                 let report = syncer.sync(&snap).await;
+                world.learn(&report.written);
                 log_report(&report, &holds);
                 if report.retry {
                     due = Some(Instant::now() + retry);

@@ -324,11 +324,32 @@ impl World {
             return false;
         };
         let live = Live::new(o);
-        if self.owned.get(&id) == Some(&live) {
-            return false;
+        match self.owned.get(&id) {
+            Some(known) if known == &live => return false,
+            // A watch event from before a write whose response the cache
+            // already learned: older, so nothing to change.
+            Some(known) if older(&live, known) => return false,
+            _ => {}
         }
         self.owned.insert(id, live);
         true
+    }
+
+    /// Learns the outcome of writes at once: objects as the API server
+    /// returned them after an apply, and pruned objects gone. The watch
+    /// events that follow confirm them (or are older, and ignored).
+    pub fn learn(&mut self, written: &[super::apply::Written]) {
+        for w in written {
+            match (&w.outcome, &w.live) {
+                (_, Some(o)) if w.outcome.is_applied() => {
+                    self.upsert_owned(o.clone());
+                }
+                (super::apply::Outcome::Deleted, _) => {
+                    self.owned.remove(&w.id);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Whether the rules, owned-object and allow-list watches have listed:
@@ -691,6 +712,14 @@ async fn resolve(
 
 /// An object as the caches store it: apiVersion and kind from discovery
 /// (list items lack them, metadata-only responses erase them), and without
+/// Whether `new` is an older version of `known`: both resourceVersions
+/// parse as integers (etcd revisions, as every API server serves them) and
+/// `new`'s is lower. Opaque versions never count as older.
+fn older(new: &Live, known: &Live) -> bool {
+    let rv = |l: &Live| l.resource_version().and_then(|v| v.parse::<u64>().ok());
+    matches!((rv(new), rv(known)), (Some(n), Some(k)) if n < k)
+}
+
 /// managedFields when `strip` (owned objects keep them until [`Live::new`]
 /// has read which fields are ours).
 fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource, strip: bool) -> Value {
@@ -929,6 +958,49 @@ mod tests {
         assert!(live.ours.as_ref().is_some_and(|o| o.labels.contains("a")));
         let c = w.apply(Feed::Owned(OutputKind::ClusterRole, Event::Delete(role)));
         assert!(c.dirty);
+        assert!(w.owned.is_empty());
+    }
+
+    #[test]
+    fn the_cache_learns_from_writes_and_ignores_older_watch_events() {
+        use crate::controller::apply::{Outcome, Written};
+        let mut w = base_world();
+        let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
+        let version = |rv: &str, verbs: Value| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "x", "resourceVersion": rv,
+                             "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+        };
+        let written = |outcome, live| Written {
+            id: id.clone(),
+            rule: "r".into(),
+            outcome,
+            live,
+        };
+        w.learn(&[written(
+            Outcome::Created,
+            Some(version("20", json!(["get"]))),
+        )]);
+        assert_eq!(w.owned[&id].resource_version(), Some("20"));
+        // The watch then delivers an event from before the write.
+        let c = w.apply(Feed::Owned(
+            OutputKind::ClusterRole,
+            Event::Apply(version("12", json!(["list"]))),
+        ));
+        assert!(!c.dirty);
+        assert_eq!(w.owned[&id].resource_version(), Some("20"));
+        // A newer one replaces it.
+        let c = w.apply(Feed::Owned(
+            OutputKind::ClusterRole,
+            Event::Apply(version("21", json!(["watch"]))),
+        ));
+        assert!(c.dirty);
+        assert_eq!(w.owned[&id].resource_version(), Some("21"));
+        // A failed write teaches nothing; a prune removes at once.
+        w.learn(&[written(Outcome::Skipped, Some(version("30", json!([]))))]);
+        assert_eq!(w.owned[&id].resource_version(), Some("21"));
+        w.learn(&[written(Outcome::Deleted, None)]);
         assert!(w.owned.is_empty());
     }
 

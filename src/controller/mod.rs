@@ -79,6 +79,9 @@ pub struct RunArgs {
     /// $HOSTNAME).
     #[arg(long, env = "RBAC_RULES_IDENTITY")]
     pub identity: Option<String>,
+    /// Default denials to switch off.
+    #[command(flatten)]
+    pub waivers: crate::policy::Waivers,
 }
 
 /// Longest wait before retrying failed writes.
@@ -223,7 +226,8 @@ async fn control_loop(
         args.manage,
         args.allow_clusterrole.as_deref(),
     );
-    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity);
+    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
+        .with_waivers(args.waivers.clone());
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;
@@ -269,7 +273,7 @@ async fn control_loop(
                     observed: &world.store,
                     owned: &world.owned,
                     holds: &holds,
-                    allow: allow.as_deref(),
+                    allow: allow.as_ref(),
                     prune: world.kinds_settled(),
                 };
                 let report = syncer.sync(&snap).await;

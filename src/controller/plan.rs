@@ -650,6 +650,7 @@ mod plan_tests {
             ],
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
         };
         let live = live_of(vec![
             manifest(OutputKind::ClusterRole, "", "old", "r", "T/a"),
@@ -692,6 +693,7 @@ mod plan_tests {
                 ("inactive".to_string(), report(RuleState::Inactive, &[])),
             ]),
             contested,
+            revoked: BTreeMap::new(),
         };
         let mut foreign = manifest(OutputKind::Role, "a", "foreign", "r", "T/a");
         foreign["metadata"]["labels"] = json!({});
@@ -742,6 +744,7 @@ mod plan_tests {
             desired: vec![desired(OutputKind::RoleBinding, "a", "b", "r", "T/a")],
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
         };
         let mut old = manifest(OutputKind::RoleBinding, "a", "b", "r", "T/a");
         old["roleRef"]["name"] = json!("previous");

@@ -20,8 +20,11 @@ pub enum ErrorKind {
     Conflict,
     /// Rules consume each other's outputs in a cycle.
     Cycle,
-    /// An emitted permission is outside the controller's allow-list.
-    Forbidden,
+    /// Policy refuses an output: outside the allow-list, or a default
+    /// denial (system names, cluster-admin bindings, escalating verbs,
+    /// wildcard grants, protected labels, wildcards from data). A refused
+    /// object is revoked, unlike one that failed to render.
+    EscalationDenied,
 }
 
 impl ErrorKind {
@@ -35,7 +38,7 @@ impl ErrorKind {
             ErrorKind::InvalidOutput => "InvalidOutput",
             ErrorKind::Conflict => "Conflict",
             ErrorKind::Cycle => "DependencyCycle",
-            ErrorKind::Forbidden => "Forbidden",
+            ErrorKind::EscalationDenied => "EscalationDenied",
         }
     }
 }

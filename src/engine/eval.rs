@@ -1,7 +1,7 @@
 //! Evaluation of compiled rules against observed objects.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -234,6 +234,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
             engine,
             rule,
             reads: RefCell::default(),
+            mark: Cell::new(false),
         };
         let (rule_memo, dirty, renders) = evaluator.run(&view, prev, &changes);
         memo.renders += renders;
@@ -310,9 +311,13 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         }
     }
     memo.contested = contested.clone();
-    if let Some(allow) = &engine.options.allow {
-        check_grants(allow, observed, &overlay, &mut produced, &mut reports);
-    }
+    let revoked = check_policy(
+        &engine.options,
+        observed,
+        &overlay,
+        &mut produced,
+        &mut reports,
+    );
 
     let mut desired: Vec<Desired> = produced.into_values().collect();
     desired.sort_by(|a, b| {
@@ -322,25 +327,29 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         desired,
         reports,
         contested,
+        revoked,
     }
 }
 
-/// With an allow-list, what an emitted object *grants* must be within it,
-/// not only the rules it spells out: an aggregated ClusterRole grants the
-/// rules of every role it selects, a binding those of the role it names.
-/// Checked once every rule has run, against the final view (live objects
-/// and all outputs), so it adds no ordering between rules. An object that
-/// fails is not emitted: its rule gets a Forbidden error and the trigger's
-/// live objects are kept, as for any failed render. A binding to a role
-/// that does not exist grants nothing and passes; the role, once it exists
-/// (emitted or not), is checked on the next evaluation.
-fn check_grants(
-    allow: &[PolicyRule],
+/// Policy, once every rule has run, over the final view (live objects and
+/// all outputs), so it adds no ordering between rules: the default denials
+/// ([`crate::policy::Waivers`]), protected aggregation labels, and the
+/// allow-list, judged on what an object *grants* — a role its rules (and,
+/// aggregated, the rules of every role it selects), a binding the rules of
+/// the role it names (a binding to a role that does not exist yet grants
+/// nothing and passes; the role is checked once it exists).
+///
+/// A refused output is dropped, its rule gets an EscalationDenied error,
+/// and, unlike a failed render, its trigger is *not* kept: the object is
+/// revoked. Live managed objects that policy now refuses are revoked too,
+/// whatever keeps them. Returns what is revoked, with why.
+fn check_policy(
+    options: &super::Options,
     observed: &ObjectStore,
     overlay: &ObjectStore,
     produced: &mut BTreeMap<OutKey, Desired>,
     reports: &mut BTreeMap<String, RuleReport>,
-) {
+) -> BTreeMap<OutKey, String> {
     let view = View {
         observed,
         overlay,
@@ -349,46 +358,44 @@ fn check_grants(
         selected: RefCell::default(),
         touched: RefCell::default(),
     };
-    let cluster_roles = output_gk(OutputKind::ClusterRole);
-    let mut refused: Vec<(OutKey, String)> = Vec::new();
-    for (key, d) in produced.iter() {
-        let granted: Option<(String, Vec<PolicyRule>)> = match d.kind {
-            OutputKind::ClusterRole if d.object.get("aggregationRule").is_some() => Some((
-                format!("ClusterRole {:?} aggregates roles that grant", d.name),
-                aggregated_rules(&view, &d.object),
-            )),
-            OutputKind::ClusterRoleBinding | OutputKind::RoleBinding => {
-                let role_ref = &d.object["roleRef"];
-                let name = role_ref["name"].as_str().unwrap_or_default().to_string();
-                let role = match role_ref["kind"].as_str() {
-                    Some("Role") => view.get(
-                        &output_gk(OutputKind::Role),
-                        &(d.namespace.clone(), name.clone()),
-                    ),
-                    _ => view.get(&cluster_roles, &(String::new(), name.clone())),
-                };
-                role.map(|r| {
-                    let rules = if r.get("aggregationRule").is_some() {
-                        aggregated_rules(&view, r)
-                    } else {
-                        rules_of(r)
-                    };
-                    (
-                        format!("{} {:?} binds role {name:?}, which grants", d.kind, d.name),
-                        rules,
-                    )
-                })
-            }
-            _ => None,
+    let mut protected = options.protected.clone();
+    let allow = options.allow.as_ref().map(|a| {
+        protected.extend(a.selectors.iter().cloned());
+        let rules = if a.is_aggregated() {
+            allow_list_rules(observed, a)
+        } else {
+            a.rules.clone()
         };
-        if let Some((what, rules)) = granted {
-            let (ok, missing) = policy::covers(allow, &rules);
-            if !ok {
-                let shown: Vec<String> = missing.iter().take(3).map(describe_rule).collect();
-                refused.push((
-                    key.clone(),
-                    format!("{what} what the allow-list does not: {}", shown.join("; ")),
-                ));
+        (a, rules)
+    });
+    let judge = Judge {
+        view: &view,
+        waivers: &options.waivers,
+        protected: &protected,
+        allow: allow.as_ref().map(|(a, r)| (*a, r.as_slice())),
+    };
+    let mut refused: BTreeMap<OutKey, String> = BTreeMap::new();
+    for (key, d) in produced.iter() {
+        if let Some(why) = judge.refusal(&d.object) {
+            refused.insert(key.clone(), why);
+        }
+    }
+    let mut revoked = BTreeMap::new();
+    for kind in OutputKind::ALL {
+        for obj in observed.list(&output_gk(kind)) {
+            if obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() != Some(MANAGED_BY_VALUE) {
+                continue;
+            }
+            let Some((ns, name)) = key_of(obj) else {
+                continue;
+            };
+            let key = (kind, ns, name);
+            // A desired copy that passes replaces it.
+            if produced.contains_key(&key) && !refused.contains_key(&key) {
+                continue;
+            }
+            if let Some(why) = judge.refusal(obj) {
+                revoked.insert(key, why);
             }
         }
     }
@@ -400,20 +407,143 @@ fn check_grants(
         if let Some(rep) = reports.get_mut(&d.rule) {
             rep.outputs = rep.outputs.saturating_sub(1);
             rep.errors.push(EngineError {
-                kind: ErrorKind::Forbidden,
+                kind: ErrorKind::EscalationDenied,
                 rule: d.rule.clone(),
                 field: "spec.outputs".into(),
                 trigger: d.trigger.clone(),
-                message,
+                message: message.clone(),
             });
-            match &d.trigger {
-                Some(t) => {
-                    rep.kept_triggers.insert(t.clone());
-                }
-                None => rep.static_kept = true,
-            }
+        }
+        revoked.insert(key, message);
+    }
+    revoked
+}
+
+/// The rules of an aggregated allow-list: those of the live ClusterRoles
+/// its selectors pick, leaving out any a rule manages (an output can never
+/// widen the allow-list).
+fn allow_list_rules(observed: &ObjectStore, allow: &crate::policy::AllowList) -> Vec<PolicyRule> {
+    let mut out = Vec::new();
+    for role in observed.list(&output_gk(OutputKind::ClusterRole)) {
+        let labels = role["metadata"]["labels"].as_object();
+        if role["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE) {
+            continue;
+        }
+        if allow
+            .selectors
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            out.extend(rules_of(role));
         }
     }
+    out
+}
+
+/// What policy judges objects with.
+struct Judge<'v, 'a> {
+    view: &'v View<'a>,
+    waivers: &'v crate::policy::Waivers,
+    protected: &'v [LabelSelector],
+    allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
+}
+
+impl Judge<'_, '_> {
+    /// Why policy refuses `obj` (an RBAC object), in compact form.
+    fn refusal(&self, obj: &Value) -> Option<String> {
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let what = format!("{kind} {name:?}");
+        let mut why: Vec<String> = Vec::new();
+        if !self.waivers.system_names && policy::is_system_name(name) {
+            why.push(format!(
+                "{what} has a name reserved for Kubernetes (system:)"
+            ));
+        }
+        let labels = obj["metadata"]["labels"].as_object();
+        if self
+            .protected
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            why.push(format!(
+                "{what} carries labels that aggregate it into a protected ClusterRole (the controller's or the allow-list's)"
+            ));
+        }
+        let granted: Vec<PolicyRule> = if kind.ends_with("Binding") {
+            let role_ref = &obj["roleRef"];
+            let role_name = role_ref["name"].as_str().unwrap_or_default();
+            if !self.waivers.cluster_admin_bindings
+                && (role_name == "cluster-admin" || policy::is_system_name(role_name))
+            {
+                why.push(format!("{what} binds {role_name:?}"));
+            }
+            let role = match role_ref["kind"].as_str() {
+                Some("Role") => {
+                    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+                    self.view.get(
+                        &output_gk(OutputKind::Role),
+                        &(ns.to_string(), role_name.to_string()),
+                    )
+                }
+                _ => self.view.get(
+                    &output_gk(OutputKind::ClusterRole),
+                    &(String::new(), role_name.to_string()),
+                ),
+            };
+            // Only the allow-list judges what a bound role grants: the
+            // denials judge roles where they are written.
+            if let Some((allow, effective)) = self.allow {
+                let rules = role.map(|r| self.grants(r)).unwrap_or_default();
+                let missing = allow.uncovered(effective, &rules);
+                if !missing.is_empty() {
+                    why.push(format!(
+                        "{what} binds role {role_name:?}, which grants what the allow-list does not: {}",
+                        shown(&missing)
+                    ));
+                }
+            }
+            Vec::new()
+        } else {
+            self.grants(obj)
+        };
+        let denied = policy::denied_grants(&granted, self.waivers);
+        if !denied.is_empty() {
+            why.push(format!("{what} grants {}", denied.iter().take(3).cloned().collect::<Vec<_>>().join("; ")));
+        }
+        if let Some((allow, effective)) = self.allow
+            && !granted.is_empty()
+        {
+            let missing = allow.uncovered(effective, &granted);
+            if !missing.is_empty() {
+                why.push(format!(
+                    "{what} grants what the allow-list does not: {}",
+                    shown(&missing)
+                ));
+            }
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// What a role grants: its rules, and for an aggregated ClusterRole the
+    /// rules of the roles it selects now.
+    fn grants(&self, role: &Value) -> Vec<PolicyRule> {
+        let mut rules = rules_of(role);
+        if role.get("aggregationRule").is_some() {
+            rules.extend(aggregated_rules(self.view, role));
+        }
+        rules
+    }
+}
+
+/// The first few uncovered permissions, compact.
+fn shown(missing: &[PolicyRule]) -> String {
+    missing
+        .iter()
+        .take(3)
+        .map(policy::describe)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A live or emitted role's rules. Live roles were validated by the API
@@ -512,6 +642,8 @@ struct Evaluator<'a> {
     rule: &'a CompiledRule,
     /// What the current render looked up (see [`Read`]).
     reads: RefCell<Vec<Read>>,
+    /// Whether templated strings are marked as data (policy rules).
+    mark: Cell<bool>,
 }
 
 type Sets = Vec<(Option<String>, Vec<Desired>)>;
@@ -850,7 +982,16 @@ impl Evaluator<'_> {
     /// `$merge` maps merged.
     fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         match v {
-            Value::String(s) => Ok(Value::String(self.tpl(field, s, ctx)?)),
+            Value::String(s) => {
+                let text = self.tpl(field, s, ctx)?;
+                if self.mark.get() && s.contains("{{") {
+                    let mut marked = String::with_capacity(text.len() + 1);
+                    marked.push(output::DATA_MARK);
+                    marked.push_str(&text);
+                    return Ok(Value::String(marked));
+                }
+                Ok(Value::String(text))
+            }
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
@@ -1314,11 +1455,16 @@ impl Evaluator<'_> {
         let body = if o.kind.is_role() {
             let namespaced = o.kind.namespaced();
             let mut rules: Vec<PolicyRule> = match &o.rules {
-                Some(r) => output::policy_rules(
-                    &format!("{f}.rules"),
-                    &self.expand(r, ctx, &format!("{f}.rules"))?,
-                    namespaced,
-                )?,
+                Some(r) => {
+                    let field = format!("{f}.rules");
+                    // Values rendered from templates are marked as data.
+                    self.mark.set(true);
+                    let expanded = self.expand(r, ctx, &field);
+                    self.mark.set(false);
+                    let mut expanded = expanded?;
+                    output::check_marked_rules(&field, &mut expanded)?;
+                    output::policy_rules(&field, &expanded, namespaced)?
+                }
                 None => Vec::new(),
             };
             if let Some(rf) = &o.rules_from {
@@ -1335,21 +1481,6 @@ impl Evaluator<'_> {
                 )?),
                 None => None,
             };
-            if let Some(allow) = &self.engine.options.allow {
-                let (ok, missing) = policy::covers(allow, &rules);
-                if !ok {
-                    let shown: Vec<String> = missing.iter().take(3).map(describe_rule).collect();
-                    return Err(FieldError::new(
-                        ErrorKind::Forbidden,
-                        format!("{f}.rules"),
-                        format!(
-                            "{} {name:?} grants what the allow-list does not: {}",
-                            o.kind,
-                            shown.join("; ")
-                        ),
-                    ));
-                }
-            }
             Body::Role { rules, aggregation }
         } else {
             let rr = o.role_ref.as_ref().ok_or_else(|| {
@@ -1464,10 +1595,6 @@ impl Evaluator<'_> {
         }
         Ok(out)
     }
-}
-
-fn describe_rule(r: &PolicyRule) -> String {
-    serde_json::to_string(r).unwrap_or_default()
 }
 
 /// Role and RoleBinding default to the trigger's namespace, or to the

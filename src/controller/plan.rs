@@ -628,6 +628,7 @@ mod plan_tests {
             name: name.into(),
             rule: rule.into(),
             trigger: Some(trigger.into()),
+            field: "spec.outputs[0]".into(),
             object: std::sync::Arc::new(manifest(kind, ns, name, rule, trigger)),
         }
     }

@@ -409,7 +409,7 @@ fn check_policy(
             rep.errors.push(EngineError {
                 kind: ErrorKind::EscalationDenied,
                 rule: d.rule.clone(),
-                field: "spec.outputs".into(),
+                field: d.field.clone(),
                 trigger: d.trigger.clone(),
                 message: message.clone(),
             });
@@ -507,9 +507,15 @@ impl Judge<'_, '_> {
         } else {
             self.grants(obj)
         };
+        let grants = if obj.get("aggregationRule").is_some() {
+            format!("{what} aggregates roles that grant")
+        } else {
+            format!("{what} grants")
+        };
         let denied = policy::denied_grants(&granted, self.waivers);
         if !denied.is_empty() {
-            why.push(format!("{what} grants {}", denied.iter().take(3).cloned().collect::<Vec<_>>().join("; ")));
+            let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
+            why.push(format!("{grants} {}", shown.join("; ")));
         }
         if let Some((allow, effective)) = self.allow
             && !granted.is_empty()
@@ -517,7 +523,7 @@ impl Judge<'_, '_> {
             let missing = allow.uncovered(effective, &granted);
             if !missing.is_empty() {
                 why.push(format!(
-                    "{what} grants what the allow-list does not: {}",
+                    "{grants} what the allow-list does not: {}",
                     shown(&missing)
                 ));
             }
@@ -1536,6 +1542,7 @@ impl Evaluator<'_> {
             name,
             rule: self.rule.name.clone(),
             trigger: trigger.map(object_ref),
+            field: f.to_string(),
             object: Arc::new(output::manifest(o.kind, &meta, &body)?),
         })
     }

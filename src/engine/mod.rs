@@ -102,6 +102,8 @@ pub struct Desired {
     pub rule: String,
     /// The trigger it was rendered for (`Kind.group/[ns/]name`).
     pub trigger: Option<String>,
+    /// The output of the rule that emitted it, e.g. `spec.outputs[0]`.
+    pub field: String,
     /// The full manifest, with provenance (shared: evaluations reuse it).
     pub object: Arc<Value>,
 }

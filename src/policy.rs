@@ -1524,11 +1524,28 @@ mod denial_tests {
         let w = Waivers::default();
         assert!(denied_grants(&[rule(&["apps"], &["deployments"], &["*"])], &w).is_empty());
         assert!(denied_grants(&[rule(&["example.org"], &["*"], &["*"])], &w).is_empty());
-        let e = denied_grants(&[rule(&["rbac.authorization.k8s.io"], &["clusterroles"], &["escalate"])], &w);
+        let e = denied_grants(
+            &[rule(
+                &["rbac.authorization.k8s.io"],
+                &["clusterroles"],
+                &["escalate"],
+            )],
+            &w,
+        );
         assert_eq!(e, ["[rbac.authorization.k8s.io] clusterroles: escalate"]);
         assert!(!denied_grants(&[rule(&["*"], &["roles"], &["*"])], &w).is_empty());
         assert!(!denied_grants(&[rule(&[""], &["*"], &["impersonate"])], &w).is_empty());
-        assert!(!denied_grants(&[rule(&["authentication.k8s.io"], &["userextras/scopes"], &["impersonate"])], &w).is_empty());
+        assert!(
+            !denied_grants(
+                &[rule(
+                    &["authentication.k8s.io"],
+                    &["userextras/scopes"],
+                    &["impersonate"]
+                )],
+                &w
+            )
+            .is_empty()
+        );
         assert!(!denied_grants(&[rule(&["*"], &["*"], &["*"])], &w).is_empty());
         let all = Waivers {
             escalation_verbs: true,
@@ -1549,7 +1566,14 @@ mod denial_tests {
             custom_groups: true,
             ..AllowList::default()
         };
-        assert!(a.uncovered(&[], &[rule(&["example.org"], &["widgets"], &["get"])]).is_empty());
-        assert_eq!(a.uncovered(&[], &[rule(&["apps"], &["deployments"], &["get"])]).len(), 1);
+        assert!(
+            a.uncovered(&[], &[rule(&["example.org"], &["widgets"], &["get"])])
+                .is_empty()
+        );
+        assert_eq!(
+            a.uncovered(&[], &[rule(&["apps"], &["deployments"], &["get"])])
+                .len(),
+            1
+        );
     }
 }

@@ -12,8 +12,8 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use serde_json::Value;
 
 use crate::api::ManageLevel;
-use crate::policy::AllowList;
 use crate::engine::{Engine, ObjectStore, Options, store::object_ref};
+use crate::policy::AllowList;
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
 

@@ -433,7 +433,10 @@ fn allow_list_refuses_a_binding_to_a_powerful_role() {
     );
     // Without the allow-list the default denial refuses it.
     let denied = render(&rule("binder", body), &objects, &[]);
-    assert_fails(&denied, &["ClusterRoleBinding \"sneaky\" binds \"cluster-admin\""]);
+    assert_fails(
+        &denied,
+        &["ClusterRoleBinding \"sneaky\" binds \"cluster-admin\""],
+    );
     // Both off: it renders.
     let ok = render(
         &rule("binder", body),

@@ -120,7 +120,10 @@ fn provider_object_refs_never_become_wildcards() {
     ] {
         let eval = evaluate(
             &builtin(),
-            &[provider_revision("provider-evil-1", &[crd, "widgets.example.org"])],
+            &[provider_revision(
+                "provider-evil-1",
+                &[crd, "widgets.example.org"],
+            )],
             Options::default(),
         );
         let bad = wildcards_from(&eval, "provider-evil-1");
@@ -164,20 +167,52 @@ fn thing_spec() -> Value {
 /// trigger; a literal `*` in the rule stays a wildcard.
 #[test]
 fn data_is_never_a_wildcard_literal_is() {
-    let ok = evaluate(&rules(COPIER), &[thing("a", thing_spec())], Options::default());
-    assert!(ok.errors().next().is_none(), "{:?}", ok.errors().collect::<Vec<_>>());
+    let ok = evaluate(
+        &rules(COPIER),
+        &[thing("a", thing_spec())],
+        Options::default(),
+    );
+    assert!(
+        ok.errors().next().is_none(),
+        "{:?}",
+        ok.errors().collect::<Vec<_>>()
+    );
     assert_eq!(ok.desired.len(), 1);
     assert_eq!(ok.desired[0].object["rules"][2]["resources"], json!(["*"]));
 
     for (key, value, field) in [
         ("group", json!("*"), "spec.outputs[0].rules[0].apiGroups[0]"),
-        ("resource", json!("*"), "spec.outputs[0].rules[0].resources[0]"),
-        ("resource", json!("pods/*"), "spec.outputs[0].rules[0].resources[0]"),
-        ("more", json!(["*"]), "spec.outputs[0].rules[0].resources[1]"),
+        (
+            "resource",
+            json!("*"),
+            "spec.outputs[0].rules[0].resources[0]",
+        ),
+        (
+            "resource",
+            json!("pods/*"),
+            "spec.outputs[0].rules[0].resources[0]",
+        ),
+        (
+            "more",
+            json!(["*"]),
+            "spec.outputs[0].rules[0].resources[1]",
+        ),
         ("verb", json!("*"), "spec.outputs[0].rules[0].verbs[0]"),
-        ("name", json!("*"), "spec.outputs[0].rules[0].resourceNames[0]"),
-        ("url", json!("/*"), "spec.outputs[0].rules[1].nonResourceURLs[0]"),
-        ("url", json!("*"), "spec.outputs[0].rules[1].nonResourceURLs[0]"),
+        (
+            "name",
+            json!("*"),
+            "spec.outputs[0].rules[0].resourceNames[0]",
+        ),
+        (
+            "url",
+            json!("/*"),
+            "spec.outputs[0].rules[1].nonResourceURLs[0]",
+        ),
+        (
+            "url",
+            json!("*"),
+            "spec.outputs[0].rules[1].nonResourceURLs[0]",
+        ),
     ] {
         let mut spec = thing_spec();
         spec[key] = value.clone();
@@ -217,8 +252,17 @@ fn data_values_must_be_names_of_their_kind() {
     }
     // A custom verb written literally is fine.
     let literal = COPIER.replace("verbs: [get]", "verbs: [frobnicate]");
-    let eval = evaluate(&rules(&literal), &[thing("a", thing_spec())], Options::default());
-    assert_eq!(eval.desired.len(), 1, "{:?}", eval.errors().collect::<Vec<_>>());
+    let eval = evaluate(
+        &rules(&literal),
+        &[thing("a", thing_spec())],
+        Options::default(),
+    );
+    assert_eq!(
+        eval.desired.len(),
+        1,
+        "{:?}",
+        eval.errors().collect::<Vec<_>>()
+    );
 }
 
 /// A RepoSync-like rule: the tenant picks the role by annotation.
@@ -243,19 +287,29 @@ fn ns(name: &str, role: &str) -> Value {
 /// Finding 3: no binding to cluster-admin or system:* roles unless waived.
 #[test]
 fn bindings_to_cluster_admin_or_system_roles_are_refused() {
-    for role in ["cluster-admin", "system:aggregate-to-edit", "system:masters"] {
+    for role in [
+        "cluster-admin",
+        "system:aggregate-to-edit",
+        "system:masters",
+    ] {
         let eval = evaluate(&rules(BINDER), &[ns("team-a", role)], Options::default());
         assert!(eval.desired.is_empty(), "{role}");
         let errs: Vec<_> = eval.errors().collect();
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].kind, ErrorKind::EscalationDenied);
         assert!(
-            errs[0].message.contains(&format!("RoleBinding \"tenant\" binds {role:?}")),
+            errs[0]
+                .message
+                .contains(&format!("RoleBinding \"tenant\" binds {role:?}")),
             "{}",
             errs[0].message
         );
         assert_eq!(errs[0].trigger.as_deref(), Some("Namespace/team-a"));
-        assert!(eval.revoked.contains_key(&(OutputKind::RoleBinding, "team-a".into(), "tenant".into())));
+        assert!(eval.revoked.contains_key(&(
+            OutputKind::RoleBinding,
+            "team-a".into(),
+            "tenant".into()
+        )));
         let waived = Options {
             waivers: Waivers {
                 cluster_admin_bindings: true,
@@ -286,7 +340,10 @@ spec:
 "#;
     let eval = evaluate(
         &rules(rule),
-        &[thing("a", json!({"name": "system:controller:x"})), thing("b", json!({"name": "fine"}))],
+        &[
+            thing("a", json!({"name": "system:controller:x"})),
+            thing("b", json!({"name": "fine"})),
+        ],
         Options::default(),
     );
     let names: Vec<_> = eval.desired.iter().map(|d| d.name.as_str()).collect();
@@ -301,7 +358,11 @@ spec:
         },
         ..Options::default()
     };
-    let eval = evaluate(&rules(rule), &[thing("a", json!({"name": "system:x"}))], waived);
+    let eval = evaluate(
+        &rules(rule),
+        &[thing("a", json!({"name": "system:x"}))],
+        waived,
+    );
     assert_eq!(eval.desired.len(), 1);
 }
 
@@ -326,14 +387,49 @@ spec:
 #[test]
 fn escalating_grants_are_refused() {
     let refused = [
-        ("[rbac.authorization.k8s.io]", "[clusterroles]", "[escalate]", "ClusterRole \"x\" grants [rbac.authorization.k8s.io] clusterroles: escalate"),
-        ("[rbac.authorization.k8s.io]", "[roles]", "[bind]", "[rbac.authorization.k8s.io] roles: bind"),
-        ("['']", "[users, groups]", "[impersonate]", "[] users: impersonate"),
-        ("['']", "[serviceaccounts]", "['*']", "[] serviceaccounts: impersonate"),
-        ("[authentication.k8s.io]", "[userextras/scopes]", "[impersonate]", "userextras/scopes: impersonate"),
-        ("[authentication.k8s.io]", "[uids]", "[impersonate]", "uids: impersonate"),
+        (
+            "[rbac.authorization.k8s.io]",
+            "[clusterroles]",
+            "[escalate]",
+            "ClusterRole \"x\" grants [rbac.authorization.k8s.io] clusterroles: escalate",
+        ),
+        (
+            "[rbac.authorization.k8s.io]",
+            "[roles]",
+            "[bind]",
+            "[rbac.authorization.k8s.io] roles: bind",
+        ),
+        (
+            "['']",
+            "[users, groups]",
+            "[impersonate]",
+            "[] users: impersonate",
+        ),
+        (
+            "['']",
+            "[serviceaccounts]",
+            "['*']",
+            "[] serviceaccounts: impersonate",
+        ),
+        (
+            "[authentication.k8s.io]",
+            "[userextras/scopes]",
+            "[impersonate]",
+            "userextras/scopes: impersonate",
+        ),
+        (
+            "[authentication.k8s.io]",
+            "[uids]",
+            "[impersonate]",
+            "uids: impersonate",
+        ),
         ("['*']", "[roles]", "['*']", "roles: escalate"),
-        ("[rbac.authorization.k8s.io]", "['*']", "[bind]", "clusterroles: bind"),
+        (
+            "[rbac.authorization.k8s.io]",
+            "['*']",
+            "[bind]",
+            "clusterroles: bind",
+        ),
         ("['*']", "['*']", "['*']", "cluster-admin equivalent"),
     ];
     for (g, r, v, needle) in refused {
@@ -358,7 +454,12 @@ fn escalating_grants_are_refused() {
         ("['']", "[pods]", "['*']"),
     ] {
         let eval = evaluate(&role_rule(g, r, v), &[], Options::default());
-        assert_eq!(eval.desired.len(), 1, "{g} {r} {v}: {:?}", eval.errors().collect::<Vec<_>>());
+        assert_eq!(
+            eval.desired.len(),
+            1,
+            "{g} {r} {v}: {:?}",
+            eval.errors().collect::<Vec<_>>()
+        );
     }
 }
 
@@ -382,7 +483,11 @@ spec:
     let eval = evaluate(&rules(rule), &[admin], Options::default());
     assert!(eval.desired.is_empty());
     let e = eval.errors().next().expect("refused");
-    assert!(e.message.contains("aggregates roles that grant"), "{}", e.message);
+    assert!(
+        e.message.contains("aggregates roles that grant"),
+        "{}",
+        e.message
+    );
 }
 
 const LABELLER: &str = r#"
@@ -404,14 +509,20 @@ spec:
 fn protected_aggregation_labels_are_refused() {
     let eval = evaluate(
         &rules(LABELLER),
-        &[thing("a", json!({"key": "rbacrules.io/aggregate-to-controller"}))],
+        &[thing(
+            "a",
+            json!({"key": "rbacrules.io/aggregate-to-controller"}),
+        )],
         Options::default(),
     );
     // Reserved for provenance already; refused either way.
     assert!(eval.desired.is_empty());
     assert!(eval.errors().next().is_some());
     let options = Options {
-        protected: vec![serde_json::from_value(json!({"matchLabels": {"example.org/aggregate-to-me": "true"}})).expect("selector")],
+        protected: vec![
+            serde_json::from_value(json!({"matchLabels": {"example.org/aggregate-to-me": "true"}}))
+                .expect("selector"),
+        ],
         ..Options::default()
     };
     let eval = evaluate(
@@ -451,7 +562,12 @@ fn protected_aggregation_labels_are_refused() {
     );
     let names: Vec<_> = eval.desired.iter().map(|d| d.name.as_str()).collect();
     // b passes: the aggregated allow-list grants what ceiling-things grants.
-    assert_eq!(names, ["labelled-b"], "{:?}", eval.errors().collect::<Vec<_>>());
+    assert_eq!(
+        names,
+        ["labelled-b"],
+        "{:?}",
+        eval.errors().collect::<Vec<_>>()
+    );
 }
 
 /// An aggregated allow-list is read through its selectors; custom groups
@@ -478,8 +594,17 @@ fn aggregated_allow_list_and_custom_groups() {
         ("[x.k8s.io]", "[things]", false),
         ("['*']", "[things]", false),
     ] {
-        let eval = evaluate(&role_rule(g, r, "[get]"), std::slice::from_ref(&part), options.clone());
-        assert_eq!(eval.desired.len() == 1, ok, "{g} {r}: {:?}", eval.errors().collect::<Vec<_>>());
+        let eval = evaluate(
+            &role_rule(g, r, "[get]"),
+            std::slice::from_ref(&part),
+            options.clone(),
+        );
+        assert_eq!(
+            eval.desired.len() == 1,
+            ok,
+            "{g} {r}: {:?}",
+            eval.errors().collect::<Vec<_>>()
+        );
     }
 }
 
@@ -519,7 +644,11 @@ spec:
         allow: Some(allow(&["pods"])),
         ..Options::default()
     };
-    let second = evaluate(&rules(rule), &[ns("team-a", "view"), live.clone()], narrow.clone());
+    let second = evaluate(
+        &rules(rule),
+        &[ns("team-a", "view"), live.clone()],
+        narrow.clone(),
+    );
     assert!(second.desired.is_empty());
     let key = (OutputKind::Role, "team-a".to_string(), "reader".to_string());
     assert!(second.revoked.contains_key(&key), "{:?}", second.revoked);
@@ -556,7 +685,11 @@ spec:
                      "labels": {"app.kubernetes.io/managed-by": "rbac-rules"},
                      "annotations": {"rbacrules.io/rule": "reader", "rbacrules.io/trigger": "Namespace/team-a"}},
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
-    let eval = evaluate(&rules(rule), &[ns("team-a", "view"), live], Options::default());
+    let eval = evaluate(
+        &rules(rule),
+        &[ns("team-a", "view"), live],
+        Options::default(),
+    );
     assert!(eval.keeps("reader", Some("Namespace/team-a")));
     assert!(eval.revoked.is_empty());
 }
@@ -616,7 +749,11 @@ spec:
     );
     assert!(eval.desired.is_empty());
     let e = eval.errors().next().expect("an error");
-    assert!(e.message.contains("log helper is disabled"), "{}", e.message);
+    assert!(
+        e.message.contains("log helper is disabled"),
+        "{}",
+        e.message
+    );
 }
 
 /// Finding 6: many duplicate subjects are collapsed, in order.
@@ -637,9 +774,16 @@ spec:
       item: {kind: User, name: "{{item}}"}
 "#;
     let users: Vec<String> = (0..20_000).map(|i| format!("u{}", i % 7)).collect();
-    let eval = evaluate(&rules(rule), &[thing("a", json!({"users": users}))], Options::default());
+    let eval = evaluate(
+        &rules(rule),
+        &[thing("a", json!({"users": users}))],
+        Options::default(),
+    );
     assert_eq!(eval.desired.len(), 1);
-    let subjects = eval.desired[0].object["subjects"].as_array().expect("subjects").len();
+    let subjects = eval.desired[0].object["subjects"]
+        .as_array()
+        .expect("subjects")
+        .len();
     assert_eq!(subjects, 7);
 }
 
@@ -675,5 +819,10 @@ fn render_refuses_with_exit_1() {
         "{err}"
     );
     let out = run(&["--allow-cluster-admin-bindings"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -90,7 +90,10 @@ fn literal_wildcards(rules: &[RuleSource]) -> Vec<String> {
     }
     let mut out = Vec::new();
     for r in rules {
-        walk(&serde_json::to_value(&r.spec.outputs).expect("spec serializes"), &mut out);
+        walk(
+            &serde_json::to_value(&r.spec.outputs).expect("spec serializes"),
+            &mut out,
+        );
     }
     out
 }
@@ -229,8 +232,23 @@ fn pick(values: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {
 /// Rules around the escalating permissions.
 fn escalating_rule() -> impl Strategy<Value = PolicyRule> {
     (
-        pick(&["*", "", "rbac.authorization.k8s.io", "authentication.k8s.io", "apps"]),
-        pick(&["*", "roles", "clusterroles", "users", "userextras/scopes", "*/scopes", "uids", "pods"]),
+        pick(&[
+            "*",
+            "",
+            "rbac.authorization.k8s.io",
+            "authentication.k8s.io",
+            "apps",
+        ]),
+        pick(&[
+            "*",
+            "roles",
+            "clusterroles",
+            "users",
+            "userextras/scopes",
+            "*/scopes",
+            "uids",
+            "pods",
+        ]),
         pick(&["*", "escalate", "bind", "impersonate", "get"]),
     )
         .prop_map(|(g, r, v)| PolicyRule {

@@ -478,22 +478,22 @@ impl Judge<'_, '_> {
             {
                 why.push(format!("{what} binds {role_name:?}"));
             }
-            let role = match role_ref["kind"].as_str() {
-                Some("Role") => {
-                    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
-                    self.view.get(
-                        &output_gk(OutputKind::Role),
-                        &(ns.to_string(), role_name.to_string()),
-                    )
-                }
-                _ => self.view.get(
-                    &output_gk(OutputKind::ClusterRole),
-                    &(String::new(), role_name.to_string()),
-                ),
-            };
             // Only the allow-list judges what a bound role grants: the
             // denials judge roles where they are written.
             if let Some((allow, effective)) = self.allow {
+                let role = match role_ref["kind"].as_str() {
+                    Some("Role") => {
+                        let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+                        self.view.get(
+                            &output_gk(OutputKind::Role),
+                            &(ns.to_string(), role_name.to_string()),
+                        )
+                    }
+                    _ => self.view.get(
+                        &output_gk(OutputKind::ClusterRole),
+                        &(String::new(), role_name.to_string()),
+                    ),
+                };
                 let rules = role.map(|r| self.grants(r)).unwrap_or_default();
                 let missing = allow.uncovered(effective, &rules);
                 if !missing.is_empty() {

@@ -257,7 +257,10 @@ fn is_dns_label(s: &str) -> bool {
 /// is a plain name of its kind. Never a wildcard.
 fn data_value_problem(key: &str, value: &str) -> Option<String> {
     if value.contains('*') {
-        return Some("a value from data may not contain '*' (only a literal '*' in the rule is a wildcard)".into());
+        return Some(
+            "a value from data may not contain '*' (only a literal '*' in the rule is a wildcard)"
+                .into(),
+        );
     }
     let ok = match key {
         "apiGroups" => value.is_empty() || is_dns_subdomain(value),
@@ -266,9 +269,7 @@ fn data_value_problem(key: &str, value: &str) -> Option<String> {
             None => is_dns_label(value),
         },
         "verbs" => KNOWN_VERBS.contains(&value),
-        "resourceNames" => {
-            validate_name("", value).is_ok() && !value.chars().any(char::is_control)
-        }
+        "resourceNames" => validate_name("", value).is_ok() && !value.chars().any(char::is_control),
         "nonResourceURLs" => {
             value.starts_with('/')
                 && !value.contains("//")
@@ -311,7 +312,13 @@ pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<(), FieldError> 
     if let Value::Array(items) = &*v {
         for (i, item) in items.iter().enumerate() {
             let Value::Object(m) = item else { continue };
-            for key in ["apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"] {
+            for key in [
+                "apiGroups",
+                "resources",
+                "verbs",
+                "resourceNames",
+                "nonResourceURLs",
+            ] {
                 let Some(Value::Array(values)) = m.get(key) else {
                     continue;
                 };

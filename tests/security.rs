@@ -223,6 +223,14 @@ fn data_is_never_a_wildcard_literal_is() {
         assert_eq!(errs[0].field, field, "{key}={value}");
         assert_eq!(errs[0].trigger.as_deref(), Some("Thing.example.org/a"));
         assert!(eval.desired.is_empty());
+        // A refusal, not a failure: the object is revoked, not kept.
+        assert!(
+            eval.revoked
+                .contains_key(&(OutputKind::ClusterRole, String::new(), "copier-a".into())),
+            "{key}={value}: {:?}",
+            eval.revoked
+        );
+        assert!(!eval.keeps("copier", Some("Thing.example.org/a")));
     }
 }
 

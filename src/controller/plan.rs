@@ -629,6 +629,7 @@ mod plan_tests {
             rule: rule.into(),
             trigger: Some(trigger.into()),
             field: "spec.outputs[0]".into(),
+            refusal: None,
             object: std::sync::Arc::new(manifest(kind, ns, name, rule, trigger)),
         }
     }

@@ -374,10 +374,14 @@ fn check_policy(
         protected: &protected,
         allow: allow.as_ref().map(|(a, r)| (*a, r.as_slice())),
     };
-    let mut refused: BTreeMap<OutKey, String> = BTreeMap::new();
+    // Refused outputs: the field to name, and why.
+    let mut refused: BTreeMap<OutKey, (String, String)> = BTreeMap::new();
     for (key, d) in produced.iter() {
-        if let Some(why) = judge.refusal(&d.object) {
-            refused.insert(key.clone(), why);
+        if let Some(e) = &d.refusal {
+            let why = format!("{} {:?}: {}", d.kind, d.name, e.message);
+            refused.insert(key.clone(), (e.field.clone(), why));
+        } else if let Some(why) = judge.refusal(&d.object) {
+            refused.insert(key.clone(), (d.field.clone(), why));
         }
     }
     let mut revoked = BTreeMap::new();
@@ -400,7 +404,7 @@ fn check_policy(
         }
     }
     drop(view);
-    for (key, message) in refused {
+    for (key, (field, message)) in refused {
         let Some(d) = produced.remove(&key) else {
             continue;
         };
@@ -409,7 +413,7 @@ fn check_policy(
             rep.errors.push(EngineError {
                 kind: ErrorKind::EscalationDenied,
                 rule: d.rule.clone(),
-                field: d.field.clone(),
+                field,
                 trigger: d.trigger.clone(),
                 message: message.clone(),
             });
@@ -1458,6 +1462,9 @@ impl Evaluator<'_> {
         }
         let owner = trigger.and_then(|t| owner_reference(t, namespace.as_deref()));
 
+        // A `*` from data: the object is refused (and revoked) after the
+        // render, not failed.
+        let mut refusal = None;
         let body = if o.kind.is_role() {
             let namespaced = o.kind.namespaced();
             let mut rules: Vec<PolicyRule> = match &o.rules {
@@ -1468,7 +1475,7 @@ impl Evaluator<'_> {
                     let expanded = self.expand(r, ctx, &field);
                     self.mark.set(false);
                     let mut expanded = expanded?;
-                    output::check_marked_rules(&field, &mut expanded)?;
+                    refusal = output::check_marked_rules(&field, &mut expanded)?;
                     output::policy_rules(&field, &expanded, namespaced)?
                 }
                 None => Vec::new(),
@@ -1543,6 +1550,7 @@ impl Evaluator<'_> {
             rule: self.rule.name.clone(),
             trigger: trigger.map(object_ref),
             field: f.to_string(),
+            refusal,
             object: Arc::new(output::manifest(o.kind, &meta, &body)?),
         })
     }

@@ -104,6 +104,9 @@ pub struct Desired {
     pub trigger: Option<String>,
     /// The output of the rule that emitted it, e.g. `spec.outputs[0]`.
     pub field: String,
+    /// Set when rendering found it must be refused (a `*` from data): the
+    /// field and why. Policy then drops and revokes it.
+    pub refusal: Option<error::FieldError>,
     /// The full manifest, with provenance (shared: evaluations reuse it).
     pub object: Arc<Value>,
 }

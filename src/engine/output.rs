@@ -306,9 +306,12 @@ fn strip_marks(v: &mut Value) {
 
 /// Checks rendered policy rules whose templated strings carry
 /// [`DATA_MARK`]: every marked entry of apiGroups, resources, verbs,
-/// resourceNames and nonResourceURLs must be a plain name of its kind.
-/// Removes the marks.
-pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<(), FieldError> {
+/// resourceNames and nonResourceURLs must be a plain name of its kind, and
+/// removes the marks. A malformed name is an error; a `*` from data is a
+/// refusal, returned (the first) for the caller to refuse the object with
+/// ([`ErrorKind::EscalationDenied`]).
+pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<Option<FieldError>, FieldError> {
+    let mut refusal = None;
     if let Value::Array(items) = &*v {
         for (i, item) in items.iter().enumerate() {
             let Value::Object(m) = item else { continue };
@@ -326,24 +329,24 @@ pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<(), FieldError> 
                     let Some(data) = x.as_str().and_then(|s| s.strip_prefix(DATA_MARK)) else {
                         continue;
                     };
-                    if let Some(problem) = data_value_problem(key, data) {
-                        let kind = if data.contains('*') {
-                            ErrorKind::EscalationDenied
-                        } else {
-                            ErrorKind::InvalidOutput
-                        };
-                        return Err(FieldError::new(
-                            kind,
-                            format!("{field}[{i}].{key}[{j}]"),
-                            problem,
-                        ));
+                    let Some(problem) = data_value_problem(key, data) else {
+                        continue;
+                    };
+                    let at = format!("{field}[{i}].{key}[{j}]");
+                    if !data.contains('*') {
+                        return Err(FieldError::new(ErrorKind::InvalidOutput, at, problem));
                     }
+                    refusal.get_or_insert(FieldError::new(
+                        ErrorKind::EscalationDenied,
+                        at,
+                        problem,
+                    ));
                 }
             }
         }
     }
     strip_marks(v);
-    Ok(())
+    Ok(refusal)
 }
 
 /// Parses and validates rendered policy rules.

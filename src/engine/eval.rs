@@ -317,6 +317,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         &overlay,
         &mut produced,
         &mut reports,
+        &mut memo.verdicts,
     );
 
     let mut desired: Vec<Desired> = produced.into_values().collect();
@@ -349,6 +350,7 @@ fn check_policy(
     overlay: &ObjectStore,
     produced: &mut BTreeMap<OutKey, Desired>,
     reports: &mut BTreeMap<String, RuleReport>,
+    verdicts: &mut HashMap<usize, (Arc<Value>, Option<String>)>,
 ) -> BTreeMap<OutKey, String> {
     let view = View {
         observed,
@@ -374,13 +376,14 @@ fn check_policy(
         protected: &protected,
         allow: allow.as_ref().map(|(a, r)| (*a, r.as_slice())),
     };
+    let previous = std::mem::take(verdicts);
     // Refused outputs: the field to name, and why.
     let mut refused: BTreeMap<OutKey, (String, String)> = BTreeMap::new();
     for (key, d) in produced.iter() {
         if let Some(e) = &d.refusal {
             let why = format!("{} {:?}: {}", d.kind, d.name, e.message);
             refused.insert(key.clone(), (e.field.clone(), why));
-        } else if let Some(why) = judge.refusal(&d.object) {
+        } else if let Some(why) = judge.cached(&d.object, &previous, verdicts) {
             refused.insert(key.clone(), (d.field.clone(), why));
         }
     }
@@ -453,6 +456,33 @@ struct Judge<'v, 'a> {
 }
 
 impl Judge<'_, '_> {
+    /// [`Judge::refusal`], reusing last evaluation's verdict on the same
+    /// shared manifest when the verdict depends on the object alone: not an
+    /// aggregated ClusterRole, not a binding under an allow-list, and no
+    /// aggregated allow-list.
+    fn cached(
+        &self,
+        obj: &Arc<Value>,
+        previous: &HashMap<usize, (Arc<Value>, Option<String>)>,
+        next: &mut HashMap<usize, (Arc<Value>, Option<String>)>,
+    ) -> Option<String> {
+        let alone = obj.get("aggregationRule").is_none()
+            && match self.allow {
+                None => true,
+                Some((a, _)) => !a.is_aggregated() && obj.get("roleRef").is_none(),
+            };
+        if !alone {
+            return self.refusal(obj);
+        }
+        let at = Arc::as_ptr(obj) as usize;
+        let verdict = match previous.get(&at) {
+            Some((held, v)) if Arc::ptr_eq(held, obj) => v.clone(),
+            _ => self.refusal(obj),
+        };
+        next.insert(at, (Arc::clone(obj), verdict.clone()));
+        verdict
+    }
+
     /// Why policy refuses `obj` (an RBAC object), in compact form.
     fn refusal(&self, obj: &Value) -> Option<String> {
         let kind = obj["kind"].as_str().unwrap_or_default();

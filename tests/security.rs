@@ -834,3 +834,91 @@ fn render_refuses_with_exit_1() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `render --allow` with an aggregated allow-list file: the other
+/// ClusterRoles in the file are what it aggregates; the custom-groups
+/// annotation lets CRD groups pass, never built-in ones.
+#[test]
+fn render_reads_an_aggregated_allow_list_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allow = dir.path().join("allow.yaml");
+    std::fs::write(
+        &allow,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: ceiling\n  annotations: {rbacrules.io/allow-custom-groups: \"true\"}\naggregationRule:\n  clusterRoleSelectors: [{matchLabels: {example.org/ceiling: \"true\"}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: ceiling-pods\n  labels: {example.org/ceiling: \"true\"}\nrules:\n- {apiGroups: [''], resources: [pods], verbs: [get]}\n",
+    )
+    .expect("write");
+    let objects = dir.path().join("objects.yaml");
+    std::fs::write(
+        &objects,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n",
+    )
+    .expect("write");
+    let run = |groups: &str, resources: &str| {
+        let rules = dir.path().join("rules.yaml");
+        std::fs::write(
+            &rules,
+            format!("apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: r}}\nspec:\n  outputs:\n  - kind: ClusterRole\n    name: x\n    rules: [{{apiGroups: {groups}, resources: {resources}, verbs: [get]}}]\n"),
+        )
+        .expect("write");
+        std::process::Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+            .arg("render")
+            .arg("--rules")
+            .arg(&rules)
+            .arg("--objects")
+            .arg(&objects)
+            .arg("--allow")
+            .arg(&allow)
+            .output()
+            .expect("run")
+    };
+    for (g, r, ok) in [
+        ("['']", "[pods]", true),
+        ("[widgets.example.org]", "[widgets]", true),
+        ("['']", "[secrets]", false),
+        ("[apps]", "[deployments]", false),
+    ] {
+        let out = run(g, r);
+        assert_eq!(
+            out.status.code(),
+            Some(if ok { 0 } else { 1 }),
+            "{g} {r}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !ok {
+            assert!(String::from_utf8_lossy(&out.stderr).contains("allow-list"));
+        }
+    }
+}
+
+/// `render` reports a live managed object in the input that policy
+/// refuses: the controller would revoke it.
+#[test]
+fn render_reports_live_objects_it_would_revoke() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {name: r}\nspec:\n  outputs:\n  - kind: ClusterRole\n    name: fine\n    rules: [{apiGroups: [''], resources: [pods], verbs: [get]}]\n",
+    )
+    .expect("write");
+    let objects = dir.path().join("objects.yaml");
+    std::fs::write(
+        &objects,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: old-escalator\n  labels: {app.kubernetes.io/managed-by: rbac-rules}\n  annotations: {rbacrules.io/rule: r}\nrules:\n- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [escalate]}\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .arg("render")
+        .arg("--rules")
+        .arg(&rules)
+        .arg("--objects")
+        .arg(&objects)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("revoked: live ClusterRole old-escalator: ClusterRole \"old-escalator\" grants [rbac.authorization.k8s.io] clusterroles: escalate"),
+        "{err}"
+    );
+}

@@ -73,12 +73,16 @@ impl fmt::Display for EngineError {
 /// by the caller that knows the rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
+    /// What kind of failure.
     pub kind: ErrorKind,
+    /// Field of the rule's spec.
     pub field: String,
+    /// Human-readable detail.
     pub message: String,
 }
 
 impl FieldError {
+    /// An error of `kind` at `field`.
     pub fn new(kind: ErrorKind, field: impl Into<String>, message: impl Into<String>) -> Self {
         FieldError {
             kind,

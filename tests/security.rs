@@ -795,6 +795,23 @@ spec:
     assert_eq!(subjects, 7);
 }
 
+/// Runs `rbac-rules render` on rule and object files.
+fn render_cli(
+    rules: &std::path::Path,
+    objects: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .arg("render")
+        .arg("--rules")
+        .arg(rules)
+        .arg("--objects")
+        .arg(objects)
+        .args(extra)
+        .output()
+        .expect("run rbac-rules")
+}
+
 /// `render` refuses offline with exit 1 and the same message.
 #[test]
 fn render_refuses_with_exit_1() {
@@ -807,17 +824,7 @@ fn render_refuses_with_exit_1() {
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, annotations: {role: cluster-admin}}\n",
     )
     .expect("write");
-    let run = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-            .arg("render")
-            .arg("--rules")
-            .arg(&rules_path)
-            .arg("--objects")
-            .arg(&objects_path)
-            .args(extra)
-            .output()
-            .expect("run")
-    };
+    let run = |extra: &[&str]| render_cli(&rules_path, &objects_path, extra);
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
@@ -860,16 +867,7 @@ fn render_reads_an_aggregated_allow_list_file() {
             format!("apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: r}}\nspec:\n  outputs:\n  - kind: ClusterRole\n    name: x\n    rules: [{{apiGroups: {groups}, resources: {resources}, verbs: [get]}}]\n"),
         )
         .expect("write");
-        std::process::Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-            .arg("render")
-            .arg("--rules")
-            .arg(&rules)
-            .arg("--objects")
-            .arg(&objects)
-            .arg("--allow")
-            .arg(&allow)
-            .output()
-            .expect("run")
+        render_cli(&rules, &objects, &["--allow", &allow.to_string_lossy()])
     };
     for (g, r, ok) in [
         ("['']", "[pods]", true),
@@ -907,14 +905,7 @@ fn render_reports_live_objects_it_would_revoke() {
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: old-escalator\n  labels: {app.kubernetes.io/managed-by: rbac-rules}\n  annotations: {rbacrules.io/rule: r}\nrules:\n- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [escalate]}\n",
     )
     .expect("write");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--rules")
-        .arg(&rules)
-        .arg("--objects")
-        .arg(&objects)
-        .output()
-        .expect("run");
+    let out = render_cli(&rules, &objects, &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -406,7 +406,7 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
         observed: &world.store,
         owned: &world.owned,
         holds: &holds,
-        allow: allow.as_deref(),
+        allow: allow.as_ref(),
         prune: world.kinds_settled(),
     };
     let (evaluation, plan) = syncer.evaluate(&snap);

@@ -1305,3 +1305,275 @@ mod tests {
         assert!(message.contains("\"broken\""), "{message}");
     }
 }
+
+/// The default denials, each switched off by its own flag. All `false`
+/// (every denial active) by default.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waivers {
+    /// Allow outputs named `system:*` (reserved for Kubernetes itself).
+    #[arg(long = "allow-system-names", env = "RBAC_RULES_ALLOW_SYSTEM_NAMES")]
+    pub system_names: bool,
+    /// Allow bindings to `cluster-admin` and to `system:*` roles.
+    #[arg(
+        long = "allow-cluster-admin-bindings",
+        env = "RBAC_RULES_ALLOW_CLUSTER_ADMIN_BINDINGS"
+    )]
+    pub cluster_admin_bindings: bool,
+    /// Allow grants of `escalate` and `bind` on roles and of `impersonate`.
+    #[arg(
+        long = "allow-escalation-verbs",
+        env = "RBAC_RULES_ALLOW_ESCALATION_VERBS"
+    )]
+    pub escalation_verbs: bool,
+    /// Allow `*` verbs on `*` resources in `*` API groups (cluster-admin).
+    #[arg(long = "allow-wildcard-all", env = "RBAC_RULES_ALLOW_WILDCARD_ALL")]
+    pub wildcard_all: bool,
+}
+
+/// Names Kubernetes reserves for its own roles and bindings.
+pub fn is_system_name(name: &str) -> bool {
+    name.starts_with("system:")
+}
+
+/// A permission that, once granted, lets the holder grant more than it
+/// has: `(group, resource, verb)`; a resource ending in `/` is a prefix.
+const ESCALATING: &[(&str, &str, &str)] = &[
+    ("rbac.authorization.k8s.io", "roles", "escalate"),
+    ("rbac.authorization.k8s.io", "clusterroles", "escalate"),
+    ("rbac.authorization.k8s.io", "roles", "bind"),
+    ("rbac.authorization.k8s.io", "clusterroles", "bind"),
+    ("", "users", "impersonate"),
+    ("", "groups", "impersonate"),
+    ("", "serviceaccounts", "impersonate"),
+    ("authentication.k8s.io", "userextras/", "impersonate"),
+    ("authentication.k8s.io", "uids", "impersonate"),
+];
+
+/// Whether a resource entry of a granted rule reaches `target` (a prefix
+/// when it ends in `/`), with RBAC's `*` and `*/sub` wildcards.
+fn resource_reaches(entry: &str, target: &str) -> bool {
+    if entry == ALL || entry == target {
+        return true;
+    }
+    match target.strip_suffix('/') {
+        Some(prefix) => {
+            entry
+                .strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('/'))
+                || entry.starts_with("*/")
+        }
+        None => false,
+    }
+}
+
+/// Compact form of a permission: `[group] resource: verb`.
+fn compact_permission(group: &str, resource: &str, verb: &str) -> String {
+    format!("[{group}] {resource}: {verb}")
+}
+
+/// The escalating permissions (escalate/bind on roles, impersonate) that
+/// `rules` grant, judged as RBAC does (`*` counts), in compact form.
+pub fn escalating_grants(rules: &[PolicyRule]) -> Vec<String> {
+    let mut out = Vec::new();
+    for rule in rules {
+        for &(group, resource, verb) in ESCALATING {
+            if !value_covered(&rule.verbs, verb) || !value_covered(list(&rule.api_groups), group) {
+                continue;
+            }
+            for entry in list(&rule.resources) {
+                if resource_reaches(entry, resource) {
+                    let shown = if resource.ends_with('/') {
+                        entry.as_str()
+                    } else {
+                        resource
+                    };
+                    let p = compact_permission(group, shown, verb);
+                    if !out.contains(&p) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a rule is cluster-admin's: `*` verbs on `*` resources in `*`
+/// API groups (`*` within a named group is not).
+pub fn is_wildcard_all(rule: &PolicyRule) -> bool {
+    has(&rule.verbs, ALL) && has(list(&rule.api_groups), ALL) && has(list(&rule.resources), ALL)
+}
+
+/// Compact form of a rule for messages: `[groups] resources: verbs`.
+pub fn describe(rule: &PolicyRule) -> String {
+    if let Some(urls) = rule.non_resource_urls.as_ref().filter(|u| !u.is_empty()) {
+        return format!("{}: {}", urls.join(","), rule.verbs.join(","));
+    }
+    let mut s = format!(
+        "[{}] {}",
+        list(&rule.api_groups).join(","),
+        list(&rule.resources).join(",")
+    );
+    if let Some(names) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
+        s.push_str(&format!(" (names {})", names.join(",")));
+    }
+    s.push_str(&format!(": {}", rule.verbs.join(",")));
+    s
+}
+
+/// Why `rules` (what an object grants) breaks a default denial, in compact
+/// form; empty when they pass.
+pub fn denied_grants(rules: &[PolicyRule], waivers: &Waivers) -> Vec<String> {
+    let mut out = Vec::new();
+    if !waivers.wildcard_all {
+        out.extend(
+            rules
+                .iter()
+                .filter(|r| is_wildcard_all(r))
+                .map(|r| format!("{} (cluster-admin equivalent)", describe(r))),
+        );
+    }
+    if !waivers.escalation_verbs {
+        out.extend(escalating_grants(rules));
+    }
+    out
+}
+
+/// An API group that only a CustomResourceDefinition can define: it
+/// contains a dot and is not a Kubernetes group (`*.k8s.io`,
+/// `*.kubernetes.io`).
+pub fn is_custom_group(group: &str) -> bool {
+    group.contains('.')
+        && !group.contains('*')
+        && group != "k8s.io"
+        && group != "kubernetes.io"
+        && !group.ends_with(".k8s.io")
+        && !group.ends_with(".kubernetes.io")
+}
+
+/// Annotation on the allow-list ClusterRole that lets grants on custom
+/// (CRD) API groups pass.
+pub const ALLOW_CUSTOM_GROUPS_ANNOTATION: &str = "rbacrules.io/allow-custom-groups";
+
+/// The allow-list: a ClusterRole's rules, or, when it is aggregated, the
+/// rules of the ClusterRoles its selectors pick.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllowList {
+    /// The role's own rules (ignored when `selectors` is not empty).
+    pub rules: Vec<PolicyRule>,
+    /// The role's `aggregationRule` selectors: its effective rules are
+    /// those of the roles they select, and no output may carry labels
+    /// they select.
+    pub selectors: Vec<LabelSelector>,
+    /// Grants whose API groups are all custom groups pass
+    /// ([`ALLOW_CUSTOM_GROUPS_ANNOTATION`]).
+    pub custom_groups: bool,
+}
+
+impl AllowList {
+    /// The allow-list a ClusterRole describes.
+    pub fn from_cluster_role(role: &ClusterRole) -> AllowList {
+        AllowList {
+            rules: role.rules.clone().unwrap_or_default(),
+            selectors: selectors(role).map(<[_]>::to_vec).unwrap_or_default(),
+            custom_groups: role
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ALLOW_CUSTOM_GROUPS_ANNOTATION))
+                .is_some_and(|v| v == "true"),
+        }
+    }
+
+    /// Whether the allow-list is aggregated.
+    pub fn is_aggregated(&self) -> bool {
+        !self.selectors.is_empty()
+    }
+
+    /// The tuples of `requested` that `effective` (the allow-list's rules)
+    /// does not cover, as single-value rules; with `custom_groups`, a tuple
+    /// in a custom API group passes.
+    pub fn uncovered(&self, effective: &[PolicyRule], requested: &[PolicyRule]) -> Vec<PolicyRule> {
+        let (_, missing) = covers(effective, requested);
+        missing
+            .into_iter()
+            .filter(|r| {
+                !(self.custom_groups
+                    && r.non_resource_urls.is_none()
+                    && list(&r.api_groups).iter().all(|g| is_custom_group(g)))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod denial_tests {
+    use super::*;
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+        PolicyRule {
+            api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+            resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+            verbs: verbs.iter().map(|s| s.to_string()).collect(),
+            ..PolicyRule::default()
+        }
+    }
+
+    #[test]
+    fn escalation_is_judged_with_wildcards() {
+        let w = Waivers::default();
+        assert!(denied_grants(&[rule(&["apps"], &["deployments"], &["*"])], &w).is_empty());
+        assert!(denied_grants(&[rule(&["example.org"], &["*"], &["*"])], &w).is_empty());
+        let e = denied_grants(
+            &[rule(
+                &["rbac.authorization.k8s.io"],
+                &["clusterroles"],
+                &["escalate"],
+            )],
+            &w,
+        );
+        assert_eq!(e, ["[rbac.authorization.k8s.io] clusterroles: escalate"]);
+        assert!(!denied_grants(&[rule(&["*"], &["roles"], &["*"])], &w).is_empty());
+        assert!(!denied_grants(&[rule(&[""], &["*"], &["impersonate"])], &w).is_empty());
+        assert!(
+            !denied_grants(
+                &[rule(
+                    &["authentication.k8s.io"],
+                    &["userextras/scopes"],
+                    &["impersonate"]
+                )],
+                &w
+            )
+            .is_empty()
+        );
+        assert!(!denied_grants(&[rule(&["*"], &["*"], &["*"])], &w).is_empty());
+        let all = Waivers {
+            escalation_verbs: true,
+            wildcard_all: true,
+            ..Waivers::default()
+        };
+        assert!(denied_grants(&[rule(&["*"], &["*"], &["*"])], &all).is_empty());
+    }
+
+    #[test]
+    fn custom_groups() {
+        assert!(is_custom_group("example.org"));
+        assert!(!is_custom_group("apps"));
+        assert!(!is_custom_group("rbac.authorization.k8s.io"));
+        assert!(!is_custom_group("x.kubernetes.io"));
+        assert!(!is_custom_group("*.example.org"));
+        let a = AllowList {
+            custom_groups: true,
+            ..AllowList::default()
+        };
+        assert!(
+            a.uncovered(&[], &[rule(&["example.org"], &["widgets"], &["get"])])
+                .is_empty()
+        );
+        assert_eq!(
+            a.uncovered(&[], &[rule(&["apps"], &["deployments"], &["get"])])
+                .len(),
+            1
+        );
+    }
+}

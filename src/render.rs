@@ -2,17 +2,19 @@
 //!
 //! Success: every emitted object on stdout as a YAML stream, exit 0; what
 //! rules skipped on purpose as `warning:` lines on stderr.
-//! Any invalid rule, input or render: every error on stderr, nothing on
-//! stdout, exit 1.
+//! Any invalid rule, input or render, any output policy refuses
+//! (EscalationDenied) and any live managed object in the input that policy
+//! would revoke: every error on stderr, nothing on stdout, exit 1.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use serde_json::Value;
 
 use crate::api::ManageLevel;
 use crate::engine::{Engine, ObjectStore, Options, store::object_ref};
+use crate::policy::AllowList;
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
 
@@ -33,9 +35,14 @@ pub struct RenderArgs {
     /// Highest manage level of rules to run: serviceaccounts, basic or all.
     #[arg(long, default_value = "all", value_parser = crate::parse_manage)]
     pub manage: ManageLevel,
-    /// A YAML file with a ClusterRole whose rules are the allow-list.
+    /// A YAML file with a ClusterRole whose rules are the allow-list. When
+    /// it is aggregated, the file's other ClusterRoles (and those in
+    /// --objects) are what it aggregates.
     #[arg(long)]
     pub allow: Option<PathBuf>,
+    /// Default denials to switch off.
+    #[command(flatten)]
+    pub waivers: crate::policy::Waivers,
 }
 
 /// Why a render failed.
@@ -89,7 +96,7 @@ pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), 
             })?;
     }
     let allow = match &args.allow {
-        Some(p) => Some(load_allow(p)?),
+        Some(p) => Some(load_allow(p, &mut store)?),
         None => None,
     };
     let engine = Engine::new(
@@ -97,18 +104,37 @@ pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), 
         Options {
             manage: args.manage,
             allow,
+            waivers: args.waivers.clone(),
             ..Options::default()
         },
     );
     let eval = engine.evaluate(&store);
     // Each error names the file the rule came from, then rule and field.
-    let errors: Vec<String> = eval
+    let mut errors: Vec<String> = eval
         .errors()
         .map(|e| match origins.get(&e.rule) {
             Some(origin) => format!("error: {origin}: {e}"),
             None => format!("error: {e}"),
         })
         .collect();
+    // Live objects in the input that policy refuses: the controller would
+    // delete them.
+    let refused_outputs: std::collections::BTreeSet<&str> = eval
+        .errors()
+        .filter(|e| e.kind == crate::engine::ErrorKind::EscalationDenied)
+        .map(|e| e.message.as_str())
+        .collect();
+    for ((kind, ns, name), why) in &eval.revoked {
+        if refused_outputs.contains(why.as_str()) {
+            continue;
+        }
+        let obj = if ns.is_empty() {
+            format!("{kind} {name}")
+        } else {
+            format!("{kind} {ns}/{name}")
+        };
+        errors.push(format!("error: revoked: live {obj}: {why}"));
+    }
     if !errors.is_empty() {
         return Err(RenderError::Evaluation(errors));
     }
@@ -177,18 +203,41 @@ fn parse_cluster_role(o: &Value) -> Result<ClusterRole, RenderError> {
     })
 }
 
-fn load_allow(path: &PathBuf) -> Result<Vec<PolicyRule>, RenderError> {
+/// The allow-list file: the union of its ClusterRoles' rules or, when one
+/// is aggregated, that one (the others go into the object store, for its
+/// selectors to find).
+fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, RenderError> {
     let docs = yaml::load_paths(std::slice::from_ref(path))?;
-    let mut rules = Vec::new();
+    let mut roles = Vec::new();
     for d in docs {
         let role: ClusterRole =
             serde_json::from_value(d.value.clone()).map_err(|e| RenderError::Allow {
                 path: d.origin(),
                 message: format!("not a ClusterRole: {e}"),
             })?;
-        rules.extend(role.rules.unwrap_or_default());
+        roles.push((d, role));
     }
-    Ok(rules)
+    if let Some(i) = roles.iter().position(|(_, r)| r.aggregation_rule.is_some()) {
+        let allow = AllowList::from_cluster_role(&roles[i].1);
+        for (j, (d, _)) in roles.into_iter().enumerate() {
+            if j != i {
+                store
+                    .insert(d.value.clone())
+                    .map_err(|message| RenderError::Allow {
+                        path: d.origin(),
+                        message,
+                    })?;
+            }
+        }
+        return Ok(allow);
+    }
+    let mut allow = AllowList::default();
+    for (_, role) in &roles {
+        let one = AllowList::from_cluster_role(role);
+        allow.rules.extend(one.rules);
+        allow.custom_groups |= one.custom_groups;
+    }
+    Ok(allow)
 }
 
 /// The `render` command: prints, or reports errors and fails.

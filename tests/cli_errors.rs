@@ -317,7 +317,7 @@ fn allow_list_forbids_wider_roles() {
         &r,
         &[
             "rule \"too-wide\"",
-            "spec.outputs[0].rules",
+            "spec.outputs[0]",
             "allow-list",
             "secrets",
         ],
@@ -417,7 +417,12 @@ fn allow_list_refuses_a_binding_to_a_powerful_role() {
     let allow = narrow_allow(dir.path());
     let body = "  outputs:\n  - kind: ClusterRoleBinding\n    name: sneaky\n    roleRef: {kind: ClusterRole, name: cluster-admin}\n    subjects:\n    - {kind: Group, name: everyone}\n";
     let objects = format!("{NAMESPACE}---\n{CLUSTER_ADMIN}");
-    let r = render(&rule("binder", body), &objects, &["--allow", &allow]);
+    // The default denial switched off: the allow-list still refuses.
+    let r = render(
+        &rule("binder", body),
+        &objects,
+        &["--allow", &allow, "--allow-cluster-admin-bindings"],
+    );
     assert_fails(
         &r,
         &[
@@ -426,8 +431,18 @@ fn allow_list_refuses_a_binding_to_a_powerful_role() {
             "allow-list",
         ],
     );
-    // Without the allow-list the same rule renders.
-    let ok = render(&rule("binder", body), &objects, &[]);
+    // Without the allow-list the default denial refuses it.
+    let denied = render(&rule("binder", body), &objects, &[]);
+    assert_fails(
+        &denied,
+        &["ClusterRoleBinding \"sneaky\" binds \"cluster-admin\""],
+    );
+    // Both off: it renders.
+    let ok = render(
+        &rule("binder", body),
+        &objects,
+        &["--allow-cluster-admin-bindings"],
+    );
     assert_eq!(ok.code, Some(0), "{}", ok.stderr);
 }
 

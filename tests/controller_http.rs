@@ -915,6 +915,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         rediscovery_seconds: 30,
         identity: Some("test".into()),
         adopt_existing: false,
+        waivers: Default::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let controller = tokio::spawn(run_with(client, args, stop_rx));

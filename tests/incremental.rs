@@ -150,6 +150,10 @@ fn assert_same(step: usize, what: &str, inc: &Evaluation, full: &Evaluation) {
         inc.contested, full.contested,
         "step {step} ({what}): contested objects differ"
     );
+    assert_eq!(
+        inc.revoked, full.revoked,
+        "step {step} ({what}): revoked objects differ"
+    );
 }
 
 /// Writes the desired objects into the cluster, as the controller would,
@@ -191,6 +195,12 @@ fn incremental_equals_full_on_random_changes() {
                         &format!("xthings{i}.example.org"),
                     );
                     "XRD deleted"
+                } else if rng.chance(10) {
+                    // Hostile data: refused, never a wildcard grant.
+                    let mut v = xrd(i, rng.chance(50), false);
+                    v["spec"]["group"] = json!("*");
+                    c.put(v);
+                    "XRD turned hostile"
                 } else {
                     c.put(xrd(i, rng.chance(50), rng.chance(15)));
                     "XRD changed"

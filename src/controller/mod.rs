@@ -86,6 +86,9 @@ pub struct RunArgs {
     /// anything else never.
     #[arg(long, env = "RBAC_RULES_ADOPT_EXISTING", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub adopt_existing: bool,
+    /// Default denials to switch off.
+    #[command(flatten)]
+    pub waivers: crate::policy::Waivers,
 }
 
 /// Longest wait before retrying failed writes.
@@ -231,7 +234,8 @@ async fn control_loop(
         args.allow_clusterrole.as_deref(),
     );
     let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
-        .adopt_existing(args.adopt_existing);
+        .adopt_existing(args.adopt_existing)
+        .with_waivers(args.waivers.clone());
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;
@@ -277,7 +281,7 @@ async fn control_loop(
                     observed: &world.store,
                     owned: &world.owned,
                     holds: &holds,
-                    allow: allow.as_deref(),
+                    allow: allow.as_ref(),
                     prune: world.kinds_settled(),
                 };
                 let report = syncer.sync(&snap).await;

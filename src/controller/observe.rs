@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 
 use futures::StreamExt;
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::discovery::{self, ApiGroup};
@@ -370,11 +370,11 @@ impl World {
             .all(|w| w.unresolved.is_some() || w.listing.synced)
     }
 
-    /// The allow-list rules, when `--allow-clusterrole` is set and found.
-    pub fn allow_rules(&self) -> Option<Vec<PolicyRule>> {
+    /// The allow-list, when `--allow-clusterrole` is set and found.
+    pub fn allow_rules(&self) -> Option<crate::policy::AllowList> {
         self.allow
             .as_ref()
-            .map(|cr| cr.rules.clone().unwrap_or_default())
+            .map(crate::policy::AllowList::from_cluster_role)
     }
 
     /// Rules not to evaluate now, and why.
@@ -437,7 +437,7 @@ impl World {
         // (empty) placeholder makes the interests include them.
         let options = Options {
             manage,
-            allow: self.allow_name.as_ref().map(|_| Vec::new()),
+            allow: self.allow_name.as_ref().map(|_| Default::default()),
             ..Options::default()
         };
         self.rule_kinds

@@ -659,6 +659,8 @@ mod plan_tests {
             name: name.into(),
             rule: rule.into(),
             trigger: Some(trigger.into()),
+            field: "spec.outputs[0]".into(),
+            refusal: None,
             object: std::sync::Arc::new(manifest(kind, ns, name, rule, trigger)),
         }
     }
@@ -681,6 +683,7 @@ mod plan_tests {
             ],
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
         };
         let live = live_of(vec![
             manifest(OutputKind::ClusterRole, "", "old", "r", "T/a"),
@@ -723,6 +726,7 @@ mod plan_tests {
                 ("inactive".to_string(), report(RuleState::Inactive, &[])),
             ]),
             contested,
+            revoked: BTreeMap::new(),
         };
         let mut foreign = manifest(OutputKind::Role, "a", "foreign", "r", "T/a");
         foreign["metadata"]["labels"] = json!({});
@@ -773,6 +777,7 @@ mod plan_tests {
             desired: vec![desired(OutputKind::ClusterRole, "", "x", "r", "T/a")],
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
         };
         // As adopted: Helm's annotation, and the keep annotation we applied.
         let mut adopted = manifest(OutputKind::ClusterRole, "", "x", "r", "T/a");
@@ -820,6 +825,7 @@ mod plan_tests {
             desired: vec![desired(OutputKind::RoleBinding, "a", "b", "r", "T/a")],
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
         };
         let mut old = manifest(OutputKind::RoleBinding, "a", "b", "r", "T/a");
         old["roleRef"]["name"] = json!("previous");

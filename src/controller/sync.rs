@@ -14,7 +14,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -25,6 +24,7 @@ use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
 use crate::api::{ManageLevel, RbacRule, RbacRuleSpec};
 use crate::engine::{Engine, Evaluation, Memo, ObjectStore, Options, RuleSource};
+use crate::policy::{AllowList, Waivers};
 
 /// Name of this controller in Events.
 pub const CONTROLLER_NAME: &str = "rbac-rules";
@@ -40,7 +40,7 @@ pub struct Snapshot<'a> {
     /// Rules not to evaluate now, and why; their objects are left alone.
     pub holds: &'a BTreeMap<String, Hold>,
     /// The allow-list, when `--allow-clusterrole` is set and found.
-    pub allow: Option<&'a [PolicyRule]>,
+    pub allow: Option<&'a AllowList>,
     /// Whether deletions are allowed (every watch has listed).
     pub prune: bool,
 }
@@ -62,7 +62,7 @@ pub struct SyncReport {
 /// What the compiled engine depends on: rule specs, allow-list, held rules.
 type EngineKey = (
     Vec<(String, RbacRuleSpec)>,
-    Option<Vec<PolicyRule>>,
+    Option<AllowList>,
     BTreeSet<String>,
 );
 
@@ -87,9 +87,18 @@ pub struct Syncer {
     /// Per rule, the warnings already published as Events.
     warned: BTreeMap<String, BTreeSet<String>>,
     adopt_existing: bool,
+    /// Default denials switched off.
+    waivers: Waivers,
 }
 
 impl Syncer {
+    /// Switches off the default denials `waivers` names.
+    pub fn with_waivers(mut self, waivers: Waivers) -> Self {
+        self.waivers = waivers;
+        self.engine = None;
+        self
+    }
+
     /// A syncer writing through `client` while `gate` is open.
     pub fn new(
         client: Client,
@@ -115,6 +124,7 @@ impl Syncer {
             conflicts: ConflictMemo::default(),
             warned: BTreeMap::new(),
             adopt_existing: false,
+            waivers: Waivers::default(),
         }
     }
 
@@ -130,14 +140,14 @@ impl Syncer {
         &mut self,
         rules: &BTreeMap<String, RbacRule>,
         holds: &BTreeMap<String, Hold>,
-        allow: Option<&[PolicyRule]>,
+        allow: Option<&AllowList>,
     ) -> &mut CachedEngine {
         let key = (
             rules
                 .iter()
                 .map(|(n, r)| (n.clone(), r.spec.clone()))
                 .collect::<Vec<_>>(),
-            allow.map(<[PolicyRule]>::to_vec),
+            allow.cloned(),
             holds.keys().cloned().collect::<BTreeSet<String>>(),
         );
         let cached = match self.engine.take() {
@@ -160,6 +170,8 @@ impl Syncer {
                         manage: self.manage,
                         allow: key.1.clone(),
                         held: key.2.clone(),
+                        waivers: self.waivers.clone(),
+                        ..Options::default()
                     },
                 );
                 CachedEngine {

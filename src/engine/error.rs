@@ -20,8 +20,11 @@ pub enum ErrorKind {
     Conflict,
     /// Rules consume each other's outputs in a cycle.
     Cycle,
-    /// An emitted permission is outside the controller's allow-list.
-    Forbidden,
+    /// Policy refuses an output: outside the allow-list, or a default
+    /// denial (system names, cluster-admin bindings, escalating verbs,
+    /// wildcard grants, protected labels, wildcards from data). A refused
+    /// object is revoked, unlike one that failed to render.
+    EscalationDenied,
 }
 
 impl ErrorKind {
@@ -35,7 +38,7 @@ impl ErrorKind {
             ErrorKind::InvalidOutput => "InvalidOutput",
             ErrorKind::Conflict => "Conflict",
             ErrorKind::Cycle => "DependencyCycle",
-            ErrorKind::Forbidden => "Forbidden",
+            ErrorKind::EscalationDenied => "EscalationDenied",
         }
     }
 }
@@ -70,12 +73,16 @@ impl fmt::Display for EngineError {
 /// by the caller that knows the rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
+    /// What kind of failure.
     pub kind: ErrorKind,
+    /// Field of the rule's spec.
     pub field: String,
+    /// Human-readable detail.
     pub message: String,
 }
 
 impl FieldError {
+    /// An error of `kind` at `field`.
     pub fn new(kind: ErrorKind, field: impl Into<String>, message: impl Into<String>) -> Self {
         FieldError {
             kind,

@@ -1,7 +1,7 @@
 //! Evaluation of compiled rules against observed objects.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -237,6 +237,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
             rule,
             reads: RefCell::default(),
             warnings: RefCell::default(),
+            mark: Cell::new(false),
         };
         let (rule_memo, dirty, renders) = evaluator.run(&view, prev, &changes);
         memo.renders += renders;
@@ -313,9 +314,14 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         }
     }
     memo.contested = contested.clone();
-    if let Some(allow) = &engine.options.allow {
-        check_grants(allow, observed, &overlay, &mut produced, &mut reports);
-    }
+    let revoked = check_policy(
+        &engine.options,
+        observed,
+        &overlay,
+        &mut produced,
+        &mut reports,
+        &mut memo.verdicts,
+    );
 
     let mut desired: Vec<Desired> = produced.into_values().collect();
     desired.sort_by(|a, b| {
@@ -325,25 +331,30 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         desired,
         reports,
         contested,
+        revoked,
     }
 }
 
-/// With an allow-list, what an emitted object *grants* must be within it,
-/// not only the rules it spells out: an aggregated ClusterRole grants the
-/// rules of every role it selects, a binding those of the role it names.
-/// Checked once every rule has run, against the final view (live objects
-/// and all outputs), so it adds no ordering between rules. An object that
-/// fails is not emitted: its rule gets a Forbidden error and the trigger's
-/// live objects are kept, as for any failed render. A binding to a role
-/// that does not exist grants nothing and passes; the role, once it exists
-/// (emitted or not), is checked on the next evaluation.
-fn check_grants(
-    allow: &[PolicyRule],
+/// Policy, once every rule has run, over the final view (live objects and
+/// all outputs), so it adds no ordering between rules: the default denials
+/// ([`crate::policy::Waivers`]), protected aggregation labels, and the
+/// allow-list, judged on what an object *grants* — a role its rules (and,
+/// aggregated, the rules of every role it selects), a binding the rules of
+/// the role it names (a binding to a role that does not exist yet grants
+/// nothing and passes; the role is checked once it exists).
+///
+/// A refused output is dropped, its rule gets an EscalationDenied error,
+/// and, unlike a failed render, its trigger is *not* kept: the object is
+/// revoked. Live managed objects that policy now refuses are revoked too,
+/// whatever keeps them. Returns what is revoked, with why.
+fn check_policy(
+    options: &super::Options,
     observed: &ObjectStore,
     overlay: &ObjectStore,
     produced: &mut BTreeMap<OutKey, Desired>,
     reports: &mut BTreeMap<String, RuleReport>,
-) {
+    verdicts: &mut HashMap<usize, (Arc<Value>, Option<String>)>,
+) -> BTreeMap<OutKey, String> {
     let view = View {
         observed,
         overlay,
@@ -352,71 +363,230 @@ fn check_grants(
         selected: RefCell::default(),
         touched: RefCell::default(),
     };
-    let cluster_roles = output_gk(OutputKind::ClusterRole);
-    let mut refused: Vec<(OutKey, String)> = Vec::new();
-    for (key, d) in produced.iter() {
-        let granted: Option<(String, Vec<PolicyRule>)> = match d.kind {
-            OutputKind::ClusterRole if d.object.get("aggregationRule").is_some() => Some((
-                format!("ClusterRole {:?} aggregates roles that grant", d.name),
-                aggregated_rules(&view, &d.object),
-            )),
-            OutputKind::ClusterRoleBinding | OutputKind::RoleBinding => {
-                let role_ref = &d.object["roleRef"];
-                let name = role_ref["name"].as_str().unwrap_or_default().to_string();
-                let role = match role_ref["kind"].as_str() {
-                    Some("Role") => view.get(
-                        &output_gk(OutputKind::Role),
-                        &(d.namespace.clone(), name.clone()),
-                    ),
-                    _ => view.get(&cluster_roles, &(String::new(), name.clone())),
-                };
-                role.map(|r| {
-                    let rules = if r.get("aggregationRule").is_some() {
-                        aggregated_rules(&view, r)
-                    } else {
-                        rules_of(r)
-                    };
-                    (
-                        format!("{} {:?} binds role {name:?}, which grants", d.kind, d.name),
-                        rules,
-                    )
-                })
-            }
-            _ => None,
+    let mut protected = options.protected.clone();
+    let allow = options.allow.as_ref().map(|a| {
+        protected.extend(a.selectors.iter().cloned());
+        let rules = if a.is_aggregated() {
+            allow_list_rules(observed, a)
+        } else {
+            a.rules.clone()
         };
-        if let Some((what, rules)) = granted {
-            let (ok, missing) = policy::covers(allow, &rules);
-            if !ok {
-                let shown: Vec<String> = missing.iter().take(3).map(describe_rule).collect();
-                refused.push((
-                    key.clone(),
-                    format!("{what} what the allow-list does not: {}", shown.join("; ")),
-                ));
+        (a, rules)
+    });
+    let judge = Judge {
+        view: &view,
+        waivers: &options.waivers,
+        protected: &protected,
+        allow: allow.as_ref().map(|(a, r)| (*a, r.as_slice())),
+    };
+    let previous = std::mem::take(verdicts);
+    // Refused outputs: the field to name, and why.
+    let mut refused: BTreeMap<OutKey, (String, String)> = BTreeMap::new();
+    for (key, d) in produced.iter() {
+        if let Some(e) = &d.refusal {
+            let why = format!("{} {:?}: {}", d.kind, d.name, e.message);
+            refused.insert(key.clone(), (e.field.clone(), why));
+        } else if let Some(why) = judge.cached(&d.object, &previous, verdicts) {
+            refused.insert(key.clone(), (d.field.clone(), why));
+        }
+    }
+    let mut revoked = BTreeMap::new();
+    for kind in OutputKind::ALL {
+        for obj in observed.list(&output_gk(kind)) {
+            if obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() != Some(MANAGED_BY_VALUE) {
+                continue;
+            }
+            let Some((ns, name)) = key_of(obj) else {
+                continue;
+            };
+            let key = (kind, ns, name);
+            // A desired copy that passes replaces it.
+            if produced.contains_key(&key) && !refused.contains_key(&key) {
+                continue;
+            }
+            if let Some(why) = judge.refusal(obj) {
+                revoked.insert(key, why);
             }
         }
     }
     drop(view);
-    for (key, message) in refused {
+    for (key, (field, message)) in refused {
         let Some(d) = produced.remove(&key) else {
             continue;
         };
         if let Some(rep) = reports.get_mut(&d.rule) {
             rep.outputs = rep.outputs.saturating_sub(1);
             rep.errors.push(EngineError {
-                kind: ErrorKind::Forbidden,
+                kind: ErrorKind::EscalationDenied,
                 rule: d.rule.clone(),
-                field: "spec.outputs".into(),
+                field,
                 trigger: d.trigger.clone(),
-                message,
+                message: message.clone(),
             });
-            match &d.trigger {
-                Some(t) => {
-                    rep.kept_triggers.insert(t.clone());
-                }
-                None => rep.static_kept = true,
-            }
+        }
+        revoked.insert(key, message);
+    }
+    revoked
+}
+
+/// The rules of an aggregated allow-list: those of the live ClusterRoles
+/// its selectors pick, leaving out any a rule manages (an output can never
+/// widen the allow-list).
+fn allow_list_rules(observed: &ObjectStore, allow: &crate::policy::AllowList) -> Vec<PolicyRule> {
+    let mut out = Vec::new();
+    for role in observed.list(&output_gk(OutputKind::ClusterRole)) {
+        let labels = role["metadata"]["labels"].as_object();
+        if role["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE) {
+            continue;
+        }
+        if allow
+            .selectors
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            out.extend(rules_of(role));
         }
     }
+    out
+}
+
+/// What policy judges objects with.
+struct Judge<'v, 'a> {
+    view: &'v View<'a>,
+    waivers: &'v crate::policy::Waivers,
+    protected: &'v [LabelSelector],
+    allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
+}
+
+impl Judge<'_, '_> {
+    /// [`Judge::refusal`], reusing last evaluation's verdict on the same
+    /// shared manifest when the verdict depends on the object alone: not an
+    /// aggregated ClusterRole, not a binding under an allow-list, and no
+    /// aggregated allow-list.
+    fn cached(
+        &self,
+        obj: &Arc<Value>,
+        previous: &HashMap<usize, (Arc<Value>, Option<String>)>,
+        next: &mut HashMap<usize, (Arc<Value>, Option<String>)>,
+    ) -> Option<String> {
+        let alone = obj.get("aggregationRule").is_none()
+            && match self.allow {
+                None => true,
+                Some((a, _)) => !a.is_aggregated() && obj.get("roleRef").is_none(),
+            };
+        if !alone {
+            return self.refusal(obj);
+        }
+        let at = Arc::as_ptr(obj) as usize;
+        let verdict = match previous.get(&at) {
+            Some((held, v)) if Arc::ptr_eq(held, obj) => v.clone(),
+            _ => self.refusal(obj),
+        };
+        next.insert(at, (Arc::clone(obj), verdict.clone()));
+        verdict
+    }
+
+    /// Why policy refuses `obj` (an RBAC object), in compact form.
+    fn refusal(&self, obj: &Value) -> Option<String> {
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let what = format!("{kind} {name:?}");
+        let mut why: Vec<String> = Vec::new();
+        if !self.waivers.system_names && policy::is_system_name(name) {
+            why.push(format!(
+                "{what} has a name reserved for Kubernetes (system:)"
+            ));
+        }
+        let labels = obj["metadata"]["labels"].as_object();
+        if self
+            .protected
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            why.push(format!(
+                "{what} carries labels that aggregate it into a protected ClusterRole (the controller's or the allow-list's)"
+            ));
+        }
+        let granted: Vec<PolicyRule> = if kind.ends_with("Binding") {
+            let role_ref = &obj["roleRef"];
+            let role_name = role_ref["name"].as_str().unwrap_or_default();
+            if !self.waivers.cluster_admin_bindings
+                && (role_name == "cluster-admin" || policy::is_system_name(role_name))
+            {
+                why.push(format!("{what} binds {role_name:?}"));
+            }
+            // Only the allow-list judges what a bound role grants: the
+            // denials judge roles where they are written.
+            if let Some((allow, effective)) = self.allow {
+                let role = match role_ref["kind"].as_str() {
+                    Some("Role") => {
+                        let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+                        self.view.get(
+                            &output_gk(OutputKind::Role),
+                            &(ns.to_string(), role_name.to_string()),
+                        )
+                    }
+                    _ => self.view.get(
+                        &output_gk(OutputKind::ClusterRole),
+                        &(String::new(), role_name.to_string()),
+                    ),
+                };
+                let rules = role.map(|r| self.grants(r)).unwrap_or_default();
+                let missing = allow.uncovered(effective, &rules);
+                if !missing.is_empty() {
+                    why.push(format!(
+                        "{what} binds role {role_name:?}, which grants what the allow-list does not: {}",
+                        shown(&missing)
+                    ));
+                }
+            }
+            Vec::new()
+        } else {
+            self.grants(obj)
+        };
+        let grants = if obj.get("aggregationRule").is_some() {
+            format!("{what} aggregates roles that grant")
+        } else {
+            format!("{what} grants")
+        };
+        let denied = policy::denied_grants(&granted, self.waivers);
+        if !denied.is_empty() {
+            let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
+            why.push(format!("{grants} {}", shown.join("; ")));
+        }
+        if let Some((allow, effective)) = self.allow
+            && !granted.is_empty()
+        {
+            let missing = allow.uncovered(effective, &granted);
+            if !missing.is_empty() {
+                why.push(format!(
+                    "{grants} what the allow-list does not: {}",
+                    shown(&missing)
+                ));
+            }
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// What a role grants: its rules, and for an aggregated ClusterRole the
+    /// rules of the roles it selects now.
+    fn grants(&self, role: &Value) -> Vec<PolicyRule> {
+        let mut rules = rules_of(role);
+        if role.get("aggregationRule").is_some() {
+            rules.extend(aggregated_rules(self.view, role));
+        }
+        rules
+    }
+}
+
+/// The first few uncovered permissions, compact.
+fn shown(missing: &[PolicyRule]) -> String {
+    missing
+        .iter()
+        .take(3)
+        .map(policy::describe)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A live or emitted role's rules. Live roles were validated by the API
@@ -517,6 +687,8 @@ struct Evaluator<'a> {
     reads: RefCell<Vec<Read>>,
     /// What the current render skipped with a warning.
     warnings: RefCell<Vec<FieldWarning>>,
+    /// Whether templated strings are marked as data (policy rules).
+    mark: Cell<bool>,
 }
 
 type Sets = Vec<(Option<String>, Vec<Desired>)>;
@@ -952,7 +1124,16 @@ impl Evaluator<'_> {
     /// `$merge` maps merged.
     fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         match v {
-            Value::String(s) => Ok(Value::String(self.tpl(field, s, ctx)?)),
+            Value::String(s) => {
+                let text = self.tpl(field, s, ctx)?;
+                if self.mark.get() && s.contains("{{") {
+                    let mut marked = String::with_capacity(text.len() + 1);
+                    marked.push(output::DATA_MARK);
+                    marked.push_str(&text);
+                    return Ok(Value::String(marked));
+                }
+                Ok(Value::String(text))
+            }
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
@@ -1449,14 +1630,22 @@ impl Evaluator<'_> {
         }
         let owner = trigger.and_then(|t| owner_reference(t, namespace.as_deref()));
 
+        // A `*` from data: the object is refused (and revoked) after the
+        // render, not failed.
+        let mut refusal = None;
         let body = if o.kind.is_role() {
             let namespaced = o.kind.namespaced();
             let mut rules: Vec<PolicyRule> = match &o.rules {
-                Some(r) => output::policy_rules(
-                    &format!("{f}.rules"),
-                    &self.expand(r, ctx, &format!("{f}.rules"))?,
-                    namespaced,
-                )?,
+                Some(r) => {
+                    let field = format!("{f}.rules");
+                    // Values rendered from templates are marked as data.
+                    self.mark.set(true);
+                    let expanded = self.expand(r, ctx, &field);
+                    self.mark.set(false);
+                    let mut expanded = expanded?;
+                    refusal = output::check_marked_rules(&field, &mut expanded)?;
+                    output::policy_rules(&field, &expanded, namespaced)?
+                }
                 None => Vec::new(),
             };
             if let Some(rf) = &o.rules_from {
@@ -1473,21 +1662,6 @@ impl Evaluator<'_> {
                 )?),
                 None => None,
             };
-            if let Some(allow) = &self.engine.options.allow {
-                let (ok, missing) = policy::covers(allow, &rules);
-                if !ok {
-                    let shown: Vec<String> = missing.iter().take(3).map(describe_rule).collect();
-                    return Err(FieldError::new(
-                        ErrorKind::Forbidden,
-                        format!("{f}.rules"),
-                        format!(
-                            "{} {name:?} grants what the allow-list does not: {}",
-                            o.kind,
-                            shown.join("; ")
-                        ),
-                    ));
-                }
-            }
             Body::Role { rules, aggregation }
         } else {
             let rr = o.role_ref.as_ref().ok_or_else(|| {
@@ -1543,6 +1717,8 @@ impl Evaluator<'_> {
             name,
             rule: self.rule.name.clone(),
             trigger: trigger.map(object_ref),
+            field: f.to_string(),
+            refusal,
             object: Arc::new(output::manifest(o.kind, &meta, &body)?),
         })
     }
@@ -1602,10 +1778,6 @@ impl Evaluator<'_> {
         }
         Ok(out)
     }
-}
-
-fn describe_rule(r: &PolicyRule) -> String {
-    serde_json::to_string(r).unwrap_or_default()
 }
 
 /// Role and RoleBinding default to the trigger's namespace, or to the

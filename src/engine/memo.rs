@@ -12,6 +12,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -47,6 +48,9 @@ pub struct Memo {
     pub(super) contested: BTreeSet<OutKey>,
     /// Renders (triggers and static sets) the last evaluation made.
     pub(super) renders: usize,
+    /// Policy verdicts on emitted objects that depend on nothing else, by
+    /// the address of the shared manifest (held, so it cannot be reused).
+    pub(super) verdicts: HashMap<usize, (Arc<Value>, Option<String>)>,
 }
 
 impl Memo {

@@ -17,7 +17,7 @@ pub mod template;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 pub use error::{EngineError, EngineWarning, ErrorKind};
@@ -25,6 +25,7 @@ pub use memo::Memo;
 pub use store::{GroupKind, ObjectStore};
 
 use crate::api::{ManageLevel, OutputKind, RbacRuleSpec};
+pub use crate::policy::{AllowList, Waivers};
 use compile::CompiledRule;
 use template::Templates;
 
@@ -38,18 +39,55 @@ pub struct RuleSource {
 }
 
 /// Settings of one evaluation.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// Rules above this level are inactive.
     pub manage: ManageLevel,
     /// The allow-list: when set, every emitted policy rule must be covered
-    /// by these rules, and so must what an emitted aggregated ClusterRole
-    /// currently aggregates and what the role an emitted binding references
-    /// grants; otherwise the output fails with a Forbidden error.
-    pub allow: Option<Vec<PolicyRule>>,
+    /// by it, and so must what an emitted aggregated ClusterRole currently
+    /// aggregates and what the role an emitted binding references grants;
+    /// otherwise the output is refused ([`ErrorKind::EscalationDenied`]).
+    /// An aggregated allow-list is read through its selectors, over the
+    /// live ClusterRoles no rule manages.
+    pub allow: Option<AllowList>,
+    /// Default denials switched off (all active by default).
+    pub waivers: Waivers,
+    /// Selectors of aggregated ClusterRoles that outputs must not feed: no
+    /// output may carry labels one of them selects. By default the
+    /// controller's own role ([`controller_aggregation_selector`]); the
+    /// allow-list's selectors are added to these.
+    pub protected: Vec<LabelSelector>,
     /// Rules the caller holds back (e.g. a kind they read is not watched
     /// yet): not evaluated, their live objects kept and visible to others.
     pub held: BTreeSet<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            manage: ManageLevel::default(),
+            allow: None,
+            waivers: Waivers::default(),
+            protected: vec![controller_aggregation_selector()],
+            held: BTreeSet::new(),
+        }
+    }
+}
+
+/// Label by which the controller's own ClusterRole aggregates its
+/// permissions (deploy/controller/rbac.yaml).
+pub const CONTROLLER_AGGREGATION_LABEL: &str = "rbacrules.io/aggregate-to-controller";
+
+/// The selector of the controller's own aggregated ClusterRole: no output
+/// may carry a label it selects, or a rule could widen the controller.
+pub fn controller_aggregation_selector() -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(
+            CONTROLLER_AGGREGATION_LABEL.to_string(),
+            "true".to_string(),
+        )])),
+        match_expressions: None,
+    }
 }
 
 /// An object the rules want in the cluster.
@@ -65,6 +103,11 @@ pub struct Desired {
     pub rule: String,
     /// The trigger it was rendered for (`Kind.group/[ns/]name`).
     pub trigger: Option<String>,
+    /// The output of the rule that emitted it, e.g. `spec.outputs[0]`.
+    pub field: String,
+    /// Set when rendering found it must be refused (a `*` from data): the
+    /// field and why. Policy then drops and revokes it.
+    pub refusal: Option<error::FieldError>,
     /// The full manifest, with provenance (shared: evaluations reuse it).
     pub object: Arc<Value>,
 }
@@ -119,6 +162,13 @@ impl RuleReport {
 }
 
 /// The result of evaluating every rule.
+///
+/// An *error* (invalid rule, template error, conflict, …) keeps: the
+/// objects the failing rule or trigger made before stay as they are (see
+/// [`Evaluation::keeps`]). A *refusal* by policy
+/// ([`ErrorKind::EscalationDenied`]) revokes: the refused object is not
+/// desired, its trigger is not kept for it, and it is listed in
+/// [`Evaluation::revoked`] so that the caller deletes the live copy.
 #[derive(Clone, Debug, Default)]
 pub struct Evaluation {
     /// Desired objects, sorted by kind, namespace and name.
@@ -128,6 +178,12 @@ pub struct Evaluation {
     /// Objects two rules or triggers both emit: neither copy is desired and
     /// the live object must be left alone.
     pub contested: BTreeSet<(OutputKind, String, String)>,
+    /// Objects policy refuses, to be deleted whatever keeps them: every
+    /// refused output, and every live managed object (in the observed
+    /// store) whose content policy now refuses — even when its rule or
+    /// trigger is kept, paused, failed or held. Keyed by kind, namespace
+    /// and name, with the reason.
+    pub revoked: BTreeMap<(OutputKind, String, String), String>,
 }
 
 impl Evaluation {

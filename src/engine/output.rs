@@ -3,7 +3,7 @@
 //! so that a bad render fails here, naming the rule's field, instead of at
 //! the API server.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
 use serde::de::DeserializeOwned;
@@ -225,6 +225,130 @@ pub fn validate_policy_rule(
     Ok(())
 }
 
+/// Prefix the engine puts on every policy-rule string rendered from a
+/// template containing `{{`: such a value came from data and must be a
+/// plain name of its kind (see [`check_marked_rules`]).
+pub const DATA_MARK: char = '\u{0}';
+
+/// Verbs a value from data may name; other verbs only written literally.
+pub const KNOWN_VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "escalate",
+    "bind",
+    "impersonate",
+    "use",
+    "approve",
+    "sign",
+    "attest",
+];
+
+fn is_dns_label(s: &str) -> bool {
+    !s.contains('.') && is_dns_subdomain(s) && s.len() <= 63
+}
+
+/// Whether `value`, rendered from data into the policy-rule field `key`,
+/// is a plain name of its kind. Never a wildcard.
+fn data_value_problem(key: &str, value: &str) -> Option<String> {
+    if value.contains('*') {
+        return Some(
+            "a value from data may not contain '*' (only a literal '*' in the rule is a wildcard)"
+                .into(),
+        );
+    }
+    let ok = match key {
+        "apiGroups" => value.is_empty() || is_dns_subdomain(value),
+        "resources" => match value.split_once('/') {
+            Some((r, sub)) => is_dns_label(r) && is_dns_label(sub),
+            None => is_dns_label(value),
+        },
+        "verbs" => KNOWN_VERBS.contains(&value),
+        "resourceNames" => validate_name("", value).is_ok() && !value.chars().any(char::is_control),
+        "nonResourceURLs" => {
+            value.starts_with('/')
+                && !value.contains("//")
+                && value
+                    .chars()
+                    .all(|c| c.is_ascii_graphic() && !matches!(c, '%' | '?' | '#'))
+        }
+        _ => true,
+    };
+    (!ok).then(|| {
+        let what = match key {
+            "apiGroups" => "an API group (empty or a DNS subdomain)",
+            "resources" => "a resource (a lowercase DNS label, optionally /subresource)",
+            "verbs" => "a known verb (custom verbs only when written literally)",
+            "resourceNames" => "an object name",
+            _ => "a non-resource URL path starting with '/'",
+        };
+        format!("{value:?} from data is not {what}")
+    })
+}
+
+fn strip_marks(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if let Some(rest) = s.strip_prefix(DATA_MARK) {
+                *s = rest.to_string();
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_marks),
+        Value::Object(m) => m.values_mut().for_each(strip_marks),
+        _ => {}
+    }
+}
+
+/// Checks rendered policy rules whose templated strings carry
+/// [`DATA_MARK`]: every marked entry of apiGroups, resources, verbs,
+/// resourceNames and nonResourceURLs must be a plain name of its kind, and
+/// removes the marks. A malformed name is an error; a `*` from data is a
+/// refusal, returned (the first) for the caller to refuse the object with
+/// ([`ErrorKind::EscalationDenied`]).
+pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<Option<FieldError>, FieldError> {
+    let mut refusal = None;
+    if let Value::Array(items) = &*v {
+        for (i, item) in items.iter().enumerate() {
+            let Value::Object(m) = item else { continue };
+            for key in [
+                "apiGroups",
+                "resources",
+                "verbs",
+                "resourceNames",
+                "nonResourceURLs",
+            ] {
+                let Some(Value::Array(values)) = m.get(key) else {
+                    continue;
+                };
+                for (j, x) in values.iter().enumerate() {
+                    let Some(data) = x.as_str().and_then(|s| s.strip_prefix(DATA_MARK)) else {
+                        continue;
+                    };
+                    let Some(problem) = data_value_problem(key, data) else {
+                        continue;
+                    };
+                    let at = format!("{field}[{i}].{key}[{j}]");
+                    if !data.contains('*') {
+                        return Err(FieldError::new(ErrorKind::InvalidOutput, at, problem));
+                    }
+                    refusal.get_or_insert(FieldError::new(
+                        ErrorKind::EscalationDenied,
+                        at,
+                        problem,
+                    ));
+                }
+            }
+        }
+    }
+    strip_marks(v);
+    Ok(refusal)
+}
+
 /// Parses and validates rendered policy rules.
 pub fn policy_rules(
     field: &str,
@@ -251,11 +375,24 @@ pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>
         return Err(invalid(field, "must render to a list"));
     };
     let mut out: Vec<Subject> = Vec::new();
+    let mut seen: BTreeSet<(String, String, String)> = BTreeSet::new();
     for (i, item) in items.iter().enumerate() {
         let f = format!("{field}[{i}]");
         let mut s: Subject = strict(&f, item)?;
         if s.name.is_empty() {
             return Err(invalid(&format!("{f}.name"), "subject name is empty"));
+        }
+        if s.name.chars().any(char::is_control) {
+            return Err(invalid(
+                &format!("{f}.name"),
+                format!("subject name {:?} contains control characters", s.name),
+            ));
+        }
+        if s.kind == "ServiceAccount" && !is_dns_subdomain(&s.name) {
+            return Err(invalid(
+                &format!("{f}.name"),
+                format!("ServiceAccount name {:?} is not a DNS subdomain", s.name),
+            ));
         }
         match s.kind.as_str() {
             "ServiceAccount" => {
@@ -302,7 +439,12 @@ pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>
                 ));
             }
         }
-        if !out.contains(&s) {
+        let key = (
+            s.kind.clone(),
+            s.namespace.clone().unwrap_or_default(),
+            s.name.clone(),
+        );
+        if seen.insert(key) {
             out.push(s);
         }
     }

@@ -24,6 +24,20 @@ pub struct Templates {
     hb: Handlebars<'static>,
 }
 
+/// The disabled `log` helper.
+fn no_log(
+    _: &handlebars::Helper,
+    _: &Handlebars,
+    _: &handlebars::Context,
+    _: &mut handlebars::RenderContext,
+    _: &mut dyn handlebars::Output,
+) -> handlebars::HelperResult {
+    Err(handlebars::RenderErrorReason::Other(
+        "the log helper is disabled: it would write object data into the controller's logs".into(),
+    )
+    .into())
+}
+
 impl Default for Templates {
     fn default() -> Self {
         Self::new()
@@ -37,6 +51,9 @@ impl Templates {
         hb.set_strict_mode(true);
         hb.register_escape_fn(handlebars::no_escape);
         hb.register_helper(CAPTURE, Box::new(CaptureHelper));
+        // The built-in `log` would write trigger text into the controller's
+        // logs (log injection): replaced by one that refuses.
+        hb.register_helper("log", Box::new(no_log));
         for (name, allow_missing, f) in HELPERS {
             hb.register_helper(
                 name,

@@ -35,6 +35,9 @@ pub struct RenderArgs {
     /// A YAML file with a ClusterRole whose rules are the allow-list.
     #[arg(long)]
     pub allow: Option<PathBuf>,
+    /// Evaluation limits.
+    #[command(flatten)]
+    pub limits: crate::engine::Limits,
 }
 
 /// Why a render failed.
@@ -90,6 +93,7 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
         Options {
             manage: args.manage,
             allow,
+            limits: args.limits.clone(),
             ..Options::default()
         },
     );

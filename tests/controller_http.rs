@@ -914,6 +914,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         resync_seconds: 300,
         rediscovery_seconds: 30,
         identity: Some("test".into()),
+        limits: Default::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let controller = tokio::spawn(run_with(client, args, stop_rx));

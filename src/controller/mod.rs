@@ -79,6 +79,9 @@ pub struct RunArgs {
     /// $HOSTNAME).
     #[arg(long, env = "RBAC_RULES_IDENTITY")]
     pub identity: Option<String>,
+    /// Evaluation limits.
+    #[command(flatten)]
+    pub limits: crate::engine::Limits,
 }
 
 /// Longest wait before retrying failed writes.
@@ -223,7 +226,8 @@ async fn control_loop(
         args.manage,
         args.allow_clusterrole.as_deref(),
     );
-    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity);
+    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
+        .with_limits(args.limits.clone());
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;

@@ -24,7 +24,7 @@ use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
 use crate::api::{ManageLevel, RbacRule, RbacRuleSpec};
-use crate::engine::{Engine, Evaluation, Memo, ObjectStore, Options, RuleSource};
+use crate::engine::{Engine, Evaluation, Limits, Memo, ObjectStore, Options, RuleSource};
 
 /// Name of this controller in Events.
 pub const CONTROLLER_NAME: &str = "rbac-rules";
@@ -84,6 +84,7 @@ pub struct Syncer {
     manage: ManageLevel,
     engine: Option<CachedEngine>,
     conflicts: ConflictMemo,
+    limits: Limits,
 }
 
 impl Syncer {
@@ -110,7 +111,15 @@ impl Syncer {
             manage,
             engine: None,
             conflicts: ConflictMemo::default(),
+            limits: Limits::default(),
         }
+    }
+
+    /// The same syncer evaluating with `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self.engine = None;
+        self
     }
 
     fn engine(
@@ -147,6 +156,7 @@ impl Syncer {
                         manage: self.manage,
                         allow: key.1.clone(),
                         held: key.2.clone(),
+                        limits: self.limits.clone(),
                     },
                 );
                 CachedEngine {
@@ -181,7 +191,9 @@ impl Syncer {
     /// One reconcile: evaluate, write the differences, update statuses and
     /// publish Events. Writes nothing while the gate is closed.
     pub async fn sync(&mut self, snap: &Snapshot<'_>) -> SyncReport {
-        let (evaluation, plan) = self.evaluate(snap);
+        // The engine runs on a thread of its own; this worker hands its
+        // other tasks (watches, metrics, lease) to another while it waits.
+        let (evaluation, plan) = off_runtime(|| self.evaluate(snap));
         let mut report = SyncReport {
             plan,
             written: Vec::new(),
@@ -260,6 +272,17 @@ impl Syncer {
             status::publish(&self.recorder, rule, &events).await;
         }
         report
+    }
+}
+
+/// Runs blocking work without holding up the runtime's other tasks:
+/// `block_in_place` on a multi-threaded runtime (a current-thread runtime,
+/// as in tests, has no other worker to hand them to).
+fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

@@ -22,6 +22,10 @@ pub enum ErrorKind {
     Cycle,
     /// An emitted permission is outside the controller's allow-list.
     Forbidden,
+    /// A rule ran over an evaluation limit (see [`super::limits`]).
+    LimitExceeded,
+    /// Evaluation failed unexpectedly (a bug): nothing is changed.
+    Internal,
 }
 
 impl ErrorKind {
@@ -36,6 +40,8 @@ impl ErrorKind {
             ErrorKind::Conflict => "Conflict",
             ErrorKind::Cycle => "DependencyCycle",
             ErrorKind::Forbidden => "Forbidden",
+            ErrorKind::LimitExceeded => "LimitExceeded",
+            ErrorKind::Internal => "InternalError",
         }
     }
 }

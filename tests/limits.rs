@@ -216,7 +216,11 @@ fn a_nested_list_doubled_forty_times_exceeds_the_bytes() {
     let text = rules_text(&doubling("list", "list \"a\" \"b\""));
     assert_cli_fails(
         &render(&text, &[]),
-        &["rule \"bad\"", "(trigger Namespace/team-a)", "--max-bytes-per-trigger"],
+        &[
+            "rule \"bad\"",
+            "(trigger Namespace/team-a)",
+            "--max-bytes-per-trigger",
+        ],
     );
     assert_isolated(
         &evaluate(&text, Options::default()),
@@ -231,7 +235,12 @@ fn a_string_doubled_by_concat_exceeds_the_bytes() {
     let text = rules_text(&doubling("concat", "\"0123456789abcdef\""));
     assert_cli_fails(
         &render(&text, &[]),
-        &["rule \"bad\"", "(trigger Namespace/team-a)", "spec.vars[", "--max-bytes-per-trigger"],
+        &[
+            "rule \"bad\"",
+            "(trigger Namespace/team-a)",
+            "spec.vars[",
+            "--max-bytes-per-trigger",
+        ],
     );
     assert_isolated(
         &evaluate(&text, Options::default()),
@@ -279,10 +288,7 @@ fn flattened_nested_for_each_exceeds_the_list_length() {
         items_var(200)
     );
     let text = rules_text(&bad(&body));
-    assert_cli_fails(
-        &render(&text, &[]),
-        &["rule \"bad\"", "--max-list-length"],
-    );
+    assert_cli_fails(&render(&text, &[]), &["rule \"bad\"", "--max-list-length"]);
 }
 
 #[test]

@@ -216,6 +216,17 @@ pub(crate) fn charge(n: usize) -> Result<(), String> {
     })
 }
 
+/// Whether `n` more bytes would still fit, before they are made: for
+/// helpers whose result can be much larger than their arguments.
+pub(crate) fn fits(n: usize) -> Result<(), String> {
+    with_budget(|b| {
+        if b.bytes.saturating_add(n) > b.limits.bytes_per_trigger {
+            return Err(Limit::Bytes.message(&b.limits, "the trigger renders too much"));
+        }
+        Ok(())
+    })
+}
+
 /// Charges a JSON value (about what it takes in memory).
 pub(crate) fn charge_value(v: &Value) -> Result<(), String> {
     charge(weight(v))

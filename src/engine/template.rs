@@ -225,11 +225,10 @@ fn lexical_depth(text: &str) -> usize {
         } else if rest.starts_with("else")
             && rest[4..].starts_with(char::is_whitespace)
             && after("else")
+            && let Some(top) = open.last_mut()
         {
-            if let Some(top) = open.last_mut() {
-                *top += 1;
-                depth += 1;
-            }
+            *top += 1;
+            depth += 1;
         }
         // Parentheses up to the end of this mustache, outside quotes.
         let mut parens = 0usize;
@@ -668,11 +667,15 @@ fn h_default(args: &[&Value]) -> Result<Value, String> {
 
 /// `list a b c`: a list of the arguments.
 fn h_list(args: &[&Value]) -> Result<Value, String> {
+    limits::check_list(args.len(), "the list list returns")?;
+    limits::fits(args.iter().map(|v| limits::weight(v)).sum())?;
     Ok(Value::Array(args.iter().map(|v| (*v).clone()).collect()))
 }
 
 /// `concat a b …`: the arguments' text, joined.
 fn h_concat(args: &[&Value]) -> Result<Value, String> {
+    // The same value given many times would multiply it: checked first.
+    limits::fits(args.iter().map(|v| limits::weight(v)).sum())?;
     let mut out = String::new();
     for i in 0..args.len() {
         out.push_str(&text(args, i)?);
@@ -682,6 +685,9 @@ fn h_concat(args: &[&Value]) -> Result<Value, String> {
 
 /// `append l1 l2 …`: lists concatenated.
 fn h_append(args: &[&Value]) -> Result<Value, String> {
+    let len: usize = args.iter().filter_map(|v| v.as_array()).map(Vec::len).sum();
+    limits::check_list(len, "the list append returns")?;
+    limits::fits(args.iter().map(|v| limits::weight(v)).sum())?;
     let mut out = Vec::new();
     for i in 0..args.len() {
         out.extend(list(args, i)?.iter().cloned());
@@ -697,6 +703,10 @@ fn h_split(args: &[&Value]) -> Result<Value, String> {
     if sep.is_empty() {
         return Err("separator is empty".to_string());
     }
+    limits::check_list(
+        s.matches(sep.as_str()).count() + 1,
+        "the list split returns",
+    )?;
     let parts: Vec<Value> = match args.get(2) {
         Some(n) => {
             let n = n.as_u64().ok_or("argument 3 must be a number")? as usize;
@@ -717,6 +727,8 @@ fn h_join(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let items = list(args, 0)?;
     let sep = text(args, 1)?;
+    // A long separator between many items multiplies it.
+    limits::fits(limits::weight(args[0]) + sep.len() * items.len())?;
     let parts: Result<Vec<String>, String> = items
         .iter()
         .map(|v| scalar_text(v).ok_or_else(|| format!("cannot join {}", kind_of(v))))
@@ -737,9 +749,15 @@ fn h_upper(args: &[&Value]) -> Result<Value, String> {
 /// `replace s from to`: every occurrence.
 fn h_replace(args: &[&Value]) -> Result<Value, String> {
     arity(args, 3, 3)?;
-    Ok(Value::String(
-        text(args, 0)?.replace(&text(args, 1)?, &text(args, 2)?),
-    ))
+    let (s, from, to) = (text(args, 0)?, text(args, 1)?, text(args, 2)?);
+    // Every occurrence grows by the replacement: checked before.
+    let count = if from.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(from.as_str()).count()
+    };
+    limits::fits(s.len() + count * to.len())?;
+    Ok(Value::String(s.replace(&from, &to)))
 }
 
 /// `trim s`: white space removed at both ends.
@@ -1209,6 +1227,14 @@ mod tests {
         };
         let _g = limits::start(&limits);
         let err = eval("list 1 2 3 4", json!({})).unwrap_err();
+        assert!(err.contains("--max-list-length"), "{err}");
+        drop(_g);
+        let _g = limits::start(&limits);
+        let err = eval("replace s \"x\" s", json!({"s": "x".repeat(40)})).unwrap_err();
+        assert!(err.contains("--max-bytes-per-trigger"), "{err}");
+        drop(_g);
+        let _g = limits::start(&limits);
+        let err = eval("split s \",\"", json!({"s": ",,,"})).unwrap_err();
         assert!(err.contains("--max-list-length"), "{err}");
         drop(_g);
         let _g = limits::start(&limits);

@@ -6,10 +6,19 @@
 //! child (exit 134, a signal) rather than an aborted test process, then the
 //! library, to see the good rule's outputs and the kept trigger.
 
-use std::process::Command;
+mod support;
 
-use rbac_rules::engine::{Engine, ErrorKind, Evaluation, ObjectStore, Options, RuleSource};
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rbac_rules::controller::apply::Gate;
+use rbac_rules::controller::metrics::Metrics;
+use rbac_rules::controller::sync::Syncer;
+use rbac_rules::engine::{Engine, ErrorKind, Evaluation, Limits, ObjectStore, Options, RuleSource};
 use serde_json::json;
+use support::{namespace, owned, pair, rule, rules, snapshot, store};
 
 const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n  uid: u-1\n";
 const TRIGGER_REF: &str = "Namespace/team-a";
@@ -320,7 +329,7 @@ fn too_many_objects_per_trigger() {
     let r = render(&text, &["--max-objects-per-trigger", "5"]);
     assert_cli_fails(&r, &["rule \"bad\"", "--max-objects-per-trigger"]);
     let options = Options {
-        limits: rbac_rules::engine::Limits {
+        limits: Limits {
             objects_per_trigger: 5,
             ..Default::default()
         },
@@ -350,4 +359,88 @@ fn limits_are_set_by_flag_and_a_rule_within_them_renders() {
     );
     let bad_flag = render(&text, &["--max-template-depth", "0"]);
     assert_eq!(bad_flag.code, Some(2), "clap refuses a depth of 0");
+}
+
+/// The controller's reconcile with a rule that would run for ever: the
+/// evaluation stops at the time limit, runs off the runtime's worker (a
+/// task on the only worker keeps running meanwhile), the good rule's
+/// object is planned and the bad rule's live object is kept, not deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_controller_evaluates_off_the_runtime_and_keeps_the_bad_rules_objects() {
+    let csv: Vec<String> = (0..1000).map(|i| format!("i{i}")).collect();
+    let hang = json!({
+        "trigger": {"kind": "Namespace"},
+        "vars": [{"name": "xs", "value": format!("split \"{}\" \",\"", csv.join(","))}],
+        "outputs": [{"kind": "Role", "name": "x{{#each vars.xs}}{{#each @root.vars.xs}}{{#each @root.vars.xs}}{{/each}}{{/each}}{{/each}}"}],
+    });
+    let good = json!({
+        "trigger": {"kind": "Namespace"},
+        "outputs": [{"kind": "Role", "name": "reader",
+                     "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}],
+    });
+    let rules = rules(vec![rule("bad", hang, None), rule("good", good, None)]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let live = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "x", "namespace": "team-a",
+            "labels": {"app.kubernetes.io/managed-by": "rbac-rules", "rbacrules.io/rule": "bad"},
+            "annotations": {"rbacrules.io/rule": "bad", "rbacrules.io/trigger": "Namespace/team-a"}},
+        "rules": [],
+    });
+    let owned = owned(vec![live]);
+    let holds = BTreeMap::new();
+
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                ticks.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let (client, _server) = pair();
+    // Closed gate: the reconcile evaluates and plans, and writes nothing.
+    let mut syncer = Syncer::new(
+        client,
+        rbac_rules::api::ManageLevel::All,
+        Metrics::new(),
+        Arc::new(Gate::new(false)),
+        None,
+    )
+    .with_limits(Limits {
+        seconds_per_trigger: 0.5,
+        ..Limits::default()
+    });
+    let ticks_during = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            let before = ticks.load(Ordering::SeqCst);
+            let report = syncer
+                .sync(&snapshot(&rules, &observed, &owned, &holds))
+                .await;
+            (report, ticks.load(Ordering::SeqCst) - before)
+        })
+    };
+    let (report, during) = ticks_during.await.expect("the reconcile task");
+    ticker.abort();
+    assert!(during > 0, "the other task ran while the engine evaluated");
+    let planned: Vec<(&str, &str)> = report
+        .plan
+        .applies
+        .iter()
+        .map(|a| (a.rule.as_str(), a.id.name.as_str()))
+        .collect();
+    assert_eq!(planned, vec![("good", "reader")]);
+    assert!(report.plan.deletes.is_empty(), "{:?}", report.plan.deletes);
+    assert!(
+        report
+            .plan
+            .kept
+            .iter()
+            .any(|k| k.0.name == "x" && k.1.as_deref() == Some("bad")),
+        "{:?}",
+        report.plan.kept
+    );
 }

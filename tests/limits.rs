@@ -198,24 +198,25 @@ fn doubling(helper: &str, first: &str) -> String {
     bad(&body)
 }
 
+/// A trigger-level limit: the CLI fails naming rule, trigger, `field` and
+/// `flag`; the library keeps the good rule and the bad trigger's objects.
+fn assert_trigger_limit(text: &str, field: &str, flag: &str) {
+    assert_cli_fails(
+        &render(text, &[]),
+        &["rule \"bad\"", "(trigger Namespace/team-a)", field, flag],
+    );
+    assert_isolated(
+        &evaluate(text, Options::default()),
+        ErrorKind::LimitExceeded,
+        flag,
+        true,
+    );
+}
+
 #[test]
 fn a_list_doubled_forty_times_exceeds_the_list_length() {
     let text = rules_text(&doubling("append", "list \"a\" \"b\""));
-    assert_cli_fails(
-        &render(&text, &[]),
-        &[
-            "rule \"bad\"",
-            "(trigger Namespace/team-a)",
-            "spec.vars[",
-            "--max-list-length",
-        ],
-    );
-    assert_isolated(
-        &evaluate(&text, Options::default()),
-        ErrorKind::LimitExceeded,
-        "--max-list-length",
-        true,
-    );
+    assert_trigger_limit(&text, "spec.vars[", "--max-list-length");
 }
 
 #[test]
@@ -223,40 +224,13 @@ fn a_nested_list_doubled_forty_times_exceeds_the_bytes() {
     // Two items at the top, 2^40 values inside: the list length alone
     // would not see it.
     let text = rules_text(&doubling("list", "list \"a\" \"b\""));
-    assert_cli_fails(
-        &render(&text, &[]),
-        &[
-            "rule \"bad\"",
-            "(trigger Namespace/team-a)",
-            "--max-bytes-per-trigger",
-        ],
-    );
-    assert_isolated(
-        &evaluate(&text, Options::default()),
-        ErrorKind::LimitExceeded,
-        "--max-bytes-per-trigger",
-        true,
-    );
+    assert_trigger_limit(&text, "spec.vars[", "--max-bytes-per-trigger");
 }
 
 #[test]
 fn a_string_doubled_by_concat_exceeds_the_bytes() {
     let text = rules_text(&doubling("concat", "\"0123456789abcdef\""));
-    assert_cli_fails(
-        &render(&text, &[]),
-        &[
-            "rule \"bad\"",
-            "(trigger Namespace/team-a)",
-            "spec.vars[",
-            "--max-bytes-per-trigger",
-        ],
-    );
-    assert_isolated(
-        &evaluate(&text, Options::default()),
-        ErrorKind::LimitExceeded,
-        "--max-bytes-per-trigger",
-        true,
-    );
+    assert_trigger_limit(&text, "spec.vars[", "--max-bytes-per-trigger");
 }
 
 /// A var `n` holding a list of `len` items.
@@ -273,21 +247,7 @@ fn four_nested_for_each_over_two_hundred_items_exceed_the_bytes() {
         items_var(200)
     );
     let text = rules_text(&bad(&body));
-    assert_cli_fails(
-        &render(&text, &[]),
-        &[
-            "rule \"bad\"",
-            "(trigger Namespace/team-a)",
-            "spec.outputs[0].rules",
-            "--max-bytes-per-trigger",
-        ],
-    );
-    assert_isolated(
-        &evaluate(&text, Options::default()),
-        ErrorKind::LimitExceeded,
-        "--max-bytes-per-trigger",
-        true,
-    );
+    assert_trigger_limit(&text, "spec.outputs[0].rules", "--max-bytes-per-trigger");
 }
 
 #[test]
@@ -297,7 +257,11 @@ fn flattened_nested_for_each_exceeds_the_list_length() {
         items_var(200)
     );
     let text = rules_text(&bad(&body));
-    assert_cli_fails(&render(&text, &[]), &["rule \"bad\"", "--max-list-length"]);
+    assert_trigger_limit(
+        &text,
+        "spec.outputs[0].rules[0].resources",
+        "--max-list-length",
+    );
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
 
 /// Arguments of `render`.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct RenderArgs {
     /// YAML files or directories with the cluster's objects (multi-document
     /// or `kind: List`).
@@ -43,6 +43,9 @@ pub struct RenderArgs {
     /// Default denials to switch off.
     #[command(flatten)]
     pub waivers: crate::policy::Waivers,
+    /// Evaluation limits.
+    #[command(flatten)]
+    pub limits: crate::engine::Limits,
 }
 
 /// Why a render failed.
@@ -105,6 +108,7 @@ pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), 
             manage: args.manage,
             allow,
             waivers: args.waivers.clone(),
+            limits: args.limits.clone(),
             ..Options::default()
         },
     );

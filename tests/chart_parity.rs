@@ -28,7 +28,7 @@ fn ours() -> Vec<Value> {
         flatten: true,
         manage: ManageLevel::All,
         allow: None,
-        waivers: Default::default(),
+        ..Default::default()
     };
     let text = render(&args).expect("the built-in rules render");
     serde_saphyr::from_multiple::<Value>(&text).expect("valid YAML")

@@ -916,6 +916,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         identity: Some("test".into()),
         adopt_existing: false,
         waivers: Default::default(),
+        limits: Default::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let controller = tokio::spawn(run_with(client, args, stop_rx));

@@ -32,7 +32,7 @@ fn rendered() -> Vec<Value> {
         flatten: true,
         manage: ManageLevel::All,
         allow: None,
-        waivers: Default::default(),
+        ..Default::default()
     };
     let text = render(&args).expect("the example renders");
     serde_saphyr::from_multiple::<Value>(&text).expect("valid YAML")

@@ -544,7 +544,7 @@ fn manager_roles(dir: &Path, objects: &[Value], rules: &str) -> Vec<Value> {
         flatten: false,
         manage: ManageLevel::All,
         allow: None,
-        waivers: Default::default(),
+        ..Default::default()
     })
     .expect("render the manager's roles");
     let mut roles = serde_saphyr::from_multiple::<Value>(&text).expect("yaml");

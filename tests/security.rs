@@ -794,7 +794,8 @@ spec:
     - forEach: trigger.spec.users
       item: {kind: User, name: "{{item}}"}
 "#;
-    let users: Vec<String> = (0..20_000).map(|i| format!("u{}", i % 7)).collect();
+    // Below --max-list-length (10,000 by default).
+    let users: Vec<String> = (0..9_000).map(|i| format!("u{}", i % 7)).collect();
     let eval = evaluate(
         &rules(rule),
         &[thing("a", json!({"users": users}))],

@@ -89,6 +89,9 @@ pub struct RunArgs {
     /// Default denials to switch off.
     #[command(flatten)]
     pub waivers: crate::policy::Waivers,
+    /// Evaluation limits.
+    #[command(flatten)]
+    pub limits: crate::engine::Limits,
 }
 
 /// Longest wait before retrying failed writes.
@@ -235,7 +238,8 @@ async fn control_loop(
     );
     let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
         .adopt_existing(args.adopt_existing)
-        .with_waivers(args.waivers.clone());
+        .with_waivers(args.waivers.clone())
+        .with_limits(args.limits.clone());
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;

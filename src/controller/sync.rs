@@ -23,7 +23,7 @@ use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
 use crate::api::{ManageLevel, RbacRule, RbacRuleSpec};
-use crate::engine::{Engine, Evaluation, Memo, ObjectStore, Options, RuleSource};
+use crate::engine::{Engine, Evaluation, Limits, Memo, ObjectStore, Options, RuleSource};
 use crate::policy::{AllowList, Waivers};
 
 /// Name of this controller in Events.
@@ -89,6 +89,7 @@ pub struct Syncer {
     adopt_existing: bool,
     /// Default denials switched off.
     waivers: Waivers,
+    limits: Limits,
 }
 
 impl Syncer {
@@ -125,6 +126,7 @@ impl Syncer {
             warned: BTreeMap::new(),
             adopt_existing: false,
             waivers: Waivers::default(),
+            limits: Limits::default(),
         }
     }
 
@@ -133,6 +135,13 @@ impl Syncer {
     /// output's own trigger are adopted either way.
     pub fn adopt_existing(mut self, on: bool) -> Self {
         self.adopt_existing = on;
+        self
+    }
+
+    /// The same syncer evaluating with `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self.engine = None;
         self
     }
 
@@ -171,6 +180,7 @@ impl Syncer {
                         allow: key.1.clone(),
                         held: key.2.clone(),
                         waivers: self.waivers.clone(),
+                        limits: self.limits.clone(),
                         ..Options::default()
                     },
                 );
@@ -206,7 +216,9 @@ impl Syncer {
     /// One reconcile: evaluate, write the differences, update statuses and
     /// publish Events. Writes nothing while the gate is closed.
     pub async fn sync(&mut self, snap: &Snapshot<'_>) -> SyncReport {
-        let (evaluation, plan) = self.evaluate(snap);
+        // The engine runs on a thread of its own; this worker hands its
+        // other tasks (watches, metrics, lease) to another while it waits.
+        let (evaluation, plan) = off_runtime(|| self.evaluate(snap));
         let mut report = SyncReport {
             plan,
             written: Vec::new(),
@@ -289,6 +301,17 @@ impl Syncer {
             status::publish(&self.recorder, rule, &events).await;
         }
         report
+    }
+}
+
+/// Runs blocking work without holding up the runtime's other tasks:
+/// `block_in_place` on a multi-threaded runtime (a current-thread runtime,
+/// as in tests, has no other worker to hand them to).
+fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

@@ -51,14 +51,14 @@ impl Compiler<'_> {
     }
 
     fn template(&mut self, field: &str, text: &str) {
-        if let Err(e) = self.templates.compile(text) {
-            self.err(ErrorKind::Template, field, e);
+        if let Err((kind, e)) = self.templates.compile(text) {
+            self.err(kind, field, e);
         }
     }
 
     fn expr(&mut self, field: &str, text: &str) {
-        if let Err(e) = self.templates.compile_expr(text) {
-            self.err(ErrorKind::Template, field, e);
+        if let Err((kind, e)) = self.templates.compile_expr(text) {
+            self.err(kind, field, e);
         }
     }
 

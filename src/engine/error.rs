@@ -25,6 +25,10 @@ pub enum ErrorKind {
     /// wildcard grants, protected labels, wildcards from data). A refused
     /// object is revoked, unlike one that failed to render.
     EscalationDenied,
+    /// A rule ran over an evaluation limit (see [`super::limits`]).
+    LimitExceeded,
+    /// Evaluation failed unexpectedly (a bug): nothing is changed.
+    Internal,
 }
 
 impl ErrorKind {
@@ -39,6 +43,8 @@ impl ErrorKind {
             ErrorKind::Conflict => "Conflict",
             ErrorKind::Cycle => "DependencyCycle",
             ErrorKind::EscalationDenied => "EscalationDenied",
+            ErrorKind::LimitExceeded => "LimitExceeded",
+            ErrorKind::Internal => "InternalError",
         }
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
 use super::error::{EngineError, ErrorKind, FieldError, FieldWarning};
+use super::limits;
 use super::memo::{Changes, Memo, OutKey, Outcome, Owner, Read, RuleMemo, Signature, TriggerMemo};
 use super::output::{self, Body, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Meta};
 use super::path::{FieldPath, scalar_text};
@@ -807,11 +808,13 @@ impl Evaluator<'_> {
                 Some(m) => m,
                 None => {
                     renders += 1;
+                    let budget = limits::start(&self.engine.options.limits);
                     let mut ctx = self.base_context();
                     let outcome = match self.render(&mut ctx, None, view) {
                         Ok(outs) => Outcome::Rendered(outs),
                         Err(e) => Outcome::Failed(e),
                     };
+                    drop(budget);
                     let before = prev
                         .static_set
                         .as_ref()
@@ -841,7 +844,9 @@ impl Evaluator<'_> {
             }
             renders += 1;
             let tref = object_ref(obj);
+            let budget = limits::start(&self.engine.options.limits);
             let outcome = self.trigger_outcome(trigger, obj, view);
+            drop(budget);
             let before = old
                 .as_ref()
                 .map(|(_, m)| m.outcome.outputs())
@@ -998,14 +1003,14 @@ impl Evaluator<'_> {
         self.engine
             .templates
             .render(text, ctx)
-            .map_err(|e| FieldError::new(ErrorKind::Template, field, e))
+            .map_err(|e| template_error(field, e))
     }
 
     fn expr<'c>(&self, field: &str, text: &str, ctx: &'c Context) -> Result<Cow<'c, Value>> {
         self.engine
             .templates
             .eval_ref(text, ctx)
-            .map_err(|e| FieldError::new(ErrorKind::Template, field, e))
+            .map_err(|e| template_error(field, e))
     }
 
     fn condition(
@@ -1123,6 +1128,8 @@ impl Evaluator<'_> {
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
     fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
+        // Every expanded value is charged: nested forEach multiply.
+        limited(field, limits::charge_node())?;
         match v {
             Value::String(s) => {
                 let text = self.tpl(field, s, ctx)?;
@@ -1176,6 +1183,7 @@ impl Evaluator<'_> {
                             }
                         }
                     }
+                    limited(&f, limits::check_list(out.len(), "the expanded list"))?;
                 }
                 Ok(Value::Array(out))
             }
@@ -1225,7 +1233,12 @@ impl Evaluator<'_> {
 
     /// Evaluates a `forEach` expression: a list (null is empty).
     fn list_of(&self, field: &str, e: &str, ctx: &Context) -> Result<Vec<Value>> {
-        match self.expr(field, e, ctx)?.into_owned() {
+        let v = self.expr(field, e, ctx)?;
+        // Checked before a borrowed list is copied.
+        if let Value::Array(a) = &*v {
+            limited(field, limits::check_list(a.len(), "the forEach list"))?;
+        }
+        match v.into_owned() {
             Value::Array(a) => Ok(a),
             Value::Null => Ok(Vec::new()),
             other => Err(FieldError::new(
@@ -1503,9 +1516,14 @@ impl Evaluator<'_> {
         }
         bind(ctx, "vars", Value::Object(Map::new()));
         for (i, v) in self.rule.spec.vars.iter().enumerate() {
-            let value = self
-                .expr(&format!("spec.vars[{i}].value"), &v.value, ctx)?
-                .into_owned();
+            let field = format!("spec.vars[{i}].value");
+            let value = self.expr(&field, &v.value, ctx)?.into_owned();
+            if let Value::Array(a) = &value {
+                limited(
+                    &field,
+                    limits::check_list(a.len(), &format!("var {:?}", v.name)),
+                )?;
+            }
             if let Some(vars) = ctx
                 .data_mut()
                 .get_mut("vars")
@@ -1541,7 +1559,7 @@ impl Evaluator<'_> {
                     return Ok(());
                 }
                 out.push(d);
-                Ok(())
+                limited(&f, limits::check_objects(out.len()))
             };
             match &o.for_each {
                 None => one(self, ctx, &mut out)?,
@@ -1778,6 +1796,20 @@ impl Evaluator<'_> {
         }
         Ok(out)
     }
+}
+
+/// A render error: `LimitExceeded` when the trigger ran over a limit
+/// (whatever failed first), else a template error.
+fn template_error(field: &str, message: String) -> FieldError {
+    match limits::tripped() {
+        Some(t) => FieldError::new(ErrorKind::LimitExceeded, field, t),
+        None => FieldError::new(ErrorKind::Template, field, message),
+    }
+}
+
+/// A limit check's result as an error on `field`.
+fn limited(field: &str, r: std::result::Result<(), String>) -> Result<()> {
+    r.map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field, m))
 }
 
 /// Role and RoleBinding default to the trigger's namespace, or to the

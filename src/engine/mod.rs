@@ -8,6 +8,7 @@ pub mod compile;
 pub mod error;
 mod eval;
 pub mod format;
+pub mod limits;
 mod memo;
 pub mod output;
 pub mod path;
@@ -21,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 pub use error::{EngineError, EngineWarning, ErrorKind};
+pub use limits::Limits;
 pub use memo::Memo;
 pub use store::{GroupKind, ObjectStore};
 
@@ -60,6 +62,8 @@ pub struct Options {
     /// Rules the caller holds back (e.g. a kind they read is not watched
     /// yet): not evaluated, their live objects kept and visible to others.
     pub held: BTreeSet<String>,
+    /// Bounds on template nesting, lists, bytes, objects and time.
+    pub limits: Limits,
 }
 
 impl Default for Options {
@@ -70,6 +74,7 @@ impl Default for Options {
             waivers: Waivers::default(),
             protected: vec![controller_aggregation_selector()],
             held: BTreeSet::new(),
+            limits: Limits::default(),
         }
     }
 }
@@ -285,9 +290,27 @@ fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interest> {
 
 impl Engine {
     /// Compiles the rules. Invalid rules are reported, not fatal: the others
-    /// still run.
+    /// still run. Compiles on a thread of its own ([`limits::isolated`]).
     pub fn new(sources: &[RuleSource], options: Options) -> Engine {
-        let mut templates = Templates::new();
+        let fallback = options.clone();
+        limits::isolated(|| Self::compile(sources, options)).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "compiling the rules failed");
+            let mut fixed_reports = BTreeMap::new();
+            for src in sources {
+                fixed_reports.insert(src.name.clone(), internal_failure(&src.name, &e));
+            }
+            Engine {
+                id: memo::next_engine_id(),
+                templates: Templates::with_limits(&fallback.limits),
+                rules: Vec::new(),
+                fixed_reports,
+                options: fallback,
+            }
+        })
+    }
+
+    fn compile(sources: &[RuleSource], options: Options) -> Engine {
+        let mut templates = Templates::with_limits(&options.limits);
         let mut compiled = Vec::new();
         let mut fixed_reports = BTreeMap::new();
         let mut seen = BTreeSet::new();
@@ -379,13 +402,46 @@ impl Engine {
 
     /// Evaluates every rule against the observed objects.
     pub fn evaluate(&self, observed: &ObjectStore) -> Evaluation {
-        eval::evaluate(self, observed, &mut Memo::new())
+        self.evaluate_incremental(observed, &mut Memo::new())
     }
 
     /// Evaluates every rule, rendering again only the triggers that what
     /// changed since the last call with `memo` can affect. The result is
     /// the same as [`Engine::evaluate`]'s.
+    ///
+    /// Runs on a thread of its own with a large stack; should it panic
+    /// anyway, every rule fails with an `Internal` error (so every live
+    /// object is kept) and the memo starts afresh.
     pub fn evaluate_incremental(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
-        eval::evaluate(self, observed, memo)
+        match limits::isolated(|| eval::evaluate(self, observed, &mut *memo)) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "evaluation failed");
+                *memo = Memo::new();
+                let mut reports = self.fixed_reports.clone();
+                for r in &self.rules {
+                    reports.insert(r.name.clone(), internal_failure(&r.name, &e));
+                }
+                Evaluation {
+                    desired: Vec::new(),
+                    reports,
+                    contested: BTreeSet::new(),
+                    revoked: BTreeMap::new(),
+                }
+            }
+        }
     }
+}
+
+/// The report of a rule whose evaluation failed unexpectedly.
+fn internal_failure(rule: &str, message: &str) -> RuleReport {
+    let mut rep = RuleReport::new(RuleState::Failed);
+    rep.errors.push(EngineError {
+        kind: ErrorKind::Internal,
+        rule: rule.to_string(),
+        field: "spec".into(),
+        trigger: None,
+        message: message.to_string(),
+    });
+    rep
 }

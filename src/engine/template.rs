@@ -10,18 +10,23 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
+use handlebars::template::{Parameter, TemplateElement};
 use handlebars::{
-    Context, Handlebars, Helper, HelperDef, RenderContext, RenderError, RenderErrorReason,
-    ScopedJson,
+    BlockContext, BlockParams, Context, Handlebars, Helper, HelperDef, HelperResult, Output,
+    RenderContext, RenderError, RenderErrorReason, Renderable, ScopedJson, Template,
 };
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::error::ErrorKind;
+use super::limits::{self, Limit, Limits};
 use super::path::{FieldPath, Segment, scalar_text};
 
 /// The compiled templates and expressions of every rule.
 pub struct Templates {
     hb: Handlebars<'static>,
+    /// Deepest nesting a template may have.
+    depth: usize,
 }
 
 /// The disabled `log` helper.
@@ -37,6 +42,8 @@ fn no_log(
     )
     .into())
 }
+/// Why a template or expression does not compile.
+pub type CompileError = (ErrorKind, String);
 
 impl Default for Templates {
     fn default() -> Self {
@@ -45,8 +52,15 @@ impl Default for Templates {
 }
 
 impl Templates {
-    /// A registry with strict mode, no escaping and the helpers below.
+    /// A registry with strict mode, no escaping, the helpers below and the
+    /// default limits.
     pub fn new() -> Self {
+        Self::with_limits(&Limits::default())
+    }
+
+    /// Like [`Templates::new`], refusing templates nested deeper than
+    /// `limits` allow.
+    pub fn with_limits(limits: &Limits) -> Self {
         let mut hb = Handlebars::new();
         hb.set_strict_mode(true);
         hb.register_escape_fn(handlebars::no_escape);
@@ -54,6 +68,8 @@ impl Templates {
         // The built-in `log` would write trigger text into the controller's
         // logs (log injection): replaced by one that refuses.
         hb.register_helper("log", Box::new(no_log));
+        // The built-in `each`, with a step charged per iteration.
+        hb.register_helper("each", Box::new(EachHelper));
         for (name, allow_missing, f) in HELPERS {
             hb.register_helper(
                 name,
@@ -64,7 +80,10 @@ impl Templates {
                 }),
             );
         }
-        Templates { hb }
+        Templates {
+            hb,
+            depth: limits.template_depth,
+        }
     }
 
     /// Whether `text` needs handlebars at all.
@@ -73,35 +92,67 @@ impl Templates {
     }
 
     /// Parses a template once; later renders reuse it.
-    pub fn compile(&mut self, text: &str) -> Result<(), String> {
+    pub fn compile(&mut self, text: &str) -> Result<(), CompileError> {
         if Self::is_literal(text) || self.hb.has_template(text) {
             return Ok(());
         }
-        self.hb
-            .register_template_string(text, text)
-            .map_err(|e| template_error_text(&e))
+        self.register(text)
     }
 
     /// Parses an expression once.
-    pub fn compile_expr(&mut self, expr: &str) -> Result<(), String> {
-        let wrapped = wrap_expr(expr)?;
+    pub fn compile_expr(&mut self, expr: &str) -> Result<(), CompileError> {
+        let wrapped = wrap_expr(expr).map_err(|e| (ErrorKind::Template, e))?;
         if self.hb.has_template(&wrapped) {
             return Ok(());
         }
-        self.hb
-            .register_template_string(&wrapped, &wrapped)
-            .map_err(|e| template_error_text(&e))
+        self.register(&wrapped)
+    }
+
+    /// Checks the nesting before parsing (the parser recurses), parses,
+    /// then checks the tree: its depth, and no partials or decorators
+    /// (they could recurse without end).
+    fn register(&mut self, text: &str) -> Result<(), CompileError> {
+        let too_deep = |d: usize| {
+            (
+                ErrorKind::LimitExceeded,
+                Limit::TemplateDepth.message(
+                    &Limits {
+                        template_depth: self.depth,
+                        ..Limits::default()
+                    },
+                    &format!("the template nests blocks and subexpressions {d} deep"),
+                ),
+            )
+        };
+        let d = lexical_depth(text);
+        if d > self.depth {
+            return Err(too_deep(d));
+        }
+        let tpl =
+            Template::compile(text).map_err(|e| (ErrorKind::Template, template_error_text(&e)))?;
+        let d = check_tree(&tpl.elements).map_err(|e| (ErrorKind::Template, e))?;
+        if d > self.depth {
+            return Err(too_deep(d));
+        }
+        self.hb.register_template(text, tpl);
+        Ok(())
     }
 
     /// Renders a template compiled before. The context is borrowed, not
-    /// serialized per call: contexts carry whole related sets.
+    /// serialized per call: contexts carry whole related sets. What it
+    /// writes is charged to the trigger's budget.
     pub fn render(&self, text: &str, ctx: &Context) -> Result<String, String> {
         if Self::is_literal(text) {
+            limits::charge(text.len())?;
             return Ok(text.to_string());
         }
-        self.hb
-            .render_with_context(text, ctx)
-            .map_err(|e| render_error_text(&e))
+        let mut out = Charged(Vec::new());
+        let rendered = self.hb.render_with_context_to_write(text, ctx, &mut out);
+        if let Some(t) = limits::tripped() {
+            return Err(t);
+        }
+        rendered.map_err(|e| render_error_text(&e))?;
+        String::from_utf8(out.0).map_err(|e| e.to_string())
     }
 
     /// Evaluates an expression compiled before to a JSON value. A bare path
@@ -124,14 +175,236 @@ impl Templates {
         }
         let wrapped = wrap_expr(expr)?;
         CAPTURED.with(|c| c.borrow_mut().take());
-        self.hb
-            .render_with_context(&wrapped, ctx)
-            .map_err(|e| render_error_text(&e))?;
+        let rendered = self.hb.render_with_context(&wrapped, ctx);
+        if let Some(t) = limits::tripped() {
+            return Err(t);
+        }
+        rendered.map_err(|e| render_error_text(&e))?;
         Ok(Cow::Owned(
             CAPTURED
                 .with(|c| c.borrow_mut().take())
                 .unwrap_or(Value::Null),
         ))
+    }
+}
+
+/// A writer that charges what it is given to the trigger's budget.
+struct Charged(Vec<u8>);
+
+impl std::io::Write for Charged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        limits::charge(buf.len()).map_err(std::io::Error::other)?;
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An upper bound of a template's nesting, from its text alone: `{{#`
+/// and `{{^x` open a level, `{{else x}}` adds one until the block closes,
+/// `{{/` closes, and parentheses nest within a mustache. Comments are
+/// skipped. Cheap and without recursion, so it runs before the parser.
+fn lexical_depth(text: &str) -> usize {
+    let b = text.as_bytes();
+    let mut i = 0;
+    let mut open: Vec<usize> = Vec::new();
+    let mut depth = 0usize;
+    let mut max = 0usize;
+    while let Some(p) = text[i..].find("{{") {
+        let mut j = i + p + 2;
+        while j < b.len() && matches!(b[j], b'{' | b'~' | b' ' | b'\t' | b'\n' | b'\r') {
+            j += 1;
+        }
+        let rest = &text[j..];
+        if rest.starts_with('!') {
+            let end = if rest.starts_with("!--") {
+                "--}}"
+            } else {
+                "}}"
+            };
+            i = rest.find(end).map_or(b.len(), |e| j + e + end.len());
+            continue;
+        }
+        let after = |s: &str| {
+            rest[s.len()..]
+                .trim_start()
+                .starts_with(|c: char| c != '}' && c != '~')
+        };
+        if rest.starts_with('#') || (rest.starts_with('^') && after("^")) {
+            open.push(1);
+            depth += 1;
+        } else if rest.starts_with('/') {
+            depth = depth.saturating_sub(open.pop().unwrap_or(0));
+        } else if rest.starts_with("else")
+            && rest[4..].starts_with(char::is_whitespace)
+            && after("else")
+            && let Some(top) = open.last_mut()
+        {
+            *top += 1;
+            depth += 1;
+        }
+        // Parentheses up to the end of this mustache, outside quotes.
+        let mut parens = 0usize;
+        let mut quote: Option<u8> = None;
+        let mut k = j;
+        while k < b.len() {
+            let c = b[k];
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None => match c {
+                    b'"' | b'\'' => quote = Some(c),
+                    b'(' => {
+                        parens += 1;
+                        max = max.max(depth + parens);
+                    }
+                    b')' => parens = parens.saturating_sub(1),
+                    b'}' if b.get(k + 1) == Some(&b'}') => break,
+                    _ => {}
+                },
+            }
+            k += 1;
+        }
+        max = max.max(depth);
+        i = k.min(b.len());
+    }
+    max
+}
+
+/// The depth of a parsed template (blocks, inverse chains and
+/// subexpressions); an error for partials and decorators.
+fn check_tree(elements: &[TemplateElement]) -> Result<usize, String> {
+    let mut max = 0;
+    for e in elements {
+        let d = match e {
+            TemplateElement::HelperBlock(h)
+            | TemplateElement::Expression(h)
+            | TemplateElement::HtmlExpression(h) => {
+                let mut d = params_depth(&h.params, &h.hash)?;
+                for t in h.template.iter().chain(h.inverse.iter()) {
+                    d = d.max(check_tree(&t.elements)?);
+                }
+                if matches!(e, TemplateElement::HelperBlock(_)) {
+                    d += 1;
+                }
+                d
+            }
+            TemplateElement::PartialExpression(_) | TemplateElement::PartialBlock(_) => {
+                return Err("partials ({{> name}}) are not supported".to_string());
+            }
+            TemplateElement::DecoratorExpression(_) | TemplateElement::DecoratorBlock(_) => {
+                return Err(
+                    "decorators and inline partials ({{* }}, {{#* }}) are not supported"
+                        .to_string(),
+                );
+            }
+            TemplateElement::RawString(_) | TemplateElement::Comment(_) => 0,
+            _ => return Err("unsupported template element".to_string()),
+        };
+        max = max.max(d);
+    }
+    Ok(max)
+}
+
+fn params_depth(
+    params: &[Parameter],
+    hash: &std::collections::HashMap<String, Parameter>,
+) -> Result<usize, String> {
+    let mut max = 0;
+    for p in params.iter().chain(hash.values()) {
+        if let Parameter::Subexpression(s) = p {
+            max = max.max(1 + check_tree(std::slice::from_ref(s.as_element()))?);
+        }
+    }
+    Ok(max)
+}
+
+/// Handlebars' `each`, charging one step per item so that nested loops
+/// over large lists stop at the time limit.
+struct EachHelper;
+
+impl HelperDef for EachHelper {
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        h: &Helper<'rc>,
+        r: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut RenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> HelperResult {
+        let value = h
+            .param(0)
+            .ok_or(RenderErrorReason::ParamNotFoundForIndex("each", 0))?;
+        let Some(t) = h.template() else {
+            return Ok(());
+        };
+        let items: Vec<(Value, &Value)> = match value.value() {
+            Value::Array(list) if !list.is_empty() || h.inverse().is_none() => list
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (Value::from(i), v))
+                .collect(),
+            Value::Object(m) if !m.is_empty() || h.inverse().is_none() => m
+                .iter()
+                .map(|(k, v)| (Value::String(k.clone()), v))
+                .collect(),
+            _ => {
+                return match h.inverse() {
+                    Some(inverse) => inverse.render(r, ctx, rc, out),
+                    None => Err(RenderError::strict_error(value.relative_path())),
+                };
+            }
+        };
+        let is_map = value.value().is_object();
+        let mut block = BlockContext::new();
+        let base = value.context_path().cloned();
+        match &base {
+            Some(p) => block.base_path_mut().clone_from(p),
+            None => block.set_base_value(value.value().clone()),
+        }
+        rc.push_block(block);
+        let len = items.len();
+        for (i, (key, v)) in items.into_iter().enumerate() {
+            limits::tick().map_err(RenderErrorReason::Other)?;
+            if let Some(block) = rc.block_mut() {
+                block.set_local_var("first", Value::Bool(i == 0));
+                block.set_local_var("last", Value::Bool(i + 1 == len));
+                block.set_local_var("index", Value::from(i));
+                if is_map {
+                    block.set_local_var("key", key.clone());
+                }
+                let segment = key.as_str().map_or_else(|| i.to_string(), str::to_string);
+                match &base {
+                    Some(p) => {
+                        let mut path = p.clone();
+                        path.push(segment);
+                        *block.base_path_mut() = path;
+                    }
+                    None => block.set_base_value(v.clone()),
+                }
+                let mut params = BlockParams::new();
+                if let Some(name) = h.block_param() {
+                    match &base {
+                        Some(_) => params.add_path(name, Vec::new())?,
+                        None => params.add_value(name, v.clone())?,
+                    }
+                    block.set_block_params(params);
+                } else if let Some((name, key_name)) = h.block_param_pair() {
+                    match &base {
+                        Some(_) => params.add_path(name, Vec::new())?,
+                        None => params.add_value(name, v.clone())?,
+                    }
+                    params.add_value(key_name, key)?;
+                    block.set_block_params(params);
+                }
+            }
+            t.render(r, ctx, rc, out)?;
+        }
+        rc.pop_block();
+        Ok(())
     }
 }
 
@@ -288,8 +561,16 @@ impl HelperDef for ValueHelper {
                 args.push(p.value());
             }
         }
+        limits::tick().map_err(RenderErrorReason::Other)?;
         let v = (self.f)(&args)
             .map_err(|m| RenderErrorReason::Other(format!("helper {}: {m}", self.name)))?;
+        // Results are charged: doubling a value in a chain of vars runs
+        // into the byte limit long before memory does.
+        if let Value::Array(a) = &v {
+            limits::check_list(a.len(), &format!("the list {} returns", self.name))
+                .map_err(RenderErrorReason::Other)?;
+        }
+        limits::charge_value(&v).map_err(RenderErrorReason::Other)?;
         Ok(ScopedJson::Derived(v))
     }
 }
@@ -402,11 +683,15 @@ fn h_default(args: &[&Value]) -> Result<Value, String> {
 
 /// `list a b c`: a list of the arguments.
 fn h_list(args: &[&Value]) -> Result<Value, String> {
+    limits::check_list(args.len(), "the list list returns")?;
+    limits::fits(args.iter().map(|v| limits::weight(v)).sum())?;
     Ok(Value::Array(args.iter().map(|v| (*v).clone()).collect()))
 }
 
 /// `concat a b …`: the arguments' text, joined.
 fn h_concat(args: &[&Value]) -> Result<Value, String> {
+    // The same value given many times would multiply it: checked first.
+    limits::fits(args.iter().map(|v| limits::weight(v)).sum())?;
     let mut out = String::new();
     for i in 0..args.len() {
         out.push_str(&text(args, i)?);
@@ -416,6 +701,9 @@ fn h_concat(args: &[&Value]) -> Result<Value, String> {
 
 /// `append l1 l2 …`: lists concatenated.
 fn h_append(args: &[&Value]) -> Result<Value, String> {
+    let len: usize = args.iter().filter_map(|v| v.as_array()).map(Vec::len).sum();
+    limits::check_list(len, "the list append returns")?;
+    limits::fits(args.iter().map(|v| limits::weight(v)).sum())?;
     let mut out = Vec::new();
     for i in 0..args.len() {
         out.extend(list(args, i)?.iter().cloned());
@@ -431,6 +719,10 @@ fn h_split(args: &[&Value]) -> Result<Value, String> {
     if sep.is_empty() {
         return Err("separator is empty".to_string());
     }
+    limits::check_list(
+        s.matches(sep.as_str()).count() + 1,
+        "the list split returns",
+    )?;
     let parts: Vec<Value> = match args.get(2) {
         Some(n) => {
             let n = n.as_u64().ok_or("argument 3 must be a number")? as usize;
@@ -451,6 +743,8 @@ fn h_join(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let items = list(args, 0)?;
     let sep = text(args, 1)?;
+    // A long separator between many items multiplies it.
+    limits::fits(limits::weight(args[0]) + sep.len() * items.len())?;
     let parts: Result<Vec<String>, String> = items
         .iter()
         .map(|v| scalar_text(v).ok_or_else(|| format!("cannot join {}", kind_of(v))))
@@ -471,9 +765,15 @@ fn h_upper(args: &[&Value]) -> Result<Value, String> {
 /// `replace s from to`: every occurrence.
 fn h_replace(args: &[&Value]) -> Result<Value, String> {
     arity(args, 3, 3)?;
-    Ok(Value::String(
-        text(args, 0)?.replace(&text(args, 1)?, &text(args, 2)?),
-    ))
+    let (s, from, to) = (text(args, 0)?, text(args, 1)?, text(args, 2)?);
+    // Every occurrence grows by the replacement: checked before.
+    let count = if from.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(from.as_str()).count()
+    };
+    limits::fits(s.len() + count * to.len())?;
+    Ok(Value::String(s.replace(&from, &to)))
 }
 
 /// `trim s`: white space removed at both ends.
@@ -735,13 +1035,13 @@ mod tests {
 
     fn render(t: &str, ctx: Value) -> Result<String, String> {
         let mut tpl = Templates::new();
-        tpl.compile(t)?;
+        tpl.compile(t).map_err(|e| e.1)?;
         tpl.render(t, &Context::from(ctx))
     }
 
     fn eval(e: &str, ctx: Value) -> Result<Value, String> {
         let mut tpl = Templates::new();
-        tpl.compile_expr(e)?;
+        tpl.compile_expr(e).map_err(|e| e.1)?;
         tpl.eval(e, &Context::from(ctx))
     }
 
@@ -852,5 +1152,113 @@ mod tests {
         assert!(tpl.compile_expr("{{x}}").is_err());
         let err = render("{{nosuch a}}", json!({"a": 1})).unwrap_err();
         assert!(err.contains("nosuch"), "{err}");
+    }
+
+    #[test]
+    fn each_behaves_like_handlebars() {
+        let ctx = json!({"l": ["a", "b"], "m": {"x": 1, "y": 2}, "e": []});
+        assert_eq!(
+            render("{{#each l}}{{@index}}{{this}}{{#if @first}}F{{/if}}{{#if @last}}L{{/if}};{{/each}}", ctx.clone()).unwrap(),
+            "0aF;1bL;"
+        );
+        assert_eq!(
+            render("{{#each m}}{{@key}}={{this}},{{/each}}", ctx.clone()).unwrap(),
+            "x=1,y=2,"
+        );
+        assert_eq!(
+            render("{{#each m as |v k|}}{{k}}{{v}}{{/each}}", ctx.clone()).unwrap(),
+            "x1y2"
+        );
+        assert_eq!(
+            render(
+                "{{#each (split \"p,q\" \",\") as |s|}}[{{s}}]{{/each}}",
+                ctx.clone()
+            )
+            .unwrap(),
+            "[p][q]"
+        );
+        assert_eq!(
+            render("{{#each e}}x{{else}}none{{/each}}", ctx.clone()).unwrap(),
+            "none"
+        );
+        assert_eq!(render("{{#each l}}{{../m.x}}{{/each}}", ctx).unwrap(), "11");
+    }
+
+    #[test]
+    fn nesting_is_limited_at_compile_time() {
+        let mut tpl = Templates::with_limits(&Limits {
+            template_depth: 3,
+            ..Limits::default()
+        });
+        assert!(
+            tpl.compile("{{#if a}}{{#if b}}{{#if c}}x{{/if}}{{/if}}{{/if}}")
+                .is_ok()
+        );
+        let (kind, msg) = tpl
+            .compile("{{#if a}}{{#if b}}{{#if c}}{{#if d}}x{{/if}}{{/if}}{{/if}}{{/if}}")
+            .unwrap_err();
+        assert_eq!(kind, ErrorKind::LimitExceeded);
+        assert!(msg.contains("--max-template-depth"), "{msg}");
+        // Subexpressions and else-if chains count too; siblings do not.
+        assert!(tpl.compile_expr("list (list (list (list 1)))").is_err());
+        assert!(
+            tpl.compile("{{#if a}}1{{else if b}}2{{else if c}}3{{else if d}}4{{/if}}")
+                .is_err()
+        );
+        assert!(
+            tpl.compile("{{#if a}}1{{/if}}{{#if b}}2{{/if}}{{#if c}}3{{/if}}{{#if d}}4{{/if}}")
+                .is_ok()
+        );
+        // Quoted parentheses and comments are not nesting.
+        assert!(
+            tpl.compile("{{concat \"((((\" a}}{{!-- {{#if}}{{#if}}{{#if}}{{#if}} --}}")
+                .is_ok()
+        );
+        // Too deep for the parser's stack is refused before parsing.
+        let deep = "{{#if a}}".repeat(100_000) + &"{{/if}}".repeat(100_000);
+        assert_eq!(tpl.compile(&deep).unwrap_err().0, ErrorKind::LimitExceeded);
+    }
+
+    #[test]
+    fn partials_and_decorators_are_refused() {
+        let mut tpl = Templates::new();
+        for t in [
+            "{{> p}}",
+            "{{#*inline \"p\"}}{{> p}}{{/inline}}{{> p}}",
+            "{{#> layout}}x{{/layout}}",
+            "{{*decorator}}",
+        ] {
+            let (kind, msg) = tpl.compile(t).unwrap_err();
+            assert_eq!(kind, ErrorKind::Template, "{t}");
+            assert!(msg.contains("not supported"), "{t}: {msg}");
+        }
+    }
+
+    #[test]
+    fn helpers_and_output_charge_the_budget() {
+        let limits = Limits {
+            list_length: 3,
+            bytes_per_trigger: 1000,
+            ..Limits::default()
+        };
+        let _g = limits::start(&limits);
+        let err = eval("list 1 2 3 4", json!({})).unwrap_err();
+        assert!(err.contains("--max-list-length"), "{err}");
+        drop(_g);
+        let _g = limits::start(&limits);
+        let err = eval("replace s \"x\" s", json!({"s": "x".repeat(40)})).unwrap_err();
+        assert!(err.contains("--max-bytes-per-trigger"), "{err}");
+        drop(_g);
+        let _g = limits::start(&limits);
+        let err = eval("split s \",\"", json!({"s": ",,,"})).unwrap_err();
+        assert!(err.contains("--max-list-length"), "{err}");
+        drop(_g);
+        let _g = limits::start(&limits);
+        let err = render(
+            "{{#each l}}{{#each @root.l}}{{@root.s}}{{/each}}{{/each}}",
+            json!({"l": [1, 2, 3], "s": "x".repeat(200)}),
+        )
+        .unwrap_err();
+        assert!(err.contains("--max-bytes-per-trigger"), "{err}");
     }
 }

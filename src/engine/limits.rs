@@ -1,0 +1,355 @@
+//! Bounds on evaluation: no rule can abort the process, hang it, or take
+//! the memory and time the other rules need.
+//!
+//! Template nesting is checked when a rule is compiled. The other limits
+//! are a *budget* per trigger (or per static output set), kept in a
+//! thread-local while that trigger renders: helpers, `#each` iterations,
+//! rendered text and list expansion charge it, so even one render stops
+//! when it runs over. Evaluation itself runs on a thread of its own with a
+//! large stack ([`isolated`]), where a panic becomes an error.
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Default of [`Limits::template_depth`].
+pub const DEFAULT_TEMPLATE_DEPTH: usize = 32;
+/// Default of [`Limits::list_length`].
+pub const DEFAULT_LIST_LENGTH: usize = 10_000;
+/// Default of [`Limits::bytes_per_trigger`]: 16 MiB.
+pub const DEFAULT_BYTES_PER_TRIGGER: usize = 16 * 1024 * 1024;
+/// Default of [`Limits::objects_per_trigger`].
+pub const DEFAULT_OBJECTS_PER_TRIGGER: usize = 10_000;
+/// Default of [`Limits::seconds_per_trigger`].
+pub const DEFAULT_SECONDS_PER_TRIGGER: f64 = 10.0;
+/// Highest template depth a flag may ask for: deeper trees would need
+/// more stack than the evaluation thread has.
+pub const MAX_TEMPLATE_DEPTH: usize = 256;
+/// Stack of the evaluation thread: only touched pages are committed.
+const EVAL_STACK_BYTES: usize = 256 * 1024 * 1024;
+/// What a JSON value costs besides its text, for the byte budget.
+const NODE_BYTES: usize = 32;
+
+/// The limits of one evaluation; the flags of `render` and `run` (with an
+/// environment variable each for `run`).
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Deepest nesting of blocks ({{#if}}, {{#each}}, {{else if}} chains) and
+    /// subexpressions in one template or expression. Checked when a rule is
+    /// compiled.
+    #[arg(long = "max-template-depth", env = "RBAC_RULES_MAX_TEMPLATE_DEPTH",
+          default_value_t = DEFAULT_TEMPLATE_DEPTH,
+          value_parser = parse_depth)]
+    pub template_depth: usize,
+    /// Longest list a forEach iterates, a var holds or a helper returns.
+    #[arg(long = "max-list-length", env = "RBAC_RULES_MAX_LIST_LENGTH",
+          default_value_t = DEFAULT_LIST_LENGTH)]
+    pub list_length: usize,
+    /// Bytes one trigger may render: template output, helper results and
+    /// expanded values (about 32 bytes per JSON value plus its text).
+    #[arg(long = "max-bytes-per-trigger", env = "RBAC_RULES_MAX_BYTES_PER_TRIGGER",
+          default_value_t = DEFAULT_BYTES_PER_TRIGGER)]
+    pub bytes_per_trigger: usize,
+    /// Objects one rule may emit for one trigger.
+    #[arg(long = "max-objects-per-trigger", env = "RBAC_RULES_MAX_OBJECTS_PER_TRIGGER",
+          default_value_t = DEFAULT_OBJECTS_PER_TRIGGER)]
+    pub objects_per_trigger: usize,
+    /// Wall time one rule may spend on one trigger, in seconds.
+    #[arg(long = "max-seconds-per-trigger", env = "RBAC_RULES_MAX_SECONDS_PER_TRIGGER",
+          default_value_t = DEFAULT_SECONDS_PER_TRIGGER, value_parser = parse_seconds)]
+    pub seconds_per_trigger: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            template_depth: DEFAULT_TEMPLATE_DEPTH,
+            list_length: DEFAULT_LIST_LENGTH,
+            bytes_per_trigger: DEFAULT_BYTES_PER_TRIGGER,
+            objects_per_trigger: DEFAULT_OBJECTS_PER_TRIGGER,
+            seconds_per_trigger: DEFAULT_SECONDS_PER_TRIGGER,
+        }
+    }
+}
+
+fn parse_depth(s: &str) -> Result<usize, String> {
+    let v: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if !(1..=MAX_TEMPLATE_DEPTH).contains(&v) {
+        return Err(format!("must be from 1 to {MAX_TEMPLATE_DEPTH}"));
+    }
+    Ok(v)
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v > 0.0 && v <= 86_400.0) {
+        return Err("must be more than 0 and at most 86400".to_string());
+    }
+    Ok(v)
+}
+
+/// One of the limits, for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// [`Limits::template_depth`].
+    TemplateDepth,
+    /// [`Limits::list_length`].
+    ListLength,
+    /// [`Limits::bytes_per_trigger`].
+    Bytes,
+    /// [`Limits::objects_per_trigger`].
+    Objects,
+    /// [`Limits::seconds_per_trigger`].
+    Time,
+}
+
+impl Limit {
+    /// The flag that sets it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Limit::TemplateDepth => "--max-template-depth",
+            Limit::ListLength => "--max-list-length",
+            Limit::Bytes => "--max-bytes-per-trigger",
+            Limit::Objects => "--max-objects-per-trigger",
+            Limit::Time => "--max-seconds-per-trigger",
+        }
+    }
+
+    /// The message of an error: what happened, the limit and its flag.
+    pub fn message(self, limits: &Limits, what: &str) -> String {
+        let value = match self {
+            Limit::TemplateDepth => limits.template_depth.to_string(),
+            Limit::ListLength => limits.list_length.to_string(),
+            Limit::Bytes => limits.bytes_per_trigger.to_string(),
+            Limit::Objects => limits.objects_per_trigger.to_string(),
+            Limit::Time => format!("{}s", limits.seconds_per_trigger),
+        };
+        format!("limit exceeded: {what} (limit {value}, {})", self.flag())
+    }
+}
+
+/// What one trigger has used so far.
+struct Budget {
+    limits: Limits,
+    bytes: usize,
+    deadline: Instant,
+    ticks: u32,
+    /// The first limit hit: every later charge fails with it too, so the
+    /// render unwinds at once and the error names the limit.
+    tripped: Option<String>,
+}
+
+thread_local! {
+    static BUDGET: RefCell<Option<Budget>> = const { RefCell::new(None) };
+}
+
+/// The budget of one trigger while it lives; the previous one is restored
+/// when it is dropped.
+pub(crate) struct BudgetGuard {
+    prev: Option<Budget>,
+}
+
+impl Drop for BudgetGuard {
+    fn drop(&mut self) {
+        let prev = self.prev.take();
+        BUDGET.with(|b| *b.borrow_mut() = prev);
+    }
+}
+
+/// Starts the budget of one trigger on this thread.
+pub(crate) fn start(limits: &Limits) -> BudgetGuard {
+    let budget = Budget {
+        limits: limits.clone(),
+        bytes: 0,
+        deadline: Instant::now() + Duration::from_secs_f64(limits.seconds_per_trigger),
+        ticks: 0,
+        tripped: None,
+    };
+    BudgetGuard {
+        prev: BUDGET.with(|b| b.borrow_mut().replace(budget)),
+    }
+}
+
+/// Runs `f` on the current budget; no budget (outside a trigger), no limit.
+fn with_budget(f: impl FnOnce(&mut Budget) -> Result<(), String>) -> Result<(), String> {
+    BUDGET.with(|b| match b.borrow_mut().as_mut() {
+        None => Ok(()),
+        Some(budget) => {
+            if let Some(t) = &budget.tripped {
+                return Err(t.clone());
+            }
+            let r = f(budget);
+            if let Err(e) = &r {
+                budget.tripped = Some(e.clone());
+            }
+            r
+        }
+    })
+}
+
+/// The limit this trigger ran over, if any.
+pub(crate) fn tripped() -> Option<String> {
+    BUDGET.with(|b| b.borrow().as_ref().and_then(|b| b.tripped.clone()))
+}
+
+/// One step of work: checks the clock now and then.
+pub(crate) fn tick() -> Result<(), String> {
+    with_budget(|b| {
+        b.ticks = b.ticks.wrapping_add(1);
+        if b.ticks % 32 == 0 && Instant::now() > b.deadline {
+            return Err(Limit::Time.message(&b.limits, "the trigger took too long to render"));
+        }
+        Ok(())
+    })
+}
+
+/// Charges `n` bytes to the trigger (and counts a step).
+pub(crate) fn charge(n: usize) -> Result<(), String> {
+    tick()?;
+    with_budget(|b| {
+        b.bytes = b.bytes.saturating_add(n);
+        if b.bytes > b.limits.bytes_per_trigger {
+            return Err(Limit::Bytes.message(&b.limits, "the trigger renders too much"));
+        }
+        Ok(())
+    })
+}
+
+/// Whether `n` more bytes would still fit, before they are made: for
+/// helpers whose result can be much larger than their arguments.
+pub(crate) fn fits(n: usize) -> Result<(), String> {
+    with_budget(|b| {
+        if b.bytes.saturating_add(n) > b.limits.bytes_per_trigger {
+            return Err(Limit::Bytes.message(&b.limits, "the trigger renders too much"));
+        }
+        Ok(())
+    })
+}
+
+/// Charges a JSON value (about what it takes in memory).
+pub(crate) fn charge_value(v: &Value) -> Result<(), String> {
+    charge(weight(v))
+}
+
+/// Charges one expanded JSON node.
+pub(crate) fn charge_node() -> Result<(), String> {
+    charge(NODE_BYTES)
+}
+
+/// Checks a list's length; `what` says which list.
+pub(crate) fn check_list(len: usize, what: &str) -> Result<(), String> {
+    with_budget(|b| {
+        if len > b.limits.list_length {
+            return Err(Limit::ListLength.message(&b.limits, &format!("{what} has {len} items")));
+        }
+        Ok(())
+    })
+}
+
+/// Checks the number of objects emitted for one trigger.
+pub(crate) fn check_objects(n: usize) -> Result<(), String> {
+    with_budget(|b| {
+        if n > b.limits.objects_per_trigger {
+            return Err(Limit::Objects.message(
+                &b.limits,
+                &format!(
+                    "the trigger emits more than {} objects",
+                    b.limits.objects_per_trigger
+                ),
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// About what a value takes in memory: a node cost per value plus its
+/// text. Iterative: values may be deep.
+pub fn weight(v: &Value) -> usize {
+    let mut total = 0usize;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        total = total.saturating_add(NODE_BYTES);
+        match v {
+            Value::String(s) => total = total.saturating_add(s.len()),
+            Value::Array(a) => stack.extend(a.iter()),
+            Value::Object(m) => {
+                for (k, x) in m {
+                    total = total.saturating_add(k.len());
+                    stack.push(x);
+                }
+            }
+            _ => {}
+        }
+    }
+    total
+}
+
+/// Runs `f` on a thread of its own with a large stack, so that deep (but
+/// bounded) recursion cannot overflow the caller's stack, and a panic
+/// becomes an error instead of ending the process.
+pub fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, String> {
+    std::thread::scope(|s| {
+        let handle = std::thread::Builder::new()
+            .name("rbac-rules-eval".to_string())
+            .stack_size(EVAL_STACK_BYTES)
+            .spawn_scoped(s, f)
+            .map_err(|e| format!("cannot start the evaluation thread: {e}"))?;
+        handle.join().map_err(|p| {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            format!("evaluation panicked: {msg}")
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn budget_trips_and_stays_tripped() {
+        let limits = Limits {
+            bytes_per_trigger: 100,
+            ..Limits::default()
+        };
+        let _g = start(&limits);
+        assert!(charge(60).is_ok());
+        let e = charge(60).unwrap_err();
+        assert!(e.contains("--max-bytes-per-trigger"), "{e}");
+        // Sticky: even a free step fails now.
+        assert!(tick().is_err());
+        assert_eq!(tripped(), Some(e));
+    }
+
+    #[test]
+    fn no_budget_no_limit_and_guards_restore() {
+        assert!(charge(usize::MAX).is_ok());
+        {
+            let _g = start(&Limits {
+                list_length: 2,
+                ..Limits::default()
+            });
+            assert!(check_list(3, "x").is_err());
+        }
+        assert!(check_list(3, "x").is_ok());
+        assert_eq!(tripped(), None);
+    }
+
+    #[test]
+    fn weight_counts_nodes_and_text() {
+        assert_eq!(weight(&json!("abc")), NODE_BYTES + 3);
+        assert_eq!(weight(&json!({"k": [1, 2]})), 4 * NODE_BYTES + 1);
+    }
+
+    #[test]
+    fn isolated_turns_panics_into_errors() {
+        let r: Result<(), String> = isolated(|| panic!("boom"));
+        assert!(r.unwrap_err().contains("boom"));
+        assert_eq!(isolated(|| 7).unwrap(), 7);
+    }
+}

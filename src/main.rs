@@ -7,9 +7,17 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rbac_rules::controller::RunArgs;
 use rbac_rules::render::RenderArgs;
 
+/// `rbac-rules --version`: the crate version and the git revision built.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("RBAC_RULES_GIT_REVISION"),
+    ")"
+);
+
 /// A rule-driven Kubernetes RBAC controller.
 #[derive(Parser, Debug)]
-#[command(name = "rbac-rules", version, about)]
+#[command(name = "rbac-rules", version = VERSION, about)]
 struct Cli {
     /// Log format.
     #[arg(long, env = "RBAC_RULES_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]

@@ -137,8 +137,18 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<RuleSource>, Vec<LoadError>> {
 }
 
 /// Like [`load`], with each rule's origin (`file#document`) for messages.
+/// Directories are read like `kubectl apply -f DIR`: their files only.
 pub fn load_with_origins(paths: &[PathBuf]) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
-    let docs = yaml::load_paths(paths).map_err(|e| vec![LoadError::from(e)])?;
+    load_tree_with_origins(paths, false)
+}
+
+/// Like [`load_with_origins`], recursing into sub-directories when
+/// `recursive` (`-R`).
+pub fn load_tree_with_origins(
+    paths: &[PathBuf],
+    recursive: bool,
+) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
+    let docs = yaml::load_tree(paths, recursive).map_err(|e| vec![LoadError::from(e)])?;
     with_origins(&docs)
 }
 

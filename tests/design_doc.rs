@@ -26,6 +26,7 @@ fn rendered() -> Vec<Value> {
         flatten: true,
         manage: ManageLevel::All,
         allow: None,
+        recursive: false,
     };
     let text = render(&args).expect("the example renders");
     serde_saphyr::from_multiple::<Value>(&text).expect("valid YAML")

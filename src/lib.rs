@@ -12,6 +12,7 @@ pub mod policy;
 pub mod render;
 pub mod rules;
 pub mod selector;
+pub mod validate;
 pub mod yaml;
 
 use kube::CustomResourceExt;

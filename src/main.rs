@@ -40,6 +40,8 @@ enum Command {
     Render(RenderArgs),
     /// Run the controller against the cluster of the current kubeconfig.
     Run(RunArgs),
+    /// Lint rule files offline: templates, helpers, verbs, trigger fields.
+    Validate(rbac_rules::validate::ValidateArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Render(args) => rbac_rules::render::main(&args),
+        Command::Validate(args) => rbac_rules::validate::main(&args),
         Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

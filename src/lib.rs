@@ -11,6 +11,7 @@ pub mod engine;
 pub mod policy;
 pub mod render;
 pub mod rules;
+pub mod ruletest;
 pub mod selector;
 pub mod validate;
 pub mod yaml;

@@ -42,6 +42,8 @@ enum Command {
     Run(RunArgs),
     /// Lint rule files offline: templates, helpers, verbs, trigger fields.
     Validate(rbac_rules::validate::ValidateArgs),
+    /// Run rule tests (kind RbacRuleTest): expected objects and access.
+    Test(rbac_rules::ruletest::TestArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         },
         Command::Render(args) => rbac_rules::render::main(&args),
         Command::Validate(args) => rbac_rules::validate::main(&args),
+        Command::Test(args) => rbac_rules::ruletest::main(&args),
         Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod controller;
 pub mod engine;
+pub mod explain;
 pub mod policy;
 pub mod render;
 pub mod rules;

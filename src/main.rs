@@ -44,6 +44,8 @@ enum Command {
     Validate(rbac_rules::validate::ValidateArgs),
     /// Run rule tests (kind RbacRuleTest): expected objects and access.
     Test(rbac_rules::ruletest::TestArgs),
+    /// Explain a rendered object's origin, or what a subject may do.
+    Explain(rbac_rules::explain::ExplainArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Render(args) => rbac_rules::render::main(&args),
         Command::Validate(args) => rbac_rules::validate::main(&args),
         Command::Test(args) => rbac_rules::ruletest::main(&args),
+        Command::Explain(args) => rbac_rules::explain::main(&args),
         Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

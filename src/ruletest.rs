@@ -288,14 +288,17 @@ fn compact(v: &Value) -> String {
 }
 
 /// Every role and binding of the input and output, aggregation flattened.
-struct World {
-    cluster_roles: BTreeMap<String, Vec<PolicyRule>>,
-    roles: BTreeMap<(String, String), Vec<PolicyRule>>,
-    bindings: Vec<Value>,
+pub(crate) struct World {
+    /// ClusterRoles by name, aggregated ones filled.
+    pub(crate) cluster_roles: BTreeMap<String, Vec<PolicyRule>>,
+    /// Roles by (namespace, name).
+    pub(crate) roles: BTreeMap<(String, String), Vec<PolicyRule>>,
+    /// RoleBindings and ClusterRoleBindings.
+    pub(crate) bindings: Vec<Value>,
 }
 
 impl World {
-    fn new(inputs: &[Value], outputs: &[Value]) -> Self {
+    pub(crate) fn new(inputs: &[Value], outputs: &[Value]) -> Self {
         // The output replaces an input object of the same kind and name.
         let mut all: BTreeMap<Key, &Value> = BTreeMap::new();
         for o in inputs.iter().chain(outputs) {
@@ -418,15 +421,16 @@ impl World {
 }
 
 /// Who asks: a user name, groups, and a ServiceAccount identity.
-struct Subject {
+pub(crate) struct Subject {
     user: Option<String>,
     groups: Vec<String>,
     service_account: Option<(String, String)>,
-    show: String,
+    /// `User alice`, for messages.
+    pub(crate) show: String,
 }
 
 impl Subject {
-    fn of(a: &Access) -> Result<Self, String> {
+    pub(crate) fn of(a: &Access) -> Result<Self, String> {
         let mut groups = a.groups.clone();
         let s = match (&a.user, &a.group, &a.service_account) {
             (Some(u), None, None) => {
@@ -470,7 +474,7 @@ impl Subject {
 
     /// Whether a binding subject names this subject (`binding_ns`: the
     /// default namespace of a RoleBinding's ServiceAccount subjects).
-    fn matches(&self, x: &Value, binding_ns: &str) -> bool {
+    pub(crate) fn matches(&self, x: &Value, binding_ns: &str) -> bool {
         let name = x["name"].as_str().unwrap_or_default();
         match x["kind"].as_str() {
             Some("User") => self.user.as_deref() == Some(name),

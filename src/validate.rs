@@ -114,7 +114,11 @@ pub fn validate(args: &ValidateArgs) -> Result<Vec<Finding>, YamlError> {
     let objects = yaml::load_tree(&args.objects, args.recursive)?;
     let schemas = Schemas::new(&objects);
     let mut findings = Vec::new();
-    for doc in &docs {
+    // Rule tests (`rbac-rules test`) are not rules.
+    for doc in docs
+        .iter()
+        .filter(|d| d.value["kind"] != crate::ruletest::TEST_KIND)
+    {
         lint_document(doc, &schemas, &mut findings);
     }
     findings.sort_by(|a, b| {
@@ -177,16 +181,19 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
             message,
         })
     };
-    let source = match rules::parse_rule(doc) {
+    let source = match rules::parse_rule_all(doc) {
         Ok(s) => s,
-        Err(e) => {
-            let message = match &e {
-                rules::LoadError::Invalid { field, message, .. } => {
-                    format!("{}{message}", field.trim_start_matches(": "))
+        Err(errs) => {
+            for e in errs {
+                match &e {
+                    rules::LoadError::Invalid { field, message, .. } => push(
+                        Severity::Error,
+                        field.trim_start_matches(": "),
+                        message.clone(),
+                    ),
+                    other => push(Severity::Error, "", other.to_string()),
                 }
-                other => other.to_string(),
-            };
-            push(Severity::Error, "", message);
+            }
             return;
         }
     };

@@ -9,10 +9,13 @@ pub mod api;
 pub mod controller;
 pub mod diff;
 pub mod engine;
+pub mod explain;
 pub mod policy;
 pub mod render;
 pub mod rules;
+pub mod ruletest;
 pub mod selector;
+pub mod validate;
 pub mod yaml;
 
 use kube::CustomResourceExt;

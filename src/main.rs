@@ -8,9 +8,17 @@ use rbac_rules::controller::RunArgs;
 use rbac_rules::diff::DiffArgs;
 use rbac_rules::render::RenderArgs;
 
+/// `rbac-rules --version`: the crate version and the git revision built.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("RBAC_RULES_GIT_REVISION"),
+    ")"
+);
+
 /// A rule-driven Kubernetes RBAC controller.
 #[derive(Parser, Debug)]
-#[command(name = "rbac-rules", version, about)]
+#[command(name = "rbac-rules", version = VERSION, about)]
 struct Cli {
     /// Log format.
     #[arg(long, env = "RBAC_RULES_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -36,6 +44,12 @@ enum Command {
     /// Show what `run` would change in the cluster of the current
     /// kubeconfig, without writing: exit 0 nothing, 1 something, 2 error.
     Diff(DiffArgs),
+    /// Lint rule files offline: templates, helpers, verbs, trigger fields.
+    Validate(rbac_rules::validate::ValidateArgs),
+    /// Run rule tests (kind RbacRuleTest): expected objects and access.
+    Test(rbac_rules::ruletest::TestArgs),
+    /// Explain a rendered object's origin, or what a subject may do.
+    Explain(rbac_rules::explain::ExplainArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -72,6 +86,9 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Validate(args) => rbac_rules::validate::main(&args),
+        Command::Test(args) => rbac_rules::ruletest::main(&args),
+        Command::Explain(args) => rbac_rules::explain::main(&args),
         Command::Run(args) => {
             let rt = match runtime() {
                 Ok(rt) => rt,

@@ -486,6 +486,31 @@ pub fn aggregate(roles: &[ClusterRole]) -> Result<Vec<ClusterRole>, PolicyError>
     Ok(out)
 }
 
+/// Verbs Kubernetes knows: the API verbs, the RBAC and admission special
+/// verbs (`use`, `bind`, `escalate`, `impersonate`, `approve`, `sign`), the
+/// non-resource URL verbs, and the wildcard.
+pub const KNOWN_VERBS: &[&str] = &[
+    "*",
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "use",
+    "bind",
+    "escalate",
+    "impersonate",
+    "approve",
+    "sign",
+    "post",
+    "put",
+    "head",
+    "options",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,6 +46,10 @@ pub struct RenderArgs {
     /// Evaluation limits.
     #[command(flatten)]
     pub limits: crate::engine::Limits,
+    /// Read directories given to --rules and --objects recursively (like
+    /// kubectl's -R); without it only a directory's own files are read.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
 }
 
 /// Why a render failed.
@@ -79,7 +83,7 @@ pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), 
     let loaded = if args.rules.is_empty() {
         rules::builtin_with_origins()
     } else {
-        rules::load_with_origins(&args.rules)
+        rules::load_tree_with_origins(&args.rules, args.recursive)
     }
     .map_err(|errs| {
         RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
@@ -90,7 +94,7 @@ pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), 
         .collect();
     let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
     let mut store = ObjectStore::new();
-    for doc in yaml::load_paths(&args.objects)? {
+    for doc in yaml::load_tree(&args.objects, args.recursive)? {
         store
             .insert(doc.value.clone())
             .map_err(|message| RenderError::Object {

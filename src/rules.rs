@@ -47,8 +47,13 @@ fn invalid(doc: &Document, rule: &str, field: &str, message: impl Into<String>) 
     }
 }
 
-/// Parses one RbacRule document.
+/// Parses one RbacRule document; the first problem when there are several.
 pub fn parse_rule(doc: &Document) -> Result<RuleSource, LoadError> {
+    parse_rule_all(doc).map_err(|mut errs| errs.remove(0))
+}
+
+/// Parses one RbacRule document, reporting every unknown field.
+pub fn parse_rule_all(doc: &Document) -> Result<RuleSource, Vec<LoadError>> {
     let v = &doc.value;
     let name = v["metadata"]["name"]
         .as_str()
@@ -57,54 +62,75 @@ pub fn parse_rule(doc: &Document) -> Result<RuleSource, LoadError> {
     let api_version = v["apiVersion"].as_str().unwrap_or_default();
     let kind = v["kind"].as_str().unwrap_or_default();
     if kind != "RbacRule" || api_version != format!("{GROUP}/v1alpha1") {
-        return Err(invalid(
+        return Err(vec![invalid(
             doc,
             &name,
             "",
             format!(
                 "expected apiVersion {GROUP}/v1alpha1, kind RbacRule; got {api_version:?}, {kind:?}"
             ),
-        ));
+        )]);
     }
     if name.is_empty() {
-        return Err(invalid(doc, &name, "metadata.name", "name is required"));
+        return Err(vec![invalid(
+            doc,
+            &name,
+            "metadata.name",
+            "name is required",
+        )]);
     }
     let spec = v.get("spec").cloned().unwrap_or(Value::Null);
     let mut unknown: Vec<String> = Vec::new();
     let parsed: Result<RbacRuleSpec, _> = serde_path_to_error::deserialize(
         serde_ignored::Deserializer::new(spec, &mut |p: serde_ignored::Path| {
-            unknown.push(format!("spec.{}", bracket_indices(&p.to_string())))
+            unknown.push(format!("spec.{}", yaml_path(&p.to_string())))
         }),
     );
     let typo_hint = unknown
         .first()
-        .map(|u| format!(" (unknown field {u}: a typo?)"))
+        .map(|u| match suggest_field(u) {
+            Some(s) => format!(" (unknown field {u}: did you mean {s:?}?)"),
+            None => format!(" (unknown field {u}: a typo?)"),
+        })
         .unwrap_or_default();
     let spec = parsed.map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." {
+        let path = yaml_path(&e.path().to_string());
+        let field = if path.is_empty() {
             "spec".to_string()
         } else {
             format!("spec.{path}")
         };
-        invalid(doc, &name, &field, format!("{}{typo_hint}", e.into_inner()))
+        let message = humanize(&e.into_inner().to_string());
+        vec![invalid(doc, &name, &field, format!("{message}{typo_hint}"))]
     })?;
-    if let Some(u) = unknown.first() {
-        return Err(invalid(
-            doc,
-            &name,
-            u,
-            format!("unknown field {:?}", last_segment(u)),
-        ));
+    if !unknown.is_empty() {
+        return Err(unknown
+            .iter()
+            .map(|u| {
+                let hint = suggest_field(u)
+                    .map(|s| format!(" (did you mean {s:?}?)"))
+                    .unwrap_or_default();
+                invalid(
+                    doc,
+                    &name,
+                    u,
+                    format!("unknown field {:?}{hint}", last_segment(u)),
+                )
+            })
+            .collect());
     }
     Ok(RuleSource { name, spec })
 }
 
-/// `outputs.0.nmae` → `outputs[0].nmae`, the notation of every other error.
-fn bracket_indices(path: &str) -> String {
+/// A deserializer path as written in YAML: `outputs.0.nmae` →
+/// `outputs[0].nmae`; the `?` an optional value adds is dropped.
+fn yaml_path(path: &str) -> String {
     let mut out = String::new();
     for seg in path.split('.') {
-        if !seg.is_empty() && seg.chars().all(|c| c.is_ascii_digit()) {
+        if seg.is_empty() || seg == "?" {
+            continue;
+        }
+        if seg.chars().all(|c| c.is_ascii_digit()) {
             out.push_str(&format!("[{seg}]"));
         } else {
             if !out.is_empty() {
@@ -118,6 +144,77 @@ fn bracket_indices(path: &str) -> String {
 
 fn last_segment(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
+}
+
+/// Serde's wording for people: no backticked Rust names.
+fn humanize(message: &str) -> String {
+    if let Some(rest) = message.strip_prefix("unknown variant `")
+        && let Some((got, expected)) = rest.split_once("`, expected one of ")
+    {
+        let options: Vec<String> = expected
+            .split(", ")
+            .map(|o| o.trim_matches('`').to_string())
+            .collect();
+        let hint = closest(got, options.iter().map(String::as_str))
+            .map(|s| format!(" (did you mean {s:?}?)"))
+            .unwrap_or_default();
+        return format!(
+            "unknown value {got:?}: expected one of {}{hint}",
+            options.join(", ")
+        );
+    }
+    if let Some(rest) = message.strip_prefix("invalid type: ")
+        && let Some((got, expected)) = rest.split_once(", expected ")
+    {
+        let got = match got {
+            "sequence" => "a list".to_string(),
+            "map" => "a map".to_string(),
+            other => other.to_string(),
+        };
+        return format!("expected {expected}, got {got}");
+    }
+    if let Some(rest) = message.strip_prefix("missing field `")
+        && let Some(field) = rest.strip_suffix('`')
+    {
+        return format!("missing field {field:?}");
+    }
+    message.to_string()
+}
+
+/// The closest of `candidates` to `word`, when close enough to be a typo.
+fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(2);
+    candidates
+        .map(|c| {
+            (
+                strsim::levenshtein(&word.to_lowercase(), &c.to_lowercase()),
+                c,
+            )
+        })
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| c)
+}
+
+/// The field the RbacRule schema has where `path` (`spec.trigger.selecter`)
+/// names one it does not.
+fn suggest_field(path: &str) -> Option<String> {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(crate::api::RbacRule::crd()).ok()?;
+    let mut schema = crd
+        .pointer("/spec/versions/0/schema/openAPIV3Schema")?
+        .clone();
+    let segs: Vec<&str> = path.split('.').collect();
+    let (last, parents) = segs.split_last()?;
+    for seg in parents {
+        let name = seg.split('[').next().unwrap_or(seg);
+        schema = schema.pointer(&format!("/properties/{name}"))?.clone();
+        for _ in 0..seg.matches('[').count() {
+            schema = schema.get("items")?.clone();
+        }
+    }
+    let props = schema.get("properties")?.as_object()?;
+    closest(last, props.keys().map(String::as_str)).map(str::to_string)
 }
 
 /// Parses every document of a text as an RbacRule.
@@ -137,18 +234,32 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<RuleSource>, Vec<LoadError>> {
 }
 
 /// Like [`load`], with each rule's origin (`file#document`) for messages.
+/// Directories are read like `kubectl apply -f DIR`: their files only.
 pub fn load_with_origins(paths: &[PathBuf]) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
-    let docs = yaml::load_paths(paths).map_err(|e| vec![LoadError::from(e)])?;
+    load_tree_with_origins(paths, false)
+}
+
+/// Like [`load_with_origins`], recursing into sub-directories when
+/// `recursive` (`-R`).
+pub fn load_tree_with_origins(
+    paths: &[PathBuf],
+    recursive: bool,
+) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
+    let docs = yaml::load_tree(paths, recursive).map_err(|e| vec![LoadError::from(e)])?;
     with_origins(&docs)
 }
 
 fn with_origins(docs: &[Document]) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
     let mut ok = Vec::new();
     let mut bad = Vec::new();
-    for d in docs {
-        match parse_rule(d) {
+    // Rule tests (`rbac-rules test`) may sit beside rules under -R.
+    for d in docs
+        .iter()
+        .filter(|d| d.value["kind"] != crate::ruletest::TEST_KIND)
+    {
+        match parse_rule_all(d) {
             Ok(r) => ok.push((d.origin(), r)),
-            Err(e) => bad.push(e),
+            Err(e) => bad.extend(e),
         }
     }
     if bad.is_empty() { Ok(ok) } else { Err(bad) }

@@ -88,9 +88,11 @@ pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Document>, YamlErr
     Ok(out)
 }
 
-/// Files named by `paths`: files as given, directories walked recursively
-/// for `.yaml`, `.yml` and `.json` files in name order.
-pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
+/// Files named by `paths`, as `kubectl apply -f` reads them: files as
+/// given; a directory's `.yaml`, `.yml` and `.json` files in name order, and
+/// its sub-directories only when `recursive` (kubectl's `-R`). A rule set's
+/// `tests/` sub-directory is thus never read as rules or objects.
+pub fn expand_paths(paths: &[PathBuf], recursive: bool) -> Result<Vec<PathBuf>, YamlError> {
     let mut out = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| YamlError::Io {
@@ -116,7 +118,9 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
                     out.push(f);
                 }
             }
-            out.extend(expand_paths(&dirs)?);
+            if recursive {
+                out.extend(expand_paths(&dirs, true)?);
+            }
         } else {
             out.push(p.clone());
         }
@@ -124,10 +128,16 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, YamlError> {
     Ok(out)
 }
 
-/// Reads every document under `paths`.
+/// Reads every document under `paths`; directories are not recursed into.
 pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Document>, YamlError> {
+    load_tree(paths, false)
+}
+
+/// Reads every document under `paths`, recursing into sub-directories when
+/// `recursive`.
+pub fn load_tree(paths: &[PathBuf], recursive: bool) -> Result<Vec<Document>, YamlError> {
     let mut out = Vec::new();
-    for f in expand_paths(paths)? {
+    for f in expand_paths(paths, recursive)? {
         let text = std::fs::read_to_string(&f).map_err(|e| YamlError::Io {
             path: f.display().to_string(),
             source: e,

@@ -346,7 +346,7 @@ fn every_invalid_rule_is_reported_not_just_the_first() {
         &r,
         &[
             "RbacRule \"one\"",
-            "missing field `name` (unknown field spec.outputs[0].nme: a typo?)",
+            "missing field \"name\" (unknown field spec.outputs[0].nme: did you mean \"name\"?)",
             "RbacRule \"two\"",
             "spec.outputs[0].nmae",
         ],

@@ -496,9 +496,16 @@ fn wrap_expr(expr: &str) -> Result<String, String> {
 }
 
 fn template_error_text(e: &handlebars::TemplateError) -> String {
+    // The parser's grammar rule names mean nothing to a rule author.
+    let reason = match e.reason() {
+        handlebars::TemplateErrorReason::InvalidSyntax(_) => {
+            "invalid template syntax: an unclosed or malformed {{ }} expression".to_string()
+        }
+        other => other.to_string(),
+    };
     match e.pos() {
-        Some((l, c)) => format!("{} (line {l}, column {c})", e.reason()),
-        None => e.reason().to_string(),
+        Some((l, c)) => format!("{reason} (line {l}, column {c})"),
+        None => reason,
     }
 }
 

@@ -1,0 +1,568 @@
+//! `rbac-rules test`: rule tests as files, in the spirit of `kyverno test`.
+//!
+//! A test (`kind: RbacRuleTest`) names rule files, input objects and
+//! expectations: objects that must be rendered (containing the given
+//! fields), objects that must not be, errors that must be reported, and
+//! access statements checked against the input and output objects with
+//! Kubernetes RBAC semantics: bindings → roles → rules, aggregation
+//! flattened, rules compared with the "covers" semantics of [`crate::policy`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::api::ManageLevel;
+use crate::engine::{Engine, ObjectStore, Options};
+use crate::rules;
+use crate::yaml::{self, Document};
+
+/// The `kind` of a test document.
+pub const TEST_KIND: &str = "RbacRuleTest";
+
+/// Arguments of `test`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TestArgs {
+    /// Test files or directories (searched recursively for documents of
+    /// kind RbacRuleTest; other documents are skipped).
+    #[arg(required = true, num_args = 1..)]
+    pub paths: Vec<PathBuf>,
+    /// Also write the results as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+}
+
+/// The spec of a test.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestSpec {
+    /// Rule files or directories, relative to the test file; default: the
+    /// built-in rules.
+    #[serde(default)]
+    pub rules: Vec<String>,
+    /// Input objects: file paths (relative to the test file) or inline
+    /// objects.
+    #[serde(default)]
+    pub objects: Vec<Value>,
+    /// `--manage` level: serviceaccounts, basic or all (default).
+    #[serde(default)]
+    pub manage: Option<String>,
+    /// What must hold.
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+/// Expectations of a test.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Expect {
+    /// Objects that must be rendered: the one with the same kind, namespace
+    /// and name must contain every field given (lists compared whole).
+    #[serde(default)]
+    pub objects: Vec<Value>,
+    /// Objects (kind, name, namespace) that must not be rendered.
+    #[serde(default)]
+    pub absent: Vec<Value>,
+    /// Access statements.
+    #[serde(default)]
+    pub access: Vec<Access>,
+    /// Substrings of the errors the render must report (none by default:
+    /// any error fails the test).
+    #[serde(default)]
+    pub errors: Vec<String>,
+}
+
+/// "User alice in namespace team-a can create buckets.a.example.org".
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Access {
+    /// A user name.
+    pub user: Option<String>,
+    /// A group name.
+    pub group: Option<String>,
+    /// A ServiceAccount, `namespace:name`.
+    pub service_account: Option<String>,
+    /// More groups the subject is in.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// The request's namespace; none for a cluster-wide request.
+    pub namespace: Option<String>,
+    /// A verb the subject must be allowed.
+    pub can: Option<String>,
+    /// A verb the subject must be denied.
+    pub cannot: Option<String>,
+    /// `plural[.group][/subresource]`, e.g. `buckets.a.example.org`,
+    /// `secrets`, `pods/log`.
+    pub resource: String,
+    /// A resource name, for rules with resourceNames.
+    pub name: Option<String>,
+}
+
+/// The outcome of one test.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// `file#document`.
+    pub origin: String,
+    /// metadata.name of the test.
+    pub name: String,
+    /// Why it failed; empty when it passed.
+    pub failures: Vec<String>,
+}
+
+/// Finds every test under `paths` and runs it.
+pub fn run_all(paths: &[PathBuf]) -> Result<Vec<Outcome>, yaml::YamlError> {
+    let mut out = Vec::new();
+    for doc in yaml::load_tree(paths, true)? {
+        if doc.value["kind"] != TEST_KIND {
+            continue;
+        }
+        out.push(run_one(&doc));
+    }
+    Ok(out)
+}
+
+/// Runs one test document.
+pub fn run_one(doc: &Document) -> Outcome {
+    let name = doc.value["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let failures = match serde_json::from_value::<TestSpec>(doc.value["spec"].clone()) {
+        Ok(spec) => check(&doc.path, &spec),
+        Err(e) => vec![format!("invalid {TEST_KIND} spec: {e}")],
+    };
+    Outcome {
+        origin: doc.origin(),
+        name,
+        failures,
+    }
+}
+
+fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
+    let base = file.parent().unwrap_or(Path::new("."));
+    let mut failures = Vec::new();
+    let manage = match spec.manage.as_deref().map(crate::parse_manage) {
+        None => ManageLevel::All,
+        Some(Ok(m)) => m,
+        Some(Err(e)) => return vec![format!("manage: {e}")],
+    };
+    let loaded = if spec.rules.is_empty() {
+        rules::builtin()
+    } else {
+        let paths: Vec<PathBuf> = spec.rules.iter().map(|r| base.join(r)).collect();
+        rules::load(&paths)
+    };
+    let rule_sources = match loaded {
+        Ok(r) => r,
+        Err(errs) => return errs.iter().map(|e| e.to_string()).collect(),
+    };
+    let mut inputs: Vec<Value> = Vec::new();
+    for o in &spec.objects {
+        match o {
+            Value::String(p) => match yaml::load_paths(&[base.join(p)]) {
+                Ok(docs) => inputs.extend(docs.into_iter().map(|d| d.value)),
+                Err(e) => return vec![e.to_string()],
+            },
+            other => inputs.push(other.clone()),
+        }
+    }
+    let mut store = ObjectStore::new();
+    for o in &inputs {
+        if let Err(e) = store.insert(o.clone()) {
+            return vec![format!("objects: {e}")];
+        }
+    }
+    let engine = Engine::new(
+        &rule_sources,
+        Options {
+            manage,
+            ..Options::default()
+        },
+    );
+    let eval = engine.evaluate(&store);
+    let errors: Vec<String> = eval.errors().map(|e| e.to_string()).collect();
+    for want in &spec.expect.errors {
+        if !errors.iter().any(|e| e.contains(want.as_str())) {
+            failures.push(format!("no error contains {want:?}; errors: {errors:?}"));
+        }
+    }
+    if spec.expect.errors.is_empty() {
+        failures.extend(errors.iter().map(|e| format!("render error: {e}")));
+    }
+    let output: Vec<Value> = eval.desired.iter().map(|d| (*d.object).clone()).collect();
+    for want in &spec.expect.objects {
+        let key = object_key(want);
+        match output.iter().find(|o| object_key(o) == key) {
+            None => failures.push(format!(
+                "expected object {} was not rendered",
+                show_key(&key)
+            )),
+            Some(got) => {
+                if let Some(path) = first_difference(want, got, String::new()) {
+                    failures.push(format!(
+                        "object {} differs at {path}: expected {}, rendered {}",
+                        show_key(&key),
+                        compact(lookup(want, &path)),
+                        compact(lookup(got, &path))
+                    ));
+                }
+            }
+        }
+    }
+    for unwanted in &spec.expect.absent {
+        let key = object_key(unwanted);
+        if output.iter().any(|o| object_key(o) == key) {
+            failures.push(format!("object {} was rendered", show_key(&key)));
+        }
+    }
+    if !spec.expect.access.is_empty() {
+        let world = World::new(&inputs, &output);
+        for (i, a) in spec.expect.access.iter().enumerate() {
+            if let Err(e) = world.check(a) {
+                failures.push(format!("access[{i}]: {e}"));
+            }
+        }
+    }
+    failures
+}
+
+type Key = (String, String, String);
+
+fn object_key(o: &Value) -> Key {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    (
+        s(&o["kind"]),
+        s(&o["metadata"]["namespace"]),
+        s(&o["metadata"]["name"]),
+    )
+}
+
+fn show_key((kind, ns, name): &Key) -> String {
+    if ns.is_empty() {
+        format!("{kind}/{name}")
+    } else {
+        format!("{kind} {ns}/{name}")
+    }
+}
+
+/// The first path where `got` lacks what `want` has (maps: subset; other
+/// values: equal).
+fn first_difference(want: &Value, got: &Value, path: String) -> Option<String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => w.iter().find_map(|(k, wv)| {
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            match g.get(k) {
+                Some(gv) => first_difference(wv, gv, p),
+                None => Some(p),
+            }
+        }),
+        (w, g) if w == g => None,
+        _ => Some(if path.is_empty() {
+            ".".to_string()
+        } else {
+            path
+        }),
+    }
+}
+
+fn lookup<'a>(v: &'a Value, path: &str) -> &'a Value {
+    if path == "." {
+        return v;
+    }
+    let mut cur = v;
+    for seg in path.split('.') {
+        cur = cur.get(seg).unwrap_or(&Value::Null);
+    }
+    cur
+}
+
+fn compact(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// Every role and binding of the input and output, aggregation flattened.
+pub(crate) struct World {
+    /// ClusterRoles by name, aggregated ones filled.
+    pub(crate) cluster_roles: BTreeMap<String, Vec<PolicyRule>>,
+    /// Roles by (namespace, name).
+    pub(crate) roles: BTreeMap<(String, String), Vec<PolicyRule>>,
+    /// RoleBindings and ClusterRoleBindings.
+    pub(crate) bindings: Vec<Value>,
+}
+
+impl World {
+    pub(crate) fn new(inputs: &[Value], outputs: &[Value]) -> Self {
+        // The output replaces an input object of the same kind and name.
+        let mut all: BTreeMap<Key, &Value> = BTreeMap::new();
+        for o in inputs.iter().chain(outputs) {
+            all.insert(object_key(o), o);
+        }
+        let crs: Vec<ClusterRole> = all
+            .values()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .filter_map(|o| serde_json::from_value((*o).clone()).ok())
+            .collect();
+        let crs = crate::policy::aggregate(&crs).unwrap_or(crs);
+        let cluster_roles = crs
+            .into_iter()
+            .map(|r| {
+                (
+                    r.metadata.name.unwrap_or_default(),
+                    r.rules.unwrap_or_default(),
+                )
+            })
+            .collect();
+        let mut roles = BTreeMap::new();
+        let mut bindings = Vec::new();
+        for ((kind, ns, name), o) in &all {
+            match kind.as_str() {
+                "Role" => {
+                    let rules: Vec<PolicyRule> =
+                        serde_json::from_value(o["rules"].clone()).unwrap_or_default();
+                    roles.insert((ns.clone(), name.clone()), rules);
+                }
+                "RoleBinding" | "ClusterRoleBinding" => bindings.push((*o).clone()),
+                _ => {}
+            }
+        }
+        World {
+            cluster_roles,
+            roles,
+            bindings,
+        }
+    }
+
+    fn check(&self, a: &Access) -> Result<(), String> {
+        let (verb, want) = match (&a.can, &a.cannot) {
+            (Some(v), None) => (v, true),
+            (None, Some(v)) => (v, false),
+            _ => return Err("give exactly one of can and cannot".to_string()),
+        };
+        let subject = Subject::of(a)?;
+        let (resource, sub) = match a.resource.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (a.resource.as_str(), None),
+        };
+        let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
+        let requested = PolicyRule {
+            api_groups: Some(vec![group.to_string()]),
+            resources: Some(vec![match sub {
+                Some(s) => format!("{plural}/{s}"),
+                None => plural.to_string(),
+            }]),
+            verbs: vec![verb.clone()],
+            resource_names: a.name.clone().map(|n| vec![n]),
+            non_resource_urls: None,
+        };
+        let via = self.allowed_by(&subject, a.namespace.as_deref(), &requested);
+        let scope = match &a.namespace {
+            Some(ns) => format!(" in namespace {ns}"),
+            None => " cluster-wide".to_string(),
+        };
+        match (want, via) {
+            (true, Some(_)) | (false, None) => Ok(()),
+            (true, None) => Err(format!(
+                "{} cannot {verb} {}{scope}: no binding grants it",
+                subject.show, a.resource
+            )),
+            (false, Some(b)) => Err(format!(
+                "{} can {verb} {}{scope}, through {b}",
+                subject.show, a.resource
+            )),
+        }
+    }
+
+    /// The binding that allows the request, if any.
+    fn allowed_by(&self, s: &Subject, ns: Option<&str>, req: &PolicyRule) -> Option<String> {
+        for b in &self.bindings {
+            let kind = b["kind"].as_str().unwrap_or_default();
+            let bns = b["metadata"]["namespace"].as_str().unwrap_or_default();
+            if kind == "RoleBinding" && Some(bns) != ns {
+                continue;
+            }
+            let subjects = b["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            if !subjects.iter().any(|x| s.matches(x, bns)) {
+                continue;
+            }
+            let role_name = b["roleRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let rules = match b["roleRef"]["kind"].as_str() {
+                Some("Role") => self.roles.get(&(bns.to_string(), role_name.clone())),
+                _ => self.cluster_roles.get(&role_name),
+            };
+            if rules
+                .into_iter()
+                .flatten()
+                .any(|r| crate::policy::rule_covers(r, req))
+            {
+                let name = b["metadata"]["name"].as_str().unwrap_or_default();
+                let at = if bns.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{bns}/{name}")
+                };
+                return Some(format!(
+                    "{kind} {at} → {} {role_name}",
+                    b["roleRef"]["kind"].as_str().unwrap_or("ClusterRole")
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// Who asks: a user name, groups, and a ServiceAccount identity.
+pub(crate) struct Subject {
+    user: Option<String>,
+    groups: Vec<String>,
+    service_account: Option<(String, String)>,
+    /// `User alice`, for messages.
+    pub(crate) show: String,
+}
+
+impl Subject {
+    pub(crate) fn of(a: &Access) -> Result<Self, String> {
+        let mut groups = a.groups.clone();
+        let s = match (&a.user, &a.group, &a.service_account) {
+            (Some(u), None, None) => {
+                groups.push("system:authenticated".to_string());
+                Subject {
+                    user: Some(u.clone()),
+                    groups,
+                    service_account: None,
+                    show: format!("User {u}"),
+                }
+            }
+            (None, Some(g), None) => {
+                groups.push(g.clone());
+                Subject {
+                    user: None,
+                    groups,
+                    service_account: None,
+                    show: format!("Group {g}"),
+                }
+            }
+            (None, None, Some(sa)) => {
+                let (ns, name) = sa
+                    .split_once(':')
+                    .ok_or_else(|| format!("serviceAccount {sa:?}: expected namespace:name"))?;
+                groups.extend([
+                    "system:authenticated".to_string(),
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{ns}"),
+                ]);
+                Subject {
+                    user: Some(format!("system:serviceaccount:{ns}:{name}")),
+                    groups,
+                    service_account: Some((ns.to_string(), name.to_string())),
+                    show: format!("ServiceAccount {ns}/{name}"),
+                }
+            }
+            _ => return Err("give exactly one of user, group and serviceAccount".to_string()),
+        };
+        Ok(s)
+    }
+
+    /// Whether a binding subject names this subject (`binding_ns`: the
+    /// default namespace of a RoleBinding's ServiceAccount subjects).
+    pub(crate) fn matches(&self, x: &Value, binding_ns: &str) -> bool {
+        let name = x["name"].as_str().unwrap_or_default();
+        match x["kind"].as_str() {
+            Some("User") => self.user.as_deref() == Some(name),
+            Some("Group") => self.groups.iter().any(|g| g == name),
+            Some("ServiceAccount") => {
+                let ns = x["namespace"].as_str().unwrap_or(binding_ns);
+                self.service_account
+                    .as_ref()
+                    .is_some_and(|(sns, sname)| sns == ns && sname == name)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// JUnit XML for CI systems.
+pub fn junit(outcomes: &[Outcome]) -> String {
+    let failed = outcomes.iter().filter(|o| !o.failures.is_empty()).count();
+    let mut s = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites tests=\"{}\" failures=\"{failed}\">\n  <testsuite name=\"rbac-rules\" tests=\"{}\" failures=\"{failed}\">\n",
+        outcomes.len(),
+        outcomes.len()
+    );
+    for o in outcomes {
+        s.push_str(&format!(
+            "    <testcase classname=\"{}\" name=\"{}\"",
+            xml(&o.origin),
+            xml(&o.name)
+        ));
+        if o.failures.is_empty() {
+            s.push_str("/>\n");
+        } else {
+            s.push_str(&format!(
+                ">\n      <failure message=\"{}\">{}</failure>\n    </testcase>\n",
+                xml(&o.failures[0]),
+                xml(&o.failures.join("\n"))
+            ));
+        }
+    }
+    s.push_str("  </testsuite>\n</testsuites>\n");
+    s
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The `test` command: one line per test, a summary, exit 1 on failures.
+pub fn main(args: &TestArgs) -> ExitCode {
+    let outcomes = match run_all(&args.paths) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for o in &outcomes {
+        if o.failures.is_empty() {
+            println!("ok   {}: {}", o.origin, o.name);
+        } else {
+            println!("FAIL {}: {}", o.origin, o.name);
+            for f in &o.failures {
+                println!("       {f}");
+            }
+        }
+    }
+    let failed = outcomes.iter().filter(|o| !o.failures.is_empty()).count();
+    println!(
+        "{} passed, {failed} failed, {} total",
+        outcomes.len() - failed,
+        outcomes.len()
+    );
+    if let Some(p) = &args.junit
+        && let Err(e) = std::fs::write(p, junit(&outcomes))
+    {
+        eprintln!("error: {}: {e}", p.display());
+        return ExitCode::FAILURE;
+    }
+    if outcomes.is_empty() {
+        eprintln!("error: no {TEST_KIND} documents found");
+        return ExitCode::FAILURE;
+    }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,880 @@
+//! `rbac-rules validate`: an offline lint of rule files.
+//!
+//! Beyond what loading a rule checks (its shape, every template, expression,
+//! regex and selector, via the engine's compile), it finds what would only
+//! show as "renders nothing" in a cluster: unknown helpers and wrong helper
+//! arities, unknown verbs, `trigger.` field paths the trigger kind's schema
+//! does not have (built-in kinds from k8s-openapi, CRDs from `--objects`),
+//! and label values that can render too long.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use handlebars::template::{HelperTemplate, Parameter, Template, TemplateElement};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::engine::template::Templates;
+use crate::rules;
+use crate::yaml::{self, Document, YamlError};
+
+/// The RbacRule annotation that declares custom verbs (comma-separated):
+/// a literal verb outside [`crate::policy::KNOWN_VERBS`] is an error unless
+/// listed here, so a typo such as `gett` is caught.
+pub const CUSTOM_VERBS_ANNOTATION: &str = "rbacrules.io/custom-verbs";
+
+/// Label values: at most 63 characters.
+const LABEL_LIMIT: usize = 63;
+
+/// Output format of `validate`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One line per finding.
+    #[default]
+    Human,
+    /// A JSON array of findings.
+    Json,
+}
+
+/// Arguments of `validate`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ValidateArgs {
+    /// Rule files or directories. Default: the built-in rules.
+    #[arg(long, num_args = 1..)]
+    pub rules: Vec<PathBuf>,
+    /// YAML files or directories with objects; the CustomResourceDefinitions
+    /// among them give the schemas of custom trigger kinds.
+    #[arg(long, num_args = 1..)]
+    pub objects: Vec<PathBuf>,
+    /// Read directories recursively (like kubectl's -R).
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Treat warnings as errors.
+    #[arg(long)]
+    pub strict: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub output: Format,
+}
+
+/// How bad a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The rule is wrong.
+    Error,
+    /// The rule may be wrong.
+    Warning,
+}
+
+/// One problem found in a rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Error or warning.
+    pub severity: Severity,
+    /// `file#document`.
+    pub origin: String,
+    /// The rule's name (empty when it has none).
+    pub rule: String,
+    /// Field of the rule, as written in the YAML (`spec.outputs[0].name`).
+    pub field: String,
+    /// What is wrong, and the fix where obvious.
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sev = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{sev}: {}", self.origin)?;
+        if !self.rule.is_empty() {
+            write!(f, ": RbacRule {:?}", self.rule)?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Lints the rules of `args`; `Err` only when a file cannot be read.
+pub fn validate(args: &ValidateArgs) -> Result<Vec<Finding>, YamlError> {
+    let docs: Vec<Document> = if args.rules.is_empty() {
+        let mut docs = Vec::new();
+        for (file, text) in rules::BUILTIN {
+            docs.extend(yaml::parse_documents(std::path::Path::new(file), text)?);
+        }
+        docs
+    } else {
+        yaml::load_tree(&args.rules, args.recursive)?
+    };
+    let objects = yaml::load_tree(&args.objects, args.recursive)?;
+    let schemas = Schemas::new(&objects);
+    let mut findings = Vec::new();
+    // Rule tests (`rbac-rules test`) are not rules.
+    for doc in docs
+        .iter()
+        .filter(|d| d.value["kind"] != crate::ruletest::TEST_KIND)
+    {
+        lint_document(doc, &schemas, &mut findings);
+    }
+    findings.sort_by(|a, b| {
+        (&a.origin, &a.field, a.severity, &a.message)
+            .cmp(&(&b.origin, &b.field, b.severity, &b.message))
+    });
+    findings.dedup();
+    Ok(findings)
+}
+
+/// The `validate` command: prints findings, exit 1 on errors (or warnings
+/// under `--strict`).
+pub fn main(args: &ValidateArgs) -> ExitCode {
+    let findings = match validate(args) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let errors = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    let warnings = findings.len() - errors;
+    match args.output {
+        Format::Human => {
+            for f in &findings {
+                println!("{f}");
+            }
+            println!("{errors} error(s), {warnings} warning(s)");
+        }
+        Format::Json => match serde_json::to_string_pretty(&findings) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    if errors > 0 || (args.strict && warnings > 0) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Lints one RbacRule document.
+fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
+    let name = doc.value["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut push = |severity: Severity, field: &str, message: String| {
+        out.push(Finding {
+            severity,
+            origin: doc.origin(),
+            rule: name.clone(),
+            field: field.to_string(),
+            message,
+        })
+    };
+    let source = match rules::parse_rule_all(doc) {
+        Ok(s) => s,
+        Err(errs) => {
+            for e in errs {
+                match &e {
+                    rules::LoadError::Invalid { field, message, .. } => push(
+                        Severity::Error,
+                        field.trim_start_matches(": "),
+                        message.clone(),
+                    ),
+                    other => push(Severity::Error, "", other.to_string()),
+                }
+            }
+            return;
+        }
+    };
+    let mut templates = Templates::new();
+    if let Err(errs) = crate::engine::compile::compile(&name, &source.spec, &mut templates) {
+        for e in errs {
+            push(Severity::Error, &e.field, e.message);
+        }
+    }
+    let spec = &doc.value["spec"];
+    let trigger = &spec["trigger"];
+    let trigger_kind = trigger["kind"].as_str().unwrap_or_default();
+    let trigger_group = trigger["apiGroup"].as_str().unwrap_or_default();
+    let schema = if trigger_kind.is_empty() {
+        None
+    } else {
+        let s = schemas.get(
+            trigger_group,
+            trigger_kind,
+            trigger["version"].as_str().unwrap_or_default(),
+        );
+        if s.is_none() {
+            push(
+                Severity::Warning,
+                "spec.trigger.kind",
+                format!(
+                    "unknown trigger kind {}: not built in, and no CustomResourceDefinition in \
+                     --objects defines it; its fields are not checked (a typo here matches nothing)",
+                    kind_ref(trigger_group, trigger_kind)
+                ),
+            );
+        }
+        s
+    };
+    let custom: BTreeSet<String> = doc.value["metadata"]["annotations"][CUSTOM_VERBS_ANNOTATION]
+        .as_str()
+        .unwrap_or_default()
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    let mut strings = Vec::new();
+    collect_strings(spec, "spec", false, &mut strings);
+    for s in &strings {
+        let parsed = match analyze(&s.text, s.expr) {
+            Ok(p) => p,
+            // The engine's compile reported it.
+            Err(_) => continue,
+        };
+        for (helper, argc) in &parsed.calls {
+            if let Some(msg) = probe_helper(helper, *argc) {
+                push(Severity::Error, &s.field, msg);
+            }
+        }
+        if let Some(schema) = &schema {
+            for (raw, segs) in &parsed.paths {
+                if let Some(msg) =
+                    check_trigger_path(schema, trigger_group, trigger_kind, raw, segs)
+                {
+                    push(Severity::Error, &s.field, msg);
+                }
+            }
+        }
+        if s.limited
+            && let Some(msg) = length_risk(&s.text, &parsed, trigger_kind)
+        {
+            push(Severity::Warning, &s.field, msg);
+        }
+    }
+    for (field, verb) in verbs(spec) {
+        if !crate::policy::KNOWN_VERBS.contains(&verb.as_str()) && !custom.contains(&verb) {
+            let hint = suggest(&verb, crate::policy::KNOWN_VERBS.iter().copied())
+                .map(|s| format!(" (did you mean {s:?}?)"))
+                .unwrap_or_default();
+            push(
+                Severity::Error,
+                &field,
+                format!(
+                    "unknown verb {verb:?}{hint}; a custom verb must be listed in the rule's \
+                     annotation {CUSTOM_VERBS_ANNOTATION}"
+                ),
+            );
+        }
+    }
+}
+
+fn kind_ref(group: &str, kind: &str) -> String {
+    if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    }
+}
+
+/// A string of the spec that is a template or an expression.
+struct Source {
+    field: String,
+    text: String,
+    expr: bool,
+    /// A label value: at most 63 characters.
+    limited: bool,
+}
+
+/// Every template and expression under `v`, with its field path.
+fn collect_strings(v: &Value, field: &str, in_vars: bool, out: &mut Vec<Source>) {
+    match v {
+        Value::String(s) => {
+            let key = field.rsplit('.').next().unwrap_or_default();
+            let expr =
+                matches!(key, "forEach" | "when") || (in_vars && key == "value" && !s.is_empty());
+            if expr || s.contains("{{") {
+                // Label values of outputs (selectors match, they emit nothing).
+                let limited = field.starts_with("spec.outputs[")
+                    && field.contains(".labels.")
+                    && !field.contains(".selector")
+                    && !field.contains("Selector");
+                out.push(Source {
+                    field: field.to_string(),
+                    text: s.clone(),
+                    expr,
+                    limited,
+                });
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                collect_strings(item, &format!("{field}[{i}]"), in_vars, out);
+            }
+        }
+        Value::Object(m) => {
+            for (k, item) in m {
+                let in_vars = in_vars || (field == "spec" && k == "vars");
+                collect_strings(item, &format!("{field}.{k}"), in_vars, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Literal verbs of the outputs' policy rules, with their field paths.
+fn verbs(spec: &Value) -> Vec<(String, String)> {
+    fn walk(v: &Value, field: &str, in_verbs: bool, out: &mut Vec<(String, String)>) {
+        match v {
+            Value::String(s) if in_verbs && !s.contains("{{") => {
+                out.push((field.to_string(), s.clone()))
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{field}[{i}]"), in_verbs, out);
+                }
+            }
+            Value::Object(m) => {
+                for (k, item) in m {
+                    // Inside verbs only a directive's item(s) are verbs.
+                    let next = if in_verbs {
+                        matches!(k.as_str(), "item" | "items")
+                    } else {
+                        k == "verbs"
+                    };
+                    walk(item, &format!("{field}.{k}"), next, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&spec["outputs"], "spec.outputs", false, &mut out);
+    out
+}
+
+/// What a template or expression uses.
+#[derive(Default)]
+struct Parsed {
+    /// Helper calls: name and number of arguments.
+    calls: Vec<(String, usize)>,
+    /// Paths read at the top level (not inside `#each`/`#with`): as
+    /// written, and their segments.
+    paths: Vec<(String, Vec<String>)>,
+    /// `shorten`/`hash` bounds: the largest literal length argument seen.
+    bounded: bool,
+}
+
+/// Parses a template (or an expression) and lists what it uses.
+fn analyze(text: &str, expr: bool) -> Result<Parsed, String> {
+    let src = if expr {
+        format!("{{{{{text}}}}}")
+    } else {
+        text.to_string()
+    };
+    let t = Template::compile(&src).map_err(|e| e.to_string())?;
+    let mut p = Parsed::default();
+    walk_template(&t, true, &mut p);
+    Ok(p)
+}
+
+fn walk_template(t: &Template, top: bool, p: &mut Parsed) {
+    for e in &t.elements {
+        match e {
+            TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
+                walk_helper(h, top, p)
+            }
+            TemplateElement::HelperBlock(h) => {
+                let name = param_name(&h.name);
+                p.calls.push((name.clone(), h.params.len()));
+                for a in &h.params {
+                    walk_param(a, top, p);
+                }
+                // `#each` and `#with` change what a bare path means.
+                let inner = top && !matches!(name.as_str(), "each" | "with");
+                if let Some(t) = &h.template {
+                    walk_template(t, inner, p);
+                }
+                if let Some(t) = &h.inverse {
+                    walk_template(t, top, p);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn param_name(p: &Parameter) -> String {
+    match p {
+        Parameter::Name(n) => n.clone(),
+        Parameter::Path(path) => path_raw(path),
+        _ => String::new(),
+    }
+}
+
+fn path_raw(path: &handlebars::Path) -> String {
+    match path {
+        handlebars::Path::Relative((_, raw)) => raw.clone(),
+        _ => String::new(),
+    }
+}
+
+fn walk_helper(h: &HelperTemplate, top: bool, p: &mut Parsed) {
+    if h.params.is_empty() && h.hash.is_empty() {
+        // `{{a.b}}`: a path, not a call.
+        if top && let Parameter::Path(path) = &h.name {
+            p.paths.push(path_parts(path));
+        }
+        return;
+    }
+    let name = param_name(&h.name);
+    if matches!(name.as_str(), "shorten" | "hash") {
+        p.bounded = true;
+    }
+    // `get trigger "spec.x"` reads trigger.spec.x.
+    if name == "get"
+        && top
+        && let (Some(Parameter::Path(obj)), Some(Parameter::Literal(Value::String(f)))) =
+            (h.params.first(), h.params.get(1))
+        && path_raw(obj) == "trigger"
+    {
+        let mut segs = vec!["trigger".to_string()];
+        segs.extend(
+            f.split('.')
+                .flat_map(|s| s.split('['))
+                .map(|s| s.trim_end_matches(']').to_string())
+                .filter(|s| !s.is_empty()),
+        );
+        p.paths.push((format!("trigger.{f}"), segs));
+    }
+    p.calls.push((name, h.params.len()));
+    for a in h.params.iter().chain(h.hash.values()) {
+        walk_param(a, top, p);
+    }
+}
+
+fn walk_param(a: &Parameter, top: bool, p: &mut Parsed) {
+    match a {
+        Parameter::Path(path) if top => p.paths.push(path_parts(path)),
+        Parameter::Subexpression(s) => {
+            if let TemplateElement::Expression(h) = s.as_element() {
+                walk_helper(h, top, p);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Calls a helper with `argc` null arguments: an unknown helper or a wrong
+/// number of arguments shows; other complaints (types) need real values.
+fn probe_helper(name: &str, argc: usize) -> Option<String> {
+    if name.is_empty() {
+        return None;
+    }
+    let mut t = Templates::new();
+    let args = vec!["null"; argc].join(" ");
+    let text = format!("{{{{#if true}}}}{{{{{name} {args}}}}}{{{{/if}}}}");
+    t.compile(&text).ok()?;
+    let ctx = handlebars::Context::wraps(json!({})).ok()?;
+    let err = t.render(&text, &ctx).err()?;
+    if err.contains("unknown helper") {
+        let known = [
+            "get",
+            "default",
+            "list",
+            "concat",
+            "append",
+            "split",
+            "join",
+            "lower",
+            "upper",
+            "replace",
+            "trim",
+            "trimPrefix",
+            "trimSuffix",
+            "hasPrefix",
+            "hasSuffix",
+            "contains",
+            "containsLoose",
+            "regexMatch",
+            "pluck",
+            "uniq",
+            "sort",
+            "sortBy",
+            "groupBy",
+            "keys",
+            "apiGroup",
+            "imageRegistry",
+            "imageOrg",
+            "hash",
+            "shorten",
+            "eq",
+            "ne",
+            "and",
+            "or",
+            "not",
+            "len",
+            "lookup",
+        ];
+        let hint = suggest(name, known.iter().copied())
+            .map(|s| format!(" (did you mean {s:?}?)"))
+            .unwrap_or_default();
+        return Some(format!(
+            "unknown helper {name:?}{hint}; docs/rules.md lists the helpers"
+        ));
+    }
+    if err.contains("argument(s), got") || err.contains("arguments, got") {
+        let detail = err.rsplit(": ").next().unwrap_or(&err);
+        return Some(format!("helper {name}: {detail}"));
+    }
+    None
+}
+
+/// The closest of `candidates` to `word`, when close enough to be a typo.
+fn suggest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(2);
+    candidates
+        .map(|c| (strsim::levenshtein(word, c), c))
+        .filter(|(d, c)| *d <= limit && *d > 0 && !c.is_empty())
+        .min()
+        .map(|(_, c)| c)
+}
+
+/// A template that can render a label value over 63
+/// characters: one that reads something unbounded without `shorten`/`hash`.
+fn length_risk(text: &str, p: &Parsed, trigger_kind: &str) -> Option<String> {
+    if p.bounded {
+        return None;
+    }
+    let mut max = 0usize;
+    let literal = Template::compile(text).ok()?;
+    for e in &literal.elements {
+        match e {
+            TemplateElement::RawString(s) => max += s.chars().count(),
+            TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
+                let path = if h.params.is_empty() {
+                    param_name(&h.name)
+                } else {
+                    String::new()
+                };
+                max += match path.as_str() {
+                    "trigger.metadata.namespace" => LABEL_LIMIT,
+                    "trigger.metadata.name" if trigger_kind == "Namespace" => LABEL_LIMIT,
+                    "trigger.metadata.name" => 253,
+                    "rule.name" => 253,
+                    _ => return Some(unbounded_message(text)),
+                };
+            }
+            _ => return Some(unbounded_message(text)),
+        }
+    }
+    (max > LABEL_LIMIT).then(|| {
+        format!(
+            "{text:?} can render {max} characters, more than the {LABEL_LIMIT} Kubernetes allows \
+             here; wrap what it reads in shorten (e.g. {{{{shorten trigger.metadata.name 40}}}})"
+        )
+    })
+}
+
+fn unbounded_message(text: &str) -> String {
+    format!(
+        "{text:?} reads a value of unbounded length and can render more than the {LABEL_LIMIT} \
+         characters Kubernetes allows here; wrap it in shorten or hash"
+    )
+}
+
+/// A CRD version: name, whether it is the storage version, its schema.
+type CrdVersion = (String, bool, Value);
+
+/// Schemas of trigger kinds: built-in ones and CRDs from `--objects`.
+struct Schemas {
+    /// (group, kind) → every version of the CRD seen.
+    crds: BTreeMap<(String, String), Vec<CrdVersion>>,
+}
+
+impl Schemas {
+    fn new(objects: &[Document]) -> Self {
+        let mut crds: BTreeMap<(String, String), Vec<CrdVersion>> = BTreeMap::new();
+        for d in objects {
+            let o = &d.value;
+            if o["kind"] != "CustomResourceDefinition" {
+                continue;
+            }
+            let group = o["spec"]["group"].as_str().unwrap_or_default().to_string();
+            let kind = o["spec"]["names"]["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            for v in o["spec"]["versions"].as_array().into_iter().flatten() {
+                let schema = v["schema"]["openAPIV3Schema"].clone();
+                crds.entry((group.clone(), kind.clone()))
+                    .or_default()
+                    .push((
+                        v["name"].as_str().unwrap_or_default().to_string(),
+                        v["storage"].as_bool().unwrap_or(false),
+                        schema,
+                    ));
+            }
+        }
+        Schemas { crds }
+    }
+
+    /// The schema of a kind (root holding `$defs` for references), CRDs
+    /// first: a CRD in `--objects` describes the cluster at hand.
+    fn get(&self, group: &str, kind: &str, version: &str) -> Option<Value> {
+        if let Some(versions) = self.crds.get(&(group.to_string(), kind.to_string())) {
+            let pick = versions
+                .iter()
+                .find(|(v, _, _)| v == version)
+                .or_else(|| versions.iter().find(|(_, storage, _)| *storage))
+                .or_else(|| versions.first());
+            return pick.map(|(_, _, s)| s.clone());
+        }
+        builtin_schema(group, kind)
+    }
+}
+
+/// Schemas of common built-in kinds, from k8s-openapi.
+fn builtin_schema(group: &str, kind: &str) -> Option<Value> {
+    use k8s_openapi::api::{apps, batch, core, rbac};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+    macro_rules! schema {
+        ($t:ty) => {
+            serde_json::to_value(schemars::schema_for!($t)).ok()
+        };
+    }
+    match (group, kind) {
+        ("", "Namespace") => schema!(core::v1::Namespace),
+        ("", "ConfigMap") => schema!(core::v1::ConfigMap),
+        ("", "Secret") => schema!(core::v1::Secret),
+        ("", "ServiceAccount") => schema!(core::v1::ServiceAccount),
+        ("", "Service") => schema!(core::v1::Service),
+        ("", "Pod") => schema!(core::v1::Pod),
+        ("", "Node") => schema!(core::v1::Node),
+        ("apps", "Deployment") => schema!(apps::v1::Deployment),
+        ("apps", "StatefulSet") => schema!(apps::v1::StatefulSet),
+        ("apps", "DaemonSet") => schema!(apps::v1::DaemonSet),
+        ("apps", "ReplicaSet") => schema!(apps::v1::ReplicaSet),
+        ("batch", "Job") => schema!(batch::v1::Job),
+        ("batch", "CronJob") => schema!(batch::v1::CronJob),
+        ("rbac.authorization.k8s.io", "ClusterRole") => schema!(rbac::v1::ClusterRole),
+        ("rbac.authorization.k8s.io", "Role") => schema!(rbac::v1::Role),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
+            schema!(rbac::v1::ClusterRoleBinding)
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding") => schema!(rbac::v1::RoleBinding),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            schema!(apiext::CustomResourceDefinition)
+        }
+        _ => None,
+    }
+}
+
+/// ObjectMeta's schema: CRD schemas leave `metadata` open.
+fn object_meta_schema() -> Option<Value> {
+    serde_json::to_value(schemars::schema_for!(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
+    ))
+    .ok()
+}
+
+/// A handlebars path as written and its segments (`a.[x.y/z].b` has
+/// three); `this` dropped, a local (`@index`) has none.
+fn path_parts(path: &handlebars::Path) -> (String, Vec<String>) {
+    match path {
+        handlebars::Path::Relative((segs, raw)) => (
+            raw.clone(),
+            segs.iter()
+                .filter_map(|s| match s {
+                    handlebars::PathSeg::Named(n) if n != "this" => Some(n.clone()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => (String::new(), Vec::new()),
+    }
+}
+
+/// Checks a path the template reads against the trigger kind's schema.
+fn check_trigger_path(
+    schema: &Value,
+    group: &str,
+    kind: &str,
+    raw: &str,
+    segs: &[String],
+) -> Option<String> {
+    if segs.first().map(String::as_str) != Some("trigger") || segs.len() < 2 {
+        return None;
+    }
+    let rest = &segs[1..];
+    let meta;
+    let (root, start) = if rest[0] == "metadata" && schema_is_open(schema, "metadata") {
+        meta = object_meta_schema()?;
+        (&meta, 1)
+    } else {
+        (schema, 0)
+    };
+    let (depth, candidates) = walk_schema(root, root, &rest[start..])?;
+    let at = start + depth;
+    let missing = rest[..=at].join(".");
+    let hint = suggest(&rest[at], candidates.iter().map(String::as_str))
+        .map(|s| {
+            let mut fixed: Vec<&str> = rest[..at].iter().map(String::as_str).collect();
+            fixed.push(s);
+            format!(" (did you mean trigger.{}?)", fixed.join("."))
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "{raw}: {} has no field {missing}{hint}",
+        kind_ref(group, kind)
+    ))
+}
+
+/// Whether `schema` leaves a top-level property without sub-properties.
+fn schema_is_open(schema: &Value, prop: &str) -> bool {
+    let p = &schema["properties"][prop];
+    p.is_null() || (p.get("properties").is_none() && p.get("$ref").is_none())
+}
+
+fn resolve<'a>(root: &'a Value, mut s: &'a Value) -> &'a Value {
+    for _ in 0..32 {
+        match s.get("$ref").and_then(Value::as_str) {
+            Some(r) => match root.pointer(r.trim_start_matches('#')) {
+                Some(t) => s = t,
+                None => return s,
+            },
+            None => return s,
+        }
+    }
+    s
+}
+
+/// Follows `segs` through a schema. `None`: the path is fine (or cannot be
+/// checked); `Some((i, names))`: segment `i` is not a field, `names` are
+/// the fields there.
+fn walk_schema(root: &Value, schema: &Value, segs: &[String]) -> Option<(usize, Vec<String>)> {
+    let seg = segs.first()?;
+    let s = resolve(root, schema);
+    if s["x-kubernetes-preserve-unknown-fields"] == true {
+        return None;
+    }
+    // Alternatives (nullable wrappers): fine if any branch has the path.
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(branches) = s.get(key).and_then(Value::as_array) {
+            let mut best: Option<(usize, Vec<String>)> = None;
+            for b in branches {
+                let b = resolve(root, b);
+                if b["type"] == "null" {
+                    continue;
+                }
+                match walk_schema(root, b, segs) {
+                    None => return None,
+                    Some(found) => {
+                        if best.as_ref().is_none_or(|(d, _)| found.0 > *d) {
+                            best = Some(found);
+                        }
+                    }
+                }
+            }
+            return best;
+        }
+    }
+    let next = |child: &Value| walk_schema(root, child, &segs[1..]).map(|(d, c)| (d + 1, c));
+    if seg.chars().all(|c| c.is_ascii_digit())
+        && let Some(items) = s.get("items")
+    {
+        return next(items);
+    }
+    if let Some(child) = s.get("properties").and_then(|p| p.get(seg.as_str())) {
+        return next(child);
+    }
+    match s.get("additionalProperties") {
+        Some(Value::Object(_)) => return next(&s["additionalProperties"]),
+        Some(Value::Bool(true)) => return None,
+        _ => {}
+    }
+    let props: Vec<String> = s
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    if props.is_empty() && !is_scalar(s) {
+        // A free-form object: nothing to check against.
+        return None;
+    }
+    Some((0, props))
+}
+
+fn is_scalar(s: &Value) -> bool {
+    let scalar = |t: &Value| {
+        matches!(
+            t.as_str(),
+            Some("string" | "integer" | "number" | "boolean")
+        )
+    };
+    match &s["type"] {
+        Value::Array(ts) => ts.iter().all(|t| scalar(t) || t == "null"),
+        t => scalar(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(s: &Value, group: &str, kind: &str, raw: &str) -> Option<String> {
+        let t = Template::compile(&format!("{{{{{raw}}}}}")).expect("template");
+        let mut p = Parsed::default();
+        walk_template(&t, true, &mut p);
+        let (raw, segs) = &p.paths[0];
+        check_trigger_path(s, group, kind, raw, segs)
+    }
+
+    #[test]
+    fn namespace_schema_knows_metadata_and_spec() {
+        let s = builtin_schema("", "Namespace").expect("schema");
+        assert_eq!(check(&s, "", "Namespace", "trigger.metadata.name"), None);
+        assert_eq!(
+            check(&s, "", "Namespace", "trigger.metadata.labels.team"),
+            None
+        );
+        let msg = check(&s, "", "Namespace", "trigger.metadata.nme").expect("typo");
+        assert!(msg.contains("did you mean trigger.metadata.name?"), "{msg}");
+        let d = builtin_schema("apps", "Deployment").expect("schema");
+        assert_eq!(
+            check(
+                &d,
+                "apps",
+                "Deployment",
+                "trigger.spec.template.spec.serviceAccountName"
+            ),
+            None
+        );
+        let msg = check(&d, "apps", "Deployment", "trigger.spec.replica").expect("typo");
+        assert_eq!(
+            check(&s, "", "Namespace", "trigger.metadata.labels.[a.b/c]"),
+            None
+        );
+        assert!(msg.contains("trigger.spec.replicas"), "{msg}");
+    }
+
+    #[test]
+    fn helper_probe_finds_unknown_helpers_and_arity() {
+        assert_eq!(probe_helper("shorten", 2), None);
+        let msg = probe_helper("shortn", 2).expect("unknown");
+        assert!(msg.contains("did you mean \"shorten\""), "{msg}");
+        let msg = probe_helper("default", 3).expect("arity");
+        assert!(msg.contains("takes 2 argument(s), got 3"), "{msg}");
+    }
+}

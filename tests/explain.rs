@@ -1,0 +1,105 @@
+//! `rbac-rules explain`: an object's rule, trigger and template; a subject's
+//! bindings, aggregations and rules.
+
+use std::process::Command;
+
+fn explain(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["explain", "--objects", "examples/crossplane-cluster.yaml"])
+        .args(args)
+        .output()
+        .expect("run rbac-rules");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_object_names_its_rule_trigger_template_and_aggregators() {
+    let name =
+        "ClusterRole/crossplane:composite:examplecomposites.xr.example.org:aggregate-to-edit";
+    let (code, out, err) = explain(&["--object", name]);
+    assert_eq!(code, Some(0), "{err}");
+    for needle in [
+        "  rule:     crossplane-composite-users (rules/crossplane-xrd.yaml#2)\n",
+        "  trigger:  CompositeResourceDefinition.apiextensions.crossplane.io/examplecomposites.xr.example.org\n",
+        "  template: spec.outputs[0] name \"crossplane:composite:{{trigger.metadata.name}}:aggregate-to-edit\", line ",
+        "  aggregated into: crossplane-admin, crossplane-edit\n",
+    ] {
+        assert!(out.contains(needle), "lacks {needle:?}:\n{out}");
+    }
+    assert!(
+        !out.contains("aggregate-to-view\""),
+        "only the matching template:\n{out}"
+    );
+}
+
+#[test]
+fn a_namespaced_object() {
+    let (code, out, _) = explain(&["--object", "Role/example/crossplane-edit"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("  trigger:  Namespace/example\n"), "{out}");
+}
+
+#[test]
+fn an_object_no_rule_renders_is_an_error() {
+    let (code, out, err) = explain(&["--object", "ClusterRole/nope"]);
+    assert_eq!(code, Some(1));
+    assert!(out.is_empty());
+    assert!(err.contains("no rule renders ClusterRole/nope"), "{err}");
+}
+
+#[test]
+fn a_subject_lists_bindings_and_rules() {
+    let (code, out, err) = explain(&[
+        "--as",
+        "serviceaccount:crossplane-system:crossplane-provider-7f63e3661",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("ServiceAccount crossplane-system/crossplane-provider-7f63e3661\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  cluster-wide: ClusterRoleBinding crossplane:provider:7f63e3661:system → ClusterRole crossplane:provider:7f63e3661:system\n"),
+        "{out}"
+    );
+    assert!(out.contains("examplemanageds"), "{out}");
+    let (_, nobody, _) = explain(&["--as", "user:nobody"]);
+    assert!(nobody.contains("no binding names this subject"), "{nobody}");
+}
+
+#[test]
+fn a_subject_through_an_aggregated_role() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let binding = dir.path().join("binding.yaml");
+    std::fs::write(
+        &binding,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: alice-edit}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crossplane-edit}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]\n",
+    )
+    .expect("write");
+    let (code, out, err) = explain(&[
+        "--objects",
+        binding.to_str().expect("utf-8"),
+        "--as",
+        "user:alice",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(
+            "  cluster-wide: ClusterRoleBinding alice-edit → ClusterRole crossplane-edit\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("    aggregates: ")
+            && out.contains(
+                "crossplane:composite:examplecomposites.xr.example.org:aggregate-to-edit"
+            ),
+        "{out}"
+    );
+    assert!(out.contains("examplecomposites"), "{out}");
+}

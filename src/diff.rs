@@ -516,6 +516,7 @@ mod tests {
                 rule: "r".into(),
                 uid: None,
                 resource_version: None,
+                revoked: None,
             }],
             ..Plan::default()
         };

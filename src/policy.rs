@@ -1333,7 +1333,8 @@ mod tests {
 
 /// The default denials, each switched off by its own flag. All `false`
 /// (every denial active) by default.
-#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Waivers {
     /// Allow outputs named `system:*` (reserved for Kubernetes itself).
     #[arg(long = "allow-system-names", env = "RBAC_RULES_ALLOW_SYSTEM_NAMES")]

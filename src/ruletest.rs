@@ -50,6 +50,11 @@ pub struct TestSpec {
     /// `--manage` level: serviceaccounts, basic or all (default).
     #[serde(default)]
     pub manage: Option<String>,
+    /// Default denials to switch off, as the `--allow-*` flags do
+    /// (`systemNames`, `clusterAdminBindings`, `escalationVerbs`,
+    /// `wildcardAll`).
+    #[serde(default)]
+    pub waivers: crate::policy::Waivers,
     /// What must hold.
     #[serde(default)]
     pub expect: Expect,
@@ -179,6 +184,7 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
         &rule_sources,
         Options {
             manage,
+            waivers: spec.waivers.clone(),
             ..Options::default()
         },
     );

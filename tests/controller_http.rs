@@ -1349,3 +1349,85 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
     );
     assert_eq!(exit_code(&entries), 1);
 }
+
+/// A refusal revokes: a live object of a *paused* trigger (kept, never
+/// re-rendered) that grants what policy refuses — `*` on everything — is
+/// deleted in the next reconcile, with a Warning Event naming why; the
+/// binding beside it, which policy allows, stays.
+#[tokio::test]
+async fn a_live_object_policy_refuses_is_revoked_even_when_its_trigger_is_kept() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        Some(ready_status(2)),
+    )]);
+    let observed = store(vec![namespace(
+        "team-a",
+        json!({"rbacrules.io/paused": "true"}),
+    )]);
+    let mut hostile = role_manifest("viewer");
+    hostile["rules"] = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+    let live = owned(vec![hostile.clone(), binding_manifest("viewer", "viewer")]);
+    let holds = BTreeMap::new();
+    // The engine judges the live objects it can see (the controller mirrors
+    // its own objects into the store it evaluates).
+    let mut observed_with_live = observed;
+    observed_with_live.insert(hostile).expect("role");
+    let scenario = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(r) = server.next_opt().await {
+            seen.push(format!("{} {}", r.method, r.path));
+            if r.method == Method::DELETE {
+                assert_eq!(r.path, format!("{ROLES}/viewer"));
+                assert_eq!(r.body["preconditions"]["uid"], "viewer-live-uid");
+                r.deleted();
+            } else if r.path == EVENTS {
+                seen.push(format!(
+                    "EVENT {} {}",
+                    r.body["type"].as_str().unwrap_or_default(),
+                    r.body["reason"].as_str().unwrap_or_default()
+                ));
+                let body = r.body.clone();
+                r.respond(201, body);
+            } else if r.path == RULE_STATUS {
+                let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+                    "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer"),
+                    "status": r.body["status"]});
+                r.respond(200, body);
+            } else {
+                panic!("unexpected {} {}", r.method, r.path);
+            }
+        }
+        seen
+    });
+    let mut s = syncer(client);
+    let report = s
+        .sync(&snapshot(&rules, &observed_with_live, &live, &holds))
+        .await;
+    drop(s);
+    let seen = scenario.await.expect("scenario");
+    assert_eq!(
+        seen.iter().filter(|l| l.starts_with("DELETE")).count(),
+        1,
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|l| l.contains("/rolebindings/")),
+        "the allowed binding is left alone: {seen:?}"
+    );
+    let revoked: Vec<_> = report
+        .written
+        .iter()
+        .filter_map(|w| match &w.outcome {
+            Outcome::Revoked(why) => Some((w.id.to_string(), why.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(revoked.len(), 1, "{revoked:?}");
+    assert!(revoked[0].1.contains('*'), "{revoked:?}");
+    assert!(
+        seen.iter().any(|l| l == "EVENT Warning Revoked"),
+        "a Warning Event: {seen:?}"
+    );
+}

@@ -295,6 +295,10 @@ fn run_args() -> RunArgs {
     if let Some(v) = env_value(c, "RBAC_RULES_METRICS_ADDRESS").and_then(|e| e["value"].as_str()) {
         parsed.metrics_address = v.parse().expect("RBAC_RULES_METRICS_ADDRESS");
     }
+    if let Some(v) = env_value(c, "RBAC_RULES_ALLOW_CLUSTERROLE").and_then(|e| e["value"].as_str())
+    {
+        parsed.allow_clusterrole = Some(v.to_string());
+    }
     if let Some(v) = env_value(c, "RBAC_RULES_LEADER_ELECTION").and_then(|e| e["value"].as_str()) {
         parsed.leader_election = v.parse().expect("RBAC_RULES_LEADER_ELECTION");
     }
@@ -626,8 +630,12 @@ fn cluster_role_reads_every_kind_the_builtin_rules_read() {
 
 #[test]
 fn controller_roles_grant_no_wildcards() {
+    // The allow-list is a bound, not a grant (nothing binds it: see
+    // the_allow_list_is_on_and_bounds_the_builtin_rules).
+    let allow_list = run_args().allow_clusterrole;
     let roles = of_kind("ClusterRole")
         .into_iter()
+        .filter(|r| Some(name(r)) != allow_list.as_deref())
         .chain(of_kind("Role"))
         .collect::<Vec<_>>();
     for r in roles {
@@ -695,4 +703,76 @@ fn plural_guess() {
     ] {
         assert_eq!(plural(k), p);
     }
+}
+
+/// The allow-list ships on: the Deployment names a ClusterRole of deploy/
+/// that nothing binds, the built-in rules render through it on the shipped
+/// example and the chart-mode cluster, and a grant on a built-in group it
+/// does not list is refused.
+#[test]
+fn the_allow_list_is_on_and_bounds_the_builtin_rules() {
+    use rbac_rules::render::{RenderArgs, render};
+
+    let allow_name = run_args()
+        .allow_clusterrole
+        .expect("the Deployment sets RBAC_RULES_ALLOW_CLUSTERROLE");
+    let allow = get("ClusterRole", &allow_name);
+    assert!(
+        allow["aggregationRule"].is_null(),
+        "a plain role: what it allows is what it says"
+    );
+    for b in of_kind("ClusterRoleBinding")
+        .into_iter()
+        .chain(of_kind("RoleBinding"))
+    {
+        assert_ne!(
+            b["roleRef"]["name"].as_str(),
+            Some(allow_name.as_str()),
+            "{} binds the allow-list",
+            name(b)
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let allow_file = dir.path().join("allow.yaml");
+    std::fs::write(&allow_file, serde_json::to_string(allow).expect("json")).expect("write");
+    let args = |objects: Vec<PathBuf>, rules: Vec<PathBuf>| RenderArgs {
+        objects,
+        rules,
+        allow: Some(allow_file.clone()),
+        ..Default::default()
+    };
+    for objects in [
+        "examples/crossplane-cluster.yaml",
+        "tests/golden/crossplane-chart-deploy-false/objects.yaml",
+    ] {
+        let out = render(&args(vec![root().join(objects)], vec![]));
+        assert!(
+            out.is_ok(),
+            "the built-in rules on {objects} pass the shipped allow-list: {:?}",
+            out.err().map(|e| e.to_string())
+        );
+    }
+    // A rule of one's own: custom groups pass, built-in groups not listed
+    // are refused.
+    let rule = |name: &str, group: &str, resource: &str| {
+        format!(
+            "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: {name}}}\n\
+             spec:\n  outputs:\n  - kind: ClusterRole\n    name: {name}\n    rules:\n\
+             \x20   - {{apiGroups: [\"{group}\"], resources: [{resource}], verbs: [get]}}\n"
+        )
+    };
+    let custom = dir.path().join("custom.yaml");
+    std::fs::write(&custom, rule("widgets", "example.org", "widgets")).expect("write");
+    let empty = dir.path().join("objects.yaml");
+    std::fs::write(&empty, "").expect("write");
+    render(&args(vec![empty.clone()], vec![custom])).expect("a custom group passes");
+    let jobs = dir.path().join("jobs.yaml");
+    std::fs::write(&jobs, rule("jobs", "batch", "jobs")).expect("write");
+    let refused = render(&args(vec![empty], vec![jobs]))
+        .expect_err("batch jobs are not in the allow-list")
+        .to_string();
+    assert!(
+        refused.contains("EscalationDenied") || refused.contains("allow-list"),
+        "{refused}"
+    );
 }

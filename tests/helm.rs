@@ -35,6 +35,14 @@ fn expected_copies() -> Vec<(PathBuf, String)> {
             read(&root().join("deploy/builtin-rules.yaml")),
         ),
     ];
+    // The admission fence names the controller's user, namespace included.
+    out.push((
+        root().join(CHART).join("files/admission.yaml"),
+        read(&root().join("deploy/admission.yaml")).replace(
+            &format!("system:serviceaccount:{NAMESPACE}:"),
+            "system:serviceaccount:{{ .Release.Namespace }}:",
+        ),
+    ));
     let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy/controller"))
         .expect("deploy/controller")
         .filter_map(|e| e.ok().map(|e| e.path()))

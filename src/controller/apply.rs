@@ -96,6 +96,9 @@ pub enum Outcome {
     Adopted(String),
     /// Pruned.
     Deleted,
+    /// Deleted because policy refuses what it grants (see
+    /// `Evaluation::revoked`); why.
+    Revoked(String),
     /// Exists without our provenance: left alone. `fresh` is false when the
     /// conflict was remembered rather than looked up now.
     Conflict {
@@ -220,7 +223,10 @@ pub async fn execute(
             )
             .await
             {
-                Ok(()) => Outcome::Deleted,
+                Ok(()) => match &d.revoked {
+                    Some(why) => Outcome::Revoked(why.clone()),
+                    None => Outcome::Deleted,
+                },
                 Err(e) if e.is_gone_or_changed() => Outcome::Raced,
                 Err(e) => Outcome::Failed(e),
             }
@@ -260,6 +266,7 @@ fn log_outcome(id: &ObjectId, outcome: &Outcome) {
         Outcome::Recreated => tracing::info!(object = %id, "re-created with a new roleRef"),
         Outcome::Adopted(why) => tracing::info!(object = %id, reason = %why, "adopted"),
         Outcome::Deleted => tracing::info!(object = %id, "pruned"),
+        Outcome::Revoked(why) => tracing::warn!(object = %id, %why, "revoked: policy refuses it"),
         Outcome::Conflict { message, fresh } => {
             if *fresh {
                 tracing::warn!(object = %id, %message, "not ours: left alone");

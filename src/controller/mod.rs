@@ -348,7 +348,12 @@ fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>)
     let deleted = report
         .written
         .iter()
-        .filter(|w| matches!(w.outcome, apply::Outcome::Deleted))
+        .filter(|w| {
+            matches!(
+                w.outcome,
+                apply::Outcome::Deleted | apply::Outcome::Revoked(_)
+            )
+        })
         .count();
     if report.plan.is_empty() && report.status_patches == 0 {
         tracing::debug!(

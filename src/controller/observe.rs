@@ -236,11 +236,19 @@ impl World {
                     }
                     Step::Remove(o) => {
                         if let Some(id) = ObjectId::of(&o) {
-                            change.dirty = self.owned.remove(&id).is_some();
+                            change.dirty = self.remove_owned(&id);
                         }
                     }
                     Step::Replace(all) => {
-                        self.owned.retain(|id, _| id.kind != kind);
+                        let stale: Vec<ObjectId> = self
+                            .owned
+                            .keys()
+                            .filter(|id| id.kind == kind)
+                            .cloned()
+                            .collect();
+                        for id in stale {
+                            self.remove_owned(&id);
+                        }
                         for o in all {
                             self.upsert_owned(o);
                         }
@@ -331,8 +339,36 @@ impl World {
             Some(known) if older(&live, known) => return false,
             _ => {}
         }
+        self.mirror(&id, Some(&live.object));
         self.owned.insert(id, live);
         true
+    }
+
+    fn remove_owned(&mut self, id: &ObjectId) -> bool {
+        self.mirror(id, None);
+        self.owned.remove(id).is_some()
+    }
+
+    /// Keeps the engine's view of our own objects: where no rule reads the
+    /// kind (so no full watch fills the store with it), managed objects are
+    /// copied into the store, so that policy judges every live object we
+    /// made and revokes what it now refuses.
+    fn mirror(&mut self, id: &ObjectId, object: Option<&Value>) {
+        let gk = crate::engine::compile::output_gk(id.kind);
+        if self.kinds.contains_key(&gk) {
+            return;
+        }
+        let key = (id.namespace.clone(), id.name.clone());
+        match object {
+            Some(o) => {
+                if self.store.insert(o.clone()).is_err() {
+                    tracing::debug!(object = %id, "not mirrored into the store");
+                }
+            }
+            None => {
+                self.store.remove(&gk, &key);
+            }
+        }
     }
 
     /// Learns the outcome of writes at once: objects as the API server
@@ -344,8 +380,8 @@ impl World {
                 (_, Some(o)) if w.outcome.is_applied() => {
                     self.upsert_owned(o.clone());
                 }
-                (super::apply::Outcome::Deleted, _) => {
-                    self.owned.remove(&w.id);
+                (super::apply::Outcome::Deleted | super::apply::Outcome::Revoked(_), _) => {
+                    self.remove_owned(&w.id);
                 }
                 _ => {}
             }
@@ -966,6 +1002,8 @@ mod tests {
         use crate::controller::apply::{Outcome, Written};
         let mut w = base_world();
         let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
+        let gk = crate::engine::compile::output_gk(OutputKind::ClusterRole);
+        let key = (String::new(), "x".to_string());
         let version = |rv: &str, verbs: Value| {
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                 "metadata": {"name": "x", "resourceVersion": rv,
@@ -983,6 +1021,8 @@ mod tests {
             Some(version("20", json!(["get"]))),
         )]);
         assert_eq!(w.owned[&id].resource_version(), Some("20"));
+        // Mirrored into the store the engine judges (no rule reads the kind).
+        assert!(w.store.get(&gk, &key).is_some());
         // The watch then delivers an event from before the write.
         let c = w.apply(Feed::Owned(
             OutputKind::ClusterRole,
@@ -1000,8 +1040,9 @@ mod tests {
         // A failed write teaches nothing; a prune removes at once.
         w.learn(&[written(Outcome::Skipped, Some(version("30", json!([]))))]);
         assert_eq!(w.owned[&id].resource_version(), Some("21"));
-        w.learn(&[written(Outcome::Deleted, None)]);
+        w.learn(&[written(Outcome::Revoked("policy".into()), None)]);
         assert!(w.owned.is_empty());
+        assert!(w.store.get(&gk, &key).is_none());
     }
 
     #[test]

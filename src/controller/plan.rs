@@ -369,6 +369,9 @@ pub struct Delete {
     /// taking the object over by removing our label) makes the delete fail
     /// instead of destroying it.
     pub resource_version: Option<String>,
+    /// Set when policy refuses the object (why): it is deleted whatever
+    /// would keep it.
+    pub revoked: Option<String>,
 }
 
 /// Why a live managed object is left as it is.
@@ -462,6 +465,19 @@ pub fn plan(
             continue;
         }
         let rule = l.rule().map(str::to_string);
+        // A refusal revokes: no keep reason saves an object policy refuses
+        // (only an incomplete view defers it, like any prune).
+        let key = (id.kind, id.namespace.clone(), id.name.clone());
+        if let Some(why) = evaluation.revoked.get(&key).filter(|_| prune) {
+            out.deletes.push(Delete {
+                id: id.clone(),
+                rule: rule.unwrap_or_default(),
+                uid: l.uid().map(str::to_string),
+                resource_version: l.resource_version().map(str::to_string),
+                revoked: Some(why.clone()),
+            });
+            continue;
+        }
         let reason =
             if evaluation
                 .contested
@@ -484,6 +500,7 @@ pub fn plan(
                 rule,
                 uid: l.uid().map(str::to_string),
                 resource_version: l.resource_version().map(str::to_string),
+                revoked: None,
             }),
             (None, None) => {}
         }

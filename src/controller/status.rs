@@ -236,6 +236,7 @@ pub fn events(
             }
             Outcome::Adopted(_) => ("Adopted", "Adopt", false),
             Outcome::Deleted => ("Pruned", "Prune", false),
+            Outcome::Revoked(_) => ("Revoked", "Revoke", true),
             Outcome::Conflict { fresh: true, .. } => ("Conflict", "Apply", true),
             Outcome::Failed(e) => (e.reason(), "Write", true),
             Outcome::Conflict { fresh: false, .. }
@@ -248,6 +249,7 @@ pub fn events(
             Outcome::Updated(parts) => format!("{} ({})", w.id, parts.join(", ")),
             Outcome::Recreated => format!("{} (re-created: roleRef changed)", w.id),
             Outcome::Adopted(why) => why.clone(),
+            Outcome::Revoked(why) => format!("{} deleted: {why}", w.id),
             Outcome::Failed(e) => e.to_string(),
             Outcome::Conflict { message, .. } => message.clone(),
             _ => w.id.to_string(),

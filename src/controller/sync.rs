@@ -344,7 +344,7 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
     for d in &report.plan.deletes {
         if !outcome
             .get(&d.id)
-            .is_some_and(|o| matches!(o, Outcome::Deleted))
+            .is_some_and(|o| matches!(o, Outcome::Deleted | Outcome::Revoked(_)))
         {
             objects.insert(d.id.clone(), d.rule.clone());
         }

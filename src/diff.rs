@@ -23,7 +23,7 @@ use crate::controller::observe::{Watches, World};
 use crate::controller::plan::{
     ApplyAction, Live, ObjectId, OwnedFields, Plan, is_managed, keep_helm_annotation,
 };
-use crate::controller::sync::{Snapshot, Syncer};
+use crate::controller::sync::Syncer;
 use crate::engine::Evaluation;
 
 /// Settings of `rbac-rules diff` (the subset of `run`'s that changes the
@@ -42,6 +42,12 @@ pub struct DiffArgs {
     /// Seconds to wait for every watch to list.
     #[arg(long, default_value_t = 60)]
     pub timeout_seconds: u64,
+    /// Default denials switched off, as for `run`.
+    #[command(flatten)]
+    pub waivers: crate::policy::Waivers,
+    /// Evaluation limits, as for `run`.
+    #[command(flatten)]
+    pub limits: crate::engine::Limits,
 }
 
 /// Why `diff` could not tell.
@@ -398,17 +404,12 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
         Metrics::new(),
         Arc::new(Gate::new(false)),
         None,
-    );
+    )
+    .with_waivers(args.waivers.clone())
+    .with_limits(args.limits.clone());
     let allow = world.allow_rules();
     let holds = world.holds();
-    let snap = Snapshot {
-        rules: &world.rules,
-        observed: &world.store,
-        owned: &world.owned,
-        holds: &holds,
-        allow: allow.as_ref(),
-        prune: world.kinds_settled(),
-    };
+    let snap = world.snapshot(allow.as_ref(), &holds);
     let (evaluation, plan) = syncer.evaluate(&snap);
     report_problems(&evaluation, &holds);
     let mut existing = BTreeMap::new();

@@ -486,11 +486,10 @@ pub fn aggregate(roles: &[ClusterRole]) -> Result<Vec<ClusterRole>, PolicyError>
     Ok(out)
 }
 
-/// Verbs Kubernetes knows: the API verbs, the RBAC and admission special
-/// verbs (`use`, `bind`, `escalate`, `impersonate`, `approve`, `sign`), the
-/// non-resource URL verbs, and the wildcard.
-pub const KNOWN_VERBS: &[&str] = &[
-    "*",
+/// Verbs of resource requests: the API verbs and the special verbs of RBAC
+/// (`bind`, `escalate`, `impersonate`), Pod Security (`use`) and
+/// certificates (`approve`, `sign`, `attest`).
+pub const RESOURCE_VERBS: &[&str] = &[
     "get",
     "list",
     "watch",
@@ -499,17 +498,27 @@ pub const KNOWN_VERBS: &[&str] = &[
     "patch",
     "delete",
     "deletecollection",
-    "use",
-    "bind",
     "escalate",
+    "bind",
     "impersonate",
+    "use",
     "approve",
     "sign",
-    "post",
-    "put",
-    "head",
-    "options",
+    "attest",
 ];
+
+/// Verbs of non-resource URL requests beyond those of resources.
+pub const NON_RESOURCE_VERBS: &[&str] = &["post", "put", "head", "options"];
+
+/// Every verb Kubernetes knows, without the wildcard.
+pub fn known_verbs() -> impl Iterator<Item = &'static str> {
+    RESOURCE_VERBS.iter().chain(NON_RESOURCE_VERBS).copied()
+}
+
+/// Whether Kubernetes knows `verb` (the wildcard `*` included).
+pub fn is_known_verb(verb: &str) -> bool {
+    verb == "*" || known_verbs().any(|v| v == verb)
+}
 
 #[cfg(test)]
 mod tests {

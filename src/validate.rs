@@ -20,7 +20,7 @@ use crate::rules;
 use crate::yaml::{self, Document, YamlError};
 
 /// The RbacRule annotation that declares custom verbs (comma-separated):
-/// a literal verb outside [`crate::policy::KNOWN_VERBS`] is an error unless
+/// a literal verb that [`crate::policy::is_known_verb`] does not know is an error unless
 /// listed here, so a typo such as `gett` is caught.
 pub const CUSTOM_VERBS_ANNOTATION: &str = "rbacrules.io/custom-verbs";
 
@@ -264,8 +264,8 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
         }
     }
     for (field, verb) in verbs(spec) {
-        if !crate::policy::KNOWN_VERBS.contains(&verb.as_str()) && !custom.contains(&verb) {
-            let hint = suggest(&verb, crate::policy::KNOWN_VERBS.iter().copied())
+        if !crate::policy::is_known_verb(&verb) && !custom.contains(&verb) {
+            let hint = suggest(&verb, crate::policy::known_verbs())
                 .map(|s| format!(" (did you mean {s:?}?)"))
                 .unwrap_or_default();
             push(

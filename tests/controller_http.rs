@@ -1327,6 +1327,8 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
         allow_clusterrole: None,
         adopt_existing: false,
         timeout_seconds: 10,
+        waivers: Default::default(),
+        limits: Default::default(),
     };
     let (entries, unchanged) = diff(client, &args).await.expect("diff");
     scenario.abort();

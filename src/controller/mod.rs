@@ -35,7 +35,7 @@ use crate::api::ManageLevel;
 use apply::Gate;
 use metrics::Metrics;
 use observe::{Watches, World};
-use sync::{Snapshot, Syncer};
+use sync::Syncer;
 
 /// Settings of `rbac-rules run`.
 #[derive(clap::Args, Clone, Debug)]
@@ -280,14 +280,7 @@ async fn control_loop(
                 }
                 let allow = world.allow_rules();
                 let holds = world.holds();
-                let snap = Snapshot {
-                    rules: &world.rules,
-                    observed: &world.store,
-                    owned: &world.owned,
-                    holds: &holds,
-                    allow: allow.as_ref(),
-                    prune: world.kinds_settled(),
-                };
+                let snap = world.snapshot(allow.as_ref(), &holds);
                 let report = syncer.sync(&snap).await;
                 world.learn(&report.written);
                 log_report(&report, &holds);

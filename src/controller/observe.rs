@@ -406,6 +406,24 @@ impl World {
             .all(|w| w.unresolved.is_some() || w.listing.synced)
     }
 
+    /// What a reconcile sees: the rules, the caches, and the allow-list and
+    /// holds computed once by the caller ([`World::allow_rules`],
+    /// [`World::holds`]); deletions only once every watch has listed.
+    pub fn snapshot<'a>(
+        &'a self,
+        allow: Option<&'a crate::policy::AllowList>,
+        holds: &'a BTreeMap<String, Hold>,
+    ) -> super::sync::Snapshot<'a> {
+        super::sync::Snapshot {
+            rules: &self.rules,
+            observed: &self.store,
+            owned: &self.owned,
+            holds,
+            allow,
+            prune: self.kinds_settled(),
+        }
+    }
+
     /// The allow-list, when `--allow-clusterrole` is set and found.
     pub fn allow_rules(&self) -> Option<crate::policy::AllowList> {
         self.allow

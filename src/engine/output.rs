@@ -230,25 +230,6 @@ pub fn validate_policy_rule(
 /// plain name of its kind (see [`check_marked_rules`]).
 pub const DATA_MARK: char = '\u{0}';
 
-/// Verbs a value from data may name; other verbs only written literally.
-pub const KNOWN_VERBS: &[&str] = &[
-    "get",
-    "list",
-    "watch",
-    "create",
-    "update",
-    "patch",
-    "delete",
-    "deletecollection",
-    "escalate",
-    "bind",
-    "impersonate",
-    "use",
-    "approve",
-    "sign",
-    "attest",
-];
-
 fn is_dns_label(s: &str) -> bool {
     !s.contains('.') && is_dns_subdomain(s) && s.len() <= 63
 }
@@ -268,7 +249,8 @@ fn data_value_problem(key: &str, value: &str) -> Option<String> {
             Some((r, sub)) => is_dns_label(r) && is_dns_label(sub),
             None => is_dns_label(value),
         },
-        "verbs" => KNOWN_VERBS.contains(&value),
+        // A verb from data: one Kubernetes knows, never `*`.
+        "verbs" => value != "*" && crate::policy::is_known_verb(value),
         "resourceNames" => validate_name("", value).is_ok() && !value.chars().any(char::is_control),
         "nonResourceURLs" => {
             value.starts_with('/')

@@ -376,7 +376,8 @@ fn set_meta(obj: &mut Value, name: &str, v: Value) {
 /// Observes the cluster as the controller does, evaluates, plans and looks
 /// up the objects to create. Writes nothing.
 pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize), DiffError> {
-    let (tx, mut rx) = mpsc::channel(1024);
+    // The watches' channel, as in `run`.
+    let (tx, mut rx) = mpsc::unbounded_channel();
     let mut world = World::new(args.allow_clusterrole.clone());
     let mut watches = Watches::start(
         client.clone(),

@@ -228,7 +228,10 @@ async fn control_loop(
     identity: Option<String>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), Error> {
-    let (tx, mut rx) = mpsc::channel(1024);
+    // Unbounded: every watch task keeps reading its stream even while a
+    // write pass holds the loop, so the API server never closes a watch as
+    // unresponsive and the cache never goes stale (events queue meanwhile).
+    let (tx, mut rx) = mpsc::unbounded_channel();
     let mut world = World::new(args.allow_clusterrole.clone());
     let mut watches = Watches::start(
         client.clone(),

@@ -545,7 +545,7 @@ impl World {
 /// Starts and stops watches: owns the client and the feed sender.
 pub struct Watches {
     client: Client,
-    tx: mpsc::Sender<Feed>,
+    tx: mpsc::UnboundedSender<Feed>,
     manage: ManageLevel,
     base: Vec<Task>,
 }
@@ -554,7 +554,7 @@ impl Watches {
     /// Starts the RbacRule, owned-object and allow-list watches.
     pub fn start(
         client: Client,
-        tx: mpsc::Sender<Feed>,
+        tx: mpsc::UnboundedSender<Feed>,
         manage: ManageLevel,
         allow_name: Option<&str>,
     ) -> Self {
@@ -823,7 +823,7 @@ fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
 fn spawn<K>(
     api: Api<K>,
     config: watcher::Config,
-    tx: mpsc::Sender<Feed>,
+    tx: mpsc::UnboundedSender<Feed>,
     feed: impl Fn(Event<K>) -> Feed + Send + 'static,
     source: impl Fn() -> Source + Send + 'static,
 ) -> Task
@@ -837,7 +837,7 @@ where
                 Ok(ev) => feed(ev),
                 Err(e) => Feed::Error(source(), e),
             };
-            if tx.send(msg).await.is_err() {
+            if tx.send(msg).is_err() {
                 return;
             }
         }

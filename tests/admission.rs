@@ -275,3 +275,32 @@ fn no_aggregation_into_the_controller_or_of_everything() {
         );
     }
 }
+
+/// Everything the built-in rules emit — on the shipped example and on a
+/// cluster as Crossplane's chart leaves it — passes the fence: the fence and
+/// the engine's default denials agree on what the controller writes.
+#[test]
+fn every_builtin_output_is_admitted() {
+    use rbac_rules::render::{RenderArgs, render};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for objects in [
+        "examples/crossplane-cluster.yaml",
+        "tests/golden/crossplane-chart-deploy-false/objects.yaml",
+    ] {
+        let text = render(&RenderArgs {
+            objects: vec![root.join(objects)],
+            ..Default::default()
+        })
+        .expect("the built-in rules render");
+        let outputs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+        assert!(outputs.len() > 10, "{objects}: {} objects", outputs.len());
+        for o in &outputs {
+            if let Err(refused) = write(o) {
+                panic!(
+                    "{objects}: {} {} refused by the fence: {refused:?}",
+                    o["kind"], o["metadata"]["name"]
+                );
+            }
+        }
+    }
+}

@@ -90,8 +90,15 @@ async fn watches_are_drained_while_a_write_is_held() {
             let (drained_tx, drained_rx) = oneshot::channel::<()>();
             let mut drained_tx = Some(drained_tx);
             let mut drained_rx = Some(drained_rx);
-            let list = |kind: &str, items: Vec<Value>| json!({"apiVersion": "v1", "kind": kind,
-                "metadata": {"resourceVersion": "10"}, "items": items});
+            // Fires when the first write arrives: the stream starts then, so
+            // every event comes while that write is in flight.
+            let (held_tx, held_rx) = oneshot::channel::<()>();
+            let mut held_tx = Some(held_tx);
+            let mut held_rx = Some(held_rx);
+            let list = |kind: &str, items: Vec<Value>| {
+                json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"resourceVersion": "10"}, "items": items})
+            };
             while let Some((req, send)) = handle.next_request().await {
                 let path = req.uri().path().to_string();
                 let method = req.method().to_string();
@@ -101,7 +108,11 @@ async fn watches_are_drained_while_a_write_is_held() {
                         let (tx, rx) = mpsc::channel::<Bytes>(1);
                         send.send_response(streaming(rx));
                         let done = drained_tx.take();
+                        let held = held_rx.take();
                         tokio::spawn(async move {
+                            if let Some(held) = held {
+                                let _ = held.await;
+                            }
                             for i in 0..EVENTS {
                                 let line = json!({"type": "ADDED", "object": ns(&format!("team-{i:04}"), 100 + i)});
                                 let mut bytes = serde_json::to_vec(&line).expect("json");
@@ -131,18 +142,30 @@ async fn watches_are_drained_while_a_write_is_held() {
                     ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
                         send.send_response(full(200, &list("RbacRuleList", vec![rule.clone()])))
                     }
-                    ("GET", "/api") => send.send_response(full(200, &json!({"kind": "APIVersions",
-                        "versions": ["v1"], "serverAddressByClientCIDRs": []}))),
-                    ("GET", "/api/v1") => send.send_response(full(200, &json!({"kind": "APIResourceList",
+                    ("GET", "/api") => send.send_response(full(
+                        200,
+                        &json!({"kind": "APIVersions",
+                        "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+                    )),
+                    ("GET", "/api/v1") => send.send_response(full(
+                        200,
+                        &json!({"kind": "APIResourceList",
                         "groupVersion": "v1", "resources": [{"name": "namespaces",
                         "singularName": "namespace", "namespaced": false, "kind": "Namespace",
-                        "verbs": ["get", "list", "watch"]}]}))),
-                    ("GET", "/api/v1/namespaces") => send.send_response(full(200, &json!({
+                        "verbs": ["get", "list", "watch"]}]}),
+                    )),
+                    ("GET", "/api/v1/namespaces") => send.send_response(full(
+                        200,
+                        &json!({
                         "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
-                        "metadata": {"resourceVersion": "10"}, "items": [ns("team-a", 5)]}))),
-                    ("GET", p) if p.contains("/namespaces/") => send.send_response(full(404, &json!({
+                        "metadata": {"resourceVersion": "10"}, "items": [ns("team-a", 5)]}),
+                    )),
+                    ("GET", p) if p.contains("/namespaces/") => send.send_response(full(
+                        404,
+                        &json!({
                         "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "reason": "NotFound", "code": 404, "message": "not found", "metadata": {}}))),
+                        "reason": "NotFound", "code": 404, "message": "not found", "metadata": {}}),
+                    )),
                     ("GET", p) if p.starts_with("/apis/rbac.authorization.k8s.io/") => {
                         send.send_response(full(200, &list("List", vec![])))
                     }
@@ -150,13 +173,22 @@ async fn watches_are_drained_while_a_write_is_held() {
                         let mut obj = body.clone();
                         obj["metadata"]["uid"] = json!(format!("{p}-uid"));
                         obj["metadata"]["resourceVersion"] = json!("5000");
-                        *roles.lock().expect("lock").entry(p.to_string()).or_default() += 1;
+                        *roles
+                            .lock()
+                            .expect("lock")
+                            .entry(p.to_string())
+                            .or_default() += 1;
                         match drained_rx.take() {
                             // The first write is held until the controller
                             // has read the whole watch stream.
                             Some(drained) => {
+                                if let Some(h) = held_tx.take() {
+                                    let _ = h.send(());
+                                }
                                 tokio::spawn(async move {
-                                    let read = tokio::time::timeout(Duration::from_secs(20), drained).await;
+                                    let read =
+                                        tokio::time::timeout(Duration::from_secs(20), drained)
+                                            .await;
                                     assert!(
                                         matches!(read, Ok(Ok(()))),
                                         "the watch stalled while a write was in flight"

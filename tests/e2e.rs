@@ -68,8 +68,6 @@
 //! (default `info`); its logs are printed when the test fails.
 
 use std::collections::BTreeMap;
-use std::fmt::Display;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -78,24 +76,24 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt as _;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use rbac_rules::api::RbacRule;
 use rbac_rules::policy;
 use serde_json::{Value, json};
+
+mod e2e_support;
+use e2e_support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const KUBECONFIG_VAR: &str = "RBAC_RULES_E2E_KUBECONFIG";
@@ -104,107 +102,9 @@ const MANAGER: &str = "rbac-rules-e2e";
 /// Label on the stand-in CRDs.
 const STAND_IN: &str = "rbacrules.io/e2e-stand-in";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by=rbac-rules";
-/// Longest wait for anything to happen.
-const TIMEOUT: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(500);
 /// The ServiceAccount the controller runs as (impersonated).
 const CONTROLLER_SA: &str = "rbac-rules";
 const XRD_ANNOTATION_VALUE: &str = "xrd-claim-accepted";
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read_yaml(rel: &str) -> Vec<Value> {
-    let path = root().join(rel);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {rel}: {e}"));
-    rbac_rules::yaml::parse_documents(&path, &text)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .into_iter()
-        .map(|d| d.value)
-        .collect()
-}
-
-fn rule_files() -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("rules"))
-        .expect("read rules/")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| format!("rules/{}", p.file_name().expect("name").to_string_lossy()))
-        .collect();
-    files.sort();
-    files
-}
-
-/// A short random suffix for this run's names.
-fn suffix() -> String {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    h.write_u32(std::process::id());
-    format!("{:08x}", h.finish() as u32)
-}
-
-fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-fn xrd_ar() -> ApiResource {
-    ar(
-        "apiextensions.crossplane.io",
-        "v1",
-        "CompositeResourceDefinition",
-        "compositeresourcedefinitions",
-    )
-}
-
-fn pr_ar() -> ApiResource {
-    ar(
-        "pkg.crossplane.io",
-        "v1",
-        "ProviderRevision",
-        "providerrevisions",
-    )
-}
-
-fn cr_ar() -> ApiResource {
-    ApiResource::erase::<ClusterRole>(&())
-}
-fn crb_ar() -> ApiResource {
-    ApiResource::erase::<ClusterRoleBinding>(&())
-}
-fn role_ar() -> ApiResource {
-    ApiResource::erase::<Role>(&())
-}
-fn rb_ar() -> ApiResource {
-    ApiResource::erase::<RoleBinding>(&())
-}
-fn ns_ar() -> ApiResource {
-    ApiResource::erase::<Namespace>(&())
-}
-fn deploy_ar() -> ApiResource {
-    ApiResource::erase::<Deployment>(&())
-}
-
-/// Polls `probe` until it returns Ok, for at most [`TIMEOUT`].
-async fn eventually<T>(what: impl Display, mut probe: impl AsyncFnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let last = match probe().await {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {TIMEOUT:?} waiting for {what}: {last}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
 
 fn rules_of(obj: &Value) -> Vec<PolicyRule> {
     serde_json::from_value(obj["rules"].clone()).unwrap_or_default()

@@ -45,21 +45,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt as _;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use rbac_rules::api::{ManageLevel, RbacRule};
 use rbac_rules::render::{RenderArgs, render};
 use serde_json::{Value, json};
+
+mod e2e_support;
+use e2e_support::*;
 
 const KUBECONFIG_VAR: &str = "RBAC_RULES_E2E_KUBECONFIG";
 /// Field managers standing in for Helm, Crossplane and this test.
@@ -67,75 +65,7 @@ const HELM: &str = "helm";
 const CROSSPLANE: &str = "crossplane";
 const MANAGER: &str = "rbac-rules-e2e";
 const STAND_IN: &str = "rbacrules.io/e2e-stand-in";
-const TIMEOUT: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(500);
 const KEEP: &str = "helm.sh/resource-policy";
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read_yaml(rel: &str) -> Vec<Value> {
-    let path = root().join(rel);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {rel}: {e}"));
-    rbac_rules::yaml::parse_documents(&path, &text)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .into_iter()
-        .map(|d| d.value)
-        .collect()
-}
-
-fn suffix() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{:08x}", (nanos as u32) ^ std::process::id())
-}
-
-fn pr_ar() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("pkg.crossplane.io", "v1", "ProviderRevision"),
-        "providerrevisions",
-    )
-}
-fn cr_ar() -> ApiResource {
-    ApiResource::erase::<ClusterRole>(&())
-}
-fn crb_ar() -> ApiResource {
-    ApiResource::erase::<ClusterRoleBinding>(&())
-}
-fn deploy_ar() -> ApiResource {
-    ApiResource::erase::<Deployment>(&())
-}
-fn ns_ar() -> ApiResource {
-    ApiResource::erase::<Namespace>(&())
-}
-fn xrd_ar() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "apiextensions.crossplane.io",
-            "v1",
-            "CompositeResourceDefinition",
-        ),
-        "compositeresourcedefinitions",
-    )
-}
-
-async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let last = match probe().await {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {TIMEOUT:?} waiting for {what}: {last}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
 
 fn api(client: &Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
     match ns {

@@ -1,0 +1,124 @@
+//! Helpers shared by the end-to-end suites (`tests/e2e.rs`,
+//! `tests/e2e_migration.rs`): paths, YAML, run names, API resources and
+//! polling.
+
+#![allow(dead_code)]
+
+use std::fmt::Display;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+
+/// Longest wait for anything to happen.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause between two probes.
+pub const POLL: Duration = Duration::from_millis(500);
+
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn read_yaml(rel: &str) -> Vec<Value> {
+    let path = root().join(rel);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {rel}: {e}"));
+    rbac_rules::yaml::parse_documents(&path, &text)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
+pub fn rule_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(root().join("rules"))
+        .expect("read rules/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| format!("rules/{}", p.file_name().expect("name").to_string_lossy()))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A short random suffix for this run's names.
+pub fn suffix() -> String {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.write_u32(std::process::id());
+    format!("{:08x}", h.finish() as u32)
+}
+
+pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+pub fn xrd_ar() -> ApiResource {
+    ar(
+        "apiextensions.crossplane.io",
+        "v1",
+        "CompositeResourceDefinition",
+        "compositeresourcedefinitions",
+    )
+}
+
+pub fn pr_ar() -> ApiResource {
+    ar(
+        "pkg.crossplane.io",
+        "v1",
+        "ProviderRevision",
+        "providerrevisions",
+    )
+}
+
+pub fn cr_ar() -> ApiResource {
+    ApiResource::erase::<ClusterRole>(&())
+}
+
+pub fn crb_ar() -> ApiResource {
+    ApiResource::erase::<ClusterRoleBinding>(&())
+}
+
+pub fn role_ar() -> ApiResource {
+    ApiResource::erase::<Role>(&())
+}
+
+pub fn rb_ar() -> ApiResource {
+    ApiResource::erase::<RoleBinding>(&())
+}
+
+pub fn ns_ar() -> ApiResource {
+    ApiResource::erase::<Namespace>(&())
+}
+
+pub fn deploy_ar() -> ApiResource {
+    ApiResource::erase::<Deployment>(&())
+}
+
+/// Polls `probe` until it returns Ok, for at most [`TIMEOUT`].
+pub async fn eventually<T>(
+    what: impl Display,
+    mut probe: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let last = match probe().await {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {TIMEOUT:?} waiting for {what}: {last}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}

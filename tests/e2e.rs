@@ -99,8 +99,6 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 const KUBECONFIG_VAR: &str = "RBAC_RULES_E2E_KUBECONFIG";
 /// Field manager of everything the test applies.
 const MANAGER: &str = "rbac-rules-e2e";
-/// Label on the stand-in CRDs.
-const STAND_IN: &str = "rbacrules.io/e2e-stand-in";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by=rbac-rules";
 /// The ServiceAccount the controller runs as (impersonated).
 const CONTROLLER_SA: &str = "rbac-rules";
@@ -648,70 +646,7 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Kubeconfig, controller: &mut Option<Co
 /// CRDs (ours and the stand-ins), the built-in rules, the controller's
 /// ClusterRoles from deploy/, and this run's namespaces.
 async fn install(ctx: &Ctx) {
-    let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
-    let stand_ins = read_yaml("tests/e2e/stand-in-crds.yaml");
-    // Never replace a real Crossplane's CRDs.
-    for crd in &stand_ins {
-        let name = crd["metadata"]["name"].as_str().expect("name");
-        if let Some(live) = crds.get_opt(name).await.expect("get CRD") {
-            let ours = live
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(STAND_IN))
-                .is_some_and(|v| v == "true");
-            assert!(
-                ours,
-                "CRD {name} exists and is not the test's stand-in: this looks like a real \
-                 Crossplane; run the e2e suite on a throwaway cluster"
-            );
-        }
-    }
-    let mut all = read_yaml("crds/rbacrules.rbacrules.io.yaml");
-    all.extend(stand_ins);
-    for crd in &all {
-        let name = crd["metadata"]["name"].as_str().expect("name").to_string();
-        crds.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
-        eventually(format!("CRD {name} to be established"), async || {
-            let c = crds.get(&name).await.map_err(|e| e.to_string())?;
-            let established = c
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                Ok(())
-            } else {
-                Err("not established".into())
-            }
-        })
-        .await;
-    }
-
-    let rules: Api<RbacRule> = Api::all(ctx.client.clone());
-    for file in rule_files() {
-        for doc in read_yaml(&file) {
-            let name = doc["metadata"]["name"]
-                .as_str()
-                .expect("rule name")
-                .to_string();
-            rules
-                .patch(
-                    &name,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&doc),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("apply RbacRule {name} from {file}: {e}"));
-        }
-    }
+    install_crds_and_rules(&ctx.client, MANAGER).await;
 
     for ns in [&ctx.ns, &ctx.claims_ns] {
         ctx.create(

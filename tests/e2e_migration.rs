@@ -48,11 +48,10 @@ use futures::FutureExt as _;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use rbac_rules::api::{ManageLevel, RbacRule};
+use rbac_rules::api::ManageLevel;
 use rbac_rules::render::{RenderArgs, render};
 use serde_json::{Value, json};
 
@@ -64,7 +63,6 @@ const KUBECONFIG_VAR: &str = "RBAC_RULES_E2E_KUBECONFIG";
 const HELM: &str = "helm";
 const CROSSPLANE: &str = "crossplane";
 const MANAGER: &str = "rbac-rules-e2e";
-const STAND_IN: &str = "rbacrules.io/e2e-stand-in";
 const KEEP: &str = "helm.sh/resource-policy";
 
 fn api(client: &Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
@@ -490,78 +488,6 @@ fn manager_roles(dir: &Path, objects: &[Value], rules: &str) -> Vec<Value> {
     roles
 }
 
-async fn install_crds_and_rules(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let stand_ins = read_yaml("tests/e2e/stand-in-crds.yaml");
-    for crd in &stand_ins {
-        let name = crd["metadata"]["name"].as_str().expect("name");
-        if let Some(live) = crds.get_opt(name).await.expect("get CRD") {
-            let stand_in = live
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(STAND_IN))
-                .is_some_and(|v| v == "true");
-            assert!(
-                stand_in,
-                "CRD {name} is a real Crossplane's: use a throwaway cluster"
-            );
-        }
-    }
-    let mut all = read_yaml("crds/rbacrules.rbacrules.io.yaml");
-    all.extend(stand_ins);
-    for crd in &all {
-        let name = name_of(crd);
-        crds.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
-        eventually(&format!("CRD {name} established"), async || {
-            let c = crds.get(&name).await.map_err(|e| e.to_string())?;
-            let ok = c
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if ok {
-                Ok(())
-            } else {
-                Err("not established".into())
-            }
-        })
-        .await;
-    }
-    let rules: Api<RbacRule> = Api::all(client.clone());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("rules"))
-        .expect("rules/")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    for f in files {
-        let rel = f
-            .strip_prefix(root())
-            .expect("under root")
-            .to_string_lossy()
-            .into_owned();
-        for doc in read_yaml(&rel) {
-            let name = name_of(&doc);
-            rules
-                .patch(
-                    &name,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&doc),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("apply RbacRule {name}: {e}"));
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switch_from_crossplanes_rbac_manager_without_a_gap() {
     let Some(path) = std::env::var_os(KUBECONFIG_VAR).filter(|p| !p.is_empty()) else {
@@ -621,7 +547,7 @@ async fn switch_from_crossplanes_rbac_manager_without_a_gap() {
 async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
     let client = &run.client;
     // 1. The cluster as the chart and the manager leave it.
-    install_crds_and_rules(client).await;
+    install_crds_and_rules(client, MANAGER).await;
     for name in ["crossplane:rbac-rules"] {
         let _ = api(client, &crb_ar(), None)
             .delete(name, &DeleteParams::background())

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{ApiResource, GroupVersionKind};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
+use rbac_rules::api::RbacRule;
 use serde_json::Value;
 
 /// Longest wait for anything to happen.
@@ -121,4 +124,86 @@ pub async fn eventually<T>(
         );
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Applies `crds` with field manager `manager` and waits until each is
+/// established.
+pub async fn apply_crds(client: &Client, manager: &str, crds: &[Value]) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds {
+        let name = crd["metadata"]["name"].as_str().expect("name").to_string();
+        api.patch(
+            &name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+        eventually(format!("CRD {name} to be established"), async || {
+            let c = api.get(&name).await.map_err(|e| e.to_string())?;
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                Ok(())
+            } else {
+                Err("not established".into())
+            }
+        })
+        .await;
+    }
+}
+
+/// Applies the built-in rules (`rules/*.yaml`) with field manager `manager`.
+pub async fn apply_builtin_rules(client: &Client, manager: &str) {
+    let rules: Api<RbacRule> = Api::all(client.clone());
+    for file in rule_files() {
+        for doc in read_yaml(&file) {
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .expect("rule name")
+                .to_string();
+            rules
+                .patch(
+                    &name,
+                    &PatchParams::apply(manager).force(),
+                    &Patch::Apply(&doc),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("apply RbacRule {name} from {file}: {e}"));
+        }
+    }
+}
+
+/// Label on the stand-in CRDs of Crossplane's kinds.
+pub const STAND_IN: &str = "rbacrules.io/e2e-stand-in";
+
+/// Installs the RbacRule CRD, the stand-in CRDs (refusing to replace a real
+/// Crossplane's) and the built-in rules, with field manager `manager`.
+pub async fn install_crds_and_rules(client: &Client, manager: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let stand_ins = read_yaml("tests/e2e/stand-in-crds.yaml");
+    for crd in &stand_ins {
+        let name = crd["metadata"]["name"].as_str().expect("name");
+        if let Some(live) = crds.get_opt(name).await.expect("get CRD") {
+            let ours = live
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(STAND_IN))
+                .is_some_and(|v| v == "true");
+            assert!(
+                ours,
+                "CRD {name} exists and is not the test's stand-in: this looks like a real \
+                 Crossplane; run the e2e suite on a throwaway cluster"
+            );
+        }
+    }
+    let mut all = read_yaml("crds/rbacrules.rbacrules.io.yaml");
+    all.extend(stand_ins);
+    apply_crds(client, manager, &all).await;
+    apply_builtin_rules(client, manager).await;
 }

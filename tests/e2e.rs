@@ -647,6 +647,16 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Kubeconfig, controller: &mut Option<Co
 /// ClusterRoles from deploy/, and this run's namespaces.
 async fn install(ctx: &Ctx) {
     install_crds_and_rules(&ctx.client, MANAGER).await;
+    // The provider's Deployment lives in this run's namespace.
+    point_rule_at_namespace(
+        &ctx.client,
+        MANAGER,
+        "crossplane-provider.yaml",
+        "crossplane-provider-system",
+        "deployments",
+        &ctx.ns,
+    )
+    .await;
 
     for ns in [&ctx.ns, &ctx.claims_ns] {
         ctx.create(

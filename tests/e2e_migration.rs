@@ -566,21 +566,22 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
     )
     .await;
     run.remember(ns_ar(), None, ns);
-    // Crossplane runs in this run's namespace: point the rule that binds its
-    // ServiceAccount there, as the guide says (one field of the rule).
-    let mut sa_rule = read_yaml("rules/crossplane-core.yaml")
-        .into_iter()
-        .find(|d| d["metadata"]["name"] == "crossplane-serviceaccount")
-        .expect("rule crossplane-serviceaccount");
-    sa_rule["spec"]["related"][0]["objects"]["namespace"] = json!(ns);
-    Api::<rbac_rules::api::RbacRule>::all(client.clone())
-        .patch(
+    // Crossplane and its providers run in this run's namespace: point the
+    // rules that bind their ServiceAccounts there, as the guide says.
+    for (file, rule, related) in [
+        (
+            "crossplane-core.yaml",
             "crossplane-serviceaccount",
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&sa_rule),
-        )
-        .await
-        .expect("point crossplane-serviceaccount at the run's namespace");
+            "deployments",
+        ),
+        (
+            "crossplane-provider.yaml",
+            "crossplane-provider-system",
+            "deployments",
+        ),
+    ] {
+        point_rule_at_namespace(client, MANAGER, file, rule, related, ns).await;
+    }
     for (name, app, sa) in [
         ("crossplane", "crossplane", "crossplane"),
         (

@@ -207,3 +207,36 @@ pub async fn install_crds_and_rules(client: &Client, manager: &str) {
     apply_crds(client, manager, &all).await;
     apply_builtin_rules(client, manager).await;
 }
+
+/// Points the related set `related` of built-in rule `rule` (in
+/// `rules/<file>`) at namespace `ns`, as docs/migrating-from-crossplane.md
+/// tells a Crossplane installed outside crossplane-system to do.
+pub async fn point_rule_at_namespace(
+    client: &Client,
+    manager: &str,
+    file: &str,
+    rule: &str,
+    related: &str,
+    ns: &str,
+) {
+    let mut doc = read_yaml(&format!("rules/{file}"))
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == rule)
+        .unwrap_or_else(|| panic!("rule {rule} in rules/{file}"));
+    let sets = doc["spec"]["related"]
+        .as_array_mut()
+        .unwrap_or_else(|| panic!("rule {rule} has related sets"));
+    let set = sets
+        .iter_mut()
+        .find(|r| r["name"] == related)
+        .unwrap_or_else(|| panic!("rule {rule} has no related set {related}"));
+    set["objects"]["namespace"] = Value::from(ns);
+    Api::<RbacRule>::all(client.clone())
+        .patch(
+            rule,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("point {rule} at {ns}: {e}"));
+}

@@ -45,13 +45,32 @@ impl Document {
     }
 }
 
+/// Parser settings for `text`. serde-saphyr's default budget refuses more
+/// than 1,024 documents or 250,000 nodes, and a cluster's objects in one
+/// file are more than that. Plain data cannot hold more documents, nodes,
+/// events or scalar bytes than it has bytes, so those limits scale with the
+/// input; the limits against alias and anchor expansion and nesting (what
+/// makes a small input large) keep their defaults.
+fn options_for(text: &str) -> serde_saphyr::Options {
+    let n = text.len();
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_documents = budget.max_documents.max(n / 4 + 1);
+    budget.max_nodes = budget.max_nodes.max(n + 1);
+    budget.max_events = budget.max_events.max(4 * n + 16);
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(n + 1);
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
 /// Parses a multi-document YAML text; empty documents are skipped and
 /// `kind: List` documents are replaced by their items.
 pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Document>, YamlError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| YamlError::Parse {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options_for(text))
+        .map_err(|e| YamlError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
     let mut out = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         let index = i + 1;
@@ -218,6 +237,16 @@ pub fn to_yaml_stream(values: &[Value]) -> Result<String, YamlError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_stream_of_thousands_of_documents_parses() {
+        let docs = 5_000;
+        let text: String = (0..docs)
+            .map(|i| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: ns-{i}, labels: {{a: b}}}}\n---\n"))
+            .collect();
+        let parsed = parse_documents(Path::new("big.yaml"), &text).expect("parses");
+        assert_eq!(parsed.len(), docs);
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -1474,16 +1474,12 @@ pub fn denied_grants(rules: &[PolicyRule], waivers: &Waivers) -> Vec<String> {
     out
 }
 
-/// An API group that only a CustomResourceDefinition can define: it
-/// contains a dot and is not a Kubernetes group (`*.k8s.io`,
-/// `*.kubernetes.io`).
+/// An API group that only a CustomResourceDefinition can define: a DNS
+/// subdomain with a dot, not a Kubernetes group (`*.k8s.io`,
+/// `*.kubernetes.io`). The same test as the rule language's
+/// `format: customGroup`.
 pub fn is_custom_group(group: &str) -> bool {
-    group.contains('.')
-        && !group.contains('*')
-        && group != "k8s.io"
-        && group != "kubernetes.io"
-        && !group.ends_with(".k8s.io")
-        && !group.ends_with(".kubernetes.io")
+    crate::engine::format::is_custom_group(group)
 }
 
 /// Annotation on the allow-list ClusterRole that lets grants on custom

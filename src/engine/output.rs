@@ -230,10 +230,6 @@ pub fn validate_policy_rule(
 /// plain name of its kind (see [`check_marked_rules`]).
 pub const DATA_MARK: char = '\u{0}';
 
-fn is_dns_label(s: &str) -> bool {
-    !s.contains('.') && is_dns_subdomain(s) && s.len() <= 63
-}
-
 /// Whether `value`, rendered from data into the policy-rule field `key`,
 /// is a plain name of its kind. Never a wildcard.
 fn data_value_problem(key: &str, value: &str) -> Option<String> {
@@ -246,8 +242,8 @@ fn data_value_problem(key: &str, value: &str) -> Option<String> {
     let ok = match key {
         "apiGroups" => value.is_empty() || is_dns_subdomain(value),
         "resources" => match value.split_once('/') {
-            Some((r, sub)) => is_dns_label(r) && is_dns_label(sub),
-            None => is_dns_label(value),
+            Some((r, sub)) => super::format::is_dns_label(r) && super::format::is_dns_label(sub),
+            None => super::format::is_dns_label(value),
         },
         // A verb from data: one Kubernetes knows, never `*`.
         "verbs" => value != "*" && crate::policy::is_known_verb(value),

@@ -385,19 +385,17 @@ impl HelperDef for EachHelper {
                     }
                     None => block.set_base_value(v.clone()),
                 }
-                let mut params = BlockParams::new();
-                if let Some(name) = h.block_param() {
+                // `as |v|` or `as |v k|`: the item, and the key for a pair.
+                let pair = h.block_param_pair();
+                if let Some(name) = h.block_param().or(pair.map(|(n, _)| n)) {
+                    let mut params = BlockParams::new();
                     match &base {
                         Some(_) => params.add_path(name, Vec::new())?,
                         None => params.add_value(name, v.clone())?,
                     }
-                    block.set_block_params(params);
-                } else if let Some((name, key_name)) = h.block_param_pair() {
-                    match &base {
-                        Some(_) => params.add_path(name, Vec::new())?,
-                        None => params.add_value(name, v.clone())?,
+                    if let Some((_, key_name)) = pair {
+                        params.add_value(key_name, key)?;
                     }
-                    params.add_value(key_name, key)?;
                     block.set_block_params(params);
                 }
             }

@@ -12,9 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::api::OutputKind;
 use crate::engine::Evaluation;
-use crate::engine::output::{
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, RBAC_API_VERSION, rule_annotation, trigger_annotation,
-};
+use crate::engine::output::{RBAC_API_VERSION, rule_annotation, trigger_annotation};
 
 /// Field manager of every write, and the manager whose managedFields entry
 /// says which labels and annotations are ours.
@@ -193,10 +191,7 @@ pub fn keep_helm_annotation(desired: &mut Value, existing: &Value) {
     }
 }
 
-/// Whether an object carries `app.kubernetes.io/managed-by: rbac-rules`.
-pub fn is_managed(obj: &Value) -> bool {
-    obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE)
-}
+pub use crate::engine::output::is_managed;
 
 /// Drops what the API server treats as absent: null, empty lists, empty
 /// maps and empty strings in maps (`apiGroup: ""` of a ServiceAccount
@@ -514,6 +509,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::output::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
     use serde_json::json;
 
     fn live(v: Value) -> Live {
@@ -638,6 +634,7 @@ mod tests {
 #[cfg(test)]
 mod plan_tests {
     use super::*;
+    use crate::engine::output::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
     use crate::engine::{Desired, RuleReport, RuleState};
     use serde_json::json;
     use std::collections::BTreeSet;

@@ -58,7 +58,7 @@ impl<'a> View<'a> {
     /// a rule never reads what it emits.
     fn hidden(&self, obj: &Value) -> bool {
         let meta = &obj["metadata"];
-        if meta["labels"][MANAGED_BY_LABEL].as_str() != Some(MANAGED_BY_VALUE) {
+        if !output::is_managed(obj) {
             return false;
         }
         let Some(rule) = meta["annotations"][output::rule_annotation()].as_str() else {
@@ -394,7 +394,7 @@ fn check_policy(
     let mut revoked = BTreeMap::new();
     for kind in OutputKind::ALL {
         for obj in observed.list(&output_gk(kind)) {
-            if obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() != Some(MANAGED_BY_VALUE) {
+            if !output::is_managed(obj) {
                 continue;
             }
             let Some((ns, name)) = key_of(obj) else {
@@ -437,7 +437,7 @@ fn allow_list_rules(observed: &ObjectStore, allow: &crate::policy::AllowList) ->
     let mut out = Vec::new();
     for role in observed.list(&output_gk(OutputKind::ClusterRole)) {
         let labels = role["metadata"]["labels"].as_object();
-        if role["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE) {
+        if output::is_managed(role) {
             continue;
         }
         if allow

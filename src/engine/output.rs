@@ -23,6 +23,12 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY_VALUE: &str = "rbac-rules";
 
+/// Whether an object carries `app.kubernetes.io/managed-by: rbac-rules`:
+/// the controller's inventory of what it made.
+pub fn is_managed(obj: &Value) -> bool {
+    obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE)
+}
+
 /// Provenance keys, all under `rbacrules.io/`.
 pub fn rule_label() -> String {
     format!("{GROUP}/rule")

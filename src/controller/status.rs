@@ -11,7 +11,7 @@ use serde_json::json;
 use super::Error;
 use super::apply::{Outcome, Written};
 use crate::api::{ManageLevel, RbacRule, RbacRuleStatus};
-use crate::engine::{EngineError, RuleReport, RuleState};
+use crate::engine::{EngineError, EngineWarning, RuleReport, RuleState};
 
 /// Condition type: every output of the rule is applied.
 pub const READY: &str = "Ready";
@@ -297,21 +297,7 @@ pub fn events(
 /// warning is new.
 pub fn skipped_event(report: Option<&RuleReport>, seen: &mut BTreeSet<String>) -> Option<Event> {
     let now: BTreeSet<String> = report
-        .map(|r| {
-            r.warnings
-                .iter()
-                .map(|w| {
-                    let trigger = w.trigger.as_deref().map(|t| format!(" (trigger {t})"));
-                    format!(
-                        "{}{}: skipped {:?}: {}",
-                        w.field,
-                        trigger.unwrap_or_default(),
-                        w.value,
-                        w.message
-                    )
-                })
-                .collect()
-        })
+        .map(|r| r.warnings.iter().map(EngineWarning::detail).collect())
         .unwrap_or_default();
     let fresh: Vec<&str> = now.difference(seen).map(String::as_str).collect();
     let event = (!fresh.is_empty()).then(|| Event {
@@ -339,7 +325,6 @@ pub async fn publish(recorder: &Recorder, rule: &RbacRule, events: &[Event]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::EngineWarning;
 
     fn report(values: &[&str]) -> RuleReport {
         let mut r = RuleReport::new(RuleState::Evaluated);

@@ -93,13 +93,6 @@ pub struct Syncer {
 }
 
 impl Syncer {
-    /// Switches off the default denials `waivers` names.
-    pub fn with_waivers(mut self, waivers: Waivers) -> Self {
-        self.waivers = waivers;
-        self.engine = None;
-        self
-    }
-
     /// A syncer writing through `client` while `gate` is open.
     pub fn new(
         client: Client,
@@ -135,6 +128,13 @@ impl Syncer {
     /// output's own trigger are adopted either way.
     pub fn adopt_existing(mut self, on: bool) -> Self {
         self.adopt_existing = on;
+        self
+    }
+
+    /// Switches off the default denials `waivers` names.
+    pub fn with_waivers(mut self, waivers: Waivers) -> Self {
+        self.waivers = waivers;
+        self.engine = None;
         self
     }
 

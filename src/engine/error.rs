@@ -129,15 +129,27 @@ pub struct EngineWarning {
     pub message: String,
 }
 
-impl fmt::Display for EngineWarning {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rule {:?}: {}", self.rule, self.field)?;
-        if let Some(t) = &self.trigger {
-            write!(f, " (trigger {t})")?;
-        }
+impl EngineWarning {
+    /// The warning without the rule's name (for an Event on the rule):
+    /// `<field> (trigger …): skipped "<value>": <why>`.
+    pub fn detail(&self) -> String {
+        let trigger = self
+            .trigger
+            .as_deref()
+            .map(|t| format!(" (trigger {t})"))
+            .unwrap_or_default();
         // Debug quoting escapes control characters: trigger data never
         // forges log lines.
-        write!(f, ": skipped {:?}: {}", self.value, self.message)
+        format!(
+            "{}{trigger}: skipped {:?}: {}",
+            self.field, self.value, self.message
+        )
+    }
+}
+
+impl fmt::Display for EngineWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rule {:?}: {}", self.rule, self.detail())
     }
 }
 

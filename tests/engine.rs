@@ -2,20 +2,11 @@
 //! rules, what must be kept, determinism, ordering and ownership.
 
 use rbac_rules::api::{ManageLevel, OutputKind};
-use rbac_rules::engine::{Engine, ErrorKind, ObjectStore, Options, RuleSource, RuleState};
+use rbac_rules::engine::{Engine, ErrorKind, ObjectStore, Options, RuleState};
 use serde_json::{Value, json};
 
-fn rules(yaml: &str) -> Vec<RuleSource> {
-    rbac_rules::rules::parse_text(std::path::Path::new("test.yaml"), yaml).expect("rules parse")
-}
-
-fn store(objects: &[Value]) -> ObjectStore {
-    let mut s = ObjectStore::new();
-    for o in objects {
-        s.insert(o.clone()).expect("object inserts");
-    }
-    s
-}
+mod engine_support;
+use engine_support::{rules, store};
 
 fn ns(name: &str, labels: Value, annotations: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace",

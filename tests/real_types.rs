@@ -8,6 +8,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod engine_support;
+use engine_support::{builtin, store};
+
 use rbac_rules::engine::{
     Engine, EngineWarning, Evaluation, Memo, ObjectStore, Options, RuleSource,
 };
@@ -28,10 +31,6 @@ fn golden_objects(case: &str) -> ObjectStore {
 fn example_rules(dir: &str) -> Vec<RuleSource> {
     let path: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     rbac_rules::rules::load(&[path]).expect("rules load")
-}
-
-fn builtin() -> Vec<RuleSource> {
-    rbac_rules::rules::builtin().expect("built-in rules load")
 }
 
 fn evaluate(rules: &[RuleSource], store: &ObjectStore) -> Evaluation {
@@ -382,14 +381,6 @@ fn widget(name: &str, group: &str, extra: Option<&str>, types: &[&str]) -> Value
     }
     json!({"apiVersion": "example.org/v1", "kind": "Widget",
            "metadata": {"name": name, "uid": format!("uid-{name}")}, "spec": spec})
-}
-
-fn store(objects: &[Value]) -> ObjectStore {
-    let mut s = ObjectStore::new();
-    for o in objects {
-        s.insert(o.clone()).expect("object inserts");
-    }
-    s
 }
 
 #[test]

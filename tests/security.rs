@@ -2,29 +2,14 @@
 //! the engine (and `render` for the CLI's refusal).
 
 use rbac_rules::api::OutputKind;
-use rbac_rules::engine::{
-    AllowList, Engine, ErrorKind, Evaluation, ObjectStore, Options, RuleSource, Waivers,
-};
+use rbac_rules::engine::{AllowList, Engine, ErrorKind, Evaluation, Options, RuleSource, Waivers};
 use serde_json::{Value, json};
 
-fn rules(yaml: &str) -> Vec<RuleSource> {
-    rbac_rules::rules::parse_text(std::path::Path::new("test.yaml"), yaml).expect("rules parse")
-}
-
-fn store(objects: &[Value]) -> ObjectStore {
-    let mut s = ObjectStore::new();
-    for o in objects {
-        s.insert(o.clone()).expect("object inserts");
-    }
-    s
-}
+mod engine_support;
+use engine_support::{builtin, rules, store};
 
 fn evaluate(rules: &[RuleSource], objects: &[Value], options: Options) -> Evaluation {
     Engine::new(rules, options).evaluate(&store(objects))
-}
-
-fn builtin() -> Vec<RuleSource> {
-    rbac_rules::rules::builtin().expect("built-in rules")
 }
 
 const POLICY_FIELDS: [&str; 5] = [

@@ -2,17 +2,20 @@
 //!
 //! cargo test --release --test bench_engine -- --ignored --nocapture
 //!
-//! A synthetic Crossplane cluster: BENCH_XRDS XRDs (default 300),
-//! BENCH_PROVIDERS provider revisions (100) with BENCH_TYPES CRDs each (50),
-//! in families of 5, and BENCH_NAMESPACES namespaces (2000) each accepting
-//! 3 XRDs.
+//! The synthetic Crossplane control plane. `large` (the default):
+//! 70 ProviderRevisions in families of 7 with 1,000 CRDs in their
+//! objectRefs in all, 70 provider Deployments in crossplane-system, 500
+//! XRDs of which half have claims, and 2,000 namespaces each accepting the
+//! claims of 10 XRDs. BENCH_SCALE=10 gives `xl` (5,000 XRDs, 20,000
+//! namespaces); BENCH_CHANGES sets how many changes of each kind are timed
+//! (100).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rbac_rules::engine::{Engine, Memo, ObjectStore, Options};
-use serde_json::json;
+use serde_json::{Value, json};
 
-/// A size from the environment (BENCH_XRDS, …), or its default.
+/// A size from the environment, or its default.
 fn size(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -20,66 +23,101 @@ fn size(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-#[allow(non_snake_case)]
-fn cluster() -> ObjectStore {
-    let (XRDS, PROVIDERS, TYPES, NAMESPACES) = (
-        size("BENCH_XRDS", 300),
-        size("BENCH_PROVIDERS", 100),
-        size("BENCH_TYPES", 50),
-        size("BENCH_NAMESPACES", 2000),
-    );
-    let mut s = ObjectStore::new();
-    let mut rv = 0u64;
-    // Objects carry resourceVersions, as a live cluster's do.
-    let mut add = |mut v: serde_json::Value| {
-        rv += 1;
-        v["metadata"]["resourceVersion"] = json!(rv.to_string());
-        s.insert(v).expect("insert")
-    };
-    for i in 0..XRDS {
-        add(
-            json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-            "metadata": {"name": format!("xthings{i}.platform.example.org"), "uid": format!("xrd-{i}")},
-            "spec": {"group": "platform.example.org", "names": {"kind": format!("XThing{i}"), "plural": format!("xthings{i}")},
-                     "claimNames": {"kind": format!("Thing{i}"), "plural": format!("things{i}")}}}),
+const PROVIDERS: usize = 70;
+const FAMILY: usize = 7;
+const CRDS: usize = 1000;
+const ACCEPTED: usize = 10;
+
+struct Cluster {
+    store: ObjectStore,
+    rv: u64,
+    xrds: usize,
+    namespaces: usize,
+}
+
+impl Cluster {
+    /// Adds or replaces an object with a fresh resourceVersion, as a live
+    /// cluster's watch would.
+    fn put(&mut self, mut v: Value) {
+        self.rv += 1;
+        v["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.store.insert(v).expect("insert");
+    }
+}
+
+fn xrd(i: usize) -> Value {
+    let mut v = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
+        "metadata": {"name": format!("xthings{i}.platform.example.org"), "uid": format!("xrd-{i}")},
+        "spec": {"group": "platform.example.org", "names": {"kind": format!("XThing{i}"), "plural": format!("xthings{i}")}}});
+    if i % 2 == 0 {
+        v["spec"]["claimNames"] =
+            json!({"kind": format!("Thing{i}"), "plural": format!("things{i}")});
+    }
+    v
+}
+
+/// Revision `p` with `types` of the CRDs (its share of 1,000, plus `extra`).
+fn revision(p: usize, extra: usize) -> Value {
+    let per = CRDS / PROVIDERS;
+    let types = per + usize::from(p < CRDS % PROVIDERS) + extra;
+    let refs: Vec<Value> = (0..types)
+        .map(|t| {
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "name": format!("kind{t}s.svc{p}.aws.example.org")})
+        })
+        .collect();
+    json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+        "metadata": {"name": format!("provider-{p}-abc"), "uid": format!("pr-{p}"),
+                     "labels": {"pkg.crossplane.io/provider-family": format!("family-{}", p / FAMILY)}},
+        "spec": {"image": format!("xpkg.example.org/org/provider-{p}:v1")},
+        "status": {"objectRefs": refs}})
+}
+
+/// Namespace `n`, accepting the claims of 10 XRDs (those with claims),
+/// shifted by `shift`.
+fn namespace(n: usize, xrds: usize, shift: usize) -> Value {
+    let claimed = xrds / 2;
+    let mut ann = serde_json::Map::new();
+    for k in 0..ACCEPTED {
+        let x = 2 * ((n + k * 7 + shift) % claimed);
+        ann.insert(
+            format!("rbac.crossplane.io/xthings{x}.platform.example.org"),
+            json!("xrd-claim-accepted"),
         );
     }
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("team-{n}"), "uid": format!("ns-{n}"), "annotations": ann}})
+}
+
+fn cluster() -> Cluster {
+    let scale = size("BENCH_SCALE", 1);
+    let mut c = Cluster {
+        store: ObjectStore::new(),
+        rv: 0,
+        xrds: 500 * scale,
+        namespaces: 2000 * scale,
+    };
+    for i in 0..c.xrds {
+        c.put(xrd(i));
+    }
     for p in 0..PROVIDERS {
-        let refs: Vec<_> = (0..TYPES)
-            .map(|t| {
-                json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                            "name": format!("kind{t}s.svc{p}.aws.example.org")})
-            })
-            .collect();
-        add(
-            json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-            "metadata": {"name": format!("provider-{p}-abc"), "uid": format!("pr-{p}"),
-                         "labels": {"pkg.crossplane.io/provider-family": format!("family-{}", p / 5)}},
-            "spec": {"image": format!("xpkg.example.org/org/provider-{p}:v1")},
-            "status": {"objectRefs": refs}}),
-        );
-        add(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        c.put(revision(p, 0));
+        c.put(json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": format!("provider-{p}"), "namespace": "crossplane-system",
                          "ownerReferences": [{"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
                                               "name": format!("provider-{p}-abc"), "uid": format!("pr-{p}"), "controller": true}]},
             "spec": {"template": {"spec": {"serviceAccountName": format!("provider-{p}")}}}}));
     }
-    for n in 0..NAMESPACES {
-        let mut ann = serde_json::Map::new();
-        for k in 0..3 {
-            ann.insert(
-                format!(
-                    "rbac.crossplane.io/xthings{}.platform.example.org",
-                    (n + k * 7) % XRDS
-                ),
-                json!("xrd-claim-accepted"),
-            );
-        }
-        add(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("team-{n}"), "uid": format!("ns-{n}"), "annotations": ann}}),
-        );
+    for n in 0..c.namespaces {
+        let v = namespace(n, c.xrds, 0);
+        c.put(v);
     }
-    s
+    c
+}
+
+fn median_and_p99(mut t: Vec<Duration>) -> (Duration, Duration) {
+    t.sort();
+    let p99 = t[(t.len() * 99 / 100).min(t.len() - 1)];
+    (t[t.len() / 2], p99)
 }
 
 #[test]
@@ -87,7 +125,7 @@ fn cluster() -> ObjectStore {
 fn bench_builtin_rules_on_large_cluster() {
     let rules = rbac_rules::rules::builtin().expect("rules");
     let started = Instant::now();
-    let store = cluster();
+    let mut c = cluster();
     let build = started.elapsed();
     let started = Instant::now();
     let engine = Engine::new(&rules, Options::default());
@@ -96,37 +134,61 @@ fn bench_builtin_rules_on_large_cluster() {
     let mut outputs = 0;
     for _ in 0..3 {
         let started = Instant::now();
-        let eval = engine.evaluate(&store);
+        let eval = engine.evaluate(&c.store);
         times.push(started.elapsed());
         outputs = eval.desired.len();
         assert_eq!(eval.errors().count(), 0);
     }
     times.sort();
-    // Incremental: a warm memo, then no change, then one namespace changed.
-    let mut memo = Memo::new();
-    engine.evaluate_incremental(&store, &mut memo);
-    let started = Instant::now();
-    engine.evaluate_incremental(&store, &mut memo);
-    let noop = (started.elapsed(), memo.renders());
-    let mut changed = store.clone();
-    changed
-        .insert(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-0", "uid": "ns-0", "resourceVersion": "changed",
-            "annotations": {"rbac.crossplane.io/xthings1.platform.example.org": "xrd-claim-accepted"}}}))
-        .expect("insert");
-    let started = Instant::now();
-    engine.evaluate_incremental(&changed, &mut memo);
-    let one = (started.elapsed(), memo.renders());
     println!(
-        "engine bench: {} objects in, {outputs} objects out; build {:?}, compile {:?}, full evaluate min {:?} / median {:?} / max {:?}; incremental no-op {:?} ({} renders), one namespace changed {:?} ({} renders)",
-        store.len(),
-        build,
-        compile,
+        "engine bench: {} objects in, {outputs} objects out; build {build:?}, compile {compile:?}, full evaluate min {:?} / median {:?} / max {:?}",
+        c.store.len(),
         times[0],
         times[1],
         times[2],
-        noop.0,
-        noop.1,
-        one.0,
-        one.1
     );
+
+    // Incremental: a warm memo; each change is made to the same store, as
+    // the controller's watches do, then evaluated.
+    let mut memo = Memo::new();
+    engine.evaluate_incremental(&c.store, &mut memo);
+    let changes = size("BENCH_CHANGES", 100);
+    let mut noop = Vec::new();
+    for _ in 0..changes {
+        let started = Instant::now();
+        engine.evaluate_incremental(&c.store, &mut memo);
+        noop.push(started.elapsed());
+        assert_eq!(memo.renders(), 0);
+    }
+    let mut kinds: Vec<(&str, Vec<Duration>, usize)> = Vec::new();
+    let mut timed = |name: &'static str, c: &mut Cluster, change: &dyn Fn(&mut Cluster, usize)| {
+        let mut t = Vec::new();
+        let mut renders = 0;
+        for k in 0..changes {
+            change(c, k);
+            let started = Instant::now();
+            engine.evaluate_incremental(&c.store, &mut memo);
+            t.push(started.elapsed());
+            renders = renders.max(memo.renders());
+        }
+        kinds.push((name, t, renders));
+    };
+    timed("namespace annotation", &mut c, &|c, k| {
+        let n = (k * 37) % c.namespaces;
+        let v = namespace(n, c.xrds, k + 1);
+        c.put(v);
+    });
+    timed("XRD added", &mut c, &|c, k| {
+        let i = c.xrds + 1 + 2 * k;
+        c.put(xrd(i));
+    });
+    timed("revision objectRefs", &mut c, &|c, k| {
+        c.put(revision(k % PROVIDERS, 1 + k % 3));
+    });
+    let (m, p) = median_and_p99(noop);
+    println!("incremental no change: median {m:?}, p99 {p:?}");
+    for (name, t, renders) in kinds {
+        let (m, p) = median_and_p99(t);
+        println!("incremental {name}: median {m:?}, p99 {p:?}, at most {renders} renders");
+    }
 }

@@ -325,7 +325,7 @@ spec:
             "Role/n2/widget-user"
         ]
     );
-    let labels = &eval.desired[0].object["metadata"]["labels"];
+    let labels = &eval.desired.iter().next().expect("an object").object["metadata"]["labels"];
     assert_eq!(labels["namespace.example.org/n1"], "true");
     assert_eq!(labels["namespace.example.org/skip"], "true");
     assert!(labels.get("namespace.example.org/other").is_none());

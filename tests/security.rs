@@ -176,7 +176,10 @@ fn data_is_never_a_wildcard_literal_is() {
         ok.errors().collect::<Vec<_>>()
     );
     assert_eq!(ok.desired.len(), 1);
-    assert_eq!(ok.desired[0].object["rules"][2]["resources"], json!(["*"]));
+    assert_eq!(
+        ok.desired.iter().next().expect("an object").object["rules"][2]["resources"],
+        json!(["*"])
+    );
 
     for (key, value, field) in [
         ("group", json!("*"), "spec.outputs[0].rules[0].apiGroups[0]"),
@@ -644,7 +647,7 @@ spec:
     };
     let first = evaluate(&rules(rule), &[ns("team-a", "view")], wide);
     assert_eq!(first.desired.len(), 1);
-    let live = (*first.desired[0].object).clone();
+    let live = (*first.desired.iter().next().expect("an object").object).clone();
 
     let narrow = Options {
         allow: Some(allow(&["pods"])),
@@ -787,7 +790,7 @@ spec:
         Options::default(),
     );
     assert_eq!(eval.desired.len(), 1);
-    let subjects = eval.desired[0].object["subjects"]
+    let subjects = eval.desired.iter().next().expect("an object").object["subjects"]
         .as_array()
         .expect("subjects")
         .len();

@@ -694,10 +694,12 @@ mod plan_tests {
                 desired(OutputKind::ClusterRoleBinding, "", "b", "r", "T/a"),
                 desired(OutputKind::Role, "a", "x", "r", "T/a"),
                 desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
-            ],
+            ]
+            .into(),
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
+            changed: Vec::new(),
         };
         let live = live_of(vec![
             manifest(OutputKind::ClusterRole, "", "old", "r", "T/a"),
@@ -733,7 +735,7 @@ mod plan_tests {
         let mut contested = BTreeSet::new();
         contested.insert((OutputKind::Role, "a".to_string(), "both".to_string()));
         let evaluation = Evaluation {
-            desired: vec![],
+            desired: vec![].into(),
             reports: BTreeMap::from([
                 ("r".to_string(), report(RuleState::Evaluated, &["T/paused"])),
                 ("failed".to_string(), report(RuleState::Failed, &[])),
@@ -741,6 +743,7 @@ mod plan_tests {
             ]),
             contested,
             revoked: BTreeMap::new(),
+            changed: Vec::new(),
         };
         let mut foreign = manifest(OutputKind::Role, "a", "foreign", "r", "T/a");
         foreign["metadata"]["labels"] = json!({});
@@ -788,10 +791,11 @@ mod plan_tests {
     #[test]
     fn an_adopted_helm_object_keeps_the_resource_policy_annotation() {
         let evaluation = Evaluation {
-            desired: vec![desired(OutputKind::ClusterRole, "", "x", "r", "T/a")],
+            desired: vec![desired(OutputKind::ClusterRole, "", "x", "r", "T/a")].into(),
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
+            changed: Vec::new(),
         };
         // As adopted: Helm's annotation, and the keep annotation we applied.
         let mut adopted = manifest(OutputKind::ClusterRole, "", "x", "r", "T/a");
@@ -836,10 +840,11 @@ mod plan_tests {
     #[test]
     fn a_changed_role_ref_recreates_the_binding() {
         let evaluation = Evaluation {
-            desired: vec![desired(OutputKind::RoleBinding, "a", "b", "r", "T/a")],
+            desired: vec![desired(OutputKind::RoleBinding, "a", "b", "r", "T/a")].into(),
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
+            changed: Vec::new(),
         };
         let mut old = manifest(OutputKind::RoleBinding, "a", "b", "r", "T/a");
         old["roleRef"]["name"] = json!("previous");

@@ -1,17 +1,18 @@
 //! Incremental evaluation: what an evaluation remembers for the next one.
 //!
 //! Every trigger's outcome is kept with the *reads* its render made (which
-//! objects of which kind it looked at, through which filters). The next
-//! evaluation finds the objects that changed (by resourceVersion, or by
-//! content where there is none) and renders again only the triggers whose
-//! own object changed or whose reads a changed object touches; changes to
-//! emitted ClusterRoles cascade to the rules that copy from them. The result
-//! is the same as a full evaluation (a test checks this on random changes):
-//! a full evaluation *is* an incremental one from an empty memo.
+//! objects of which kind it looked at, through which filters), indexed in
+//! reverse: from an object, and from a shared filter (selector, owner), to
+//! the triggers that could see it. The next evaluation asks the store's
+//! journal what changed and renders again only the triggers those changes
+//! reach; changes to emitted objects reach the rules after the emitter the
+//! same way. The emitted objects, conflicts, policy verdicts and reports
+//! are kept and updated by the difference, so an evaluation costs what
+//! changed, not the size of the cluster. A full evaluation *is* an
+//! incremental one from an empty memo (a test checks they agree).
 
-use std::collections::hash_map::DefaultHasher;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,12 +20,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::error::{FieldError, FieldWarning};
-use super::store::{GroupKind, ObjectKey, ObjectStore, group_of};
-use super::{Desired, RuleState};
-use crate::api::OutputKind;
-
-/// A key identifying an emitted object.
-pub(super) type OutKey = (OutputKind, String, String);
+use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
+use super::store::{GroupKind, ObjectKey, group_of};
+use super::view::{RulesCache, View};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -34,23 +32,44 @@ pub(super) fn next_engine_id() -> u64 {
     NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A trigger's identity within its rule: its namespace and name, `None`
+/// for the static (trigger-less) output set.
+pub(super) type TKey = Option<ObjectKey>;
+
 /// What an evaluation leaves for the next: pass the same `Memo` to
 /// [`super::Engine::evaluate_incremental`] each time. A memo made by another
 /// engine is discarded, so rebuilding the engine (rules changed) starts over.
 #[derive(Default)]
 pub struct Memo {
     pub(super) engine: u64,
-    /// Fingerprint of every observed object seen last time.
-    fingerprints: HashMap<GroupKind, HashMap<ObjectKey, u64>>,
-    pub(super) rules: HashMap<String, RuleMemo>,
-    /// Per rule: what other rules' views depend on (see `View::hidden`).
-    pub(super) signatures: HashMap<String, Signature>,
-    pub(super) contested: BTreeSet<OutKey>,
+    /// The store version the last evaluation saw.
+    pub(super) seen: Option<(u64, u64)>,
+    /// Per runnable rule, in evaluation order.
+    pub(super) rules: Vec<RuleMemo>,
+    /// Who emits each object, in rule and trigger order.
+    pub(super) emitters: BTreeMap<OutKey, Vec<Emit>>,
+    /// Objects with more than one emitter: the emitters' rules and triggers.
+    pub(super) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
+    /// Outputs policy refused: the emitting rule, the field, why.
+    pub(super) refused: BTreeMap<OutKey, (usize, String, String)>,
+    /// Live managed objects policy refuses, with why.
+    pub(super) live_revoked: BTreeMap<OutKey, String>,
+    /// Everything revoked: refused outputs, else refused live objects.
+    pub(super) revoked: BTreeMap<OutKey, String>,
+    /// Objects (desired or live) whose verdict depends on other objects:
+    /// aggregated ClusterRoles, and bindings under an allow-list.
+    pub(super) dependents: BTreeSet<OutKey>,
+    /// The rules of an aggregated allow-list, as last computed.
+    pub(super) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
+    pub(super) desired: DesiredSet,
+    pub(super) reports: BTreeMap<String, RuleReport>,
+    /// The last result, returned again when nothing changed.
+    pub(super) last: Option<Evaluation>,
+    pub(super) rules_cache: RefCell<RulesCache>,
+    /// Size of the rules cache after it was last pruned.
+    pub(super) rules_cache_pruned: usize,
     /// Renders (triggers and static sets) the last evaluation made.
     pub(super) renders: usize,
-    /// Policy verdicts on emitted objects that depend on nothing else, by
-    /// the address of the shared manifest (held, so it cannot be reused).
-    pub(super) verdicts: HashMap<usize, (Arc<Value>, Option<String>)>,
 }
 
 impl Memo {
@@ -64,72 +83,22 @@ impl Memo {
     pub fn renders(&self) -> usize {
         self.renders
     }
-
-    /// Starts over for `engine` when the memo is another engine's. Returns
-    /// whether it was reset (everything counts as changed then).
-    pub(super) fn adopt(&mut self, engine: u64) -> bool {
-        if self.engine == engine {
-            return false;
-        }
-        *self = Memo {
-            engine,
-            ..Memo::default()
-        };
-        true
-    }
-
-    /// The observed objects that differ from last time (added, changed or
-    /// gone), remembering the new fingerprints.
-    pub(super) fn observe(&mut self, observed: &ObjectStore) -> Changes {
-        let mut changes = Changes::default();
-        let mut next: HashMap<GroupKind, HashMap<ObjectKey, u64>> = HashMap::new();
-        for gk in observed.kinds() {
-            let before = self.fingerprints.remove(gk).unwrap_or_default();
-            let mut now = HashMap::with_capacity(before.len());
-            for obj in observed.list(gk) {
-                let Some(key) = super::store::key_of(obj) else {
-                    continue;
-                };
-                let fp = fingerprint(obj);
-                if before.get(&key) != Some(&fp) {
-                    changes.add(gk, key.clone());
-                }
-                now.insert(key, fp);
-            }
-            for key in before.keys() {
-                if !now.contains_key(key) {
-                    changes.add(gk, key.clone());
-                }
-            }
-            next.insert(gk.clone(), now);
-        }
-        // Kinds that vanished altogether.
-        for (gk, before) in self.fingerprints.drain() {
-            for key in before.into_keys() {
-                changes.add(&gk, key);
-            }
-        }
-        self.fingerprints = next;
-        changes
-    }
 }
 
-/// resourceVersion changes with every write; objects without one (offline
-/// renders, tests) are compared by content.
-fn fingerprint(obj: &Value) -> u64 {
-    let mut h = DefaultHasher::new();
-    match obj["metadata"]["resourceVersion"].as_str() {
-        Some(rv) if !rv.is_empty() => rv.hash(&mut h),
-        _ => obj.to_string().hash(&mut h),
-    }
-    h.finish()
+/// One emitter of an object.
+#[derive(Clone, Debug)]
+pub(super) struct Emit {
+    /// The rule's index in evaluation order.
+    pub rule: usize,
+    pub trigger: TKey,
+    pub desired: Arc<Desired>,
 }
 
-/// What other rules' views depend on: a change re-renders their readers.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What other rules' views depend on: which triggers keep their live
+/// objects (paused, deleting, failed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Signature {
-    pub state: RuleState,
-    pub kept_triggers: BTreeSet<String>,
+    pub kept: BTreeSet<String>,
     pub static_kept: bool,
 }
 
@@ -140,6 +109,19 @@ pub(super) struct RuleMemo {
     /// `Kind.group/[ns/]name`.
     pub triggers: BTreeMap<ObjectKey, (String, TriggerMemo)>,
     pub static_set: Option<TriggerMemo>,
+    pub index: ReadIndex,
+    /// Kept triggers from outcomes (not conflicts).
+    pub signature: Signature,
+    /// Triggers that matched (including paused ones).
+    pub matched: usize,
+    /// Objects rendered, before conflicts and policy.
+    pub emitted: usize,
+    /// Triggers with an error, a warning or kept: what the report lists.
+    pub noted: BTreeSet<ObjectKey>,
+    /// Objects of this rule that another emitter contests, by trigger.
+    pub conflicts: BTreeSet<(OutKey, Option<String>)>,
+    /// Outputs of this rule that policy refused: the trigger, the field, why.
+    pub refused: BTreeMap<OutKey, (Option<String>, String, String)>,
 }
 
 /// One trigger's (or the static set's) outcome and what producing it read.
@@ -149,6 +131,33 @@ pub(super) struct TriggerMemo {
     pub reads: Vec<Read>,
     /// What the render skipped with a warning, sorted and de-duplicated.
     pub warnings: Vec<FieldWarning>,
+}
+
+impl TriggerMemo {
+    /// Whether the report mentions this trigger.
+    pub fn noted(&self) -> bool {
+        !self.warnings.is_empty()
+            || matches!(
+                self.outcome,
+                Outcome::MatchError(_) | Outcome::Frozen | Outcome::Failed(_)
+            )
+    }
+
+    /// Whether its live objects are kept as they are.
+    pub fn kept(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::MatchError(_) | Outcome::Frozen | Outcome::Failed(_)
+        )
+    }
+
+    /// Whether the object triggers the rule.
+    pub fn matched(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::Frozen | Outcome::Failed(_) | Outcome::Rendered(_)
+        )
+    }
 }
 
 /// What became of one trigger.
@@ -163,11 +172,11 @@ pub(super) enum Outcome {
     /// It triggers; rendering failed.
     Failed(FieldError),
     /// It triggers; these objects were rendered.
-    Rendered(Vec<Desired>),
+    Rendered(Vec<Arc<Desired>>),
 }
 
 impl Outcome {
-    pub fn outputs(&self) -> &[Desired] {
+    pub fn outputs(&self) -> &[Arc<Desired>] {
         match self {
             Outcome::Rendered(d) => d,
             _ => &[],
@@ -270,7 +279,7 @@ fn matches_labels(selector: &LabelSelector, obj: &Value) -> bool {
 }
 
 /// Objects that changed since the last evaluation, by kind; `whole` kinds
-/// changed in ways no key list captures (a rule's kept objects).
+/// changed in ways no key list captures (which live objects a rule keeps).
 #[derive(Default, Debug)]
 pub(super) struct Changes {
     pub keys: HashMap<GroupKind, BTreeSet<ObjectKey>>,
@@ -283,7 +292,130 @@ impl Changes {
         self.keys.entry(gk.clone()).or_default().insert(key);
     }
 
-    pub fn contains(&self, gk: &GroupKind, key: &ObjectKey) -> bool {
-        self.all || self.whole.contains(gk) || self.keys.get(gk).is_some_and(|k| k.contains(key))
+    /// Whether a kind changed as a whole (or everything did).
+    pub fn whole(&self, gk: &GroupKind) -> bool {
+        self.all || self.whole.contains(gk)
+    }
+}
+
+/// The shared part of a read's filters: triggers whose reads share it are
+/// reached together.
+fn filter_key(r: &Read) -> String {
+    format!(
+        "{:?}|{}|{}",
+        r.namespace,
+        serde_json::to_string(&r.selector).unwrap_or_default(),
+        r.owner
+            .as_ref()
+            .map(|o| format!("{}|{:?}|{}", o.uid, o.gk, o.name))
+            .unwrap_or_default()
+    )
+}
+
+/// From what a changed object is, to the triggers whose reads it can
+/// affect.
+#[derive(Default)]
+pub(super) struct ReadIndex {
+    /// Objects a read found.
+    hits: HashMap<GroupKind, HashMap<ObjectKey, BTreeSet<TKey>>>,
+    /// Names a read looked for (in any namespace).
+    names: HashMap<GroupKind, HashMap<String, BTreeSet<TKey>>>,
+    /// Reads that any object passing their filters can affect, by kind and
+    /// shared filter.
+    groups: HashMap<GroupKind, HashMap<String, (Read, BTreeSet<TKey>)>>,
+}
+
+impl ReadIndex {
+    /// Whether a read is reached only through the names it looked for.
+    fn names_only(r: &Read) -> bool {
+        r.names.is_some() && (!r.either || r.selector.is_none())
+    }
+
+    pub fn add(&mut self, t: &TKey, reads: &[Read]) {
+        for r in reads {
+            let hits = self.hits.entry(r.gk.clone()).or_default();
+            for k in &r.hits {
+                hits.entry(k.clone()).or_default().insert(t.clone());
+            }
+            if let Some(names) = &r.names {
+                let by_name = self.names.entry(r.gk.clone()).or_default();
+                for n in names {
+                    by_name.entry(n.clone()).or_default().insert(t.clone());
+                }
+            }
+            if !Self::names_only(r) {
+                let proto = Read {
+                    names: None,
+                    hits: BTreeSet::new(),
+                    ..r.clone()
+                };
+                self.groups
+                    .entry(r.gk.clone())
+                    .or_default()
+                    .entry(filter_key(r))
+                    .or_insert_with(|| (proto, BTreeSet::new()))
+                    .1
+                    .insert(t.clone());
+            }
+        }
+    }
+
+    pub fn remove(&mut self, t: &TKey, reads: &[Read]) {
+        for r in reads {
+            if let Some(hits) = self.hits.get_mut(&r.gk) {
+                for k in &r.hits {
+                    if let Some(ts) = hits.get_mut(k) {
+                        ts.remove(t);
+                        if ts.is_empty() {
+                            hits.remove(k);
+                        }
+                    }
+                }
+            }
+            if let (Some(names), Some(by_name)) = (&r.names, self.names.get_mut(&r.gk)) {
+                for n in names {
+                    if let Some(ts) = by_name.get_mut(n) {
+                        ts.remove(t);
+                        if ts.is_empty() {
+                            by_name.remove(n);
+                        }
+                    }
+                }
+            }
+            if !Self::names_only(r)
+                && let Some(groups) = self.groups.get_mut(&r.gk)
+            {
+                let fk = filter_key(r);
+                if let Some((_, ts)) = groups.get_mut(&fk) {
+                    ts.remove(t);
+                    if ts.is_empty() {
+                        groups.remove(&fk);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds to `out` every trigger whose reads the change of `key` (of
+    /// kind `gk`) can affect: those that found it, looked for its name, or
+    /// whose filters it now passes.
+    pub fn affected(&self, gk: &GroupKind, key: &ObjectKey, view: &View, out: &mut BTreeSet<TKey>) {
+        if let Some(ts) = self.hits.get(gk).and_then(|h| h.get(key)) {
+            out.extend(ts.iter().cloned());
+        }
+        if let Some(ts) = self.names.get(gk).and_then(|n| n.get(&key.1)) {
+            out.extend(ts.iter().cloned());
+        }
+        let Some(groups) = self.groups.get(gk) else {
+            return;
+        };
+        let Some(obj) = view.get(gk, key) else {
+            return;
+        };
+        for (proto, ts) in groups.values() {
+            if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(obj) {
+                out.extend(ts.iter().cloned());
+            }
+        }
     }
 }

@@ -5,25 +5,29 @@
 //! result is sorted by kind, namespace and name.
 
 pub mod compile;
+mod emit;
 pub mod error;
-mod eval;
+mod expand;
 pub mod format;
+mod grants;
 pub mod limits;
 mod memo;
+mod model;
 pub mod output;
 pub mod path;
 pub mod store;
 pub mod template;
+mod trigger;
+mod view;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::Value;
 
 pub use error::{EngineError, EngineWarning, ErrorKind};
 pub use limits::Limits;
 pub use memo::Memo;
+pub use model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, RuleState};
 pub use store::{GroupKind, ObjectStore};
 
 use crate::api::{ManageLevel, OutputKind, RbacRuleSpec};
@@ -95,131 +99,6 @@ pub fn controller_aggregation_selector() -> LabelSelector {
     }
 }
 
-/// An object the rules want in the cluster.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Desired {
-    /// Its kind.
-    pub kind: OutputKind,
-    /// Namespace; empty for cluster-scoped kinds.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// The rule that emitted it.
-    pub rule: String,
-    /// The trigger it was rendered for (`Kind.group/[ns/]name`).
-    pub trigger: Option<String>,
-    /// The output of the rule that emitted it, e.g. `spec.outputs[0]`.
-    pub field: String,
-    /// Set when rendering found it must be refused (a `*` from data): the
-    /// field and why. Policy then drops and revokes it.
-    pub refusal: Option<error::FieldError>,
-    /// The full manifest, with provenance (shared: evaluations reuse it).
-    pub object: Arc<Value>,
-}
-
-/// Where a rule stands after an evaluation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RuleState {
-    /// Evaluated; some triggers may still have failed.
-    Evaluated,
-    /// Above the configured manage level: its objects are left alone.
-    Inactive,
-    /// Held back by the caller (see [`Options::held`]): objects left alone.
-    Held,
-    /// Invalid or in a dependency cycle: nothing evaluated, its objects kept.
-    Failed,
-}
-
-/// What happened to one rule.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RuleReport {
-    /// Overall state.
-    pub state: RuleState,
-    /// Objects that matched the trigger (including paused ones).
-    pub matched_triggers: usize,
-    /// Objects emitted.
-    pub outputs: usize,
-    /// Every error, rule-level and per trigger.
-    pub errors: Vec<EngineError>,
-    /// What the rule skipped on purpose (`require`, `extract` with
-    /// `unmatched: warn`), per trigger; the rest was rendered.
-    pub warnings: Vec<EngineWarning>,
-    /// Triggers whose outputs must be left as they are: paused, being
-    /// deleted, or failed to render.
-    pub kept_triggers: BTreeSet<String>,
-    /// Whether the static (trigger-less) output set failed and is kept.
-    pub static_kept: bool,
-}
-
-impl RuleReport {
-    /// An empty report in `state`.
-    pub fn new(state: RuleState) -> Self {
-        RuleReport {
-            state,
-            matched_triggers: 0,
-            outputs: 0,
-            errors: Vec::new(),
-            warnings: Vec::new(),
-            kept_triggers: BTreeSet::new(),
-            static_kept: false,
-        }
-    }
-}
-
-/// The result of evaluating every rule.
-///
-/// An *error* (invalid rule, template error, conflict, …) keeps: the
-/// objects the failing rule or trigger made before stay as they are (see
-/// [`Evaluation::keeps`]). A *refusal* by policy
-/// ([`ErrorKind::EscalationDenied`]) revokes: the refused object is not
-/// desired, its trigger is not kept for it, and it is listed in
-/// [`Evaluation::revoked`] so that the caller deletes the live copy.
-#[derive(Clone, Debug, Default)]
-pub struct Evaluation {
-    /// Desired objects, sorted by kind, namespace and name.
-    pub desired: Vec<Desired>,
-    /// Per rule, by name.
-    pub reports: BTreeMap<String, RuleReport>,
-    /// Objects two rules or triggers both emit: neither copy is desired and
-    /// the live object must be left alone.
-    pub contested: BTreeSet<(OutputKind, String, String)>,
-    /// Objects policy refuses, to be deleted whatever keeps them: every
-    /// refused output, and every live managed object (in the observed
-    /// store) whose content policy now refuses — even when its rule or
-    /// trigger is kept, paused, failed or held. Keyed by kind, namespace
-    /// and name, with the reason.
-    pub revoked: BTreeMap<(OutputKind, String, String), String>,
-}
-
-impl Evaluation {
-    /// Every error, in rule order.
-    pub fn errors(&self) -> impl Iterator<Item = &EngineError> {
-        self.reports.values().flat_map(|r| r.errors.iter())
-    }
-
-    /// Every warning, in rule order.
-    pub fn warnings(&self) -> impl Iterator<Item = &EngineWarning> {
-        self.reports.values().flat_map(|r| r.warnings.iter())
-    }
-
-    /// Whether a live object carrying this provenance must be left as it
-    /// is rather than pruned when it is not desired: its rule is inactive,
-    /// failed, or its trigger is paused, deleting or failed. An object of a
-    /// rule that no longer exists may be pruned.
-    pub fn keeps(&self, rule: &str, trigger: Option<&str>) -> bool {
-        match self.reports.get(rule) {
-            None => false,
-            Some(r) => match r.state {
-                RuleState::Inactive | RuleState::Held | RuleState::Failed => true,
-                RuleState::Evaluated => match trigger {
-                    Some(t) => r.kept_triggers.contains(t),
-                    None => r.static_kept,
-                },
-            },
-        }
-    }
-}
-
 /// Rules compiled once, evaluated against any number of observed states.
 pub struct Engine {
     /// Identity for memos (see [`Memo`]).
@@ -229,6 +108,8 @@ pub struct Engine {
     rules: Vec<CompiledRule>,
     /// Reports for rules that cannot run (invalid, cyclic, inactive).
     fixed_reports: BTreeMap<String, RuleReport>,
+    /// Index in `rules` by name.
+    index: HashMap<String, usize>,
     options: Options,
 }
 
@@ -304,6 +185,7 @@ impl Engine {
                 templates: Templates::with_limits(&fallback.limits),
                 rules: Vec::new(),
                 fixed_reports,
+                index: HashMap::new(),
                 options: fallback,
             }
         })
@@ -360,19 +242,25 @@ impl Engine {
             fixed_reports.insert(name, rep);
         }
         let mut slots: Vec<Option<CompiledRule>> = compiled.into_iter().map(Some).collect();
-        let rules = order.into_iter().filter_map(|i| slots[i].take()).collect();
+        let rules: Vec<CompiledRule> = order.into_iter().filter_map(|i| slots[i].take()).collect();
+        let index = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.name.clone(), i))
+            .collect();
         Engine {
             id: memo::next_engine_id(),
             templates,
             rules,
             fixed_reports,
+            index,
             options,
         }
     }
 
-    /// The settings this engine was built with.
-    pub fn options(&self) -> &Options {
-        &self.options
+    /// A runnable rule's index in evaluation order.
+    fn rule_index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
     }
 
     /// Kinds the runnable rules read, merged per kind.
@@ -413,7 +301,7 @@ impl Engine {
     /// anyway, every rule fails with an `Internal` error (so every live
     /// object is kept) and the memo starts afresh.
     pub fn evaluate_incremental(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
-        match limits::isolated(|| eval::evaluate(self, observed, &mut *memo)) {
+        match limits::isolated(|| emit::evaluate(self, observed, &mut *memo)) {
             Ok(e) => e,
             Err(e) => {
                 tracing::error!(error = %e, "evaluation failed");
@@ -423,10 +311,11 @@ impl Engine {
                     reports.insert(r.name.clone(), internal_failure(&r.name, &e));
                 }
                 Evaluation {
-                    desired: Vec::new(),
+                    desired: DesiredSet::default(),
                     reports,
                     contested: BTreeSet::new(),
                     revoked: BTreeMap::new(),
+                    changed: Vec::new(),
                 }
             }
         }

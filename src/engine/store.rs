@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
@@ -78,9 +79,61 @@ pub fn object_ref(obj: &Value) -> String {
 /// Objects by group/kind, then by namespace and name. Iteration is sorted,
 /// which keeps evaluation deterministic. Objects are shared, not copied,
 /// between stores (the engine overlays its own outputs on the cluster's).
-#[derive(Clone, Debug, Default)]
+///
+/// Every mutation that changes an object is journaled under a generation
+/// number, so an incremental evaluation asks what changed since the
+/// generation it last saw instead of walking every object. A clone is a
+/// new store with a journal of its own.
+#[derive(Debug)]
 pub struct ObjectStore {
     kinds: BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Value>>>,
+    /// Identity of this store's history (see [`ObjectStore::changes_since`]).
+    id: u64,
+    /// Generation: counts the changes.
+    generation: u64,
+    /// Changed objects, oldest first, with the generation of the change.
+    journal: Vec<(u64, GroupKind, ObjectKey)>,
+    /// Generations up to this one were dropped from the journal.
+    floor: u64,
+}
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Default for ObjectStore {
+    fn default() -> Self {
+        ObjectStore {
+            kinds: BTreeMap::new(),
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
+            journal: Vec::new(),
+            floor: 0,
+        }
+    }
+}
+
+impl Clone for ObjectStore {
+    fn clone(&self) -> Self {
+        ObjectStore {
+            kinds: self.kinds.clone(),
+            ..ObjectStore::default()
+        }
+    }
+}
+
+/// Whether two versions of an object are the same: by resourceVersion,
+/// which changes with every write, or by content where there is none
+/// (offline renders, tests).
+fn same_version(a: &Value, b: &Value) -> bool {
+    let rv = |v: &Value| {
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+            .map(str::to_string)
+    };
+    match (rv(a), rv(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 impl ObjectStore {
@@ -99,21 +152,70 @@ impl ObjectStore {
     pub fn insert_shared(&mut self, obj: Arc<Value>) -> Result<(), String> {
         let gk = GroupKind::of(&obj).ok_or("object has no apiVersion or kind")?;
         let key = key_of(&obj).ok_or_else(|| format!("{gk} has no metadata.name"))?;
-        self.kinds.entry(gk).or_default().insert(key, obj);
+        let objects = self.kinds.entry(gk.clone()).or_default();
+        let same = objects
+            .get(&key)
+            .is_some_and(|old| Arc::ptr_eq(old, &obj) || same_version(old, &obj));
+        objects.insert(key.clone(), obj);
+        if !same {
+            self.journal_change(gk, key);
+        }
         Ok(())
+    }
+
+    /// Records a change to one object.
+    fn journal_change(&mut self, gk: GroupKind, key: ObjectKey) {
+        self.generation += 1;
+        self.journal.push((self.generation, gk, key));
+        // Bounded: a reader that fell this far behind starts over.
+        let bound = 4096 + 2 * self.len();
+        if self.journal.len() > bound {
+            let drop = self.journal.len() / 2;
+            self.floor = self.journal[drop - 1].0;
+            self.journal.drain(..drop);
+        }
+    }
+
+    /// This store's identity and generation: equal pairs mean nothing
+    /// changed in between.
+    pub fn version(&self) -> (u64, u64) {
+        (self.id, self.generation)
+    }
+
+    /// The objects changed since `version` (a value of
+    /// [`ObjectStore::version`]), oldest first and possibly repeated, or
+    /// `None` when the journal cannot tell (another store, or too old).
+    pub fn changes_since(
+        &self,
+        version: (u64, u64),
+    ) -> Option<impl Iterator<Item = (&GroupKind, &ObjectKey)>> {
+        let (id, generation) = version;
+        if id != self.id || generation < self.floor || generation > self.generation {
+            return None;
+        }
+        let start = self.journal.partition_point(|(g, _, _)| *g <= generation);
+        Some(self.journal[start..].iter().map(|(_, gk, key)| (gk, key)))
     }
 
     /// Removes an object; returns it if it was there.
     pub fn remove(&mut self, gk: &GroupKind, key: &ObjectKey) -> Option<Value> {
-        self.kinds
-            .get_mut(gk)
-            .and_then(|m| m.remove(key))
-            .map(Arc::unwrap_or_clone)
+        let gone = self.kinds.get_mut(gk).and_then(|m| m.remove(key))?;
+        self.journal_change(gk.clone(), key.clone());
+        Some(Arc::unwrap_or_clone(gone))
     }
 
     /// Drops every object of a kind (a fresh list replaces them).
     pub fn clear_kind(&mut self, gk: &GroupKind) {
-        self.kinds.remove(gk);
+        if let Some(gone) = self.kinds.remove(gk) {
+            for key in gone.into_keys() {
+                self.journal_change(gk.clone(), key);
+            }
+        }
+    }
+
+    /// One object, shared.
+    pub fn get_shared(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&Arc<Value>> {
+        self.kinds.get(gk).and_then(|m| m.get(key))
     }
 
     /// One object.
@@ -141,6 +243,25 @@ impl ObjectStore {
             m.range((ns.clone(), String::new())..)
                 .take_while(move |((n, _), _)| *n == inner)
                 .map(|(_, v)| &**v)
+        })
+    }
+
+    /// Every object of a kind with its key, sorted by namespace and name.
+    pub fn entries(&self, gk: &GroupKind) -> impl Iterator<Item = (&ObjectKey, &Arc<Value>)> {
+        self.kinds.get(gk).into_iter().flat_map(|m| m.iter())
+    }
+
+    /// Every object of a kind in one namespace, with its key.
+    pub fn entries_namespace<'a>(
+        &'a self,
+        gk: &GroupKind,
+        ns: &str,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + use<'a> {
+        let ns = ns.to_string();
+        self.kinds.get(gk).into_iter().flat_map(move |m| {
+            let inner = ns.clone();
+            m.range((ns.clone(), String::new())..)
+                .take_while(move |((n, _), _)| *n == inner)
         })
     }
 

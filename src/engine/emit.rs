@@ -1,0 +1,686 @@
+//! Emitting: runs the rules in order over the view, keeps who emits what,
+//! settles conflicts, applies policy and assembles the evaluation — each
+//! by the difference from the last evaluation made with the same memo.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::Engine;
+use super::compile::{CompiledRule, output_gk};
+use super::error::{EngineError, ErrorKind};
+use super::expand::Evaluator;
+use super::grants::{Judge, allow_list_rules};
+use super::limits;
+use super::memo::{Changes, Emit, Memo, Outcome, RuleMemo, TKey, TriggerMemo};
+use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
+use super::output;
+use super::store::{GroupKind, ObjectStore, key_of, object_ref};
+use super::view::View;
+use crate::api::OutputKind;
+
+/// One trigger's outputs before and after it was rendered again.
+struct Delta {
+    trigger: TKey,
+    before: Vec<Arc<Desired>>,
+    after: Vec<Arc<Desired>>,
+}
+
+/// Evaluates every rule, rendering again only what changed since `memo`
+/// was made (everything, for an empty or foreign memo).
+pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
+    let fresh = memo.engine != engine.id;
+    if !fresh
+        && memo.seen == Some(observed.version())
+        && let Some(last) = &memo.last
+    {
+        // Nothing changed: a version check.
+        memo.renders = 0;
+        let mut e = last.clone();
+        e.changed.clear();
+        return e;
+    }
+    let mut changes = Changes::default();
+    let journal = if fresh {
+        None
+    } else {
+        memo.seen.and_then(|v| observed.changes_since(v))
+    };
+    match journal {
+        Some(it) => {
+            for (gk, key) in it {
+                changes.add(gk, key.clone());
+            }
+        }
+        None => changes.all = true,
+    }
+    let previous = memo.desired.clone();
+    let mut report_dirty: BTreeSet<usize> = BTreeSet::new();
+    if changes.all {
+        *memo = Memo {
+            engine: engine.id,
+            rules: (0..engine.rules.len())
+                .map(|_| RuleMemo::default())
+                .collect(),
+            reports: engine.fixed_reports.clone(),
+            ..Memo::default()
+        };
+        report_dirty.extend(0..engine.rules.len());
+    }
+    memo.renders = 0;
+    let mut touched: BTreeSet<OutKey> = BTreeSet::new();
+
+    for (idx, rule) in engine.rules.iter().enumerate() {
+        if engine.options.held.contains(&rule.name) {
+            continue;
+        }
+        let mut rm = std::mem::take(&mut memo.rules[idx]);
+        let before = rm.signature.clone();
+        let deltas = run_rule(engine, idx, rule, observed, memo, &mut rm, &changes);
+        if !deltas.is_empty() {
+            report_dirty.insert(idx);
+        }
+        memo.renders += deltas.len();
+        for d in deltas {
+            apply_delta(idx, d, &mut memo.emitters, &mut touched, &mut changes);
+        }
+        if rm.signature != before {
+            // Which live objects of this rule are hidden changed.
+            changes.whole.extend(rule.produces.iter().cloned());
+        }
+        memo.rules[idx] = rm;
+    }
+
+    settle_conflicts(memo, &touched, &mut report_dirty);
+    let judged = apply_policy(
+        engine,
+        observed,
+        memo,
+        &touched,
+        &changes,
+        &mut report_dirty,
+    );
+
+    for idx in report_dirty {
+        let rule = &engine.rules[idx];
+        let report = if engine.options.held.contains(&rule.name) {
+            RuleReport::new(RuleState::Held)
+        } else {
+            build_report(&rule.name, &memo.rules[idx])
+        };
+        memo.reports.insert(rule.name.clone(), report);
+    }
+
+    let mut candidates: BTreeSet<OutKey> = touched;
+    candidates.extend(judged);
+    if changes.all {
+        candidates.extend(
+            previous
+                .iter()
+                .map(|d| (d.kind, d.namespace.clone(), d.name.clone())),
+        );
+    }
+    let changed: Vec<OutKey> = candidates
+        .into_iter()
+        .filter(
+            |k| match (previous.get_shared(k), memo.desired.get_shared(k)) {
+                (None, None) => false,
+                (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
+                _ => true,
+            },
+        )
+        .collect();
+
+    prune_rules_cache(memo);
+    memo.seen = Some(observed.version());
+    let evaluation = Evaluation {
+        desired: memo.desired.clone(),
+        reports: memo.reports.clone(),
+        contested: memo.contested.keys().cloned().collect(),
+        revoked: memo.revoked.clone(),
+        changed,
+    };
+    memo.last = Some(evaluation.clone());
+    evaluation
+}
+
+/// Renders again the triggers of one rule that the changes reach.
+fn run_rule(
+    engine: &Engine,
+    idx: usize,
+    rule: &CompiledRule,
+    observed: &ObjectStore,
+    memo: &Memo,
+    rm: &mut RuleMemo,
+    changes: &Changes,
+) -> Vec<Delta> {
+    let view = View::new(
+        observed,
+        &memo.emitters,
+        &memo.rules,
+        engine,
+        Some(idx),
+        &memo.rules_cache,
+    );
+    let evaluator = Evaluator {
+        engine,
+        rule,
+        reads: RefCell::default(),
+        warnings: RefCell::default(),
+        mark: Cell::new(false),
+    };
+    let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
+    let trigger_gk = rule
+        .spec
+        .trigger
+        .as_ref()
+        .map(|t| GroupKind::new(&t.api_group, &t.kind));
+    let mut dirty: BTreeSet<TKey> = BTreeSet::new();
+    match &trigger_gk {
+        None => {
+            if full || rm.static_set.is_none() {
+                dirty.insert(None);
+            }
+        }
+        Some(tgk) => {
+            if full {
+                for (k, _) in rm.triggers.iter() {
+                    dirty.insert(Some(k.clone()));
+                }
+                for o in view.list(tgk, None).iter() {
+                    if let Some(k) = key_of(o) {
+                        dirty.insert(Some(k));
+                    }
+                }
+            } else if let Some(keys) = changes.keys.get(tgk) {
+                dirty.extend(keys.iter().cloned().map(Some));
+            }
+        }
+    }
+    if !full {
+        for gk in &rule.consumes {
+            if let Some(keys) = changes.keys.get(gk) {
+                for k in keys {
+                    rm.index.affected(gk, k, &view, &mut dirty);
+                }
+            }
+        }
+    }
+
+    let mut deltas = Vec::with_capacity(dirty.len());
+    for t in dirty {
+        let old: Option<(Option<String>, TriggerMemo)> = match &t {
+            None => rm.static_set.take().map(|m| (None, m)),
+            Some(k) => rm.triggers.remove(k).map(|(r, m)| (Some(r), m)),
+        };
+        let new: Option<(Option<String>, TriggerMemo)> = match (&t, &rule.spec.trigger, &trigger_gk)
+        {
+            (None, _, _) => {
+                let budget = limits::start(&engine.options.limits);
+                evaluator.reads.borrow_mut().clear();
+                evaluator.warnings.borrow_mut().clear();
+                let mut ctx = evaluator.base_context();
+                let outcome = match evaluator.render(&mut ctx, None, &view) {
+                    Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
+                    Err(e) => Outcome::Failed(e),
+                };
+                drop(budget);
+                Some((
+                    None,
+                    TriggerMemo {
+                        outcome,
+                        reads: evaluator.reads.take(),
+                        warnings: evaluator.take_warnings(),
+                    },
+                ))
+            }
+            (Some(k), Some(trigger), Some(tgk)) => view.get(tgk, k).map(|obj| {
+                let budget = limits::start(&engine.options.limits);
+                let outcome = evaluator.trigger_outcome(trigger, obj, &view);
+                drop(budget);
+                (
+                    Some(object_ref(obj)),
+                    TriggerMemo {
+                        outcome,
+                        reads: evaluator.reads.take(),
+                        warnings: evaluator.take_warnings(),
+                    },
+                )
+            }),
+            _ => None,
+        };
+        if old.is_none() && new.is_none() {
+            continue;
+        }
+        let mut before = Vec::new();
+        if let Some((tref, m)) = old {
+            rm.index.remove(&t, &m.reads);
+            count(rm, &t, tref.as_deref(), &m, false);
+            before = m.outcome.outputs().to_vec();
+        }
+        let mut after = Vec::new();
+        if let Some((tref, m)) = new {
+            rm.index.add(&t, &m.reads);
+            count(rm, &t, tref.as_deref(), &m, true);
+            after = m.outcome.outputs().to_vec();
+            match &t {
+                None => rm.static_set = Some(m),
+                Some(k) => {
+                    rm.triggers.insert(k.clone(), (tref.unwrap_or_default(), m));
+                }
+            }
+        }
+        deltas.push(Delta {
+            trigger: t,
+            before,
+            after,
+        });
+    }
+    deltas
+}
+
+/// Adds (or, `add` false, takes away) one trigger's outcome to the rule's
+/// running counts.
+fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: bool) {
+    let outputs = m.outcome.outputs().len();
+    if add {
+        rm.emitted += outputs;
+    } else {
+        rm.emitted = rm.emitted.saturating_sub(outputs);
+    }
+    let Some(key) = t else {
+        rm.signature.static_kept = add && m.kept();
+        return;
+    };
+    if m.matched() {
+        if add {
+            rm.matched += 1;
+        } else {
+            rm.matched = rm.matched.saturating_sub(1);
+        }
+    }
+    if add && m.noted() {
+        rm.noted.insert(key.clone());
+    } else if !add {
+        rm.noted.remove(key);
+    }
+    if let Some(tref) = tref
+        && m.kept()
+    {
+        if add {
+            rm.signature.kept.insert(tref.to_string());
+        } else {
+            rm.signature.kept.remove(tref);
+        }
+    }
+}
+
+/// Applies one trigger's changed outputs to who emits what.
+fn apply_delta(
+    rule: usize,
+    d: Delta,
+    emitters: &mut BTreeMap<OutKey, Vec<Emit>>,
+    touched: &mut BTreeSet<OutKey>,
+    changes: &mut Changes,
+) {
+    let key_of_desired = |x: &Desired| (x.kind, x.namespace.clone(), x.name.clone());
+    let before: BTreeMap<OutKey, &Arc<Desired>> =
+        d.before.iter().map(|x| (key_of_desired(x), x)).collect();
+    let after: BTreeMap<OutKey, &Arc<Desired>> =
+        d.after.iter().map(|x| (key_of_desired(x), x)).collect();
+    let keys: BTreeSet<&OutKey> = before.keys().chain(after.keys()).collect();
+    for key in keys {
+        let new = after.get(key);
+        if let (Some(a), Some(b)) = (before.get(key), new)
+            && ***a == ***b
+        {
+            continue;
+        }
+        let list = emitters.entry(key.clone()).or_default();
+        list.retain(|e| !(e.rule == rule && e.trigger == d.trigger));
+        if let Some(n) = new {
+            let at = list.partition_point(|e| (e.rule, &e.trigger) < (rule, &d.trigger));
+            list.insert(
+                at,
+                Emit {
+                    rule,
+                    trigger: d.trigger.clone(),
+                    desired: Arc::clone(n),
+                },
+            );
+        }
+        if list.is_empty() {
+            emitters.remove(key);
+        }
+        touched.insert(key.clone());
+        changes.add(&output_gk(key.0), (key.1.clone(), key.2.clone()));
+    }
+}
+
+/// Objects two emitters (rules or triggers) both emit: neither copy is
+/// desired; every emitter gets a Conflict error and keeps its trigger.
+fn settle_conflicts(
+    memo: &mut Memo,
+    touched: &BTreeSet<OutKey>,
+    report_dirty: &mut BTreeSet<usize>,
+) {
+    for key in touched {
+        let parts: Vec<(usize, Option<String>)> = match memo.emitters.get(key) {
+            Some(es) if es.len() >= 2 => es
+                .iter()
+                .map(|e| (e.rule, e.desired.trigger.clone()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let old = memo.contested.get(key).cloned().unwrap_or_default();
+        if parts == old {
+            continue;
+        }
+        for (r, t) in old {
+            memo.rules[r].conflicts.remove(&(key.clone(), t));
+            report_dirty.insert(r);
+        }
+        for (r, t) in &parts {
+            memo.rules[*r].conflicts.insert((key.clone(), t.clone()));
+            report_dirty.insert(*r);
+        }
+        if parts.is_empty() {
+            memo.contested.remove(key);
+        } else {
+            memo.contested.insert(key.clone(), parts);
+        }
+    }
+}
+
+/// What policy decides about one object.
+struct Verdict {
+    key: OutKey,
+    /// The output and why it is refused: rule, trigger, field, why.
+    refused: Option<(usize, Option<String>, String, String)>,
+    desired: Option<Arc<Desired>>,
+    /// Why the live managed object is refused, when no desired copy
+    /// replaces it.
+    live: Option<String>,
+    dependent: bool,
+}
+
+/// Policy, once every rule has run, over the final view (live objects and
+/// all outputs), so it adds no ordering between rules: the default denials
+/// ([`crate::policy::Waivers`]), protected aggregation labels, and the
+/// allow-list, judged on what an object *grants* — a role its rules (and,
+/// aggregated, the rules of every role it selects), a binding the rules of
+/// the role it names (a binding to a role that does not exist yet grants
+/// nothing and passes; the role is checked once it exists).
+///
+/// A refused output is dropped, its rule gets an EscalationDenied error,
+/// and, unlike a failed render, its trigger is *not* kept: the object is
+/// revoked. Live managed objects that policy now refuses are revoked too,
+/// whatever keeps them. Judges again only what changed and what depends
+/// on changed roles; returns the keys judged.
+fn apply_policy(
+    engine: &Engine,
+    observed: &ObjectStore,
+    memo: &mut Memo,
+    touched: &BTreeSet<OutKey>,
+    changes: &Changes,
+    report_dirty: &mut BTreeSet<usize>,
+) -> BTreeSet<OutKey> {
+    let options = &engine.options;
+    let role_kinds = [
+        output_gk(OutputKind::ClusterRole),
+        output_gk(OutputKind::Role),
+    ];
+    let roles_changed = role_kinds
+        .iter()
+        .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
+    let mut protected = options.protected.clone();
+    let mut all = changes.all;
+    let allow_rules = match &options.allow {
+        Some(a) => {
+            protected.extend(a.selectors.iter().cloned());
+            if a.is_aggregated() {
+                if roles_changed || memo.allow_rules.is_none() {
+                    let rules = allow_list_rules(observed, a);
+                    if memo.allow_rules.as_ref() != Some(&rules) {
+                        all = true;
+                        memo.allow_rules = Some(rules);
+                    }
+                }
+                memo.allow_rules.clone().unwrap_or_default()
+            } else {
+                a.rules.clone()
+            }
+        }
+        None => Vec::new(),
+    };
+
+    let mut keys: BTreeSet<OutKey> = touched.clone();
+    if all {
+        keys.extend(memo.emitters.keys().cloned());
+        for kind in OutputKind::ALL {
+            for (k, _) in observed.entries(&output_gk(kind)) {
+                keys.insert((kind, k.0.clone(), k.1.clone()));
+            }
+        }
+        keys.extend(memo.refused.keys().cloned());
+        keys.extend(memo.live_revoked.keys().cloned());
+    } else {
+        for kind in OutputKind::ALL {
+            if let Some(changed) = changes.keys.get(&output_gk(kind)) {
+                keys.extend(changed.iter().map(|(ns, n)| (kind, ns.clone(), n.clone())));
+            }
+        }
+        if roles_changed {
+            keys.extend(memo.dependents.iter().cloned());
+        }
+    }
+
+    let verdicts: Vec<Verdict> = {
+        let view = View::new(
+            observed,
+            &memo.emitters,
+            &memo.rules,
+            engine,
+            None,
+            &memo.rules_cache,
+        );
+        let judge = Judge {
+            view: &view,
+            waivers: &options.waivers,
+            protected: &protected,
+            allow: options.allow.as_ref().map(|a| (a, allow_rules.as_slice())),
+        };
+        let depends = |o: &Value| {
+            o.get("aggregationRule").is_some()
+                || (options.allow.is_some() && o.get("roleRef").is_some())
+        };
+        keys.iter()
+            .map(|key| {
+                let cand = memo
+                    .emitters
+                    .get(key)
+                    .filter(|es| es.len() == 1)
+                    .and_then(|es| es.first());
+                let refused = cand.and_then(|e| {
+                    let d = &e.desired;
+                    let why = match &d.refusal {
+                        Some(err) => Some((
+                            err.field.clone(),
+                            format!("{} {:?}: {}", d.kind, d.name, err.message),
+                        )),
+                        None => judge.refusal(&d.object).map(|why| (d.field.clone(), why)),
+                    };
+                    why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+                });
+                let desired = cand
+                    .filter(|_| refused.is_none())
+                    .map(|e| Arc::clone(&e.desired));
+                let live = observed
+                    .get_shared(&output_gk(key.0), &(key.1.clone(), key.2.clone()))
+                    .filter(|o| output::is_managed(o));
+                let live_why = match (&desired, live) {
+                    (None, Some(l)) => judge.refusal(l),
+                    _ => None,
+                };
+                let dependent = cand.is_some_and(|e| depends(&e.desired.object))
+                    || live.is_some_and(|l| depends(l));
+                Verdict {
+                    key: key.clone(),
+                    refused,
+                    desired,
+                    live: live_why,
+                    dependent,
+                }
+            })
+            .collect()
+    };
+
+    for v in verdicts {
+        let key = v.key;
+        match v.desired {
+            Some(d) => {
+                if !memo
+                    .desired
+                    .get_shared(&key)
+                    .is_some_and(|old| Arc::ptr_eq(old, &d))
+                {
+                    memo.desired.insert(d);
+                }
+            }
+            None => memo.desired.remove(&key),
+        }
+        let old = memo.refused.get(&key).cloned();
+        let new = v
+            .refused
+            .as_ref()
+            .map(|(r, _, field, why)| (*r, field.clone(), why.clone()));
+        if old != new {
+            if let Some((r, _, _)) = old {
+                memo.rules[r].refused.remove(&key);
+                report_dirty.insert(r);
+            }
+            match v.refused {
+                Some((r, trigger, field, why)) => {
+                    memo.rules[r]
+                        .refused
+                        .insert(key.clone(), (trigger, field.clone(), why.clone()));
+                    report_dirty.insert(r);
+                    memo.refused.insert(key.clone(), (r, field, why));
+                }
+                None => {
+                    memo.refused.remove(&key);
+                }
+            }
+        }
+        match v.live {
+            Some(why) => {
+                memo.live_revoked.insert(key.clone(), why);
+            }
+            None => {
+                memo.live_revoked.remove(&key);
+            }
+        }
+        let revoked = memo
+            .refused
+            .get(&key)
+            .map(|(_, _, why)| why.clone())
+            .or_else(|| memo.live_revoked.get(&key).cloned());
+        match revoked {
+            Some(why) => {
+                memo.revoked.insert(key.clone(), why);
+            }
+            None => {
+                memo.revoked.remove(&key);
+            }
+        }
+        if v.dependent {
+            memo.dependents.insert(key);
+        } else {
+            memo.dependents.remove(&key);
+        }
+    }
+    keys
+}
+
+/// A rule's report from its remembered outcomes, conflicts and refusals,
+/// in trigger order.
+fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
+    let mut report = RuleReport::new(RuleState::Evaluated);
+    if let Some(s) = &rm.static_set {
+        report
+            .warnings
+            .extend(s.warnings.iter().map(|w| w.clone().into_engine(rule, None)));
+        if let Outcome::Failed(e) | Outcome::MatchError(e) = &s.outcome {
+            report.errors.push(e.clone().into_engine(rule, None));
+            report.static_kept = true;
+        }
+    }
+    for key in &rm.noted {
+        let Some((tref, t)) = rm.triggers.get(key) else {
+            continue;
+        };
+        report.warnings.extend(
+            t.warnings
+                .iter()
+                .map(|w| w.clone().into_engine(rule, Some(tref))),
+        );
+        match &t.outcome {
+            Outcome::MatchError(e) | Outcome::Failed(e) => {
+                report.errors.push(e.clone().into_engine(rule, Some(tref)));
+                report.kept_triggers.insert(tref.clone());
+            }
+            Outcome::Frozen => {
+                report.kept_triggers.insert(tref.clone());
+            }
+            Outcome::NoMatch | Outcome::Rendered(_) => {}
+        }
+    }
+    report.matched_triggers = rm.matched;
+    for ((kind, ns, name), trigger) in &rm.conflicts {
+        let obj = if ns.is_empty() {
+            format!("{kind} {name}")
+        } else {
+            format!("{kind} {ns}/{name}")
+        };
+        report.errors.push(EngineError {
+            kind: ErrorKind::Conflict,
+            rule: rule.to_string(),
+            field: "spec.outputs".into(),
+            trigger: trigger.clone(),
+            message: format!(
+                "{obj} is emitted by more than one rule or trigger; neither copy is applied"
+            ),
+        });
+        match trigger {
+            Some(t) => {
+                report.kept_triggers.insert(t.clone());
+            }
+            None => report.static_kept = true,
+        }
+    }
+    for (trigger, field, why) in rm.refused.values() {
+        report.errors.push(EngineError {
+            kind: ErrorKind::EscalationDenied,
+            rule: rule.to_string(),
+            field: field.clone(),
+            trigger: trigger.clone(),
+            message: why.clone(),
+        });
+    }
+    report.outputs = rm
+        .emitted
+        .saturating_sub(rm.conflicts.len())
+        .saturating_sub(rm.refused.len());
+    report
+}
+
+/// Drops parsed rules no object holds any more, once the cache has doubled.
+fn prune_rules_cache(memo: &mut Memo) {
+    let cache = memo.rules_cache.get_mut();
+    if cache.len() > 2 * memo.rules_cache_pruned.max(1024) {
+        cache.retain(|_, (held, _)| Arc::strong_count(held) > 1);
+        memo.rules_cache_pruned = cache.len();
+    }
+}

@@ -1,0 +1,956 @@
+//! Expansion: a matched trigger (or a rule without one) and the view give
+//! the rule's outputs — related objects, vars, templates, rulesFrom.
+
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use handlebars::Context;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use serde_json::{Map, Value, json};
+
+use super::Engine;
+use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
+use super::error::{ErrorKind, FieldError, FieldWarning};
+use super::limits;
+use super::memo::{Owner, Read};
+use super::model::Desired;
+use super::output::{self, Body, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Meta};
+use super::path::{FieldPath, scalar_text};
+use super::store::{GroupKind, key_of, object_ref};
+use super::template::truthy;
+use super::view::View;
+use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
+use crate::policy;
+
+type Result<T> = std::result::Result<T, FieldError>;
+
+/// Removes what templates must not depend on or need not see.
+pub(super) fn visible(obj: &Value, metadata_only: bool) -> Value {
+    let mut v = if metadata_only {
+        json!({
+            "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
+            "metadata": obj.get("metadata").cloned().unwrap_or(Value::Null),
+        })
+    } else {
+        obj.clone()
+    };
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    v
+}
+
+pub(super) fn bind(ctx: &mut Context, name: &str, v: Value) -> Option<Value> {
+    ctx.data_mut()
+        .as_object_mut()
+        .and_then(|m| m.insert(name.to_string(), v))
+}
+
+pub(super) fn unbind(ctx: &mut Context, name: &str, old: Option<Value>) {
+    if let Some(m) = ctx.data_mut().as_object_mut() {
+        match old {
+            Some(o) => {
+                m.insert(name.to_string(), o);
+            }
+            None => {
+                m.remove(name);
+            }
+        }
+    }
+}
+
+pub(super) fn is_deleting(obj: &Value) -> bool {
+    obj["metadata"]
+        .get("deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Renders one rule's triggers: holds what the current render read and
+/// skipped, for the memo.
+pub(super) struct Evaluator<'a> {
+    pub engine: &'a Engine,
+    pub rule: &'a CompiledRule,
+    /// What the current render looked up (see [`Read`]).
+    pub reads: RefCell<Vec<Read>>,
+    /// What the current render skipped with a warning.
+    pub warnings: RefCell<Vec<FieldWarning>>,
+    /// Whether templated strings are marked as data (policy rules).
+    pub mark: Cell<bool>,
+}
+
+impl Evaluator<'_> {
+    /// The warnings of the render just done, sorted and de-duplicated.
+    pub(super) fn take_warnings(&self) -> Vec<FieldWarning> {
+        let mut w = self.warnings.take();
+        w.sort();
+        w.dedup();
+        w
+    }
+
+    pub(super) fn base_context(&self) -> Context {
+        Context::from(json!({"rule": {"name": self.rule.name}, "related": {}}))
+    }
+
+    pub(super) fn regex(&self, field: &str, text: &str) -> Result<regex::Regex> {
+        match self.rule.regexes.get(text) {
+            Some(r) => Ok(r.clone()),
+            None => anchored(text).map_err(|e| {
+                FieldError::new(
+                    ErrorKind::Regex,
+                    field,
+                    format!("invalid regular expression {text:?}: {e}"),
+                )
+            }),
+        }
+    }
+
+    fn tpl(&self, field: &str, text: &str, ctx: &Context) -> Result<String> {
+        self.engine
+            .templates
+            .render(text, ctx)
+            .map_err(|e| template_error(field, e))
+    }
+
+    fn expr<'c>(&self, field: &str, text: &str, ctx: &'c Context) -> Result<Cow<'c, Value>> {
+        self.engine
+            .templates
+            .eval_ref(text, ctx)
+            .map_err(|e| template_error(field, e))
+    }
+
+    pub(super) fn condition(
+        &self,
+        field: &str,
+        c: &Condition,
+        subject: &Value,
+        ctx: &Context,
+    ) -> Result<bool> {
+        Ok(self.test(field, c, subject, ctx)?.0)
+    }
+
+    /// A `require` condition: `Some(warning)` when it fails.
+    pub(super) fn check(
+        &self,
+        field: &str,
+        c: &Condition,
+        subject: &Value,
+        ctx: &Context,
+    ) -> Result<Option<FieldWarning>> {
+        let (ok, shown) = self.test(field, c, subject, ctx)?;
+        if ok {
+            return Ok(None);
+        }
+        let message = match (&c.message, c.format) {
+            (Some(m), _) => m.clone(),
+            (None, Some(f)) => format!("not a valid {}", f.as_str()),
+            (None, None) => "does not pass the condition".to_string(),
+        };
+        Ok(Some(FieldWarning::new(field, &shown, message)))
+    }
+
+    /// Whether the condition holds, and the tested value as a warning
+    /// shows it.
+    fn test(
+        &self,
+        field: &str,
+        c: &Condition,
+        subject: &Value,
+        ctx: &Context,
+    ) -> Result<(bool, String)> {
+        const MISSING: &str = "(missing)";
+        let actual: Option<String> = match (&c.path, &c.value) {
+            (Some(p), _) => {
+                let path = FieldPath::parse(p).map_err(|e| {
+                    FieldError::new(ErrorKind::InvalidRule, format!("{field}.path"), e)
+                })?;
+                let v = path.get(subject).filter(|v| !v.is_null());
+                let shown = match v {
+                    None => MISSING.to_string(),
+                    Some(x) => scalar_text(x).unwrap_or_else(|| x.to_string()),
+                };
+                if let Some(want) = c.exists {
+                    return Ok((v.is_some() == want, shown));
+                }
+                if v.is_none() && c.optional {
+                    return Ok((true, shown));
+                }
+                v.and_then(scalar_text)
+            }
+            (None, Some(t)) => Some(self.tpl(&format!("{field}.value"), t, ctx)?),
+            (None, None) => None,
+        };
+        let shown = actual.clone().unwrap_or_else(|| MISSING.to_string());
+        let ok = self.holds(field, c, actual.as_deref(), ctx)?;
+        Ok((ok, shown))
+    }
+
+    /// Whether the operator holds for the tested text (None: missing).
+    fn holds(
+        &self,
+        field: &str,
+        c: &Condition,
+        actual: Option<&str>,
+        ctx: &Context,
+    ) -> Result<bool> {
+        if let Some(e) = &c.equals {
+            let want = self.tpl(&format!("{field}.equals"), e, ctx)?;
+            return Ok(actual == Some(want.as_str()));
+        }
+        if let Some(e) = &c.not_equals {
+            let want = self.tpl(&format!("{field}.notEquals"), e, ctx)?;
+            return Ok(actual != Some(want.as_str()));
+        }
+        if let Some(list) = &c.one_of {
+            for (i, e) in list.iter().enumerate() {
+                let want = self.tpl(&format!("{field}.oneOf[{i}]"), e, ctx)?;
+                if actual == Some(want.as_str()) {
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        }
+        if let Some(r) = &c.regex {
+            let text = self.tpl(&format!("{field}.regex"), r, ctx)?;
+            let re = self.regex(&format!("{field}.regex"), &text)?;
+            return Ok(actual.is_some_and(|a| re.is_match(a)));
+        }
+        if let Some(r) = &c.not_regex {
+            let text = self.tpl(&format!("{field}.notRegex"), r, ctx)?;
+            let re = self.regex(&format!("{field}.notRegex"), &text)?;
+            return Ok(!actual.is_some_and(|a| re.is_match(a)));
+        }
+        if let Some(e) = &c.in_list {
+            let Some(a) = actual else { return Ok(false) };
+            let list = self.list_of(&format!("{field}.in"), e, ctx)?;
+            return Ok(list.iter().any(|x| scalar_text(x).as_deref() == Some(a)));
+        }
+        if let Some(f) = c.format {
+            return Ok(actual.is_some_and(|a| super::format::check(f, a)));
+        }
+        Ok(false)
+    }
+
+    /// Expands a template value: strings rendered, list directives run,
+    /// `$merge` maps merged.
+    fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
+        // Every expanded value is charged: nested forEach multiply.
+        limited(field, limits::charge_node())?;
+        match v {
+            Value::String(s) => {
+                let text = self.tpl(field, s, ctx)?;
+                if self.mark.get() && s.contains("{{") {
+                    let mut marked = String::with_capacity(text.len() + 1);
+                    marked.push(output::DATA_MARK);
+                    marked.push_str(&text);
+                    return Ok(Value::String(marked));
+                }
+                Ok(Value::String(text))
+            }
+            Value::Array(items) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let f = format!("{field}[{i}]");
+                    let d = directive(item)
+                        .map_err(|m| FieldError::new(ErrorKind::InvalidRule, &f, m))?;
+                    let Some(d) = d else {
+                        out.push(self.expand(item, ctx, &f)?);
+                        continue;
+                    };
+                    let emit =
+                        |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
+                            if let Some(w) = d.when
+                                && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
+                            {
+                                return Ok(());
+                            }
+                            match d.body {
+                                DirBody::Item(b) => {
+                                    out.push(this.expand(b, ctx, &format!("{f}.item"))?)
+                                }
+                                DirBody::Items(b) => {
+                                    match this.expand(b, ctx, &format!("{f}.items"))? {
+                                        Value::Array(xs) => out.extend(xs),
+                                        other => out.push(other),
+                                    }
+                                }
+                            }
+                            Ok(())
+                        };
+                    match d.for_each {
+                        None => emit(self, ctx, &mut out)?,
+                        Some(e) => {
+                            let var = d.as_name.unwrap_or("item");
+                            for x in self.list_of(&format!("{f}.forEach"), e, ctx)? {
+                                let old = bind(ctx, var, x);
+                                let r = emit(self, ctx, &mut out);
+                                unbind(ctx, var, old);
+                                r?;
+                            }
+                        }
+                    }
+                    limited(&f, limits::check_list(out.len(), "the expanded list"))?;
+                }
+                Ok(Value::Array(out))
+            }
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for (k, val) in map {
+                    if k == "$merge" {
+                        let merged = self.expand(val, ctx, &format!("{field}.$merge"))?;
+                        for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
+                            let Value::Object(pm) = part else {
+                                return Err(FieldError::new(
+                                    ErrorKind::InvalidRule,
+                                    format!("{field}.$merge[{j}]"),
+                                    "must render to a map",
+                                ));
+                            };
+                            for (pk, pv) in pm {
+                                if out
+                                    .insert(pk.clone(), pv.clone())
+                                    .is_some_and(|old| old != *pv)
+                                {
+                                    return Err(FieldError::new(
+                                        ErrorKind::InvalidOutput,
+                                        format!("{field}.$merge[{j}]"),
+                                        format!("key {pk:?} is given twice with different values"),
+                                    ));
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    let key = self.tpl(&format!("{field}[{k:?}]"), k, ctx)?;
+                    let val = self.expand(val, ctx, &format!("{field}.{k}"))?;
+                    if out.insert(key.clone(), val).is_some() {
+                        return Err(FieldError::new(
+                            ErrorKind::InvalidOutput,
+                            field,
+                            format!("key {key:?} is rendered twice"),
+                        ));
+                    }
+                }
+                Ok(Value::Object(out))
+            }
+            other => Ok(other.clone()),
+        }
+    }
+
+    /// Evaluates a `forEach` expression: a list (null is empty).
+    fn list_of(&self, field: &str, e: &str, ctx: &Context) -> Result<Vec<Value>> {
+        let v = self.expr(field, e, ctx)?;
+        // Checked before a borrowed list is copied.
+        if let Value::Array(a) = &*v {
+            limited(field, limits::check_list(a.len(), "the forEach list"))?;
+        }
+        match v.into_owned() {
+            Value::Array(a) => Ok(a),
+            Value::Null => Ok(Vec::new()),
+            other => Err(FieldError::new(
+                ErrorKind::Template,
+                field,
+                format!("forEach must yield a list, got {other}"),
+            )),
+        }
+    }
+
+    fn strings(&self, field: &str, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
+        match self.expand(v, ctx, field)? {
+            Value::Array(a) => a
+                .into_iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    scalar_text(&x).ok_or_else(|| {
+                        FieldError::new(
+                            ErrorKind::InvalidOutput,
+                            format!("{field}[{i}]"),
+                            "must render to text",
+                        )
+                    })
+                })
+                .collect(),
+            _ => Err(FieldError::new(
+                ErrorKind::InvalidOutput,
+                field,
+                "must render to a list",
+            )),
+        }
+    }
+
+    fn selector(&self, field: &str, sel: &LabelSelector, ctx: &Context) -> Result<LabelSelector> {
+        let mut out = LabelSelector::default();
+        if let Some(ml) = &sel.match_labels {
+            let mut m = BTreeMap::new();
+            for (k, v) in ml {
+                let f = format!("{field}.matchLabels[{k:?}]");
+                m.insert(self.tpl(&f, k, ctx)?, self.tpl(&f, v, ctx)?);
+            }
+            out.match_labels = Some(m);
+        }
+        if let Some(exprs) = &sel.match_expressions {
+            let mut rendered = Vec::new();
+            for (i, e) in exprs.iter().enumerate() {
+                let f = format!("{field}.matchExpressions[{i}]");
+                let values = match &e.values {
+                    Some(vs) => Some(
+                        vs.iter()
+                            .enumerate()
+                            .map(|(j, v)| self.tpl(&format!("{f}.values[{j}]"), v, ctx))
+                            .collect::<Result<Vec<_>>>()?,
+                    ),
+                    None => None,
+                };
+                rendered.push(LabelSelectorRequirement {
+                    key: self.tpl(&format!("{f}.key"), &e.key, ctx)?,
+                    operator: e.operator.clone(),
+                    values,
+                });
+            }
+            out.match_expressions = Some(rendered);
+        }
+        crate::selector::validate(&out)
+            .map_err(|e| FieldError::new(ErrorKind::Selector, field, e.to_string()))?;
+        Ok(out)
+    }
+
+    fn related(
+        &self,
+        i: usize,
+        rel: &Related,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Vec<Value>> {
+        let f = format!("spec.related[{i}]");
+        if let Some(w) = &rel.when
+            && !truthy(&*self.expr(&format!("{f}.when"), w, ctx)?)
+        {
+            return Ok(Vec::new());
+        }
+        let mut items: Vec<Value> = if let Some(q) = &rel.objects {
+            let gk = GroupKind::new(&q.api_group, &q.kind);
+            let ns = match &q.namespace {
+                Some(t) => Some(self.tpl(&format!("{f}.objects.namespace"), t, ctx)?),
+                None => None,
+            };
+            let names: Option<BTreeSet<String>> = match &q.names {
+                Some(n) => Some(
+                    self.strings(&format!("{f}.objects.names"), n, ctx)?
+                        .into_iter()
+                        .collect(),
+                ),
+                None => None,
+            };
+            let selector = match &q.selector {
+                Some(s) => Some(self.selector(&format!("{f}.objects.selector"), s, ctx)?),
+                None => None,
+            };
+            let mut read = Read {
+                gk: gk.clone(),
+                namespace: ns.clone(),
+                names,
+                selector,
+                either: false,
+                owner: if q.controlled_by_trigger {
+                    // Without a trigger nothing is controlled by it.
+                    Some(trigger.map(Owner::of).unwrap_or(Owner {
+                        uid: "\u{0}none".into(),
+                        gk: None,
+                        name: String::new(),
+                    }))
+                } else {
+                    None
+                },
+                hits: BTreeSet::new(),
+            };
+            let found: Vec<&Value> = match (&read.names, &ns) {
+                // Named in one namespace (or cluster-scoped): looked up,
+                // not listed.
+                (Some(names), Some(ns)) => names
+                    .iter()
+                    .filter_map(|n| view.get(&gk, &(ns.clone(), n.clone())))
+                    .filter(|o| read.passes(o))
+                    .collect(),
+                _ => view
+                    .list(&gk, ns.as_deref())
+                    .iter()
+                    .map(|o| &***o)
+                    .filter(|o| read.passes(o))
+                    .collect(),
+            };
+            read.hits = found.iter().filter_map(|o| key_of(o)).collect();
+            self.reads.borrow_mut().push(read);
+            found
+                .into_iter()
+                .map(|o| visible(o, q.metadata_only))
+                .collect()
+        } else if let Some(l) = &rel.list_field {
+            let path = FieldPath::parse(&l.path).map_err(|e| {
+                FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
+            })?;
+            let default_of = ["trigger".to_string()];
+            let of = if l.of.is_empty() {
+                &default_of[..]
+            } else {
+                &l.of[..]
+            };
+            let mut sources: Vec<Value> = Vec::new();
+            for name in of {
+                if name == "trigger" {
+                    sources.extend(ctx.data().get("trigger").cloned());
+                } else {
+                    sources.extend(
+                        ctx.data()["related"][name.as_str()]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            let extract = match &l.extract {
+                Some(x) => Some((
+                    FieldPath::parse(&x.path).map_err(|e| {
+                        FieldError::new(
+                            ErrorKind::InvalidRule,
+                            format!("{f}.listField.extract.path"),
+                            e,
+                        )
+                    })?,
+                    self.regex(&format!("{f}.listField.extract.regex"), &x.regex)?,
+                    x.unmatched,
+                )),
+                None => None,
+            };
+            let mut seen = BTreeMap::new();
+            for src in &sources {
+                for entry in path
+                    .get(src)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let item = match &extract {
+                        None => entry.clone(),
+                        Some((xp, re, unmatched)) => {
+                            let text = xp.get(entry).and_then(Value::as_str);
+                            let caps = text.and_then(|t| re.captures(t));
+                            let (Value::Object(m), Some(caps)) = (entry, caps) else {
+                                match unmatched {
+                                    Unmatched::Drop => {}
+                                    Unmatched::Keep => {
+                                        seen.insert(entry.to_string(), entry.clone());
+                                    }
+                                    Unmatched::Warn => {
+                                        let shown = match (entry, text) {
+                                            (Value::Object(_), Some(t)) => t.to_string(),
+                                            (Value::Object(_), None) => "(missing)".to_string(),
+                                            _ => entry.to_string(),
+                                        };
+                                        self.warnings.borrow_mut().push(FieldWarning::new(
+                                            format!("{f}.listField.extract"),
+                                            &shown,
+                                            "does not match the extract regex",
+                                        ));
+                                    }
+                                }
+                                continue;
+                            };
+                            let mut m = m.clone();
+                            for name in re.capture_names().flatten() {
+                                if let Some(c) = caps.name(name) {
+                                    m.insert(name.to_string(), json!(c.as_str()));
+                                }
+                            }
+                            Value::Object(m)
+                        }
+                    };
+                    seen.insert(item.to_string(), item);
+                }
+            }
+            seen.into_values().collect()
+        } else {
+            Vec::new()
+        };
+        if !rel.filter.is_empty() {
+            let mut kept = Vec::with_capacity(items.len());
+            for item in items {
+                let old = bind(ctx, "item", item.clone());
+                let mut ok = Ok(true);
+                for (j, c) in rel.filter.iter().enumerate() {
+                    ok = self.condition(&format!("{f}.where[{j}]"), c, &item, ctx);
+                    if !matches!(ok, Ok(true)) {
+                        break;
+                    }
+                }
+                unbind(ctx, "item", old);
+                if ok? {
+                    kept.push(item);
+                }
+            }
+            items = kept;
+        }
+        if !rel.require.is_empty() {
+            let mut kept = Vec::with_capacity(items.len());
+            for item in items {
+                let old = bind(ctx, "item", item.clone());
+                let mut verdict = Ok(None);
+                for (j, c) in rel.require.iter().enumerate() {
+                    verdict = self.check(&format!("{f}.require[{j}]"), c, &item, ctx);
+                    if !matches!(verdict, Ok(None)) {
+                        break;
+                    }
+                }
+                unbind(ctx, "item", old);
+                match verdict? {
+                    None => kept.push(item),
+                    Some(w) => self.warnings.borrow_mut().push(w),
+                }
+            }
+            items = kept;
+        }
+        Ok(items)
+    }
+
+    /// Renders every output for one trigger (or the static set).
+    pub(super) fn render(
+        &self,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Vec<Desired>> {
+        for (i, rel) in self.rule.spec.related.iter().enumerate() {
+            let set = self.related(i, rel, ctx, trigger, view)?;
+            if let Some(r) = ctx
+                .data_mut()
+                .get_mut("related")
+                .and_then(Value::as_object_mut)
+            {
+                r.insert(rel.name.clone(), Value::Array(set));
+            }
+        }
+        bind(ctx, "vars", Value::Object(Map::new()));
+        for (i, v) in self.rule.spec.vars.iter().enumerate() {
+            let field = format!("spec.vars[{i}].value");
+            let value = self.expr(&field, &v.value, ctx)?.into_owned();
+            if let Value::Array(a) = &value {
+                limited(
+                    &field,
+                    limits::check_list(a.len(), &format!("var {:?}", v.name)),
+                )?;
+            }
+            if let Some(vars) = ctx
+                .data_mut()
+                .get_mut("vars")
+                .and_then(Value::as_object_mut)
+            {
+                vars.insert(v.name.clone(), value);
+            }
+        }
+        let mut out: Vec<Desired> = Vec::new();
+        for (i, o) in self.rule.spec.outputs.iter().enumerate() {
+            let f = format!("spec.outputs[{i}]");
+            let one = |this: &Self, ctx: &mut Context, out: &mut Vec<Desired>| -> Result<()> {
+                if let Some(w) = &o.when
+                    && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
+                {
+                    return Ok(());
+                }
+                let d = this.object(&f, o, ctx, trigger, view)?;
+                if let Some(prev) = out
+                    .iter()
+                    .find(|p| p.kind == d.kind && p.namespace == d.namespace && p.name == d.name)
+                {
+                    if prev.object != d.object {
+                        return Err(FieldError::new(
+                            ErrorKind::Conflict,
+                            &f,
+                            format!(
+                                "{} {:?} is emitted twice with different content",
+                                d.kind, d.name
+                            ),
+                        ));
+                    }
+                    return Ok(());
+                }
+                out.push(d);
+                limited(&f, limits::check_objects(out.len()))
+            };
+            match &o.for_each {
+                None => one(self, ctx, &mut out)?,
+                Some(e) => {
+                    let var = o.as_name.as_deref().unwrap_or("item");
+                    for x in self.list_of(&format!("{f}.forEach"), e, ctx)? {
+                        let old = bind(ctx, var, x);
+                        let r = one(self, ctx, &mut out);
+                        unbind(ctx, var, old);
+                        r?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn object(
+        &self,
+        f: &str,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Desired> {
+        let name = self.tpl(&format!("{f}.name"), &o.name, ctx)?;
+        output::validate_name(&format!("{f}.name"), &name)?;
+        let namespace = if o.kind.namespaced() {
+            let ns = match &o.namespace {
+                Some(t) => self.tpl(&format!("{f}.namespace"), t, ctx)?,
+                None => default_namespace(trigger).ok_or_else(|| {
+                    FieldError::new(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.namespace"),
+                        format!(
+                            "a {} needs a namespace: the trigger has none, so give one",
+                            o.kind
+                        ),
+                    )
+                })?,
+            };
+            output::validate_namespace(&format!("{f}.namespace"), &ns)?;
+            Some(ns)
+        } else {
+            None
+        };
+
+        let mut labels = BTreeMap::new();
+        if let Some(l) = &o.labels {
+            labels = output::string_map(
+                &format!("{f}.labels"),
+                &self.expand(l, ctx, &format!("{f}.labels"))?,
+            )?;
+        }
+        let mut annotations = BTreeMap::new();
+        if let Some(a) = &o.annotations {
+            annotations = output::string_map(
+                &format!("{f}.annotations"),
+                &self.expand(a, ctx, &format!("{f}.annotations"))?,
+            )?;
+        }
+        for k in labels.keys().chain(annotations.keys()) {
+            if k.starts_with(&format!("{GROUP}/")) || k == MANAGED_BY_LABEL {
+                return Err(FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.labels"),
+                    format!("key {k:?} is reserved for provenance"),
+                ));
+            }
+        }
+        for (k, v) in &labels {
+            output::validate_key(&format!("{f}.labels"), k)?;
+            output::validate_label_value(&format!("{f}.labels"), k, v)?;
+        }
+        for k in annotations.keys() {
+            output::validate_key(&format!("{f}.annotations"), k)?;
+        }
+        labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
+        labels.insert(
+            output::rule_label(),
+            super::template::shorten(&self.rule.name, 63),
+        );
+        annotations.insert(output::rule_annotation(), self.rule.name.clone());
+        if let Some(t) = trigger {
+            annotations.insert(output::trigger_annotation(), object_ref(t));
+        }
+        let owner = trigger.and_then(|t| owner_reference(t, namespace.as_deref()));
+
+        // A `*` from data: the object is refused (and revoked) after the
+        // render, not failed.
+        let mut refusal = None;
+        let body = if o.kind.is_role() {
+            let namespaced = o.kind.namespaced();
+            let mut rules: Vec<PolicyRule> = match &o.rules {
+                Some(r) => {
+                    let field = format!("{f}.rules");
+                    // Values rendered from templates are marked as data.
+                    self.mark.set(true);
+                    let expanded = self.expand(r, ctx, &field);
+                    self.mark.set(false);
+                    let mut expanded = expanded?;
+                    refusal = output::check_marked_rules(&field, &mut expanded)?;
+                    output::policy_rules(&field, &expanded, namespaced)?
+                }
+                None => Vec::new(),
+            };
+            if let Some(rf) = &o.rules_from {
+                rules.extend(self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?);
+                if namespaced {
+                    rules = policy::without_non_resource_urls(&rules);
+                }
+                rules = policy::compact(&rules);
+            }
+            let aggregation = match &o.aggregation_rule {
+                Some(a) => Some(output::aggregation_rule(
+                    &format!("{f}.aggregationRule"),
+                    &self.expand(a, ctx, &format!("{f}.aggregationRule"))?,
+                )?),
+                None => None,
+            };
+            Body::Role { rules, aggregation }
+        } else {
+            let rr = o.role_ref.as_ref().ok_or_else(|| {
+                FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.roleRef"),
+                    "a binding needs roleRef",
+                )
+            })?;
+            let role_kind = self.tpl(&format!("{f}.roleRef.kind"), &rr.kind, ctx)?;
+            let role_name = self.tpl(&format!("{f}.roleRef.name"), &rr.name, ctx)?;
+            let allowed: &[&str] = if o.kind == OutputKind::ClusterRoleBinding {
+                &["ClusterRole"]
+            } else {
+                &["ClusterRole", "Role"]
+            };
+            if !allowed.contains(&role_kind.as_str()) {
+                return Err(FieldError::new(
+                    ErrorKind::InvalidOutput,
+                    format!("{f}.roleRef.kind"),
+                    format!(
+                        "a {} may reference {}, not {role_kind:?}",
+                        o.kind,
+                        allowed.join(" or ")
+                    ),
+                ));
+            }
+            output::validate_name(&format!("{f}.roleRef.name"), &role_name)?;
+            let subjects = match &o.subjects {
+                Some(s) => output::subjects(
+                    &format!("{f}.subjects"),
+                    &self.expand(s, ctx, &format!("{f}.subjects"))?,
+                    o.kind,
+                )?,
+                None => Vec::new(),
+            };
+            Body::Binding {
+                role_kind,
+                role_name,
+                subjects,
+            }
+        };
+        let meta = Meta {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            labels,
+            annotations,
+            owner,
+        };
+        Ok(Desired {
+            kind: o.kind,
+            namespace: namespace.unwrap_or_default(),
+            name,
+            rule: self.rule.name.clone(),
+            trigger: trigger.map(object_ref),
+            field: f.to_string(),
+            refusal,
+            object: Arc::new(output::manifest(o.kind, &meta, &body)?),
+        })
+    }
+
+    /// Rules of the ClusterRoles named or selected, in name order.
+    fn rules_from(
+        &self,
+        f: &str,
+        rf: &RulesFrom,
+        ctx: &mut Context,
+        view: &View,
+    ) -> Result<Vec<PolicyRule>> {
+        let names: BTreeSet<String> = match &rf.cluster_role_names {
+            Some(n) => self
+                .strings(&format!("{f}.clusterRoleNames"), n, ctx)?
+                .into_iter()
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        let selector = match &rf.cluster_role_selector {
+            Some(s) => Some(self.selector(&format!("{f}.clusterRoleSelector"), s, ctx)?),
+            None => None,
+        };
+        let gk = output_gk(OutputKind::ClusterRole);
+        let mut chosen: BTreeMap<&str, &Arc<Value>> = BTreeMap::new();
+        for n in &names {
+            if let Some(role) = view.get_shared(&gk, &(String::new(), n.clone())) {
+                chosen.insert(n.as_str(), role);
+            }
+        }
+        if let Some(s) = &selector {
+            for role in view.selected_cluster_roles(s).iter().copied() {
+                chosen.insert(role["metadata"]["name"].as_str().unwrap_or_default(), role);
+            }
+        }
+        self.reads.borrow_mut().push(Read {
+            gk: output_gk(OutputKind::ClusterRole),
+            namespace: None,
+            hits: chosen
+                .keys()
+                .map(|n| (String::new(), (*n).to_string()))
+                .collect(),
+            names: Some(names.clone()),
+            selector: selector.clone(),
+            either: true,
+            owner: None,
+        });
+        let mut out = Vec::new();
+        for role in chosen.into_values() {
+            out.extend(view.rules_of(role).iter().cloned());
+        }
+        Ok(out)
+    }
+}
+
+/// A render error: `LimitExceeded` when the trigger ran over a limit
+/// (whatever failed first), else a template error.
+fn template_error(field: &str, message: String) -> FieldError {
+    match limits::tripped() {
+        Some(t) => FieldError::new(ErrorKind::LimitExceeded, field, t),
+        None => FieldError::new(ErrorKind::Template, field, message),
+    }
+}
+
+/// A limit check's result as an error on `field`.
+fn limited(field: &str, r: std::result::Result<(), String>) -> Result<()> {
+    r.map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field, m))
+}
+
+/// Role and RoleBinding default to the trigger's namespace, or to the
+/// trigger itself when it is a Namespace.
+fn default_namespace(trigger: Option<&Value>) -> Option<String> {
+    let t = trigger?;
+    let (ns, name) = key_of(t)?;
+    if !ns.is_empty() {
+        return Some(ns);
+    }
+    let gk = GroupKind::of(t)?;
+    (gk.group.is_empty() && gk.kind == "Namespace").then_some(name)
+}
+
+/// A controller ownerReference to the trigger, where Kubernetes allows it:
+/// the trigger has a uid, and is cluster-scoped or in the object's namespace.
+fn owner_reference(trigger: &Value, namespace: Option<&str>) -> Option<Value> {
+    let meta = &trigger["metadata"];
+    let uid = meta["uid"].as_str().filter(|u| !u.is_empty())?;
+    let trigger_ns = meta["namespace"].as_str().unwrap_or_default();
+    if !trigger_ns.is_empty() && namespace != Some(trigger_ns) {
+        return None;
+    }
+    Some(json!({
+        "apiVersion": trigger["apiVersion"],
+        "kind": trigger["kind"],
+        "name": meta["name"],
+        "uid": uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }))
+}

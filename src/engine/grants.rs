@@ -1,0 +1,201 @@
+//! Grants and policy: what an RBAC object grants (its rules, an
+//! aggregated role's selected roles, a binding's role) and whether the
+//! default denials, protected labels and the allow-list refuse it.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
+
+use super::compile::output_gk;
+use super::output;
+use super::store::ObjectStore;
+use super::view::View;
+use crate::api::OutputKind;
+use crate::policy;
+
+/// The rules of an aggregated allow-list: those of the live ClusterRoles
+/// its selectors pick, leaving out any a rule manages (an output can never
+/// widen the allow-list).
+pub(super) fn allow_list_rules(
+    observed: &ObjectStore,
+    allow: &crate::policy::AllowList,
+) -> Vec<PolicyRule> {
+    let mut out = Vec::new();
+    for role in observed.list(&output_gk(OutputKind::ClusterRole)) {
+        let labels = role["metadata"]["labels"].as_object();
+        if output::is_managed(role) {
+            continue;
+        }
+        if allow
+            .selectors
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            out.extend(rules_of(role));
+        }
+    }
+    out
+}
+
+/// What policy judges objects with.
+pub(super) struct Judge<'v, 'a> {
+    pub view: &'v View<'a>,
+    pub waivers: &'v crate::policy::Waivers,
+    pub protected: &'v [LabelSelector],
+    pub allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
+}
+
+impl Judge<'_, '_> {
+    /// Why policy refuses `obj` (an RBAC object), in compact form.
+    pub fn refusal(&self, obj: &Arc<Value>) -> Option<String> {
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let what = format!("{kind} {name:?}");
+        let mut why: Vec<String> = Vec::new();
+        if !self.waivers.system_names && policy::is_system_name(name) {
+            why.push(format!(
+                "{what} has a name reserved for Kubernetes (system:)"
+            ));
+        }
+        let labels = obj["metadata"]["labels"].as_object();
+        if self
+            .protected
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            why.push(format!(
+                "{what} carries labels that aggregate it into a protected ClusterRole (the controller's or the allow-list's)"
+            ));
+        }
+        let granted: Vec<PolicyRule> = if kind.ends_with("Binding") {
+            let role_ref = &obj["roleRef"];
+            let role_name = role_ref["name"].as_str().unwrap_or_default();
+            if !self.waivers.cluster_admin_bindings
+                && (role_name == "cluster-admin" || policy::is_system_name(role_name))
+            {
+                why.push(format!("{what} binds {role_name:?}"));
+            }
+            // Only the allow-list judges what a bound role grants: the
+            // denials judge roles where they are written.
+            if let Some((allow, effective)) = self.allow {
+                let role = match role_ref["kind"].as_str() {
+                    Some("Role") => {
+                        let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+                        self.view.get_shared(
+                            &output_gk(OutputKind::Role),
+                            &(ns.to_string(), role_name.to_string()),
+                        )
+                    }
+                    _ => self.view.get_shared(
+                        &output_gk(OutputKind::ClusterRole),
+                        &(String::new(), role_name.to_string()),
+                    ),
+                };
+                let rules = role.map(|r| self.grants(r)).unwrap_or_default();
+                let missing = allow.uncovered(effective, &rules);
+                if !missing.is_empty() {
+                    why.push(format!(
+                        "{what} binds role {role_name:?}, which grants what the allow-list does not: {}",
+                        shown(&missing)
+                    ));
+                }
+            }
+            Vec::new()
+        } else {
+            self.grants(obj)
+        };
+        let grants = if obj.get("aggregationRule").is_some() {
+            format!("{what} aggregates roles that grant")
+        } else {
+            format!("{what} grants")
+        };
+        let denied = policy::denied_grants(&granted, self.waivers);
+        if !denied.is_empty() {
+            let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
+            why.push(format!("{grants} {}", shown.join("; ")));
+        }
+        if let Some((allow, effective)) = self.allow
+            && !granted.is_empty()
+        {
+            let missing = allow.uncovered(effective, &granted);
+            if !missing.is_empty() {
+                why.push(format!(
+                    "{grants} what the allow-list does not: {}",
+                    shown(&missing)
+                ));
+            }
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// What a role grants: its rules, and for an aggregated ClusterRole the
+    /// rules of the roles it selects now.
+    fn grants(&self, role: &Arc<Value>) -> Vec<PolicyRule> {
+        let mut rules = self.view.rules_of(role).to_vec();
+        if role.get("aggregationRule").is_some() {
+            rules.extend(aggregated_rules(self.view, role));
+        }
+        rules
+    }
+}
+
+/// The first few uncovered permissions, compact.
+fn shown(missing: &[PolicyRule]) -> String {
+    missing
+        .iter()
+        .take(3)
+        .map(policy::describe)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A live or emitted role's rules. Live roles were validated by the API
+/// server; what does not parse is skipped (and logged) rather than failing
+/// every rule that reads the role.
+pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, r) in role
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        match serde_json::from_value::<PolicyRule>(r.clone()) {
+            Ok(p) => out.push(p),
+            Err(e) => {
+                tracing::warn!(role = name, index = i, error = %e, "skipping unparseable rule")
+            }
+        }
+    }
+    out
+}
+
+/// The rules the aggregation controller would give `role`: those of every
+/// other ClusterRole its selectors match, as they are now.
+fn aggregated_rules(view: &View, role: &Value) -> Vec<PolicyRule> {
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    let selectors: Vec<LabelSelector> = role["aggregationRule"]["clusterRoleSelectors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| serde_json::from_value(s.clone()).ok())
+        .collect();
+    let mut out = Vec::new();
+    for other in view.list(&output_gk(OutputKind::ClusterRole), None).iter() {
+        if other["metadata"]["name"].as_str() == Some(name) {
+            continue;
+        }
+        let labels = other["metadata"]["labels"].as_object();
+        if selectors
+            .iter()
+            .any(|s| crate::selector::matches_json(s, labels))
+        {
+            out.extend(view.rules_of(other).iter().cloned());
+        }
+    }
+    out
+}

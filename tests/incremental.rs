@@ -376,3 +376,248 @@ fn a_new_engine_starts_over() {
     Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
     assert_eq!(memo.renders(), all);
 }
+
+/// Every rule set the project ships, loaded as the CLI loads a directory:
+/// the built-in rules (rules/), and each example (rules/examples/*/), with
+/// the objects of its rule tests as the pool random changes draw from.
+fn rule_sets() -> Vec<(String, Vec<rbac_rules::engine::RuleSource>, Vec<Value>)> {
+    use std::path::PathBuf;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rules");
+    let mut dirs = vec![(root.clone(), root.join("tests"))];
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(root.join("examples"))
+        .expect("rules/examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_dir())
+        .collect();
+    examples.sort();
+    for e in examples {
+        dirs.push((e.clone(), e.join("tests")));
+    }
+    let mut out = Vec::new();
+    for (dir, tests) in dirs {
+        let rules: Vec<_> = rbac_rules::rules::load_tree_with_origins(&[dir.clone()], false)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", dir.display()))
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        assert!(!rules.is_empty(), "{}: no rules", dir.display());
+        let docs = rbac_rules::yaml::load_tree(&[tests], true).expect("rule tests");
+        let mut pool: Vec<Value> = Vec::new();
+        for d in docs.iter().filter(|d| d.value["kind"] == "RbacRuleTest") {
+            for o in d.value["spec"]["objects"].as_array().into_iter().flatten() {
+                // Inline, or a file beside the test.
+                let objects = match o.as_str() {
+                    Some(file) => {
+                        let path = d.path.parent().expect("test dir").join(file);
+                        rbac_rules::yaml::load_paths(&[path])
+                            .expect("object file")
+                            .into_iter()
+                            .map(|d| d.value)
+                            .collect()
+                    }
+                    None => vec![o.clone()],
+                };
+                for o in objects {
+                    if !pool.contains(&o) {
+                        pool.push(o);
+                    }
+                }
+            }
+        }
+        assert!(!pool.is_empty(), "{}: no test objects", dir.display());
+        out.push((dir.display().to_string(), rules, pool));
+    }
+    out
+}
+
+/// Keys of the objects whose desired copy differs between two evaluations.
+fn differences(before: &Evaluation, after: &Evaluation) -> Vec<(rbac_rules::api::OutputKind, String, String)> {
+    let index = |e: &Evaluation| -> std::collections::BTreeMap<_, _> {
+        e.desired
+            .iter()
+            .map(|d| ((d.kind, d.namespace.clone(), d.name.clone()), d.clone()))
+            .collect()
+    };
+    let (b, a) = (index(before), index(after));
+    let mut keys: Vec<_> = b.keys().chain(a.keys()).cloned().collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter().filter(|k| b.get(k) != a.get(k)).collect()
+}
+
+fn gk_of(o: &Value) -> rbac_rules::engine::GroupKind {
+    rbac_rules::engine::GroupKind::of(o).expect("apiVersion and kind")
+}
+
+fn key_of(o: &Value) -> (String, String) {
+    (
+        o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+        o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Label and annotation pairs seen in the pool and in the outputs: what
+/// selectors, metadata matches and pauses can key on.
+fn metadata_pairs(pool: &[Value], eval: &Evaluation, field: &str) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = Vec::new();
+    let outputs = eval.desired.iter().map(|d| &*d.object);
+    for o in pool.iter().chain(outputs) {
+        for (k, v) in o["metadata"][field].as_object().into_iter().flatten() {
+            if !out.iter().any(|(ok, ov)| ok == k && ov == v) {
+                out.push((k.clone(), v.clone()));
+            }
+        }
+    }
+    out.push(("crossplane.io/paused".into(), json!("true")));
+    out
+}
+
+#[test]
+fn incremental_equals_full_for_every_shipped_rule_set() {
+    for (set, rules, pool) in rule_sets() {
+        let engine = Engine::new(&rules, Options::default());
+        let mut c = Cluster {
+            store: ObjectStore::new(),
+            rv: 0,
+        };
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ set.len() as u64);
+        for o in &pool {
+            if rng.chance(70) {
+                c.put(o.clone());
+            }
+        }
+        let mut memo = Memo::new();
+        let mut previous = engine.evaluate(&c.store);
+        let first = engine.evaluate_incremental(&c.store, &mut memo);
+        assert_same(0, &format!("{set}: initial"), &first, &previous);
+        assert_eq!(first.changed, differences(&Evaluation::default(), &previous));
+        // The run must exercise something: outputs, and changes to them.
+        let (mut outputs, mut changed) = (previous.desired.len(), 0);
+        for step in 1..=150 {
+            let present: Vec<Value> = pool
+                .iter()
+                .filter_map(|o| c.store.get(&gk_of(o), &key_of(o)).cloned())
+                .collect();
+            let pick = |rng: &mut Rng, from: &[Value]| from.get(rng.below(from.len().max(1))).cloned();
+            let what = match rng.below(10) {
+                0 | 1 => {
+                    let o = pick(&mut rng, &pool).expect("pool");
+                    c.put(o);
+                    "object (re)created as in the tests"
+                }
+                2 => match pick(&mut rng, &present) {
+                    Some(o) => {
+                        let gk = gk_of(&o);
+                        let (ns, name) = key_of(&o);
+                        c.remove(&gk.group, &gk.kind, &ns, &name);
+                        "object deleted"
+                    }
+                    None => "nothing to delete",
+                },
+                3 | 4 => {
+                    let field = if rng.chance(50) { "labels" } else { "annotations" };
+                    let pairs = metadata_pairs(&pool, &previous, field);
+                    match pick(&mut rng, &present) {
+                        Some(mut o) => {
+                            if rng.chance(30) {
+                                o["metadata"][field] = json!({});
+                            } else {
+                                let (k, v) = pairs[rng.below(pairs.len())].clone();
+                                o["metadata"][field][k] = v;
+                            }
+                            c.put(o);
+                            "labels or annotations changed"
+                        }
+                        None => "nothing to relabel",
+                    }
+                }
+                5 => match (pick(&mut rng, &present), pick(&mut rng, &pool)) {
+                    (Some(mut o), Some(owner)) => {
+                        if rng.chance(30) {
+                            o["metadata"]["ownerReferences"] = json!([]);
+                        } else {
+                            o["metadata"]["ownerReferences"] = json!([{
+                                "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                                "controller": true}]);
+                        }
+                        c.put(o);
+                        "ownerReferences changed"
+                    }
+                    _ => "nothing to own",
+                },
+                6 => {
+                    // A hand-made ClusterRole with labels selectors key on.
+                    let pairs = metadata_pairs(&pool, &previous, "labels");
+                    let mut labels = serde_json::Map::new();
+                    for _ in 0..1 + rng.below(3) {
+                        let (k, v) = pairs[rng.below(pairs.len())].clone();
+                        labels.insert(k, v);
+                    }
+                    let name = format!("hand-made-{}", rng.below(3));
+                    if rng.chance(25) {
+                        c.remove("rbac.authorization.k8s.io", "ClusterRole", "", &name);
+                        "hand-made role deleted"
+                    } else {
+                        c.put(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                            "metadata": {"name": name, "labels": labels},
+                            "rules": [{"apiGroups": [""], "resources": [format!("things{}", rng.below(3))], "verbs": ["get"]}]}));
+                        "hand-made role with selected labels"
+                    }
+                }
+                7 => match (pick(&mut rng, &present), pick(&mut rng, &pool)) {
+                    // Another test object's spec and status on this one.
+                    (Some(mut o), Some(other)) if gk_of(&o) == gk_of(&other) => {
+                        o["spec"] = other["spec"].clone();
+                        o["status"] = other["status"].clone();
+                        c.put(o);
+                        "spec and status swapped"
+                    }
+                    _ => "nothing to swap",
+                },
+                8 => {
+                    // Drift on a live managed object.
+                    let live: Vec<Value> = previous
+                        .desired
+                        .iter()
+                        .filter_map(|d| {
+                            c.store
+                                .get(&gk_of(&d.object), &key_of(&d.object))
+                                .cloned()
+                        })
+                        .collect();
+                    match pick(&mut rng, &live) {
+                        Some(mut o) if o.get("rules").is_some() => {
+                            o["rules"] = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+                            c.put(o);
+                            "live role edited"
+                        }
+                        Some(mut o) => {
+                            o["metadata"]["annotations"] = json!({});
+                            c.put(o);
+                            "live object's provenance removed"
+                        }
+                        None => "nothing live",
+                    }
+                }
+                _ => {
+                    apply(&mut c, &previous);
+                    "outputs applied"
+                }
+            };
+            let inc = engine.evaluate_incremental(&c.store, &mut memo);
+            let full = engine.evaluate(&c.store);
+            let label = format!("{set}: {what}");
+            assert_same(step, &label, &inc, &full);
+            assert_eq!(
+                inc.changed,
+                differences(&previous, &full),
+                "step {step} ({label}): changed"
+            );
+            outputs = outputs.max(full.desired.len());
+            changed += inc.changed.len();
+            previous = full;
+        }
+        assert!(outputs > 0 && changed > 0, "{set}: {outputs} outputs, {changed} changes");
+    }
+}

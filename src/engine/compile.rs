@@ -23,10 +23,71 @@ pub struct CompiledRule {
     pub spec: RbacRuleSpec,
     /// Regular expressions by their source text (anchored to the whole value).
     pub regexes: HashMap<String, Regex>,
-    /// Kinds the rule reads: its trigger, related objects, rulesFrom.
+    /// Kinds the rule reads, and how: its trigger, related objects,
+    /// rulesFrom. The one source of both the controller's watches
+    /// ([`super::Engine::interests`]) and incremental invalidation.
+    pub interests: Vec<Interest>,
+    /// The kinds of `interests`.
     pub consumes: BTreeSet<GroupKind>,
     /// Kinds the rule emits.
     pub produces: BTreeSet<GroupKind>,
+}
+
+/// A kind the rules read, and how: what the controller must watch.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Interest {
+    /// Group and kind.
+    pub gk: GroupKind,
+    /// A version named by a rule, if any.
+    pub version: Option<String>,
+    /// Whether metadata is all any rule reads of this kind.
+    pub metadata_only: bool,
+}
+
+/// The kinds a rule's spec reads — the trigger, related object queries,
+/// the ClusterRoles of rulesFrom — merged per kind.
+fn interests_of(spec: &RbacRuleSpec) -> Vec<Interest> {
+    let mut out = Vec::new();
+    if let Some(t) = &spec.trigger {
+        out.push(Interest {
+            gk: GroupKind::new(&t.api_group, &t.kind),
+            version: t.version.clone(),
+            metadata_only: t.metadata_only,
+        });
+    }
+    for q in spec.related.iter().filter_map(|rel| rel.objects.as_ref()) {
+        out.push(Interest {
+            gk: GroupKind::new(&q.api_group, &q.kind),
+            version: q.version.clone(),
+            metadata_only: q.metadata_only,
+        });
+    }
+    if spec.outputs.iter().any(|o| o.rules_from.is_some()) {
+        out.push(Interest {
+            gk: output_gk(OutputKind::ClusterRole),
+            version: None,
+            metadata_only: false,
+        });
+    }
+    merge_interests(out)
+}
+
+/// One interest per kind: metadata-only only if every reader says so; the
+/// first version named wins.
+pub fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interest> {
+    let mut out: BTreeMap<GroupKind, Interest> = BTreeMap::new();
+    for i in items {
+        let e = out.entry(i.gk.clone()).or_insert(Interest {
+            gk: i.gk,
+            version: None,
+            metadata_only: true,
+        });
+        e.metadata_only &= i.metadata_only;
+        if e.version.is_none() {
+            e.version = i.version;
+        }
+    }
+    out.into_values().collect()
 }
 
 /// The group/kind of an emitted kind.
@@ -306,7 +367,6 @@ pub fn compile(
         regexes: HashMap::new(),
         errors: Vec::new(),
     };
-    let mut consumes = BTreeSet::new();
     let mut produces = BTreeSet::new();
 
     if let Some(t) = &spec.trigger {
@@ -317,7 +377,6 @@ pub fn compile(
                 "kind is required",
             );
         }
-        consumes.insert(GroupKind::new(&t.api_group, &t.kind));
         if let Some(sel) = &t.selector {
             // Trigger selectors are literal: nothing to render them from.
             if let Err(e) = crate::selector::validate(sel) {
@@ -384,7 +443,6 @@ pub fn compile(
                         "kind is required",
                     );
                 }
-                consumes.insert(GroupKind::new(&q.api_group, &q.kind));
                 if q.controlled_by_trigger && spec.trigger.is_none() {
                     c.err(
                         ErrorKind::InvalidRule,
@@ -584,7 +642,6 @@ pub fn compile(
             c.tvalue(&format!("{f}.rules"), v);
         }
         if let Some(rf) = &o.rules_from {
-            consumes.insert(output_gk(OutputKind::ClusterRole));
             if rf.cluster_role_names.is_none() && rf.cluster_role_selector.is_none() {
                 c.err(
                     ErrorKind::InvalidRule,
@@ -626,11 +683,13 @@ pub fn compile(
     }
 
     if c.errors.is_empty() {
+        let interests = interests_of(spec);
         Ok(CompiledRule {
             name: name.to_string(),
             spec: spec.clone(),
             regexes: c.regexes,
-            consumes,
+            consumes: interests.iter().map(|i| i.gk.clone()).collect(),
+            interests,
             produces,
         })
     } else {

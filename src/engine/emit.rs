@@ -12,7 +12,7 @@ use super::Engine;
 use super::compile::{CompiledRule, output_gk};
 use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
-use super::grants::{Judge, allow_list_rules};
+use super::grants::{Judge, allow_list_rules, selection_key};
 use super::limits;
 use super::memo::{Changes, Emit, Memo, Outcome, RuleMemo, TKey, TriggerMemo};
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
@@ -38,9 +38,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     {
         // Nothing changed: a version check.
         memo.renders = 0;
-        let mut e = last.clone();
-        e.changed.clear();
-        return e;
+        return last.clone();
     }
     let mut changes = Changes::default();
     let journal = if fresh {
@@ -142,7 +140,10 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         revoked: memo.revoked.clone(),
         changed,
     };
-    memo.last = Some(evaluation.clone());
+    memo.last = Some(Evaluation {
+        changed: Vec::new(),
+        ..evaluation.clone()
+    });
     evaluation
 }
 
@@ -156,14 +157,8 @@ fn run_rule(
     rm: &mut RuleMemo,
     changes: &Changes,
 ) -> Vec<Delta> {
-    let view = View::new(
-        observed,
-        &memo.emitters,
-        &memo.rules,
-        engine,
-        Some(idx),
-        &memo.rules_cache,
-    );
+    let view = View::new(observed, memo, engine, Some(idx));
+    view.refresh_selections(changes);
     let evaluator = Evaluator {
         engine,
         rule,
@@ -403,7 +398,7 @@ struct Verdict {
     /// Why the live managed object is refused, when no desired copy
     /// replaces it.
     live: Option<String>,
-    dependent: bool,
+    dependent: Option<BTreeSet<String>>,
 }
 
 /// Policy, once every rule has run, over the final view (live objects and
@@ -456,6 +451,7 @@ fn apply_policy(
         None => Vec::new(),
     };
 
+    let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
     let mut keys: BTreeSet<OutKey> = touched.clone();
     if all {
         keys.extend(memo.emitters.keys().cloned());
@@ -472,29 +468,31 @@ fn apply_policy(
                 keys.extend(changed.iter().map(|(ns, n)| (kind, ns.clone(), n.clone())));
             }
         }
-        if roles_changed {
-            keys.extend(memo.dependents.iter().cloned());
+        for (key, reads) in &memo.dependents {
+            let bound = reads.is_empty() && roles_changed;
+            if bound || reads.iter().any(|r| reached.contains(r)) {
+                keys.insert(key.clone());
+            }
         }
     }
 
     let verdicts: Vec<Verdict> = {
-        let view = View::new(
-            observed,
-            &memo.emitters,
-            &memo.rules,
-            engine,
-            None,
-            &memo.rules_cache,
-        );
+        let view = View::new(observed, memo, engine, None);
         let judge = Judge {
             view: &view,
             waivers: &options.waivers,
             protected: &protected,
             allow: options.allow.as_ref().map(|a| (a, allow_rules.as_slice())),
         };
-        let depends = |o: &Value| {
-            o.get("aggregationRule").is_some()
-                || (options.allow.is_some() && o.get("roleRef").is_some())
+        // What a verdict depends on besides the object: the selection an
+        // aggregated role reads, or (empty) any role, for a binding under
+        // an allow-list.
+        let depends = |o: &Value, reads: &mut Option<BTreeSet<String>>| {
+            if let Some(k) = selection_key(o) {
+                reads.get_or_insert_with(BTreeSet::new).insert(k);
+            } else if options.allow.is_some() && o.get("roleRef").is_some() {
+                reads.get_or_insert_with(BTreeSet::new);
+            }
         };
         keys.iter()
             .map(|key| {
@@ -524,8 +522,13 @@ fn apply_policy(
                     (None, Some(l)) => judge.refusal(l),
                     _ => None,
                 };
-                let dependent = cand.is_some_and(|e| depends(&e.desired.object))
-                    || live.is_some_and(|l| depends(l));
+                let mut dependent = None;
+                if let Some(e) = cand {
+                    depends(&e.desired.object, &mut dependent);
+                }
+                if let Some(l) = live {
+                    depends(l, &mut dependent);
+                }
                 Verdict {
                     key: key.clone(),
                     refused,
@@ -595,10 +598,13 @@ fn apply_policy(
                 memo.revoked.remove(&key);
             }
         }
-        if v.dependent {
-            memo.dependents.insert(key);
-        } else {
-            memo.dependents.remove(&key);
+        match v.dependent {
+            Some(reads) => {
+                memo.dependents.insert(key, reads);
+            }
+            None => {
+                memo.dependents.remove(&key);
+            }
         }
     }
     keys
@@ -676,11 +682,14 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
     report
 }
 
-/// Drops parsed rules no object holds any more, once the cache has doubled.
+/// Drops parsed rules and denials no object holds any more, once the
+/// caches have doubled.
 fn prune_rules_cache(memo: &mut Memo) {
-    let cache = memo.rules_cache.get_mut();
-    if cache.len() > 2 * memo.rules_cache_pruned.max(1024) {
-        cache.retain(|_, (held, _)| Arc::strong_count(held) > 1);
-        memo.rules_cache_pruned = cache.len();
+    let rules = memo.rules_cache.get_mut();
+    let denials = memo.denials_cache.get_mut();
+    if rules.len() + denials.len() > 2 * memo.rules_cache_pruned.max(1024) {
+        rules.retain(|_, (held, _)| Arc::strong_count(held) > 1);
+        denials.retain(|_, (held, _)| Arc::strong_count(held) > 1);
+        memo.rules_cache_pruned = rules.len() + denials.len();
     }
 }

@@ -103,6 +103,9 @@ impl Judge<'_, '_> {
                 }
             }
             Vec::new()
+        } else if self.allow.is_none() && obj.get("aggregationRule").is_some() {
+            // Judged by the kept denials of each role below.
+            Vec::new()
         } else {
             self.grants(obj)
         };
@@ -111,7 +114,11 @@ impl Judge<'_, '_> {
         } else {
             format!("{what} grants")
         };
-        let denied = policy::denied_grants(&granted, self.waivers);
+        let denied = if self.allow.is_none() && obj.get("aggregationRule").is_some() {
+            self.aggregated_denials(obj)
+        } else {
+            policy::denied_grants(&granted, self.waivers)
+        };
         if !denied.is_empty() {
             let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
             why.push(format!("{grants} {}", shown.join("; ")));
@@ -135,9 +142,31 @@ impl Judge<'_, '_> {
     fn grants(&self, role: &Arc<Value>) -> Vec<PolicyRule> {
         let mut rules = self.view.rules_of(role).to_vec();
         if role.get("aggregationRule").is_some() {
-            rules.extend(aggregated_rules(self.view, role));
+            for other in aggregated(self.view, role) {
+                rules.extend(self.view.rules_of(other).iter().cloned());
+            }
         }
         rules
+    }
+
+    /// The default denials an aggregated role breaks, from those of its
+    /// own rules and of each role it aggregates (kept per role): the same
+    /// as [`policy::denied_grants`] over all their rules.
+    fn aggregated_denials(&self, role: &Arc<Value>) -> Vec<String> {
+        let mut wildcards = Vec::new();
+        let mut escalating: Vec<String> = Vec::new();
+        let others = aggregated(self.view, role);
+        for r in std::iter::once(role).chain(others) {
+            let d = self.view.denials_of(r, self.waivers);
+            wildcards.extend(d.0.iter().cloned());
+            for e in &d.1 {
+                if !escalating.contains(e) {
+                    escalating.push(e.clone());
+                }
+            }
+        }
+        wildcards.extend(escalating);
+        wildcards
     }
 }
 
@@ -174,28 +203,29 @@ pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
     out
 }
 
-/// The rules the aggregation controller would give `role`: those of every
-/// other ClusterRole its selectors match, as they are now.
-fn aggregated_rules(view: &View, role: &Value) -> Vec<PolicyRule> {
-    let name = role["metadata"]["name"].as_str().unwrap_or_default();
-    let selectors: Vec<LabelSelector> = role["aggregationRule"]["clusterRoleSelectors"]
+/// The selectors of an aggregated ClusterRole.
+fn selectors_of(role: &Value) -> Vec<LabelSelector> {
+    role["aggregationRule"]["clusterRoleSelectors"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|s| serde_json::from_value(s.clone()).ok())
-        .collect();
-    let mut out = Vec::new();
-    for other in view.list(&output_gk(OutputKind::ClusterRole), None).iter() {
-        if other["metadata"]["name"].as_str() == Some(name) {
-            continue;
-        }
-        let labels = other["metadata"]["labels"].as_object();
-        if selectors
-            .iter()
-            .any(|s| crate::selector::matches_json(s, labels))
-        {
-            out.extend(view.rules_of(other).iter().cloned());
-        }
-    }
-    out
+        .collect()
+}
+
+/// For an aggregated ClusterRole, the key of the selection its verdict
+/// reads (see [`View::selected`]).
+pub(super) fn selection_key(role: &Value) -> Option<String> {
+    role.get("aggregationRule")?;
+    serde_json::to_string(&selectors_of(role)).ok()
+}
+
+/// The roles the aggregation controller would aggregate into `role`: every
+/// other ClusterRole its selectors match, as they are now, in name order.
+fn aggregated<'a>(view: &View<'a>, role: &Value) -> Vec<&'a Arc<Value>> {
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    view.selected(&selectors_of(role))
+        .into_iter()
+        .filter(|o| o["metadata"]["name"].as_str() != Some(name))
+        .collect()
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::error::{FieldError, FieldWarning};
 use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
 use super::store::{GroupKind, ObjectKey, group_of};
-use super::view::{RulesCache, View};
+use super::view::{DenialsCache, RulesCache, Selections, View};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -57,8 +57,9 @@ pub struct Memo {
     /// Everything revoked: refused outputs, else refused live objects.
     pub(super) revoked: BTreeMap<OutKey, String>,
     /// Objects (desired or live) whose verdict depends on other objects:
-    /// aggregated ClusterRoles, and bindings under an allow-list.
-    pub(super) dependents: BTreeSet<OutKey>,
+    /// aggregated ClusterRoles, with the selections they read (by JSON),
+    /// and bindings under an allow-list (with none: any role change).
+    pub(super) dependents: BTreeMap<OutKey, BTreeSet<String>>,
     /// The rules of an aggregated allow-list, as last computed.
     pub(super) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
     pub(super) desired: DesiredSet,
@@ -66,6 +67,9 @@ pub struct Memo {
     /// The last result, returned again when nothing changed.
     pub(super) last: Option<Evaluation>,
     pub(super) rules_cache: RefCell<RulesCache>,
+    pub(super) denials_cache: RefCell<DenialsCache>,
+    /// Kept ClusterRole selections, per reader.
+    pub(super) selections: RefCell<Selections>,
     /// Size of the rules cache after it was last pruned.
     pub(super) rules_cache_pruned: usize,
     /// Renders (triggers and static sets) the last evaluation made.

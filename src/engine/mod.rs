@@ -32,7 +32,8 @@ pub use store::{GroupKind, ObjectStore};
 
 use crate::api::{ManageLevel, OutputKind, RbacRuleSpec};
 pub use crate::policy::{AllowList, Waivers};
-use compile::CompiledRule;
+use compile::{CompiledRule, merge_interests};
+pub use compile::Interest;
 use template::Templates;
 
 /// A rule as handed to the engine.
@@ -111,62 +112,6 @@ pub struct Engine {
     /// Index in `rules` by name.
     index: HashMap<String, usize>,
     options: Options,
-}
-
-/// A kind the rules read, and how: what the controller must watch.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Interest {
-    /// Group and kind.
-    pub gk: GroupKind,
-    /// A version named by a rule, if any.
-    pub version: Option<String>,
-    /// Whether metadata is all any rule reads of this kind.
-    pub metadata_only: bool,
-}
-
-/// The kinds one rule reads, unmerged.
-fn rule_interests(r: &CompiledRule) -> Vec<Interest> {
-    let mut out = Vec::new();
-    if let Some(t) = &r.spec.trigger {
-        out.push(Interest {
-            gk: GroupKind::new(&t.api_group, &t.kind),
-            version: t.version.clone(),
-            metadata_only: t.metadata_only,
-        });
-    }
-    for q in r.spec.related.iter().filter_map(|rel| rel.objects.as_ref()) {
-        out.push(Interest {
-            gk: GroupKind::new(&q.api_group, &q.kind),
-            version: q.version.clone(),
-            metadata_only: q.metadata_only,
-        });
-    }
-    if r.spec.outputs.iter().any(|o| o.rules_from.is_some()) {
-        out.push(Interest {
-            gk: compile::output_gk(OutputKind::ClusterRole),
-            version: None,
-            metadata_only: false,
-        });
-    }
-    out
-}
-
-/// One interest per kind: metadata-only only if every reader says so; the
-/// first version named wins.
-fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interest> {
-    let mut out: BTreeMap<GroupKind, Interest> = BTreeMap::new();
-    for i in items {
-        let e = out.entry(i.gk.clone()).or_insert(Interest {
-            gk: i.gk,
-            version: None,
-            metadata_only: true,
-        });
-        e.metadata_only &= i.metadata_only;
-        if e.version.is_none() {
-            e.version = i.version;
-        }
-    }
-    out.into_values().collect()
 }
 
 impl Engine {
@@ -265,7 +210,11 @@ impl Engine {
 
     /// Kinds the runnable rules read, merged per kind.
     pub fn interests(&self) -> Vec<Interest> {
-        let mut all: Vec<Interest> = self.rules.iter().flat_map(rule_interests).collect();
+        let mut all: Vec<Interest> = self
+            .rules
+            .iter()
+            .flat_map(|r| r.interests.iter().cloned())
+            .collect();
         if self.options.allow.is_some() {
             // The allow-list check reads the roles that emitted
             // aggregations select and emitted bindings reference.
@@ -278,14 +227,6 @@ impl Engine {
             }
         }
         merge_interests(all)
-    }
-
-    /// Kinds each runnable rule reads, by rule name.
-    pub fn interests_by_rule(&self) -> BTreeMap<String, Vec<Interest>> {
-        self.rules
-            .iter()
-            .map(|r| (r.name.clone(), merge_interests(rule_interests(r))))
-            .collect()
     }
 
     /// Evaluates every rule against the observed objects.

@@ -97,11 +97,6 @@ impl FieldPath {
     }
 }
 
-/// Reads `path` from `value`; `None` when the path is invalid or missing.
-pub fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
-    FieldPath::parse(path).ok().and_then(|p| p.get(value))
-}
-
 /// Text form of a scalar for comparisons: strings as they are, numbers and
 /// booleans as JSON text; `None` for null, lists and maps.
 pub fn scalar_text(value: &Value) -> Option<String> {
@@ -117,6 +112,10 @@ pub fn scalar_text(value: &Value) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+        FieldPath::parse(path).ok().and_then(|p| p.get(value))
+    }
 
     #[test]
     fn parses_and_reads_paths() {

@@ -31,6 +31,32 @@ type ListKey = (GroupKind, Option<String>);
 /// the address cannot be reused while cached).
 pub(super) type RulesCache = HashMap<usize, (Arc<Value>, Arc<Vec<PolicyRule>>)>;
 
+/// Default denials a role's own rules break: cluster-admin equivalents and
+/// escalating grants, each in compact form (see [`crate::policy::denied_grants`]).
+pub(super) type Denials = (Vec<String>, Vec<String>);
+
+/// Denials of roles, by the address of the shared manifest.
+pub(super) type DenialsCache = HashMap<usize, (Arc<Value>, Arc<Denials>)>;
+
+/// The ClusterRoles some selectors (any of them) pick, as one reader sees
+/// them; kept up to date from the changed keys, so a selection costs what
+/// changed.
+pub(super) struct Selection {
+    pub selectors: Vec<LabelSelector>,
+    pub members: BTreeSet<ObjectKey>,
+}
+
+/// Selections by reader (`None`: policy) and the selectors' JSON.
+pub(super) type Selections = HashMap<Option<usize>, HashMap<String, Selection>>;
+
+/// Whether any of `selectors` selects `obj` by its labels.
+pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
+    let labels = obj["metadata"]["labels"].as_object();
+    selectors
+        .iter()
+        .any(|s| crate::selector::matches_json(s, labels))
+}
+
 /// The output kind of a group and kind, if it is one.
 pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
     OutputKind::ALL.into_iter().find(|k| output_gk(*k) == *gk)
@@ -46,6 +72,8 @@ pub(super) struct View<'a> {
     /// The rule reading (its index in evaluation order); `None` for policy.
     pub reader: Option<usize>,
     pub rules_cache: &'a RefCell<RulesCache>,
+    pub denials_cache: &'a RefCell<DenialsCache>,
+    pub selections: &'a RefCell<Selections>,
     /// Merged lists, built once per view: a rule lists the same kind once
     /// per trigger.
     merged: RefCell<HashMap<ListKey, Rc<Vec<&'a Arc<Value>>>>>,
@@ -57,19 +85,19 @@ pub(super) struct View<'a> {
 impl<'a> View<'a> {
     pub fn new(
         observed: &'a ObjectStore,
-        emitters: &'a BTreeMap<OutKey, Vec<Emit>>,
-        rules: &'a [RuleMemo],
+        memo: &'a super::memo::Memo,
         engine: &'a Engine,
         reader: Option<usize>,
-        rules_cache: &'a RefCell<RulesCache>,
     ) -> Self {
         View {
             observed,
-            emitters,
-            rules,
+            emitters: &memo.emitters,
+            rules: &memo.rules,
             engine,
             reader,
-            rules_cache,
+            rules_cache: &memo.rules_cache,
+            denials_cache: &memo.denials_cache,
+            selections: &memo.selections,
             merged: RefCell::default(),
             selected: RefCell::default(),
         }
@@ -181,17 +209,116 @@ impl<'a> View<'a> {
         if let Some(hit) = self.selected.borrow().get(&key) {
             return Rc::clone(hit);
         }
-        let list = self.list(&output_gk(OutputKind::ClusterRole), None);
-        let hits: Rc<Vec<&'a Arc<Value>>> = Rc::new(
-            list.iter()
-                .copied()
-                .filter(|o| {
-                    crate::selector::matches_json(selector, o["metadata"]["labels"].as_object())
-                })
-                .collect(),
-        );
+        let hits = Rc::new(self.selected(std::slice::from_ref(selector)));
         self.selected.borrow_mut().insert(key, Rc::clone(&hits));
         hits
+    }
+
+    /// The ClusterRoles any of `selectors` matches, in name order. The
+    /// first call for some selectors lists every ClusterRole; later ones
+    /// (in later evaluations too) reuse the kept selection.
+    pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<&'a Arc<Value>> {
+        let gk = output_gk(OutputKind::ClusterRole);
+        let key = serde_json::to_string(selectors).unwrap_or_default();
+        if let Some(sel) = self
+            .selections
+            .borrow()
+            .get(&self.reader)
+            .and_then(|m| m.get(&key))
+        {
+            return sel
+                .members
+                .iter()
+                .filter_map(|k| self.get_shared(&gk, k))
+                .collect();
+        }
+        let list = self.list(&gk, None);
+        let mut members = BTreeSet::new();
+        let mut hits = Vec::new();
+        for o in list.iter().copied() {
+            if selects(selectors, o)
+                && let Some(k) = super::store::key_of(o)
+            {
+                members.insert(k);
+                hits.push(o);
+            }
+        }
+        self.selections
+            .borrow_mut()
+            .entry(self.reader)
+            .or_default()
+            .insert(
+                key,
+                Selection {
+                    selectors: selectors.to_vec(),
+                    members,
+                },
+            );
+        hits
+    }
+
+    /// Brings this reader's kept selections up to date with the changed
+    /// ClusterRoles; returns the selections (by JSON) a change reached.
+    pub fn refresh_selections(&self, changes: &super::memo::Changes) -> BTreeSet<String> {
+        let gk = output_gk(OutputKind::ClusterRole);
+        let mut reached = BTreeSet::new();
+        let mut all = self.selections.borrow_mut();
+        let Some(mine) = all.get_mut(&self.reader) else {
+            return reached;
+        };
+        if changes.whole(&gk) {
+            reached.extend(mine.keys().cloned());
+            mine.clear();
+            return reached;
+        }
+        let Some(keys) = changes.keys.get(&gk) else {
+            return reached;
+        };
+        for k in keys {
+            let obj = self.get(&gk, k);
+            for (json, sel) in mine.iter_mut() {
+                let now = obj.is_some_and(|o| selects(&sel.selectors, o));
+                let was = if now {
+                    !sel.members.insert(k.clone())
+                } else {
+                    sel.members.remove(k)
+                };
+                if now || was {
+                    reached.insert(json.clone());
+                }
+            }
+        }
+        reached
+    }
+
+    /// A role's default denials, worked out once per shared manifest.
+    pub fn denials_of(&self, role: &Arc<Value>, waivers: &crate::policy::Waivers) -> Arc<Denials> {
+        let at = Arc::as_ptr(role) as usize;
+        if let Some((held, d)) = self.denials_cache.borrow().get(&at)
+            && Arc::ptr_eq(held, role)
+        {
+            return Arc::clone(d);
+        }
+        let rules = self.rules_of(role);
+        let wildcards = if waivers.wildcard_all {
+            Vec::new()
+        } else {
+            rules
+                .iter()
+                .filter(|r| crate::policy::is_wildcard_all(r))
+                .map(|r| format!("{} (cluster-admin equivalent)", crate::policy::describe(r)))
+                .collect()
+        };
+        let escalating = if waivers.escalation_verbs {
+            Vec::new()
+        } else {
+            crate::policy::escalating_grants(&rules)
+        };
+        let d = Arc::new((wildcards, escalating));
+        self.denials_cache
+            .borrow_mut()
+            .insert(at, (Arc::clone(role), Arc::clone(&d)));
+        d
     }
 
     /// A role's rules, parsed once per shared manifest.

@@ -380,7 +380,10 @@ fn a_new_engine_starts_over() {
 /// Every rule set the project ships, loaded as the CLI loads a directory:
 /// the built-in rules (rules/), and each example (rules/examples/*/), with
 /// the objects of its rule tests as the pool random changes draw from.
-fn rule_sets() -> Vec<(String, Vec<rbac_rules::engine::RuleSource>, Vec<Value>)> {
+/// The waivers its tests ask for (some examples bind cluster-admin on purpose).
+type RuleSet = (String, Vec<rbac_rules::engine::RuleSource>, Vec<Value>, rbac_rules::engine::Waivers);
+
+fn rule_sets() -> Vec<RuleSet> {
     use std::path::PathBuf;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rules");
     let mut dirs = vec![(root.clone(), root.join("tests"))];
@@ -403,7 +406,11 @@ fn rule_sets() -> Vec<(String, Vec<rbac_rules::engine::RuleSource>, Vec<Value>)>
         assert!(!rules.is_empty(), "{}: no rules", dir.display());
         let docs = rbac_rules::yaml::load_tree(&[tests], true).expect("rule tests");
         let mut pool: Vec<Value> = Vec::new();
+        let mut waivers = rbac_rules::engine::Waivers::default();
         for d in docs.iter().filter(|d| d.value["kind"] == "RbacRuleTest") {
+            if let Some(w) = d.value["spec"].get("waivers") {
+                waivers = serde_json::from_value(w.clone()).expect("waivers");
+            }
             for o in d.value["spec"]["objects"].as_array().into_iter().flatten() {
                 // Inline, or a file beside the test.
                 let objects = match o.as_str() {
@@ -425,7 +432,7 @@ fn rule_sets() -> Vec<(String, Vec<rbac_rules::engine::RuleSource>, Vec<Value>)>
             }
         }
         assert!(!pool.is_empty(), "{}: no test objects", dir.display());
-        out.push((dir.display().to_string(), rules, pool));
+        out.push((dir.display().to_string(), rules, pool, waivers));
     }
     out
 }
@@ -474,8 +481,12 @@ fn metadata_pairs(pool: &[Value], eval: &Evaluation, field: &str) -> Vec<(String
 
 #[test]
 fn incremental_equals_full_for_every_shipped_rule_set() {
-    for (set, rules, pool) in rule_sets() {
-        let engine = Engine::new(&rules, Options::default());
+    for (set, rules, pool, waivers) in rule_sets() {
+        let options = Options {
+            waivers,
+            ..Options::default()
+        };
+        let engine = Engine::new(&rules, options);
         let mut c = Cluster {
             store: ObjectStore::new(),
             rv: 0,

@@ -44,6 +44,9 @@ pub(super) type DenialsCache = HashMap<usize, (Arc<Value>, Arc<Denials>)>;
 pub(super) struct Selection {
     pub selectors: Vec<LabelSelector>,
     pub members: BTreeSet<ObjectKey>,
+    /// Members that break a default denial: all an aggregated role's
+    /// verdict needs to visit without an allow-list.
+    pub noisy: BTreeSet<ObjectKey>,
 }
 
 /// Selections by reader (`None`: policy) and the selectors' JSON.
@@ -234,11 +237,15 @@ impl<'a> View<'a> {
         }
         let list = self.list(&gk, None);
         let mut members = BTreeSet::new();
+        let mut noisy = BTreeSet::new();
         let mut hits = Vec::new();
         for o in list.iter().copied() {
             if selects(selectors, o)
                 && let Some(k) = super::store::key_of(o)
             {
+                if self.breaks_denials(o) {
+                    noisy.insert(k.clone());
+                }
                 members.insert(k);
                 hits.push(o);
             }
@@ -252,6 +259,7 @@ impl<'a> View<'a> {
                 Selection {
                     selectors: selectors.to_vec(),
                     members,
+                    noisy,
                 },
             );
         hits
@@ -275,7 +283,8 @@ impl<'a> View<'a> {
             return reached;
         };
         for k in keys {
-            let obj = self.get(&gk, k);
+            let obj = self.get_shared(&gk, k);
+            let noisy = obj.is_some_and(|o| self.breaks_denials(o));
             for (json, sel) in mine.iter_mut() {
                 let now = obj.is_some_and(|o| selects(&sel.selectors, o));
                 let was = if now {
@@ -283,12 +292,49 @@ impl<'a> View<'a> {
                 } else {
                     sel.members.remove(k)
                 };
+                if now && noisy {
+                    sel.noisy.insert(k.clone());
+                } else {
+                    sel.noisy.remove(k);
+                }
                 if now || was {
                     reached.insert(json.clone());
                 }
             }
         }
         reached
+    }
+
+    /// The members of a selection that break a default denial, in name
+    /// order.
+    pub fn noisy_selected(&self, selectors: &[LabelSelector]) -> Vec<&'a Arc<Value>> {
+        let key = serde_json::to_string(selectors).unwrap_or_default();
+        let known = self
+            .selections
+            .borrow()
+            .get(&self.reader)
+            .is_some_and(|m| m.contains_key(&key));
+        if !known {
+            self.selected(selectors);
+        }
+        let gk = output_gk(OutputKind::ClusterRole);
+        self.selections
+            .borrow()
+            .get(&self.reader)
+            .and_then(|m| m.get(&key))
+            .map(|sel| {
+                sel.noisy
+                    .iter()
+                    .filter_map(|k| self.get_shared(&gk, k))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether a role's own rules break a default denial.
+    fn breaks_denials(&self, role: &Arc<Value>) -> bool {
+        let d = self.denials_of(role, &self.engine.options.waivers);
+        !d.0.is_empty() || !d.1.is_empty()
     }
 
     /// A role's default denials, worked out once per shared manifest.

@@ -49,7 +49,7 @@ fn xrd(i: usize) -> Value {
     let mut v = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
         "metadata": {"name": format!("xthings{i}.platform.example.org"), "uid": format!("xrd-{i}")},
         "spec": {"group": "platform.example.org", "names": {"kind": format!("XThing{i}"), "plural": format!("xthings{i}")}}});
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         v["spec"]["claimNames"] =
             json!({"kind": format!("Thing{i}"), "plural": format!("things{i}")});
     }

@@ -381,7 +381,12 @@ fn a_new_engine_starts_over() {
 /// the built-in rules (rules/), and each example (rules/examples/*/), with
 /// the objects of its rule tests as the pool random changes draw from.
 /// The waivers its tests ask for (some examples bind cluster-admin on purpose).
-type RuleSet = (String, Vec<rbac_rules::engine::RuleSource>, Vec<Value>, rbac_rules::engine::Waivers);
+type RuleSet = (
+    String,
+    Vec<rbac_rules::engine::RuleSource>,
+    Vec<Value>,
+    rbac_rules::engine::Waivers,
+);
 
 fn rule_sets() -> Vec<RuleSet> {
     use std::path::PathBuf;
@@ -398,11 +403,12 @@ fn rule_sets() -> Vec<RuleSet> {
     }
     let mut out = Vec::new();
     for (dir, tests) in dirs {
-        let rules: Vec<_> = rbac_rules::rules::load_tree_with_origins(&[dir.clone()], false)
-            .unwrap_or_else(|e| panic!("{}: {e:?}", dir.display()))
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect();
+        let rules: Vec<_> =
+            rbac_rules::rules::load_tree_with_origins(std::slice::from_ref(&dir), false)
+                .unwrap_or_else(|e| panic!("{}: {e:?}", dir.display()))
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect();
         assert!(!rules.is_empty(), "{}: no rules", dir.display());
         let docs = rbac_rules::yaml::load_tree(&[tests], true).expect("rule tests");
         let mut pool: Vec<Value> = Vec::new();
@@ -438,7 +444,10 @@ fn rule_sets() -> Vec<RuleSet> {
 }
 
 /// Keys of the objects whose desired copy differs between two evaluations.
-fn differences(before: &Evaluation, after: &Evaluation) -> Vec<(rbac_rules::api::OutputKind, String, String)> {
+fn differences(
+    before: &Evaluation,
+    after: &Evaluation,
+) -> Vec<(rbac_rules::api::OutputKind, String, String)> {
     let index = |e: &Evaluation| -> std::collections::BTreeMap<_, _> {
         e.desired
             .iter()
@@ -458,8 +467,14 @@ fn gk_of(o: &Value) -> rbac_rules::engine::GroupKind {
 
 fn key_of(o: &Value) -> (String, String) {
     (
-        o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
-        o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+        o["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     )
 }
 
@@ -501,7 +516,10 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
         let mut previous = engine.evaluate(&c.store);
         let first = engine.evaluate_incremental(&c.store, &mut memo);
         assert_same(0, &format!("{set}: initial"), &first, &previous);
-        assert_eq!(first.changed, differences(&Evaluation::default(), &previous));
+        assert_eq!(
+            first.changed,
+            differences(&Evaluation::default(), &previous)
+        );
         // The run must exercise something: outputs, and changes to them.
         let (mut outputs, mut changed) = (previous.desired.len(), 0);
         for step in 1..=150 {
@@ -509,7 +527,8 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
                 .iter()
                 .filter_map(|o| c.store.get(&gk_of(o), &key_of(o)).cloned())
                 .collect();
-            let pick = |rng: &mut Rng, from: &[Value]| from.get(rng.below(from.len().max(1))).cloned();
+            let pick =
+                |rng: &mut Rng, from: &[Value]| from.get(rng.below(from.len().max(1))).cloned();
             let what = match rng.below(10) {
                 0 | 1 => {
                     let o = pick(&mut rng, &pool).expect("pool");
@@ -526,7 +545,11 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
                     None => "nothing to delete",
                 },
                 3 | 4 => {
-                    let field = if rng.chance(50) { "labels" } else { "annotations" };
+                    let field = if rng.chance(50) {
+                        "labels"
+                    } else {
+                        "annotations"
+                    };
                     let pairs = metadata_pairs(&pool, &previous, field);
                     match pick(&mut rng, &present) {
                         Some(mut o) => {
@@ -591,15 +614,12 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
                     let live: Vec<Value> = previous
                         .desired
                         .iter()
-                        .filter_map(|d| {
-                            c.store
-                                .get(&gk_of(&d.object), &key_of(&d.object))
-                                .cloned()
-                        })
+                        .filter_map(|d| c.store.get(&gk_of(&d.object), &key_of(&d.object)).cloned())
                         .collect();
                     match pick(&mut rng, &live) {
                         Some(mut o) if o.get("rules").is_some() => {
-                            o["rules"] = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+                            o["rules"] =
+                                json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
                             c.put(o);
                             "live role edited"
                         }
@@ -629,6 +649,9 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
             changed += inc.changed.len();
             previous = full;
         }
-        assert!(outputs > 0 && changed > 0, "{set}: {outputs} outputs, {changed} changes");
+        assert!(
+            outputs > 0 && changed > 0,
+            "{set}: {outputs} outputs, {changed} changes"
+        );
     }
 }

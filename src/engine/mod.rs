@@ -32,8 +32,8 @@ pub use store::{GroupKind, ObjectStore};
 
 use crate::api::{ManageLevel, OutputKind, RbacRuleSpec};
 pub use crate::policy::{AllowList, Waivers};
-use compile::{CompiledRule, merge_interests};
 pub use compile::Interest;
+use compile::{CompiledRule, merge_interests};
 use template::Templates;
 
 /// A rule as handed to the engine.

@@ -14,7 +14,7 @@ use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
 use super::grants::{Judge, allow_list_rules, selection_key};
 use super::limits;
-use super::memo::{Changes, Emit, Memo, Outcome, RuleMemo, TKey, TriggerMemo};
+use super::memo::{Changes, Emit, Emitters, Memo, Outcome, RuleMemo, TKey, TriggerMemo};
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
@@ -316,7 +316,7 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
 fn apply_delta(
     rule: usize,
     d: Delta,
-    emitters: &mut BTreeMap<OutKey, Vec<Emit>>,
+    emitters: &mut Emitters,
     touched: &mut BTreeSet<OutKey>,
     changes: &mut Changes,
 ) {
@@ -333,22 +333,20 @@ fn apply_delta(
         {
             continue;
         }
-        let list = emitters.entry(key.clone()).or_default();
-        list.retain(|e| !(e.rule == rule && e.trigger == d.trigger));
-        if let Some(n) = new {
-            let at = list.partition_point(|e| (e.rule, &e.trigger) < (rule, &d.trigger));
-            list.insert(
-                at,
-                Emit {
-                    rule,
-                    trigger: d.trigger.clone(),
-                    desired: Arc::clone(n),
-                },
-            );
-        }
-        if list.is_empty() {
-            emitters.remove(key);
-        }
+        emitters.update(key, |list| {
+            list.retain(|e| !(e.rule == rule && e.trigger == d.trigger));
+            if let Some(n) = new {
+                let at = list.partition_point(|e| (e.rule, &e.trigger) < (rule, &d.trigger));
+                list.insert(
+                    at,
+                    Emit {
+                        rule,
+                        trigger: d.trigger.clone(),
+                        desired: Arc::clone(n),
+                    },
+                );
+            }
+        });
         touched.insert(key.clone());
         changes.add(&output_gk(key.0), (key.1.clone(), key.2.clone()));
     }

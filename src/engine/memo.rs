@@ -47,7 +47,7 @@ pub struct Memo {
     /// Per runnable rule, in evaluation order.
     pub(super) rules: Vec<RuleMemo>,
     /// Who emits each object, in rule and trigger order.
-    pub(super) emitters: BTreeMap<OutKey, Vec<Emit>>,
+    pub(super) emitters: Emitters,
     /// Objects with more than one emitter: the emitters' rules and triggers.
     pub(super) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
     /// Outputs policy refused: the emitting rule, the field, why.
@@ -86,6 +86,46 @@ impl Memo {
     /// rendered; the rest were reused.
     pub fn renders(&self) -> usize {
         self.renders
+    }
+}
+
+/// Who emits each object: hashed for lookups (every copied role is one),
+/// ordered for listing a kind.
+#[derive(Default)]
+pub(super) struct Emitters {
+    by_key: HashMap<OutKey, Vec<Emit>>,
+    ordered: BTreeSet<OutKey>,
+}
+
+impl Emitters {
+    pub fn get(&self, key: &OutKey) -> Option<&Vec<Emit>> {
+        self.by_key.get(key)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &OutKey> {
+        self.by_key.keys()
+    }
+
+    /// Keys from `start` on, in order.
+    pub fn range_from(&self, start: OutKey) -> impl Iterator<Item = &OutKey> {
+        self.ordered.range(start..)
+    }
+
+    /// Changes the emitters of `key`; an object left with none is dropped.
+    pub fn update(&mut self, key: &OutKey, f: impl FnOnce(&mut Vec<Emit>)) {
+        let list = self.by_key.entry(key.clone()).or_default();
+        let was_empty = list.is_empty();
+        f(list);
+        match (was_empty, list.is_empty()) {
+            (_, true) => {
+                self.by_key.remove(key);
+                self.ordered.remove(key);
+            }
+            (true, false) => {
+                self.ordered.insert(key.clone());
+            }
+            (false, false) => {}
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! contested); a rule never reads what it emits itself.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::Engine;
 use super::compile::output_gk;
-use super::memo::{Emit, RuleMemo};
+use super::memo::{Emit, Emitters, RuleMemo};
 use super::model::OutKey;
 use super::output;
 use super::store::{GroupKind, ObjectKey, ObjectStore};
@@ -68,7 +68,7 @@ pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
 /// What one rule (or policy, after every rule) sees.
 pub(super) struct View<'a> {
     pub observed: &'a ObjectStore,
-    pub emitters: &'a BTreeMap<OutKey, Vec<Emit>>,
+    pub emitters: &'a Emitters,
     /// Every rule's memo (the reader's own slot is empty while it runs).
     pub rules: &'a [RuleMemo],
     pub engine: &'a Engine,
@@ -196,7 +196,7 @@ impl<'a> View<'a> {
         };
         let mut keys: BTreeSet<ObjectKey> = observed.into_iter().map(|(k, _)| k.clone()).collect();
         let start = (kind, ns.unwrap_or_default().to_string(), String::new());
-        for ((k, n, name), _) in self.emitters.range(start..) {
+        for (k, n, name) in self.emitters.range_from(start) {
             if *k != kind || ns.is_some_and(|ns| ns != n) {
                 break;
             }

@@ -348,7 +348,10 @@ fn apply_delta(
             }
         });
         touched.insert(key.clone());
-        changes.add(&output_gk(key.0), (key.1.clone(), key.2.clone()));
+        if !changes.all {
+            // Everything is read again anyway when everything changed.
+            changes.add(&output_gk(key.0), (key.1.clone(), key.2.clone()));
+        }
     }
 }
 

@@ -361,12 +361,12 @@ fn filter_key(r: &Read) -> String {
 #[derive(Default)]
 pub(super) struct ReadIndex {
     /// Objects a read found.
-    hits: HashMap<GroupKind, HashMap<ObjectKey, BTreeSet<TKey>>>,
+    hits: HashMap<GroupKind, HashMap<ObjectKey, HashSet<TKey>>>,
     /// Names a read looked for (in any namespace).
-    names: HashMap<GroupKind, HashMap<String, BTreeSet<TKey>>>,
+    names: HashMap<GroupKind, HashMap<String, HashSet<TKey>>>,
     /// Reads that any object passing their filters can affect, by kind and
     /// shared filter.
-    groups: HashMap<GroupKind, HashMap<String, (Read, BTreeSet<TKey>)>>,
+    groups: HashMap<GroupKind, HashMap<String, (Read, HashSet<TKey>)>>,
 }
 
 impl ReadIndex {
@@ -397,7 +397,7 @@ impl ReadIndex {
                     .entry(r.gk.clone())
                     .or_default()
                     .entry(filter_key(r))
-                    .or_insert_with(|| (proto, BTreeSet::new()))
+                    .or_insert_with(|| (proto, HashSet::new()))
                     .1
                     .insert(t.clone());
             }

@@ -847,6 +847,15 @@ impl Evaluator<'_> {
             annotations,
             owner,
         };
+        let object = Arc::new(output::manifest(o.kind, &meta, &body)?);
+        if let Body::Role {
+            rules,
+            aggregation: None,
+        } = body
+        {
+            // Policy and copiers read these rules again: parsed already.
+            view.remember_rules(&object, rules);
+        }
         Ok(Desired {
             kind: o.kind,
             namespace: namespace.unwrap_or_default(),
@@ -855,7 +864,7 @@ impl Evaluator<'_> {
             trigger: trigger.map(object_ref),
             field: f.to_string(),
             refusal,
-            object: Arc::new(output::manifest(o.kind, &meta, &body)?),
+            object,
         })
     }
 

@@ -367,6 +367,14 @@ impl<'a> View<'a> {
         d
     }
 
+    /// Records the rules of a manifest just rendered from them.
+    pub fn remember_rules(&self, role: &Arc<Value>, rules: Vec<PolicyRule>) {
+        self.rules_cache.borrow_mut().insert(
+            Arc::as_ptr(role) as usize,
+            (Arc::clone(role), Arc::new(rules)),
+        );
+    }
+
     /// A role's rules, parsed once per shared manifest.
     pub fn rules_of(&self, role: &Arc<Value>) -> Arc<Vec<PolicyRule>> {
         let at = Arc::as_ptr(role) as usize;

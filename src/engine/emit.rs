@@ -688,9 +688,13 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
 fn prune_rules_cache(memo: &mut Memo) {
     let rules = memo.rules_cache.get_mut();
     let denials = memo.denials_cache.get_mut();
-    if rules.len() + denials.len() > 2 * memo.rules_cache_pruned.max(1024) {
+    let copies = memo.copies_cache.get_mut();
+    let size = rules.len() + denials.len() + copies.len();
+    if size > 2 * memo.rules_cache_pruned.max(1024) {
+        // Copies first: they hold roles the other caches check.
+        copies.retain(|_, (held, _)| held.iter().all(|h| Arc::strong_count(h) > 2));
         rules.retain(|_, (held, _)| Arc::strong_count(held) > 1);
         denials.retain(|_, (held, _)| Arc::strong_count(held) > 1);
-        memo.rules_cache_pruned = rules.len() + denials.len();
+        memo.rules_cache_pruned = rules.len() + denials.len() + copies.len();
     }
 }

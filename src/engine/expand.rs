@@ -785,11 +785,20 @@ impl Evaluator<'_> {
                 None => Vec::new(),
             };
             if let Some(rf) = &o.rules_from {
-                rules.extend(self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?);
-                if namespaced {
-                    rules = policy::without_non_resource_urls(&rules);
+                let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
+                if rules.is_empty() {
+                    // Copies only: the same roles give the same rules
+                    // (namespaces accepting the same types share them).
+                    rules = view.copied_rules(&roles, namespaced).to_vec();
+                } else {
+                    for role in &roles {
+                        rules.extend(view.rules_of(role).iter().cloned());
+                    }
+                    if namespaced {
+                        rules = policy::without_non_resource_urls(&rules);
+                    }
+                    rules = policy::compact(&rules);
                 }
-                rules = policy::compact(&rules);
             }
             let aggregation = match &o.aggregation_rule {
                 Some(a) => Some(output::aggregation_rule(
@@ -869,13 +878,13 @@ impl Evaluator<'_> {
     }
 
     /// Rules of the ClusterRoles named or selected, in name order.
-    fn rules_from(
+    fn rules_from<'v>(
         &self,
         f: &str,
         rf: &RulesFrom,
         ctx: &mut Context,
-        view: &View,
-    ) -> Result<Vec<PolicyRule>> {
+        view: &View<'v>,
+    ) -> Result<Vec<&'v Arc<Value>>> {
         let names: BTreeSet<String> = match &rf.cluster_role_names {
             Some(n) => self
                 .strings(&format!("{f}.clusterRoleNames"), n, ctx)?
@@ -911,11 +920,7 @@ impl Evaluator<'_> {
             either: true,
             owner: None,
         });
-        let mut out = Vec::new();
-        for role in chosen.into_values() {
-            out.extend(view.rules_of(role).iter().cloned());
-        }
-        Ok(out)
+        Ok(chosen.into_values().collect())
     }
 }
 

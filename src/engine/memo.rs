@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::error::{FieldError, FieldWarning};
 use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
 use super::store::{GroupKind, ObjectKey, group_of};
-use super::view::{DenialsCache, RulesCache, Selections, View};
+use super::view::{CopiesCache, DenialsCache, RulesCache, Selections, View};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -68,6 +68,7 @@ pub struct Memo {
     pub(super) last: Option<Evaluation>,
     pub(super) rules_cache: RefCell<RulesCache>,
     pub(super) denials_cache: RefCell<DenialsCache>,
+    pub(super) copies_cache: RefCell<CopiesCache>,
     /// Kept ClusterRole selections, per reader.
     pub(super) selections: RefCell<Selections>,
     /// Size of the rules cache after it was last pruned.

@@ -31,6 +31,10 @@ type ListKey = (GroupKind, Option<String>);
 /// the address cannot be reused while cached).
 pub(super) type RulesCache = HashMap<usize, (Arc<Value>, Arc<Vec<PolicyRule>>)>;
 
+/// Rules copied from a list of roles, by whether the copy is namespaced
+/// and the addresses of the roles' shared manifests (held).
+pub(super) type CopiesCache = HashMap<(bool, Vec<usize>), (Vec<Arc<Value>>, Arc<Vec<PolicyRule>>)>;
+
 /// Default denials a role's own rules break: cluster-admin equivalents and
 /// escalating grants, each in compact form (see [`crate::policy::denied_grants`]).
 pub(super) type Denials = (Vec<String>, Vec<String>);
@@ -76,6 +80,7 @@ pub(super) struct View<'a> {
     pub reader: Option<usize>,
     pub rules_cache: &'a RefCell<RulesCache>,
     pub denials_cache: &'a RefCell<DenialsCache>,
+    pub copies_cache: &'a RefCell<CopiesCache>,
     pub selections: &'a RefCell<Selections>,
     /// Merged lists, built once per view: a rule lists the same kind once
     /// per trigger.
@@ -100,6 +105,7 @@ impl<'a> View<'a> {
             reader,
             rules_cache: &memo.rules_cache,
             denials_cache: &memo.denials_cache,
+            copies_cache: &memo.copies_cache,
             selections: &memo.selections,
             merged: RefCell::default(),
             selected: RefCell::default(),
@@ -365,6 +371,38 @@ impl<'a> View<'a> {
             .borrow_mut()
             .insert(at, (Arc::clone(role), Arc::clone(&d)));
         d
+    }
+
+    /// The rules a role gets by copying `roles` (in this order): theirs,
+    /// without nonResourceURLs when `namespaced`, compacted — worked out
+    /// once per set of shared manifests.
+    pub fn copied_rules(&self, roles: &[&'a Arc<Value>], namespaced: bool) -> Arc<Vec<PolicyRule>> {
+        let key: (bool, Vec<usize>) = (
+            namespaced,
+            roles.iter().map(|r| Arc::as_ptr(r) as usize).collect(),
+        );
+        if let Some((held, rules)) = self.copies_cache.borrow().get(&key)
+            && held.len() == roles.len()
+            && held.iter().zip(roles).all(|(h, r)| Arc::ptr_eq(h, r))
+        {
+            return Arc::clone(rules);
+        }
+        let mut rules = Vec::new();
+        for role in roles {
+            rules.extend(self.rules_of(role).iter().cloned());
+        }
+        if namespaced {
+            rules = crate::policy::without_non_resource_urls(&rules);
+        }
+        let rules = Arc::new(crate::policy::compact(&rules));
+        self.copies_cache.borrow_mut().insert(
+            key,
+            (
+                roles.iter().map(|r| Arc::clone(r)).collect(),
+                Arc::clone(&rules),
+            ),
+        );
+        rules
     }
 
     /// Records the rules of a manifest just rendered from them.

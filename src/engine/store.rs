@@ -213,6 +213,40 @@ impl ObjectStore {
         }
     }
 
+    /// Replaces every object of a kind with a fresh list (a relist),
+    /// journaling only the objects that were added, changed or removed —
+    /// unlike [`ObjectStore::clear_kind`] followed by inserts, after which
+    /// every object of the kind counts as changed. Objects without
+    /// apiVersion, kind or name are skipped and reported.
+    pub fn replace_kind(&mut self, gk: &GroupKind, objects: Vec<Arc<Value>>) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut fresh: BTreeMap<ObjectKey, Arc<Value>> = BTreeMap::new();
+        for obj in objects {
+            match key_of(&obj) {
+                Some(key) if GroupKind::of(&obj).as_ref() == Some(gk) => {
+                    fresh.insert(key, obj);
+                }
+                _ => errors.push(format!("{gk}: object without a name, or of another kind")),
+            }
+        }
+        let old = self.kinds.remove(gk).unwrap_or_default();
+        let mut changed: Vec<ObjectKey> = Vec::new();
+        for (key, obj) in &old {
+            match fresh.get(key) {
+                Some(new) if Arc::ptr_eq(obj, new) || same_version(obj, new) => {}
+                _ => changed.push(key.clone()),
+            }
+        }
+        changed.extend(fresh.keys().filter(|k| !old.contains_key(*k)).cloned());
+        if !fresh.is_empty() {
+            self.kinds.insert(gk.clone(), fresh);
+        }
+        for key in changed {
+            self.journal_change(gk.clone(), key);
+        }
+        errors
+    }
+
     /// One object, shared.
     pub fn get_shared(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&Arc<Value>> {
         self.kinds.get(gk).and_then(|m| m.get(key))
@@ -278,5 +312,50 @@ impl ObjectStore {
     /// Whether the store is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ns(name: &str, rv: &str) -> Arc<Value> {
+        Arc::new(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "resourceVersion": rv}}))
+    }
+
+    fn changed(s: &ObjectStore, since: (u64, u64)) -> Vec<String> {
+        let mut out: Vec<String> = s
+            .changes_since(since)
+            .expect("journal")
+            .map(|(_, k)| k.1.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn the_journal_tells_what_changed_since_a_version() {
+        let mut s = ObjectStore::new();
+        let gk = GroupKind::new("", "Namespace");
+        s.insert_shared(ns("a", "1")).expect("insert");
+        s.insert_shared(ns("b", "1")).expect("insert");
+        let v = s.version();
+        // The same version again is no change.
+        s.insert_shared(ns("a", "1")).expect("insert");
+        assert_eq!(s.version(), v);
+        s.insert_shared(ns("a", "2")).expect("insert");
+        s.remove(&gk, &(String::new(), "b".into()));
+        assert_eq!(changed(&s, v), ["a", "b"]);
+        // A relist journals only the differences.
+        let v = s.version();
+        let errors = s.replace_kind(&gk, vec![ns("a", "2"), ns("c", "1")]);
+        assert!(errors.is_empty());
+        assert_eq!(changed(&s, v), ["c"]);
+        // Another store, or a clone, cannot answer for this one.
+        assert!(s.clone().changes_since(s.version()).is_none());
+        assert!(ObjectStore::new().changes_since(v).is_none());
     }
 }

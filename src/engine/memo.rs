@@ -380,12 +380,27 @@ impl ReadIndex {
         for r in reads {
             let hits = self.hits.entry(r.gk.clone()).or_default();
             for k in &r.hits {
-                hits.entry(k.clone()).or_default().insert(t.clone());
+                // Most keys are known: no copy of the key for those.
+                match hits.get_mut(k) {
+                    Some(ts) => {
+                        ts.insert(t.clone());
+                    }
+                    None => {
+                        hits.insert(k.clone(), HashSet::from([t.clone()]));
+                    }
+                }
             }
             if let Some(names) = &r.names {
                 let by_name = self.names.entry(r.gk.clone()).or_default();
                 for n in names {
-                    by_name.entry(n.clone()).or_default().insert(t.clone());
+                    match by_name.get_mut(n) {
+                        Some(ts) => {
+                            ts.insert(t.clone());
+                        }
+                        None => {
+                            by_name.insert(n.clone(), HashSet::from([t.clone()]));
+                        }
+                    }
                 }
             }
             if !Self::names_only(r) {

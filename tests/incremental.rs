@@ -320,8 +320,20 @@ fn a_change_re_renders_only_what_depends_on_it() {
 
     // One namespace's annotations: that namespace's Roles only.
     c.put(namespace(0, &[1, 2]));
-    engine.evaluate_incremental(&c.store, &mut memo);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
     assert_eq!(memo.renders(), 1, "only team-0 is rendered again");
+    // At most its three Roles change, and they do.
+    assert!(
+        !e.changed.is_empty() && e.changed.len() <= 3,
+        "{:?}",
+        e.changed
+    );
+    assert!(e.changed.iter().all(|(_, ns, _)| ns == "team-0"));
+    // Nothing changed since: a version check, nothing to report.
+    let again = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 0);
+    assert!(again.changed.is_empty());
+    assert_eq!(again.desired, e.desired);
 
     // A new XRD: its two rules render it once each, and the namespaces that
     // accept it (team-2 and team-7 accept xthings10 below) render again.

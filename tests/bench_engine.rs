@@ -114,6 +114,21 @@ fn cluster() -> Cluster {
     c
 }
 
+/// Resident and peak memory of this process (Linux), in MiB.
+fn memory() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| format!("{} MiB", kb / 1024))
+            .unwrap_or_else(|| "?".into())
+    };
+    format!("RSS {}, peak {}", field("VmRSS:"), field("VmHWM:"))
+}
+
 fn median_and_p99(mut t: Vec<Duration>) -> (Duration, Duration) {
     t.sort();
     let p99 = t[(t.len() * 99 / 100).min(t.len() - 1)];
@@ -150,8 +165,10 @@ fn bench_builtin_rules_on_large_cluster() {
 
     // Incremental: a warm memo; each change is made to the same store, as
     // the controller's watches do, then evaluated.
+    println!("memory with the store: {}", memory());
     let mut memo = Memo::new();
     engine.evaluate_incremental(&c.store, &mut memo);
+    println!("memory with a warm memo: {}", memory());
     let changes = size("BENCH_CHANGES", 100);
     let mut noop = Vec::new();
     for _ in 0..changes {

@@ -861,8 +861,10 @@ impl Evaluator<'_> {
             rules,
             aggregation: None,
         } = body
+            && o.kind == OutputKind::ClusterRole
         {
-            // Policy and copiers read these rules again: parsed already.
+            // Copiers and aggregations read a ClusterRole's rules again:
+            // parsed already. (A Role is judged once and read by nothing.)
             view.remember_rules(&object, rules);
         }
         Ok(Desired {

@@ -140,7 +140,7 @@ impl Judge<'_, '_> {
     /// What a role grants: its rules, and for an aggregated ClusterRole the
     /// rules of the roles it selects now.
     fn grants(&self, role: &Arc<Value>) -> Vec<PolicyRule> {
-        let mut rules = self.view.rules_of(role).to_vec();
+        let mut rules = self.view.rules_of_transient(role).to_vec();
         if role.get("aggregationRule").is_some() {
             for other in aggregated(self.view, role) {
                 rules.extend(self.view.rules_of(other).iter().cloned());

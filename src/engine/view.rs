@@ -413,6 +413,18 @@ impl<'a> View<'a> {
         );
     }
 
+    /// A role's rules, from the cache when there, else parsed and not kept:
+    /// for an object judged once (most roles are read by nothing else).
+    pub fn rules_of_transient(&self, role: &Arc<Value>) -> Arc<Vec<PolicyRule>> {
+        let at = Arc::as_ptr(role) as usize;
+        if let Some((held, rules)) = self.rules_cache.borrow().get(&at)
+            && Arc::ptr_eq(held, role)
+        {
+            return Arc::clone(rules);
+        }
+        Arc::new(super::grants::rules_of(role))
+    }
+
     /// A role's rules, parsed once per shared manifest.
     pub fn rules_of(&self, role: &Arc<Value>) -> Arc<Vec<PolicyRule>> {
         let at = Arc::as_ptr(role) as usize;

@@ -149,8 +149,18 @@ fn bench_builtin_rules_on_large_cluster() {
     // run on a thread of their own; freed memory stays with the process).
     println!("memory with the store: {}", memory());
     let mut memo = Memo::new();
-    engine.evaluate_incremental(&c.store, &mut memo);
-    println!("memory with a warm memo: {}", memory());
+    let warm = engine.evaluate_incremental(&c.store, &mut memo);
+    let bytes: usize = warm
+        .desired
+        .iter()
+        .map(|d| d.object.to_string().len())
+        .sum();
+    println!(
+        "memory with a warm memo: {}; desired manifests {} MiB as JSON text",
+        memory(),
+        bytes >> 20
+    );
+    drop(warm);
     let mut times = Vec::new();
     let mut outputs = 0;
     for _ in 0..3 {

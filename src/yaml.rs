@@ -45,14 +45,13 @@ impl Document {
     }
 }
 
-/// Parser settings for `text`. serde-saphyr's default budget refuses more
+/// Parser settings for a text of `n` bytes. serde-saphyr's default budget refuses more
 /// than 1,024 documents or 250,000 nodes, and a cluster's objects in one
 /// file are more than that. Plain data cannot hold more documents, nodes,
 /// events or scalar bytes than it has bytes, so those limits scale with the
 /// input; the limits against alias and anchor expansion and nesting (what
 /// makes a small input large) keep their defaults.
-fn options_for(text: &str) -> serde_saphyr::Options {
-    let n = text.len();
+fn options_for(n: usize) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_documents = budget.max_documents.max(n / 4 + 1);
     budget.max_nodes = budget.max_nodes.max(n + 1);
@@ -66,45 +65,103 @@ fn options_for(text: &str) -> serde_saphyr::Options {
 /// Parses a multi-document YAML text; empty documents are skipped and
 /// `kind: List` documents are replaced by their items.
 pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Document>, YamlError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options_for(text))
-        .map_err(|e| YamlError::Parse {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
     let mut out = Vec::new();
-    for (i, doc) in docs.into_iter().enumerate() {
+    for_each_document(path, text, |index, value| {
+        out.push(Document {
+            path: path.to_path_buf(),
+            index,
+            value,
+        });
+    })?;
+    Ok(out)
+}
+
+/// Whether a document is a list of objects (`kind: List`, `kind: FooList`
+/// with `items`).
+fn is_list(doc: &Value) -> bool {
+    let kind = doc.get("kind").and_then(Value::as_str);
+    kind == Some("List") || kind.is_some_and(|k| k.ends_with("List")) && doc.get("items").is_some()
+}
+
+/// Hands each document of `text` to `each` (with its 1-based position)
+/// as soon as it is parsed, items of lists one by one; empty documents are
+/// skipped.
+pub fn for_each_document(
+    path: &Path,
+    text: &str,
+    each: impl FnMut(usize, Value),
+) -> Result<(), YamlError> {
+    stream(text.as_bytes(), text.len(), each).map_err(|e| parse_error(path, text, e))
+}
+
+/// Parses documents one at a time from `input` (`len` bytes): a large file
+/// is never held as its text plus every parsed document plus what `each`
+/// builds from them.
+fn stream(
+    mut input: impl std::io::Read,
+    len: usize,
+    mut each: impl FnMut(usize, Value),
+) -> Result<(), serde_saphyr::Error> {
+    let mut options = options_for(len);
+    if let Some(b) = options.budget.as_mut() {
+        b.max_reader_input_bytes = None;
+    }
+    for (i, doc) in serde_saphyr::read_with_options::<_, Value>(&mut input, options).enumerate() {
+        let doc = doc?;
         let index = i + 1;
         if doc.is_null() {
             continue;
         }
-        let is_list = doc.get("kind").and_then(Value::as_str) == Some("List")
-            || doc
-                .get("kind")
-                .and_then(Value::as_str)
-                .is_some_and(|k| k.ends_with("List"))
-                && doc.get("items").is_some();
-        if is_list {
-            for item in doc
-                .get("items")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                out.push(Document {
-                    path: path.to_path_buf(),
-                    index,
-                    value: item.clone(),
-                });
+        if !is_list(&doc) {
+            each(index, doc);
+            continue;
+        }
+        if let Value::Object(mut m) = doc
+            && let Some(Value::Array(items)) = m.remove("items")
+        {
+            for item in items {
+                each(index, item);
             }
-        } else {
-            out.push(Document {
-                path: path.to_path_buf(),
-                index,
-                value: doc,
-            });
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The message for a text the streaming parser refused: the whole-text
+/// parser's, which quotes the offending lines (errors are rare, so parsing
+/// twice costs nothing that matters).
+fn parse_error(path: &Path, text: &str, streamed: serde_saphyr::Error) -> YamlError {
+    let message =
+        match serde_saphyr::from_multiple_with_options::<Value>(text, options_for(text.len())) {
+            Err(e) => e.to_string(),
+            Ok(_) => streamed.to_string(),
+        };
+    YamlError::Parse {
+        path: path.display().to_string(),
+        message,
+    }
+}
+
+/// Reads every document of one file, handing each to `each` as it is
+/// parsed (see [`for_each_document`]); the text is not held in memory.
+pub fn for_each_document_in_file(
+    path: &Path,
+    each: impl FnMut(usize, Value),
+) -> Result<(), YamlError> {
+    let io = |e| YamlError::Io {
+        path: path.display().to_string(),
+        source: e,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    match stream(std::io::BufReader::new(file), len, each) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let text = std::fs::read_to_string(path).map_err(io)?;
+            Err(parse_error(path, &text, e))
+        }
+    }
 }
 
 /// Files named by `paths`, as `kubectl apply -f` reads them: files as
@@ -156,14 +213,27 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Document>, YamlError> {
 /// `recursive`.
 pub fn load_tree(paths: &[PathBuf], recursive: bool) -> Result<Vec<Document>, YamlError> {
     let mut out = Vec::new();
-    for f in expand_paths(paths, recursive)? {
-        let text = std::fs::read_to_string(&f).map_err(|e| YamlError::Io {
-            path: f.display().to_string(),
-            source: e,
-        })?;
-        out.extend(parse_documents(&f, &text)?);
-    }
+    for_each_in_tree(paths, recursive, |path, index, value| {
+        out.push(Document {
+            path: path.to_path_buf(),
+            index,
+            value,
+        });
+    })?;
     Ok(out)
+}
+
+/// Like [`load_tree`], handing each document to `each` (file, 1-based
+/// position, content) as it is parsed instead of collecting them.
+pub fn for_each_in_tree(
+    paths: &[PathBuf],
+    recursive: bool,
+    mut each: impl FnMut(&Path, usize, Value),
+) -> Result<(), YamlError> {
+    for f in expand_paths(paths, recursive)? {
+        for_each_document_in_file(&f, |index, value| each(&f, index, value))?;
+    }
+    Ok(())
 }
 
 /// Key order: these first, in this order, then the rest alphabetically.
@@ -218,21 +288,49 @@ impl Serialize for Ordered<'_> {
 /// One value as YAML.
 pub fn to_yaml<T: Serialize>(value: &T) -> Result<String, YamlError> {
     let v = serde_json::to_value(value).map_err(|e| YamlError::Write(e.to_string()))?;
-    serde_saphyr::to_string(&Ordered {
-        value: &v,
-        order: TOP_ORDER,
-    })
+    let mut out = String::new();
+    push_yaml(&mut out, &v)?;
+    Ok(out)
+}
+
+/// Appends a JSON value as YAML, serialized in place (no copy).
+fn push_yaml(out: &mut String, v: &Value) -> Result<(), YamlError> {
+    serde_saphyr::to_fmt_writer(
+        out,
+        &Ordered {
+            value: v,
+            order: TOP_ORDER,
+        },
+    )
     .map_err(|e| YamlError::Write(e.to_string()))
 }
 
-/// Objects as a multi-document YAML stream.
-pub fn to_yaml_stream(values: &[Value]) -> Result<String, YamlError> {
-    let mut out = String::new();
-    for v in values {
-        out.push_str("---\n");
-        out.push_str(&to_yaml(v)?);
+/// Writes objects one at a time as a multi-document YAML stream (each
+/// preceded by `---`), so a large stream is never built in memory.
+pub struct StreamWriter<'w, W: std::io::Write> {
+    out: &'w mut W,
+    /// One document's text, reused.
+    buf: String,
+}
+
+impl<'w, W: std::io::Write> StreamWriter<'w, W> {
+    /// A writer into `out` (buffer it: documents come in small writes).
+    pub fn new(out: &'w mut W) -> Self {
+        StreamWriter {
+            out,
+            buf: String::new(),
+        }
     }
-    Ok(out)
+
+    /// Writes one object.
+    pub fn write(&mut self, v: &Value) -> Result<(), YamlError> {
+        self.buf.clear();
+        self.buf.push_str("---\n");
+        push_yaml(&mut self.buf, v)?;
+        self.out
+            .write_all(self.buf.as_bytes())
+            .map_err(|e| YamlError::Write(e.to_string()))
+    }
 }
 
 #[cfg(test)]

@@ -82,11 +82,18 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
 /// Runs `render`: the YAML stream and the warnings (what rules skipped on
 /// purpose), each `warning: <file>: <warning>`.
 pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), RenderError> {
-    let rendered = prepare(args)?;
     let mut out = Vec::new();
-    rendered.write_to(&mut out)?;
+    let warnings = render_to(args, &mut out)?;
     let out = String::from_utf8(out).map_err(|e| YamlError::Write(e.to_string()))?;
-    Ok((out, rendered.warnings))
+    Ok((out, warnings))
+}
+
+/// Runs `render`, writing the YAML stream to `out` as it is produced
+/// (nothing is written when the render fails); returns the warnings.
+pub fn render_to(args: &RenderArgs, out: &mut impl Write) -> Result<Vec<String>, RenderError> {
+    let rendered = prepare(args)?;
+    rendered.write_to(out)?;
+    Ok(rendered.warnings)
 }
 
 /// A successful render, ready to print: the evaluation's objects are
@@ -103,15 +110,16 @@ impl Rendered {
     /// Writes every object as a multi-document YAML stream, sorted by kind,
     /// namespace and name.
     pub fn write_to(&self, out: &mut impl Write) -> Result<(), YamlError> {
-        let mut w = yaml::StreamWriter::new(out);
-        for d in self.eval.desired.iter() {
-            let filled = match d.kind {
-                OutputKind::ClusterRole => self.filled.get(&d.name),
-                _ => None,
-            };
-            w.write(filled.unwrap_or(&d.object))?;
-        }
-        Ok(())
+        let objects: Vec<&Value> = self
+            .eval
+            .desired
+            .iter()
+            .map(|d| match d.kind {
+                OutputKind::ClusterRole => self.filled.get(&d.name).unwrap_or(&d.object),
+                _ => &d.object,
+            })
+            .collect();
+        yaml::write_stream(&objects, out)
     }
 }
 

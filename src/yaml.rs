@@ -266,32 +266,61 @@ fn push_yaml(out: &mut String, v: &Value) -> Result<(), YamlError> {
     .map_err(|e| YamlError::Write(e.to_string()))
 }
 
-/// Writes objects one at a time as a multi-document YAML stream (each
-/// preceded by `---`), so a large stream is never built in memory.
-pub struct StreamWriter<'w, W: std::io::Write> {
-    out: &'w mut W,
-    /// One document's text, reused.
-    buf: String,
+/// Objects as a multi-document YAML stream.
+pub fn to_yaml_stream(values: &[Value]) -> Result<String, YamlError> {
+    let refs: Vec<&Value> = values.iter().collect();
+    let mut out = Vec::new();
+    write_stream(&refs, &mut out)?;
+    String::from_utf8(out).map_err(|e| YamlError::Write(e.to_string()))
 }
 
-impl<'w, W: std::io::Write> StreamWriter<'w, W> {
-    /// A writer into `out` (buffer it: documents come in small writes).
-    pub fn new(out: &'w mut W) -> Self {
-        StreamWriter {
-            out,
-            buf: String::new(),
-        }
-    }
+/// Objects per batch of [`write_stream`].
+const BATCH: usize = 256;
 
-    /// Writes one object.
-    pub fn write(&mut self, v: &Value) -> Result<(), YamlError> {
-        self.buf.clear();
-        self.buf.push_str("---\n");
-        push_yaml(&mut self.buf, v)?;
-        self.out
-            .write_all(self.buf.as_bytes())
+/// Writes objects as a multi-document YAML stream (each preceded by
+/// `---`), batch by batch, so a large stream is never built in memory.
+/// Printing thousands of objects is mostly serializing them: a second
+/// thread serializes every other batch while this one writes; the order
+/// is the given one.
+pub fn write_stream(values: &[&Value], out: &mut impl std::io::Write) -> Result<(), YamlError> {
+    let write = |out: &mut dyn std::io::Write, text: &str| {
+        out.write_all(text.as_bytes())
             .map_err(|e| YamlError::Write(e.to_string()))
+    };
+    if values.len() <= BATCH {
+        return write(out, &batch(values)?);
     }
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        s.spawn(move || {
+            for chunk in values.chunks(BATCH).skip(1).step_by(2) {
+                // The receiver is gone only when writing failed.
+                if tx.send(batch(chunk)).is_err() {
+                    return;
+                }
+            }
+        });
+        for (i, chunk) in values.chunks(BATCH).enumerate() {
+            let text = if i % 2 == 0 {
+                batch(chunk)?
+            } else {
+                rx.recv()
+                    .map_err(|_| YamlError::Write("the serializing thread stopped".into()))??
+            };
+            write(out, &text)?;
+        }
+        Ok(())
+    })
+}
+
+/// A batch of objects as YAML documents.
+fn batch(values: &[&Value]) -> Result<String, YamlError> {
+    let mut text = String::new();
+    for v in values {
+        text.push_str("---\n");
+        push_yaml(&mut text, v)?;
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -318,6 +347,18 @@ mod tests {
             .map(|d| d.value["metadata"]["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_long_stream_keeps_its_order() {
+        let values: Vec<Value> = (0..3 * BATCH + 7)
+            .map(|i| json!({"kind": "Role", "apiVersion": "v1", "metadata": {"name": format!("r{i}")}}))
+            .collect();
+        let one_by_one: String = values
+            .iter()
+            .map(|v| format!("---\n{}", to_yaml(v).unwrap()))
+            .collect();
+        assert_eq!(to_yaml_stream(&values).unwrap(), one_by_one);
     }
 
     #[test]

@@ -39,6 +39,14 @@ pub struct Document {
 }
 
 impl Document {
+    fn at(path: &Path, index: usize, value: Value) -> Self {
+        Document {
+            path: path.to_path_buf(),
+            index,
+            value,
+        }
+    }
+
     /// `file.yaml#2`, for messages.
     pub fn origin(&self) -> String {
         format!("{}#{}", self.path.display(), self.index)
@@ -68,11 +76,7 @@ fn options_for(text: &str) -> serde_saphyr::Options {
 pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Document>, YamlError> {
     let mut out = Vec::new();
     for_each_document(path, text, |index, value| {
-        out.push(Document {
-            path: path.to_path_buf(),
-            index,
-            value,
-        });
+        out.push(Document::at(path, index, value));
     })?;
     Ok(out)
 }
@@ -171,11 +175,7 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Vec<Document>, YamlError> {
 pub fn load_tree(paths: &[PathBuf], recursive: bool) -> Result<Vec<Document>, YamlError> {
     let mut out = Vec::new();
     for_each_in_tree(paths, recursive, |path, index, value| {
-        out.push(Document {
-            path: path.to_path_buf(),
-            index,
-            value,
-        });
+        out.push(Document::at(path, index, value));
     })?;
     Ok(out)
 }

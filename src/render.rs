@@ -346,3 +346,25 @@ pub fn main(args: &RenderArgs) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library path (`render`, through `render_to`) prints what the
+    /// command prints: here a golden case with flattened roles.
+    #[test]
+    fn render_in_process_matches_the_golden_output() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let args = RenderArgs {
+            objects: vec![root.join("examples/crossplane-cluster.yaml")],
+            flatten: true,
+            ..RenderArgs::default()
+        };
+        let expected = std::fs::read_to_string(
+            root.join("tests/golden/crossplane-design-doc-flattened/expected.yaml"),
+        )
+        .expect("golden file");
+        assert_eq!(render(&args).expect("renders"), expected);
+    }
+}

@@ -356,15 +356,14 @@ mod tests {
     #[test]
     fn render_in_process_matches_the_golden_output() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let case = root.join("tests/golden/examples-any-crd-flatten");
         let args = RenderArgs {
-            objects: vec![root.join("examples/crossplane-cluster.yaml")],
+            objects: vec![case.join("objects.yaml")],
+            rules: vec![case.join("rules.yaml"), root.join("rules/examples/any-crd")],
             flatten: true,
             ..RenderArgs::default()
         };
-        let expected = std::fs::read_to_string(
-            root.join("tests/golden/crossplane-design-doc-flattened/expected.yaml"),
-        )
-        .expect("golden file");
+        let expected = std::fs::read_to_string(case.join("expected.yaml")).expect("golden file");
         assert_eq!(render(&args).expect("renders"), expected);
     }
 }

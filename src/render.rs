@@ -6,14 +6,16 @@
 //! (EscalationDenied) and any live managed object in the input that policy
 //! would revoke: every error on stderr, nothing on stdout, exit 1.
 
+use std::collections::HashMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use serde_json::Value;
 
-use crate::api::ManageLevel;
-use crate::engine::{Engine, ObjectStore, Options, store::object_ref};
+use crate::api::{ManageLevel, OutputKind};
+use crate::engine::{Engine, Evaluation, ObjectStore, Options, store::object_ref};
 use crate::policy::AllowList;
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
@@ -80,6 +82,50 @@ pub fn render(args: &RenderArgs) -> Result<String, RenderError> {
 /// Runs `render`: the YAML stream and the warnings (what rules skipped on
 /// purpose), each `warning: <file>: <warning>`.
 pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), RenderError> {
+    let mut out = Vec::new();
+    let warnings = render_to(args, &mut out)?;
+    let out = String::from_utf8(out).map_err(|e| YamlError::Write(e.to_string()))?;
+    Ok((out, warnings))
+}
+
+/// Runs `render`, writing the YAML stream to `out` as it is produced
+/// (nothing is written when the render fails); returns the warnings.
+pub fn render_to(args: &RenderArgs, out: &mut impl Write) -> Result<Vec<String>, RenderError> {
+    let rendered = prepare(args)?;
+    rendered.write_to(out)?;
+    Ok(rendered.warnings)
+}
+
+/// A successful render, ready to print: the evaluation's objects are
+/// printed from where the engine keeps them, not copied.
+pub struct Rendered {
+    eval: Evaluation,
+    /// `--flatten`: aggregated ClusterRoles with their rules filled, by name.
+    filled: HashMap<String, Value>,
+    /// What rules skipped on purpose, each `warning: <file>: <warning>`.
+    pub warnings: Vec<String>,
+}
+
+impl Rendered {
+    /// Writes every object as a multi-document YAML stream, sorted by kind,
+    /// namespace and name.
+    pub fn write_to(&self, out: &mut impl Write) -> Result<(), YamlError> {
+        let objects: Vec<&Value> = self
+            .eval
+            .desired
+            .iter()
+            .map(|d| match d.kind {
+                OutputKind::ClusterRole => self.filled.get(&d.name).unwrap_or(&d.object),
+                _ => &d.object,
+            })
+            .collect();
+        yaml::write_stream(&objects, out)
+    }
+}
+
+/// Evaluates the rules on the objects; every error is returned, nothing
+/// is printed.
+pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
     let loaded = if args.rules.is_empty() {
         rules::builtin_with_origins()
     } else {
@@ -93,14 +139,23 @@ pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), 
         .map(|(o, r)| (r.name.clone(), o.clone()))
         .collect();
     let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
+    // Documents go into the store as they are parsed: never all parsed
+    // documents and the store at once.
     let mut store = ObjectStore::new();
-    for doc in yaml::load_tree(&args.objects, args.recursive)? {
-        store
-            .insert(doc.value.clone())
-            .map_err(|message| RenderError::Object {
-                origin: doc.origin(),
+    let mut refused: Option<RenderError> = None;
+    yaml::for_each_in_tree(&args.objects, args.recursive, |path, index, value| {
+        if refused.is_some() {
+            return;
+        }
+        if let Err(message) = store.insert(value) {
+            refused = Some(RenderError::Object {
+                origin: format!("{}#{index}", path.display()),
                 message,
-            })?;
+            });
+        }
+    })?;
+    if let Some(e) = refused {
+        return Err(e);
     }
     let allow = match &args.allow {
         Some(p) => Some(load_allow(p, &mut store)?),
@@ -153,26 +208,34 @@ pub fn render_with_warnings(args: &RenderArgs) -> Result<(String, Vec<String>), 
             None => format!("warning: {w}"),
         })
         .collect();
-    let mut objects: Vec<Value> = eval.desired.iter().map(|d| (*d.object).clone()).collect();
-    if args.flatten {
-        flatten(&store, &mut objects)?;
-    }
-    Ok((yaml::to_yaml_stream(&objects)?, warnings))
+    let filled = if args.flatten {
+        flatten(&store, &eval)?
+    } else {
+        HashMap::new()
+    };
+    // The store is no longer needed: freed now, not after printing.
+    drop(store);
+    Ok(Rendered {
+        eval,
+        filled,
+        warnings,
+    })
 }
 
-/// Fills aggregated ClusterRoles among `objects` from every ClusterRole in
-/// the input and the output.
-fn flatten(store: &ObjectStore, objects: &mut [Value]) -> Result<(), RenderError> {
+/// Aggregated ClusterRoles among the outputs, with their rules filled from
+/// every ClusterRole in the input and the output, by name.
+fn flatten(store: &ObjectStore, eval: &Evaluation) -> Result<HashMap<String, Value>, RenderError> {
     let gk = crate::engine::GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
+    let outputs: Vec<&Value> = eval
+        .desired
+        .iter()
+        .filter(|d| d.kind == OutputKind::ClusterRole)
+        .map(|d| &*d.object)
+        .collect();
     let mut all: Vec<ClusterRole> = Vec::new();
     let mut names = std::collections::BTreeSet::new();
-    for o in objects.iter().filter(|o| o["kind"] == "ClusterRole") {
-        names.insert(
-            o["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
+    for o in &outputs {
+        names.insert(o["metadata"]["name"].as_str().unwrap_or_default());
         all.push(parse_cluster_role(o)?);
     }
     for o in store.list(&gk) {
@@ -182,26 +245,26 @@ fn flatten(store: &ObjectStore, objects: &mut [Value]) -> Result<(), RenderError
     }
     let aggregated = crate::policy::aggregate(&all)
         .map_err(|e| RenderError::Evaluation(vec![format!("error: {e}")]))?;
-    for o in objects
-        .iter_mut()
-        .filter(|o| o["kind"] == "ClusterRole" && o.get("aggregationRule").is_some())
+    let mut filled = HashMap::new();
+    for o in outputs
+        .into_iter()
+        .filter(|o| o.get("aggregationRule").is_some())
     {
-        let name = o["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let name = o["metadata"]["name"].as_str().unwrap_or_default();
         if let Some(r) = aggregated
             .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+            .find(|r| r.metadata.name.as_deref() == Some(name))
         {
             let rules =
                 serde_json::to_value(r.rules.clone().unwrap_or_default()).unwrap_or(Value::Null);
+            let mut o = o.clone();
             if let Some(m) = o.as_object_mut() {
                 m.insert("rules".to_string(), rules);
             }
+            filled.insert(name.to_string(), o);
         }
     }
-    Ok(())
+    Ok(filled)
 }
 
 fn parse_cluster_role(o: &Value) -> Result<ClusterRole, RenderError> {
@@ -250,13 +313,26 @@ fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, Rend
 
 /// The `render` command: prints, or reports errors and fails.
 pub fn main(args: &RenderArgs) -> ExitCode {
-    match render_with_warnings(args) {
-        Ok((out, warnings)) => {
-            for w in warnings {
+    match prepare(args) {
+        Ok(rendered) => {
+            for w in &rendered.warnings {
                 eprintln!("{w}");
             }
-            print!("{out}");
-            ExitCode::SUCCESS
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            let written = rendered
+                .write_to(&mut out)
+                .and_then(|()| out.flush().map_err(|e| YamlError::Write(e.to_string())));
+            // The process ends here: freeing thousands of objects one by
+            // one would only delay the exit.
+            std::mem::forget(rendered);
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(RenderError::Evaluation(lines)) => {
             for l in lines {
@@ -268,5 +344,26 @@ pub fn main(args: &RenderArgs) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library path (`render`, through `render_to`) prints what the
+    /// command prints: here a golden case with flattened roles.
+    #[test]
+    fn render_in_process_matches_the_golden_output() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let case = root.join("tests/golden/examples-any-crd-flatten");
+        let args = RenderArgs {
+            objects: vec![case.join("objects.yaml")],
+            rules: vec![case.join("rules.yaml"), root.join("rules/examples/any-crd")],
+            flatten: true,
+            ..RenderArgs::default()
+        };
+        let expected = std::fs::read_to_string(case.join("expected.yaml")).expect("golden file");
+        assert_eq!(render(&args).expect("renders"), expected);
     }
 }

@@ -176,8 +176,8 @@ pub fn string_map(field: &str, v: &Value) -> Result<BTreeMap<String, String>, Fi
 /// fields (a typo like `resource:` must not silently widen or narrow a role).
 pub fn strict<T: DeserializeOwned>(field: &str, v: &Value) -> Result<T, FieldError> {
     let mut unknown = Vec::new();
-    let parsed: Result<T, _> =
-        serde_ignored::deserialize(v.clone(), |p| unknown.push(p.to_string()));
+    // Read in place: `&Value` is a deserializer, no copy of the value.
+    let parsed: Result<T, _> = serde_ignored::deserialize(v, |p| unknown.push(p.to_string()));
     let parsed = parsed.map_err(|e| invalid(field, e.to_string()))?;
     if let Some(u) = unknown.first() {
         return Err(invalid(

@@ -8,12 +8,12 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use handlebars::template::{Parameter, TemplateElement};
 use handlebars::{
-    BlockContext, BlockParams, Context, Handlebars, Helper, HelperDef, HelperResult, Output,
-    RenderContext, RenderError, RenderErrorReason, Renderable, ScopedJson, Template,
+    BlockContext, BlockParams, Context, Handlebars, Helper, HelperDef, HelperResult, Output, Path,
+    PathSeg, RenderContext, RenderError, RenderErrorReason, Renderable, ScopedJson, Template,
 };
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -25,8 +25,19 @@ use super::path::{FieldPath, Segment, scalar_text};
 /// The compiled templates and expressions of every rule.
 pub struct Templates {
     hb: Handlebars<'static>,
+    /// Templates made of text and plain paths only (`{{trigger.metadata.name}}`,
+    /// most templates), by their text: rendered without handlebars.
+    simple: HashMap<String, Vec<Part>>,
     /// Deepest nesting a template may have.
     depth: usize,
+}
+
+/// A piece of a simple template.
+enum Part {
+    /// Text written as is.
+    Text(String),
+    /// A path of object keys from the context's root.
+    Path(Vec<String>),
 }
 
 /// The disabled `log` helper.
@@ -82,6 +93,7 @@ impl Templates {
         }
         Templates {
             hb,
+            simple: HashMap::new(),
             depth: limits.template_depth,
         }
     }
@@ -134,6 +146,9 @@ impl Templates {
         if d > self.depth {
             return Err(too_deep(d));
         }
+        if let Some(parts) = simple_parts(&tpl.elements) {
+            self.simple.insert(text.to_string(), parts);
+        }
         self.hb.register_template(text, tpl);
         Ok(())
     }
@@ -146,6 +161,13 @@ impl Templates {
             limits::charge(text.len())?;
             return Ok(text.to_string());
         }
+        if let Some(out) = self
+            .simple
+            .get(text)
+            .and_then(|parts| render_simple(parts, ctx.data()))
+        {
+            return out;
+        }
         let mut out = Charged(Vec::new());
         let rendered = self.hb.render_with_context_to_write(text, ctx, &mut out);
         if let Some(t) = limits::tripped() {
@@ -155,15 +177,10 @@ impl Templates {
         String::from_utf8(out.0).map_err(|e| e.to_string())
     }
 
-    /// Evaluates an expression compiled before to a JSON value. A bare path
-    /// that is missing yields null.
-    pub fn eval(&self, expr: &str, ctx: &Context) -> Result<Value, String> {
-        Ok(self.eval_ref(expr, ctx)?.into_owned())
-    }
-
-    /// Like [`Templates::eval`], borrowing from the context where it can: a
-    /// bare path (`related.types`) is read in place, so `when` tests and
-    /// loops over large related sets copy nothing they do not keep.
+    /// Evaluates an expression compiled before to a JSON value, borrowing
+    /// from the context where it can: a bare path (`related.types`) is read
+    /// in place, so `when` tests and loops over large related sets copy
+    /// nothing they do not keep. A bare path that is missing yields null.
     pub fn eval_ref<'c>(&self, expr: &str, ctx: &'c Context) -> Result<Cow<'c, Value>, String> {
         if let Some(path) = bare_path(expr) {
             match navigate(ctx.data(), &path) {
@@ -186,6 +203,64 @@ impl Templates {
                 .unwrap_or(Value::Null),
         ))
     }
+}
+
+/// The parts of a template that is only text and plain paths of two or
+/// more keys (`{{a.b}}`: one name alone could be a helper's); `None` for
+/// anything else.
+fn simple_parts(elements: &[TemplateElement]) -> Option<Vec<Part>> {
+    elements
+        .iter()
+        .map(|e| match e {
+            TemplateElement::RawString(t) => Some(Part::Text(t.clone())),
+            TemplateElement::Expression(h)
+                if !h.block
+                    && h.params.is_empty()
+                    && h.hash.is_empty()
+                    && h.block_param.is_none() =>
+            {
+                let Parameter::Path(Path::Relative((segs, _))) = &h.name else {
+                    return None;
+                };
+                let keys: Vec<String> = segs
+                    .iter()
+                    .map(|s| match s {
+                        PathSeg::Named(k) => Some(k.clone()),
+                        _ => None,
+                    })
+                    .collect::<Option<_>>()?;
+                (keys.len() >= 2).then_some(Part::Path(keys))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Renders a simple template when every path leads to text, charging what
+/// it writes as handlebars would; `None` (nothing charged) otherwise, for
+/// handlebars to render with its own rules and messages.
+fn render_simple(parts: &[Part], data: &Value) -> Option<Result<String, String>> {
+    let mut texts: Vec<&str> = Vec::with_capacity(parts.len());
+    for p in parts {
+        texts.push(match p {
+            Part::Text(t) => t,
+            Part::Path(keys) => {
+                let mut cur = data;
+                for k in keys {
+                    cur = cur.as_object()?.get(k)?;
+                }
+                cur.as_str()?
+            }
+        });
+    }
+    let mut out = String::with_capacity(texts.iter().map(|t| t.len()).sum());
+    for t in texts {
+        if let Err(e) = limits::charge(t.len()) {
+            return Some(Err(e));
+        }
+        out.push_str(t);
+    }
+    Some(Ok(out))
 }
 
 /// A writer that charges what it is given to the trigger's budget.
@@ -1047,7 +1122,50 @@ mod tests {
     fn eval(e: &str, ctx: Value) -> Result<Value, String> {
         let mut tpl = Templates::new();
         tpl.compile_expr(e).map_err(|e| e.1)?;
-        tpl.eval(e, &Context::from(ctx))
+        tpl.eval_ref(e, &Context::from(ctx)).map(Cow::into_owned)
+    }
+
+    /// Templates of text and plain paths skip handlebars, and render
+    /// exactly as handlebars does; anything else is left to handlebars.
+    #[test]
+    fn simple_templates_render_as_handlebars_does() {
+        let ctx = Context::from(json!({
+            "trigger": {"metadata": {"name": "n1", "labels": {"a.b/c": "v"}}, "n": 3, "z": null},
+            "item": {"plural": "things"}, "name": "top"
+        }));
+        let cases = [
+            ("{{trigger.metadata.name}}", true),
+            ("x-{{ trigger.metadata.name }}:{{item.plural}}-y", true),
+            ("{{trigger.metadata.labels.[a.b/c]}}", true),
+            ("a {{~ item.plural ~}} b", true),
+            ("{{trigger.n}}", true),
+            ("{{trigger.z}}", true),
+            ("{{trigger.metadata.nope}}", true),
+            ("{{name}}", false),
+            ("{{this.name}}", false),
+            ("{{lower item.plural}}", false),
+            ("{{{item.plural}}}", false),
+            ("{{#if name}}{{item.plural}}{{/if}}", false),
+        ];
+        let mut tpl = Templates::new();
+        for (t, simple) in cases {
+            tpl.compile(t).unwrap();
+            assert_eq!(tpl.simple.contains_key(t), simple, "{t}");
+            let direct = tpl
+                .hb
+                .render_with_context(t, &ctx)
+                .map_err(|e| render_error_text(&e));
+            assert_eq!(tpl.render(t, &ctx), direct, "{t}");
+        }
+        assert_eq!(
+            tpl.render("a {{~ item.plural ~}} b", &ctx).unwrap(),
+            "athingsb"
+        );
+        assert_eq!(
+            tpl.render("{{trigger.metadata.labels.[a.b/c]}}", &ctx)
+                .unwrap(),
+            "v"
+        );
     }
 
     #[test]

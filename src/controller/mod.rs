@@ -1,8 +1,9 @@
 //! The controller (`rbac-rules run`): keeps the cluster equal to what its
 //! RbacRule objects say.
 //!
-//! - [`observe`]: watches (rules, our outputs, the kinds rules read) and
-//!   their caches;
+//! - [`world`]: the index of what the cluster holds (pure, fed by events);
+//! - [`watch`]: the watches (rules, the output kinds, the kinds rules read)
+//!   that feed it;
 //! - [`sync`]: one reconcile — evaluate ([`crate::engine`]), [`plan`] (pure
 //!   diff), [`apply`] (writes), [`status`] (conditions and Events);
 //! - [`metrics`]: Prometheus metrics and health endpoints;
@@ -15,10 +16,11 @@ pub mod apply;
 mod error;
 pub mod leader;
 pub mod metrics;
-pub mod observe;
 pub mod plan;
 pub mod status;
 pub mod sync;
+pub mod watch;
+pub mod world;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kube::Client;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio::sync::watch::{self as signal, Receiver};
 use tokio::time::Instant;
 
 pub use error::Error;
@@ -34,7 +37,8 @@ pub use error::Error;
 use crate::api::ManageLevel;
 use apply::Gate;
 use metrics::Metrics;
-use observe::{Watches, World};
+use watch::Watches;
+use world::World;
 use sync::Syncer;
 
 /// Settings of `rbac-rules run`.
@@ -102,7 +106,7 @@ const FIRST_RETRY: Duration = Duration::from_secs(2);
 /// Runs the controller until SIGTERM or ctrl-c.
 pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = Client::try_default().await.map_err(Error::Client)?;
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = signal::channel(false);
     let signals = tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
@@ -119,7 +123,7 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send +
 pub async fn run_with(
     client: Client,
     args: RunArgs,
-    stop: watch::Receiver<bool>,
+    stop: Receiver<bool>,
 ) -> Result<(), Error> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
@@ -167,17 +171,15 @@ pub async fn run_with(
         None
     };
 
-    let result = control_loop(
-        &args,
+    let ctx = Ctx {
+        args: &args,
         client,
         metrics,
-        gate.clone(),
+        gate: gate.clone(),
         ready,
-        lease.as_ref().map(leader::Lease::receiver),
         identity,
-        stop,
-    )
-    .await;
+    };
+    let result = control_loop(ctx, lease.as_ref().map(leader::Lease::receiver), stop).await;
     // Stop writing first, then give the lease back.
     gate.stop();
     stopper.abort();
@@ -188,7 +190,7 @@ pub async fn run_with(
     result
 }
 
-async fn wait_true(mut rx: watch::Receiver<bool>) {
+async fn wait_true(mut rx: Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
@@ -215,19 +217,34 @@ async fn shutdown_signal() {
     }
 }
 
-/// The control loop: feed watch events into the world, reconcile after a
-/// quiet period, resync and rediscover periodically, follow leadership.
-#[allow(clippy::too_many_arguments)] // the loop's whole context, passed once
-async fn control_loop(
-    args: &RunArgs,
+/// What the control loop works with, set up once by [`run_with`].
+struct Ctx<'a> {
+    args: &'a RunArgs,
     client: Client,
     metrics: Metrics,
+    /// Closed while not leading or when stopping: no write passes it.
     gate: Arc<Gate>,
+    /// Set once the initial sync is done (/readyz).
     ready: Arc<AtomicBool>,
-    mut leader: Option<watch::Receiver<bool>>,
+    /// Identity in Events.
     identity: Option<String>,
-    stop: watch::Receiver<bool>,
+}
+
+/// The control loop: feed watch events into the world, reconcile after a
+/// quiet period, resync and rediscover periodically, follow leadership.
+async fn control_loop(
+    ctx: Ctx<'_>,
+    mut leader: Option<Receiver<bool>>,
+    stop: Receiver<bool>,
 ) -> Result<(), Error> {
+    let Ctx {
+        args,
+        client,
+        metrics,
+        gate,
+        ready,
+        identity,
+    } = ctx;
     // Unbounded: every watch task keeps reading its stream even while a
     // write pass holds the loop, so the API server never closes a watch as
     // unresponsive and the cache never goes stale (events queue meanwhile).
@@ -260,6 +277,9 @@ async fn control_loop(
             feed = rx.recv() => {
                 let Some(feed) = feed else { break };
                 let change = world.apply(feed);
+                if change.lost_kind {
+                    watches.stop_unwatched(&world);
+                }
                 if change.rules {
                     watches.reconcile_kinds(&mut world).await;
                     metrics.watched_kinds.set(world.watched_kinds() as i64);

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -119,11 +120,12 @@ impl OwnedFields {
 }
 
 /// A live RBAC object carrying our managed-by label, as cached from the
-/// label-selected watches.
+/// watches.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
-    /// The object without `managedFields`.
-    pub object: Value,
+    /// The object without `managedFields`, shared with the engine's store
+    /// (one copy in memory, not one per cache).
+    pub object: Arc<Value>,
     /// What our field manager owns on it, when known.
     pub ours: Option<OwnedFields>,
 }
@@ -136,7 +138,10 @@ impl Live {
         if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
         }
-        Live { object, ours }
+        Live {
+            object: Arc::new(object),
+            ours,
+        }
     }
 
     /// Whether it carries our managed-by label.

@@ -1,32 +1,20 @@
-//! Watches and the caches they fill: the RbacRules, our own outputs
-//! (label-selected), every kind the rules read (started and stopped as
-//! rules come and go), and the allow-list ClusterRole.
+//! The world index: everything the controller knows about the cluster, fed
+//! by watch events and read by each reconcile. Pure: no client, no tasks;
+//! tested by feeding events ([`World::apply`]).
 //!
-//! Each watch runs in its own task and sends [`Feed`] items to the control
-//! loop, which owns [`World`] (no locks). Initial lists are buffered and
-//! swapped in at `InitDone`, so a re-list never shows a half-empty view.
+//! Initial lists are buffered and swapped in at `InitDone`, so a re-list
+//! never shows a half-empty view.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Debug;
+use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::core::PartialObjectMeta;
-use kube::discovery::{self, ApiGroup};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
-use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
-use super::apply::api_resource;
 use super::plan::{Live, ObjectId};
 use super::status::Hold;
 use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
-use crate::engine::output::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::engine::store::key_of;
 use crate::engine::{Engine, GroupKind, Interest, ObjectStore, Options, RuleSource};
 
@@ -35,7 +23,8 @@ use crate::engine::{Engine, GroupKind, Interest, ObjectStore, Options, RuleSourc
 pub enum Feed {
     /// An RbacRule event (boxed: rules are large, other feeds small).
     Rules(Box<Event<RbacRule>>),
-    /// An event of a label-selected watch on our outputs.
+    /// An event of the watch on every object of an output kind: ours (with
+    /// our managed-by label) are cached, others only by name.
     Owned(OutputKind, Event<Value>),
     /// An event of a watch on a kind the rules read; `epoch` tells a
     /// restarted watch from its predecessor.
@@ -57,16 +46,6 @@ pub enum Source {
     Kind(GroupKind, u64),
     /// The allow-list watch.
     Allow,
-}
-
-/// A task aborted when dropped: stopping a watch is dropping it.
-#[derive(Debug)]
-pub struct Task(JoinHandle<()>);
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Progress of one watch's list.
@@ -146,7 +125,8 @@ struct KindWatch {
     unresolved: Option<String>,
     epoch: u64,
     listing: Listing<Value>,
-    task: Option<Task>,
+    /// Whether a watch runs (its task lives in [`super::watch::Watches`]).
+    watching: bool,
 }
 
 /// Everything the controller knows about the cluster.
@@ -163,6 +143,10 @@ pub struct World {
     next_epoch: u64,
     /// Live objects labelled as ours.
     pub owned: BTreeMap<ObjectId, Live>,
+    /// Objects of the output kinds without our label: a desired object of
+    /// one of these names is looked up before it is written (adoption or
+    /// conflict); every other name is free, so a create needs no read.
+    pub foreign: BTreeSet<ObjectId>,
     owned_listing: BTreeMap<OutputKind, Listing<Value>>,
     /// `--allow-clusterrole`, if set.
     allow_name: Option<String>,
@@ -231,12 +215,11 @@ impl World {
                 let listing = self.owned_listing.entry(kind).or_default();
                 match listing.step(ev) {
                     Step::Nothing => {}
-                    Step::Upsert(o) => {
-                        change.dirty = self.upsert_owned(o);
-                    }
+                    Step::Upsert(o) => change.dirty = self.upsert_rbac(o),
                     Step::Remove(o) => {
                         if let Some(id) = ObjectId::of(&o) {
-                            change.dirty = self.remove_owned(&id);
+                            let foreign = self.foreign.remove(&id);
+                            change.dirty = self.remove_owned(&id) || foreign;
                         }
                     }
                     Step::Replace(all) => {
@@ -249,8 +232,9 @@ impl World {
                         for id in stale {
                             self.remove_owned(&id);
                         }
+                        self.foreign.retain(|id| id.kind != kind);
                         for o in all {
-                            self.upsert_owned(o);
+                            self.upsert_rbac(o);
                         }
                         change.dirty = true;
                     }
@@ -313,7 +297,7 @@ impl World {
                                 // The CRD went away: stop watching, keep
                                 // the last list (no pruning from it while
                                 // unresolved) and rediscover later.
-                                w.task = None;
+                                w.watching = false;
                                 w.unresolved =
                                     Some(format!("{gk} is no longer served by the API server"));
                                 change.lost_kind = true;
@@ -325,6 +309,22 @@ impl World {
             }
         }
         change
+    }
+
+    /// An object of an output kind as a watch delivers it: ours is cached,
+    /// anyone else's only named (taking our label off an object makes it
+    /// someone else's).
+    fn upsert_rbac(&mut self, o: Value) -> bool {
+        let Some(id) = ObjectId::of(&o) else {
+            return false;
+        };
+        if super::plan::is_managed(&o) {
+            let foreign = self.foreign.remove(&id);
+            self.upsert_owned(o) || foreign
+        } else {
+            let owned = self.remove_owned(&id);
+            self.foreign.insert(id) || owned
+        }
     }
 
     fn upsert_owned(&mut self, o: Value) -> bool {
@@ -340,6 +340,7 @@ impl World {
             _ => {}
         }
         self.mirror(&id, Some(&live.object));
+        self.foreign.remove(&id);
         self.owned.insert(id, live);
         true
     }
@@ -353,7 +354,7 @@ impl World {
     /// kind (so no full watch fills the store with it), managed objects are
     /// copied into the store, so that policy judges every live object we
     /// made and revokes what it now refuses.
-    fn mirror(&mut self, id: &ObjectId, object: Option<&Value>) {
+    fn mirror(&mut self, id: &ObjectId, object: Option<&Arc<Value>>) {
         let gk = crate::engine::compile::output_gk(id.kind);
         if self.kinds.contains_key(&gk) {
             return;
@@ -361,7 +362,7 @@ impl World {
         let key = (id.namespace.clone(), id.name.clone());
         match object {
             Some(o) => {
-                if self.store.insert(o.clone()).is_err() {
+                if self.store.insert_shared(o.clone()).is_err() {
                     tracing::debug!(object = %id, "not mirrored into the store");
                 }
             }
@@ -485,7 +486,7 @@ impl World {
     }
 
     /// Recomputes the kinds each rule reads and the merged interests.
-    fn interests(&mut self, manage: ManageLevel) -> BTreeMap<GroupKind, Interest> {
+    pub(super) fn interests(&mut self, manage: ManageLevel) -> BTreeMap<GroupKind, Interest> {
         // With an allow-list, the engine checks what bindings and
         // aggregations grant against every ClusterRole and Role: the
         // (empty) placeholder makes the interests include them.
@@ -531,9 +532,65 @@ impl World {
             .collect()
     }
 
+    /// Kinds watched or waiting for discovery that `wanted` does not name.
+    pub(super) fn kinds_not_in(&self, wanted: &BTreeMap<GroupKind, Interest>) -> Vec<GroupKind> {
+        self.kinds
+            .keys()
+            .filter(|gk| !wanted.contains_key(*gk))
+            .cloned()
+            .collect()
+    }
+
+    /// Stops tracking a kind and drops its objects.
+    pub(super) fn forget_kind(&mut self, gk: &GroupKind) {
+        self.kinds.remove(gk);
+        self.store.clear_kind(gk);
+    }
+
+    /// The interest a kind is watched with.
+    pub(super) fn interest_of(&self, gk: &GroupKind) -> Option<&Interest> {
+        self.kinds.get(gk).map(|w| &w.interest)
+    }
+
+    /// Whether a watch on the kind runs.
+    pub(super) fn is_watching(&self, gk: &GroupKind) -> bool {
+        self.kinds.get(gk).is_some_and(|w| w.watching)
+    }
+
+    /// Interests of kinds that were not served when last discovered.
+    pub(super) fn unresolved_interests(&self) -> Vec<Interest> {
+        self.kinds
+            .values()
+            .filter(|w| w.unresolved.is_some())
+            .map(|w| w.interest.clone())
+            .collect()
+    }
+
+    /// A fresh epoch for a (re)started watch.
+    pub(super) fn next_epoch(&mut self) -> u64 {
+        let e = self.next_epoch;
+        self.next_epoch += 1;
+        e
+    }
+
+    /// Records a (re)started watch of `interest` (or why there is none).
+    /// Objects of an earlier list stay until the new list replaces them.
+    pub(super) fn watch_kind(&mut self, interest: Interest, epoch: u64, unresolved: Option<String>) {
+        self.kinds.insert(
+            interest.gk.clone(),
+            KindWatch {
+                interest,
+                watching: unresolved.is_none(),
+                unresolved,
+                epoch,
+                listing: Listing::default(),
+            },
+        );
+    }
+
     /// Number of kinds watched.
     pub fn watched_kinds(&self) -> usize {
-        self.kinds.values().filter(|w| w.task.is_some()).count()
+        self.kinds.values().filter(|w| w.watching).count()
     }
 
     /// Whether some kind waits for rediscovery.
@@ -542,230 +599,6 @@ impl World {
     }
 }
 
-/// Starts and stops watches: owns the client and the feed sender.
-pub struct Watches {
-    client: Client,
-    tx: mpsc::UnboundedSender<Feed>,
-    manage: ManageLevel,
-    base: Vec<Task>,
-}
-
-impl Watches {
-    /// Starts the RbacRule, owned-object and allow-list watches.
-    pub fn start(
-        client: Client,
-        tx: mpsc::UnboundedSender<Feed>,
-        manage: ManageLevel,
-        allow_name: Option<&str>,
-    ) -> Self {
-        let mut base = Vec::new();
-        base.push(spawn(
-            Api::<RbacRule>::all(client.clone()),
-            watcher::Config::default(),
-            tx.clone(),
-            |ev| Feed::Rules(Box::new(ev)),
-            || Source::Rules,
-        ));
-        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
-        for kind in OutputKind::ALL {
-            let ar = api_resource(kind);
-            let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-            base.push(spawn(
-                api,
-                watcher::Config::default().labels(&selector),
-                tx.clone(),
-                move |ev| Feed::Owned(kind, map_event(ev, |o| to_value(&o, &ar, false))),
-                move || Source::Owned(kind),
-            ));
-        }
-        if let Some(name) = allow_name {
-            base.push(spawn(
-                Api::<ClusterRole>::all(client.clone()),
-                watcher::Config::default().fields(&format!("metadata.name={name}")),
-                tx.clone(),
-                |ev| Feed::Allow(Box::new(ev)),
-                || Source::Allow,
-            ));
-        }
-        Watches {
-            client,
-            tx,
-            manage,
-            base,
-        }
-    }
-
-    /// Brings the rule-kind watches in line with the rules: starts watches
-    /// for new kinds (after discovery), restarts changed ones, stops and
-    /// forgets kinds no rule reads any more.
-    pub async fn reconcile_kinds(&mut self, world: &mut World) {
-        let wanted = world.interests(self.manage);
-        let gone: Vec<GroupKind> = world
-            .kinds
-            .keys()
-            .filter(|gk| !wanted.contains_key(*gk))
-            .cloned()
-            .collect();
-        for gk in gone {
-            tracing::info!(kind = %gk, "no rule reads this kind any more: watch stopped");
-            world.kinds.remove(&gk);
-            world.store.clear_kind(&gk);
-        }
-        let mut groups: BTreeMap<String, Result<ApiGroup, String>> = BTreeMap::new();
-        for (gk, interest) in wanted {
-            let unchanged = world.kinds.get(&gk).is_some_and(|w| w.interest == interest);
-            if unchanged {
-                continue;
-            }
-            self.start_kind(world, &mut groups, interest).await;
-        }
-        tracing::debug!(
-            kinds = world.kinds.len(),
-            base = self.base.len(),
-            "watches reconciled"
-        );
-    }
-
-    /// Retries discovery of kinds that were not served.
-    pub async fn rediscover(&mut self, world: &mut World) -> bool {
-        let pending: Vec<Interest> = world
-            .kinds
-            .values()
-            .filter(|w| w.unresolved.is_some())
-            .map(|w| w.interest.clone())
-            .collect();
-        let mut groups = BTreeMap::new();
-        let mut started = false;
-        for interest in pending {
-            started |= self.start_kind(world, &mut groups, interest).await;
-        }
-        started
-    }
-
-    async fn start_kind(
-        &mut self,
-        world: &mut World,
-        groups: &mut BTreeMap<String, Result<ApiGroup, String>>,
-        interest: Interest,
-    ) -> bool {
-        let gk = interest.gk.clone();
-        let epoch = world.next_epoch;
-        world.next_epoch += 1;
-        let resolved = resolve(&self.client, groups, &interest).await;
-        // Keep the old objects until the new list replaces them.
-        let listing = Listing::default();
-        let (task, unresolved) = match resolved {
-            Ok(ar) => {
-                tracing::info!(kind = %gk, version = %ar.version, metadata_only = interest.metadata_only, "watching");
-                (
-                    Some(self.watch_kind(&ar, &gk, epoch, interest.metadata_only)),
-                    None,
-                )
-            }
-            Err(why) => {
-                tracing::warn!(kind = %gk, reason = %why, "kind not watched; will retry");
-                (None, Some(why))
-            }
-        };
-        let started = task.is_some();
-        world.kinds.insert(
-            gk,
-            KindWatch {
-                interest,
-                unresolved,
-                epoch,
-                listing,
-                task,
-            },
-        );
-        started
-    }
-
-    fn watch_kind(
-        &self,
-        ar: &ApiResource,
-        gk: &GroupKind,
-        epoch: u64,
-        metadata_only: bool,
-    ) -> Task {
-        let source_gk = gk.clone();
-        let source = move || Source::Kind(source_gk.clone(), epoch);
-        let tx = self.tx.clone();
-        if metadata_only {
-            // Only metadata is fetched and cached: no CRD bodies in memory.
-            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
-            spawn(
-                api,
-                watcher::Config::default(),
-                tx,
-                kind_feed(gk.clone(), epoch, ar.clone()),
-                source,
-            )
-        } else {
-            let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
-            spawn(
-                api,
-                watcher::Config::default(),
-                tx,
-                kind_feed(gk.clone(), epoch, ar.clone()),
-                source,
-            )
-        }
-    }
-}
-
-/// Finds the ApiResource of an interest: the version it names, else the
-/// group's preferred version, else any version serving the kind.
-async fn resolve(
-    client: &Client,
-    groups: &mut BTreeMap<String, Result<ApiGroup, String>>,
-    interest: &Interest,
-) -> Result<ApiResource, String> {
-    let gk = &interest.gk;
-    if !groups.contains_key(&gk.group) {
-        let g = discovery::oneshot::group(client, &gk.group)
-            .await
-            .map_err(|e| match e {
-                kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_)) => {
-                    format!(
-                        "API group {:?} is not served (is its CRD installed?)",
-                        gk.group
-                    )
-                }
-                other => format!("discovery of API group {:?} failed: {other}", gk.group),
-            });
-        groups.insert(gk.group.clone(), g);
-    }
-    let group = match groups.get(&gk.group) {
-        Some(Ok(g)) => g,
-        Some(Err(e)) => return Err(e.clone()),
-        None => return Err(format!("discovery of API group {:?} failed", gk.group)),
-    };
-    let found = match &interest.version {
-        Some(v) => group
-            .versioned_resources(v)
-            .into_iter()
-            .find(|(ar, _)| ar.kind == gk.kind),
-        None => group.recommended_kind(&gk.kind).or_else(|| {
-            group.versions().find_map(|v| {
-                group
-                    .versioned_resources(v)
-                    .into_iter()
-                    .find(|(ar, _)| ar.kind == gk.kind)
-            })
-        }),
-    };
-    match found {
-        Some((ar, _caps)) => Ok(ar),
-        None => Err(match &interest.version {
-            Some(v) => format!("{gk} is not served at version {v:?}"),
-            None => format!("{gk} is not served by the API server (is its CRD installed?)"),
-        }),
-    }
-}
-
-/// An object as the caches store it: apiVersion and kind from discovery
-/// (list items lack them, metadata-only responses erase them), and without
 /// Whether `new` is an older version of `known`: both resourceVersions
 /// parse as integers (etcd revisions, as every API server serves them) and
 /// `new`'s is lower. Opaque versions never count as older.
@@ -774,42 +607,12 @@ fn older(new: &Live, known: &Live) -> bool {
     matches!((rv(new), rv(known)), (Some(n), Some(k)) if n < k)
 }
 
-/// managedFields when `strip` (owned objects keep them until [`Live::new`]
-/// has read which fields are ours).
-fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource, strip: bool) -> Value {
-    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
-        m.insert("kind".into(), Value::String(ar.kind.clone()));
-    }
-    if strip && let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
-    v
-}
-
 fn without_managed_fields(mut r: RbacRule) -> RbacRule {
     r.metadata.managed_fields = None;
     r
 }
 
-/// Turns watch events of one kind (full or metadata-only objects) into
-/// feed items, as JSON with apiVersion and kind and without managedFields.
-fn kind_feed<K: serde::Serialize>(
-    gk: GroupKind,
-    epoch: u64,
-    ar: ApiResource,
-) -> impl Fn(Event<K>) -> Feed + Send + 'static {
-    move |ev| {
-        Feed::Kind(
-            gk.clone(),
-            epoch,
-            map_event(ev, |o| to_value(&o, &ar, true)),
-        )
-    }
-}
-
-fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
+pub(super) fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
     match ev {
         Event::Apply(o) => Event::Apply(f(o)),
         Event::Delete(o) => Event::Delete(f(o)),
@@ -819,39 +622,10 @@ fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
     }
 }
 
-/// Runs a watcher (with backoff) in a task, feeding the control loop.
-fn spawn<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    tx: mpsc::UnboundedSender<Feed>,
-    feed: impl Fn(Event<K>) -> Feed + Send + 'static,
-    source: impl Fn() -> Source + Send + 'static,
-) -> Task
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-{
-    Task(tokio::spawn(async move {
-        let mut stream = watcher(api, config).default_backoff().boxed();
-        while let Some(item) = stream.next().await {
-            let msg = match item {
-                Ok(ev) => feed(ev),
-                Err(e) => Feed::Error(source(), e),
-            };
-            if tx.send(msg).is_err() {
-                return;
-            }
-        }
-    }))
-}
-
-/// The kinds currently named by rules (for tests and logs).
-pub fn kinds_of(world: &World) -> BTreeSet<GroupKind> {
-    world.kinds.keys().cloned().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::output::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
     use serde_json::json;
 
     fn rule(name: &str, generation: i64, kind: &str) -> RbacRule {
@@ -902,7 +676,7 @@ mod tests {
                 unresolved: None,
                 epoch,
                 listing: Listing::default(),
-                task: None,
+                watching: true,
             },
         );
     }

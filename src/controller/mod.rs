@@ -90,6 +90,12 @@ pub struct RunArgs {
     /// anything else never.
     #[arg(long, env = "RBAC_RULES_ADOPT_EXISTING", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub adopt_existing: bool,
+    /// Writes (applies and deletes) in flight at once. Roles are still
+    /// written before the bindings that name them, binding deletes before
+    /// role deletes; 429s are retried as the API server's `Retry-After`
+    /// says.
+    #[arg(long, env = "RBAC_RULES_MAX_CONCURRENT_WRITES", default_value_t = apply::DEFAULT_MAX_CONCURRENT_WRITES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub max_concurrent_writes: usize,
     /// Default denials to switch off.
     #[command(flatten)]
     pub waivers: crate::policy::Waivers,
@@ -258,6 +264,7 @@ async fn control_loop(
     );
     let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
         .adopt_existing(args.adopt_existing)
+        .max_concurrent_writes(args.max_concurrent_writes)
         .with_waivers(args.waivers.clone())
         .with_limits(args.limits.clone());
 

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
-use super::apply::{self, ConflictMemo, Gate, Outcome, Written};
+use super::apply::{self, ConflictMemo, Gate, Outcome, WriteOptions, Written};
 use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
@@ -37,6 +37,9 @@ pub struct Snapshot<'a> {
     pub observed: &'a ObjectStore,
     /// Live objects carrying our managed-by label.
     pub owned: &'a BTreeMap<ObjectId, Live>,
+    /// Objects of the output kinds without our label: creating one of these
+    /// names looks it up first (adoption or conflict); other creates do not.
+    pub foreign: &'a BTreeSet<ObjectId>,
     /// Rules not to evaluate now, and why; their objects are left alone.
     pub holds: &'a BTreeMap<String, Hold>,
     /// The allow-list, when `--allow-clusterrole` is set and found.
@@ -86,7 +89,7 @@ pub struct Syncer {
     conflicts: ConflictMemo,
     /// Per rule, the warnings already published as Events.
     warned: BTreeMap<String, BTreeSet<String>>,
-    adopt_existing: bool,
+    writes: WriteOptions,
     /// Default denials switched off.
     waivers: Waivers,
     limits: Limits,
@@ -117,7 +120,7 @@ impl Syncer {
             engine: None,
             conflicts: ConflictMemo::default(),
             warned: BTreeMap::new(),
-            adopt_existing: false,
+            writes: WriteOptions::default(),
             waivers: Waivers::default(),
             limits: Limits::default(),
         }
@@ -127,7 +130,13 @@ impl Syncer {
     /// desired outputs (`--adopt-existing`); objects controlled by an
     /// output's own trigger are adopted either way.
     pub fn adopt_existing(mut self, on: bool) -> Self {
-        self.adopt_existing = on;
+        self.writes.adopt_existing = on;
+        self
+    }
+
+    /// Sends up to `n` writes at once (at least one).
+    pub fn max_concurrent_writes(mut self, n: usize) -> Self {
+        self.writes.max_concurrent = n.max(1);
         self
     }
 
@@ -247,7 +256,8 @@ impl Syncer {
             &self.metrics,
             &report.plan,
             &mut self.conflicts,
-            self.adopt_existing,
+            snap.foreign,
+            &self.writes,
         )
         .await;
         for w in &report.written {

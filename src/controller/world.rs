@@ -419,6 +419,7 @@ impl World {
             rules: &self.rules,
             observed: &self.store,
             owned: &self.owned,
+            foreign: &self.foreign,
             holds,
             allow,
             prune: self.kinds_settled(),

@@ -19,12 +19,12 @@ use tokio::sync::mpsc;
 use crate::api::ManageLevel;
 use crate::controller::apply::{self, Gate};
 use crate::controller::metrics::Metrics;
-use crate::controller::watch::Watches;
-use crate::controller::world::World;
 use crate::controller::plan::{
     ApplyAction, Live, ObjectId, OwnedFields, Plan, is_managed, keep_helm_annotation,
 };
 use crate::controller::sync::Syncer;
+use crate::controller::watch::Watches;
+use crate::controller::world::World;
 use crate::engine::Evaluation;
 
 /// Settings of `rbac-rules diff` (the subset of `run`'s that changes the

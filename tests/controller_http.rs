@@ -139,7 +139,10 @@ async fn creates_role_then_binding_with_server_side_apply_then_status_and_event(
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(async move {
         // New objects, names no other object holds: one apply each, no read.
-        let apply = server.next().await.expect_create(&format!("{ROLES}/viewer"));
+        let apply = server
+            .next()
+            .await
+            .expect_create(&format!("{ROLES}/viewer"));
         assert_eq!(apply.body, role_manifest("viewer"));
         apply.echo();
         let apply = server
@@ -495,7 +498,8 @@ async fn an_unmanaged_object_of_the_same_name_is_left_alone_and_reported() {
         .sync(&Snapshot {
             foreign: &taken,
             ..snapshot(&rules, &observed, &owned, &holds)
-        }).await;
+        })
+        .await;
     drop(s);
     scenario.await.expect("scenario");
     assert!(matches!(
@@ -1145,7 +1149,8 @@ async fn adopt_scenario(
         .sync(&Snapshot {
             foreign: &taken,
             ..snapshot(&rules, &observed, &owned, &holds)
-        }).await;
+        })
+        .await;
     drop(s);
     let notes = scenario.await.expect("scenario");
     assert!(matches!(report.written[0].outcome, Outcome::Adopted(_)));
@@ -1222,7 +1227,8 @@ async fn conflict_scenario(existing: Value, adopt_flag: bool) -> String {
         .sync(&Snapshot {
             foreign: &taken,
             ..snapshot(&rules, &observed, &owned, &holds)
-        }).await;
+        })
+        .await;
     drop(s);
     let message = scenario.await.expect("scenario");
     assert!(matches!(

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod support;
+
 use bytes::Bytes;
 use clap::Parser;
 use http::{Request, Response, StatusCode};
@@ -248,4 +250,115 @@ async fn watches_are_drained_while_a_write_is_held() {
     let twice: Vec<_> = roles.iter().filter(|(_, n)| **n != 1).collect();
     assert!(twice.is_empty(), "written more than once: {twice:?}");
     assert_eq!(roles.len(), EVENTS + 1);
+}
+
+/// The stall contract: the API server answers every apply slowly and holds
+/// the first one; while that write pass is in flight, Namespace events keep
+/// arriving and the Role watch is closed with 410 Gone. The controller keeps
+/// reading its watches (every event is read before the held write is
+/// answered), lists the Roles again and watches on, and its cache then
+/// equals the server: every Role is written exactly once, none is read
+/// first, none deleted, and a later pass (for one more Namespace) writes
+/// only that Namespace's Role.
+#[tokio::test]
+async fn a_slow_write_pass_keeps_draining_and_recovers_an_expired_watch() {
+    use support::cluster::{Behaviour, FakeCluster, NAMESPACES, RBAC};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    const FIRST: usize = 20;
+    const DURING: usize = 300;
+    let roles = format!("{RBAC}/roles");
+    let rule = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+    "metadata": {"name": "ns-viewer", "uid": "ns-viewer-uid", "generation": 1, "resourceVersion": "1"},
+    "spec": {
+        "trigger": {"kind": "Namespace", "metadataOnly": true},
+        "outputs": [{"kind": "Role", "name": "viewer",
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}]
+    }});
+    let names: Vec<String> = (0..FIRST).map(|i| format!("team-{i:03}")).collect();
+    let (client, fake) = FakeCluster::start(
+        vec![rule],
+        &names,
+        Behaviour {
+            apply_delay: Duration::from_millis(2),
+            hold_first_apply: true,
+        },
+    );
+    let cli = Cli::parse_from([
+        "rbac-rules",
+        "--leader-election=false",
+        "--metrics-address=127.0.0.1:0",
+        "--debounce-ms=50",
+        "--identity=test",
+        "--max-concurrent-writes=4",
+    ]);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let controller = tokio::spawn(run_with(client, cli.run, stop_rx));
+    tokio::time::timeout(Duration::from_secs(20), fake.first_apply_held())
+        .await
+        .expect("no write pass started");
+
+    // While the pass is held: events keep coming, and the Role watch goes.
+    let role_lists = |f: &FakeCluster| {
+        f.log()
+            .iter()
+            .filter(|l| **l == format!("GET {roles}"))
+            .count()
+    };
+    let lists_before = role_lists(&fake);
+    for i in 0..DURING {
+        fake.add_namespace(&format!("later-{i:03}"));
+    }
+    fake.expire_watches(&roles);
+    fake.until(
+        Duration::from_secs(20),
+        "every Namespace event read while a write is held",
+        |f| f.read(NAMESPACES) >= DURING,
+    )
+    .await;
+    fake.until(
+        Duration::from_secs(20),
+        "the Roles listed again and watched while a write is held",
+        |f| role_lists(f) > lists_before && f.watching(&roles) == 1,
+    )
+    .await;
+    fake.release();
+
+    fake.until(Duration::from_secs(20), "a Role per Namespace", |f| {
+        f.rbac().len() == FIRST + DURING
+    })
+    .await;
+    // A later pass writes only what changed: one more Namespace, one Role.
+    fake.add_namespace("sentinel");
+    fake.until(Duration::from_secs(20), "the sentinel's Role", |f| {
+        f.rbac().len() == FIRST + DURING + 1
+    })
+    .await;
+    stop_tx.send(true).expect("stop");
+    tokio::time::timeout(Duration::from_secs(20), controller)
+        .await
+        .expect("the controller did not stop")
+        .expect("controller task")
+        .expect("controller result");
+
+    let log = fake.log();
+    let mut writes: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in &log {
+        if let Some(path) = line.strip_prefix("PATCH ").filter(|p| p.starts_with(RBAC)) {
+            *writes.entry(path).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = writes.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "written more than once: {twice:?}");
+    assert_eq!(writes.len(), FIRST + DURING + 1);
+    let reads: Vec<_> = log
+        .iter()
+        .filter(|l| l.starts_with(&format!("GET {RBAC}/namespaces/")))
+        .collect();
+    assert!(reads.is_empty(), "read before writing: {reads:?}");
+    assert!(!log.iter().any(|l| l.starts_with("DELETE")), "{log:#?}");
 }

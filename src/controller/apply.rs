@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, FutureExt};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
-use futures::future::{BoxFuture, FutureExt};
-use futures::{StreamExt, stream};
 use serde_json::Value;
 
 use super::Error;

@@ -37,9 +37,9 @@ pub use error::Error;
 use crate::api::ManageLevel;
 use apply::Gate;
 use metrics::Metrics;
+use sync::Syncer;
 use watch::Watches;
 use world::World;
-use sync::Syncer;
 
 /// Settings of `rbac-rules run`.
 #[derive(clap::Args, Clone, Debug)]
@@ -126,11 +126,7 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send +
 /// Runs the controller with a given client until `stop` turns true: serves
 /// metrics and health, competes for the lease (when enabled), watches and
 /// reconciles. On stop: no further writes, then the lease is released.
-pub async fn run_with(
-    client: Client,
-    args: RunArgs,
-    stop: Receiver<bool>,
-) -> Result<(), Error> {
+pub async fn run_with(client: Client, args: RunArgs, stop: Receiver<bool>) -> Result<(), Error> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
     let server = metrics::serve(

@@ -576,7 +576,12 @@ impl World {
 
     /// Records a (re)started watch of `interest` (or why there is none).
     /// Objects of an earlier list stay until the new list replaces them.
-    pub(super) fn watch_kind(&mut self, interest: Interest, epoch: u64, unresolved: Option<String>) {
+    pub(super) fn watch_kind(
+        &mut self,
+        interest: Interest,
+        epoch: u64,
+        unresolved: Option<String>,
+    ) {
         self.kinds.insert(
             interest.gk.clone(),
             KindWatch {

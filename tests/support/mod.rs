@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

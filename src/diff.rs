@@ -137,7 +137,7 @@ pub fn entries(
             (ApplyAction::Create, Some(found)) if !is_managed(&found) => {
                 match apply::adoption(&a.id, &a.object, &found, adopt_existing) {
                     Ok(why) => {
-                        let mut desired = a.object.clone();
+                        let mut desired = (*a.object).clone();
                         keep_helm_annotation(&mut desired, &found);
                         let after = applied(&found, None, &desired);
                         entry(Change::Adopt, Some(why), Some(found), Some(after))
@@ -488,7 +488,7 @@ mod tests {
             id: id(name),
             rule: "r".into(),
             trigger: None,
-            object: role(name, ours(), rules),
+            object: role(name, ours(), rules).into(),
             action,
         }
     }

@@ -5,6 +5,7 @@
 //! is shutting down sends nothing more.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -466,7 +467,7 @@ async fn apply_one(
                             // In place, one apply: no moment without the
                             // object, so nobody loses a permission.
                             let mut adopted = a.clone();
-                            keep_helm_annotation(&mut adopted.object, &existing);
+                            keep_helm_annotation(Arc::make_mut(&mut adopted.object), &existing);
                             match send_apply(&api, w.metrics, &adopted, true, learned).await {
                                 Ok(()) => Outcome::Adopted(why),
                                 Err(e) => Outcome::Failed(e),
@@ -605,7 +606,7 @@ async fn send_apply(
     let params = PatchParams::apply(FIELD_MANAGER);
     let params = if force { params.force() } else { params };
     metrics.write(a.id.kind.as_str(), "apply");
-    api.patch(&a.id.name, &params, &Patch::Apply(&a.object))
+    api.patch(&a.id.name, &params, &Patch::Apply(&*a.object))
         .await
         .map(|o| *learned = serde_json::to_value(o).ok())
         .map_err(|source| Error::Api {

@@ -307,8 +307,8 @@ async fn control_loop(
                 let allow = world.allow_rules();
                 let holds = world.holds();
                 let snap = world.snapshot(allow.as_ref(), &holds);
-                let report = syncer.sync(&snap).await;
-                world.learn(&report.written);
+                let mut report = syncer.sync(&snap).await;
+                world.learn(&mut report.written);
                 log_report(&report, &holds);
                 if report.retry {
                     due = Some(Instant::now() + retry);

@@ -350,8 +350,9 @@ pub struct Apply {
     pub rule: String,
     /// Trigger it was rendered for.
     pub trigger: Option<String>,
-    /// The manifest to send.
-    pub object: Value,
+    /// The manifest to send (shared with the evaluation unless changed for
+    /// Helm's keep annotation).
+    pub object: Arc<Value>,
     /// Why.
     pub action: ApplyAction,
 }
@@ -423,20 +424,59 @@ pub fn plan(
     held: &BTreeSet<String>,
     prune: bool,
 ) -> Plan {
+    plan_with(evaluation, live, held, prune, &mut Compared::default())
+}
+
+/// Pairs of (desired, live) copies the last plan found equal. The engine
+/// reuses the shared copy of an output it did not re-render, and the world
+/// replaces a live copy only when the object changed; so a pass compares in
+/// depth only the objects whose desired or live copy is new, and a resync
+/// or a change to one trigger costs a pointer comparison per object, not a
+/// semantic diff. Holding the copies keeps their addresses from being
+/// reused.
+#[derive(Debug, Default)]
+pub struct Compared {
+    equal: BTreeMap<ObjectId, (Arc<Value>, Arc<Value>)>,
+}
+
+impl Compared {
+    fn known_equal(&self, id: &ObjectId, desired: &Arc<Value>, live: &Arc<Value>) -> bool {
+        self.equal
+            .get(id)
+            .is_some_and(|(d, l)| Arc::ptr_eq(d, desired) && Arc::ptr_eq(l, live))
+    }
+}
+
+/// [`plan`], remembering in `compared` what was found equal for the next
+/// call.
+pub fn plan_with(
+    evaluation: &Evaluation,
+    live: &BTreeMap<ObjectId, Live>,
+    held: &BTreeSet<String>,
+    prune: bool,
+    compared: &mut Compared,
+) -> Plan {
     let mut out = Plan::default();
     let mut wanted: BTreeSet<ObjectId> = BTreeSet::new();
-    for d in &evaluation.desired {
+    let mut equal = BTreeMap::new();
+    for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert(id.clone());
-        let mut object = std::borrow::Cow::Borrowed(&*d.object);
+        let mut object = Arc::clone(&d.object);
         let action = match live.get(&id) {
             None => ApplyAction::Create,
+            Some(l) if compared.known_equal(&id, &d.object, &l.object) => {
+                equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
+                out.unchanged.push((id, d.rule.clone()));
+                continue;
+            }
             Some(l) => {
                 if l.object["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string() {
-                    keep_helm_annotation(object.to_mut(), &l.object);
+                    keep_helm_annotation(Arc::make_mut(&mut object), &l.object);
                 }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
+                    equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
                 }
@@ -454,10 +494,11 @@ pub fn plan(
             id,
             rule: d.rule.clone(),
             trigger: d.trigger.clone(),
-            object: object.into_owned(),
+            object,
             action,
         });
     }
+    compared.equal = equal;
     out.applies.sort_by(|a, b| a.id.cmp(&b.id));
 
     for (id, l) in live {
@@ -836,6 +877,47 @@ mod plan_tests {
             true,
         );
         assert!(p.applies.is_empty());
+    }
+
+    #[test]
+    fn only_changed_copies_are_compared_again() {
+        let y = desired(OutputKind::Role, "a", "y", "r", "T/a");
+        let of = |x: Desired| Evaluation {
+            desired: vec![x, y.clone()],
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
+        };
+        let evaluation = of(desired(OutputKind::Role, "a", "x", "r", "T/a"));
+        let mut live = live_of(vec![
+            manifest(OutputKind::Role, "a", "x", "r", "T/a"),
+            manifest(OutputKind::Role, "a", "y", "r", "T/a"),
+        ]);
+        let mut compared = Compared::default();
+        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        assert_eq!((p.applies.len(), p.unchanged.len()), (0, 2));
+        assert_eq!(compared.equal.len(), 2);
+        // Someone edits y: its new live copy is compared and repaired.
+        let mut edited = manifest(OutputKind::Role, "a", "y", "r", "T/a");
+        edited["rules"] = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+        live.insert(ObjectId::new(OutputKind::Role, "a", "y"), Live::new(edited));
+        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        let ids: Vec<&str> = p.applies.iter().map(|a| a.id.name.as_str()).collect();
+        assert_eq!(ids, vec!["y"]);
+        assert_eq!(p.applies[0].action, ApplyAction::Update(vec!["rules"]));
+        assert_eq!(p.unchanged.len(), 1);
+        // A re-rendered but equal desired copy is compared and found equal.
+        let x = desired(OutputKind::Role, "a", "x", "r", "T/a");
+        let fresh = Arc::clone(&x.object);
+        let again = of(x);
+        live.insert(
+            ObjectId::new(OutputKind::Role, "a", "y"),
+            Live::new(manifest(OutputKind::Role, "a", "y", "r", "T/a")),
+        );
+        let p = plan_with(&again, &live, &BTreeSet::new(), true, &mut compared);
+        assert!(p.applies.is_empty(), "{:?}", p.applies);
+        let remembered = &compared.equal[&ObjectId::new(OutputKind::Role, "a", "x")].0;
+        assert!(Arc::ptr_eq(remembered, &fresh));
     }
 
     #[test]

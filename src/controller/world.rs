@@ -374,14 +374,17 @@ impl World {
 
     /// Learns the outcome of writes at once: objects as the API server
     /// returned them after an apply, and pruned objects gone. The watch
-    /// events that follow confirm them (or are older, and ignored).
-    pub fn learn(&mut self, written: &[super::apply::Written]) {
+    /// events that follow confirm them (or are older, and ignored). The
+    /// returned objects are moved out of `written`, not copied.
+    pub fn learn(&mut self, written: &mut [super::apply::Written]) {
         for w in written {
-            match (&w.outcome, &w.live) {
-                (_, Some(o)) if w.outcome.is_applied() => {
-                    self.upsert_owned(o.clone());
+            match &w.outcome {
+                o if o.is_applied() => {
+                    if let Some(live) = w.live.take() {
+                        self.upsert_owned(live);
+                    }
                 }
-                (super::apply::Outcome::Deleted | super::apply::Outcome::Revoked(_), _) => {
+                super::apply::Outcome::Deleted | super::apply::Outcome::Revoked(_) => {
                     self.remove_owned(&w.id);
                 }
                 _ => {}
@@ -814,7 +817,7 @@ mod tests {
             outcome,
             live,
         };
-        w.learn(&[written(
+        w.learn(&mut [written(
             Outcome::Created,
             Some(version("20", json!(["get"]))),
         )]);
@@ -836,9 +839,9 @@ mod tests {
         assert!(c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("21"));
         // A failed write teaches nothing; a prune removes at once.
-        w.learn(&[written(Outcome::Skipped, Some(version("30", json!([]))))]);
+        w.learn(&mut [written(Outcome::Skipped, Some(version("30", json!([]))))]);
         assert_eq!(w.owned[&id].resource_version(), Some("21"));
-        w.learn(&[written(Outcome::Revoked("policy".into()), None)]);
+        w.learn(&mut [written(Outcome::Revoked("policy".into()), None)]);
         assert!(w.owned.is_empty());
         assert!(w.store.get(&gk, &key).is_none());
     }

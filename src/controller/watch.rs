@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::apply::api_resource;
-use super::world::{Feed, Source, World, map_event};
+use super::world::{Feed, Source, World, map_event, output_kind};
 use crate::api::{ManageLevel, OutputKind, RbacRule};
 use crate::engine::{GroupKind, Interest};
 
@@ -41,6 +41,7 @@ pub struct Watches {
     tx: mpsc::UnboundedSender<Feed>,
     manage: ManageLevel,
     base: Vec<Task>,
+    outputs: BTreeMap<OutputKind, Task>,
     kinds: BTreeMap<GroupKind, Task>,
 }
 
@@ -65,17 +66,10 @@ impl Watches {
             |ev| Feed::Rules(Box::new(ev)),
             || Source::Rules,
         ));
-        for kind in OutputKind::ALL {
-            let ar = api_resource(kind);
-            let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-            base.push(spawn(
-                api,
-                watcher::Config::default(),
-                tx.clone(),
-                move |ev| Feed::Owned(kind, map_event(ev, |o| to_value(&o, &ar, false))),
-                move || Source::Owned(kind),
-            ));
-        }
+        let outputs = OutputKind::ALL
+            .into_iter()
+            .map(|kind| (kind, watch_outputs(&client, &tx, kind)))
+            .collect();
         if let Some(name) = allow_name {
             base.push(spawn(
                 Api::<ClusterRole>::all(client.clone()),
@@ -90,6 +84,7 @@ impl Watches {
             tx,
             manage,
             base,
+            outputs,
             kinds: BTreeMap::new(),
         }
     }
@@ -142,6 +137,16 @@ impl Watches {
     ) -> bool {
         let gk = interest.gk.clone();
         let epoch = world.next_epoch();
+        if let Some(kind) = output_kind(&gk) {
+            // Already watched whole, by the output-kind watch.
+            world.watch_kind(interest, epoch, None);
+            if world.relist_outputs(kind) {
+                tracing::info!(kind = %gk, "rules read an output kind: listing it again");
+                self.outputs
+                    .insert(kind, watch_outputs(&self.client, &self.tx, kind));
+            }
+            return true;
+        }
         // The old task stops; its late events carry the old epoch.
         self.kinds.remove(&gk);
         match resolve(&self.client, groups, &interest).await {
@@ -191,6 +196,19 @@ impl Watches {
             )
         }
     }
+}
+
+/// The watch of every object of an output kind.
+fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: OutputKind) -> Task {
+    let ar = api_resource(kind);
+    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    spawn(
+        api,
+        watcher::Config::default(),
+        tx.clone(),
+        move |ev| Feed::Owned(kind, map_event(ev, |o| to_value(&o, &ar, false))),
+        move || Source::Owned(kind),
+    )
 }
 
 /// Finds the ApiResource of an interest: the version it names, else the

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::plan::{Live, ObjectId};
 use super::status::Hold;
 use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
+use crate::engine::compile::output_gk;
 use crate::engine::store::key_of;
 use crate::engine::{Engine, GroupKind, Interest, ObjectStore, Options, RuleSource};
 
@@ -219,20 +220,16 @@ impl World {
                     Step::Remove(o) => {
                         if let Some(id) = ObjectId::of(&o) {
                             let foreign = self.foreign.remove(&id);
-                            change.dirty = self.remove_owned(&id) || foreign;
+                            let owned = self.remove_owned(&id);
+                            let gk = output_gk(kind);
+                            let read = self.store.remove(&gk, &(id.namespace, id.name));
+                            change.dirty = owned || foreign || read.is_some();
                         }
                     }
                     Step::Replace(all) => {
-                        let stale: Vec<ObjectId> = self
-                            .owned
-                            .keys()
-                            .filter(|id| id.kind == kind)
-                            .cloned()
-                            .collect();
-                        for id in stale {
-                            self.remove_owned(&id);
-                        }
+                        self.owned.retain(|id, _| id.kind != kind);
                         self.foreign.retain(|id| id.kind != kind);
+                        self.store.clear_kind(&output_gk(kind));
                         for o in all {
                             self.upsert_rbac(o);
                         }
@@ -320,11 +317,20 @@ impl World {
         };
         if super::plan::is_managed(&o) {
             let foreign = self.foreign.remove(&id);
-            self.upsert_owned(o) || foreign
-        } else {
-            let owned = self.remove_owned(&id);
-            self.foreign.insert(id) || owned
+            return self.upsert_owned(o) || foreign;
         }
+        let owned = self.remove_owned(&id);
+        let gk = output_gk(id.kind);
+        let mut read = false;
+        // Kept whole only where a rule reads the kind (rules copied from
+        // ClusterRoles, an allow-list), else only its name is.
+        if self.kinds.contains_key(&gk) {
+            let key = (id.namespace.clone(), id.name.clone());
+            if self.store.get(&gk, &key) != Some(&o) {
+                read = self.store.insert(o).is_ok();
+            }
+        }
+        self.foreign.insert(id) || owned || read
     }
 
     fn upsert_owned(&mut self, o: Value) -> bool {
@@ -350,15 +356,12 @@ impl World {
         self.owned.remove(id).is_some()
     }
 
-    /// Keeps the engine's view of our own objects: where no rule reads the
-    /// kind (so no full watch fills the store with it), managed objects are
-    /// copied into the store, so that policy judges every live object we
-    /// made and revokes what it now refuses.
+    /// Keeps the engine's view of our own objects: every managed object is
+    /// in the store (sharing the cached copy), so that policy judges every
+    /// live object we made and revokes what it now refuses, and rules that
+    /// read the kind see it.
     fn mirror(&mut self, id: &ObjectId, object: Option<&Arc<Value>>) {
-        let gk = crate::engine::compile::output_gk(id.kind);
-        if self.kinds.contains_key(&gk) {
-            return;
-        }
+        let gk = output_gk(id.kind);
         let key = (id.namespace.clone(), id.name.clone());
         match object {
             Some(o) => {
@@ -407,7 +410,20 @@ impl World {
     pub fn kinds_settled(&self) -> bool {
         self.kinds
             .values()
-            .all(|w| w.unresolved.is_some() || w.listing.synced)
+            .all(|w| w.unresolved.is_some() || self.listed(w).0)
+    }
+
+    /// Whether a rule kind has listed, and the last list error. The output
+    /// kinds are fed by their own watches (every object of the kind), not
+    /// by a second one.
+    fn listed<'a>(&'a self, w: &'a KindWatch) -> (bool, Option<&'a String>) {
+        match output_kind(&w.interest.gk) {
+            Some(k) => self
+                .owned_listing
+                .get(&k)
+                .map_or((false, None), |l| (l.synced, l.error.as_ref())),
+            None => (w.listing.synced, w.listing.error.as_ref()),
+        }
     }
 
     /// What a reconcile sees: the rules, the caches, and the allow-list and
@@ -462,7 +478,7 @@ impl World {
                         unresolved: Some(why),
                         ..
                     }) => not_served.push(why.clone()),
-                    Some(w) if !w.listing.synced => match &w.listing.error {
+                    Some(w) if !self.listed(w).0 => match self.listed(w).1 {
                         Some(e) => failed.push(format!("cannot list {gk}: {e}")),
                         None => waiting.push(gk.to_string()),
                     },
@@ -545,10 +561,33 @@ impl World {
             .collect()
     }
 
-    /// Stops tracking a kind and drops its objects.
+    /// Stops tracking a kind and drops its objects (of an output kind, the
+    /// ones that are not ours).
     pub(super) fn forget_kind(&mut self, gk: &GroupKind) {
         self.kinds.remove(gk);
         self.store.clear_kind(gk);
+        if let Some(kind) = output_kind(gk) {
+            let ours: Vec<(ObjectId, Arc<Value>)> = self
+                .owned
+                .iter()
+                .filter(|(id, _)| id.kind == kind)
+                .map(|(id, l)| (id.clone(), l.object.clone()))
+                .collect();
+            for (id, o) in ours {
+                self.mirror(&id, Some(&o));
+            }
+        }
+    }
+
+    /// Whether the watch of an output kind must list again now that a rule
+    /// reads the kind (its last list kept only the names of objects not
+    /// ours); if so, nothing is evaluated until it has. A list still to
+    /// come keeps every object by itself.
+    pub(super) fn relist_outputs(&mut self, kind: OutputKind) -> bool {
+        let listing = self.owned_listing.entry(kind).or_default();
+        let again = listing.synced;
+        listing.synced = false;
+        again
     }
 
     /// The interest a kind is watched with.
@@ -606,6 +645,11 @@ impl World {
     pub fn has_unresolved(&self) -> bool {
         self.kinds.values().any(|w| w.unresolved.is_some())
     }
+}
+
+/// The output kind a group/kind is, if it is one.
+pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
+    OutputKind::ALL.into_iter().find(|k| output_gk(*k) == *gk)
 }
 
 /// Whether `new` is an older version of `known`: both resourceVersions
@@ -803,7 +847,7 @@ mod tests {
         use crate::controller::apply::{Outcome, Written};
         let mut w = base_world();
         let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
-        let gk = crate::engine::compile::output_gk(OutputKind::ClusterRole);
+        let gk = output_gk(OutputKind::ClusterRole);
         let key = (String::new(), "x".to_string());
         let version = |rv: &str, verbs: Value| {
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -865,5 +909,110 @@ mod tests {
             w.holds().get("r"),
             Some(Hold::AllowListNotFound(_))
         ));
+    }
+
+    fn cluster_role(name: &str, ours: bool) -> Value {
+        let labels = if ours {
+            json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE})
+        } else {
+            json!({"app": "other"})
+        };
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+    }
+
+    #[test]
+    fn other_objects_of_an_output_kind_are_known_by_name_only() {
+        let mut w = base_world();
+        let gk = output_gk(OutputKind::ClusterRole);
+        let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
+        listed(
+            &mut w,
+            |e| Feed::Owned(OutputKind::ClusterRole, e),
+            vec![cluster_role("x", false), cluster_role("ours", true)],
+        );
+        assert!(w.foreign.contains(&id));
+        assert!(!w.owned.contains_key(&id));
+        // No rule reads ClusterRoles: only ours are kept whole.
+        let names: Vec<&str> = w
+            .store
+            .list(&gk)
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, vec!["ours"]);
+        // Taking our label off moves an object out of our cache in the same
+        // event that names it someone else's; putting it on moves it back.
+        let c = w.apply(Feed::Owned(
+            OutputKind::ClusterRole,
+            Event::Apply(cluster_role("ours", false)),
+        ));
+        assert!(c.dirty);
+        let ours = ObjectId::new(OutputKind::ClusterRole, "", "ours");
+        assert!(w.foreign.contains(&ours) && !w.owned.contains_key(&ours));
+        assert_eq!(w.store.list(&gk).count(), 0);
+        w.apply(Feed::Owned(
+            OutputKind::ClusterRole,
+            Event::Apply(cluster_role("x", true)),
+        ));
+        assert!(!w.foreign.contains(&id) && w.owned.contains_key(&id));
+        // A deleted object frees its name.
+        w.apply(Feed::Owned(
+            OutputKind::ClusterRole,
+            Event::Delete(cluster_role("ours", false)),
+        ));
+        assert!(!w.foreign.contains(&ours));
+    }
+
+    #[test]
+    fn a_rule_reading_an_output_kind_is_fed_by_the_output_watch() {
+        let mut w = base_world();
+        let gk = output_gk(OutputKind::ClusterRole);
+        listed(
+            &mut w,
+            |e| Feed::Owned(OutputKind::ClusterRole, e),
+            vec![cluster_role("other", false), cluster_role("ours", true)],
+        );
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "trigger": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"},
+            "outputs": [{"kind": "ClusterRole", "name": "copy-{{trigger.metadata.name}}"}]
+        }))
+        .expect("spec");
+        let mut reader = RbacRule::new("reader", spec);
+        reader.metadata.generation = Some(1);
+        w.apply(Feed::Rules(Box::new(Event::Apply(reader))));
+        let interest = w.interests(ManageLevel::All).remove(&gk).expect("interest");
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        // The last list kept only the others' names: list again first.
+        assert!(w.relist_outputs(OutputKind::ClusterRole));
+        assert!(!w.base_synced());
+        assert!(matches!(
+            w.holds().get("reader"),
+            Some(Hold::WaitingForSync(_))
+        ));
+        listed(
+            &mut w,
+            |e| Feed::Owned(OutputKind::ClusterRole, e),
+            vec![cluster_role("other", false), cluster_role("ours", true)],
+        );
+        assert!(w.base_synced() && w.kinds_settled());
+        assert!(w.holds().get("reader").is_none());
+        // Every ClusterRole is in the store once: ours shared with our cache.
+        assert_eq!(w.store.list(&gk).count(), 2);
+        let ours = ObjectId::new(OutputKind::ClusterRole, "", "ours");
+        let key = (String::new(), "ours".to_string());
+        assert!(std::ptr::eq(
+            w.store.get(&gk, &key).expect("stored"),
+            &*w.owned[&ours].object
+        ));
+        // No rule reads them any more: the others go, ours stay.
+        w.forget_kind(&gk);
+        let names: Vec<&str> = w
+            .store
+            .list(&gk)
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, vec!["ours"]);
     }
 }

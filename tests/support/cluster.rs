@@ -63,6 +63,9 @@ struct State {
     log: Vec<String>,
     /// Applies answered so far.
     applies: usize,
+    /// Applies received and not yet answered, and the most at once.
+    in_flight: usize,
+    max_in_flight: usize,
 }
 
 impl State {
@@ -230,6 +233,11 @@ impl FakeCluster {
                         serde_json::from_slice(&body).expect("json body")
                     };
                     if method == "PATCH" && rbac_object(&path).is_some() {
+                        {
+                            let mut s = state.lock().expect("lock");
+                            s.in_flight += 1;
+                            s.max_in_flight = s.max_in_flight.max(s.in_flight);
+                        }
                         let hold = std::mem::take(&mut first);
                         let (state, held, release, changed) = (
                             state.clone(),
@@ -323,7 +331,8 @@ impl FakeCluster {
             .map_or(0, |w| w.iter().filter(|w| !w.tx.is_closed()).count())
     }
 
-    /// Every request so far, as "METHOD path" ("WATCH path" for watches).
+    /// Every request so far, as "METHOD path" ("WATCH path" for watches,
+    /// "ANSWERED PATCH path" when an apply is answered).
     pub fn log(&self) -> Vec<String> {
         self.state.lock().expect("lock").log.clone()
     }
@@ -331,6 +340,11 @@ impl FakeCluster {
     /// Applies answered so far.
     pub fn applies(&self) -> usize {
         self.state.lock().expect("lock").applies
+    }
+
+    /// The most applies in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.lock().expect("lock").max_in_flight
     }
 
     /// The RBAC objects the server holds, by path.
@@ -377,6 +391,8 @@ fn apply(state: &Mutex<State>, path: &str, body: Value) -> Value {
     obj["metadata"]["resourceVersion"] = json!(rv.to_string());
     s.rbac.insert(path.to_string(), obj.clone());
     s.applies += 1;
+    s.in_flight -= 1;
+    s.log.push(format!("ANSWERED PATCH {path}"));
     let kind = if existed.is_some() {
         "MODIFIED"
     } else {

@@ -997,7 +997,7 @@ mod tests {
             vec![cluster_role("other", false), cluster_role("ours", true)],
         );
         assert!(w.base_synced() && w.kinds_settled());
-        assert!(w.holds().get("reader").is_none());
+        assert!(!w.holds().contains_key("reader"));
         // Every ClusterRole is in the store once: ours shared with our cache.
         assert_eq!(w.store.list(&gk).count(), 2);
         let ours = ObjectId::new(OutputKind::ClusterRole, "", "ours");

@@ -335,15 +335,20 @@ fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Objects per rule that exist after the writes: unchanged and applied
-/// desired objects, plus live ones left alone.
+/// desired objects, plus live ones left alone. The plan's lists are
+/// disjoint (desired: unchanged or applied; live and unwanted: kept or
+/// deleted), so each object counts once without collecting ids.
 fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTreeMap<String, i64> {
-    let mut objects: BTreeMap<ObjectId, String> = BTreeMap::new();
-    for (id, rule) in &report.plan.unchanged {
-        objects.insert(id.clone(), rule.clone());
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    fn bump<'a>(counts: &mut BTreeMap<&'a str, i64>, rule: &'a str) {
+        *counts.entry(rule).or_insert(0) += 1;
     }
-    for (id, rule, _) in &report.plan.kept {
+    for (_, rule) in &report.plan.unchanged {
+        bump(&mut counts, rule);
+    }
+    for (_, rule, _) in &report.plan.kept {
         if let Some(r) = rule {
-            objects.insert(id.clone(), r.clone());
+            bump(&mut counts, r);
         }
     }
     let outcome: BTreeMap<&ObjectId, &Outcome> =
@@ -357,7 +362,7 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
             Some(_) => false,
         };
         if now_ours {
-            objects.insert(a.id.clone(), a.rule.clone());
+            bump(&mut counts, &a.rule);
         }
     }
     for d in &report.plan.deletes {
@@ -365,12 +370,11 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
             .get(&d.id)
             .is_some_and(|o| matches!(o, Outcome::Deleted | Outcome::Revoked(_)))
         {
-            objects.insert(d.id.clone(), d.rule.clone());
+            bump(&mut counts, &d.rule);
         }
     }
-    let mut counts = BTreeMap::new();
-    for rule in objects.into_values() {
-        *counts.entry(rule).or_insert(0) += 1;
-    }
     counts
+        .into_iter()
+        .map(|(rule, n)| (rule.to_string(), n))
+        .collect()
 }

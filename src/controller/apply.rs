@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::Error;
 use super::metrics::Metrics;
 use super::plan::{
-    Apply, ApplyAction, Delete, FIELD_MANAGER, ObjectId, Plan, keep_helm_annotation,
+    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, keep_helm_annotation,
 };
 use crate::api::OutputKind;
 use crate::engine::output::MANAGED_BY_LABEL;
@@ -145,10 +145,27 @@ pub struct Written {
     pub rule: String,
     /// What happened.
     pub outcome: Outcome,
-    /// The object as the API server returned it after a successful apply:
-    /// the cache learns from it at once instead of waiting for the watch
-    /// (so a reconcile before the watch event writes nothing twice).
-    pub live: Option<serde_json::Value>,
+}
+
+/// What a write teaches the cache, handed over as soon as the API server
+/// answers (so a reconcile before the watch event writes nothing twice).
+#[derive(Debug)]
+pub enum Learned {
+    /// The object as the API server returned it after an apply.
+    Applied(Live),
+    /// The object was deleted (the uid of the deleted object, if known).
+    Deleted(ObjectId, Option<String>),
+}
+
+/// Where a pass's writes go and what they are told.
+pub struct Writes<'a> {
+    /// How writes are sent.
+    pub options: &'a WriteOptions,
+    /// Objects of the output kinds without our label (from the watches):
+    /// only a create of one of those names is looked up first.
+    pub foreign: &'a BTreeSet<ObjectId>,
+    /// Told what each write changed, as soon as it is answered.
+    pub learn: Option<&'a (dyn Fn(Learned) + Send + Sync)>,
 }
 
 /// The ApiResource of an RBAC kind.
@@ -211,13 +228,12 @@ struct Writer<'a> {
     memo: &'a ConflictMemo,
     foreign: &'a BTreeSet<ObjectId>,
     adopt_existing: bool,
+    learn: Option<&'a (dyn Fn(Learned) + Send + Sync)>,
 }
 
-/// One apply's result: the outcome, the object the server returned, and a
-/// newly found conflict to remember.
+/// One apply's result: the outcome and a newly found conflict to remember.
 struct Applied {
     outcome: Outcome,
-    live: Option<Value>,
     conflict: Option<String>,
 }
 
@@ -225,7 +241,6 @@ impl Applied {
     fn outcome(outcome: Outcome) -> Self {
         Applied {
             outcome,
-            live: None,
             conflict: None,
         }
     }
@@ -243,27 +258,26 @@ impl Applied {
 /// `Retry-After` are the client's: `Client::try_default` installs kube's
 /// retry layer.
 ///
-/// `foreign` names objects of the output kinds that exist without our
-/// label (from the watches): only a create of one of those names is looked
-/// up first; every other create is one apply.
+/// Only a create of a name `writes.foreign` holds is looked up first;
+/// every other create is one apply.
 pub async fn execute(
     client: &Client,
     gate: &Gate,
     metrics: &Metrics,
     plan: &Plan,
     memo: &mut ConflictMemo,
-    foreign: &BTreeSet<ObjectId>,
-    options: &WriteOptions,
+    writes: &Writes<'_>,
 ) -> Vec<Written> {
-    memo.retain(plan, foreign);
-    let limit = options.max_concurrent.max(1);
+    memo.retain(plan, writes.foreign);
+    let limit = writes.options.max_concurrent.max(1);
     let writer = Writer {
         client,
         gate,
         metrics,
         memo,
-        foreign,
-        adopt_existing: options.adopt_existing,
+        foreign: writes.foreign,
+        adopt_existing: writes.options.adopt_existing,
+        learn: writes.learn,
     };
     let writer = &writer;
     let mut applied: Vec<(usize, Applied)> = Vec::with_capacity(plan.applies.len());
@@ -330,7 +344,6 @@ pub async fn execute(
             id: a.id.clone(),
             rule: a.rule.clone(),
             outcome: r.outcome,
-            live: r.live,
         });
     }
     for (i, outcome) in deleted {
@@ -340,7 +353,6 @@ pub async fn execute(
             id: d.id.clone(),
             rule: d.rule.clone(),
             outcome,
-            live: None,
         });
     }
     out
@@ -359,11 +371,10 @@ impl Writer<'_> {
         let mut live = None;
         let mut conflict = None;
         let outcome = apply_one(self, a, &mut live, &mut conflict).await;
-        Applied {
-            outcome,
-            live,
-            conflict,
+        if let (Some(learn), Some(live), true) = (self.learn, live, outcome.is_applied()) {
+            learn(Learned::Applied(Live::new(live)));
         }
+        Applied { outcome, conflict }
     }
 
     async fn delete(&self, d: &Delete) -> Outcome {
@@ -379,10 +390,15 @@ impl Writer<'_> {
         )
         .await
         {
-            Ok(()) => match &d.revoked {
-                Some(why) => Outcome::Revoked(why.clone()),
-                None => Outcome::Deleted,
-            },
+            Ok(()) => {
+                if let Some(learn) = self.learn {
+                    learn(Learned::Deleted(d.id.clone(), d.uid.clone()));
+                }
+                match &d.revoked {
+                    Some(why) => Outcome::Revoked(why.clone()),
+                    None => Outcome::Deleted,
+                }
+            }
             Err(e) if e.is_gone_or_changed() => Outcome::Raced,
             Err(e) => Outcome::Failed(e),
         }

@@ -22,7 +22,6 @@ pub mod sync;
 pub mod watch;
 pub mod world;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -247,10 +246,13 @@ async fn control_loop(
         ready,
         identity,
     } = ctx;
-    // Unbounded: every watch task keeps reading its stream even while a
-    // write pass holds the loop, so the API server never closes a watch as
-    // unresponsive and the cache never goes stale (events queue meanwhile).
+    // Unbounded: every watch task keeps reading its stream whatever the
+    // loop does, so the API server never closes a watch as unresponsive.
+    // The loop itself goes on applying events to the world while a write
+    // pass runs beside it (the queue stays short), and the pass reports
+    // what each write did through the same queue.
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let learned = tx.clone();
     let mut world = World::new(args.allow_clusterrole.clone());
     let mut watches = Watches::start(
         client.clone(),
@@ -258,11 +260,18 @@ async fn control_loop(
         args.manage,
         args.allow_clusterrole.as_deref(),
     );
-    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
+    let syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
         .adopt_existing(args.adopt_existing)
         .max_concurrent_writes(args.max_concurrent_writes)
         .with_waivers(args.waivers.clone())
         .with_limits(args.limits.clone());
+    // The syncer is lent to the running pass and comes back with its report.
+    let mut idle = Some(syncer);
+    let mut running: Option<RunningPass> = None;
+    // Asked to stop while a pass runs: the pass finishes first (the gate is
+    // closed, so it sends nothing more) — never cut between the delete and
+    // the apply of a re-created binding.
+    let mut stopping = false;
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;
@@ -276,7 +285,12 @@ async fn control_loop(
     loop {
         let wake = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
-            _ = wait_true(stop.clone()) => break,
+            _ = wait_true(stop.clone()), if !stopping => {
+                if running.is_none() {
+                    break;
+                }
+                stopping = true;
+            }
             feed = rx.recv() => {
                 let Some(feed) = feed else { break };
                 let change = world.apply(feed);
@@ -293,7 +307,7 @@ async fn control_loop(
                     due.get_or_insert_with(|| Instant::now() + debounce);
                 }
             }
-            _ = tokio::time::sleep_until(wake), if due.is_some() => {
+            _ = tokio::time::sleep_until(wake), if due.is_some() && running.is_none() => {
                 due = None;
                 if !world.base_synced() {
                     continue;
@@ -304,12 +318,33 @@ async fn control_loop(
                 if !gate.open() {
                     continue;
                 }
+                let Some(mut syncer) = idle.take() else { continue };
                 let allow = world.allow_rules();
                 let holds = world.holds();
-                let snap = world.snapshot(allow.as_ref(), &holds);
-                let mut report = syncer.sync(&snap).await;
-                world.learn(&mut report.written);
-                log_report(&report, &holds);
+                let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
+                let held = holds.len();
+                let learned = learned.clone();
+                running = Some(Box::pin(async move {
+                    let learn = move |l: apply::Learned| {
+                        let _ = learned.send(world::Feed::Learned(l));
+                    };
+                    let report = syncer.write(pass, Some(&learn)).await;
+                    (syncer, report, held)
+                }));
+            }
+            done = async {
+                match running.as_mut() {
+                    Some(pass) => pass.await,
+                    None => std::future::pending().await,
+                }
+            }, if running.is_some() => {
+                running = None;
+                let (syncer, report, held) = done;
+                idle = Some(syncer);
+                log_report(&report, held);
+                if stopping {
+                    break;
+                }
                 if report.retry {
                     due = Some(Instant::now() + retry);
                     retry = (retry * 2).min(MAX_RETRY);
@@ -358,7 +393,12 @@ async fn control_loop(
     Ok(())
 }
 
-fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>) {
+/// A write pass running beside the loop; yields the syncer back, the
+/// report, and how many rules were held.
+type RunningPass =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (Syncer, sync::SyncReport, usize)> + Send>>;
+
+fn log_report(report: &sync::SyncReport, held: usize) {
     let applied = report
         .written
         .iter()
@@ -377,7 +417,7 @@ fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>)
     if report.plan.is_empty() && report.status_patches == 0 {
         tracing::debug!(
             unchanged = report.plan.unchanged.len(),
-            held = holds.len(),
+            held,
             "reconciled: no changes"
         );
     } else {
@@ -387,7 +427,7 @@ fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>)
             unchanged = report.plan.unchanged.len(),
             kept = report.plan.kept.len(),
             status_patches = report.status_patches,
-            held = holds.len(),
+            held,
             "reconciled"
         );
     }

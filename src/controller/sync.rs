@@ -234,9 +234,49 @@ impl Syncer {
     /// One reconcile: evaluate, write the differences, update statuses and
     /// publish Events. Writes nothing while the gate is closed.
     pub async fn sync(&mut self, snap: &Snapshot<'_>) -> SyncReport {
+        let pass = self.prepare(snap);
+        self.write(pass, None).await
+    }
+
+    /// The first half of a reconcile: evaluates the snapshot and plans,
+    /// keeping what the writes and statuses need, so that the world the
+    /// snapshot borrows can go on taking watch events while they are sent.
+    pub fn prepare(&mut self, snap: &Snapshot<'_>) -> Pass {
         // The engine runs on a thread of its own; this worker hands its
         // other tasks (watches, metrics, lease) to another while it waits.
         let (evaluation, plan) = off_runtime(|| self.evaluate(snap));
+        // Only the names a create needs to look at.
+        let foreign = plan
+            .applies
+            .iter()
+            .filter(|a| a.action == plan::ApplyAction::Create && snap.foreign.contains(&a.id))
+            .map(|a| a.id.clone())
+            .collect();
+        Pass {
+            evaluation,
+            plan,
+            rules: snap.rules.clone(),
+            holds: snap.holds.clone(),
+            foreign,
+        }
+    }
+
+    /// The second half of a reconcile: sends the planned writes (telling
+    /// `learn` what each did as soon as it is answered), then updates
+    /// statuses and publishes Events. Writes nothing while the gate is
+    /// closed.
+    pub async fn write(
+        &mut self,
+        pass: Pass,
+        learn: Option<&(dyn Fn(apply::Learned) + Send + Sync)>,
+    ) -> SyncReport {
+        let Pass {
+            evaluation,
+            plan,
+            rules,
+            holds,
+            foreign,
+        } = pass;
         let mut report = SyncReport {
             plan,
             written: Vec::new(),
@@ -259,14 +299,18 @@ impl Syncer {
         if deferred > 0 {
             tracing::info!(deferred, "prunes deferred until every watch has listed");
         }
+        let writes = apply::Writes {
+            options: &self.writes,
+            foreign: &foreign,
+            learn,
+        };
         report.written = apply::execute(
             &self.client,
             &self.gate,
             &self.metrics,
             &report.plan,
             &mut self.conflicts,
-            snap.foreign,
-            &self.writes,
+            &writes,
         )
         .await;
         for w in &report.written {
@@ -281,17 +325,17 @@ impl Syncer {
             }
         }
 
-        let managed = managed_counts(snap.owned, &report);
+        let managed = managed_counts(&report);
         self.metrics
             .managed_objects
             .set(managed.values().sum::<i64>());
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        self.warned.retain(|n, _| snap.rules.contains_key(n));
-        for (name, rule) in snap.rules {
+        self.warned.retain(|n, _| rules.contains_key(n));
+        for (name, rule) in &rules {
             let writes: Vec<&Written> = report.written.iter().filter(|w| &w.rule == name).collect();
             let inputs = RuleInputs {
                 report: evaluation.reports.get(name),
-                hold: snap.holds.get(name),
+                hold: holds.get(name),
                 writes: &writes,
                 managed: managed.get(name).copied().unwrap_or(0),
                 manage: self.manage,
@@ -323,6 +367,25 @@ impl Syncer {
     }
 }
 
+/// A reconcile between its plan and its writes: everything the writes,
+/// statuses and Events need, owned (nothing borrowed from the world).
+#[derive(Debug)]
+pub struct Pass {
+    evaluation: Evaluation,
+    plan: Plan,
+    rules: BTreeMap<String, RbacRule>,
+    holds: BTreeMap<String, Hold>,
+    /// The planned creates whose names objects without our label hold.
+    foreign: BTreeSet<ObjectId>,
+}
+
+impl Pass {
+    /// The planned writes.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+}
+
 /// Runs blocking work without holding up the runtime's other tasks:
 /// `block_in_place` on a multi-threaded runtime (a current-thread runtime,
 /// as in tests, has no other worker to hand them to).
@@ -338,7 +401,7 @@ fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
 /// desired objects, plus live ones left alone. The plan's lists are
 /// disjoint (desired: unchanged or applied; live and unwanted: kept or
 /// deleted), so each object counts once without collecting ids.
-fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTreeMap<String, i64> {
+fn managed_counts(report: &SyncReport) -> BTreeMap<String, i64> {
     let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
     fn bump<'a>(counts: &mut BTreeMap<&'a str, i64>, rule: &'a str) {
         *counts.entry(rule).or_insert(0) += 1;
@@ -356,9 +419,10 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
     for a in &report.plan.applies {
         let now_ours = match outcome.get(&a.id) {
             Some(o) if o.is_applied() => true,
-            // Not written: it still exists if it existed.
+            // Not written: it still exists if it existed (planned as an
+            // update or re-creation, not a create).
             Some(Outcome::Skipped | Outcome::Raced | Outcome::Failed(_) | Outcome::Blocked(_))
-            | None => owned.contains_key(&a.id),
+            | None => a.action != plan::ApplyAction::Create,
             Some(_) => false,
         };
         if now_ours {

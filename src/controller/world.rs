@@ -12,6 +12,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 
+use super::apply::Learned;
 use super::plan::{Live, ObjectId};
 use super::status::Hold;
 use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
@@ -32,6 +33,8 @@ pub enum Feed {
     Kind(GroupKind, u64, Event<Value>),
     /// An event of the allow-list ClusterRole watch.
     Allow(Box<Event<ClusterRole>>),
+    /// What a write just did (from the write pass, not a watch).
+    Learned(Learned),
     /// A watch error.
     Error(Source, watcher::Error),
 }
@@ -281,6 +284,7 @@ impl World {
                     change.dirty = true;
                 }
             },
+            Feed::Learned(learned) => change.dirty = self.learn(learned),
             Feed::Error(source, error) => {
                 tracing::warn!(?source, error = %error, "watch error");
                 match source {
@@ -337,7 +341,10 @@ impl World {
         let Some(id) = ObjectId::of(&o) else {
             return false;
         };
-        let live = Live::new(o);
+        self.upsert_live(id, Live::new(o))
+    }
+
+    fn upsert_live(&mut self, id: ObjectId, live: Live) -> bool {
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
             // A watch event from before a write whose response the cache
@@ -375,22 +382,22 @@ impl World {
         }
     }
 
-    /// Learns the outcome of writes at once: objects as the API server
-    /// returned them after an apply, and pruned objects gone. The watch
-    /// events that follow confirm them (or are older, and ignored). The
-    /// returned objects are moved out of `written`, not copied.
-    pub fn learn(&mut self, written: &mut [super::apply::Written]) {
-        for w in written {
-            match &w.outcome {
-                o if o.is_applied() => {
-                    if let Some(live) = w.live.take() {
-                        self.upsert_owned(live);
-                    }
-                }
-                super::apply::Outcome::Deleted | super::apply::Outcome::Revoked(_) => {
-                    self.remove_owned(&w.id);
-                }
-                _ => {}
+    /// Learns what a write did as soon as it is answered: the object as
+    /// the API server returned it, or that it is gone. The watch events
+    /// that follow confirm it (or are older, and ignored).
+    pub fn learn(&mut self, learned: Learned) -> bool {
+        match learned {
+            Learned::Applied(live) => match ObjectId::of(&live.object) {
+                Some(id) => self.upsert_live(id, live),
+                None => false,
+            },
+            // Only the object deleted: not one made again since.
+            Learned::Deleted(id, uid) => {
+                let same = self
+                    .owned
+                    .get(&id)
+                    .is_some_and(|l| uid.is_none() || l.uid() == uid.as_deref());
+                same && self.remove_owned(&id)
             }
         }
     }
@@ -844,48 +851,44 @@ mod tests {
 
     #[test]
     fn the_cache_learns_from_writes_and_ignores_older_watch_events() {
-        use crate::controller::apply::{Outcome, Written};
         let mut w = base_world();
         let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
         let gk = output_gk(OutputKind::ClusterRole);
         let key = (String::new(), "x".to_string());
-        let version = |rv: &str, verbs: Value| {
+        let version = |rv: &str, uid: &str, verbs: Value| {
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "x", "resourceVersion": rv,
+                "metadata": {"name": "x", "resourceVersion": rv, "uid": uid,
                              "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
         };
-        let written = |outcome, live| Written {
-            id: id.clone(),
-            rule: "r".into(),
-            outcome,
-            live,
-        };
-        w.learn(&mut [written(
-            Outcome::Created,
-            Some(version("20", json!(["get"]))),
-        )]);
+        let c = w.apply(Feed::Learned(Learned::Applied(Live::new(version(
+            "20",
+            "u1",
+            json!(["get"]),
+        )))));
+        assert!(c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("20"));
         // Mirrored into the store the engine judges (no rule reads the kind).
         assert!(w.store.get(&gk, &key).is_some());
         // The watch then delivers an event from before the write.
         let c = w.apply(Feed::Owned(
             OutputKind::ClusterRole,
-            Event::Apply(version("12", json!(["list"]))),
+            Event::Apply(version("12", "u1", json!(["list"]))),
         ));
         assert!(!c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("20"));
         // A newer one replaces it.
         let c = w.apply(Feed::Owned(
             OutputKind::ClusterRole,
-            Event::Apply(version("21", json!(["watch"]))),
+            Event::Apply(version("21", "u1", json!(["watch"]))),
         ));
         assert!(c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("21"));
-        // A failed write teaches nothing; a prune removes at once.
-        w.learn(&mut [written(Outcome::Skipped, Some(version("30", json!([]))))]);
-        assert_eq!(w.owned[&id].resource_version(), Some("21"));
-        w.learn(&mut [written(Outcome::Revoked("policy".into()), None)]);
+        // A delete of another object of the name (made again since) keeps
+        // this one; a delete of this one removes it at once.
+        assert!(!w.learn(Learned::Deleted(id.clone(), Some("u0".into()))));
+        assert!(w.owned.contains_key(&id));
+        assert!(w.learn(Learned::Deleted(id.clone(), Some("u1".into()))));
         assert!(w.owned.is_empty());
         assert!(w.store.get(&gk, &key).is_none());
     }

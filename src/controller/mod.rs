@@ -260,13 +260,22 @@ async fn control_loop(
         args.manage,
         args.allow_clusterrole.as_deref(),
     );
-    let syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
+    let new_syncer = || {
+        Syncer::new(
+            client.clone(),
+            args.manage,
+            metrics.clone(),
+            gate.clone(),
+            identity.clone(),
+        )
         .adopt_existing(args.adopt_existing)
         .max_concurrent_writes(args.max_concurrent_writes)
         .with_waivers(args.waivers.clone())
-        .with_limits(args.limits.clone());
-    // The syncer is lent to the running pass and comes back with its report.
-    let mut idle = Some(syncer);
+        .with_limits(args.limits.clone())
+    };
+    // The syncer is lent to the running pass (a task of its own, beside
+    // the loop) and comes back with its report.
+    let mut idle = Some(new_syncer());
     let mut running: Option<RunningPass> = None;
     // Asked to stop while a pass runs: the pass finishes first (the gate is
     // closed, so it sends nothing more) — never cut between the delete and
@@ -324,7 +333,7 @@ async fn control_loop(
                 let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
                 let held = holds.len();
                 let learned = learned.clone();
-                running = Some(Box::pin(async move {
+                running = Some(tokio::spawn(async move {
                     let learn = move |l: apply::Learned| {
                         let _ = learned.send(world::Feed::Learned(l));
                     };
@@ -339,7 +348,19 @@ async fn control_loop(
                 }
             }, if running.is_some() => {
                 running = None;
-                let (syncer, report, held) = done;
+                let (syncer, report, held) = match done {
+                    Ok(done) => done,
+                    Err(e) => {
+                        // The pass panicked: start afresh, retry soon.
+                        tracing::error!(error = %e, "write pass failed");
+                        idle = Some(new_syncer());
+                        due = Some(Instant::now() + retry);
+                        if stopping {
+                            break;
+                        }
+                        continue;
+                    }
+                };
                 idle = Some(syncer);
                 log_report(&report, held);
                 if stopping {
@@ -395,8 +416,7 @@ async fn control_loop(
 
 /// A write pass running beside the loop; yields the syncer back, the
 /// report, and how many rules were held.
-type RunningPass =
-    std::pin::Pin<Box<dyn std::future::Future<Output = (Syncer, sync::SyncReport, usize)> + Send>>;
+type RunningPass = tokio::task::JoinHandle<(Syncer, sync::SyncReport, usize)>;
 
 fn log_report(report: &sync::SyncReport, held: usize) {
     let applied = report

@@ -372,7 +372,7 @@ impl Writer<'_> {
         let mut conflict = None;
         let outcome = apply_one(self, a, &mut live, &mut conflict).await;
         if let (Some(learn), Some(live), true) = (self.learn, live, outcome.is_applied()) {
-            learn(Learned::Applied(Live::new(live)));
+            learn(Learned::Applied(live));
         }
         Applied { outcome, conflict }
     }
@@ -443,7 +443,7 @@ fn log_outcome(id: &ObjectId, outcome: &Outcome) {
 async fn apply_one(
     w: &Writer<'_>,
     a: &Apply,
-    learned: &mut Option<Value>,
+    learned: &mut Option<Live>,
     conflict: &mut Option<String>,
 ) -> Outcome {
     let api = api_for(w.client, &a.id);
@@ -617,14 +617,14 @@ async fn send_apply(
     metrics: &Metrics,
     a: &Apply,
     force: bool,
-    learned: &mut Option<serde_json::Value>,
+    learned: &mut Option<Live>,
 ) -> Result<(), Error> {
     let params = PatchParams::apply(FIELD_MANAGER);
     let params = if force { params.force() } else { params };
     metrics.write(a.id.kind.as_str(), "apply");
     api.patch(&a.id.name, &params, &Patch::Apply(&*a.object))
         .await
-        .map(|o| *learned = serde_json::to_value(o).ok())
+        .map(|o| *learned = Some(Live::from_object(o)))
         .map_err(|source| Error::Api {
             action: "apply",
             object: a.id.to_string(),

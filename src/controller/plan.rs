@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::{Map, Value};
 
 use crate::api::OutputKind;
@@ -94,7 +95,21 @@ impl OwnedFields {
                 e["manager"].as_str() == Some(FIELD_MANAGER)
                     && e["operation"].as_str() == Some("Apply")
             })?;
-        let fields = &entry["fieldsV1"];
+        Some(Self::from_fields_v1(&entry["fieldsV1"]))
+    }
+
+    /// Like [`OwnedFields::from_managed_fields`], from typed entries (a
+    /// watched object's metadata, before it is turned into JSON).
+    pub fn from_entries(entries: &[ManagedFieldsEntry]) -> Option<OwnedFields> {
+        let entry = entries.iter().find(|e| {
+            e.manager.as_deref() == Some(FIELD_MANAGER) && e.operation.as_deref() == Some("Apply")
+        })?;
+        let fields = entry.fields_v1.as_ref().map(|f| &f.0);
+        Some(Self::from_fields_v1(fields.unwrap_or(&Value::Null)))
+    }
+
+    /// The fields a `fieldsV1` set names.
+    fn from_fields_v1(fields: &Value) -> OwnedFields {
         let keys = |v: &Value| -> BTreeSet<String> {
             v.as_object()
                 .into_iter()
@@ -110,12 +125,12 @@ impl OwnedFields {
             .filter_map(|k| serde_json::from_str::<Value>(k).ok())
             .filter_map(|k| k["uid"].as_str().map(str::to_string))
             .collect();
-        Some(OwnedFields {
+        OwnedFields {
             labels: keys(&fields["f:metadata"]["f:labels"]),
             annotations: keys(&fields["f:metadata"]["f:annotations"]),
             owner_uids,
             top: keys(fields),
-        })
+        }
     }
 }
 
@@ -141,6 +156,17 @@ impl Live {
         Live {
             object: Arc::new(object),
             ours,
+        }
+    }
+
+    /// Like [`Live::new`], from a typed object (a watch event or an apply
+    /// response): managedFields are read where they are and never turned
+    /// into JSON.
+    pub fn from_object(mut obj: kube::api::DynamicObject) -> Live {
+        let entries = obj.metadata.managed_fields.take().unwrap_or_default();
+        Live {
+            ours: OwnedFields::from_entries(&entries),
+            object: Arc::new(serde_json::to_value(&obj).unwrap_or(Value::Null)),
         }
     }
 
@@ -662,6 +688,22 @@ mod tests {
         // Live::new keeps the summary but strips managedFields.
         let l = live(json!({"metadata": {"managedFields": []}}));
         assert!(l.object["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn a_typed_object_is_summarised_like_its_json() {
+        let json = json!({"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": "r", "labels": {"a": "1"},
+              "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply",
+                "apiVersion": RBAC_API_VERSION, "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}, "f:rules": {}}}]},
+            "rules": []});
+        let typed: kube::api::DynamicObject = serde_json::from_value(json.clone()).expect("object");
+        let from_typed = Live::from_object(typed);
+        assert_eq!(from_typed, Live::new(json));
+        assert!(from_typed.object["metadata"].get("managedFields").is_none());
+        let ours = from_typed.ours.expect("ours");
+        assert!(ours.labels.contains("a") && ours.top.contains("rules"));
     }
 
     #[test]

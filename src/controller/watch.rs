@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::apply::api_resource;
+use super::plan::Live;
 use super::world::{Feed, Source, World, map_event, output_kind};
 use crate::api::{ManageLevel, OutputKind, RbacRule};
 use crate::engine::{GroupKind, Interest};
@@ -206,9 +207,21 @@ fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: Output
         api,
         watcher::Config::default(),
         tx.clone(),
-        move |ev| Feed::Owned(kind, map_event(ev, |o| to_value(&o, &ar, false))),
+        move |ev| Feed::Owned(kind, map_event(ev, |o| to_live(o, &ar))),
         move || Source::Owned(kind),
     )
+}
+
+/// An object of an output kind as the caches keep it: what our field
+/// manager owns read from its managedFields, which are then dropped here
+/// (they are large), before the object is queued or buffered in a list.
+fn to_live(mut obj: DynamicObject, ar: &ApiResource) -> Live {
+    // List items lack apiVersion and kind.
+    obj.types = Some(kube::core::TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    });
+    Live::from_object(obj)
 }
 
 /// Finds the ApiResource of an interest: the version it names, else the

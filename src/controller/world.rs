@@ -27,7 +27,7 @@ pub enum Feed {
     Rules(Box<Event<RbacRule>>),
     /// An event of the watch on every object of an output kind: ours (with
     /// our managed-by label) are cached, others only by name.
-    Owned(OutputKind, Event<Value>),
+    Owned(OutputKind, Event<Live>),
     /// An event of a watch on a kind the rules read; `epoch` tells a
     /// restarted watch from its predecessor.
     Kind(GroupKind, u64, Event<Value>),
@@ -151,7 +151,7 @@ pub struct World {
     /// one of these names is looked up before it is written (adoption or
     /// conflict); every other name is free, so a create needs no read.
     pub foreign: BTreeSet<ObjectId>,
-    owned_listing: BTreeMap<OutputKind, Listing<Value>>,
+    owned_listing: BTreeMap<OutputKind, Listing<Live>>,
     /// `--allow-clusterrole`, if set.
     allow_name: Option<String>,
     allow: Option<ClusterRole>,
@@ -221,7 +221,7 @@ impl World {
                     Step::Nothing => {}
                     Step::Upsert(o) => change.dirty = self.upsert_rbac(o),
                     Step::Remove(o) => {
-                        if let Some(id) = ObjectId::of(&o) {
+                        if let Some(id) = ObjectId::of(&o.object) {
                             let foreign = self.foreign.remove(&id);
                             let owned = self.remove_owned(&id);
                             let gk = output_gk(kind);
@@ -315,13 +315,13 @@ impl World {
     /// An object of an output kind as a watch delivers it: ours is cached,
     /// anyone else's only named (taking our label off an object makes it
     /// someone else's).
-    fn upsert_rbac(&mut self, o: Value) -> bool {
-        let Some(id) = ObjectId::of(&o) else {
+    fn upsert_rbac(&mut self, o: Live) -> bool {
+        let Some(id) = ObjectId::of(&o.object) else {
             return false;
         };
-        if super::plan::is_managed(&o) {
+        if o.is_managed() {
             let foreign = self.foreign.remove(&id);
-            return self.upsert_owned(o) || foreign;
+            return self.upsert_live(id, o) || foreign;
         }
         let owned = self.remove_owned(&id);
         let gk = output_gk(id.kind);
@@ -330,18 +330,11 @@ impl World {
         // ClusterRoles, an allow-list), else only its name is.
         if self.kinds.contains_key(&gk) {
             let key = (id.namespace.clone(), id.name.clone());
-            if self.store.get(&gk, &key) != Some(&o) {
-                read = self.store.insert(o).is_ok();
+            if self.store.get(&gk, &key) != Some(&*o.object) {
+                read = self.store.insert_shared(o.object).is_ok();
             }
         }
         self.foreign.insert(id) || owned || read
-    }
-
-    fn upsert_owned(&mut self, o: Value) -> bool {
-        let Some(id) = ObjectId::of(&o) else {
-            return false;
-        };
-        self.upsert_live(id, Live::new(o))
     }
 
     fn upsert_live(&mut self, id: ObjectId, live: Live) -> bool {
@@ -699,6 +692,11 @@ mod tests {
         r
     }
 
+    /// An event of an output-kind watch, as the watch task makes it.
+    fn owned(kind: OutputKind, e: Event<Value>) -> Feed {
+        Feed::Owned(kind, map_event(e, Live::new))
+    }
+
     fn widget(name: &str) -> Value {
         json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name}})
     }
@@ -720,7 +718,7 @@ mod tests {
         assert!(!w.base_synced());
         w.apply(Feed::Rules(Box::new(Event::InitDone)));
         for k in OutputKind::ALL {
-            listed(&mut w, |e| Feed::Owned(k, e), vec![]);
+            listed(&mut w, |e| owned(k, e), vec![]);
         }
         assert!(w.base_synced());
         w
@@ -813,7 +811,7 @@ mod tests {
         let err = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)));
         w.apply(Feed::Error(Source::Owned(OutputKind::Role), err));
         assert!(!w.base_synced());
-        listed(&mut w, |e| Feed::Owned(OutputKind::Role, e), vec![]);
+        listed(&mut w, |e| owned(OutputKind::Role, e), vec![]);
         assert!(w.base_synced());
     }
 
@@ -836,15 +834,12 @@ mod tests {
             "metadata": {"name": "x", "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
                          "managedFields": [{"manager": "rbac-rules", "operation": "Apply",
                                             "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}}]}});
-        let c = w.apply(Feed::Owned(
-            OutputKind::ClusterRole,
-            Event::Apply(role.clone()),
-        ));
+        let c = w.apply(owned(OutputKind::ClusterRole, Event::Apply(role.clone())));
         assert!(c.dirty);
         let live = &w.owned[&ObjectId::new(OutputKind::ClusterRole, "", "x")];
         assert!(live.object["metadata"].get("managedFields").is_none());
         assert!(live.ours.as_ref().is_some_and(|o| o.labels.contains("a")));
-        let c = w.apply(Feed::Owned(OutputKind::ClusterRole, Event::Delete(role)));
+        let c = w.apply(owned(OutputKind::ClusterRole, Event::Delete(role)));
         assert!(c.dirty);
         assert!(w.owned.is_empty());
     }
@@ -871,14 +866,14 @@ mod tests {
         // Mirrored into the store the engine judges (no rule reads the kind).
         assert!(w.store.get(&gk, &key).is_some());
         // The watch then delivers an event from before the write.
-        let c = w.apply(Feed::Owned(
+        let c = w.apply(owned(
             OutputKind::ClusterRole,
             Event::Apply(version("12", "u1", json!(["list"]))),
         ));
         assert!(!c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("20"));
         // A newer one replaces it.
-        let c = w.apply(Feed::Owned(
+        let c = w.apply(owned(
             OutputKind::ClusterRole,
             Event::Apply(version("21", "u1", json!(["watch"]))),
         ));
@@ -902,7 +897,7 @@ mod tests {
             vec![json!({})],
         );
         for k in OutputKind::ALL {
-            listed(&mut w, |e| Feed::Owned(k, e), vec![]);
+            listed(&mut w, |e| owned(k, e), vec![]);
         }
         assert!(!w.base_synced());
         w.apply(Feed::Allow(Box::new(Event::Init)));
@@ -932,7 +927,7 @@ mod tests {
         let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
         listed(
             &mut w,
-            |e| Feed::Owned(OutputKind::ClusterRole, e),
+            |e| owned(OutputKind::ClusterRole, e),
             vec![cluster_role("x", false), cluster_role("ours", true)],
         );
         assert!(w.foreign.contains(&id));
@@ -946,7 +941,7 @@ mod tests {
         assert_eq!(names, vec!["ours"]);
         // Taking our label off moves an object out of our cache in the same
         // event that names it someone else's; putting it on moves it back.
-        let c = w.apply(Feed::Owned(
+        let c = w.apply(owned(
             OutputKind::ClusterRole,
             Event::Apply(cluster_role("ours", false)),
         ));
@@ -954,13 +949,13 @@ mod tests {
         let ours = ObjectId::new(OutputKind::ClusterRole, "", "ours");
         assert!(w.foreign.contains(&ours) && !w.owned.contains_key(&ours));
         assert_eq!(w.store.list(&gk).count(), 0);
-        w.apply(Feed::Owned(
+        w.apply(owned(
             OutputKind::ClusterRole,
             Event::Apply(cluster_role("x", true)),
         ));
         assert!(!w.foreign.contains(&id) && w.owned.contains_key(&id));
         // A deleted object frees its name.
-        w.apply(Feed::Owned(
+        w.apply(owned(
             OutputKind::ClusterRole,
             Event::Delete(cluster_role("ours", false)),
         ));
@@ -973,7 +968,7 @@ mod tests {
         let gk = output_gk(OutputKind::ClusterRole);
         listed(
             &mut w,
-            |e| Feed::Owned(OutputKind::ClusterRole, e),
+            |e| owned(OutputKind::ClusterRole, e),
             vec![cluster_role("other", false), cluster_role("ours", true)],
         );
         let spec: RbacRuleSpec = serde_json::from_value(json!({
@@ -996,7 +991,7 @@ mod tests {
         ));
         listed(
             &mut w,
-            |e| Feed::Owned(OutputKind::ClusterRole, e),
+            |e| owned(OutputKind::ClusterRole, e),
             vec![cluster_role("other", false), cluster_role("ours", true)],
         );
         assert!(w.base_synced() && w.kinds_settled());

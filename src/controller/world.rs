@@ -152,6 +152,8 @@ pub struct World {
     /// conflict); every other name is free, so a create needs no read.
     pub foreign: BTreeSet<ObjectId>,
     owned_listing: BTreeMap<OutputKind, Listing<Live>>,
+    /// Per output kind whose list is in progress, the objects it held so far.
+    relisting: BTreeMap<OutputKind, BTreeSet<ObjectId>>,
     /// `--allow-clusterrole`, if set.
     allow_name: Option<String>,
     allow: Option<ClusterRole>,
@@ -215,29 +217,46 @@ impl World {
                     change.rules = true;
                 }
             },
+            // A list of an output kind is applied object by object, and
+            // what it no longer holds swept at its end: unchanged objects
+            // keep their cached copy (no second copy of thousands of
+            // objects during a relist, and the plan's memo stays valid).
+            Feed::Owned(kind, Event::Init) => {
+                self.relisting.insert(kind, BTreeSet::new());
+            }
+            Feed::Owned(kind, Event::InitApply(o)) => {
+                if let Some(id) = ObjectId::of(&o.object) {
+                    self.relisting.entry(kind).or_default().insert(id);
+                }
+                change.dirty = self.upsert_rbac(o);
+            }
+            Feed::Owned(kind, Event::InitDone) => {
+                let seen = self.relisting.remove(&kind).unwrap_or_default();
+                let listing = self.owned_listing.entry(kind).or_default();
+                listing.synced = true;
+                listing.error = None;
+                let gone: Vec<ObjectId> = self
+                    .owned
+                    .keys()
+                    .chain(self.foreign.iter())
+                    .filter(|id| id.kind == kind && !seen.contains(*id))
+                    .cloned()
+                    .collect();
+                for id in gone {
+                    self.forget_rbac(&id);
+                }
+                change.dirty = true;
+            }
             Feed::Owned(kind, ev) => {
                 let listing = self.owned_listing.entry(kind).or_default();
                 match listing.step(ev) {
-                    Step::Nothing => {}
                     Step::Upsert(o) => change.dirty = self.upsert_rbac(o),
                     Step::Remove(o) => {
                         if let Some(id) = ObjectId::of(&o.object) {
-                            let foreign = self.foreign.remove(&id);
-                            let owned = self.remove_owned(&id);
-                            let gk = output_gk(kind);
-                            let read = self.store.remove(&gk, &(id.namespace, id.name));
-                            change.dirty = owned || foreign || read.is_some();
+                            change.dirty = self.forget_rbac(&id);
                         }
                     }
-                    Step::Replace(all) => {
-                        self.owned.retain(|id, _| id.kind != kind);
-                        self.foreign.retain(|id| id.kind != kind);
-                        self.store.clear_kind(&output_gk(kind));
-                        for o in all {
-                            self.upsert_rbac(o);
-                        }
-                        change.dirty = true;
-                    }
+                    Step::Nothing | Step::Replace(_) => {}
                 }
             }
             Feed::Kind(gk, epoch, ev) => {
@@ -315,6 +334,16 @@ impl World {
     /// An object of an output kind as a watch delivers it: ours is cached,
     /// anyone else's only named (taking our label off an object makes it
     /// someone else's).
+    /// An object of an output kind is gone: from our cache, the names, and
+    /// the store.
+    fn forget_rbac(&mut self, id: &ObjectId) -> bool {
+        let foreign = self.foreign.remove(id);
+        let owned = self.remove_owned(id);
+        let key = (id.namespace.clone(), id.name.clone());
+        let read = self.store.remove(&output_gk(id.kind), &key).is_some();
+        owned || foreign || read
+    }
+
     fn upsert_rbac(&mut self, o: Live) -> bool {
         let Some(id) = ObjectId::of(&o.object) else {
             return false;
@@ -1012,5 +1041,36 @@ mod tests {
             .filter_map(|o| o["metadata"]["name"].as_str())
             .collect();
         assert_eq!(names, vec!["ours"]);
+    }
+
+    #[test]
+    fn a_relist_keeps_unchanged_copies_and_sweeps_what_is_gone() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        listed(
+            &mut w,
+            |e| owned(kind, e),
+            vec![
+                cluster_role("a", true),
+                cluster_role("b", true),
+                cluster_role("x", false),
+            ],
+        );
+        let a = ObjectId::new(kind, "", "a");
+        let before = w.owned[&a].object.clone();
+        // A relist (after 410 Gone): b was deleted meanwhile, x too.
+        w.apply(owned(kind, Event::Init));
+        w.apply(owned(kind, Event::InitApply(cluster_role("a", true))));
+        // Nothing is removed before the list is complete.
+        assert_eq!(w.owned.len(), 2);
+        assert!(w.foreign.contains(&ObjectId::new(kind, "", "x")));
+        let c = w.apply(owned(kind, Event::InitDone));
+        assert!(c.dirty);
+        let names: Vec<&str> = w.owned.keys().map(|id| id.name.as_str()).collect();
+        assert_eq!(names, vec!["a"]);
+        assert!(w.foreign.is_empty());
+        assert_eq!(w.store.list(&output_gk(kind)).count(), 1);
+        // The unchanged object kept its copy (the plan's memo holds).
+        assert!(Arc::ptr_eq(&before, &w.owned[&a].object));
     }
 }

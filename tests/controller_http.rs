@@ -1444,3 +1444,59 @@ async fn a_live_object_policy_refuses_is_revoked_even_when_its_trigger_is_kept()
         "a Warning Event: {seen:?}"
     );
 }
+
+/// A name the watches have not yet seen taken: the create is one unforced
+/// apply; when another manager's object turns out to hold the name (409),
+/// it is looked at and left alone like any foreign object, never taken
+/// over by force.
+#[tokio::test]
+async fn an_unseen_foreign_object_conflicts_instead_of_being_taken_over() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect_create(&format!("{ROLES}/viewer"))
+            .fail(409, "Conflict");
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer"))
+            .respond(
+                200,
+                foreign_role(
+                    Value::Null,
+                    json!({"app.kubernetes.io/managed-by": "Helm"}),
+                    json!({}),
+                ),
+            );
+        // No forced apply; the binding waits for its role.
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        assert_eq!(conditions_of(&status.body)["Degraded"].1, "Conflict");
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer")});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Conflict");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(matches!(
+        report.written[0].outcome,
+        Outcome::Conflict { fresh: true, .. }
+    ));
+    assert!(matches!(report.written[1].outcome, Outcome::Blocked(_)));
+}

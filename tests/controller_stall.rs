@@ -14,31 +14,17 @@ use std::time::Duration;
 mod support;
 
 use bytes::Bytes;
-use clap::Parser;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body::Frame;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full, StreamBody};
+use http_body_util::{BodyExt as _, StreamBody};
 use kube::Client;
 use kube::client::Body;
-use rbac_rules::controller::{RunArgs, run_with};
 use serde_json::{Value, json};
+use support::cluster::{BoxError, Controller, RespBody, full};
 use tokio::sync::{mpsc, oneshot};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type RespBody = BoxBody<Bytes, BoxError>;
 
 /// More than the 1,024 events the controller once buffered.
 const EVENTS: usize = 1_500;
-
-fn full(status: u16, v: &Value) -> Response<RespBody> {
-    let bytes = Bytes::from(serde_json::to_vec(v).expect("json"));
-    Response::builder()
-        .status(StatusCode::from_u16(status).expect("status"))
-        .header("content-type", "application/json")
-        .body(Full::new(bytes).map_err(|never| match never {}).boxed())
-        .expect("response")
-}
 
 fn streaming(rx: mpsc::Receiver<Bytes>) -> Response<RespBody> {
     let frames = futures::stream::unfold(rx, |mut rx| async move {
@@ -67,11 +53,6 @@ fn ns(name: &str, rv: usize) -> Value {
 
 #[tokio::test]
 async fn watches_are_drained_while_a_write_is_held() {
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
     let spec = json!({
         "trigger": {"kind": "Namespace", "metadataOnly": true},
         "outputs": [{"kind": "Role", "name": "viewer",
@@ -215,15 +196,7 @@ async fn watches_are_drained_while_a_write_is_held() {
             drop(parked);
         })
     };
-    let cli = Cli::parse_from([
-        "rbac-rules",
-        "--leader-election=false",
-        "--metrics-address=127.0.0.1:0",
-        "--debounce-ms=50",
-        "--identity=test",
-    ]);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controller = tokio::spawn(run_with(client, cli.run, stop_rx));
+    let controller = Controller::start(client, &[]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while roles.lock().expect("lock").len() < EVENTS + 1 {
         assert!(
@@ -240,12 +213,7 @@ async fn watches_are_drained_while_a_write_is_held() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop_tx.send(true).expect("stop");
-    tokio::time::timeout(Duration::from_secs(20), controller)
-        .await
-        .expect("the controller did not stop")
-        .expect("controller task")
-        .expect("controller result");
+    controller.stop().await;
     let roles = roles.lock().expect("lock").clone();
     let twice: Vec<_> = roles.iter().filter(|(_, n)| **n != 1).collect();
     assert!(twice.is_empty(), "written more than once: {twice:?}");
@@ -264,11 +232,6 @@ async fn watches_are_drained_while_a_write_is_held() {
 async fn a_slow_write_pass_keeps_draining_and_recovers_an_expired_watch() {
     use support::cluster::{Behaviour, FakeCluster, NAMESPACES, RBAC};
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
     const FIRST: usize = 20;
     const DURING: usize = 300;
     let roles = format!("{RBAC}/roles");
@@ -288,16 +251,7 @@ async fn a_slow_write_pass_keeps_draining_and_recovers_an_expired_watch() {
             hold_first_apply: true,
         },
     );
-    let cli = Cli::parse_from([
-        "rbac-rules",
-        "--leader-election=false",
-        "--metrics-address=127.0.0.1:0",
-        "--debounce-ms=50",
-        "--identity=test",
-        "--max-concurrent-writes=4",
-    ]);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controller = tokio::spawn(run_with(client, cli.run, stop_rx));
+    let controller = Controller::start(client, &["--max-concurrent-writes=4"]);
     tokio::time::timeout(Duration::from_secs(20), fake.first_apply_held())
         .await
         .expect("no write pass started");
@@ -338,12 +292,7 @@ async fn a_slow_write_pass_keeps_draining_and_recovers_an_expired_watch() {
         f.rbac().len() == FIRST + DURING + 1
     })
     .await;
-    stop_tx.send(true).expect("stop");
-    tokio::time::timeout(Duration::from_secs(20), controller)
-        .await
-        .expect("the controller did not stop")
-        .expect("controller task")
-        .expect("controller result");
+    controller.stop().await;
 
     let log = fake.log();
     let mut writes: BTreeMap<&str, usize> = BTreeMap::new();

@@ -7,16 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use clap::Parser;
-use rbac_rules::controller::{RunArgs, run_with};
 use serde_json::json;
-use support::cluster::{Behaviour, FakeCluster, RBAC};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    run: RunArgs,
-}
+use support::cluster::{Behaviour, Controller, FakeCluster, RBAC};
 
 #[tokio::test]
 async fn a_pass_keeps_several_writes_in_flight_and_roles_go_first() {
@@ -43,28 +35,15 @@ async fn a_pass_keeps_several_writes_in_flight_and_roles_go_first() {
             hold_first_apply: false,
         },
     );
-    let cli = Cli::parse_from([
-        "rbac-rules",
-        "--leader-election=false",
-        "--metrics-address=127.0.0.1:0",
-        "--debounce-ms=20",
-        "--identity=test",
-        &format!("--max-concurrent-writes={LIMIT}"),
-    ]);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controller = tokio::spawn(run_with(client, cli.run, stop_rx));
+    let limit = format!("--max-concurrent-writes={LIMIT}");
+    let controller = Controller::start(client, &[&limit]);
     fake.until(
         Duration::from_secs(20),
         "a Role and a binding per Namespace",
         |f| f.rbac().len() == 2 * NAMESPACES,
     )
     .await;
-    stop_tx.send(true).expect("stop");
-    tokio::time::timeout(Duration::from_secs(20), controller)
-        .await
-        .expect("the controller did not stop")
-        .expect("controller task")
-        .expect("controller result");
+    controller.stop().await;
 
     let most = fake.max_in_flight();
     assert!(

@@ -20,8 +20,10 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type RespBody = BoxBody<Bytes, BoxError>;
+/// The error type of response bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body type of the stand-ins' responses.
+pub type RespBody = BoxBody<Bytes, BoxError>;
 
 /// Path of the RbacRule collection.
 pub const RULES: &str = "/apis/rbacrules.io/v1alpha1/rbacrules";
@@ -91,6 +93,47 @@ impl State {
     }
 }
 
+/// `rbac-rules run` as a task: no leader election, metrics on a free
+/// port, a short debounce, plus `flags`.
+pub struct Controller {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), rbac_rules::controller::Error>>,
+}
+
+impl Controller {
+    /// Starts the control loop with `client`.
+    pub fn start(client: Client, flags: &[&str]) -> Controller {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: rbac_rules::controller::RunArgs,
+        }
+        let mut argv = vec![
+            "rbac-rules",
+            "--leader-election=false",
+            "--metrics-address=127.0.0.1:0",
+            "--debounce-ms=50",
+            "--identity=test",
+        ];
+        argv.extend_from_slice(flags);
+        let cli = Cli::parse_from(argv);
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(rbac_rules::controller::run_with(client, cli.run, stop_rx));
+        Controller { stop, task }
+    }
+
+    /// Asks it to stop and waits until it has, successfully.
+    pub async fn stop(self) {
+        self.stop.send(true).expect("stop");
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("the controller did not stop")
+            .expect("controller task")
+            .expect("controller result");
+    }
+}
+
 /// How the stand-in answers.
 #[derive(Clone, Debug, Default)]
 pub struct Behaviour {
@@ -112,7 +155,8 @@ pub struct FakeCluster {
     task: tokio::task::JoinHandle<()>,
 }
 
-fn full(status: u16, v: &Value) -> Response<RespBody> {
+/// A JSON response.
+pub fn full(status: u16, v: &Value) -> Response<RespBody> {
     let bytes = Bytes::from(serde_json::to_vec(v).expect("json"));
     Response::builder()
         .status(StatusCode::from_u16(status).expect("status"))

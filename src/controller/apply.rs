@@ -19,7 +19,8 @@ use serde_json::Value;
 use super::Error;
 use super::metrics::Metrics;
 use super::plan::{
-    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, keep_helm_annotation,
+    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_managed,
+    keep_helm_annotation,
 };
 use crate::api::OutputKind;
 use crate::engine::output::MANAGED_BY_LABEL;
@@ -472,9 +473,12 @@ async fn apply_one(
                 }
             }
             // Someone else's object holds the name: adopt it or leave it.
-            match api.get_opt(&a.id.name).await {
-                Ok(Some(existing)) if !has_our_label(&existing) => {
-                    let existing = serde_json::to_value(&existing).unwrap_or_default();
+            let found = api
+                .get_opt(&a.id.name)
+                .await
+                .map(|o| o.map(|o| serde_json::to_value(&o).unwrap_or_default()));
+            match found {
+                Ok(Some(existing)) if !is_managed(&existing) => {
                     match adoption(&a.id, &a.object, &existing, w.adopt_existing) {
                         Ok(why) => {
                             if !w.gate.open() {
@@ -549,14 +553,6 @@ async fn apply_one(
             }
         }
     }
-}
-
-fn has_our_label(obj: &DynamicObject) -> bool {
-    obj.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == crate::engine::output::MANAGED_BY_VALUE)
 }
 
 /// The controller ownerReference of an object, if any.

@@ -129,6 +129,8 @@ struct KindWatch {
     unresolved: Option<String>,
     epoch: u64,
     listing: Listing<Value>,
+    /// While a list is in progress, the objects it held so far.
+    seen: Option<BTreeSet<crate::engine::store::ObjectKey>>,
     /// Whether a watch runs (its task lives in [`super::watch::Watches`]).
     watching: bool,
 }
@@ -263,9 +265,36 @@ impl World {
                 let Some(w) = self.kinds.get_mut(&gk).filter(|w| w.epoch == epoch) else {
                     return change;
                 };
-                match w.listing.step(ev) {
-                    Step::Nothing => {}
-                    Step::Upsert(o) => {
+                // As for the output kinds: a list is applied object by
+                // object (an unchanged object keeps its stored copy) and
+                // what it no longer holds is swept at its end, which is
+                // also when it counts as a change.
+                match ev {
+                    Event::Init => w.seen = Some(BTreeSet::new()),
+                    Event::InitApply(o) => {
+                        if let Some(k) = key_of(&o) {
+                            w.seen.get_or_insert_with(BTreeSet::new).insert(k.clone());
+                            if self.store.get(&gk, &k) != Some(&o) {
+                                let _ = self.store.insert(o);
+                            }
+                        }
+                    }
+                    Event::InitDone => {
+                        let seen = w.seen.take().unwrap_or_default();
+                        w.listing.synced = true;
+                        w.listing.error = None;
+                        let gone: Vec<_> = self
+                            .store
+                            .list(&gk)
+                            .filter_map(key_of)
+                            .filter(|k| !seen.contains(k))
+                            .collect();
+                        for k in gone {
+                            self.store.remove(&gk, &k);
+                        }
+                        change.dirty = true;
+                    }
+                    Event::Apply(o) => {
                         let differs = key_of(&o)
                             .map(|k| self.store.get(&gk, &k) != Some(&o))
                             .unwrap_or(false);
@@ -274,17 +303,10 @@ impl World {
                             change.dirty = true;
                         }
                     }
-                    Step::Remove(o) => {
+                    Event::Delete(o) => {
                         if let Some(k) = key_of(&o) {
                             change.dirty = self.store.remove(&gk, &k).is_some();
                         }
-                    }
-                    Step::Replace(all) => {
-                        self.store.clear_kind(&gk);
-                        for o in all {
-                            let _ = self.store.insert(o);
-                        }
-                        change.dirty = true;
                     }
                 }
             }
@@ -661,6 +683,7 @@ impl World {
                 unresolved,
                 epoch,
                 listing: Listing::default(),
+                seen: None,
             },
         );
     }
@@ -763,6 +786,7 @@ mod tests {
                 unresolved: None,
                 epoch,
                 listing: Listing::default(),
+                seen: None,
                 watching: true,
             },
         );
@@ -797,15 +821,27 @@ mod tests {
         watch(&mut w, &gk, 1);
         assert!(matches!(w.holds().get("r"), Some(Hold::WaitingForSync(_))));
         assert!(!w.kinds_settled());
-        // A list in progress changes nothing; InitDone swaps it in.
+        // A list in progress starts no reconcile and the rule stays held;
+        // InitDone completes it.
         w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
         let c = w.apply(Feed::Kind(gk.clone(), 1, Event::InitApply(widget("a"))));
         assert!(!c.dirty);
-        assert_eq!(w.store.list(&gk).count(), 0);
+        assert!(matches!(w.holds().get("r"), Some(Hold::WaitingForSync(_))));
         let c = w.apply(Feed::Kind(gk.clone(), 1, Event::InitDone));
         assert!(c.dirty);
         assert_eq!(w.store.list(&gk).count(), 1);
         assert!(w.holds().is_empty());
+        // A relist keeps the copy of an unchanged object and sweeps what
+        // it no longer holds, at its end.
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Apply(widget("b"))));
+        let key = |n: &str| (String::new(), n.to_string());
+        let a = w.store.get(&gk, &key("a")).expect("a") as *const Value;
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
+        w.apply(Feed::Kind(gk.clone(), 1, Event::InitApply(widget("a"))));
+        assert_eq!(w.store.list(&gk).count(), 2);
+        w.apply(Feed::Kind(gk.clone(), 1, Event::InitDone));
+        assert_eq!(w.store.list(&gk).count(), 1);
+        assert!(std::ptr::eq(a, w.store.get(&gk, &key("a")).expect("a")));
         assert!(w.kinds_settled());
         // Events of a stopped predecessor are ignored.
         let c = w.apply(Feed::Kind(gk.clone(), 0, Event::Apply(widget("b"))));

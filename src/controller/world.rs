@@ -2,8 +2,10 @@
 //! by watch events and read by each reconcile. Pure: no client, no tasks;
 //! tested by feeding events ([`World::apply`]).
 //!
-//! Initial lists are buffered and swapped in at `InitDone`, so a re-list
-//! never shows a half-empty view.
+//! A list never shows a half-empty view: lists of objects are applied
+//! object by object (an unchanged object keeps its cached copy) and what a
+//! list no longer holds is swept at its end (`InitDone`); lists of rules
+//! and of the allow-list are buffered and swapped in then.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

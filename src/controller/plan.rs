@@ -925,10 +925,9 @@ mod plan_tests {
     fn only_changed_copies_are_compared_again() {
         let y = desired(OutputKind::Role, "a", "y", "r", "T/a");
         let of = |x: Desired| Evaluation {
-            desired: vec![x, y.clone()],
+            desired: [x, y.clone()].into_iter().collect(),
             reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
-            contested: BTreeSet::new(),
-            revoked: BTreeMap::new(),
+            ..Evaluation::default()
         };
         let evaluation = of(desired(OutputKind::Role, "a", "x", "r", "T/a"));
         let mut live = live_of(vec![

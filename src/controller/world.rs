@@ -256,7 +256,14 @@ impl World {
                 match listing.step(ev) {
                     Step::Upsert(o) => change.dirty = self.upsert_rbac(o),
                     Step::Remove(o) => {
-                        if let Some(id) = ObjectId::of(&o.object) {
+                        // The deletion of an older object of the name (a
+                        // binding re-created with a new roleRef, whose new
+                        // copy the cache already learned) keeps the new one.
+                        let newer =
+                            |l: &Live| matches!((l.uid(), o.uid()), (Some(a), Some(b)) if a != b);
+                        if let Some(id) = ObjectId::of(&o.object)
+                            && !self.owned.get(&id).is_some_and(newer)
+                        {
                             change.dirty = self.forget_rbac(&id);
                         }
                     }
@@ -1110,5 +1117,30 @@ mod tests {
         assert_eq!(w.store.list(&output_gk(kind)).count(), 1);
         // The unchanged object kept its copy (the plan's memo holds).
         assert!(Arc::ptr_eq(&before, &w.owned[&a].object));
+    }
+
+    #[test]
+    fn the_deletion_of_an_older_object_keeps_the_one_made_since() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let version = |uid: &str, rv: &str| {
+            let mut o = cluster_role("x", true);
+            o["metadata"]["uid"] = json!(uid);
+            o["metadata"]["resourceVersion"] = json!(rv);
+            o
+        };
+        listed(&mut w, |e| owned(kind, e), vec![version("old", "5")]);
+        // Re-created: the new copy is learned before the watch reports the
+        // deletion of the old one.
+        w.apply(Feed::Learned(Learned::Applied(Live::new(version(
+            "new", "9",
+        )))));
+        let c = w.apply(owned(kind, Event::Delete(version("old", "8"))));
+        assert!(!c.dirty);
+        let id = ObjectId::new(kind, "", "x");
+        assert_eq!(w.owned[&id].uid(), Some("new"));
+        // Its own deletion removes it.
+        w.apply(owned(kind, Event::Delete(version("new", "10"))));
+        assert!(w.owned.is_empty());
     }
 }

@@ -19,11 +19,12 @@ use tokio::sync::mpsc;
 use crate::api::ManageLevel;
 use crate::controller::apply::{self, Gate};
 use crate::controller::metrics::Metrics;
-use crate::controller::observe::{Watches, World};
 use crate::controller::plan::{
     ApplyAction, Live, ObjectId, OwnedFields, Plan, is_managed, keep_helm_annotation,
 };
 use crate::controller::sync::Syncer;
+use crate::controller::watch::Watches;
+use crate::controller::world::World;
 use crate::engine::Evaluation;
 
 /// Settings of `rbac-rules diff` (the subset of `run`'s that changes the
@@ -136,7 +137,7 @@ pub fn entries(
             (ApplyAction::Create, Some(found)) if !is_managed(&found) => {
                 match apply::adoption(&a.id, &a.object, &found, adopt_existing) {
                     Ok(why) => {
-                        let mut desired = a.object.clone();
+                        let mut desired = (*a.object).clone();
                         keep_helm_annotation(&mut desired, &found);
                         let after = applied(&found, None, &desired);
                         entry(Change::Adopt, Some(why), Some(found), Some(after))
@@ -158,7 +159,7 @@ pub fn entries(
                     ApplyAction::Recreate { .. } => Change::Recreate,
                     _ => Change::Update,
                 };
-                let before = live.map(|l| l.object.clone());
+                let before = live.map(|l| (*l.object).clone());
                 let after = match live {
                     Some(l) if change == Change::Update => {
                         applied(&l.object, l.ours.as_ref(), &a.object)
@@ -415,7 +416,8 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
     report_problems(&evaluation, &holds);
     let mut existing = BTreeMap::new();
     for a in &plan.applies {
-        if a.action == ApplyAction::Create {
+        // Only names the watches saw taken by another object need a look.
+        if a.action == ApplyAction::Create && world.foreign.contains(&a.id) {
             existing.insert(a.id.clone(), apply::get_existing(&client, &a.id).await?);
         }
     }
@@ -486,7 +488,7 @@ mod tests {
             id: id(name),
             rule: "r".into(),
             trigger: None,
-            object: role(name, ours(), rules),
+            object: role(name, ours(), rules).into(),
             action,
         }
     }

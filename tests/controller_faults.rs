@@ -47,7 +47,10 @@ fn desired(rules: &BTreeMap<String, RbacRule>) -> Vec<Value> {
     let live = BTreeMap::new();
     let holds = BTreeMap::new();
     let (_, plan) = s.evaluate(&snapshot(rules, &observed, &live, &holds));
-    plan.applies.into_iter().map(|a| a.object).collect()
+    plan.applies
+        .into_iter()
+        .map(|a| (*a.object).clone())
+        .collect()
 }
 
 /// Live copies of `objects` changed by someone else: every one needs an

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use http::Method;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -18,7 +18,7 @@ use rbac_rules::controller::plan::{KeepReason, ObjectId};
 use rbac_rules::controller::status::Hold;
 use rbac_rules::controller::sync::Snapshot;
 use serde_json::{Value, json};
-use support::{namespace, owned, pair, rule, rules, snapshot, store, syncer};
+use support::{NO_FOREIGN, namespace, owned, pair, rule, rules, snapshot, store, syncer};
 
 const ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles";
 const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings";
@@ -78,6 +78,12 @@ fn binding_manifest(name: &str, role: &str) -> Value {
     })
 }
 
+/// The Role team-a/viewer held by an object without our label, as the
+/// watches report it.
+fn viewer_role_taken() -> BTreeSet<ObjectId> {
+    BTreeSet::from([ObjectId::new(OutputKind::Role, "team-a", "viewer")])
+}
+
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
     Condition {
         type_: type_.into(),
@@ -132,24 +138,17 @@ async fn creates_role_then_binding_with_server_side_apply_then_status_and_event(
     let owned = BTreeMap::new();
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(async move {
-        // New objects: look for a foreign object of the name, then apply.
-        server
-            .next()
-            .await
-            .expect(Method::GET, &format!("{ROLES}/viewer"))
-            .not_found();
-        let apply = server.next().await.expect_apply(&format!("{ROLES}/viewer"));
-        assert_eq!(apply.body, role_manifest("viewer"));
-        apply.echo();
-        server
-            .next()
-            .await
-            .expect(Method::GET, &format!("{BINDINGS}/viewer"))
-            .not_found();
+        // New objects, names no other object holds: one apply each, no read.
         let apply = server
             .next()
             .await
-            .expect_apply(&format!("{BINDINGS}/viewer"));
+            .expect_create(&format!("{ROLES}/viewer"));
+        assert_eq!(apply.body, role_manifest("viewer"));
+        apply.echo();
+        let apply = server
+            .next()
+            .await
+            .expect_create(&format!("{BINDINGS}/viewer"));
         assert_eq!(apply.body, binding_manifest("viewer", "viewer"));
         apply.echo();
 
@@ -359,15 +358,10 @@ async fn a_renamed_binding_is_created_before_the_old_one_is_deleted() {
     ]);
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(async move {
-        server
-            .next()
-            .await
-            .expect(Method::GET, &format!("{BINDINGS}/viewer-v2"))
-            .not_found();
         let apply = server
             .next()
             .await
-            .expect_apply(&format!("{BINDINGS}/viewer-v2"));
+            .expect_create(&format!("{BINDINGS}/viewer-v2"));
         assert_eq!(apply.body, binding_manifest("viewer-v2", "viewer"));
         apply.echo();
         server
@@ -412,12 +406,7 @@ async fn a_changed_role_ref_deletes_then_applies_the_binding() {
         server
             .next()
             .await
-            .expect(Method::GET, &format!("{ROLES}/viewer2"))
-            .not_found();
-        server
-            .next()
-            .await
-            .expect_apply(&format!("{ROLES}/viewer2"))
+            .expect_create(&format!("{ROLES}/viewer2"))
             .echo();
         // roleRef is immutable: delete (guarded by uid and version), then
         // apply right away.
@@ -468,6 +457,7 @@ async fn an_unmanaged_object_of_the_same_name_is_left_alone_and_reported() {
     let observed = store(vec![namespace("team-a", json!({}))]);
     let owned = BTreeMap::new();
     let holds = BTreeMap::new();
+    let taken = viewer_role_taken();
     let scenario = tokio::spawn(async move {
         server
             .next()
@@ -504,7 +494,12 @@ async fn an_unmanaged_object_of_the_same_name_is_left_alone_and_reported() {
         server.done().await;
     });
     let mut s = syncer(client);
-    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    let report = s
+        .sync(&Snapshot {
+            foreign: &taken,
+            ..snapshot(&rules, &observed, &owned, &holds)
+        })
+        .await;
     drop(s);
     scenario.await.expect("scenario");
     assert!(matches!(
@@ -525,6 +520,7 @@ async fn a_known_conflict_is_not_looked_up_again() {
     let observed = store(vec![namespace("team-a", json!({}))]);
     let owned = BTreeMap::new();
     let holds = BTreeMap::new();
+    let taken = viewer_role_taken();
     let (tx, rx) = tokio::sync::oneshot::channel::<Value>();
     let scenario = tokio::spawn(async move {
         server
@@ -552,6 +548,7 @@ async fn a_known_conflict_is_not_looked_up_again() {
         rules: &rules1,
         observed: &observed,
         owned: &owned,
+        foreign: &taken,
         holds: &holds,
         allow: None,
         prune: true,
@@ -672,6 +669,7 @@ async fn held_rules_and_an_incomplete_view_never_delete() {
             rules: &rules,
             observed: &observed,
             owned: &owned,
+            foreign: &NO_FOREIGN,
             holds: &holds,
             allow: None,
             prune: false,
@@ -729,8 +727,7 @@ async fn cluster_scoped_outputs_and_aggregated_roles_without_rules() {
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(async move {
         let path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/widgets-view";
-        server.next().await.expect(Method::GET, path).not_found();
-        let apply = server.next().await.expect_apply(path);
+        let apply = server.next().await.expect_create(path);
         assert_eq!(
             apply.body,
             json!({
@@ -843,16 +840,14 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
                 ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
                     r.respond(200, list("RbacRuleList", vec![rule_obj.clone()]))
                 }
-                ("GET", p) if p.starts_with("/apis/rbac.authorization.k8s.io/v1/") => {
-                    if r.param("labelSelector").is_some() {
-                        assert_eq!(
-                            r.param("labelSelector"),
-                            Some("app.kubernetes.io%2Fmanaged-by%3Drbac-rules")
-                        );
-                        r.respond(200, list("List", vec![]))
-                    } else {
-                        r.not_found()
-                    }
+                // Every object of the output kinds is listed (ours and the
+                // names others hold); no object is looked up one by one.
+                ("GET", p)
+                    if p.starts_with("/apis/rbac.authorization.k8s.io/v1/")
+                        && p.matches('/').count() == 4 =>
+                {
+                    assert_eq!(r.param("labelSelector"), None);
+                    r.respond(200, list("List", vec![]))
                 }
                 ("GET", "/api") => r.respond(
                     200,
@@ -881,7 +876,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
                     )
                 }
                 ("PATCH", p) if p.starts_with("/apis/rbac.authorization.k8s.io/") => {
-                    let r = r.expect_apply(p);
+                    let r = r.expect_create(p);
                     r.echo()
                 }
                 ("PATCH", RULE_STATUS) => {
@@ -915,6 +910,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         rediscovery_seconds: 30,
         identity: Some("test".into()),
         adopt_existing: false,
+        max_concurrent_writes: 4,
         waivers: Default::default(),
         limits: Default::default(),
     };
@@ -997,6 +993,7 @@ async fn builtin_rules_converge_with_no_second_write() {
         rules: &rules,
         observed: &observed,
         owned: &BTreeMap::new(),
+        foreign: &NO_FOREIGN,
         holds: &holds,
         allow: None,
         prune: true,
@@ -1011,7 +1008,7 @@ async fn builtin_rules_converge_with_no_second_write() {
     // What the server holds after those applies.
     let mut live_objects = Vec::new();
     for (i, a) in first.applies.iter().enumerate() {
-        let mut o = a.object.clone();
+        let mut o = (*a.object).clone();
         let meta = o["metadata"].as_object_mut().expect("metadata");
         let keys = |m: Option<&Value>| -> Value {
             let mut f = serde_json::Map::new();
@@ -1049,6 +1046,7 @@ async fn builtin_rules_converge_with_no_second_write() {
         rules: &rules,
         observed: &observed,
         owned: &owned,
+        foreign: &NO_FOREIGN,
         holds: &holds,
         allow: None,
         prune: true,
@@ -1095,6 +1093,7 @@ async fn adopt_scenario(
     let observed = store(vec![namespace("team-a", json!({}))]);
     let owned = BTreeMap::new();
     let holds = BTreeMap::new();
+    let taken = viewer_role_taken();
     let scenario = tokio::spawn(async move {
         server
             .next()
@@ -1118,12 +1117,7 @@ async fn adopt_scenario(
         server
             .next()
             .await
-            .expect(Method::GET, &format!("{BINDINGS}/viewer"))
-            .not_found();
-        server
-            .next()
-            .await
-            .expect_apply(&format!("{BINDINGS}/viewer"))
+            .expect_create(&format!("{BINDINGS}/viewer"))
             .echo();
         let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
         let conds = conditions_of(&status.body);
@@ -1151,7 +1145,12 @@ async fn adopt_scenario(
         notes
     });
     let mut s = syncer(client).adopt_existing(adopt_flag);
-    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    let report = s
+        .sync(&Snapshot {
+            foreign: &taken,
+            ..snapshot(&rules, &observed, &owned, &holds)
+        })
+        .await;
     drop(s);
     let notes = scenario.await.expect("scenario");
     assert!(matches!(report.written[0].outcome, Outcome::Adopted(_)));
@@ -1201,6 +1200,7 @@ async fn conflict_scenario(existing: Value, adopt_flag: bool) -> String {
     let observed = store(vec![namespace("team-a", json!({}))]);
     let owned = BTreeMap::new();
     let holds = BTreeMap::new();
+    let taken = viewer_role_taken();
     let scenario = tokio::spawn(async move {
         server
             .next()
@@ -1223,7 +1223,12 @@ async fn conflict_scenario(existing: Value, adopt_flag: bool) -> String {
         conds["Degraded"].2.clone()
     });
     let mut s = syncer(client).adopt_existing(adopt_flag);
-    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    let report = s
+        .sync(&Snapshot {
+            foreign: &taken,
+            ..snapshot(&rules, &observed, &owned, &holds)
+        })
+        .await;
     drop(s);
     let message = scenario.await.expect("scenario");
     assert!(matches!(
@@ -1283,9 +1288,16 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
                 ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
                     r.respond(200, list("RbacRuleList", vec![rule_obj.clone()]))
                 }
+                // The Role the other controller made is listed with the
+                // rest: only its name is looked up.
+                ("GET", "/apis/rbac.authorization.k8s.io/v1/roles") => r.respond(
+                    200,
+                    list("RoleList", vec![json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                        "metadata": {"name": "viewer", "namespace": "team-a", "uid": "theirs"}})]),
+                ),
                 ("GET", p)
                     if p.starts_with("/apis/rbac.authorization.k8s.io/v1/")
-                        && r.param("labelSelector").is_some() =>
+                        && p.matches('/').count() == 4 =>
                 {
                     r.respond(200, list("List", vec![]))
                 }
@@ -1298,7 +1310,6 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
                                      "ownerReferences": owner("team-a")},
                         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
                 ),
-                ("GET", p) if p == format!("{BINDINGS}/viewer") => r.not_found(),
                 ("GET", "/api") => r.respond(
                     200,
                     json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
@@ -1432,4 +1443,60 @@ async fn a_live_object_policy_refuses_is_revoked_even_when_its_trigger_is_kept()
         seen.iter().any(|l| l == "EVENT Warning Revoked"),
         "a Warning Event: {seen:?}"
     );
+}
+
+/// A name the watches have not yet seen taken: the create is one unforced
+/// apply; when another manager's object turns out to hold the name (409),
+/// it is looked at and left alone like any foreign object, never taken
+/// over by force.
+#[tokio::test]
+async fn an_unseen_foreign_object_conflicts_instead_of_being_taken_over() {
+    let (client, mut server) = pair();
+    let rules = rules(vec![rule(
+        "ns-viewer",
+        viewer_spec("viewer", "viewer"),
+        None,
+    )]);
+    let observed = store(vec![namespace("team-a", json!({}))]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        server
+            .next()
+            .await
+            .expect_create(&format!("{ROLES}/viewer"))
+            .fail(409, "Conflict");
+        server
+            .next()
+            .await
+            .expect(Method::GET, &format!("{ROLES}/viewer"))
+            .respond(
+                200,
+                foreign_role(
+                    Value::Null,
+                    json!({"app.kubernetes.io/managed-by": "Helm"}),
+                    json!({}),
+                ),
+            );
+        // No forced apply; the binding waits for its role.
+        let status = server.next().await.expect(Method::PATCH, RULE_STATUS);
+        assert_eq!(conditions_of(&status.body)["Degraded"].1, "Conflict");
+        let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+            "metadata": {"name": "ns-viewer"}, "spec": viewer_spec("viewer", "viewer")});
+        status.respond(200, body);
+        let event = server.next().await.expect(Method::POST, EVENTS);
+        assert_eq!(event.body["reason"], "Conflict");
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(matches!(
+        report.written[0].outcome,
+        Outcome::Conflict { fresh: true, .. }
+    ));
+    assert!(matches!(report.written[1].outcome, Outcome::Blocked(_)));
 }

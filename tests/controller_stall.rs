@@ -11,32 +11,20 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod support;
+
 use bytes::Bytes;
-use clap::Parser;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body::Frame;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full, StreamBody};
+use http_body_util::{BodyExt as _, StreamBody};
 use kube::Client;
 use kube::client::Body;
-use rbac_rules::controller::{RunArgs, run_with};
 use serde_json::{Value, json};
+use support::cluster::{BoxError, Controller, RespBody, full};
 use tokio::sync::{mpsc, oneshot};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type RespBody = BoxBody<Bytes, BoxError>;
 
 /// More than the 1,024 events the controller once buffered.
 const EVENTS: usize = 1_500;
-
-fn full(status: u16, v: &Value) -> Response<RespBody> {
-    let bytes = Bytes::from(serde_json::to_vec(v).expect("json"));
-    Response::builder()
-        .status(StatusCode::from_u16(status).expect("status"))
-        .header("content-type", "application/json")
-        .body(Full::new(bytes).map_err(|never| match never {}).boxed())
-        .expect("response")
-}
 
 fn streaming(rx: mpsc::Receiver<Bytes>) -> Response<RespBody> {
     let frames = futures::stream::unfold(rx, |mut rx| async move {
@@ -65,11 +53,6 @@ fn ns(name: &str, rv: usize) -> Value {
 
 #[tokio::test]
 async fn watches_are_drained_while_a_write_is_held() {
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
     let spec = json!({
         "trigger": {"kind": "Namespace", "metadataOnly": true},
         "outputs": [{"kind": "Role", "name": "viewer",
@@ -213,15 +196,7 @@ async fn watches_are_drained_while_a_write_is_held() {
             drop(parked);
         })
     };
-    let cli = Cli::parse_from([
-        "rbac-rules",
-        "--leader-election=false",
-        "--metrics-address=127.0.0.1:0",
-        "--debounce-ms=50",
-        "--identity=test",
-    ]);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controller = tokio::spawn(run_with(client, cli.run, stop_rx));
+    let controller = Controller::start(client, &[]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while roles.lock().expect("lock").len() < EVENTS + 1 {
         assert!(
@@ -238,14 +213,101 @@ async fn watches_are_drained_while_a_write_is_held() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop_tx.send(true).expect("stop");
-    tokio::time::timeout(Duration::from_secs(20), controller)
-        .await
-        .expect("the controller did not stop")
-        .expect("controller task")
-        .expect("controller result");
+    controller.stop().await;
     let roles = roles.lock().expect("lock").clone();
     let twice: Vec<_> = roles.iter().filter(|(_, n)| **n != 1).collect();
     assert!(twice.is_empty(), "written more than once: {twice:?}");
     assert_eq!(roles.len(), EVENTS + 1);
+}
+
+/// The stall contract: the API server answers every apply slowly and holds
+/// the first one; while that write pass is in flight, Namespace events keep
+/// arriving and the Role watch is closed with 410 Gone. The controller keeps
+/// reading its watches (every event is read before the held write is
+/// answered), lists the Roles again and watches on, and its cache then
+/// equals the server: every Role is written exactly once, none is read
+/// first, none deleted, and a later pass (for one more Namespace) writes
+/// only that Namespace's Role.
+#[tokio::test]
+async fn a_slow_write_pass_keeps_draining_and_recovers_an_expired_watch() {
+    use support::cluster::{Behaviour, FakeCluster, NAMESPACES, RBAC};
+
+    const FIRST: usize = 20;
+    const DURING: usize = 300;
+    let roles = format!("{RBAC}/roles");
+    let rule = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+    "metadata": {"name": "ns-viewer", "uid": "ns-viewer-uid", "generation": 1, "resourceVersion": "1"},
+    "spec": {
+        "trigger": {"kind": "Namespace", "metadataOnly": true},
+        "outputs": [{"kind": "Role", "name": "viewer",
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}]
+    }});
+    let names: Vec<String> = (0..FIRST).map(|i| format!("team-{i:03}")).collect();
+    let (client, fake) = FakeCluster::start(
+        vec![rule],
+        &names,
+        Behaviour {
+            apply_delay: Duration::from_millis(2),
+            hold_first_apply: true,
+        },
+    );
+    let controller = Controller::start(client, &["--max-concurrent-writes=4"]);
+    tokio::time::timeout(Duration::from_secs(20), fake.first_apply_held())
+        .await
+        .expect("no write pass started");
+
+    // While the pass is held: events keep coming, and the Role watch goes.
+    let role_lists = |f: &FakeCluster| {
+        f.log()
+            .iter()
+            .filter(|l| **l == format!("GET {roles}"))
+            .count()
+    };
+    let lists_before = role_lists(&fake);
+    for i in 0..DURING {
+        fake.add_namespace(&format!("later-{i:03}"));
+    }
+    fake.expire_watches(&roles);
+    fake.until(
+        Duration::from_secs(20),
+        "every Namespace event read while a write is held",
+        |f| f.read(NAMESPACES) >= DURING,
+    )
+    .await;
+    fake.until(
+        Duration::from_secs(20),
+        "the Roles listed again and watched while a write is held",
+        |f| role_lists(f) > lists_before && f.watching(&roles) == 1,
+    )
+    .await;
+    fake.release();
+
+    fake.until(Duration::from_secs(20), "a Role per Namespace", |f| {
+        f.rbac().len() == FIRST + DURING
+    })
+    .await;
+    // A later pass writes only what changed: one more Namespace, one Role.
+    fake.add_namespace("sentinel");
+    fake.until(Duration::from_secs(20), "the sentinel's Role", |f| {
+        f.rbac().len() == FIRST + DURING + 1
+    })
+    .await;
+    controller.stop().await;
+
+    let log = fake.log();
+    let mut writes: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in &log {
+        if let Some(path) = line.strip_prefix("PATCH ").filter(|p| p.starts_with(RBAC)) {
+            *writes.entry(path).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = writes.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "written more than once: {twice:?}");
+    assert_eq!(writes.len(), FIRST + DURING + 1);
+    let reads: Vec<_> = log
+        .iter()
+        .filter(|l| l.starts_with(&format!("GET {RBAC}/namespaces/")))
+        .collect();
+    assert!(reads.is_empty(), "read before writing: {reads:?}");
+    assert!(!log.iter().any(|l| l.starts_with("DELETE")), "{log:#?}");
 }

@@ -1,12 +1,16 @@
-//! Executing a [`Plan`]: server-side applies and precondition deletes.
+//! Executing a [`Plan`]: server-side applies and precondition deletes, a
+//! bounded number in flight at once.
 //!
 //! Every write first checks the [`Gate`]: a replica that lost the lease or
-//! is shutting down stops between two writes.
+//! is shutting down sends nothing more.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, FutureExt};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
@@ -14,7 +18,10 @@ use serde_json::Value;
 
 use super::Error;
 use super::metrics::Metrics;
-use super::plan::{Apply, ApplyAction, FIELD_MANAGER, ObjectId, Plan, keep_helm_annotation};
+use super::plan::{
+    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_managed,
+    keep_helm_annotation,
+};
 use crate::api::OutputKind;
 use crate::engine::output::MANAGED_BY_LABEL;
 
@@ -75,10 +82,12 @@ impl ConflictMemo {
             .map(|(_, m)| m.as_str())
     }
 
-    /// Forgets objects no longer wanted.
-    fn retain_planned(&mut self, plan: &Plan) {
+    /// Forgets objects no longer wanted, and conflicts with objects the
+    /// watches saw go (their names are free now).
+    fn retain(&mut self, plan: &Plan, foreign: &BTreeSet<ObjectId>) {
+        let planned: BTreeSet<&ObjectId> = plan.applies.iter().map(|a| &a.id).collect();
         self.seen
-            .retain(|id, _| plan.applies.iter().any(|a| &a.id == id));
+            .retain(|id, _| planned.contains(id) && foreign.contains(id));
     }
 }
 
@@ -137,10 +146,27 @@ pub struct Written {
     pub rule: String,
     /// What happened.
     pub outcome: Outcome,
-    /// The object as the API server returned it after a successful apply:
-    /// the cache learns from it at once instead of waiting for the watch
-    /// (so a reconcile before the watch event writes nothing twice).
-    pub live: Option<serde_json::Value>,
+}
+
+/// What a write teaches the cache, handed over as soon as the API server
+/// answers (so a reconcile before the watch event writes nothing twice).
+#[derive(Debug)]
+pub enum Learned {
+    /// The object as the API server returned it after an apply.
+    Applied(Live),
+    /// The object was deleted (the uid of the deleted object, if known).
+    Deleted(ObjectId, Option<String>),
+}
+
+/// Where a pass's writes go and what they are told.
+pub struct Writes<'a> {
+    /// How writes are sent.
+    pub options: &'a WriteOptions,
+    /// Objects of the output kinds without our label (from the watches):
+    /// only a create of one of those names is looked up first.
+    pub foreign: &'a BTreeSet<ObjectId>,
+    /// Told what each write changed, as soon as it is answered.
+    pub learn: Option<&'a (dyn Fn(Learned) + Send + Sync)>,
 }
 
 /// The ApiResource of an RBAC kind.
@@ -174,74 +200,210 @@ fn api_for(client: &Client, id: &ObjectId) -> Api<DynamicObject> {
     }
 }
 
-/// Sends the plan's writes in order (applies, then deletes) and reports
-/// each outcome. A failed write does not stop the others.
+/// How writes are sent.
+#[derive(Clone, Debug)]
+pub struct WriteOptions {
+    /// Take over existing objects without a controller (`--adopt-existing`).
+    pub adopt_existing: bool,
+    /// Writes in flight at once (`--max-concurrent-writes`, at least 1).
+    pub max_concurrent: usize,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            adopt_existing: false,
+            max_concurrent: DEFAULT_MAX_CONCURRENT_WRITES,
+        }
+    }
+}
+
+/// Default of `--max-concurrent-writes`.
+pub const DEFAULT_MAX_CONCURRENT_WRITES: usize = 16;
+
+/// What one write needs, borrowed for the length of a pass.
+struct Writer<'a> {
+    client: &'a Client,
+    gate: &'a Gate,
+    metrics: &'a Metrics,
+    memo: &'a ConflictMemo,
+    foreign: &'a BTreeSet<ObjectId>,
+    adopt_existing: bool,
+    learn: Option<&'a (dyn Fn(Learned) + Send + Sync)>,
+}
+
+/// One apply's result: the outcome and a newly found conflict to remember.
+struct Applied {
+    outcome: Outcome,
+    conflict: Option<String>,
+}
+
+impl Applied {
+    fn outcome(outcome: Outcome) -> Self {
+        Applied {
+            outcome,
+            conflict: None,
+        }
+    }
+}
+
+/// Sends the plan's writes and reports each outcome, in plan order
+/// (applies, then deletes). A failed write does not stop the others.
+///
+/// Writes go out up to `options.max_concurrent` at a time, in four waves
+/// whose order matters: role applies, then binding applies (a binding
+/// whose role could not be written waits), then binding deletes, then role
+/// deletes. Within a wave order does not matter; a re-created binding is
+/// deleted and applied within one write. The gate is checked before every
+/// request. Retries of 429 (API priority and fairness), 503 and 504 with
+/// `Retry-After` are the client's: `Client::try_default` installs kube's
+/// retry layer.
+///
+/// Only a create of a name `writes.foreign` holds is looked up first;
+/// every other create is one apply.
 pub async fn execute(
     client: &Client,
     gate: &Gate,
     metrics: &Metrics,
     plan: &Plan,
     memo: &mut ConflictMemo,
-    adopt_existing: bool,
+    writes: &Writes<'_>,
 ) -> Vec<Written> {
-    memo.retain_planned(plan);
-    let mut out = Vec::with_capacity(plan.applies.len() + plan.deletes.len());
+    memo.retain(plan, writes.foreign);
+    let limit = writes.options.max_concurrent.max(1);
+    let writer = Writer {
+        client,
+        gate,
+        metrics,
+        memo,
+        foreign: writes.foreign,
+        adopt_existing: writes.options.adopt_existing,
+        learn: writes.learn,
+    };
+    let writer = &writer;
+    let mut applied: Vec<(usize, Applied)> = Vec::with_capacity(plan.applies.len());
+    // Roles first: bindings wait for the roles they name.
+    let roles: Vec<BoxFuture<'_, (usize, Applied)>> = plan
+        .applies
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.id.kind.is_role())
+        .map(|(i, a)| async move { (i, writer.apply(a).await) }.boxed())
+        .collect();
+    applied.extend(bounded(limit, roles).await);
     // Roles planned but not written: bindings naming them wait.
-    let mut unwritten: std::collections::BTreeSet<ObjectId> = Default::default();
-    for a in &plan.applies {
-        let blocked = role_ref(&a.id, &a.object).filter(|r| unwritten.contains(r));
-        let mut live = None;
-        let outcome = if let Some(role) = blocked {
-            Outcome::Blocked(format!(
-                "{} is not written: the {role} it names was not written",
-                a.id
-            ))
-        } else if gate.open() {
-            apply_one(client, gate, metrics, a, memo, adopt_existing, &mut live).await
-        } else {
-            Outcome::Skipped
-        };
-        if a.id.kind.is_role() && !outcome.is_applied() {
-            unwritten.insert(a.id.clone());
+    let unwritten: BTreeSet<&ObjectId> = applied
+        .iter()
+        .filter(|(_, r)| !r.outcome.is_applied())
+        .map(|(i, _)| &plan.applies[*i].id)
+        .collect();
+    let bindings: Vec<BoxFuture<'_, (usize, Applied)>> = plan
+        .applies
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| !a.id.kind.is_role())
+        .map(|(i, a)| {
+            let blocked = role_ref(&a.id, &a.object).filter(|r| unwritten.contains(r));
+            async move {
+                let result = match blocked {
+                    Some(role) => Applied::outcome(Outcome::Blocked(format!(
+                        "{} is not written: the {role} it names was not written",
+                        a.id
+                    ))),
+                    None => writer.apply(a).await,
+                };
+                (i, result)
+            }
+            .boxed()
+        })
+        .collect();
+    applied.extend(bounded(limit, bindings).await);
+    // Bindings go before the roles they name (the plan sorts them so).
+    let mut deleted: Vec<(usize, Outcome)> = Vec::with_capacity(plan.deletes.len());
+    for wave in [false, true] {
+        let deletes: Vec<BoxFuture<'_, (usize, Outcome)>> = plan
+            .deletes
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.id.kind.is_role() == wave)
+            .map(|(i, d)| async move { (i, writer.delete(d).await) }.boxed())
+            .collect();
+        deleted.extend(bounded(limit, deletes).await);
+    }
+
+    // Deterministic report: plan order, whatever order the answers came in.
+    applied.sort_by_key(|(i, _)| *i);
+    deleted.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::with_capacity(applied.len() + deleted.len());
+    for (i, r) in applied {
+        let a = &plan.applies[i];
+        if let Some(message) = r.conflict {
+            memo.seen.insert(a.id.clone(), (Instant::now(), message));
         }
-        log_outcome(&a.id, &outcome);
+        log_outcome(&a.id, &r.outcome);
         out.push(Written {
             id: a.id.clone(),
             rule: a.rule.clone(),
-            outcome,
-            live,
+            outcome: r.outcome,
         });
     }
-    for d in &plan.deletes {
-        let outcome = if gate.open() {
-            match delete_one(
-                client,
-                metrics,
-                &d.id,
-                d.uid.clone(),
-                d.resource_version.clone(),
-            )
-            .await
-            {
-                Ok(()) => match &d.revoked {
-                    Some(why) => Outcome::Revoked(why.clone()),
-                    None => Outcome::Deleted,
-                },
-                Err(e) if e.is_gone_or_changed() => Outcome::Raced,
-                Err(e) => Outcome::Failed(e),
-            }
-        } else {
-            Outcome::Skipped
-        };
+    for (i, outcome) in deleted {
+        let d = &plan.deletes[i];
         log_outcome(&d.id, &outcome);
         out.push(Written {
             id: d.id.clone(),
             rule: d.rule.clone(),
             outcome,
-            live: None,
         });
     }
     out
+}
+
+/// Runs `jobs`, at most `limit` at once; results in completion order.
+async fn bounded<T>(limit: usize, jobs: Vec<BoxFuture<'_, T>>) -> Vec<T> {
+    stream::iter(jobs).buffer_unordered(limit).collect().await
+}
+
+impl Writer<'_> {
+    async fn apply(&self, a: &Apply) -> Applied {
+        if !self.gate.open() {
+            return Applied::outcome(Outcome::Skipped);
+        }
+        let mut live = None;
+        let mut conflict = None;
+        let outcome = apply_one(self, a, &mut live, &mut conflict).await;
+        if let (Some(learn), Some(live), true) = (self.learn, live, outcome.is_applied()) {
+            learn(Learned::Applied(live));
+        }
+        Applied { outcome, conflict }
+    }
+
+    async fn delete(&self, d: &Delete) -> Outcome {
+        if !self.gate.open() {
+            return Outcome::Skipped;
+        }
+        match delete_one(
+            self.client,
+            self.metrics,
+            &d.id,
+            d.uid.clone(),
+            d.resource_version.clone(),
+        )
+        .await
+        {
+            Ok(()) => {
+                if let Some(learn) = self.learn {
+                    learn(Learned::Deleted(d.id.clone(), d.uid.clone()));
+                }
+                match &d.revoked {
+                    Some(why) => Outcome::Revoked(why.clone()),
+                    None => Outcome::Deleted,
+                }
+            }
+            Err(e) if e.is_gone_or_changed() => Outcome::Raced,
+            Err(e) => Outcome::Failed(e),
+        }
+    }
 }
 
 /// The role a binding manifest names, as an id.
@@ -280,71 +442,84 @@ fn log_outcome(id: &ObjectId, outcome: &Outcome) {
 }
 
 async fn apply_one(
-    client: &Client,
-    gate: &Gate,
-    metrics: &Metrics,
+    w: &Writer<'_>,
     a: &Apply,
-    memo: &mut ConflictMemo,
-    adopt_existing: bool,
-    learned: &mut Option<serde_json::Value>,
+    learned: &mut Option<Live>,
+    conflict: &mut Option<String>,
 ) -> Outcome {
-    let api = api_for(client, &a.id);
+    let api = api_for(w.client, &a.id);
     match &a.action {
         ApplyAction::Create => {
-            if let Some(message) = memo.get(&a.id) {
+            if let Some(message) = w.memo.get(&a.id) {
                 return Outcome::Conflict {
                     message: message.to_string(),
                     fresh: false,
                 };
             }
-            // The owned-object watches see only labelled objects: look for
-            // a foreign object of the same name before creating ours.
-            match api.get_opt(&a.id.name).await {
-                Ok(Some(existing)) if !has_our_label(&existing) => {
-                    let existing = serde_json::to_value(&existing).unwrap_or_default();
-                    match adoption(&a.id, &a.object, &existing, adopt_existing) {
+            if !w.foreign.contains(&a.id) {
+                // The name is free as far as the watches know: one apply,
+                // unforced, so an object another manager made meanwhile
+                // conflicts (409) instead of being taken over.
+                match send_apply(&api, w.metrics, a, false, learned).await {
+                    Ok(()) => return Outcome::Created,
+                    Err(Error::Api {
+                        source: kube::Error::Api(s),
+                        ..
+                    }) if s.code == 409 => {}
+                    Err(e) => return Outcome::Failed(e),
+                }
+                if !w.gate.open() {
+                    return Outcome::Skipped;
+                }
+            }
+            // Someone else's object holds the name: adopt it or leave it.
+            let found = api
+                .get_opt(&a.id.name)
+                .await
+                .map(|o| o.map(|o| serde_json::to_value(&o).unwrap_or_default()));
+            match found {
+                Ok(Some(existing)) if !is_managed(&existing) => {
+                    match adoption(&a.id, &a.object, &existing, w.adopt_existing) {
                         Ok(why) => {
-                            if !gate.open() {
+                            if !w.gate.open() {
                                 return Outcome::Skipped;
                             }
                             // In place, one apply: no moment without the
                             // object, so nobody loses a permission.
                             let mut adopted = a.clone();
-                            keep_helm_annotation(&mut adopted.object, &existing);
-                            return match send_apply(&api, metrics, &adopted, learned).await {
+                            keep_helm_annotation(Arc::make_mut(&mut adopted.object), &existing);
+                            match send_apply(&api, w.metrics, &adopted, true, learned).await {
                                 Ok(()) => Outcome::Adopted(why),
                                 Err(e) => Outcome::Failed(e),
-                            };
+                            }
                         }
                         Err(message) => {
-                            memo.seen
-                                .insert(a.id.clone(), (Instant::now(), message.clone()));
-                            return Outcome::Conflict {
+                            *conflict = Some(message.clone());
+                            Outcome::Conflict {
                                 message,
                                 fresh: true,
-                            };
+                            }
                         }
                     }
                 }
-                // Ours already (our cache lags behind): apply over it.
-                Ok(_) => {}
-                Err(source) => {
-                    return Outcome::Failed(Error::Api {
-                        action: "get",
-                        object: a.id.to_string(),
-                        source,
-                    });
+                // Ours already (our cache lags behind), or gone: apply.
+                Ok(_) => {
+                    if !w.gate.open() {
+                        return Outcome::Skipped;
+                    }
+                    match send_apply(&api, w.metrics, a, true, learned).await {
+                        Ok(()) => Outcome::Created,
+                        Err(e) => Outcome::Failed(e),
+                    }
                 }
-            }
-            if !gate.open() {
-                return Outcome::Skipped;
-            }
-            match send_apply(&api, metrics, a, learned).await {
-                Ok(()) => Outcome::Created,
-                Err(e) => Outcome::Failed(e),
+                Err(source) => Outcome::Failed(Error::Api {
+                    action: "get",
+                    object: a.id.to_string(),
+                    source,
+                }),
             }
         }
-        ApplyAction::Update(parts) => match send_apply(&api, metrics, a, learned).await {
+        ApplyAction::Update(parts) => match send_apply(&api, w.metrics, a, true, learned).await {
             Ok(()) => Outcome::Updated(parts.clone()),
             Err(e) => Outcome::Failed(e),
         },
@@ -353,8 +528,8 @@ async fn apply_one(
             resource_version,
         } => {
             match delete_one(
-                client,
-                metrics,
+                w.client,
+                w.metrics,
                 &a.id,
                 uid.clone(),
                 resource_version.clone(),
@@ -372,20 +547,12 @@ async fn apply_one(
             }
             // No gate check between the two: a lost lease must not leave
             // the subjects without their binding.
-            match send_apply(&api, metrics, a, learned).await {
+            match send_apply(&api, w.metrics, a, true, learned).await {
                 Ok(()) => Outcome::Recreated,
                 Err(e) => Outcome::Failed(e),
             }
         }
     }
-}
-
-fn has_our_label(obj: &DynamicObject) -> bool {
-    obj.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == crate::engine::output::MANAGED_BY_VALUE)
 }
 
 /// The controller ownerReference of an object, if any.
@@ -439,19 +606,21 @@ pub fn adoption(
 }
 
 /// Applies `a`; on success `learned` holds the object the server returned.
+/// `force` when the object is ours (or being adopted): our field manager
+/// takes any field another manager set on it (drift repair).
 async fn send_apply(
     api: &Api<DynamicObject>,
     metrics: &Metrics,
     a: &Apply,
-    learned: &mut Option<serde_json::Value>,
+    force: bool,
+    learned: &mut Option<Live>,
 ) -> Result<(), Error> {
-    // force: the object is ours (or new), so our field manager takes any
-    // field another manager set on it (drift repair).
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(FIELD_MANAGER);
+    let params = if force { params.force() } else { params };
     metrics.write(a.id.kind.as_str(), "apply");
-    api.patch(&a.id.name, &params, &Patch::Apply(&a.object))
+    api.patch(&a.id.name, &params, &Patch::Apply(&*a.object))
         .await
-        .map(|o| *learned = serde_json::to_value(o).ok())
+        .map(|o| *learned = Some(Live::from_object(o)))
         .map_err(|source| Error::Api {
             action: "apply",
             object: a.id.to_string(),

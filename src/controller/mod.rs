@@ -1,8 +1,9 @@
 //! The controller (`rbac-rules run`): keeps the cluster equal to what its
 //! RbacRule objects say.
 //!
-//! - [`observe`]: watches (rules, our outputs, the kinds rules read) and
-//!   their caches;
+//! - [`world`]: the index of what the cluster holds (pure, fed by events);
+//! - [`watch`]: the watches (rules, the output kinds, the kinds rules read)
+//!   that feed it;
 //! - [`sync`]: one reconcile — evaluate ([`crate::engine`]), [`plan`] (pure
 //!   diff), [`apply`] (writes), [`status`] (conditions and Events);
 //! - [`metrics`]: Prometheus metrics and health endpoints;
@@ -15,18 +16,19 @@ pub mod apply;
 mod error;
 pub mod leader;
 pub mod metrics;
-pub mod observe;
 pub mod plan;
 pub mod status;
 pub mod sync;
+pub mod watch;
+pub mod world;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kube::Client;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio::sync::watch::{self as signal, Receiver};
 use tokio::time::Instant;
 
 pub use error::Error;
@@ -34,8 +36,9 @@ pub use error::Error;
 use crate::api::ManageLevel;
 use apply::Gate;
 use metrics::Metrics;
-use observe::{Watches, World};
 use sync::Syncer;
+use watch::Watches;
+use world::World;
 
 /// Settings of `rbac-rules run`.
 #[derive(clap::Args, Clone, Debug)]
@@ -86,6 +89,12 @@ pub struct RunArgs {
     /// anything else never.
     #[arg(long, env = "RBAC_RULES_ADOPT_EXISTING", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub adopt_existing: bool,
+    /// Writes (applies and deletes) in flight at once. Roles are still
+    /// written before the bindings that name them, binding deletes before
+    /// role deletes; 429s are retried as the API server's `Retry-After`
+    /// says.
+    #[arg(long, env = "RBAC_RULES_MAX_CONCURRENT_WRITES", default_value_t = apply::DEFAULT_MAX_CONCURRENT_WRITES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub max_concurrent_writes: usize,
     /// Default denials to switch off.
     #[command(flatten)]
     pub waivers: crate::policy::Waivers,
@@ -102,7 +111,7 @@ const FIRST_RETRY: Duration = Duration::from_secs(2);
 /// Runs the controller until SIGTERM or ctrl-c.
 pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = Client::try_default().await.map_err(Error::Client)?;
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = signal::channel(false);
     let signals = tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
@@ -116,11 +125,7 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send +
 /// Runs the controller with a given client until `stop` turns true: serves
 /// metrics and health, competes for the lease (when enabled), watches and
 /// reconciles. On stop: no further writes, then the lease is released.
-pub async fn run_with(
-    client: Client,
-    args: RunArgs,
-    stop: watch::Receiver<bool>,
-) -> Result<(), Error> {
+pub async fn run_with(client: Client, args: RunArgs, stop: Receiver<bool>) -> Result<(), Error> {
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
     let server = metrics::serve(
@@ -167,17 +172,15 @@ pub async fn run_with(
         None
     };
 
-    let result = control_loop(
-        &args,
+    let ctx = Ctx {
+        args: &args,
         client,
         metrics,
-        gate.clone(),
+        gate: gate.clone(),
         ready,
-        lease.as_ref().map(leader::Lease::receiver),
         identity,
-        stop,
-    )
-    .await;
+    };
+    let result = control_loop(ctx, lease.as_ref().map(leader::Lease::receiver), stop).await;
     // Stop writing first, then give the lease back.
     gate.stop();
     stopper.abort();
@@ -188,7 +191,7 @@ pub async fn run_with(
     result
 }
 
-async fn wait_true(mut rx: watch::Receiver<bool>) {
+async fn wait_true(mut rx: Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
@@ -215,23 +218,41 @@ async fn shutdown_signal() {
     }
 }
 
-/// The control loop: feed watch events into the world, reconcile after a
-/// quiet period, resync and rediscover periodically, follow leadership.
-#[allow(clippy::too_many_arguments)] // the loop's whole context, passed once
-async fn control_loop(
-    args: &RunArgs,
+/// What the control loop works with, set up once by [`run_with`].
+struct Ctx<'a> {
+    args: &'a RunArgs,
     client: Client,
     metrics: Metrics,
+    /// Closed while not leading or when stopping: no write passes it.
     gate: Arc<Gate>,
+    /// Set once the initial sync is done (/readyz).
     ready: Arc<AtomicBool>,
-    mut leader: Option<watch::Receiver<bool>>,
+    /// Identity in Events.
     identity: Option<String>,
-    stop: watch::Receiver<bool>,
+}
+
+/// The control loop: feed watch events into the world, reconcile after a
+/// quiet period, resync and rediscover periodically, follow leadership.
+async fn control_loop(
+    ctx: Ctx<'_>,
+    mut leader: Option<Receiver<bool>>,
+    stop: Receiver<bool>,
 ) -> Result<(), Error> {
-    // Unbounded: every watch task keeps reading its stream even while a
-    // write pass holds the loop, so the API server never closes a watch as
-    // unresponsive and the cache never goes stale (events queue meanwhile).
+    let Ctx {
+        args,
+        client,
+        metrics,
+        gate,
+        ready,
+        identity,
+    } = ctx;
+    // Unbounded: every watch task keeps reading its stream whatever the
+    // loop does, so the API server never closes a watch as unresponsive.
+    // The loop itself goes on applying events to the world while a write
+    // pass runs beside it (the queue stays short), and the pass reports
+    // what each write did through the same queue.
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let learned = tx.clone();
     let mut world = World::new(args.allow_clusterrole.clone());
     let mut watches = Watches::start(
         client.clone(),
@@ -239,10 +260,27 @@ async fn control_loop(
         args.manage,
         args.allow_clusterrole.as_deref(),
     );
-    let mut syncer = Syncer::new(client, args.manage, metrics.clone(), gate.clone(), identity)
+    let new_syncer = || {
+        Syncer::new(
+            client.clone(),
+            args.manage,
+            metrics.clone(),
+            gate.clone(),
+            identity.clone(),
+        )
         .adopt_existing(args.adopt_existing)
+        .max_concurrent_writes(args.max_concurrent_writes)
         .with_waivers(args.waivers.clone())
-        .with_limits(args.limits.clone());
+        .with_limits(args.limits.clone())
+    };
+    // The syncer is lent to the running pass (a task of its own, beside
+    // the loop) and comes back with its report.
+    let mut idle = Some(new_syncer());
+    let mut running: Option<RunningPass> = None;
+    // Asked to stop while a pass runs: the pass finishes first (the gate is
+    // closed, so it sends nothing more) — never cut between the delete and
+    // the apply of a re-created binding.
+    let mut stopping = false;
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;
@@ -256,10 +294,18 @@ async fn control_loop(
     loop {
         let wake = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
-            _ = wait_true(stop.clone()) => break,
+            _ = wait_true(stop.clone()), if !stopping => {
+                if running.is_none() {
+                    break;
+                }
+                stopping = true;
+            }
             feed = rx.recv() => {
                 let Some(feed) = feed else { break };
                 let change = world.apply(feed);
+                if change.lost_kind {
+                    watches.stop_unwatched(&world);
+                }
                 if change.rules {
                     watches.reconcile_kinds(&mut world).await;
                     metrics.watched_kinds.set(world.watched_kinds() as i64);
@@ -270,7 +316,7 @@ async fn control_loop(
                     due.get_or_insert_with(|| Instant::now() + debounce);
                 }
             }
-            _ = tokio::time::sleep_until(wake), if due.is_some() => {
+            _ = tokio::time::sleep_until(wake), if due.is_some() && running.is_none() => {
                 due = None;
                 if !world.base_synced() {
                     continue;
@@ -281,12 +327,45 @@ async fn control_loop(
                 if !gate.open() {
                     continue;
                 }
+                let Some(mut syncer) = idle.take() else { continue };
                 let allow = world.allow_rules();
                 let holds = world.holds();
-                let snap = world.snapshot(allow.as_ref(), &holds);
-                let report = syncer.sync(&snap).await;
-                world.learn(&report.written);
-                log_report(&report, &holds);
+                let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
+                let held = holds.len();
+                let learned = learned.clone();
+                running = Some(tokio::spawn(async move {
+                    let learn = move |l: apply::Learned| {
+                        let _ = learned.send(world::Feed::Learned(l));
+                    };
+                    let report = syncer.write(pass, Some(&learn)).await;
+                    (syncer, report, held)
+                }));
+            }
+            done = async {
+                match running.as_mut() {
+                    Some(pass) => pass.await,
+                    None => std::future::pending().await,
+                }
+            }, if running.is_some() => {
+                running = None;
+                let (syncer, report, held) = match done {
+                    Ok(done) => done,
+                    Err(e) => {
+                        // The pass panicked: start afresh, retry soon.
+                        tracing::error!(error = %e, "write pass failed");
+                        idle = Some(new_syncer());
+                        due = Some(Instant::now() + retry);
+                        if stopping {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                idle = Some(syncer);
+                log_report(&report, held);
+                if stopping {
+                    break;
+                }
                 if report.retry {
                     due = Some(Instant::now() + retry);
                     retry = (retry * 2).min(MAX_RETRY);
@@ -335,7 +414,11 @@ async fn control_loop(
     Ok(())
 }
 
-fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>) {
+/// A write pass running beside the loop; yields the syncer back, the
+/// report, and how many rules were held.
+type RunningPass = tokio::task::JoinHandle<(Syncer, sync::SyncReport, usize)>;
+
+fn log_report(report: &sync::SyncReport, held: usize) {
     let applied = report
         .written
         .iter()
@@ -354,7 +437,7 @@ fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>)
     if report.plan.is_empty() && report.status_patches == 0 {
         tracing::debug!(
             unchanged = report.plan.unchanged.len(),
-            held = holds.len(),
+            held,
             "reconciled: no changes"
         );
     } else {
@@ -364,7 +447,7 @@ fn log_report(report: &sync::SyncReport, holds: &BTreeMap<String, status::Hold>)
             unchanged = report.plan.unchanged.len(),
             kept = report.plan.kept.len(),
             status_patches = report.status_patches,
-            held = holds.len(),
+            held,
             "reconciled"
         );
     }

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::{Map, Value};
 
 use crate::api::OutputKind;
@@ -93,7 +95,21 @@ impl OwnedFields {
                 e["manager"].as_str() == Some(FIELD_MANAGER)
                     && e["operation"].as_str() == Some("Apply")
             })?;
-        let fields = &entry["fieldsV1"];
+        Some(Self::from_fields_v1(&entry["fieldsV1"]))
+    }
+
+    /// Like [`OwnedFields::from_managed_fields`], from typed entries (a
+    /// watched object's metadata, before it is turned into JSON).
+    pub fn from_entries(entries: &[ManagedFieldsEntry]) -> Option<OwnedFields> {
+        let entry = entries.iter().find(|e| {
+            e.manager.as_deref() == Some(FIELD_MANAGER) && e.operation.as_deref() == Some("Apply")
+        })?;
+        let fields = entry.fields_v1.as_ref().map(|f| &f.0);
+        Some(Self::from_fields_v1(fields.unwrap_or(&Value::Null)))
+    }
+
+    /// The fields a `fieldsV1` set names.
+    fn from_fields_v1(fields: &Value) -> OwnedFields {
         let keys = |v: &Value| -> BTreeSet<String> {
             v.as_object()
                 .into_iter()
@@ -109,21 +125,22 @@ impl OwnedFields {
             .filter_map(|k| serde_json::from_str::<Value>(k).ok())
             .filter_map(|k| k["uid"].as_str().map(str::to_string))
             .collect();
-        Some(OwnedFields {
+        OwnedFields {
             labels: keys(&fields["f:metadata"]["f:labels"]),
             annotations: keys(&fields["f:metadata"]["f:annotations"]),
             owner_uids,
             top: keys(fields),
-        })
+        }
     }
 }
 
 /// A live RBAC object carrying our managed-by label, as cached from the
-/// label-selected watches.
+/// watches.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
-    /// The object without `managedFields`.
-    pub object: Value,
+    /// The object without `managedFields`, shared with the engine's store
+    /// (one copy in memory, not one per cache).
+    pub object: Arc<Value>,
     /// What our field manager owns on it, when known.
     pub ours: Option<OwnedFields>,
 }
@@ -136,7 +153,21 @@ impl Live {
         if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
         }
-        Live { object, ours }
+        Live {
+            object: Arc::new(object),
+            ours,
+        }
+    }
+
+    /// Like [`Live::new`], from a typed object (a watch event or an apply
+    /// response): managedFields are read where they are and never turned
+    /// into JSON.
+    pub fn from_object(mut obj: kube::api::DynamicObject) -> Live {
+        let entries = obj.metadata.managed_fields.take().unwrap_or_default();
+        Live {
+            ours: OwnedFields::from_entries(&entries),
+            object: Arc::new(serde_json::to_value(&obj).unwrap_or(Value::Null)),
+        }
     }
 
     /// Whether it carries our managed-by label.
@@ -345,8 +376,9 @@ pub struct Apply {
     pub rule: String,
     /// Trigger it was rendered for.
     pub trigger: Option<String>,
-    /// The manifest to send.
-    pub object: Value,
+    /// The manifest to send (shared with the evaluation unless changed for
+    /// Helm's keep annotation).
+    pub object: Arc<Value>,
     /// Why.
     pub action: ApplyAction,
 }
@@ -418,20 +450,59 @@ pub fn plan(
     held: &BTreeSet<String>,
     prune: bool,
 ) -> Plan {
+    plan_with(evaluation, live, held, prune, &mut Compared::default())
+}
+
+/// Pairs of (desired, live) copies the last plan found equal. The engine
+/// reuses the shared copy of an output it did not re-render, and the world
+/// replaces a live copy only when the object changed; so a pass compares in
+/// depth only the objects whose desired or live copy is new, and a resync
+/// or a change to one trigger costs a pointer comparison per object, not a
+/// semantic diff. Holding the copies keeps their addresses from being
+/// reused.
+#[derive(Debug, Default)]
+pub struct Compared {
+    equal: BTreeMap<ObjectId, (Arc<Value>, Arc<Value>)>,
+}
+
+impl Compared {
+    fn known_equal(&self, id: &ObjectId, desired: &Arc<Value>, live: &Arc<Value>) -> bool {
+        self.equal
+            .get(id)
+            .is_some_and(|(d, l)| Arc::ptr_eq(d, desired) && Arc::ptr_eq(l, live))
+    }
+}
+
+/// [`plan`], remembering in `compared` what was found equal for the next
+/// call.
+pub fn plan_with(
+    evaluation: &Evaluation,
+    live: &BTreeMap<ObjectId, Live>,
+    held: &BTreeSet<String>,
+    prune: bool,
+    compared: &mut Compared,
+) -> Plan {
     let mut out = Plan::default();
     let mut wanted: BTreeSet<ObjectId> = BTreeSet::new();
-    for d in &evaluation.desired {
+    let mut equal = BTreeMap::new();
+    for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert(id.clone());
-        let mut object = std::borrow::Cow::Borrowed(&*d.object);
+        let mut object = Arc::clone(&d.object);
         let action = match live.get(&id) {
             None => ApplyAction::Create,
+            Some(l) if compared.known_equal(&id, &d.object, &l.object) => {
+                equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
+                out.unchanged.push((id, d.rule.clone()));
+                continue;
+            }
             Some(l) => {
                 if l.object["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string() {
-                    keep_helm_annotation(object.to_mut(), &l.object);
+                    keep_helm_annotation(Arc::make_mut(&mut object), &l.object);
                 }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
+                    equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
                 }
@@ -449,10 +520,11 @@ pub fn plan(
             id,
             rule: d.rule.clone(),
             trigger: d.trigger.clone(),
-            object: object.into_owned(),
+            object,
             action,
         });
     }
+    compared.equal = equal;
     out.applies.sort_by(|a, b| a.id.cmp(&b.id));
 
     for (id, l) in live {
@@ -616,6 +688,22 @@ mod tests {
         // Live::new keeps the summary but strips managedFields.
         let l = live(json!({"metadata": {"managedFields": []}}));
         assert!(l.object["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn a_typed_object_is_summarised_like_its_json() {
+        let json = json!({"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": "r", "labels": {"a": "1"},
+              "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply",
+                "apiVersion": RBAC_API_VERSION, "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}, "f:rules": {}}}]},
+            "rules": []});
+        let typed: kube::api::DynamicObject = serde_json::from_value(json.clone()).expect("object");
+        let from_typed = Live::from_object(typed);
+        assert_eq!(from_typed, Live::new(json));
+        assert!(from_typed.object["metadata"].get("managedFields").is_none());
+        let ours = from_typed.ours.expect("ours");
+        assert!(ours.labels.contains("a") && ours.top.contains("rules"));
     }
 
     #[test]
@@ -835,6 +923,46 @@ mod plan_tests {
             true,
         );
         assert!(p.applies.is_empty());
+    }
+
+    #[test]
+    fn only_changed_copies_are_compared_again() {
+        let y = desired(OutputKind::Role, "a", "y", "r", "T/a");
+        let of = |x: Desired| Evaluation {
+            desired: [x, y.clone()].into_iter().collect(),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            ..Evaluation::default()
+        };
+        let evaluation = of(desired(OutputKind::Role, "a", "x", "r", "T/a"));
+        let mut live = live_of(vec![
+            manifest(OutputKind::Role, "a", "x", "r", "T/a"),
+            manifest(OutputKind::Role, "a", "y", "r", "T/a"),
+        ]);
+        let mut compared = Compared::default();
+        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        assert_eq!((p.applies.len(), p.unchanged.len()), (0, 2));
+        assert_eq!(compared.equal.len(), 2);
+        // Someone edits y: its new live copy is compared and repaired.
+        let mut edited = manifest(OutputKind::Role, "a", "y", "r", "T/a");
+        edited["rules"] = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+        live.insert(ObjectId::new(OutputKind::Role, "a", "y"), Live::new(edited));
+        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        let ids: Vec<&str> = p.applies.iter().map(|a| a.id.name.as_str()).collect();
+        assert_eq!(ids, vec!["y"]);
+        assert_eq!(p.applies[0].action, ApplyAction::Update(vec!["rules"]));
+        assert_eq!(p.unchanged.len(), 1);
+        // A re-rendered but equal desired copy is compared and found equal.
+        let x = desired(OutputKind::Role, "a", "x", "r", "T/a");
+        let fresh = Arc::clone(&x.object);
+        let again = of(x);
+        live.insert(
+            ObjectId::new(OutputKind::Role, "a", "y"),
+            Live::new(manifest(OutputKind::Role, "a", "y", "r", "T/a")),
+        );
+        let p = plan_with(&again, &live, &BTreeSet::new(), true, &mut compared);
+        assert!(p.applies.is_empty(), "{:?}", p.applies);
+        let remembered = &compared.equal[&ObjectId::new(OutputKind::Role, "a", "x")].0;
+        assert!(Arc::ptr_eq(remembered, &fresh));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
-use super::apply::{self, ConflictMemo, Gate, Outcome, Written};
+use super::apply::{self, ConflictMemo, Gate, Outcome, WriteOptions, Written};
 use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
@@ -37,6 +37,9 @@ pub struct Snapshot<'a> {
     pub observed: &'a ObjectStore,
     /// Live objects carrying our managed-by label.
     pub owned: &'a BTreeMap<ObjectId, Live>,
+    /// Objects of the output kinds without our label: creating one of these
+    /// names looks it up first (adoption or conflict); other creates do not.
+    pub foreign: &'a BTreeSet<ObjectId>,
     /// Rules not to evaluate now, and why; their objects are left alone.
     pub holds: &'a BTreeMap<String, Hold>,
     /// The allow-list, when `--allow-clusterrole` is set and found.
@@ -86,7 +89,9 @@ pub struct Syncer {
     conflicts: ConflictMemo,
     /// Per rule, the warnings already published as Events.
     warned: BTreeMap<String, BTreeSet<String>>,
-    adopt_existing: bool,
+    /// What the last plan found equal: the next compares only what changed.
+    compared: plan::Compared,
+    writes: WriteOptions,
     /// Default denials switched off.
     waivers: Waivers,
     limits: Limits,
@@ -117,7 +122,8 @@ impl Syncer {
             engine: None,
             conflicts: ConflictMemo::default(),
             warned: BTreeMap::new(),
-            adopt_existing: false,
+            compared: plan::Compared::default(),
+            writes: WriteOptions::default(),
             waivers: Waivers::default(),
             limits: Limits::default(),
         }
@@ -127,7 +133,13 @@ impl Syncer {
     /// desired outputs (`--adopt-existing`); objects controlled by an
     /// output's own trigger are adopted either way.
     pub fn adopt_existing(mut self, on: bool) -> Self {
-        self.adopt_existing = on;
+        self.writes.adopt_existing = on;
+        self
+    }
+
+    /// Sends up to `n` writes at once (at least one).
+    pub fn max_concurrent_writes(mut self, n: usize) -> Self {
+        self.writes.max_concurrent = n.max(1);
         self
     }
 
@@ -209,16 +221,62 @@ impl Syncer {
             .render_duration
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(renders, "evaluated");
-        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        let plan = plan::plan_with(
+            &evaluation,
+            snap.owned,
+            &held,
+            snap.prune,
+            &mut self.compared,
+        );
         (evaluation, plan)
     }
 
     /// One reconcile: evaluate, write the differences, update statuses and
     /// publish Events. Writes nothing while the gate is closed.
     pub async fn sync(&mut self, snap: &Snapshot<'_>) -> SyncReport {
+        let pass = self.prepare(snap);
+        self.write(pass, None).await
+    }
+
+    /// The first half of a reconcile: evaluates the snapshot and plans,
+    /// keeping what the writes and statuses need, so that the world the
+    /// snapshot borrows can go on taking watch events while they are sent.
+    pub fn prepare(&mut self, snap: &Snapshot<'_>) -> Pass {
         // The engine runs on a thread of its own; this worker hands its
         // other tasks (watches, metrics, lease) to another while it waits.
         let (evaluation, plan) = off_runtime(|| self.evaluate(snap));
+        // Only the names a create needs to look at.
+        let foreign = plan
+            .applies
+            .iter()
+            .filter(|a| a.action == plan::ApplyAction::Create && snap.foreign.contains(&a.id))
+            .map(|a| a.id.clone())
+            .collect();
+        Pass {
+            evaluation,
+            plan,
+            rules: snap.rules.clone(),
+            holds: snap.holds.clone(),
+            foreign,
+        }
+    }
+
+    /// The second half of a reconcile: sends the planned writes (telling
+    /// `learn` what each did as soon as it is answered), then updates
+    /// statuses and publishes Events. Writes nothing while the gate is
+    /// closed.
+    pub async fn write(
+        &mut self,
+        pass: Pass,
+        learn: Option<&(dyn Fn(apply::Learned) + Send + Sync)>,
+    ) -> SyncReport {
+        let Pass {
+            evaluation,
+            plan,
+            rules,
+            holds,
+            foreign,
+        } = pass;
         let mut report = SyncReport {
             plan,
             written: Vec::new(),
@@ -241,13 +299,18 @@ impl Syncer {
         if deferred > 0 {
             tracing::info!(deferred, "prunes deferred until every watch has listed");
         }
+        let writes = apply::Writes {
+            options: &self.writes,
+            foreign: &foreign,
+            learn,
+        };
         report.written = apply::execute(
             &self.client,
             &self.gate,
             &self.metrics,
             &report.plan,
             &mut self.conflicts,
-            self.adopt_existing,
+            &writes,
         )
         .await;
         for w in &report.written {
@@ -262,17 +325,17 @@ impl Syncer {
             }
         }
 
-        let managed = managed_counts(snap.owned, &report);
+        let managed = managed_counts(&report);
         self.metrics
             .managed_objects
             .set(managed.values().sum::<i64>());
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        self.warned.retain(|n, _| snap.rules.contains_key(n));
-        for (name, rule) in snap.rules {
+        self.warned.retain(|n, _| rules.contains_key(n));
+        for (name, rule) in &rules {
             let writes: Vec<&Written> = report.written.iter().filter(|w| &w.rule == name).collect();
             let inputs = RuleInputs {
                 report: evaluation.reports.get(name),
-                hold: snap.holds.get(name),
+                hold: holds.get(name),
                 writes: &writes,
                 managed: managed.get(name).copied().unwrap_or(0),
                 manage: self.manage,
@@ -304,6 +367,25 @@ impl Syncer {
     }
 }
 
+/// A reconcile between its plan and its writes: everything the writes,
+/// statuses and Events need, owned (nothing borrowed from the world).
+#[derive(Debug)]
+pub struct Pass {
+    evaluation: Evaluation,
+    plan: Plan,
+    rules: BTreeMap<String, RbacRule>,
+    holds: BTreeMap<String, Hold>,
+    /// The planned creates whose names objects without our label hold.
+    foreign: BTreeSet<ObjectId>,
+}
+
+impl Pass {
+    /// The planned writes.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+}
+
 /// Runs blocking work without holding up the runtime's other tasks:
 /// `block_in_place` on a multi-threaded runtime (a current-thread runtime,
 /// as in tests, has no other worker to hand them to).
@@ -316,15 +398,20 @@ fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Objects per rule that exist after the writes: unchanged and applied
-/// desired objects, plus live ones left alone.
-fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTreeMap<String, i64> {
-    let mut objects: BTreeMap<ObjectId, String> = BTreeMap::new();
-    for (id, rule) in &report.plan.unchanged {
-        objects.insert(id.clone(), rule.clone());
+/// desired objects, plus live ones left alone. The plan's lists are
+/// disjoint (desired: unchanged or applied; live and unwanted: kept or
+/// deleted), so each object counts once without collecting ids.
+fn managed_counts(report: &SyncReport) -> BTreeMap<String, i64> {
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    fn bump<'a>(counts: &mut BTreeMap<&'a str, i64>, rule: &'a str) {
+        *counts.entry(rule).or_insert(0) += 1;
     }
-    for (id, rule, _) in &report.plan.kept {
+    for (_, rule) in &report.plan.unchanged {
+        bump(&mut counts, rule);
+    }
+    for (_, rule, _) in &report.plan.kept {
         if let Some(r) = rule {
-            objects.insert(id.clone(), r.clone());
+            bump(&mut counts, r);
         }
     }
     let outcome: BTreeMap<&ObjectId, &Outcome> =
@@ -332,13 +419,14 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
     for a in &report.plan.applies {
         let now_ours = match outcome.get(&a.id) {
             Some(o) if o.is_applied() => true,
-            // Not written: it still exists if it existed.
+            // Not written: it still exists if it existed (planned as an
+            // update or re-creation, not a create).
             Some(Outcome::Skipped | Outcome::Raced | Outcome::Failed(_) | Outcome::Blocked(_))
-            | None => owned.contains_key(&a.id),
+            | None => a.action != plan::ApplyAction::Create,
             Some(_) => false,
         };
         if now_ours {
-            objects.insert(a.id.clone(), a.rule.clone());
+            bump(&mut counts, &a.rule);
         }
     }
     for d in &report.plan.deletes {
@@ -346,12 +434,11 @@ fn managed_counts(owned: &BTreeMap<ObjectId, Live>, report: &SyncReport) -> BTre
             .get(&d.id)
             .is_some_and(|o| matches!(o, Outcome::Deleted | Outcome::Revoked(_)))
         {
-            objects.insert(d.id.clone(), d.rule.clone());
+            bump(&mut counts, &d.rule);
         }
     }
-    let mut counts = BTreeMap::new();
-    for rule in objects.into_values() {
-        *counts.entry(rule).or_insert(0) += 1;
-    }
     counts
+        .into_iter()
+        .map(|(rule, n)| (rule.to_string(), n))
+        .collect()
 }

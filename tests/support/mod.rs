@@ -4,7 +4,9 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+pub mod cluster;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use http::{Method, Request, Response, StatusCode};
@@ -119,6 +121,22 @@ impl Received {
             self.body
         );
         self
+    }
+
+    /// Asserts a server-side apply of a new object by our field manager,
+    /// not forced (a foreign object made meanwhile conflicts instead of
+    /// being taken over).
+    pub fn expect_create(self, path: &str) -> Self {
+        let r = self.expect(Method::PATCH, path);
+        assert_eq!(
+            r.content_type.as_deref(),
+            Some("application/apply-patch+yaml")
+        );
+        assert_eq!(
+            r.query,
+            vec![("fieldManager".to_string(), "rbac-rules".to_string())]
+        );
+        r
     }
 
     /// Asserts a server-side apply by our field manager, forced.
@@ -284,7 +302,11 @@ pub fn owned(objects: Vec<Value>) -> BTreeMap<ObjectId, Live> {
         .collect()
 }
 
-/// The usual reconcile input: no allow-list, pruning allowed.
+/// No object of the output kinds without our label.
+pub static NO_FOREIGN: BTreeSet<ObjectId> = BTreeSet::new();
+
+/// The usual reconcile input: no allow-list, no foreign objects, pruning
+/// allowed.
 pub fn snapshot<'a>(
     rules: &'a BTreeMap<String, RbacRule>,
     observed: &'a ObjectStore,
@@ -295,6 +317,7 @@ pub fn snapshot<'a>(
         rules,
         observed,
         owned,
+        foreign: &NO_FOREIGN,
         holds,
         allow: None,
         prune: true,

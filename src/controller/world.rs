@@ -1,32 +1,24 @@
-//! Watches and the caches they fill: the RbacRules, our own outputs
-//! (label-selected), every kind the rules read (started and stopped as
-//! rules come and go), and the allow-list ClusterRole.
+//! The world index: everything the controller knows about the cluster, fed
+//! by watch events and read by each reconcile. Pure: no client, no tasks;
+//! tested by feeding events ([`World::apply`]).
 //!
-//! Each watch runs in its own task and sends [`Feed`] items to the control
-//! loop, which owns [`World`] (no locks). Initial lists are buffered and
-//! swapped in at `InitDone`, so a re-list never shows a half-empty view.
+//! A list never shows a half-empty view: lists of objects are applied
+//! object by object (an unchanged object keeps its cached copy) and what a
+//! list no longer holds is swept at its end (`InitDone`); lists of rules
+//! and of the allow-list are buffered and swapped in then.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Debug;
+use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::core::PartialObjectMeta;
-use kube::discovery::{self, ApiGroup};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
-use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
-use super::apply::api_resource;
+use super::apply::Learned;
 use super::plan::{Live, ObjectId};
 use super::status::Hold;
 use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
-use crate::engine::output::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::engine::compile::output_gk;
 use crate::engine::store::key_of;
 use crate::engine::{Engine, GroupKind, Interest, ObjectStore, Options, RuleSource};
 
@@ -35,13 +27,16 @@ use crate::engine::{Engine, GroupKind, Interest, ObjectStore, Options, RuleSourc
 pub enum Feed {
     /// An RbacRule event (boxed: rules are large, other feeds small).
     Rules(Box<Event<RbacRule>>),
-    /// An event of a label-selected watch on our outputs.
-    Owned(OutputKind, Event<Value>),
+    /// An event of the watch on every object of an output kind: ours (with
+    /// our managed-by label) are cached, others only by name.
+    Owned(OutputKind, Event<Live>),
     /// An event of a watch on a kind the rules read; `epoch` tells a
     /// restarted watch from its predecessor.
     Kind(GroupKind, u64, Event<Value>),
     /// An event of the allow-list ClusterRole watch.
     Allow(Box<Event<ClusterRole>>),
+    /// What a write just did (from the write pass, not a watch).
+    Learned(Learned),
     /// A watch error.
     Error(Source, watcher::Error),
 }
@@ -57,16 +52,6 @@ pub enum Source {
     Kind(GroupKind, u64),
     /// The allow-list watch.
     Allow,
-}
-
-/// A task aborted when dropped: stopping a watch is dropping it.
-#[derive(Debug)]
-pub struct Task(JoinHandle<()>);
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Progress of one watch's list.
@@ -146,7 +131,10 @@ struct KindWatch {
     unresolved: Option<String>,
     epoch: u64,
     listing: Listing<Value>,
-    task: Option<Task>,
+    /// While a list is in progress, the objects it held so far.
+    seen: Option<BTreeSet<crate::engine::store::ObjectKey>>,
+    /// Whether a watch runs (its task lives in [`super::watch::Watches`]).
+    watching: bool,
 }
 
 /// Everything the controller knows about the cluster.
@@ -163,7 +151,13 @@ pub struct World {
     next_epoch: u64,
     /// Live objects labelled as ours.
     pub owned: BTreeMap<ObjectId, Live>,
-    owned_listing: BTreeMap<OutputKind, Listing<Value>>,
+    /// Objects of the output kinds without our label: a desired object of
+    /// one of these names is looked up before it is written (adoption or
+    /// conflict); every other name is free, so a create needs no read.
+    pub foreign: BTreeSet<ObjectId>,
+    owned_listing: BTreeMap<OutputKind, Listing<Live>>,
+    /// Per output kind whose list is in progress, the objects it held so far.
+    relisting: BTreeMap<OutputKind, BTreeSet<ObjectId>>,
     /// `--allow-clusterrole`, if set.
     allow_name: Option<String>,
     allow: Option<ClusterRole>,
@@ -227,42 +221,89 @@ impl World {
                     change.rules = true;
                 }
             },
+            // A list of an output kind is applied object by object, and
+            // what it no longer holds swept at its end: unchanged objects
+            // keep their cached copy (no second copy of thousands of
+            // objects during a relist, and the plan's memo stays valid).
+            Feed::Owned(kind, Event::Init) => {
+                self.relisting.insert(kind, BTreeSet::new());
+            }
+            Feed::Owned(kind, Event::InitApply(o)) => {
+                if let Some(id) = ObjectId::of(&o.object) {
+                    self.relisting.entry(kind).or_default().insert(id);
+                }
+                change.dirty = self.upsert_rbac(o);
+            }
+            Feed::Owned(kind, Event::InitDone) => {
+                let seen = self.relisting.remove(&kind).unwrap_or_default();
+                let listing = self.owned_listing.entry(kind).or_default();
+                listing.synced = true;
+                listing.error = None;
+                let gone: Vec<ObjectId> = self
+                    .owned
+                    .keys()
+                    .chain(self.foreign.iter())
+                    .filter(|id| id.kind == kind && !seen.contains(*id))
+                    .cloned()
+                    .collect();
+                for id in gone {
+                    self.forget_rbac(&id);
+                }
+                change.dirty = true;
+            }
             Feed::Owned(kind, ev) => {
                 let listing = self.owned_listing.entry(kind).or_default();
                 match listing.step(ev) {
-                    Step::Nothing => {}
-                    Step::Upsert(o) => {
-                        change.dirty = self.upsert_owned(o);
-                    }
+                    Step::Upsert(o) => change.dirty = self.upsert_rbac(o),
                     Step::Remove(o) => {
-                        if let Some(id) = ObjectId::of(&o) {
-                            change.dirty = self.remove_owned(&id);
+                        // The deletion of an older object of the name (a
+                        // binding re-created with a new roleRef, whose new
+                        // copy the cache already learned) keeps the new one.
+                        let newer =
+                            |l: &Live| matches!((l.uid(), o.uid()), (Some(a), Some(b)) if a != b);
+                        if let Some(id) = ObjectId::of(&o.object)
+                            && !self.owned.get(&id).is_some_and(newer)
+                        {
+                            change.dirty = self.forget_rbac(&id);
                         }
                     }
-                    Step::Replace(all) => {
-                        let stale: Vec<ObjectId> = self
-                            .owned
-                            .keys()
-                            .filter(|id| id.kind == kind)
-                            .cloned()
-                            .collect();
-                        for id in stale {
-                            self.remove_owned(&id);
-                        }
-                        for o in all {
-                            self.upsert_owned(o);
-                        }
-                        change.dirty = true;
-                    }
+                    Step::Nothing | Step::Replace(_) => {}
                 }
             }
             Feed::Kind(gk, epoch, ev) => {
                 let Some(w) = self.kinds.get_mut(&gk).filter(|w| w.epoch == epoch) else {
                     return change;
                 };
-                match w.listing.step(ev) {
-                    Step::Nothing => {}
-                    Step::Upsert(o) => {
+                // As for the output kinds: a list is applied object by
+                // object (an unchanged object keeps its stored copy) and
+                // what it no longer holds is swept at its end, which is
+                // also when it counts as a change.
+                match ev {
+                    Event::Init => w.seen = Some(BTreeSet::new()),
+                    Event::InitApply(o) => {
+                        if let Some(k) = key_of(&o) {
+                            w.seen.get_or_insert_with(BTreeSet::new).insert(k.clone());
+                            if self.store.get(&gk, &k) != Some(&o) {
+                                let _ = self.store.insert(o);
+                            }
+                        }
+                    }
+                    Event::InitDone => {
+                        let seen = w.seen.take().unwrap_or_default();
+                        w.listing.synced = true;
+                        w.listing.error = None;
+                        let gone: Vec<_> = self
+                            .store
+                            .list(&gk)
+                            .filter_map(key_of)
+                            .filter(|k| !seen.contains(k))
+                            .collect();
+                        for k in gone {
+                            self.store.remove(&gk, &k);
+                        }
+                        change.dirty = true;
+                    }
+                    Event::Apply(o) => {
                         let differs = key_of(&o)
                             .map(|k| self.store.get(&gk, &k) != Some(&o))
                             .unwrap_or(false);
@@ -271,17 +312,10 @@ impl World {
                             change.dirty = true;
                         }
                     }
-                    Step::Remove(o) => {
+                    Event::Delete(o) => {
                         if let Some(k) = key_of(&o) {
                             change.dirty = self.store.remove(&gk, &k).is_some();
                         }
-                    }
-                    Step::Replace(all) => {
-                        self.store.clear_kind(&gk);
-                        for o in all {
-                            let _ = self.store.insert(o);
-                        }
-                        change.dirty = true;
                     }
                 }
             }
@@ -300,6 +334,7 @@ impl World {
                     change.dirty = true;
                 }
             },
+            Feed::Learned(learned) => change.dirty = self.learn(learned),
             Feed::Error(source, error) => {
                 tracing::warn!(?source, error = %error, "watch error");
                 match source {
@@ -313,7 +348,7 @@ impl World {
                                 // The CRD went away: stop watching, keep
                                 // the last list (no pruning from it while
                                 // unresolved) and rediscover later.
-                                w.task = None;
+                                w.watching = false;
                                 w.unresolved =
                                     Some(format!("{gk} is no longer served by the API server"));
                                 change.lost_kind = true;
@@ -327,11 +362,42 @@ impl World {
         change
     }
 
-    fn upsert_owned(&mut self, o: Value) -> bool {
-        let Some(id) = ObjectId::of(&o) else {
+    /// An object of an output kind as a watch delivers it: ours is cached,
+    /// anyone else's only named (taking our label off an object makes it
+    /// someone else's).
+    /// An object of an output kind is gone: from our cache, the names, and
+    /// the store.
+    fn forget_rbac(&mut self, id: &ObjectId) -> bool {
+        let foreign = self.foreign.remove(id);
+        let owned = self.remove_owned(id);
+        let key = (id.namespace.clone(), id.name.clone());
+        let read = self.store.remove(&output_gk(id.kind), &key).is_some();
+        owned || foreign || read
+    }
+
+    fn upsert_rbac(&mut self, o: Live) -> bool {
+        let Some(id) = ObjectId::of(&o.object) else {
             return false;
         };
-        let live = Live::new(o);
+        if o.is_managed() {
+            let foreign = self.foreign.remove(&id);
+            return self.upsert_live(id, o) || foreign;
+        }
+        let owned = self.remove_owned(&id);
+        let gk = output_gk(id.kind);
+        let mut read = false;
+        // Kept whole only where a rule reads the kind (rules copied from
+        // ClusterRoles, an allow-list), else only its name is.
+        if self.kinds.contains_key(&gk) {
+            let key = (id.namespace.clone(), id.name.clone());
+            if self.store.get(&gk, &key) != Some(&*o.object) {
+                read = self.store.insert_shared(o.object).is_ok();
+            }
+        }
+        self.foreign.insert(id) || owned || read
+    }
+
+    fn upsert_live(&mut self, id: ObjectId, live: Live) -> bool {
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
             // A watch event from before a write whose response the cache
@@ -340,6 +406,7 @@ impl World {
             _ => {}
         }
         self.mirror(&id, Some(&live.object));
+        self.foreign.remove(&id);
         self.owned.insert(id, live);
         true
     }
@@ -349,19 +416,16 @@ impl World {
         self.owned.remove(id).is_some()
     }
 
-    /// Keeps the engine's view of our own objects: where no rule reads the
-    /// kind (so no full watch fills the store with it), managed objects are
-    /// copied into the store, so that policy judges every live object we
-    /// made and revokes what it now refuses.
-    fn mirror(&mut self, id: &ObjectId, object: Option<&Value>) {
-        let gk = crate::engine::compile::output_gk(id.kind);
-        if self.kinds.contains_key(&gk) {
-            return;
-        }
+    /// Keeps the engine's view of our own objects: every managed object is
+    /// in the store (sharing the cached copy), so that policy judges every
+    /// live object we made and revokes what it now refuses, and rules that
+    /// read the kind see it.
+    fn mirror(&mut self, id: &ObjectId, object: Option<&Arc<Value>>) {
+        let gk = output_gk(id.kind);
         let key = (id.namespace.clone(), id.name.clone());
         match object {
             Some(o) => {
-                if self.store.insert(o.clone()).is_err() {
+                if self.store.insert_shared(o.clone()).is_err() {
                     tracing::debug!(object = %id, "not mirrored into the store");
                 }
             }
@@ -371,19 +435,22 @@ impl World {
         }
     }
 
-    /// Learns the outcome of writes at once: objects as the API server
-    /// returned them after an apply, and pruned objects gone. The watch
-    /// events that follow confirm them (or are older, and ignored).
-    pub fn learn(&mut self, written: &[super::apply::Written]) {
-        for w in written {
-            match (&w.outcome, &w.live) {
-                (_, Some(o)) if w.outcome.is_applied() => {
-                    self.upsert_owned(o.clone());
-                }
-                (super::apply::Outcome::Deleted | super::apply::Outcome::Revoked(_), _) => {
-                    self.remove_owned(&w.id);
-                }
-                _ => {}
+    /// Learns what a write did as soon as it is answered: the object as
+    /// the API server returned it, or that it is gone. The watch events
+    /// that follow confirm it (or are older, and ignored).
+    pub fn learn(&mut self, learned: Learned) -> bool {
+        match learned {
+            Learned::Applied(live) => match ObjectId::of(&live.object) {
+                Some(id) => self.upsert_live(id, live),
+                None => false,
+            },
+            // Only the object deleted: not one made again since.
+            Learned::Deleted(id, uid) => {
+                let same = self
+                    .owned
+                    .get(&id)
+                    .is_some_and(|l| uid.is_none() || l.uid() == uid.as_deref());
+                same && self.remove_owned(&id)
             }
         }
     }
@@ -403,7 +470,20 @@ impl World {
     pub fn kinds_settled(&self) -> bool {
         self.kinds
             .values()
-            .all(|w| w.unresolved.is_some() || w.listing.synced)
+            .all(|w| w.unresolved.is_some() || self.listed(w).0)
+    }
+
+    /// Whether a rule kind has listed, and the last list error. The output
+    /// kinds are fed by their own watches (every object of the kind), not
+    /// by a second one.
+    fn listed<'a>(&'a self, w: &'a KindWatch) -> (bool, Option<&'a String>) {
+        match output_kind(&w.interest.gk) {
+            Some(k) => self
+                .owned_listing
+                .get(&k)
+                .map_or((false, None), |l| (l.synced, l.error.as_ref())),
+            None => (w.listing.synced, w.listing.error.as_ref()),
+        }
     }
 
     /// What a reconcile sees: the rules, the caches, and the allow-list and
@@ -418,6 +498,7 @@ impl World {
             rules: &self.rules,
             observed: &self.store,
             owned: &self.owned,
+            foreign: &self.foreign,
             holds,
             allow,
             prune: self.kinds_settled(),
@@ -457,7 +538,7 @@ impl World {
                         unresolved: Some(why),
                         ..
                     }) => not_served.push(why.clone()),
-                    Some(w) if !w.listing.synced => match &w.listing.error {
+                    Some(w) if !self.listed(w).0 => match self.listed(w).1 {
                         Some(e) => failed.push(format!("cannot list {gk}: {e}")),
                         None => waiting.push(gk.to_string()),
                     },
@@ -485,7 +566,7 @@ impl World {
     }
 
     /// Recomputes the kinds each rule reads and the merged interests.
-    fn interests(&mut self, manage: ManageLevel) -> BTreeMap<GroupKind, Interest> {
+    pub(super) fn interests(&mut self, manage: ManageLevel) -> BTreeMap<GroupKind, Interest> {
         // With an allow-list, the engine checks what bindings and
         // aggregations grant against every ClusterRole and Role: the
         // (empty) placeholder makes the interests include them.
@@ -531,9 +612,94 @@ impl World {
             .collect()
     }
 
+    /// Kinds watched or waiting for discovery that `wanted` does not name.
+    pub(super) fn kinds_not_in(&self, wanted: &BTreeMap<GroupKind, Interest>) -> Vec<GroupKind> {
+        self.kinds
+            .keys()
+            .filter(|gk| !wanted.contains_key(*gk))
+            .cloned()
+            .collect()
+    }
+
+    /// Stops tracking a kind and drops its objects (of an output kind, the
+    /// ones that are not ours).
+    pub(super) fn forget_kind(&mut self, gk: &GroupKind) {
+        self.kinds.remove(gk);
+        self.store.clear_kind(gk);
+        if let Some(kind) = output_kind(gk) {
+            let ours: Vec<(ObjectId, Arc<Value>)> = self
+                .owned
+                .iter()
+                .filter(|(id, _)| id.kind == kind)
+                .map(|(id, l)| (id.clone(), l.object.clone()))
+                .collect();
+            for (id, o) in ours {
+                self.mirror(&id, Some(&o));
+            }
+        }
+    }
+
+    /// Whether the watch of an output kind must list again now that a rule
+    /// reads the kind (its last list kept only the names of objects not
+    /// ours); if so, nothing is evaluated until it has. A list still to
+    /// come keeps every object by itself.
+    pub(super) fn relist_outputs(&mut self, kind: OutputKind) -> bool {
+        let listing = self.owned_listing.entry(kind).or_default();
+        let again = listing.synced;
+        listing.synced = false;
+        again
+    }
+
+    /// The interest a kind is watched with.
+    pub(super) fn interest_of(&self, gk: &GroupKind) -> Option<&Interest> {
+        self.kinds.get(gk).map(|w| &w.interest)
+    }
+
+    /// Whether a watch on the kind runs.
+    pub(super) fn is_watching(&self, gk: &GroupKind) -> bool {
+        self.kinds.get(gk).is_some_and(|w| w.watching)
+    }
+
+    /// Interests of kinds that were not served when last discovered.
+    pub(super) fn unresolved_interests(&self) -> Vec<Interest> {
+        self.kinds
+            .values()
+            .filter(|w| w.unresolved.is_some())
+            .map(|w| w.interest.clone())
+            .collect()
+    }
+
+    /// A fresh epoch for a (re)started watch.
+    pub(super) fn next_epoch(&mut self) -> u64 {
+        let e = self.next_epoch;
+        self.next_epoch += 1;
+        e
+    }
+
+    /// Records a (re)started watch of `interest` (or why there is none).
+    /// Objects of an earlier list stay until the new list replaces them.
+    pub(super) fn watch_kind(
+        &mut self,
+        interest: Interest,
+        epoch: u64,
+        unresolved: Option<String>,
+    ) {
+        self.kinds.insert(
+            interest.gk.clone(),
+            KindWatch {
+                interest,
+                watching: unresolved.is_none(),
+                unresolved,
+                epoch,
+                listing: Listing::default(),
+                seen: None,
+            },
+        );
+    }
+
     /// Number of kinds watched.
     pub fn watched_kinds(&self) -> usize {
-        self.kinds.values().filter(|w| w.task.is_some()).count()
+        self.kinds.values().filter(|w| w.watching).count()
     }
 
     /// Whether some kind waits for rediscovery.
@@ -542,230 +708,11 @@ impl World {
     }
 }
 
-/// Starts and stops watches: owns the client and the feed sender.
-pub struct Watches {
-    client: Client,
-    tx: mpsc::UnboundedSender<Feed>,
-    manage: ManageLevel,
-    base: Vec<Task>,
+/// The output kind a group/kind is, if it is one.
+pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
+    OutputKind::ALL.into_iter().find(|k| output_gk(*k) == *gk)
 }
 
-impl Watches {
-    /// Starts the RbacRule, owned-object and allow-list watches.
-    pub fn start(
-        client: Client,
-        tx: mpsc::UnboundedSender<Feed>,
-        manage: ManageLevel,
-        allow_name: Option<&str>,
-    ) -> Self {
-        let mut base = Vec::new();
-        base.push(spawn(
-            Api::<RbacRule>::all(client.clone()),
-            watcher::Config::default(),
-            tx.clone(),
-            |ev| Feed::Rules(Box::new(ev)),
-            || Source::Rules,
-        ));
-        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
-        for kind in OutputKind::ALL {
-            let ar = api_resource(kind);
-            let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-            base.push(spawn(
-                api,
-                watcher::Config::default().labels(&selector),
-                tx.clone(),
-                move |ev| Feed::Owned(kind, map_event(ev, |o| to_value(&o, &ar, false))),
-                move || Source::Owned(kind),
-            ));
-        }
-        if let Some(name) = allow_name {
-            base.push(spawn(
-                Api::<ClusterRole>::all(client.clone()),
-                watcher::Config::default().fields(&format!("metadata.name={name}")),
-                tx.clone(),
-                |ev| Feed::Allow(Box::new(ev)),
-                || Source::Allow,
-            ));
-        }
-        Watches {
-            client,
-            tx,
-            manage,
-            base,
-        }
-    }
-
-    /// Brings the rule-kind watches in line with the rules: starts watches
-    /// for new kinds (after discovery), restarts changed ones, stops and
-    /// forgets kinds no rule reads any more.
-    pub async fn reconcile_kinds(&mut self, world: &mut World) {
-        let wanted = world.interests(self.manage);
-        let gone: Vec<GroupKind> = world
-            .kinds
-            .keys()
-            .filter(|gk| !wanted.contains_key(*gk))
-            .cloned()
-            .collect();
-        for gk in gone {
-            tracing::info!(kind = %gk, "no rule reads this kind any more: watch stopped");
-            world.kinds.remove(&gk);
-            world.store.clear_kind(&gk);
-        }
-        let mut groups: BTreeMap<String, Result<ApiGroup, String>> = BTreeMap::new();
-        for (gk, interest) in wanted {
-            let unchanged = world.kinds.get(&gk).is_some_and(|w| w.interest == interest);
-            if unchanged {
-                continue;
-            }
-            self.start_kind(world, &mut groups, interest).await;
-        }
-        tracing::debug!(
-            kinds = world.kinds.len(),
-            base = self.base.len(),
-            "watches reconciled"
-        );
-    }
-
-    /// Retries discovery of kinds that were not served.
-    pub async fn rediscover(&mut self, world: &mut World) -> bool {
-        let pending: Vec<Interest> = world
-            .kinds
-            .values()
-            .filter(|w| w.unresolved.is_some())
-            .map(|w| w.interest.clone())
-            .collect();
-        let mut groups = BTreeMap::new();
-        let mut started = false;
-        for interest in pending {
-            started |= self.start_kind(world, &mut groups, interest).await;
-        }
-        started
-    }
-
-    async fn start_kind(
-        &mut self,
-        world: &mut World,
-        groups: &mut BTreeMap<String, Result<ApiGroup, String>>,
-        interest: Interest,
-    ) -> bool {
-        let gk = interest.gk.clone();
-        let epoch = world.next_epoch;
-        world.next_epoch += 1;
-        let resolved = resolve(&self.client, groups, &interest).await;
-        // Keep the old objects until the new list replaces them.
-        let listing = Listing::default();
-        let (task, unresolved) = match resolved {
-            Ok(ar) => {
-                tracing::info!(kind = %gk, version = %ar.version, metadata_only = interest.metadata_only, "watching");
-                (
-                    Some(self.watch_kind(&ar, &gk, epoch, interest.metadata_only)),
-                    None,
-                )
-            }
-            Err(why) => {
-                tracing::warn!(kind = %gk, reason = %why, "kind not watched; will retry");
-                (None, Some(why))
-            }
-        };
-        let started = task.is_some();
-        world.kinds.insert(
-            gk,
-            KindWatch {
-                interest,
-                unresolved,
-                epoch,
-                listing,
-                task,
-            },
-        );
-        started
-    }
-
-    fn watch_kind(
-        &self,
-        ar: &ApiResource,
-        gk: &GroupKind,
-        epoch: u64,
-        metadata_only: bool,
-    ) -> Task {
-        let source_gk = gk.clone();
-        let source = move || Source::Kind(source_gk.clone(), epoch);
-        let tx = self.tx.clone();
-        if metadata_only {
-            // Only metadata is fetched and cached: no CRD bodies in memory.
-            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
-            spawn(
-                api,
-                watcher::Config::default(),
-                tx,
-                kind_feed(gk.clone(), epoch, ar.clone()),
-                source,
-            )
-        } else {
-            let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
-            spawn(
-                api,
-                watcher::Config::default(),
-                tx,
-                kind_feed(gk.clone(), epoch, ar.clone()),
-                source,
-            )
-        }
-    }
-}
-
-/// Finds the ApiResource of an interest: the version it names, else the
-/// group's preferred version, else any version serving the kind.
-async fn resolve(
-    client: &Client,
-    groups: &mut BTreeMap<String, Result<ApiGroup, String>>,
-    interest: &Interest,
-) -> Result<ApiResource, String> {
-    let gk = &interest.gk;
-    if !groups.contains_key(&gk.group) {
-        let g = discovery::oneshot::group(client, &gk.group)
-            .await
-            .map_err(|e| match e {
-                kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_)) => {
-                    format!(
-                        "API group {:?} is not served (is its CRD installed?)",
-                        gk.group
-                    )
-                }
-                other => format!("discovery of API group {:?} failed: {other}", gk.group),
-            });
-        groups.insert(gk.group.clone(), g);
-    }
-    let group = match groups.get(&gk.group) {
-        Some(Ok(g)) => g,
-        Some(Err(e)) => return Err(e.clone()),
-        None => return Err(format!("discovery of API group {:?} failed", gk.group)),
-    };
-    let found = match &interest.version {
-        Some(v) => group
-            .versioned_resources(v)
-            .into_iter()
-            .find(|(ar, _)| ar.kind == gk.kind),
-        None => group.recommended_kind(&gk.kind).or_else(|| {
-            group.versions().find_map(|v| {
-                group
-                    .versioned_resources(v)
-                    .into_iter()
-                    .find(|(ar, _)| ar.kind == gk.kind)
-            })
-        }),
-    };
-    match found {
-        Some((ar, _caps)) => Ok(ar),
-        None => Err(match &interest.version {
-            Some(v) => format!("{gk} is not served at version {v:?}"),
-            None => format!("{gk} is not served by the API server (is its CRD installed?)"),
-        }),
-    }
-}
-
-/// An object as the caches store it: apiVersion and kind from discovery
-/// (list items lack them, metadata-only responses erase them), and without
 /// Whether `new` is an older version of `known`: both resourceVersions
 /// parse as integers (etcd revisions, as every API server serves them) and
 /// `new`'s is lower. Opaque versions never count as older.
@@ -774,42 +721,12 @@ fn older(new: &Live, known: &Live) -> bool {
     matches!((rv(new), rv(known)), (Some(n), Some(k)) if n < k)
 }
 
-/// managedFields when `strip` (owned objects keep them until [`Live::new`]
-/// has read which fields are ours).
-fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource, strip: bool) -> Value {
-    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
-        m.insert("kind".into(), Value::String(ar.kind.clone()));
-    }
-    if strip && let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
-    v
-}
-
 fn without_managed_fields(mut r: RbacRule) -> RbacRule {
     r.metadata.managed_fields = None;
     r
 }
 
-/// Turns watch events of one kind (full or metadata-only objects) into
-/// feed items, as JSON with apiVersion and kind and without managedFields.
-fn kind_feed<K: serde::Serialize>(
-    gk: GroupKind,
-    epoch: u64,
-    ar: ApiResource,
-) -> impl Fn(Event<K>) -> Feed + Send + 'static {
-    move |ev| {
-        Feed::Kind(
-            gk.clone(),
-            epoch,
-            map_event(ev, |o| to_value(&o, &ar, true)),
-        )
-    }
-}
-
-fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
+pub(super) fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
     match ev {
         Event::Apply(o) => Event::Apply(f(o)),
         Event::Delete(o) => Event::Delete(f(o)),
@@ -819,39 +736,10 @@ fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
     }
 }
 
-/// Runs a watcher (with backoff) in a task, feeding the control loop.
-fn spawn<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    tx: mpsc::UnboundedSender<Feed>,
-    feed: impl Fn(Event<K>) -> Feed + Send + 'static,
-    source: impl Fn() -> Source + Send + 'static,
-) -> Task
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-{
-    Task(tokio::spawn(async move {
-        let mut stream = watcher(api, config).default_backoff().boxed();
-        while let Some(item) = stream.next().await {
-            let msg = match item {
-                Ok(ev) => feed(ev),
-                Err(e) => Feed::Error(source(), e),
-            };
-            if tx.send(msg).is_err() {
-                return;
-            }
-        }
-    }))
-}
-
-/// The kinds currently named by rules (for tests and logs).
-pub fn kinds_of(world: &World) -> BTreeSet<GroupKind> {
-    world.kinds.keys().cloned().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::output::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
     use serde_json::json;
 
     fn rule(name: &str, generation: i64, kind: &str) -> RbacRule {
@@ -863,6 +751,11 @@ mod tests {
         let mut r = RbacRule::new(name, spec);
         r.metadata.generation = Some(generation);
         r
+    }
+
+    /// An event of an output-kind watch, as the watch task makes it.
+    fn owned(kind: OutputKind, e: Event<Value>) -> Feed {
+        Feed::Owned(kind, map_event(e, Live::new))
     }
 
     fn widget(name: &str) -> Value {
@@ -886,7 +779,7 @@ mod tests {
         assert!(!w.base_synced());
         w.apply(Feed::Rules(Box::new(Event::InitDone)));
         for k in OutputKind::ALL {
-            listed(&mut w, |e| Feed::Owned(k, e), vec![]);
+            listed(&mut w, |e| owned(k, e), vec![]);
         }
         assert!(w.base_synced());
         w
@@ -902,7 +795,8 @@ mod tests {
                 unresolved: None,
                 epoch,
                 listing: Listing::default(),
-                task: None,
+                seen: None,
+                watching: true,
             },
         );
     }
@@ -936,15 +830,27 @@ mod tests {
         watch(&mut w, &gk, 1);
         assert!(matches!(w.holds().get("r"), Some(Hold::WaitingForSync(_))));
         assert!(!w.kinds_settled());
-        // A list in progress changes nothing; InitDone swaps it in.
+        // A list in progress starts no reconcile and the rule stays held;
+        // InitDone completes it.
         w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
         let c = w.apply(Feed::Kind(gk.clone(), 1, Event::InitApply(widget("a"))));
         assert!(!c.dirty);
-        assert_eq!(w.store.list(&gk).count(), 0);
+        assert!(matches!(w.holds().get("r"), Some(Hold::WaitingForSync(_))));
         let c = w.apply(Feed::Kind(gk.clone(), 1, Event::InitDone));
         assert!(c.dirty);
         assert_eq!(w.store.list(&gk).count(), 1);
         assert!(w.holds().is_empty());
+        // A relist keeps the copy of an unchanged object and sweeps what
+        // it no longer holds, at its end.
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Apply(widget("b"))));
+        let key = |n: &str| (String::new(), n.to_string());
+        let a = w.store.get(&gk, &key("a")).expect("a") as *const Value;
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
+        w.apply(Feed::Kind(gk.clone(), 1, Event::InitApply(widget("a"))));
+        assert_eq!(w.store.list(&gk).count(), 2);
+        w.apply(Feed::Kind(gk.clone(), 1, Event::InitDone));
+        assert_eq!(w.store.list(&gk).count(), 1);
+        assert!(std::ptr::eq(a, w.store.get(&gk, &key("a")).expect("a")));
         assert!(w.kinds_settled());
         // Events of a stopped predecessor are ignored.
         let c = w.apply(Feed::Kind(gk.clone(), 0, Event::Apply(widget("b"))));
@@ -979,7 +885,7 @@ mod tests {
         let err = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)));
         w.apply(Feed::Error(Source::Owned(OutputKind::Role), err));
         assert!(!w.base_synced());
-        listed(&mut w, |e| Feed::Owned(OutputKind::Role, e), vec![]);
+        listed(&mut w, |e| owned(OutputKind::Role, e), vec![]);
         assert!(w.base_synced());
     }
 
@@ -1002,63 +908,56 @@ mod tests {
             "metadata": {"name": "x", "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
                          "managedFields": [{"manager": "rbac-rules", "operation": "Apply",
                                             "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}}]}});
-        let c = w.apply(Feed::Owned(
-            OutputKind::ClusterRole,
-            Event::Apply(role.clone()),
-        ));
+        let c = w.apply(owned(OutputKind::ClusterRole, Event::Apply(role.clone())));
         assert!(c.dirty);
         let live = &w.owned[&ObjectId::new(OutputKind::ClusterRole, "", "x")];
         assert!(live.object["metadata"].get("managedFields").is_none());
         assert!(live.ours.as_ref().is_some_and(|o| o.labels.contains("a")));
-        let c = w.apply(Feed::Owned(OutputKind::ClusterRole, Event::Delete(role)));
+        let c = w.apply(owned(OutputKind::ClusterRole, Event::Delete(role)));
         assert!(c.dirty);
         assert!(w.owned.is_empty());
     }
 
     #[test]
     fn the_cache_learns_from_writes_and_ignores_older_watch_events() {
-        use crate::controller::apply::{Outcome, Written};
         let mut w = base_world();
         let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
-        let gk = crate::engine::compile::output_gk(OutputKind::ClusterRole);
+        let gk = output_gk(OutputKind::ClusterRole);
         let key = (String::new(), "x".to_string());
-        let version = |rv: &str, verbs: Value| {
+        let version = |rv: &str, uid: &str, verbs: Value| {
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "x", "resourceVersion": rv,
+                "metadata": {"name": "x", "resourceVersion": rv, "uid": uid,
                              "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
         };
-        let written = |outcome, live| Written {
-            id: id.clone(),
-            rule: "r".into(),
-            outcome,
-            live,
-        };
-        w.learn(&[written(
-            Outcome::Created,
-            Some(version("20", json!(["get"]))),
-        )]);
+        let c = w.apply(Feed::Learned(Learned::Applied(Live::new(version(
+            "20",
+            "u1",
+            json!(["get"]),
+        )))));
+        assert!(c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("20"));
         // Mirrored into the store the engine judges (no rule reads the kind).
         assert!(w.store.get(&gk, &key).is_some());
         // The watch then delivers an event from before the write.
-        let c = w.apply(Feed::Owned(
+        let c = w.apply(owned(
             OutputKind::ClusterRole,
-            Event::Apply(version("12", json!(["list"]))),
+            Event::Apply(version("12", "u1", json!(["list"]))),
         ));
         assert!(!c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("20"));
         // A newer one replaces it.
-        let c = w.apply(Feed::Owned(
+        let c = w.apply(owned(
             OutputKind::ClusterRole,
-            Event::Apply(version("21", json!(["watch"]))),
+            Event::Apply(version("21", "u1", json!(["watch"]))),
         ));
         assert!(c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("21"));
-        // A failed write teaches nothing; a prune removes at once.
-        w.learn(&[written(Outcome::Skipped, Some(version("30", json!([]))))]);
-        assert_eq!(w.owned[&id].resource_version(), Some("21"));
-        w.learn(&[written(Outcome::Revoked("policy".into()), None)]);
+        // A delete of another object of the name (made again since) keeps
+        // this one; a delete of this one removes it at once.
+        assert!(!w.learn(Learned::Deleted(id.clone(), Some("u0".into()))));
+        assert!(w.owned.contains_key(&id));
+        assert!(w.learn(Learned::Deleted(id.clone(), Some("u1".into()))));
         assert!(w.owned.is_empty());
         assert!(w.store.get(&gk, &key).is_none());
     }
@@ -1072,7 +971,7 @@ mod tests {
             vec![json!({})],
         );
         for k in OutputKind::ALL {
-            listed(&mut w, |e| Feed::Owned(k, e), vec![]);
+            listed(&mut w, |e| owned(k, e), vec![]);
         }
         assert!(!w.base_synced());
         w.apply(Feed::Allow(Box::new(Event::Init)));
@@ -1082,5 +981,166 @@ mod tests {
             w.holds().get("r"),
             Some(Hold::AllowListNotFound(_))
         ));
+    }
+
+    fn cluster_role(name: &str, ours: bool) -> Value {
+        let labels = if ours {
+            json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE})
+        } else {
+            json!({"app": "other"})
+        };
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+    }
+
+    #[test]
+    fn other_objects_of_an_output_kind_are_known_by_name_only() {
+        let mut w = base_world();
+        let gk = output_gk(OutputKind::ClusterRole);
+        let id = ObjectId::new(OutputKind::ClusterRole, "", "x");
+        listed(
+            &mut w,
+            |e| owned(OutputKind::ClusterRole, e),
+            vec![cluster_role("x", false), cluster_role("ours", true)],
+        );
+        assert!(w.foreign.contains(&id));
+        assert!(!w.owned.contains_key(&id));
+        // No rule reads ClusterRoles: only ours are kept whole.
+        let names: Vec<&str> = w
+            .store
+            .list(&gk)
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, vec!["ours"]);
+        // Taking our label off moves an object out of our cache in the same
+        // event that names it someone else's; putting it on moves it back.
+        let c = w.apply(owned(
+            OutputKind::ClusterRole,
+            Event::Apply(cluster_role("ours", false)),
+        ));
+        assert!(c.dirty);
+        let ours = ObjectId::new(OutputKind::ClusterRole, "", "ours");
+        assert!(w.foreign.contains(&ours) && !w.owned.contains_key(&ours));
+        assert_eq!(w.store.list(&gk).count(), 0);
+        w.apply(owned(
+            OutputKind::ClusterRole,
+            Event::Apply(cluster_role("x", true)),
+        ));
+        assert!(!w.foreign.contains(&id) && w.owned.contains_key(&id));
+        // A deleted object frees its name.
+        w.apply(owned(
+            OutputKind::ClusterRole,
+            Event::Delete(cluster_role("ours", false)),
+        ));
+        assert!(!w.foreign.contains(&ours));
+    }
+
+    #[test]
+    fn a_rule_reading_an_output_kind_is_fed_by_the_output_watch() {
+        let mut w = base_world();
+        let gk = output_gk(OutputKind::ClusterRole);
+        listed(
+            &mut w,
+            |e| owned(OutputKind::ClusterRole, e),
+            vec![cluster_role("other", false), cluster_role("ours", true)],
+        );
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "trigger": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"},
+            "outputs": [{"kind": "ClusterRole", "name": "copy-{{trigger.metadata.name}}"}]
+        }))
+        .expect("spec");
+        let mut reader = RbacRule::new("reader", spec);
+        reader.metadata.generation = Some(1);
+        w.apply(Feed::Rules(Box::new(Event::Apply(reader))));
+        let interest = w.interests(ManageLevel::All).remove(&gk).expect("interest");
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        // The last list kept only the others' names: list again first.
+        assert!(w.relist_outputs(OutputKind::ClusterRole));
+        assert!(!w.base_synced());
+        assert!(matches!(
+            w.holds().get("reader"),
+            Some(Hold::WaitingForSync(_))
+        ));
+        listed(
+            &mut w,
+            |e| owned(OutputKind::ClusterRole, e),
+            vec![cluster_role("other", false), cluster_role("ours", true)],
+        );
+        assert!(w.base_synced() && w.kinds_settled());
+        assert!(!w.holds().contains_key("reader"));
+        // Every ClusterRole is in the store once: ours shared with our cache.
+        assert_eq!(w.store.list(&gk).count(), 2);
+        let ours = ObjectId::new(OutputKind::ClusterRole, "", "ours");
+        let key = (String::new(), "ours".to_string());
+        assert!(std::ptr::eq(
+            w.store.get(&gk, &key).expect("stored"),
+            &*w.owned[&ours].object
+        ));
+        // No rule reads them any more: the others go, ours stay.
+        w.forget_kind(&gk);
+        let names: Vec<&str> = w
+            .store
+            .list(&gk)
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, vec!["ours"]);
+    }
+
+    #[test]
+    fn a_relist_keeps_unchanged_copies_and_sweeps_what_is_gone() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        listed(
+            &mut w,
+            |e| owned(kind, e),
+            vec![
+                cluster_role("a", true),
+                cluster_role("b", true),
+                cluster_role("x", false),
+            ],
+        );
+        let a = ObjectId::new(kind, "", "a");
+        let before = w.owned[&a].object.clone();
+        // A relist (after 410 Gone): b was deleted meanwhile, x too.
+        w.apply(owned(kind, Event::Init));
+        w.apply(owned(kind, Event::InitApply(cluster_role("a", true))));
+        // Nothing is removed before the list is complete.
+        assert_eq!(w.owned.len(), 2);
+        assert!(w.foreign.contains(&ObjectId::new(kind, "", "x")));
+        let c = w.apply(owned(kind, Event::InitDone));
+        assert!(c.dirty);
+        let names: Vec<&str> = w.owned.keys().map(|id| id.name.as_str()).collect();
+        assert_eq!(names, vec!["a"]);
+        assert!(w.foreign.is_empty());
+        assert_eq!(w.store.list(&output_gk(kind)).count(), 1);
+        // The unchanged object kept its copy (the plan's memo holds).
+        assert!(Arc::ptr_eq(&before, &w.owned[&a].object));
+    }
+
+    #[test]
+    fn the_deletion_of_an_older_object_keeps_the_one_made_since() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let version = |uid: &str, rv: &str| {
+            let mut o = cluster_role("x", true);
+            o["metadata"]["uid"] = json!(uid);
+            o["metadata"]["resourceVersion"] = json!(rv);
+            o
+        };
+        listed(&mut w, |e| owned(kind, e), vec![version("old", "5")]);
+        // Re-created: the new copy is learned before the watch reports the
+        // deletion of the old one.
+        w.apply(Feed::Learned(Learned::Applied(Live::new(version(
+            "new", "9",
+        )))));
+        let c = w.apply(owned(kind, Event::Delete(version("old", "8"))));
+        assert!(!c.dirty);
+        let id = ObjectId::new(kind, "", "x");
+        assert_eq!(w.owned[&id].uid(), Some("new"));
+        // Its own deletion removes it.
+        w.apply(owned(kind, Event::Delete(version("new", "10"))));
+        assert!(w.owned.is_empty());
     }
 }

@@ -1,0 +1,332 @@
+//! Watch plumbing: starts and stops the watches (the RbacRules, every
+//! RBAC object of the output kinds, every kind the rules read, and the
+//! allow-list ClusterRole). Each runs in its own task and sends
+//! [`Feed`] items to the control loop, which owns the [`World`].
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+use futures::StreamExt;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::discovery::{self, ApiGroup};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::apply::api_resource;
+use super::plan::Live;
+use super::world::{Feed, Source, World, map_event, output_kind};
+use crate::api::{ManageLevel, OutputKind, RbacRule};
+use crate::engine::{GroupKind, Interest};
+
+/// A task aborted when dropped: stopping a watch is dropping it.
+#[derive(Debug)]
+pub struct Task(JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts and stops watches: owns the client, the feed sender and the
+/// watch tasks (a watch stops when its task is dropped).
+pub struct Watches {
+    client: Client,
+    tx: mpsc::UnboundedSender<Feed>,
+    manage: ManageLevel,
+    base: Vec<Task>,
+    outputs: BTreeMap<OutputKind, Task>,
+    kinds: BTreeMap<GroupKind, Task>,
+}
+
+impl Watches {
+    /// Starts the RbacRule, output-kind and allow-list watches.
+    ///
+    /// The output kinds are watched whole, not by our label: the world then
+    /// knows which names other objects hold, so creating an object needs no
+    /// read first, and an object losing our label leaves our cache in the
+    /// same event that makes it someone else's.
+    pub fn start(
+        client: Client,
+        tx: mpsc::UnboundedSender<Feed>,
+        manage: ManageLevel,
+        allow_name: Option<&str>,
+    ) -> Self {
+        let mut base = Vec::new();
+        base.push(spawn(
+            Api::<RbacRule>::all(client.clone()),
+            watcher::Config::default(),
+            tx.clone(),
+            |ev| Feed::Rules(Box::new(ev)),
+            || Source::Rules,
+        ));
+        let outputs = OutputKind::ALL
+            .into_iter()
+            .map(|kind| (kind, watch_outputs(&client, &tx, kind)))
+            .collect();
+        if let Some(name) = allow_name {
+            base.push(spawn(
+                Api::<ClusterRole>::all(client.clone()),
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+                tx.clone(),
+                |ev| Feed::Allow(Box::new(ev)),
+                || Source::Allow,
+            ));
+        }
+        Watches {
+            client,
+            tx,
+            manage,
+            base,
+            outputs,
+            kinds: BTreeMap::new(),
+        }
+    }
+
+    /// Brings the rule-kind watches in line with the rules: starts watches
+    /// for new kinds (after discovery), restarts changed ones, stops and
+    /// forgets kinds no rule reads any more.
+    pub async fn reconcile_kinds(&mut self, world: &mut World) {
+        let wanted = world.interests(self.manage);
+        for gk in world.kinds_not_in(&wanted) {
+            tracing::info!(kind = %gk, "no rule reads this kind any more: watch stopped");
+            world.forget_kind(&gk);
+        }
+        self.stop_unwatched(world);
+        let mut groups: BTreeMap<String, Result<ApiGroup, String>> = BTreeMap::new();
+        for (gk, interest) in wanted {
+            if world.interest_of(&gk) == Some(&interest) {
+                continue;
+            }
+            self.start_kind(world, &mut groups, interest).await;
+        }
+        tracing::debug!(
+            kinds = self.kinds.len(),
+            base = self.base.len(),
+            "watches reconciled"
+        );
+    }
+
+    /// Stops the tasks of kinds the world no longer watches (forgotten, or
+    /// no longer served).
+    pub fn stop_unwatched(&mut self, world: &World) {
+        self.kinds.retain(|gk, _| world.is_watching(gk));
+    }
+
+    /// Retries discovery of kinds that were not served.
+    pub async fn rediscover(&mut self, world: &mut World) -> bool {
+        let mut groups = BTreeMap::new();
+        let mut started = false;
+        for interest in world.unresolved_interests() {
+            started |= self.start_kind(world, &mut groups, interest).await;
+        }
+        started
+    }
+
+    async fn start_kind(
+        &mut self,
+        world: &mut World,
+        groups: &mut BTreeMap<String, Result<ApiGroup, String>>,
+        interest: Interest,
+    ) -> bool {
+        let gk = interest.gk.clone();
+        let epoch = world.next_epoch();
+        if let Some(kind) = output_kind(&gk) {
+            // Already watched whole, by the output-kind watch.
+            world.watch_kind(interest, epoch, None);
+            if world.relist_outputs(kind) {
+                tracing::info!(kind = %gk, "rules read an output kind: listing it again");
+                self.outputs
+                    .insert(kind, watch_outputs(&self.client, &self.tx, kind));
+            }
+            return true;
+        }
+        // The old task stops; its late events carry the old epoch.
+        self.kinds.remove(&gk);
+        match resolve(&self.client, groups, &interest).await {
+            Ok(ar) => {
+                tracing::info!(kind = %gk, version = %ar.version, metadata_only = interest.metadata_only, "watching");
+                let task = self.watch_kind(&ar, &gk, epoch, interest.metadata_only);
+                self.kinds.insert(gk, task);
+                world.watch_kind(interest, epoch, None);
+                true
+            }
+            Err(why) => {
+                tracing::warn!(kind = %gk, reason = %why, "kind not watched; will retry");
+                world.watch_kind(interest, epoch, Some(why));
+                false
+            }
+        }
+    }
+
+    fn watch_kind(
+        &self,
+        ar: &ApiResource,
+        gk: &GroupKind,
+        epoch: u64,
+        metadata_only: bool,
+    ) -> Task {
+        let source_gk = gk.clone();
+        let source = move || Source::Kind(source_gk.clone(), epoch);
+        let tx = self.tx.clone();
+        if metadata_only {
+            // Only metadata is fetched and cached: no CRD bodies in memory.
+            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
+            spawn(
+                api,
+                watcher::Config::default(),
+                tx,
+                kind_feed(gk.clone(), epoch, ar.clone()),
+                source,
+            )
+        } else {
+            let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
+            spawn(
+                api,
+                watcher::Config::default(),
+                tx,
+                kind_feed(gk.clone(), epoch, ar.clone()),
+                source,
+            )
+        }
+    }
+}
+
+/// The watch of every object of an output kind.
+fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: OutputKind) -> Task {
+    let ar = api_resource(kind);
+    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    spawn(
+        api,
+        watcher::Config::default(),
+        tx.clone(),
+        move |ev| Feed::Owned(kind, map_event(ev, |o| to_live(o, &ar))),
+        move || Source::Owned(kind),
+    )
+}
+
+/// An object of an output kind as the caches keep it: what our field
+/// manager owns read from its managedFields, which are then dropped here
+/// (they are large), before the object is queued or buffered in a list.
+fn to_live(mut obj: DynamicObject, ar: &ApiResource) -> Live {
+    // List items lack apiVersion and kind.
+    obj.types = Some(kube::core::TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    });
+    Live::from_object(obj)
+}
+
+/// Finds the ApiResource of an interest: the version it names, else the
+/// group's preferred version, else any version serving the kind.
+async fn resolve(
+    client: &Client,
+    groups: &mut BTreeMap<String, Result<ApiGroup, String>>,
+    interest: &Interest,
+) -> Result<ApiResource, String> {
+    let gk = &interest.gk;
+    if !groups.contains_key(&gk.group) {
+        let g = discovery::oneshot::group(client, &gk.group)
+            .await
+            .map_err(|e| match e {
+                kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_)) => {
+                    format!(
+                        "API group {:?} is not served (is its CRD installed?)",
+                        gk.group
+                    )
+                }
+                other => format!("discovery of API group {:?} failed: {other}", gk.group),
+            });
+        groups.insert(gk.group.clone(), g);
+    }
+    let group = match groups.get(&gk.group) {
+        Some(Ok(g)) => g,
+        Some(Err(e)) => return Err(e.clone()),
+        None => return Err(format!("discovery of API group {:?} failed", gk.group)),
+    };
+    let found = match &interest.version {
+        Some(v) => group
+            .versioned_resources(v)
+            .into_iter()
+            .find(|(ar, _)| ar.kind == gk.kind),
+        None => group.recommended_kind(&gk.kind).or_else(|| {
+            group.versions().find_map(|v| {
+                group
+                    .versioned_resources(v)
+                    .into_iter()
+                    .find(|(ar, _)| ar.kind == gk.kind)
+            })
+        }),
+    };
+    match found {
+        Some((ar, _caps)) => Ok(ar),
+        None => Err(match &interest.version {
+            Some(v) => format!("{gk} is not served at version {v:?}"),
+            None => format!("{gk} is not served by the API server (is its CRD installed?)"),
+        }),
+    }
+}
+
+/// An object as the caches store it: apiVersion and kind from discovery
+/// (list items lack them, metadata-only responses erase them), and without
+/// managedFields when `strip` (owned objects keep them until [`Live::new`]
+/// has read which fields are ours).
+fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource, strip: bool) -> Value {
+    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
+        m.insert("kind".into(), Value::String(ar.kind.clone()));
+    }
+    if strip && let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    v
+}
+
+/// Turns watch events of one kind (full or metadata-only objects) into
+/// feed items, as JSON with apiVersion and kind and without managedFields.
+fn kind_feed<K: serde::Serialize>(
+    gk: GroupKind,
+    epoch: u64,
+    ar: ApiResource,
+) -> impl Fn(Event<K>) -> Feed + Send + 'static {
+    move |ev| {
+        Feed::Kind(
+            gk.clone(),
+            epoch,
+            map_event(ev, |o| to_value(&o, &ar, true)),
+        )
+    }
+}
+
+/// Runs a watcher (with backoff) in a task, feeding the control loop.
+fn spawn<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    tx: mpsc::UnboundedSender<Feed>,
+    feed: impl Fn(Event<K>) -> Feed + Send + 'static,
+    source: impl Fn() -> Source + Send + 'static,
+) -> Task
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    Task(tokio::spawn(async move {
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        while let Some(item) = stream.next().await {
+            let msg = match item {
+                Ok(ev) => feed(ev),
+                Err(e) => Feed::Error(source(), e),
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+    }))
+}

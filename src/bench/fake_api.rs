@@ -329,7 +329,11 @@ impl FakeApi {
                     .unwrap_or(state.rv);
                 let selector = Selector::parse(&query);
                 let (tx, rx) = mpsc::unbounded_channel();
-                for c in state.log.iter().filter(|c| c.rv > from && c.res == target.res) {
+                for c in state
+                    .log
+                    .iter()
+                    .filter(|c| c.rv > from && c.res == target.res)
+                {
                     if selector.matches(&c.object) {
                         let _ = tx.send(event_line(c.kind, &c.object, metadata_only));
                     }
@@ -361,7 +365,10 @@ impl FakeApi {
                     })
                     .collect();
                 let (api_version, list_kind) = if metadata_only {
-                    ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string())
+                    (
+                        "meta.k8s.io/v1".to_string(),
+                        "PartialObjectMetadataList".to_string(),
+                    )
                 } else {
                     (api_version(&target.res), format!("{}List", target.res.kind))
                 };
@@ -408,7 +415,11 @@ impl FakeApi {
             }
             _ => {
                 state.counts.unserved += 1;
-                status(405, "MethodNotAllowed", &format!("{method} {path} is not served"))
+                status(
+                    405,
+                    "MethodNotAllowed",
+                    &format!("{method} {path} is not served"),
+                )
             }
         }
     }
@@ -488,7 +499,8 @@ impl State {
             if w.res != res || !w.selector.matches(&object) {
                 return !w.tx.is_closed();
             }
-            w.tx.send(event_line(kind, &object, w.metadata_only)).is_ok()
+            w.tx.send(event_line(kind, &object, w.metadata_only))
+                .is_ok()
         });
         self.log.push(Change {
             rv: self.rv,
@@ -645,7 +657,9 @@ fn discovery(path: &str) -> Option<Response<RespBody>> {
             .collect()
     };
     let body = match segs.as_slice() {
-        ["api"] => json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        ["api"] => {
+            json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        }
         ["api", "v1"] => json!({"kind": "APIResourceList", "apiVersion": "v1",
             "groupVersion": "v1", "resources": resources("", "v1")}),
         ["apis"] => {
@@ -797,11 +811,17 @@ mod tests {
 
     #[test]
     fn paths_name_kinds_namespaces_and_subresources() {
-        let t = Target::parse("/apis/rbac.authorization.k8s.io/v1/namespaces/a/roles/r")
-            .expect("role");
-        assert_eq!((t.res.kind, t.namespace.as_deref(), t.name.as_deref()), ("Role", Some("a"), Some("r")));
+        let t =
+            Target::parse("/apis/rbac.authorization.k8s.io/v1/namespaces/a/roles/r").expect("role");
+        assert_eq!(
+            (t.res.kind, t.namespace.as_deref(), t.name.as_deref()),
+            ("Role", Some("a"), Some("r"))
+        );
         let t = Target::parse("/api/v1/namespaces/team-1").expect("namespace");
-        assert_eq!((t.res.kind, t.namespace, t.name.as_deref()), ("Namespace", None, Some("team-1")));
+        assert_eq!(
+            (t.res.kind, t.namespace, t.name.as_deref()),
+            ("Namespace", None, Some("team-1"))
+        );
         let t = Target::parse("/apis/rbacrules.io/v1alpha1/rbacrules/x/status").expect("status");
         assert_eq!(t.subresource.as_deref(), Some("status"));
         assert!(Target::parse("/apis/nope.io/v1/things").is_none());
@@ -822,15 +842,34 @@ mod tests {
         let cr = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": "x"}, "rules": []});
         let patch = |body: &Value| {
-            Request::patch("/apis/rbac.authorization.k8s.io/v1/clusterroles/x?fieldManager=m&force=true")
-                .body(Full::new(Bytes::from(body.to_string())))
-                .expect("request")
+            Request::patch(
+                "/apis/rbac.authorization.k8s.io/v1/clusterroles/x?fieldManager=m&force=true",
+            )
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("request")
         };
-        let first = api.handle(patch(&cr)).await.into_body().collect().await.expect("body").to_bytes();
+        let first = api
+            .handle(patch(&cr))
+            .await
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
         let first: Value = serde_json::from_slice(&first).expect("json");
-        let second = api.handle(patch(&cr)).await.into_body().collect().await.expect("body").to_bytes();
+        let second = api
+            .handle(patch(&cr))
+            .await
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
         let second: Value = serde_json::from_slice(&second).expect("json");
-        assert_eq!(first["metadata"]["resourceVersion"], second["metadata"]["resourceVersion"]);
+        assert_eq!(
+            first["metadata"]["resourceVersion"],
+            second["metadata"]["resourceVersion"]
+        );
         assert_eq!(first["metadata"]["managedFields"][0]["manager"], "m");
         assert_eq!(api.counts().rbac_writes(), 2);
         assert_eq!(api.lock().log.len(), 1);

@@ -174,12 +174,18 @@ struct Change {
     object: Arc<Value>,
 }
 
+/// Objects of one kind by (namespace, name).
+type Objects = BTreeMap<(String, String), Arc<Value>>;
+
 #[derive(Default)]
 struct State {
     rv: u64,
-    objects: BTreeMap<(&'static str, &'static str), BTreeMap<(String, String), Arc<Value>>>,
+    /// By (group, plural).
+    objects: BTreeMap<(&'static str, &'static str), Objects>,
     log: Vec<Change>,
     watches: Vec<Watch>,
+    /// Watches from this resourceVersion or older are refused as expired.
+    expired_up_to: u64,
     counts: Counts,
 }
 
@@ -284,6 +290,17 @@ impl FakeApi {
         self.lock().watches.clear();
     }
 
+    /// Ends every open watch and refuses to resume any from a version
+    /// before now ("410 Gone: too old resource version", as after etcd
+    /// compaction): clients list every kind again.
+    pub fn expire_watches(&self) {
+        let mut state = self.lock();
+        state.watches.clear();
+        state.expired_up_to = state.rv;
+        // Lists from now on return a newer version, which watches may use.
+        state.rv += 1;
+    }
+
     /// Answers one request.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<RespBody>
     where
@@ -329,6 +346,16 @@ impl FakeApi {
                     .unwrap_or(state.rv);
                 let selector = Selector::parse(&query);
                 let (tx, rx) = mpsc::unbounded_channel();
+                if from <= state.expired_up_to {
+                    let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+                        "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                        "message": format!("too old resource version: {from} ({})", state.expired_up_to + 1)}});
+                    let mut line = serde_json::to_vec(&gone).unwrap_or_default();
+                    line.push(b'\n');
+                    let _ = tx.send(Bytes::from(line));
+                    // The sender drops here: the stream ends after the error.
+                    return streaming(rx);
+                }
                 for c in state
                     .log
                     .iter()

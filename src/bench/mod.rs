@@ -10,7 +10,7 @@
 //! - `incremental`: [`Engine::evaluate_incremental`] with a warm [`Memo`]
 //!   over 100 changes of each [`ChangeKind`];
 //! - `controller`: [`crate::controller::run_with`] (leader election off,
-//!   short debounce) against the counting API stand-in ([`fake_api`]),
+//!   short debounce, 2-second resync) against the counting API stand-in ([`fake_api`]),
 //!   which this process serves over HTTP on 127.0.0.1 so that the child's
 //!   memory is the controller's alone. A child stops when its stdin closes.
 
@@ -372,7 +372,8 @@ fn incremental_phase(args: &BenchArgs) -> Value {
 /// its 3 Roles, a new XRD its 4 ClusterRoles, a revision change the 3
 /// ClusterRoles of each revision of its family.
 pub fn touched_bound(sizes: &Sizes) -> usize {
-    3.max(4).max(sizes.max_touched_per_revision_change())
+    let (namespace, xrd) = (3, 4);
+    namespace.max(xrd).max(sizes.max_touched_per_revision_change())
 }
 
 /// The controller, as a child: runs until stdin closes, then prints its
@@ -618,10 +619,12 @@ async fn controller_phases(
         progress("controller: the initial sync did not reach objects_out");
     }
 
-    progress("controller: forced resync (watches closed, resync timer)");
-    api.close_watches();
+    progress("controller: forced resync (every watch expired: relists; resync timer)");
+    let lists = api.counts().lists.values().sum::<u64>();
+    api.expire_watches();
     passes(&mut ctl, 2, Instant::now() + Duration::from_secs(60)).await;
     let resynced = settle(&api, quiet, Instant::now() + patience(sizes)).await;
+    let relists = api.counts().lists.values().sum::<u64>() - lists;
 
     progress("controller: namespace annotation changes");
     let mut per_change = 0;
@@ -659,6 +662,7 @@ async fn controller_phases(
         "initial_sync_ms": initial_sync_ms,
         "initial_sync_complete": synced,
         "resync_writes": resynced - initial,
+        "resync_relists": relists,
         "writes_per_namespace_change": per_change,
         "restart_writes": restarted - before_restart,
         "controller_peak_rss_mib": first["peak_rss_mib"],

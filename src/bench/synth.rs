@@ -120,7 +120,7 @@ impl Default for Versions {
 
 impl Versions {
     /// The next resourceVersion.
-    pub fn next(&mut self) -> String {
+    pub fn bump(&mut self) -> String {
         self.0 += 1;
         self.0.to_string()
     }
@@ -262,21 +262,21 @@ fn namespace(n: usize, xrds: &[usize], rv: String) -> Value {
 pub fn objects(sizes: &Sizes, versions: &mut Versions) -> Vec<Value> {
     let mut out = Vec::with_capacity(sizes.objects_in());
     for p in 0..sizes.revisions {
-        out.push(revision(sizes, p, revision_refs(sizes, p), versions.next()));
+        out.push(revision(sizes, p, revision_refs(sizes, p), versions.bump()));
     }
     for p in 0..sizes.revisions {
-        out.push(deployment(p, versions.next()));
+        out.push(deployment(p, versions.bump()));
     }
     for i in 0..sizes.xrds {
         out.push(xrd_object(
             &format!("thing{i}"),
             i % 2 == 0,
             format!("00000000-0000-4000-b000-{i:012}"),
-            versions.next(),
+            versions.bump(),
         ));
     }
     for n in 0..sizes.namespaces {
-        out.push(namespace(n, &accepted(sizes, n, 0), versions.next()));
+        out.push(namespace(n, &accepted(sizes, n, 0), versions.bump()));
     }
     out
 }
@@ -321,14 +321,14 @@ pub fn change(sizes: &Sizes, kind: ChangeKind, i: usize, versions: &mut Versions
             namespace(
                 n,
                 &accepted(sizes, n, 1 + i / sizes.namespaces.max(1)),
-                versions.next(),
+                versions.bump(),
             )
         }
         ChangeKind::XrdAdded => xrd_object(
             &format!("added{i}"),
             true,
             format!("00000000-0000-4000-c000-{i:012}"),
-            versions.next(),
+            versions.bump(),
         ),
         ChangeKind::RevisionObjectRefs => {
             let r = sizes.revisions.max(1);
@@ -339,7 +339,7 @@ pub fn change(sizes: &Sizes, kind: ChangeKind, i: usize, versions: &mut Versions
             for k in (p..=i).step_by(r) {
                 refs.push(crd_ref(&format!("added{k}s.{group}")));
             }
-            revision(sizes, p, refs, versions.next())
+            revision(sizes, p, refs, versions.bump())
         }
     }
 }

@@ -12,7 +12,8 @@
 //!
 //! Not a Kubernetes clone: no validation, no defaulting, no merging of
 //! several field managers (an apply replaces the object), no aggregation
-//! controller, no pagination (one page answers every list).
+//! controller, no consistent snapshot across the pages of a list (a watch
+//! from the first page's version replays what changed meanwhile).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -129,7 +130,7 @@ pub struct Counts {
     pub deletes: BTreeMap<String, u64>,
     /// GETs of one object, by kind.
     pub gets: BTreeMap<String, u64>,
-    /// Lists, by kind.
+    /// List requests (pages), by kind.
     pub lists: BTreeMap<String, u64>,
     /// Watches opened, by kind.
     pub watches: BTreeMap<String, u64>,
@@ -376,13 +377,30 @@ impl FakeApi {
             ("GET", None) => {
                 *state.counts.lists.entry(kind).or_default() += 1;
                 let selector = Selector::parse(&query);
-                let items: Vec<Value> = state
+                // Pages of `limit` items; the continue token holds the first
+                // page's version (which every page reports, so that a watch
+                // from it replays what changed meanwhile) and an offset.
+                let (rv, offset) = query
+                    .get("continue")
+                    .and_then(|c| c.split_once('/'))
+                    .and_then(|(r, o)| Some((r.parse().ok()?, o.parse().ok()?)))
+                    .unwrap_or((state.rv, 0usize));
+                let limit = query
+                    .get("limit")
+                    .and_then(|l| l.parse::<usize>().ok())
+                    .filter(|l| *l > 0)
+                    .unwrap_or(usize::MAX);
+                let mut matching = state
                     .objects
                     .get(&(target.res.group, target.res.plural))
                     .into_iter()
                     .flat_map(|m| m.iter())
                     .filter(|((ns, _), _)| target.namespace.as_ref().is_none_or(|t| t == ns))
                     .filter(|(_, o)| selector.matches(o))
+                    .skip(offset);
+                let items: Vec<Value> = matching
+                    .by_ref()
+                    .take(limit)
                     .map(|(_, o)| {
                         if metadata_only {
                             partial(o)
@@ -391,6 +409,7 @@ impl FakeApi {
                         }
                     })
                     .collect();
+                let more = matching.next().is_some();
                 let (api_version, list_kind) = if metadata_only {
                     (
                         "meta.k8s.io/v1".to_string(),
@@ -399,8 +418,12 @@ impl FakeApi {
                 } else {
                     (api_version(&target.res), format!("{}List", target.res.kind))
                 };
+                let mut meta = json!({"resourceVersion": rv.to_string()});
+                if more {
+                    meta["continue"] = json!(format!("{rv}/{}", offset + items.len()));
+                }
                 ok(&json!({"apiVersion": api_version, "kind": list_kind,
-                    "metadata": {"resourceVersion": state.rv.to_string()}, "items": items}))
+                    "metadata": meta, "items": items}))
             }
             ("GET", Some(name)) => {
                 *state.counts.gets.entry(kind).or_default() += 1;
@@ -900,5 +923,43 @@ mod tests {
         assert_eq!(first["metadata"]["managedFields"][0]["manager"], "m");
         assert_eq!(api.counts().rbac_writes(), 2);
         assert_eq!(api.lock().log.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn lists_come_in_pages_of_the_limit() {
+        let api = FakeApi::new();
+        for n in ["a", "b", "c"] {
+            api.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
+                .expect("put");
+        }
+        let list = |uri: String| {
+            let api = api.clone();
+            async move {
+                let req = Request::get(uri)
+                    .body(Full::new(Bytes::new()))
+                    .expect("request");
+                let body = api
+                    .handle(req)
+                    .await
+                    .into_body()
+                    .collect()
+                    .await
+                    .expect("body");
+                serde_json::from_slice::<Value>(&body.to_bytes()).expect("json")
+            }
+        };
+        let first = list("/api/v1/namespaces?limit=2".into()).await;
+        assert_eq!(first["items"].as_array().map(Vec::len), Some(2));
+        let token = first["metadata"]["continue"]
+            .as_str()
+            .expect("continue")
+            .to_string();
+        let second = list(format!("/api/v1/namespaces?limit=2&continue={token}")).await;
+        assert_eq!(second["items"][0]["metadata"]["name"], "c");
+        assert!(second["metadata"].get("continue").is_none());
+        assert_eq!(
+            first["metadata"]["resourceVersion"],
+            second["metadata"]["resourceVersion"]
+        );
     }
 }

@@ -373,7 +373,9 @@ fn incremental_phase(args: &BenchArgs) -> Value {
 /// ClusterRoles of each revision of its family.
 pub fn touched_bound(sizes: &Sizes) -> usize {
     let (namespace, xrd) = (3, 4);
-    namespace.max(xrd).max(sizes.max_touched_per_revision_change())
+    namespace
+        .max(xrd)
+        .max(sizes.max_touched_per_revision_change())
 }
 
 /// The controller, as a child: runs until stdin closes, then prints its

@@ -414,6 +414,9 @@ fn controller_child(args: &BenchArgs) -> Result<Value, BenchError> {
     Ok(json!({}))
 }
 
+/// The controller's resync period in the bench.
+const RESYNC: Duration = Duration::from_secs(2);
+
 /// The controller's settings: its own flags' defaults but leader election
 /// off, a short debounce and a 2-second resync (the resync phase waits for
 /// one).
@@ -428,7 +431,7 @@ fn run_args(metrics: &str) -> crate::controller::RunArgs {
         "--leader-election=false".into(),
         format!("--metrics-address={metrics}"),
         "--debounce-ms=50".into(),
-        "--resync-seconds=2".into(),
+        format!("--resync-seconds={}", RESYNC.as_secs()),
         "--identity=bench".into(),
     ])
     .run
@@ -489,13 +492,13 @@ impl Controller {
             .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     }
 
-    /// `rbac_rules_reconciles_total`: write passes run.
-    async fn reconciles(&self) -> u64 {
-        let text = self.get("/metrics").await.unwrap_or_default();
+    /// `rbac_rules_reconciles_total`: write passes run (`None` when the
+    /// metrics do not say).
+    async fn reconciles(&self) -> Option<u64> {
+        let text = self.get("/metrics").await?;
         text.lines()
             .find_map(|l| l.strip_prefix("rbac_rules_reconciles_total "))
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
     }
 
     /// Whether the child has exited (it should not before stop).
@@ -558,11 +561,15 @@ async fn settle(api: &FakeApi, quiet: Duration, deadline: Instant) -> u64 {
     last
 }
 
-/// Waits for `passes` more write passes of the controller.
+/// Waits for `passes` more write passes of the controller; without the
+/// metric, for as many resync periods and one more.
 async fn passes(ctl: &mut Controller, passes: u64, deadline: Instant) -> bool {
-    let start = ctl.reconciles().await;
+    let Some(start) = ctl.reconciles().await else {
+        tokio::time::sleep(RESYNC * (passes as u32 + 1)).await;
+        return true;
+    };
     wait_until(ctl, deadline, async |c| {
-        c.reconciles().await >= start + passes
+        c.reconciles().await.is_some_and(|n| n >= start + passes)
     })
     .await
 }

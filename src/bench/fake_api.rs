@@ -886,6 +886,12 @@ mod tests {
         assert!(!s.matches(&json!({"metadata": {"name": "a"}})));
     }
 
+    /// The JSON body of the stand-in's answer.
+    async fn answer(api: &FakeApi, req: Request<Full<Bytes>>) -> Value {
+        let body = api.handle(req).await.into_body().collect().await;
+        serde_json::from_slice(&body.expect("body").to_bytes()).expect("json")
+    }
+
     #[tokio::test]
     async fn an_unchanged_apply_keeps_the_version_and_tells_no_watch() {
         let api = FakeApi::new();
@@ -898,24 +904,8 @@ mod tests {
             .body(Full::new(Bytes::from(body.to_string())))
             .expect("request")
         };
-        let first = api
-            .handle(patch(&cr))
-            .await
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        let first: Value = serde_json::from_slice(&first).expect("json");
-        let second = api
-            .handle(patch(&cr))
-            .await
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        let second: Value = serde_json::from_slice(&second).expect("json");
+        let first = answer(&api, patch(&cr)).await;
+        let second = answer(&api, patch(&cr)).await;
         assert_eq!(
             first["metadata"]["resourceVersion"],
             second["metadata"]["resourceVersion"]
@@ -938,14 +928,7 @@ mod tests {
                 let req = Request::get(uri)
                     .body(Full::new(Bytes::new()))
                     .expect("request");
-                let body = api
-                    .handle(req)
-                    .await
-                    .into_body()
-                    .collect()
-                    .await
-                    .expect("body");
-                serde_json::from_slice::<Value>(&body.to_bytes()).expect("json")
+                answer(&api, req).await
             }
         };
         let first = list("/api/v1/namespaces?limit=2".into()).await;

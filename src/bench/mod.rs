@@ -181,6 +181,12 @@ fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
         {
             report["full_render_over_floor"] = json!((r / f * 100.0).round() / 100.0);
         }
+        let mut incremental = incremental;
+        if let Some(m) = incremental.as_object_mut()
+            && let Some(rss) = m.remove("peak_rss_mib")
+        {
+            m.insert("incremental_peak_rss_mib".into(), rss);
+        }
         merge(&mut report, &incremental);
         let objects_out = render["objects_out"].as_u64().unwrap_or(0);
         let rt = tokio::runtime::Builder::new_multi_thread()

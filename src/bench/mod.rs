@@ -371,6 +371,7 @@ fn incremental_phase(args: &BenchArgs) -> Value {
         "max_objects_touched": max_touched,
         "max_objects_touched_per_change": overall,
         "touched_bound": touched_bound(&sizes),
+        "touched_source": "diff of consecutive evaluations' desired objects",
     })
 }
 

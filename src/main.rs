@@ -51,7 +51,7 @@ enum Command {
     /// Explain a rendered object's origin, or what a subject may do.
     Explain(rbac_rules::explain::ExplainArgs),
     /// Measure render, incremental and controller figures on a synthetic
-    /// Crossplane control plane (build with --release).
+    /// control plane of the built-in rules' kinds (build with --release).
     Bench(rbac_rules::bench::BenchArgs),
 }
 

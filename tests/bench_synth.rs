@@ -4,13 +4,17 @@
 
 use std::path::Path;
 
-use rbac_rules::bench::synth::{Scenario, Versions, objects};
+use rbac_rules::bench::synth::{Names, Plane, Scenario, Versions};
 use rbac_rules::render::{RenderArgs, render_with_warnings};
 
 #[test]
 fn small_renders_every_kind_of_output_without_warnings() {
-    let sizes = Scenario::Small.sizes();
-    let objs = objects(&sizes, &mut Versions::default());
+    let plane = Plane {
+        names: Names::builtin().expect("bench/control-plane.yaml"),
+        sizes: Scenario::Small.sizes(),
+    };
+    let sizes = plane.sizes;
+    let objs = plane.objects(&mut Versions::default());
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("small.yaml");
     std::fs::write(
@@ -52,7 +56,7 @@ fn small_renders_every_kind_of_output_without_warnings() {
     // Per namespace: crossplane-admin, -edit and -view Roles.
     assert_eq!(count("Role", "crossplane-"), 3 * sizes.namespaces);
     // A revision's system binding names its provider's ServiceAccount.
-    assert!(out.contains("name: provider-p3\n"), "{out}");
+    assert!(out.contains("name: package-p3\n"), "{out}");
     // A namespace Role holds the claim types of the XRDs it accepts.
     assert!(out.contains("- thing0s\n"), "{out}");
 }

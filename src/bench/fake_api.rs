@@ -2,7 +2,8 @@
 //! what `rbac-rules run` sends, served as a [`tower::Service`] for
 //! `kube::Client::new(service, "default")`.
 //!
-//! Serves discovery for a fixed table of kinds ([`RESOURCES`]), lists and
+//! Serves discovery for its kinds ([`BASE_RESOURCES`] and those given to
+//! [`FakeApi::new`]), lists and
 //! watches (from a resourceVersion, with label and `metadata.name` field
 //! selectors, full or metadata-only by the `Accept` header), GET,
 //! server-side apply PATCH (stores the applied object with a
@@ -28,6 +29,8 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full, StreamBody};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+
+use super::synth::Names;
 
 /// Errors of response bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -65,9 +68,9 @@ const fn res(
     }
 }
 
-/// What discovery lists: the kinds the built-in rules read, the RBAC
-/// kinds, RbacRule, Events and Leases.
-pub const RESOURCES: &[Resource] = &[
+/// Kinds always served: core kinds rules read, the RBAC kinds, RbacRule,
+/// Events and Leases.
+pub const BASE_RESOURCES: &[Resource] = &[
     res("", "v1", "Namespace", "namespaces", false),
     res("apps", "v1", "Deployment", "deployments", true),
     res(
@@ -75,20 +78,6 @@ pub const RESOURCES: &[Resource] = &[
         "v1",
         "CustomResourceDefinition",
         "customresourcedefinitions",
-        false,
-    ),
-    res(
-        "pkg.crossplane.io",
-        "v1",
-        "ProviderRevision",
-        "providerrevisions",
-        false,
-    ),
-    res(
-        "apiextensions.crossplane.io",
-        "v1",
-        "CompositeResourceDefinition",
-        "compositeresourcedefinitions",
         false,
     ),
     res(
@@ -121,6 +110,31 @@ pub const RESOURCES: &[Resource] = &[
 /// The API group of RBAC objects, whose writes are the ones that count.
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
+/// The RBAC kinds.
+const RBAC_KINDS: [&str; 4] = ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+
+/// The generated control plane's own kinds (package revisions and XRDs).
+pub fn resources_of(names: &'static Names) -> Vec<Resource> {
+    [
+        (
+            &names.revision.api_version,
+            &names.revision.kind,
+            &names.revision.plural,
+        ),
+        (
+            &names.definition.api_version,
+            &names.definition.kind,
+            &names.definition.plural,
+        ),
+    ]
+    .into_iter()
+    .map(|(api_version, kind, plural)| {
+        let (group, version) = split_api_version(api_version);
+        res(group, version, kind, plural, false)
+    })
+    .collect()
+}
+
 /// Requests counted by the stand-in.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
@@ -147,11 +161,7 @@ impl Counts {
     pub fn rbac_writes(&self) -> u64 {
         let rbac = |m: &BTreeMap<String, u64>| -> u64 {
             m.iter()
-                .filter(|(k, _)| {
-                    RESOURCES
-                        .iter()
-                        .any(|r| r.kind == k.as_str() && r.group == RBAC_GROUP)
-                })
+                .filter(|(k, _)| RBAC_KINDS.contains(&k.as_str()))
                 .map(|(_, n)| n)
                 .sum()
         };
@@ -191,15 +201,26 @@ struct State {
 }
 
 /// The stand-in. Clones share one state.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FakeApi {
     state: Arc<Mutex<State>>,
+    resources: Arc<Vec<Resource>>,
 }
 
 impl FakeApi {
-    /// An empty API server.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty API server of [`BASE_RESOURCES`] and `extra` kinds.
+    pub fn new(extra: Vec<Resource>) -> Self {
+        let mut resources = BASE_RESOURCES.to_vec();
+        resources.extend(extra);
+        FakeApi {
+            state: Arc::default(),
+            resources: Arc::new(resources),
+        }
+    }
+
+    /// The kind of a plural.
+    fn resource(&self, plural: &str) -> Option<Resource> {
+        self.resources.iter().find(|r| r.plural == plural).copied()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -210,12 +231,13 @@ impl FakeApi {
 
     /// Creates or replaces an object as another client would (not
     /// counted): a new resourceVersion, a uid when it has none, an event
-    /// for the watches. Objects of kinds not in [`RESOURCES`] are refused.
+    /// for the watches. Objects of kinds not served are refused.
     pub fn put(&self, object: Value) -> Result<(), String> {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
         let kind = object["kind"].as_str().unwrap_or_default();
         let (group, _) = split_api_version(api_version);
-        let res = RESOURCES
+        let res = self
+            .resources
             .iter()
             .find(|r| r.group == group && r.kind == kind)
             .ok_or_else(|| format!("the stand-in does not serve {kind} of {api_version:?}"))?;
@@ -234,17 +256,17 @@ impl FakeApi {
 
     /// Removes an object as another client would (not counted).
     pub fn remove(&self, plural: &str, namespace: &str, name: &str) -> bool {
-        let Some(res) = RESOURCES.iter().find(|r| r.plural == plural) else {
+        let Some(res) = self.resource(plural) else {
             return false;
         };
         self.lock()
-            .delete(*res, namespace.to_string(), name.to_string())
+            .delete(res, namespace.to_string(), name.to_string())
             .is_some()
     }
 
     /// One object.
     pub fn get(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
-        let res = RESOURCES.iter().find(|r| r.plural == plural)?;
+        let res = self.resource(plural)?;
         self.lock()
             .objects
             .get(&(res.group, res.plural))?
@@ -254,7 +276,7 @@ impl FakeApi {
 
     /// How many objects of a plural are stored.
     pub fn len(&self, plural: &str) -> usize {
-        let Some(res) = RESOURCES.iter().find(|r| r.plural == plural) else {
+        let Some(res) = self.resource(plural) else {
             return 0;
         };
         self.lock()
@@ -328,11 +350,11 @@ impl FakeApi {
             }
         };
         if method == http::Method::GET
-            && let Some(resp) = discovery(&path)
+            && let Some(resp) = discovery(&path, &self.resources)
         {
             return resp;
         }
-        let Some(target) = Target::parse(&path) else {
+        let Some(target) = Target::parse(&path, &self.resources) else {
             self.lock().counts.unserved += 1;
             return status(404, "NotFound", &format!("{path} is not served"));
         };
@@ -570,7 +592,7 @@ struct Target {
 }
 
 impl Target {
-    fn parse(path: &str) -> Option<Target> {
+    fn parse(path: &str, resources: &[Resource]) -> Option<Target> {
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         let (group, version, rest) = match segs.as_slice() {
             ["api", v, rest @ ..] => ("", *v, rest),
@@ -578,7 +600,7 @@ impl Target {
             _ => return None,
         };
         let find = |plural: &str| {
-            RESOURCES
+            resources
                 .iter()
                 .find(|r| r.group == group && r.version == version && r.plural == plural)
                 .copied()
@@ -693,10 +715,10 @@ fn managed_fields(o: &Value, manager: &str) -> Value {
 }
 
 /// Discovery documents: `/api`, `/api/v1`, `/apis`, `/apis/<group>/<version>`.
-fn discovery(path: &str) -> Option<Response<RespBody>> {
+fn discovery(path: &str, served: &[Resource]) -> Option<Response<RespBody>> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let resources = |group: &str, version: &str| -> Vec<Value> {
-        RESOURCES
+        served
             .iter()
             .filter(|r| r.group == group && r.version == version)
             .map(|r| {
@@ -714,7 +736,7 @@ fn discovery(path: &str) -> Option<Response<RespBody>> {
             "groupVersion": "v1", "resources": resources("", "v1")}),
         ["apis"] => {
             let mut groups: BTreeMap<&str, &str> = BTreeMap::new();
-            for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
+            for r in served.iter().filter(|r| !r.group.is_empty()) {
                 groups.insert(r.group, r.version);
             }
             let groups: Vec<Value> = groups
@@ -861,20 +883,27 @@ mod tests {
 
     #[test]
     fn paths_name_kinds_namespaces_and_subresources() {
-        let t =
-            Target::parse("/apis/rbac.authorization.k8s.io/v1/namespaces/a/roles/r").expect("role");
+        let t = Target::parse(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/a/roles/r",
+            BASE_RESOURCES,
+        )
+        .expect("role");
         assert_eq!(
             (t.res.kind, t.namespace.as_deref(), t.name.as_deref()),
             ("Role", Some("a"), Some("r"))
         );
-        let t = Target::parse("/api/v1/namespaces/team-1").expect("namespace");
+        let t = Target::parse("/api/v1/namespaces/team-1", BASE_RESOURCES).expect("namespace");
         assert_eq!(
             (t.res.kind, t.namespace, t.name.as_deref()),
             ("Namespace", None, Some("team-1"))
         );
-        let t = Target::parse("/apis/rbacrules.io/v1alpha1/rbacrules/x/status").expect("status");
+        let t = Target::parse(
+            "/apis/rbacrules.io/v1alpha1/rbacrules/x/status",
+            BASE_RESOURCES,
+        )
+        .expect("status");
         assert_eq!(t.subresource.as_deref(), Some("status"));
-        assert!(Target::parse("/apis/nope.io/v1/things").is_none());
+        assert!(Target::parse("/apis/nope.io/v1/things", BASE_RESOURCES).is_none());
     }
 
     #[test]
@@ -894,7 +923,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unchanged_apply_keeps_the_version_and_tells_no_watch() {
-        let api = FakeApi::new();
+        let api = FakeApi::new(Vec::new());
         let cr = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": "x"}, "rules": []});
         let patch = |body: &Value| {
@@ -917,7 +946,7 @@ mod tests {
 
     #[tokio::test]
     async fn lists_come_in_pages_of_the_limit() {
-        let api = FakeApi::new();
+        let api = FakeApi::new(Vec::new());
         for n in ["a", "b", "c"] {
             api.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
                 .expect("put");

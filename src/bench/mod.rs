@@ -1,5 +1,6 @@
-//! `rbac-rules bench`: the figures of issue 9 (scale) on synthetic
-//! Crossplane control planes ([`synth`]), printed as one JSON object.
+//! `rbac-rules bench`: the figures of issue 9 (scale) on synthetic control
+//! planes ([`synth`], described by `bench/control-plane.yaml`), printed as
+//! one JSON object.
 //!
 //! Each phase runs in a child process of the same binary (hidden
 //! `--phase`), so that its peak RSS (VmHWM of /proc/self/status, Linux
@@ -28,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use fake_api::FakeApi;
-use synth::{ChangeKind, Scenario, Sizes, Versions};
+use synth::{ChangeKind, Names, Plane, Scenario, Sizes, Versions};
 
 /// Arguments of `bench`.
 #[derive(clap::Args, Clone, Debug)]
@@ -126,9 +127,18 @@ fn progress(msg: &str) {
     eprintln!("bench: {msg}");
 }
 
+/// The control plane of a scenario.
+fn plane(scenario: Scenario) -> Result<Plane<'static>, BenchError> {
+    Ok(Plane {
+        names: Names::builtin().map_err(BenchError::Other)?,
+        sizes: scenario.sizes(),
+    })
+}
+
 /// Orchestrates the phases and merges their figures.
 fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
-    let sizes = args.scenario.sizes();
+    let plane = plane(args.scenario)?;
+    let sizes = plane.sizes;
     let dir = std::env::temp_dir().join(format!("rbac-rules-bench-{}", std::process::id()));
     let empty = dir.join("no-rules");
     std::fs::create_dir_all(&empty).map_err(|source| BenchError::Write {
@@ -142,7 +152,7 @@ fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
             args.scenario.name(),
             sizes.objects_in()
         ));
-        let objs = synth::objects(&sizes, &mut Versions::default());
+        let objs = plane.objects(&mut Versions::default());
         let text =
             crate::yaml::to_yaml_stream(&objs).map_err(|e| BenchError::Other(e.to_string()))?;
         std::fs::write(&objects_file, text).map_err(|source| BenchError::Write {
@@ -193,7 +203,7 @@ fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
             .enable_all()
             .build()
             .map_err(|e| BenchError::Other(format!("cannot start the async runtime: {e}")))?;
-        let controller = rt.block_on(controller_phases(args, &sizes, objects_out))?;
+        let controller = rt.block_on(controller_phases(args, &plane, objects_out))?;
         merge(&mut report, &controller);
         Ok(report)
     })();
@@ -253,7 +263,7 @@ fn parse_child(extra: &[String], success: bool, stdout: &[u8]) -> Result<Value, 
 fn run_phase(args: &BenchArgs, phase: Phase) -> Result<Value, BenchError> {
     let mut v = match phase {
         Phase::Render | Phase::Floor => render_phase(args, phase == Phase::Floor)?,
-        Phase::Incremental => incremental_phase(args),
+        Phase::Incremental => incremental_phase(args)?,
         Phase::Controller => controller_child(args)?,
     };
     v["peak_rss_mib"] = json!(peak_rss_mib());
@@ -321,11 +331,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// The incremental engine: a warm memo, then `changes` changes of each
 /// kind, each evaluated alone.
-fn incremental_phase(args: &BenchArgs) -> Value {
-    let sizes = args.scenario.sizes();
+fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
+    let plane = plane(args.scenario)?;
+    let sizes = plane.sizes;
     let mut versions = Versions::default();
     let mut store = ObjectStore::new();
-    for o in synth::objects(&sizes, &mut versions) {
+    for o in plane.objects(&mut versions) {
         // Generated objects always have apiVersion, kind and name.
         let _ = store.insert(o);
     }
@@ -350,7 +361,7 @@ fn incremental_phase(args: &BenchArgs) -> Value {
         let mut times = Vec::with_capacity(args.changes);
         let mut most = 0;
         for i in 0..args.changes {
-            let _ = store.insert(synth::change(&sizes, kind, i, &mut versions));
+            let _ = store.insert(plane.change(kind, i, &mut versions));
             let started = Instant::now();
             let e = engine.evaluate_incremental(&store, &mut memo);
             times.push(ms(started.elapsed()));
@@ -363,7 +374,7 @@ fn incremental_phase(args: &BenchArgs) -> Value {
         max_touched[kind.key()] = json!(most);
         overall = overall.max(most);
     }
-    json!({
+    Ok(json!({
         "incremental_warm_ms": warm_ms,
         "incremental_noop_ms_median": percentile(&noop, 0.5),
         "incremental_ms_median": median,
@@ -372,7 +383,7 @@ fn incremental_phase(args: &BenchArgs) -> Value {
         "max_objects_touched_per_change": overall,
         "touched_bound": touched_bound(&sizes),
         "touched_source": "diff of consecutive evaluations' desired objects",
-    })
+    }))
 }
 
 /// The most outputs one change of the bench may touch: a namespace change
@@ -585,10 +596,11 @@ async fn passes(ctl: &mut Controller, passes: u64, deadline: Instant) -> bool {
 /// namespace changes, restart.
 async fn controller_phases(
     args: &BenchArgs,
-    sizes: &Sizes,
+    plane: &Plane<'static>,
     objects_out: u64,
 ) -> Result<Value, BenchError> {
-    let api = FakeApi::new();
+    let sizes = &plane.sizes;
+    let api = FakeApi::new(fake_api::resources_of(plane.names));
     for r in
         crate::rules::builtin().map_err(|e| BenchError::Other(format!("built-in rules: {e:?}")))?
     {
@@ -600,7 +612,7 @@ async fn controller_phases(
         .map_err(BenchError::Other)?;
     }
     let mut versions = Versions::default();
-    for o in synth::objects(sizes, &mut versions) {
+    for o in plane.objects(&mut versions) {
         api.put(o).map_err(BenchError::Other)?;
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -646,14 +658,9 @@ async fn controller_phases(
     let mut per_change = 0;
     for i in 0..5 {
         let before = api.counts().rbac_writes();
-        api.put(synth::change(
-            sizes,
-            ChangeKind::NamespaceAnnotation,
-            i,
-            &mut versions,
-        ))
-        .map_err(BenchError::Other)?;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        api.put(plane.change(ChangeKind::NamespaceAnnotation, i, &mut versions))
+            .map_err(BenchError::Other)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
         wait_until(&mut ctl, deadline, async |_| {
             api.counts().rbac_writes() > before
         })

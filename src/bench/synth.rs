@@ -1,22 +1,95 @@
-//! A deterministic generator of synthetic Crossplane control planes: the
-//! objects the built-in rules (`rules/`) read, at three sizes.
+//! A deterministic generator of synthetic control planes: the objects the
+//! built-in rules (`rules/`) read, at three sizes. The kinds, groups, label
+//! and annotation keys come from `bench/control-plane.yaml` ([`Names`]).
 //!
 //! No randomness: object `i` of a scenario is always the same object, so
 //! two runs (or two processes of one run) see byte-identical input.
 //!
-//! - ProviderRevisions (`pkg.crossplane.io/v1`) in families (label
-//!   `pkg.crossplane.io/provider-family`, one image org per family), whose
-//!   `status.objectRefs` list the scenario's CRDs, spread evenly;
-//! - one provider Deployment per revision in `crossplane-system`, controlled
-//!   by its revision (ownerReference with `controller: true`);
-//! - CompositeResourceDefinitions, every even-numbered one with claimNames;
-//! - Namespaces, each accepting claims of some claim-bearing XRDs
-//!   (annotation `rbac.crossplane.io/<xrd-name>: xrd-claim-accepted`).
+//! - package revisions in families (the family label, one image org per
+//!   family), whose `status.objectRefs` list the scenario's CRDs, spread
+//!   evenly;
+//! - one Deployment per revision in the system namespace, controlled by its
+//!   revision (ownerReference with `controller: true`);
+//! - XRDs, every even-numbered one with claimNames;
+//! - Namespaces, each accepting claims of some claim-bearing XRDs (the
+//!   acceptance annotation).
+
+use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-/// The namespace of Crossplane and its provider Deployments.
-pub const CROSSPLANE_NAMESPACE: &str = "crossplane-system";
+/// The names of the generated kinds, from `bench/control-plane.yaml`.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Names {
+    /// The package revisions.
+    pub revision: RevisionNames,
+    /// Namespace of the revisions' Deployments.
+    pub system_namespace: String,
+    /// The XRDs.
+    pub definition: DefinitionNames,
+    /// How a Namespace accepts claims.
+    pub namespace: NamespaceNames,
+}
+
+/// Names of the package revision kind.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RevisionNames {
+    /// apiVersion.
+    pub api_version: String,
+    /// kind.
+    pub kind: String,
+    /// Plural, as in API paths.
+    pub plural: String,
+    /// Label naming a revision's family.
+    pub family_label: String,
+    /// A revision's name: prefix, number, suffix.
+    pub name_prefix: String,
+    /// See `name_prefix`.
+    pub name_suffix: String,
+}
+
+/// Names of the XRD kind.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DefinitionNames {
+    /// apiVersion.
+    pub api_version: String,
+    /// kind.
+    pub kind: String,
+    /// Plural, as in API paths.
+    pub plural: String,
+    /// API group of the types XRDs define.
+    pub type_group: String,
+}
+
+/// How a Namespace accepts claims of an XRD.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespaceNames {
+    /// Annotation key prefix, followed by the XRD's name.
+    pub annotation_prefix: String,
+    /// Annotation value.
+    pub accepted_value: String,
+}
+
+/// The text of `bench/control-plane.yaml`, built in.
+const NAMES_YAML: &str = include_str!("../../bench/control-plane.yaml");
+
+impl Names {
+    /// The built-in names (parsed once).
+    pub fn builtin() -> Result<&'static Names, String> {
+        static NAMES: OnceLock<Result<Names, String>> = OnceLock::new();
+        NAMES
+            .get_or_init(|| {
+                serde_saphyr::from_str(NAMES_YAML)
+                    .map_err(|e| format!("bench/control-plane.yaml: {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
 
 /// A named size of control plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -101,7 +174,7 @@ impl Sizes {
     /// The most outputs one change of a revision's objectRefs may touch:
     /// a revision's three ClusterRoles (edit, system, view) list the types
     /// of its whole family (`of: [trigger, family]` in
-    /// rules/crossplane-provider.yaml), so every member's three change.
+    /// the provider rules in rules/), so every member's three change.
     pub fn max_touched_per_revision_change(&self) -> usize {
         3 * self.family_size
     }
@@ -126,19 +199,203 @@ impl Versions {
     }
 }
 
-/// Family of revision `p`.
-fn family(sizes: &Sizes, p: usize) -> usize {
-    p / sizes.family_size.max(1)
+/// A control plane to generate: its names and sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct Plane<'a> {
+    /// Kinds, groups, label and annotation keys.
+    pub names: &'a Names,
+    /// How many of each.
+    pub sizes: Sizes,
 }
 
-/// metadata.name of revision `p`.
-pub fn revision_name(p: usize) -> String {
-    format!("provider-p{p}-1a2b3c")
+impl Plane<'_> {
+    /// Family of revision `p`.
+    fn family(&self, p: usize) -> usize {
+        p / self.sizes.family_size.max(1)
+    }
+
+    /// metadata.name of revision `p`.
+    pub fn revision_name(&self, p: usize) -> String {
+        let r = &self.names.revision;
+        format!("{}{p}{}", r.name_prefix, r.name_suffix)
+    }
+
+    /// The API group of revision `p`'s types.
+    fn revision_group(&self, p: usize) -> String {
+        format!("p{p}.family{}.example.org", self.family(p))
+    }
+
+    /// The CRDs revision `p` lists: `crds` spread evenly, the first
+    /// revisions taking one more when they do not divide.
+    fn revision_refs(&self, p: usize) -> Vec<Value> {
+        let r = self.sizes.revisions.max(1);
+        let count = self.sizes.crds / r + usize::from(p < self.sizes.crds % r);
+        let group = self.revision_group(p);
+        (0..count)
+            .map(|t| crd_ref(&format!("kind{t}s.{group}")))
+            .collect()
+    }
+
+    /// Revision `p` with the given objectRefs.
+    fn revision(&self, p: usize, refs: Vec<Value>, rv: String) -> Value {
+        let f = self.family(p);
+        let r = &self.names.revision;
+        let mut labels = serde_json::Map::new();
+        labels.insert(r.family_label.clone(), json!(format!("family-{f}")));
+        json!({
+            "apiVersion": r.api_version,
+            "kind": r.kind,
+            "metadata": {
+                "name": self.revision_name(p),
+                "uid": revision_uid(p),
+                "resourceVersion": rv,
+                "labels": labels,
+            },
+            "spec": {"image": format!("xpkg.example.org/org{f}/package-p{p}:v1.0.0"), "desiredState": "Active"},
+            "status": {"objectRefs": refs},
+        })
+    }
+
+    /// The Deployment of revision `p`.
+    fn deployment(&self, p: usize, rv: String) -> Value {
+        let r = &self.names.revision;
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": format!("package-p{p}"),
+                "namespace": self.names.system_namespace,
+                "uid": format!("00000000-0000-4000-9000-{p:012}"),
+                "resourceVersion": rv,
+                "ownerReferences": [{
+                    "apiVersion": r.api_version, "kind": r.kind,
+                    "name": self.revision_name(p), "uid": revision_uid(p),
+                    "controller": true, "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {"template": {"spec": {"serviceAccountName": format!("package-p{p}")}}},
+        })
+    }
+
+    /// metadata.name of XRD `i` (`<plural>.<group>`).
+    pub fn xrd_name(&self, i: usize) -> String {
+        format!("xthing{i}s.{}", self.names.definition.type_group)
+    }
+
+    /// An XRD of types `x<stem>s` (and claims `<stem>s` when `claims`).
+    fn xrd(&self, stem: &str, claims: bool, uid: String, rv: String) -> Value {
+        let d = &self.names.definition;
+        let mut spec = json!({
+            "group": d.type_group,
+            "names": {"kind": format!("X{stem}"), "plural": format!("x{stem}s")},
+            "versions": [{"name": "v1alpha1", "served": true, "referenceable": true}],
+        });
+        if claims {
+            spec["claimNames"] = json!({"kind": stem, "plural": format!("{stem}s")});
+        }
+        json!({
+            "apiVersion": d.api_version,
+            "kind": d.kind,
+            "metadata": {"name": format!("x{stem}s.{}", d.type_group), "uid": uid, "resourceVersion": rv},
+            "spec": spec,
+        })
+    }
+
+    /// The claim-bearing XRDs namespace `n` accepts, shifted by `shift`:
+    /// spread over all of them, never twice the same.
+    fn accepted(&self, n: usize, shift: usize) -> Vec<usize> {
+        let c = self.sizes.claim_xrds();
+        if c == 0 {
+            return Vec::new();
+        }
+        let k = self.sizes.accepted_per_namespace.min(c);
+        let step = (c / k.max(1)).max(1);
+        (0..k).map(|j| 2 * ((n + shift + j * step) % c)).collect()
+    }
+
+    /// Namespace `n`, accepting the XRDs `xrds` names.
+    fn namespace(&self, n: usize, xrds: &[usize], rv: String) -> Value {
+        let a = &self.names.namespace;
+        let annotations: serde_json::Map<String, Value> = xrds
+            .iter()
+            .map(|&i| {
+                (
+                    format!("{}{}", a.annotation_prefix, self.xrd_name(i)),
+                    json!(a.accepted_value),
+                )
+            })
+            .collect();
+        json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": namespace_name(n),
+                "uid": format!("00000000-0000-4000-a000-{n:012}"),
+                "resourceVersion": rv,
+                "annotations": annotations,
+            },
+        })
+    }
+
+    /// Every object, in a fixed order: revisions, Deployments, XRDs,
+    /// Namespaces.
+    pub fn objects(&self, versions: &mut Versions) -> Vec<Value> {
+        let s = &self.sizes;
+        let mut out = Vec::with_capacity(s.objects_in());
+        for p in 0..s.revisions {
+            out.push(self.revision(p, self.revision_refs(p), versions.bump()));
+        }
+        for p in 0..s.revisions {
+            out.push(self.deployment(p, versions.bump()));
+        }
+        for i in 0..s.xrds {
+            out.push(self.xrd(
+                &format!("thing{i}"),
+                i % 2 == 0,
+                format!("00000000-0000-4000-b000-{i:012}"),
+                versions.bump(),
+            ));
+        }
+        for n in 0..s.namespaces {
+            out.push(self.namespace(n, &self.accepted(n, 0), versions.bump()));
+        }
+        out
+    }
+
+    /// The `i`-th change of a kind: the object as it is after the change (a
+    /// new or replacing object). Changes of one kind apply in order `0, 1,
+    /// …`: namespaces are each changed once while `i` < namespaces (a
+    /// stride prime to common sizes); revision changes accumulate refs.
+    pub fn change(&self, kind: ChangeKind, i: usize, versions: &mut Versions) -> Value {
+        match kind {
+            ChangeKind::NamespaceAnnotation => {
+                let count = self.sizes.namespaces.max(1);
+                let n = (i * 7919) % count;
+                self.namespace(n, &self.accepted(n, 1 + i / count), versions.bump())
+            }
+            ChangeKind::XrdAdded => self.xrd(
+                &format!("added{i}"),
+                true,
+                format!("00000000-0000-4000-c000-{i:012}"),
+                versions.bump(),
+            ),
+            ChangeKind::RevisionObjectRefs => {
+                let r = self.sizes.revisions.max(1);
+                let p = i % r;
+                let mut refs = self.revision_refs(p);
+                let group = self.revision_group(p);
+                // Every earlier change of this revision, and this one.
+                for k in (p..=i).step_by(r) {
+                    refs.push(crd_ref(&format!("added{k}s.{group}")));
+                }
+                self.revision(p, refs, versions.bump())
+            }
+        }
+    }
 }
 
-/// The API group of revision `p`'s types.
-fn revision_group(sizes: &Sizes, p: usize) -> String {
-    format!("p{p}.family{}.example.org", family(sizes, p))
+fn revision_uid(p: usize) -> String {
+    format!("00000000-0000-4000-8000-{p:012}")
 }
 
 /// An objectRef of a CRD.
@@ -146,139 +403,9 @@ fn crd_ref(name: &str) -> Value {
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": name})
 }
 
-/// The CRDs revision `p` lists: `crds` spread evenly, the first revisions
-/// taking one more when they do not divide.
-fn revision_refs(sizes: &Sizes, p: usize) -> Vec<Value> {
-    let r = sizes.revisions.max(1);
-    let count = sizes.crds / r + usize::from(p < sizes.crds % r);
-    let group = revision_group(sizes, p);
-    (0..count)
-        .map(|t| crd_ref(&format!("kind{t}s.{group}")))
-        .collect()
-}
-
-/// ProviderRevision `p` with the given objectRefs.
-fn revision(sizes: &Sizes, p: usize, refs: Vec<Value>, rv: String) -> Value {
-    let f = family(sizes, p);
-    json!({
-        "apiVersion": "pkg.crossplane.io/v1",
-        "kind": "ProviderRevision",
-        "metadata": {
-            "name": revision_name(p),
-            "uid": format!("00000000-0000-4000-8000-{p:012}"),
-            "resourceVersion": rv,
-            "labels": {"pkg.crossplane.io/provider-family": format!("family-{f}")},
-        },
-        "spec": {"image": format!("xpkg.example.org/org{f}/provider-p{p}:v1.0.0"), "desiredState": "Active"},
-        "status": {"objectRefs": refs},
-    })
-}
-
-/// The provider Deployment of revision `p`.
-fn deployment(p: usize, rv: String) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": format!("provider-p{p}"),
-            "namespace": CROSSPLANE_NAMESPACE,
-            "uid": format!("00000000-0000-4000-9000-{p:012}"),
-            "resourceVersion": rv,
-            "ownerReferences": [{
-                "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-                "name": revision_name(p), "uid": format!("00000000-0000-4000-8000-{p:012}"),
-                "controller": true, "blockOwnerDeletion": true,
-            }],
-        },
-        "spec": {"template": {"spec": {"serviceAccountName": format!("provider-p{p}")}}},
-    })
-}
-
-/// metadata.name of XRD `i` (`<plural>.<group>`).
-pub fn xrd_name(i: usize) -> String {
-    format!("xthing{i}s.platform.example.org")
-}
-
-/// XRD `i`, with claimNames when `claims`.
-fn xrd_object(name_stem: &str, claims: bool, uid: String, rv: String) -> Value {
-    let mut spec = json!({
-        "group": "platform.example.org",
-        "names": {"kind": format!("X{name_stem}"), "plural": format!("x{name_stem}s")},
-        "versions": [{"name": "v1alpha1", "served": true, "referenceable": true}],
-    });
-    if claims {
-        spec["claimNames"] = json!({"kind": name_stem, "plural": format!("{name_stem}s")});
-    }
-    json!({
-        "apiVersion": "apiextensions.crossplane.io/v1",
-        "kind": "CompositeResourceDefinition",
-        "metadata": {"name": format!("x{name_stem}s.platform.example.org"), "uid": uid, "resourceVersion": rv},
-        "spec": spec,
-    })
-}
-
 /// metadata.name of namespace `n`.
 pub fn namespace_name(n: usize) -> String {
     format!("team-{n:05}")
-}
-
-/// The claim-bearing XRDs namespace `n` accepts, shifted by `shift`: spread
-/// over all of them, never twice the same.
-fn accepted(sizes: &Sizes, n: usize, shift: usize) -> Vec<usize> {
-    let c = sizes.claim_xrds();
-    if c == 0 {
-        return Vec::new();
-    }
-    let k = sizes.accepted_per_namespace.min(c);
-    let step = (c / k.max(1)).max(1);
-    (0..k).map(|j| 2 * ((n + shift + j * step) % c)).collect()
-}
-
-/// Namespace `n`, accepting the XRDs `accepted` names.
-fn namespace(n: usize, xrds: &[usize], rv: String) -> Value {
-    let annotations: serde_json::Map<String, Value> = xrds
-        .iter()
-        .map(|&i| {
-            (
-                format!("rbac.crossplane.io/{}", xrd_name(i)),
-                json!("xrd-claim-accepted"),
-            )
-        })
-        .collect();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": namespace_name(n),
-            "uid": format!("00000000-0000-4000-a000-{n:012}"),
-            "resourceVersion": rv,
-            "annotations": annotations,
-        },
-    })
-}
-
-/// Every object of a control plane of these sizes, in a fixed order:
-/// revisions, Deployments, XRDs, Namespaces.
-pub fn objects(sizes: &Sizes, versions: &mut Versions) -> Vec<Value> {
-    let mut out = Vec::with_capacity(sizes.objects_in());
-    for p in 0..sizes.revisions {
-        out.push(revision(sizes, p, revision_refs(sizes, p), versions.bump()));
-    }
-    for p in 0..sizes.revisions {
-        out.push(deployment(p, versions.bump()));
-    }
-    for i in 0..sizes.xrds {
-        out.push(xrd_object(
-            &format!("thing{i}"),
-            i % 2 == 0,
-            format!("00000000-0000-4000-b000-{i:012}"),
-            versions.bump(),
-        ));
-    }
-    for n in 0..sizes.namespaces {
-        out.push(namespace(n, &accepted(sizes, n, 0), versions.bump()));
-    }
-    out
 }
 
 /// The kinds of change the incremental benchmark makes.
@@ -288,7 +415,7 @@ pub enum ChangeKind {
     NamespaceAnnotation,
     /// A new XRD (with claimNames) appears.
     XrdAdded,
-    /// A ProviderRevision lists one more CRD in its objectRefs.
+    /// A revision lists one more CRD in its objectRefs.
     RevisionObjectRefs,
 }
 
@@ -310,62 +437,35 @@ impl ChangeKind {
     }
 }
 
-/// The `i`-th change of a kind: the object as it is after the change (a
-/// new or replacing object). Changes of one kind apply in order `0, 1, …`:
-/// namespaces are each changed once while `i` < namespaces (a stride prime
-/// to common sizes); revision changes accumulate refs.
-pub fn change(sizes: &Sizes, kind: ChangeKind, i: usize, versions: &mut Versions) -> Value {
-    match kind {
-        ChangeKind::NamespaceAnnotation => {
-            let n = (i * 7919) % sizes.namespaces.max(1);
-            namespace(
-                n,
-                &accepted(sizes, n, 1 + i / sizes.namespaces.max(1)),
-                versions.bump(),
-            )
-        }
-        ChangeKind::XrdAdded => xrd_object(
-            &format!("added{i}"),
-            true,
-            format!("00000000-0000-4000-c000-{i:012}"),
-            versions.bump(),
-        ),
-        ChangeKind::RevisionObjectRefs => {
-            let r = sizes.revisions.max(1);
-            let p = i % r;
-            let mut refs = revision_refs(sizes, p);
-            let group = revision_group(sizes, p);
-            // Every earlier change of this revision, and this one.
-            for k in (p..=i).step_by(r) {
-                refs.push(crd_ref(&format!("added{k}s.{group}")));
-            }
-            revision(sizes, p, refs, versions.bump())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn plane(s: Scenario) -> Plane<'static> {
+        Plane {
+            names: Names::builtin().expect("bench/control-plane.yaml"),
+            sizes: s.sizes(),
+        }
+    }
+
     #[test]
     fn large_has_the_issue_sizes() {
-        let s = Scenario::Large.sizes();
-        let objs = objects(&s, &mut Versions::default());
+        let pl = plane(Scenario::Large);
+        let objs = pl.objects(&mut Versions::default());
         assert_eq!(objs.len(), 2_640);
-        assert_eq!(s.objects_in(), 2_640);
+        assert_eq!(pl.sizes.objects_in(), 2_640);
         assert_eq!(Scenario::Xl.sizes().objects_in(), 25_140);
+        let kind = |o: &Value, k: &str| o["kind"] == k;
         let refs: usize = objs
             .iter()
-            .filter(|o| o["kind"] == "ProviderRevision")
+            .filter(|o| kind(o, &pl.names.revision.kind))
             .map(|o| o["status"]["objectRefs"].as_array().map_or(0, Vec::len))
             .sum();
         assert_eq!(refs, 1_000);
         let claims = objs
             .iter()
-            .filter(|o| {
-                o["kind"] == "CompositeResourceDefinition" && o["spec"].get("claimNames").is_some()
-            })
+            .filter(|o| kind(o, &pl.names.definition.kind))
+            .filter(|o| o["spec"].get("claimNames").is_some())
             .count();
         assert_eq!(claims, 250);
     }
@@ -373,41 +473,32 @@ mod tests {
     #[test]
     fn namespaces_accept_distinct_claim_xrds() {
         for sc in [Scenario::Small, Scenario::Large] {
-            let s = sc.sizes();
-            for n in [0, 1, s.namespaces - 1] {
-                let mut a = accepted(&s, n, 0);
+            let pl = plane(sc);
+            for n in [0, 1, pl.sizes.namespaces - 1] {
+                let mut a = pl.accepted(n, 0);
                 assert_eq!(a.len(), 10);
-                assert!(a.iter().all(|i| i % 2 == 0 && *i < s.xrds));
+                assert!(a.iter().all(|i| i % 2 == 0 && *i < pl.sizes.xrds));
                 a.sort();
                 a.dedup();
                 assert_eq!(a.len(), 10, "{sc:?} namespace {n}");
-                assert_ne!(accepted(&s, n, 0), accepted(&s, n, 1));
+                assert_ne!(pl.accepted(n, 0), pl.accepted(n, 1));
             }
         }
     }
 
     #[test]
     fn generation_is_deterministic() {
-        let s = Scenario::Small.sizes();
-        let a = objects(&s, &mut Versions::default());
-        let b = objects(&s, &mut Versions::default());
+        let pl = plane(Scenario::Small);
+        let a = pl.objects(&mut Versions::default());
+        let b = pl.objects(&mut Versions::default());
         assert_eq!(a, b);
-        let c1 = change(
-            &s,
-            ChangeKind::RevisionObjectRefs,
-            9,
-            &mut Versions::default(),
-        );
-        let c2 = change(
-            &s,
-            ChangeKind::RevisionObjectRefs,
-            9,
-            &mut Versions::default(),
-        );
-        assert_eq!(c1, c2);
+        let change = |i| pl.change(ChangeKind::RevisionObjectRefs, i, &mut Versions::default());
+        assert_eq!(change(9), change(9));
         // Revision 2's second change keeps its first added ref.
-        assert_eq!(c1["metadata"]["name"], revision_name(2));
-        let refs = c1["status"]["objectRefs"].as_array().map_or(0, Vec::len);
-        assert_eq!(refs, revision_refs(&s, 2).len() + 2);
+        assert_eq!(change(9)["metadata"]["name"], pl.revision_name(2));
+        let refs = change(9)["status"]["objectRefs"]
+            .as_array()
+            .map_or(0, Vec::len);
+        assert_eq!(refs, pl.revision_refs(2).len() + 2);
     }
 }

@@ -43,6 +43,9 @@ pub struct BenchArgs {
     /// Changes of each kind timed by the incremental phase.
     #[arg(long, default_value_t = 100)]
     pub changes: usize,
+    /// Leave out the controller phases (render and engine figures only).
+    #[arg(long)]
+    pub skip_controller: bool,
     /// Internal: run one phase and print its figures as JSON.
     #[arg(long, value_enum, hide = true)]
     pub phase: Option<Phase>,
@@ -94,11 +97,18 @@ pub enum BenchError {
 pub fn main(args: &BenchArgs) -> ExitCode {
     let result = match args.phase {
         Some(phase) => run_phase(args, phase).map(|v| println!("{v}")),
-        None => run_all(args).map(|report| {
+        None => run_all(args).and_then(|report| {
             if args.json {
                 println!("{report}");
             } else {
                 print!("{}", table(&report));
+            }
+            match report.get("controller_error") {
+                Some(e) => Err(BenchError::Phase {
+                    phase: "controller".into(),
+                    message: e.as_str().unwrap_or_default().to_string(),
+                }),
+                None => Ok(()),
             }
         }),
     };
@@ -198,13 +208,20 @@ fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
             m.insert("incremental_peak_rss_mib".into(), rss);
         }
         merge(&mut report, &incremental);
+        if args.skip_controller {
+            return Ok(report);
+        }
         let objects_out = render["objects_out"].as_u64().unwrap_or(0);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .map_err(|e| BenchError::Other(format!("cannot start the async runtime: {e}")))?;
-        let controller = rt.block_on(controller_phases(args, &plane, objects_out))?;
-        merge(&mut report, &controller);
+        // The figures so far still print when the controller fails (e.g.
+        // killed for its memory); the exit status says it failed.
+        match rt.block_on(controller_phases(args, &plane, objects_out)) {
+            Ok(controller) => merge(&mut report, &controller),
+            Err(e) => report["controller_error"] = json!(e.to_string()),
+        }
         Ok(report)
     })();
     let _ = std::fs::remove_dir_all(&dir);

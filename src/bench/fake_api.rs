@@ -974,4 +974,34 @@ mod tests {
             second["metadata"]["resourceVersion"]
         );
     }
+
+    /// The first line a watch streams.
+    async fn first_event(api: &FakeApi, uri: &str) -> Value {
+        let req = Request::get(uri)
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let mut body = api.handle(req).await.into_body();
+        let frame = body.frame().await.expect("a frame").expect("data");
+        let data = frame.into_data().expect("data frame");
+        serde_json::from_slice(&data).expect("json line")
+    }
+
+    #[tokio::test]
+    async fn watches_replay_from_their_version_until_expired() {
+        let api = FakeApi::new(Vec::new());
+        let ns = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        api.put(ns("a")).expect("put");
+        api.put(ns("b")).expect("put");
+        // From version 1 (after "a"): "b" is replayed.
+        let uri = "/api/v1/namespaces?watch=true&resourceVersion=1";
+        let ev = first_event(&api, uri).await;
+        assert_eq!(ev["type"], "ADDED");
+        assert_eq!(ev["object"]["metadata"]["name"], "b");
+        api.expire_watches();
+        let ev = first_event(&api, uri).await;
+        assert_eq!(
+            (&ev["type"], &ev["object"]["code"]),
+            (&json!("ERROR"), &json!(410))
+        );
+    }
 }

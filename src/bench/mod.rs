@@ -123,8 +123,15 @@ pub fn main(args: &BenchArgs) -> ExitCode {
 
 /// Peak resident memory of this process in MiB (VmHWM; Linux only).
 pub fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    memory_mib("self", "VmHWM")
+}
+
+/// A memory field (`VmHWM`, `VmRSS`) of a process's /proc status, in MiB.
+fn memory_mib(pid: &str, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some((kib / 1024.0 * 10.0).round() / 10.0)
 }
@@ -660,6 +667,8 @@ async fn controller_phases(
     .await;
     let initial_sync_ms = ms(started.elapsed());
     let initial = settle(&api, quiet, deadline).await;
+    // Resident now, after the initial sync: what the controller keeps.
+    let rss_after_sync = memory_mib(&ctl.child.id().to_string(), "VmRSS");
     if !synced {
         progress("controller: the initial sync did not reach objects_out");
     }
@@ -707,6 +716,7 @@ async fn controller_phases(
         "restart_writes": restarted - before_restart,
         "controller_peak_rss_mib": first["peak_rss_mib"],
         "controller_restart_peak_rss_mib": second["peak_rss_mib"],
+        "controller_rss_after_sync_mib": rss_after_sync,
         "api_requests": counts,
     }))
 }

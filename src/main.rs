@@ -1,4 +1,4 @@
-//! The `rbac-rules` command: `crd`, `render`, `run` and `diff`.
+//! The `rbac-rules` command: `crd`, `render`, `run`, `diff`, … and `bench`.
 
 use std::process::ExitCode;
 
@@ -50,6 +50,9 @@ enum Command {
     Test(rbac_rules::ruletest::TestArgs),
     /// Explain a rendered object's origin, or what a subject may do.
     Explain(rbac_rules::explain::ExplainArgs),
+    /// Measure render, incremental and controller figures on a synthetic
+    /// control plane of the built-in rules' kinds (build with --release).
+    Bench(rbac_rules::bench::BenchArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => rbac_rules::validate::main(&args),
         Command::Test(args) => rbac_rules::ruletest::main(&args),
         Command::Explain(args) => rbac_rules::explain::main(&args),
+        Command::Bench(args) => rbac_rules::bench::main(&args),
         Command::Run(args) => {
             let rt = match runtime() {
                 Ok(rt) => rt,

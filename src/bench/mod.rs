@@ -318,11 +318,10 @@ fn render_phase(args: &BenchArgs, floor: bool) -> Result<Value, BenchError> {
     Ok(json!({"full_render_ms": ms(took), "objects_out": objects_out}))
 }
 
-/// Outputs whose presence or content differ between two evaluations.
-// Until the engine reports `Evaluation::changed` (issue 9), the desired
-// sets of consecutive evaluations are diffed here; then this becomes
-// `after.changed.len()`.
-fn touched(before: &Evaluation, after: &Evaluation) -> usize {
+/// Outputs whose presence or content differ between two evaluations: the
+/// engine's own count ([`Evaluation::changed`]), cross-checked against a
+/// diff of the two desired sets (a mismatch is a bench failure).
+fn touched(before: &Evaluation, after: &Evaluation) -> Result<usize, BenchError> {
     let index = |e: &Evaluation| {
         e.desired
             .iter()
@@ -335,14 +334,21 @@ fn touched(before: &Evaluation, after: &Evaluation) -> usize {
             .collect::<BTreeMap<_, _>>()
     };
     let (a, b) = (index(before), index(after));
-    let changed = b
+    let diffed = b
         .iter()
         .filter(|(k, v)| {
             a.get(*k)
                 .is_none_or(|old| !std::sync::Arc::ptr_eq(old, v) && old != *v)
         })
-        .count();
-    changed + a.keys().filter(|k| !b.contains_key(*k)).count()
+        .count()
+        + a.keys().filter(|k| !b.contains_key(*k)).count();
+    if diffed != after.changed.len() {
+        return Err(BenchError::Other(format!(
+            "the engine reports {} outputs changed, the desired sets differ in {diffed}",
+            after.changed.len()
+        )));
+    }
+    Ok(diffed)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -389,7 +395,7 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
             let started = Instant::now();
             let e = engine.evaluate_incremental(&store, &mut memo);
             times.push(ms(started.elapsed()));
-            most = most.max(touched(&last, &e));
+            most = most.max(touched(&last, &e)?);
             last = e;
         }
         times.sort_by(f64::total_cmp);

@@ -412,7 +412,7 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         "max_objects_touched": max_touched,
         "max_objects_touched_per_change": overall,
         "touched_bound": touched_bound(&sizes),
-        "touched_source": "diff of consecutive evaluations' desired objects",
+        "touched_source": "Evaluation::changed, cross-checked against a diff of consecutive evaluations' desired objects",
     }))
 }
 

@@ -729,13 +729,8 @@ mod plan_tests {
 
     fn report(state: RuleState, kept: &[&str]) -> RuleReport {
         RuleReport {
-            state,
-            matched_triggers: 0,
-            outputs: 0,
-            errors: Vec::new(),
-            warnings: Vec::new(),
             kept_triggers: kept.iter().map(|t| t.to_string()).collect(),
-            static_kept: false,
+            ..RuleReport::new(state)
         }
     }
 

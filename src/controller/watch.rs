@@ -173,29 +173,33 @@ impl Watches {
         epoch: u64,
         metadata_only: bool,
     ) -> Task {
-        let source_gk = gk.clone();
-        let source = move || Source::Kind(source_gk.clone(), epoch);
-        let tx = self.tx.clone();
         if metadata_only {
             // Only metadata is fetched and cached: no CRD bodies in memory.
             let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
-            spawn(
-                api,
-                watcher::Config::default(),
-                tx,
-                kind_feed(gk.clone(), epoch, ar.clone()),
-                source,
-            )
+            self.spawn_kind(api, ar, gk, epoch)
         } else {
-            let api = Api::<DynamicObject>::all_with(self.client.clone(), ar);
-            spawn(
-                api,
-                watcher::Config::default(),
-                tx,
-                kind_feed(gk.clone(), epoch, ar.clone()),
-                source,
+            self.spawn_kind(
+                Api::<DynamicObject>::all_with(self.client.clone(), ar),
+                ar,
+                gk,
+                epoch,
             )
         }
+    }
+
+    /// One kind's watch task, whatever shape its objects arrive in.
+    fn spawn_kind<K>(&self, api: Api<K>, ar: &ApiResource, gk: &GroupKind, epoch: u64) -> Task
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + serde::Serialize + 'static,
+    {
+        let source_gk = gk.clone();
+        spawn(
+            api,
+            watcher::Config::default(),
+            self.tx.clone(),
+            kind_feed(gk.clone(), epoch, ar.clone()),
+            move || Source::Kind(source_gk.clone(), epoch),
+        )
     }
 }
 

@@ -762,6 +762,14 @@ mod tests {
         json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name}})
     }
 
+    /// Names of the stored objects of `gk`, in store order.
+    fn stored_names<'a>(w: &'a World, gk: &GroupKind) -> Vec<&'a str> {
+        w.store
+            .list(gk)
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect()
+    }
+
     fn listed(world: &mut World, feed: impl Fn(Event<Value>) -> Feed, objects: Vec<Value>) {
         world.apply(feed(Event::Init));
         for o in objects {
@@ -1007,12 +1015,7 @@ mod tests {
         assert!(w.foreign.contains(&id));
         assert!(!w.owned.contains_key(&id));
         // No rule reads ClusterRoles: only ours are kept whole.
-        let names: Vec<&str> = w
-            .store
-            .list(&gk)
-            .filter_map(|o| o["metadata"]["name"].as_str())
-            .collect();
-        assert_eq!(names, vec!["ours"]);
+        assert_eq!(stored_names(&w, &gk), vec!["ours"]);
         // Taking our label off moves an object out of our cache in the same
         // event that names it someone else's; putting it on moves it back.
         let c = w.apply(owned(
@@ -1080,12 +1083,7 @@ mod tests {
         ));
         // No rule reads them any more: the others go, ours stay.
         w.forget_kind(&gk);
-        let names: Vec<&str> = w
-            .store
-            .list(&gk)
-            .filter_map(|o| o["metadata"]["name"].as_str())
-            .collect();
-        assert_eq!(names, vec!["ours"]);
+        assert_eq!(stored_names(&w, &gk), vec!["ours"]);
     }
 
     #[test]

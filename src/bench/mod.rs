@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// Leave out the controller phases (render and engine figures only).
     #[arg(long)]
     pub skip_controller: bool,
+    /// Write the scenario's objects as one YAML stream to this file and
+    /// stop (to profile `render` or apply them to a cluster by hand).
+    #[arg(long, value_name = "PATH")]
+    pub write_objects: Option<PathBuf>,
     /// Internal: run one phase and print its figures as JSON.
     #[arg(long, value_enum, hide = true)]
     pub phase: Option<Phase>,
@@ -96,6 +100,7 @@ pub enum BenchError {
 /// Runs `bench`: every phase, then the report on stdout.
 pub fn main(args: &BenchArgs) -> ExitCode {
     let result = match args.phase {
+        _ if args.write_objects.is_some() => write_objects(args),
         Some(phase) => run_phase(args, phase).map(|v| println!("{v}")),
         None => run_all(args).and_then(|report| {
             if args.json {
@@ -119,6 +124,19 @@ pub fn main(args: &BenchArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--write-objects`: the generated objects, as one YAML stream.
+fn write_objects(args: &BenchArgs) -> Result<(), BenchError> {
+    let Some(path) = &args.write_objects else {
+        return Ok(());
+    };
+    let objs = plane(args.scenario)?.objects(&mut Versions::default());
+    let text = crate::yaml::to_yaml_stream(&objs).map_err(|e| BenchError::Other(e.to_string()))?;
+    std::fs::write(path, text).map_err(|source| BenchError::Write {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Peak resident memory of this process in MiB (VmHWM; Linux only).
@@ -247,7 +265,17 @@ fn merge(into: &mut Value, from: &Value) {
 fn command(args: &BenchArgs, extra: &[String]) -> Result<Command, BenchError> {
     let exe = std::env::current_exe()
         .map_err(|e| BenchError::Other(format!("cannot find this program: {e}")))?;
-    let mut cmd = Command::new(exe);
+    // A profiler to run each phase under (e.g. `heaptrack -o /tmp/ht`).
+    let wrap = std::env::var("RBAC_RULES_BENCH_WRAP").unwrap_or_default();
+    let mut words = wrap.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(tool) => {
+            let mut c = Command::new(tool);
+            c.args(words).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
     cmd.arg("bench")
         .arg(format!("--scenario={}", args.scenario.name()))
         .arg(format!("--changes={}", args.changes))
@@ -277,7 +305,13 @@ fn parse_child(extra: &[String], success: bool, stdout: &[u8]) -> Result<Value, 
             message: "failed (see stderr)".into(),
         });
     }
-    serde_json::from_slice(stdout).map_err(|e| BenchError::Phase {
+    // The JSON is the last line: a profiler (RBAC_RULES_BENCH_WRAP) may
+    // print before it.
+    let last = stdout
+        .split(|b| *b == b'\n')
+        .rfind(|l| !l.trim_ascii().is_empty())
+        .unwrap_or_default();
+    serde_json::from_slice(last).map_err(|e| BenchError::Phase {
         phase,
         message: format!("printed no JSON: {e}"),
     })

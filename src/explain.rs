@@ -76,7 +76,7 @@ pub fn explain(args: &ExplainArgs) -> Result<String, String> {
     for e in eval.errors() {
         text.push_str(&format!("note: render error: {e}\n"));
     }
-    let output: Vec<Value> = eval.desired.iter().map(|d| (*d.object).clone()).collect();
+    let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
     if let Some(spec) = &args.object {
         text.push_str(&explain_object(spec, &loaded, &inputs, &output)?);
     } else if let Some(spec) = &args.as_subject {

@@ -15,7 +15,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use serde_json::Value;
 
 use crate::api::{ManageLevel, OutputKind};
-use crate::engine::{Engine, Evaluation, ObjectStore, Options, store::object_ref};
+use crate::engine::{Engine, Evaluation, Manifest, ObjectStore, Options, store::object_ref};
 use crate::policy::AllowList;
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
@@ -110,13 +110,14 @@ impl Rendered {
     /// Writes every object as a multi-document YAML stream, sorted by kind,
     /// namespace and name.
     pub fn write_to(&self, out: &mut impl Write) -> Result<(), YamlError> {
-        let objects: Vec<&Value> = self
+        // Ok: filled by --flatten; Err: as emitted.
+        let objects: Vec<Result<&Value, Manifest>> = self
             .eval
             .desired
             .iter()
             .map(|d| match d.kind {
-                OutputKind::ClusterRole => self.filled.get(&d.name).unwrap_or(&d.object),
-                _ => &d.object,
+                OutputKind::ClusterRole => self.filled.get(&d.name).ok_or(d.object.clone()),
+                _ => Err(d.object.clone()),
             })
             .collect();
         yaml::write_stream(&objects, out)
@@ -226,11 +227,11 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
 /// every ClusterRole in the input and the output, by name.
 fn flatten(store: &ObjectStore, eval: &Evaluation) -> Result<HashMap<String, Value>, RenderError> {
     let gk = crate::engine::GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
-    let outputs: Vec<&Value> = eval
+    let outputs: Vec<Value> = eval
         .desired
         .iter()
         .filter(|d| d.kind == OutputKind::ClusterRole)
-        .map(|d| &*d.object)
+        .map(|d| d.object.to_value())
         .collect();
     let mut all: Vec<ClusterRole> = Vec::new();
     let mut names = std::collections::BTreeSet::new();

@@ -198,7 +198,7 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
     if spec.expect.errors.is_empty() {
         failures.extend(errors.iter().map(|e| format!("render error: {e}")));
     }
-    let output: Vec<Value> = eval.desired.iter().map(|d| (*d.object).clone()).collect();
+    let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
     for want in &spec.expect.objects {
         let key = object_key(want);
         match output.iter().find(|o| object_key(o) == key) {

@@ -282,7 +282,7 @@ const BATCH: usize = 256;
 /// Printing thousands of objects is mostly serializing them: a second
 /// thread serializes every other batch while this one writes; the order
 /// is the given one.
-pub fn write_stream(values: &[&Value], out: &mut impl std::io::Write) -> Result<(), YamlError> {
+pub fn write_stream<D: Doc>(values: &[D], out: &mut impl std::io::Write) -> Result<(), YamlError> {
     let write = |out: &mut dyn std::io::Write, text: &str| {
         out.write_all(text.as_bytes())
             .map_err(|e| YamlError::Write(e.to_string()))
@@ -314,13 +314,41 @@ pub fn write_stream(values: &[&Value], out: &mut impl std::io::Write) -> Result<
 }
 
 /// A batch of objects as YAML documents.
-fn batch(values: &[&Value]) -> Result<String, YamlError> {
+fn batch<D: Doc>(values: &[D]) -> Result<String, YamlError> {
     let mut text = String::new();
     for v in values {
         text.push_str("---\n");
-        push_yaml(&mut text, v)?;
+        push_yaml(&mut text, &v.json())?;
     }
     Ok(text)
+}
+
+/// One document of a stream: its JSON form, borrowed or built for the
+/// printing (compact manifests are materialized one at a time).
+pub trait Doc: Sync {
+    /// The document as JSON.
+    fn json(&self) -> std::borrow::Cow<'_, Value>;
+}
+
+impl Doc for &Value {
+    fn json(&self) -> std::borrow::Cow<'_, Value> {
+        std::borrow::Cow::Borrowed(self)
+    }
+}
+
+impl Doc for crate::engine::Manifest {
+    fn json(&self) -> std::borrow::Cow<'_, Value> {
+        std::borrow::Cow::Owned(self.to_value())
+    }
+}
+
+impl<A: Doc, B: Doc> Doc for Result<A, B> {
+    fn json(&self) -> std::borrow::Cow<'_, Value> {
+        match self {
+            Ok(a) => a.json(),
+            Err(b) => b.json(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -175,7 +175,7 @@ fn role_rules(eval: &rbac_rules::engine::Evaluation, name: &str) -> Value {
     eval.desired
         .iter()
         .find(|d| d.kind == OutputKind::Role && d.name == name)
-        .map(|d| d.object["rules"].clone())
+        .map(|d| d.object.to_value()["rules"].clone())
         .unwrap_or(Value::Null)
 }
 
@@ -253,7 +253,7 @@ spec:
         eval.desired
             .iter()
             .find(|d| d.name == name)
-            .map(|d| d.object["metadata"]["ownerReferences"].clone())
+            .map(|d| d.object.to_value()["metadata"]["ownerReferences"].clone())
             .unwrap_or(Value::Null)
     };
     assert_eq!(
@@ -276,10 +276,13 @@ spec:
         .find(|d| d.name == "same-ns")
         .expect("same-ns");
     assert_eq!(
-        d.object["metadata"]["annotations"]["rbacrules.io/trigger"],
+        d.object.to_value()["metadata"]["annotations"]["rbacrules.io/trigger"],
         "Gadget.example.org/home/g"
     );
-    assert_eq!(d.object["metadata"]["labels"]["rbacrules.io/rule"], "o");
+    assert_eq!(
+        d.object.to_value()["metadata"]["labels"]["rbacrules.io/rule"],
+        "o"
+    );
 }
 
 #[test]
@@ -325,7 +328,13 @@ spec:
             "Role/n2/widget-user"
         ]
     );
-    let labels = &eval.desired.iter().next().expect("an object").object["metadata"]["labels"];
+    let labels = &eval
+        .desired
+        .iter()
+        .next()
+        .expect("an object")
+        .object
+        .to_value()["metadata"]["labels"];
     assert_eq!(labels["namespace.example.org/n1"], "true");
     assert_eq!(labels["namespace.example.org/skip"], "true");
     assert!(labels.get("namespace.example.org/other").is_none());
@@ -489,7 +498,7 @@ spec:
     );
     for d in &eval.desired {
         assert_eq!(
-            d.object["rules"],
+            d.object.to_value()["rules"],
             json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
             "{}",
             d.name

@@ -160,7 +160,7 @@ fn assert_same(step: usize, what: &str, inc: &Evaluation, full: &Evaluation) {
 /// so that live managed objects take part (the engine hides superseded ones).
 fn apply(c: &mut Cluster, eval: &Evaluation) {
     for d in &eval.desired {
-        c.put((*d.object).clone());
+        c.put(d.object.to_value());
     }
 }
 
@@ -494,8 +494,8 @@ fn key_of(o: &Value) -> (String, String) {
 /// selectors, metadata matches and pauses can key on.
 fn metadata_pairs(pool: &[Value], eval: &Evaluation, field: &str) -> Vec<(String, Value)> {
     let mut out: Vec<(String, Value)> = Vec::new();
-    let outputs = eval.desired.iter().map(|d| &*d.object);
-    for o in pool.iter().chain(outputs) {
+    let outputs: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
+    for o in pool.iter().chain(&outputs) {
         for (k, v) in o["metadata"][field].as_object().into_iter().flatten() {
             if !out.iter().any(|(ok, ov)| ok == k && ov == v) {
                 out.push((k.clone(), v.clone()));
@@ -626,7 +626,11 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
                     let live: Vec<Value> = previous
                         .desired
                         .iter()
-                        .filter_map(|d| c.store.get(&gk_of(&d.object), &key_of(&d.object)).cloned())
+                        .filter_map(|d| {
+                            c.store
+                                .get(&gk_of(&d.object.to_value()), &key_of(&d.object.to_value()))
+                                .cloned()
+                        })
                         .collect();
                     match pick(&mut rng, &live) {
                         Some(mut o) if o.get("rules").is_some() => {

@@ -54,17 +54,18 @@ fn warned(eval: &Evaluation) -> BTreeSet<(String, String, String, String)> {
         .collect()
 }
 
-fn object<'a>(eval: &'a Evaluation, kind: &str, ns: &str, name: &str) -> &'a Value {
-    &eval
-        .desired
+fn object(eval: &Evaluation, kind: &str, ns: &str, name: &str) -> Value {
+    eval.desired
         .iter()
         .find(|d| d.kind.as_str() == kind && d.namespace == ns && d.name == name)
         .unwrap_or_else(|| panic!("{kind} {ns}/{name} is emitted"))
         .object
+        .to_value()
 }
 
 /// Every (group, resource) an object's rules grant.
-fn granted(obj: &Value) -> BTreeSet<(String, String)> {
+fn granted(obj: impl std::borrow::Borrow<Value>) -> BTreeSet<(String, String)> {
+    let obj = obj.borrow();
     let mut out = BTreeSet::new();
     for r in obj["rules"].as_array().into_iter().flatten() {
         for g in r["apiGroups"].as_array().into_iter().flatten() {
@@ -275,7 +276,7 @@ fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
         .find(|d| d.kind.as_str() == "ClusterRoleBinding" && d.rule.ends_with("system"))
         .expect("the system binding");
     assert_eq!(
-        binding.object["subjects"],
+        binding.object.to_value()["subjects"],
         json!([{"apiGroup": "", "kind": "ServiceAccount", "name": "provider-evil", "namespace": "crossplane-system"}])
     );
     // The tenant's package: only its good CRD.
@@ -304,8 +305,12 @@ fn repo_sync_tenants_bind_only_the_allow_set() {
         .map(|d| {
             format!(
                 "{}/{}",
-                d.object["roleRef"]["kind"].as_str().unwrap_or_default(),
-                d.object["roleRef"]["name"].as_str().unwrap_or_default()
+                d.object.to_value()["roleRef"]["kind"]
+                    .as_str()
+                    .unwrap_or_default(),
+                d.object.to_value()["roleRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
             )
         })
         .collect();

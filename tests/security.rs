@@ -29,7 +29,11 @@ fn wildcards_from(eval: &Evaluation, trigger: &str) -> Vec<String> {
         if !d.trigger.as_deref().is_some_and(|t| t.contains(trigger)) {
             continue;
         }
-        for r in d.object["rules"].as_array().into_iter().flatten() {
+        for r in d.object.to_value()["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             for f in POLICY_FIELDS.iter().filter(|f| **f != "verbs") {
                 for v in r[*f].as_array().into_iter().flatten() {
                     // The one wildcard the built-in rules write literally
@@ -123,7 +127,9 @@ fn provider_object_refs_never_become_wildcards() {
         assert!(
             eval.desired.iter().any(|d| d.name
                 == "crossplane:provider:provider-evil-1:aggregate-to-edit"
-                && d.object["rules"].to_string().contains("\"widgets\"")),
+                && d.object.to_value()["rules"]
+                    .to_string()
+                    .contains("\"widgets\"")),
             "{crd:?}: the good type is not granted"
         );
     }
@@ -177,7 +183,12 @@ fn data_is_never_a_wildcard_literal_is() {
     );
     assert_eq!(ok.desired.len(), 1);
     assert_eq!(
-        ok.desired.iter().next().expect("an object").object["rules"][2]["resources"],
+        ok.desired
+            .iter()
+            .next()
+            .expect("an object")
+            .object
+            .to_value()["rules"][2]["resources"],
         json!(["*"])
     );
 
@@ -647,7 +658,13 @@ spec:
     };
     let first = evaluate(&rules(rule), &[ns("team-a", "view")], wide);
     assert_eq!(first.desired.len(), 1);
-    let live = (*first.desired.iter().next().expect("an object").object).clone();
+    let live = first
+        .desired
+        .iter()
+        .next()
+        .expect("an object")
+        .object
+        .to_value();
 
     let narrow = Options {
         allow: Some(allow(&["pods"])),
@@ -790,7 +807,13 @@ spec:
         Options::default(),
     );
     assert_eq!(eval.desired.len(), 1);
-    let subjects = eval.desired.iter().next().expect("an object").object["subjects"]
+    let subjects = eval
+        .desired
+        .iter()
+        .next()
+        .expect("an object")
+        .object
+        .to_value()["subjects"]
         .as_array()
         .expect("subjects")
         .len();

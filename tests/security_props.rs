@@ -112,7 +112,7 @@ fn triggered_rules(eval: &Evaluation) -> Vec<(String, PolicyRule)> {
         .iter()
         .filter(|d| d.trigger.is_some())
         .flat_map(|d| {
-            d.object["rules"]
+            d.object.to_value()["rules"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -151,7 +151,8 @@ proptest! {
             prop_assert!(!policy::is_wildcard_all(&r), "{name}: {r:?}");
         }
         for d in &eval.desired {
-            let role_ref = d.object["roleRef"]["name"].as_str().unwrap_or_default();
+            let object = d.object.to_value();
+            let role_ref = object["roleRef"]["name"].as_str().unwrap_or_default();
             prop_assert!(role_ref != "cluster-admin" && !role_ref.starts_with("system:"));
             prop_assert!(!d.name.starts_with("system:"));
         }
@@ -174,7 +175,7 @@ proptest! {
         let engine = Engine::new(&rules(), Options { allow: Some(allow.clone()), ..Options::default() });
         let eval = evaluate(&engine, &objects(&a, &b, &c, &d, &[]));
         for d in &eval.desired {
-            let rules: Vec<PolicyRule> = d.object["rules"].as_array().into_iter().flatten()
+            let rules: Vec<PolicyRule> = d.object.to_value()["rules"].as_array().into_iter().flatten()
                 .map(|r| serde_json::from_value(r.clone()).expect("rules parse"))
                 .collect();
             let missing = allow.uncovered(&allow.rules, &rules);

@@ -372,7 +372,7 @@ fn touched(before: &Evaluation, after: &Evaluation) -> Result<usize, BenchError>
         .iter()
         .filter(|(k, v)| {
             a.get(*k)
-                .is_none_or(|old| !std::sync::Arc::ptr_eq(old, v) && old != *v)
+                .is_none_or(|old| !crate::engine::Manifest::ptr_eq(old, v) && old != *v)
         })
         .count()
         + a.keys().filter(|k| !b.contains_key(*k)).count();

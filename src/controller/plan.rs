@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::{Map, Value};
 
 use crate::api::OutputKind;
-use crate::engine::Evaluation;
 use crate::engine::output::{RBAC_API_VERSION, rule_annotation, trigger_annotation};
+use crate::engine::{Evaluation, Manifest};
 
 /// Field manager of every write, and the manager whose managedFields entry
 /// says which labels and annotations are ours.
@@ -462,14 +462,14 @@ pub fn plan(
 /// reused.
 #[derive(Debug, Default)]
 pub struct Compared {
-    equal: BTreeMap<ObjectId, (Arc<Value>, Arc<Value>)>,
+    equal: BTreeMap<ObjectId, (Manifest, Arc<Value>)>,
 }
 
 impl Compared {
-    fn known_equal(&self, id: &ObjectId, desired: &Arc<Value>, live: &Arc<Value>) -> bool {
+    fn known_equal(&self, id: &ObjectId, desired: &Manifest, live: &Arc<Value>) -> bool {
         self.equal
             .get(id)
-            .is_some_and(|(d, l)| Arc::ptr_eq(d, desired) && Arc::ptr_eq(l, live))
+            .is_some_and(|(d, l)| Manifest::ptr_eq(d, desired) && Arc::ptr_eq(l, live))
     }
 }
 
@@ -488,21 +488,25 @@ pub fn plan_with(
     for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert(id.clone());
-        let mut object = Arc::clone(&d.object);
+        let mut object: Arc<Value>;
         let action = match live.get(&id) {
-            None => ApplyAction::Create,
+            None => {
+                object = Arc::new(d.object.to_value());
+                ApplyAction::Create
+            }
             Some(l) if compared.known_equal(&id, &d.object, &l.object) => {
-                equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
+                equal.insert(id.clone(), (d.object.clone(), Arc::clone(&l.object)));
                 out.unchanged.push((id, d.rule.clone()));
                 continue;
             }
             Some(l) => {
+                object = Arc::new(d.object.to_value());
                 if l.object["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string() {
                     keep_helm_annotation(Arc::make_mut(&mut object), &l.object);
                 }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
-                    equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
+                    equal.insert(id.clone(), (d.object.clone(), Arc::clone(&l.object)));
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
                 }
@@ -758,7 +762,8 @@ mod plan_tests {
             trigger: Some(trigger.into()),
             field: "spec.outputs[0]".into(),
             refusal: None,
-            object: std::sync::Arc::new(manifest(kind, ns, name, rule, trigger)),
+            object: crate::engine::Manifest::from_value(&manifest(kind, ns, name, rule, trigger))
+                .expect("a manifest"),
         }
     }
 
@@ -948,7 +953,7 @@ mod plan_tests {
         assert_eq!(p.unchanged.len(), 1);
         // A re-rendered but equal desired copy is compared and found equal.
         let x = desired(OutputKind::Role, "a", "x", "r", "T/a");
-        let fresh = Arc::clone(&x.object);
+        let fresh = x.object.clone();
         let again = of(x);
         live.insert(
             ObjectId::new(OutputKind::Role, "a", "y"),
@@ -957,7 +962,7 @@ mod plan_tests {
         let p = plan_with(&again, &live, &BTreeSet::new(), true, &mut compared);
         assert!(p.applies.is_empty(), "{:?}", p.applies);
         let remembered = &compared.equal[&ObjectId::new(OutputKind::Role, "a", "x")].0;
-        assert!(Arc::ptr_eq(remembered, &fresh));
+        assert!(Manifest::ptr_eq(remembered, &fresh));
     }
 
     #[test]

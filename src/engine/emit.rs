@@ -484,6 +484,7 @@ fn apply_policy(
             waivers: &options.waivers,
             protected: &protected,
             allow: options.allow.as_ref().map(|a| (a, allow_rules.as_slice())),
+            judged: Default::default(),
         };
         // What a verdict depends on besides the object: the selection an
         // aggregated role reads, or (empty) any role, for a binding under
@@ -509,7 +510,9 @@ fn apply_policy(
                             err.field.clone(),
                             format!("{} {:?}: {}", d.kind, d.name, err.message),
                         )),
-                        None => judge.refusal(&d.object).map(|why| (d.field.clone(), why)),
+                        None => judge
+                            .refusal_of(&d.object)
+                            .map(|why| (d.field.clone(), why)),
                     };
                     why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
                 });
@@ -525,7 +528,12 @@ fn apply_policy(
                 };
                 let mut dependent = None;
                 if let Some(e) = cand {
-                    depends(&e.desired.object, &mut dependent);
+                    let m = &e.desired.object;
+                    if m.kind() == OutputKind::ClusterRole {
+                        depends(m.shared_value(), &mut dependent);
+                    } else if options.allow.is_some() && m.role_ref().is_some() {
+                        dependent.get_or_insert_with(BTreeSet::new);
+                    }
                 }
                 if let Some(l) = live {
                     depends(l, &mut dependent);

@@ -15,9 +15,10 @@ use super::Engine;
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::limits;
+use super::manifest::{Body, Manifest, Meta};
 use super::memo::{Owner, Read};
 use super::model::Desired;
-use super::output::{self, Body, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Meta};
+use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{FieldPath, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::truthy;
@@ -771,7 +772,7 @@ impl Evaluator<'_> {
         let mut refusal = None;
         let body = if o.kind.is_role() {
             let namespaced = o.kind.namespaced();
-            let mut rules: Vec<PolicyRule> = match &o.rules {
+            let rules: Vec<PolicyRule> = match &o.rules {
                 Some(r) => {
                     let field = format!("{f}.rules");
                     // Values rendered from templates are marked as data.
@@ -784,20 +785,22 @@ impl Evaluator<'_> {
                 }
                 None => Vec::new(),
             };
+            let mut rules = Arc::new(rules);
             if let Some(rf) = &o.rules_from {
                 let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
                 if rules.is_empty() {
-                    // Copies only: the same roles give the same rules
-                    // (namespaces accepting the same types share them).
-                    rules = view.copied_rules(&roles, namespaced).to_vec();
+                    // Copies only: the same roles give the same rules,
+                    // shared (namespaces accepting the same types).
+                    rules = view.copied_rules(&roles, namespaced);
                 } else {
+                    let mut all = rules.to_vec();
                     for role in &roles {
-                        rules.extend(view.rules_of(role).iter().cloned());
+                        all.extend(view.rules_of(role).iter().cloned());
                     }
                     if namespaced {
-                        rules = policy::without_non_resource_urls(&rules);
+                        all = policy::without_non_resource_urls(&all);
                     }
-                    rules = policy::compact(&rules);
+                    rules = Arc::new(policy::compact(&all));
                 }
             }
             let aggregation = match &o.aggregation_rule {
@@ -856,16 +859,14 @@ impl Evaluator<'_> {
             annotations,
             owner,
         };
-        let object = Arc::new(output::manifest(o.kind, &meta, &body)?);
-        if let Body::Role {
-            rules,
-            aggregation: None,
-        } = body
+        let object = Manifest::new(o.kind, meta, body);
+        if let Some(rules) = object.rules()
+            && object.aggregation_rule().is_none()
             && o.kind == OutputKind::ClusterRole
         {
-            // Copiers and aggregations read a ClusterRole's rules again:
-            // parsed already. (A Role is judged once and read by nothing.)
-            view.remember_rules(&object, rules);
+            // Copiers and aggregations read a ClusterRole's rules again, as
+            // JSON through the view: parsed already.
+            view.remember_rules(object.shared_value(), Arc::clone(rules));
         }
         Ok(Desired {
             kind: o.kind,

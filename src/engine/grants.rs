@@ -2,6 +2,8 @@
 //! aggregated role's selected roles, a binding's role) and whether the
 //! default denials, protected labels and the allow-list refuse it.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -9,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::compile::output_gk;
+use super::manifest::Manifest;
 use super::output;
 use super::store::ObjectStore;
 use super::view::View;
@@ -39,19 +42,39 @@ pub(super) fn allow_list_rules(
     out
 }
 
+/// Verdicts on shared rule lists (see [`Judge::judged`]).
+pub(super) type JudgedRules =
+    HashMap<usize, (Arc<Vec<PolicyRule>>, Arc<(Vec<String>, Option<String>)>)>;
+
 /// What policy judges objects with.
 pub(super) struct Judge<'v, 'a> {
     pub view: &'v View<'a>,
+    /// Verdicts on rule lists (denials, what the allow-list misses), by
+    /// the address of the shared list (held): copies are judged once.
+    pub judged: RefCell<JudgedRules>,
     pub waivers: &'v crate::policy::Waivers,
     pub protected: &'v [LabelSelector],
     pub allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
 }
 
 impl Judge<'_, '_> {
+    /// Why policy refuses an emitted object, in compact form.
+    pub fn refusal_of(&self, m: &Manifest) -> Option<String> {
+        match m.kind() {
+            // Read as JSON by copiers and aggregations anyway.
+            OutputKind::ClusterRole => self.refusal(m.shared_value()),
+            _ => self.judge(Obj::Compact(m)),
+        }
+    }
+
     /// Why policy refuses `obj` (an RBAC object), in compact form.
     pub fn refusal(&self, obj: &Arc<Value>) -> Option<String> {
-        let kind = obj["kind"].as_str().unwrap_or_default();
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        self.judge(Obj::Json(obj))
+    }
+
+    fn judge(&self, obj: Obj) -> Option<String> {
+        let kind = obj.kind();
+        let name = obj.name();
         let what = format!("{kind} {name:?}");
         let mut why: Vec<String> = Vec::new();
         if !self.waivers.system_names && policy::is_system_name(name) {
@@ -59,19 +82,20 @@ impl Judge<'_, '_> {
                 "{what} has a name reserved for Kubernetes (system:)"
             ));
         }
-        let labels = obj["metadata"]["labels"].as_object();
-        if self
-            .protected
-            .iter()
-            .any(|s| crate::selector::matches_json(s, labels))
-        {
+        if obj.protected(self.protected) {
             why.push(format!(
                 "{what} carries labels that aggregate it into a protected ClusterRole (the controller's or the allow-list's)"
             ));
         }
-        let granted: Vec<PolicyRule> = if kind.ends_with("Binding") {
-            let role_ref = &obj["roleRef"];
-            let role_name = role_ref["name"].as_str().unwrap_or_default();
+        let aggregated = obj
+            .json()
+            .is_some_and(|o| o.get("aggregationRule").is_some());
+        let grants = if aggregated {
+            format!("{what} aggregates roles that grant")
+        } else {
+            format!("{what} grants")
+        };
+        if let Some((role_kind, role_name)) = obj.role_ref() {
             if !self.waivers.cluster_admin_bindings
                 && (role_name == "cluster-admin" || policy::is_system_name(role_name))
             {
@@ -80,14 +104,11 @@ impl Judge<'_, '_> {
             // Only the allow-list judges what a bound role grants: the
             // denials judge roles where they are written.
             if let Some((allow, effective)) = self.allow {
-                let role = match role_ref["kind"].as_str() {
-                    Some("Role") => {
-                        let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
-                        self.view.get_shared(
-                            &output_gk(OutputKind::Role),
-                            &(ns.to_string(), role_name.to_string()),
-                        )
-                    }
+                let role = match role_kind {
+                    "Role" => self.view.get_shared(
+                        &output_gk(OutputKind::Role),
+                        &(obj.namespace().to_string(), role_name.to_string()),
+                    ),
                     _ => self.view.get_shared(
                         &output_gk(OutputKind::ClusterRole),
                         &(String::new(), role_name.to_string()),
@@ -102,31 +123,60 @@ impl Judge<'_, '_> {
                     ));
                 }
             }
-            Vec::new()
-        } else if self.allow.is_none() && obj.get("aggregationRule").is_some() {
-            // Judged by the kept denials of each role below.
-            Vec::new()
+        } else if let (Obj::Json(o), true) = (&obj, aggregated) {
+            if self.allow.is_none() {
+                // Judged by the kept denials of each role below.
+                push_denials(&mut why, &grants, &self.aggregated_denials(o));
+            } else {
+                let granted = self.grants(o);
+                push_denials(
+                    &mut why,
+                    &grants,
+                    &policy::denied_grants(&granted, self.waivers),
+                );
+                self.push_uncovered(&mut why, &grants, &granted);
+            }
         } else {
-            self.grants(obj)
-        };
-        let grants = if obj.get("aggregationRule").is_some() {
-            format!("{what} aggregates roles that grant")
-        } else {
-            format!("{what} grants")
-        };
-        let denied = if self.allow.is_none() && obj.get("aggregationRule").is_some() {
-            self.aggregated_denials(obj)
-        } else {
-            policy::denied_grants(&granted, self.waivers)
-        };
-        if !denied.is_empty() {
-            let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
-            why.push(format!("{grants} {}", shown.join("; ")));
+            // A role's own rules: judged once per shared rule list.
+            let rules = match &obj {
+                Obj::Json(o) => self.view.rules_of_transient(o),
+                Obj::Compact(m) => m.rules().cloned().unwrap_or_default(),
+            };
+            let at = Arc::as_ptr(&rules) as usize;
+            let hit = self
+                .judged
+                .borrow()
+                .get(&at)
+                .filter(|(held, _)| Arc::ptr_eq(held, &rules))
+                .map(|(_, v)| Arc::clone(v));
+            let verdict = hit.unwrap_or_else(|| {
+                let denied = policy::denied_grants(&rules, self.waivers);
+                let missing = match self.allow {
+                    Some((allow, effective)) if !rules.is_empty() => {
+                        let missing = allow.uncovered(effective, &rules);
+                        (!missing.is_empty()).then(|| shown(&missing))
+                    }
+                    _ => None,
+                };
+                let v = Arc::new((denied, missing));
+                self.judged
+                    .borrow_mut()
+                    .insert(at, (Arc::clone(&rules), Arc::clone(&v)));
+                v
+            });
+            push_denials(&mut why, &grants, &verdict.0);
+            if let Some(m) = &verdict.1 {
+                why.push(format!("{grants} what the allow-list does not: {m}"));
+            }
         }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    fn push_uncovered(&self, why: &mut Vec<String>, grants: &str, granted: &[PolicyRule]) {
         if let Some((allow, effective)) = self.allow
             && !granted.is_empty()
         {
-            let missing = allow.uncovered(effective, &granted);
+            let missing = allow.uncovered(effective, granted);
             if !missing.is_empty() {
                 why.push(format!(
                     "{grants} what the allow-list does not: {}",
@@ -134,7 +184,6 @@ impl Judge<'_, '_> {
                 ));
             }
         }
-        (!why.is_empty()).then(|| why.join("; "))
     }
 
     /// What a role grants: its rules, and for an aggregated ClusterRole the
@@ -174,6 +223,81 @@ impl Judge<'_, '_> {
         }
         wildcards.extend(escalating);
         wildcards
+    }
+}
+
+/// The denials a grant breaks, the first three shown.
+fn push_denials(why: &mut Vec<String>, grants: &str, denied: &[String]) {
+    if !denied.is_empty() {
+        let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
+        why.push(format!("{grants} {}", shown.join("; ")));
+    }
+}
+
+/// An object policy judges: live or emitted (JSON), or an emitted Role
+/// or binding in compact form.
+enum Obj<'x> {
+    Json(&'x Arc<Value>),
+    Compact(&'x Manifest),
+}
+
+impl Obj<'_> {
+    fn json(&self) -> Option<&Arc<Value>> {
+        match self {
+            Obj::Json(o) => Some(o),
+            Obj::Compact(_) => None,
+        }
+    }
+
+    fn kind(&self) -> &str {
+        match self {
+            Obj::Json(o) => o["kind"].as_str().unwrap_or_default(),
+            Obj::Compact(m) => m.kind().as_str(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Obj::Json(o) => o["metadata"]["name"].as_str().unwrap_or_default(),
+            Obj::Compact(m) => m.name(),
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        match self {
+            Obj::Json(o) => o["metadata"]["namespace"].as_str().unwrap_or_default(),
+            Obj::Compact(m) => m.meta().namespace.as_deref().unwrap_or_default(),
+        }
+    }
+
+    /// Whether any of `selectors` (validated) selects it by its labels.
+    fn protected(&self, selectors: &[LabelSelector]) -> bool {
+        match self {
+            Obj::Json(o) => {
+                let labels = o["metadata"]["labels"].as_object();
+                selectors
+                    .iter()
+                    .any(|s| crate::selector::matches_json(s, labels))
+            }
+            Obj::Compact(m) => selectors
+                .iter()
+                .any(|s| crate::selector::matches(s, m.labels()).unwrap_or(false)),
+        }
+    }
+
+    /// A binding's roleRef kind and name.
+    fn role_ref(&self) -> Option<(&str, &str)> {
+        match self {
+            Obj::Json(o) if o["kind"].as_str().is_some_and(|k| k.ends_with("Binding")) => {
+                let r = &o["roleRef"];
+                Some((
+                    r["kind"].as_str().unwrap_or_default(),
+                    r["name"].as_str().unwrap_or_default(),
+                ))
+            }
+            Obj::Json(_) => None,
+            Obj::Compact(m) => m.role_ref(),
+        }
     }
 }
 

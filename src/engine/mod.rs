@@ -11,6 +11,7 @@ mod expand;
 pub mod format;
 mod grants;
 pub mod limits;
+pub mod manifest;
 mod memo;
 mod model;
 pub mod output;
@@ -26,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 pub use error::{EngineError, EngineWarning, ErrorKind};
 pub use limits::Limits;
+pub use manifest::Manifest;
 pub use memo::Memo;
 pub use model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, RuleState};
 pub use store::{GroupKind, ObjectStore};

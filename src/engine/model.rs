@@ -5,9 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::error::{self, EngineError, EngineWarning};
+use super::manifest::Manifest;
 use crate::api::OutputKind;
 
 /// A key identifying an emitted object: kind, namespace and name.
@@ -119,7 +118,7 @@ pub struct Desired {
     /// field and why. Policy then drops and revokes it.
     pub refusal: Option<error::FieldError>,
     /// The full manifest, with provenance (shared: evaluations reuse it).
-    pub object: Arc<Value>,
+    pub object: Manifest,
 }
 
 /// Where a rule stands after an evaluation.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::error::{ErrorKind, FieldError};
 use crate::api::{GROUP, OutputKind};
@@ -458,93 +458,10 @@ pub fn aggregation_rule(field: &str, v: &Value) -> Result<AggregationRule, Field
     Ok(a)
 }
 
-/// Metadata of an emitted object.
-pub struct Meta {
-    pub name: String,
-    pub namespace: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    pub owner: Option<Value>,
-}
-
-/// What an emitted object carries besides metadata.
-pub enum Body {
-    /// A role's rules (None for an aggregated ClusterRole).
-    Role {
-        rules: Vec<PolicyRule>,
-        aggregation: Option<AggregationRule>,
-    },
-    /// A binding's roleRef (kind, name) and subjects.
-    Binding {
-        role_kind: String,
-        role_name: String,
-        subjects: Vec<Subject>,
-    },
-}
-
-/// Assembles the manifest. Fields are emitted in a fixed order and empty
-/// lists are left out, as the API server returns them, so that comparing
-/// with the live object needs no special cases.
-pub fn manifest(kind: OutputKind, meta: &Meta, body: &Body) -> Result<Value, FieldError> {
-    let mut md = Map::new();
-    md.insert("name".into(), json!(meta.name));
-    if let Some(ns) = &meta.namespace {
-        md.insert("namespace".into(), json!(ns));
-    }
-    if !meta.labels.is_empty() {
-        md.insert("labels".into(), json!(meta.labels));
-    }
-    if !meta.annotations.is_empty() {
-        md.insert("annotations".into(), json!(meta.annotations));
-    }
-    if let Some(o) = &meta.owner {
-        md.insert("ownerReferences".into(), json!([o]));
-    }
-    let mut obj = Map::new();
-    obj.insert("apiVersion".into(), json!(RBAC_API_VERSION));
-    obj.insert("kind".into(), json!(kind.as_str()));
-    obj.insert("metadata".into(), Value::Object(md));
-    let to_value = |v: &dyn erased::Ser| v.value().map_err(|e| invalid("spec.outputs", e));
-    match body {
-        Body::Role { rules, aggregation } => {
-            if let Some(a) = aggregation {
-                obj.insert("aggregationRule".into(), to_value(a)?);
-            } else if !rules.is_empty() {
-                obj.insert("rules".into(), to_value(rules)?);
-            }
-        }
-        Body::Binding {
-            role_kind,
-            role_name,
-            subjects,
-        } => {
-            obj.insert(
-                "roleRef".into(),
-                json!({"apiGroup": RBAC_GROUP, "kind": role_kind, "name": role_name}),
-            );
-            if !subjects.is_empty() {
-                obj.insert("subjects".into(), to_value(subjects)?);
-            }
-        }
-    }
-    Ok(Value::Object(obj))
-}
-
-/// Object-safe serialization to a JSON value.
-mod erased {
-    pub trait Ser {
-        fn value(&self) -> Result<serde_json::Value, String>;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn value(&self) -> Result<serde_json::Value, String> {
-            serde_json::to_value(self).map_err(|e| e.to_string())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn names_follow_rbac_path_segment_rules() {

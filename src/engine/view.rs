@@ -166,7 +166,7 @@ impl<'a> View<'a> {
         let mut seen = self.emitters_of(&okey);
         let first = seen.next();
         let contested = match (first, seen.next()) {
-            (Some(e), None) => return Some(&e.desired.object),
+            (Some(e), None) => return Some(e.desired.object.shared_value()),
             (Some(_), Some(_)) => true,
             _ => false,
         };
@@ -406,11 +406,10 @@ impl<'a> View<'a> {
     }
 
     /// Records the rules of a manifest just rendered from them.
-    pub fn remember_rules(&self, role: &Arc<Value>, rules: Vec<PolicyRule>) {
-        self.rules_cache.borrow_mut().insert(
-            Arc::as_ptr(role) as usize,
-            (Arc::clone(role), Arc::new(rules)),
-        );
+    pub fn remember_rules(&self, role: &Arc<Value>, rules: Arc<Vec<PolicyRule>>) {
+        self.rules_cache
+            .borrow_mut()
+            .insert(Arc::as_ptr(role) as usize, (Arc::clone(role), rules));
     }
 
     /// A role's rules, from the cache when there, else parsed and not kept:

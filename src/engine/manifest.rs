@@ -1,0 +1,422 @@
+//! The compact, immutable form of an emitted object.
+//!
+//! A [`Manifest`] keeps an output's parts typed (metadata maps, parsed
+//! policy rules, roleRef, subjects) instead of a `serde_json::Value` tree,
+//! about a tenth of the memory, and shares a role's rule list with every
+//! role copying the same ClusterRoles. It is cheap to clone (one `Arc`),
+//! compares by content (pointer first), and serializes to exactly the JSON
+//! the API server returns for it (keys in sorted order, empty lists left
+//! out), so printing and applying it need no special cases.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::output::{RBAC_API_VERSION, RBAC_GROUP};
+use crate::api::OutputKind;
+
+/// Metadata of an emitted object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Meta {
+    /// metadata.name.
+    pub name: String,
+    /// metadata.namespace (namespaced kinds only).
+    pub namespace: Option<String>,
+    /// metadata.labels.
+    pub labels: BTreeMap<String, String>,
+    /// metadata.annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// The one ownerReference, if any.
+    pub owner: Option<Value>,
+}
+
+/// What an emitted object carries besides metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    /// A role's rules (empty for an aggregated ClusterRole), shared.
+    Role {
+        /// Its policy rules.
+        rules: Arc<Vec<PolicyRule>>,
+        /// Its aggregationRule (ClusterRoles only).
+        aggregation: Option<AggregationRule>,
+    },
+    /// A binding's roleRef (kind, name) and subjects.
+    Binding {
+        /// roleRef.kind.
+        role_kind: String,
+        /// roleRef.name.
+        role_name: String,
+        /// Its subjects.
+        subjects: Vec<Subject>,
+    },
+}
+
+struct Inner {
+    kind: OutputKind,
+    meta: Meta,
+    body: Body,
+    /// The JSON form, built only when something reads the object as JSON
+    /// (a rule reading emitted ClusterRoles), then kept.
+    value: OnceLock<Arc<Value>>,
+}
+
+/// An emitted RBAC object (see the module doc).
+#[derive(Clone)]
+pub struct Manifest(Arc<Inner>);
+
+impl Manifest {
+    /// Assembles a manifest from its parts.
+    pub fn new(kind: OutputKind, meta: Meta, body: Body) -> Self {
+        Manifest(Arc::new(Inner {
+            kind,
+            meta,
+            body,
+            value: OnceLock::new(),
+        }))
+    }
+
+    /// Reads an RBAC object given as JSON (as [`Manifest::to_value`]
+    /// writes it); fields a manifest does not carry are left out. For
+    /// tests and tools; the engine builds manifests from their parts.
+    pub fn from_value(v: &Value) -> Result<Self, String> {
+        let kind = v["kind"].as_str().unwrap_or_default();
+        let kind = OutputKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == kind)
+            .ok_or_else(|| format!("{kind:?} is not an RBAC kind"))?;
+        let md = &v["metadata"];
+        let map = |m: &Value| -> Result<BTreeMap<String, String>, String> {
+            match m {
+                Value::Null => Ok(BTreeMap::new()),
+                m => serde_json::from_value(m.clone()).map_err(|e| e.to_string()),
+            }
+        };
+        let meta = Meta {
+            name: md["name"].as_str().unwrap_or_default().to_string(),
+            namespace: md["namespace"].as_str().map(str::to_string),
+            labels: map(&md["labels"])?,
+            annotations: map(&md["annotations"])?,
+            owner: md["ownerReferences"].get(0).cloned(),
+        };
+        let parse = |field: &str| -> Result<Option<Value>, String> {
+            Ok(v.get(field).filter(|x| !x.is_null()).cloned())
+        };
+        let body = if kind.is_role() {
+            let rules: Vec<PolicyRule> = match parse("rules")? {
+                Some(r) => serde_json::from_value(r).map_err(|e| e.to_string())?,
+                None => Vec::new(),
+            };
+            let aggregation = match parse("aggregationRule")? {
+                Some(a) => Some(serde_json::from_value(a).map_err(|e| e.to_string())?),
+                None => None,
+            };
+            Body::Role {
+                rules: Arc::new(rules),
+                aggregation,
+            }
+        } else {
+            let subjects = match parse("subjects")? {
+                Some(s) => serde_json::from_value(s).map_err(|e| e.to_string())?,
+                None => Vec::new(),
+            };
+            Body::Binding {
+                role_kind: v["roleRef"]["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                role_name: v["roleRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                subjects,
+            }
+        };
+        Ok(Manifest::new(kind, meta, body))
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> OutputKind {
+        self.0.kind
+    }
+
+    /// Its metadata.
+    pub fn meta(&self) -> &Meta {
+        &self.0.meta
+    }
+
+    /// metadata.name.
+    pub fn name(&self) -> &str {
+        &self.0.meta.name
+    }
+
+    /// metadata.labels.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.0.meta.labels
+    }
+
+    /// metadata.annotations.
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.0.meta.annotations
+    }
+
+    /// Its body.
+    pub fn body(&self) -> &Body {
+        &self.0.body
+    }
+
+    /// A role's rules (shared); `None` for a binding.
+    pub fn rules(&self) -> Option<&Arc<Vec<PolicyRule>>> {
+        match &self.0.body {
+            Body::Role { rules, .. } => Some(rules),
+            Body::Binding { .. } => None,
+        }
+    }
+
+    /// An aggregated ClusterRole's aggregationRule.
+    pub fn aggregation_rule(&self) -> Option<&AggregationRule> {
+        match &self.0.body {
+            Body::Role { aggregation, .. } => aggregation.as_ref(),
+            Body::Binding { .. } => None,
+        }
+    }
+
+    /// A binding's roleRef kind and name.
+    pub fn role_ref(&self) -> Option<(&str, &str)> {
+        match &self.0.body {
+            Body::Binding {
+                role_kind,
+                role_name,
+                ..
+            } => Some((role_kind, role_name)),
+            Body::Role { .. } => None,
+        }
+    }
+
+    /// Whether both are the same shared manifest.
+    pub fn ptr_eq(a: &Manifest, b: &Manifest) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// The object as a JSON value, built afresh (nothing kept).
+    pub fn to_value(&self) -> Value {
+        match self.0.value.get() {
+            Some(v) => (**v).clone(),
+            None => serde_json::to_value(self).unwrap_or(Value::Null),
+        }
+    }
+
+    /// The object as a shared JSON value, built once and kept: for the
+    /// engine's readers of emitted objects.
+    pub(super) fn shared_value(&self) -> &Arc<Value> {
+        self.0
+            .value
+            .get_or_init(|| Arc::new(serde_json::to_value(self).unwrap_or(Value::Null)))
+    }
+
+    /// The canonical JSON text (sorted keys, no spaces): what
+    /// [`Manifest::digest`] hashes.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// SHA-256 of the canonical JSON text, hex: equal content, equal digest
+    /// (a live object's `serde_json::to_vec` hashes the same when equal).
+    pub fn digest(&self) -> String {
+        Sha256::digest(self.to_json())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+impl PartialEq for Manifest {
+    fn eq(&self, other: &Self) -> bool {
+        Manifest::ptr_eq(self, other)
+            || (self.0.kind == other.0.kind
+                && self.0.meta == other.0.meta
+                && self.0.body == other.0.body)
+    }
+}
+
+impl std::fmt::Debug for Manifest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", String::from_utf8_lossy(&self.to_json()))
+    }
+}
+
+impl std::fmt::Display for Manifest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Keys are written in sorted order, as a `serde_json::Map` keeps them.
+impl Serialize for Manifest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        if let Body::Role {
+            aggregation: Some(a),
+            ..
+        } = &self.0.body
+        {
+            m.serialize_entry("aggregationRule", a)?;
+        }
+        m.serialize_entry("apiVersion", RBAC_API_VERSION)?;
+        m.serialize_entry("kind", self.0.kind.as_str())?;
+        m.serialize_entry("metadata", &MetaSer(&self.0.meta))?;
+        match &self.0.body {
+            Body::Role { rules, aggregation } => {
+                if aggregation.is_none() && !rules.is_empty() {
+                    m.serialize_entry("rules", &**rules)?;
+                }
+            }
+            Body::Binding {
+                role_kind,
+                role_name,
+                subjects,
+            } => {
+                m.serialize_entry(
+                    "roleRef",
+                    &RoleRefSer {
+                        kind: role_kind,
+                        name: role_name,
+                    },
+                )?;
+                if !subjects.is_empty() {
+                    m.serialize_entry("subjects", subjects)?;
+                }
+            }
+        }
+        m.end()
+    }
+}
+
+struct MetaSer<'a>(&'a Meta);
+
+impl Serialize for MetaSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let meta = self.0;
+        let mut m = s.serialize_map(None)?;
+        if !meta.annotations.is_empty() {
+            m.serialize_entry("annotations", &meta.annotations)?;
+        }
+        if !meta.labels.is_empty() {
+            m.serialize_entry("labels", &meta.labels)?;
+        }
+        m.serialize_entry("name", &meta.name)?;
+        if let Some(ns) = &meta.namespace {
+            m.serialize_entry("namespace", ns)?;
+        }
+        if let Some(o) = &meta.owner {
+            m.serialize_entry("ownerReferences", std::slice::from_ref(o))?;
+        }
+        m.end()
+    }
+}
+
+struct RoleRefSer<'a> {
+    kind: &'a str,
+    name: &'a str,
+}
+
+impl Serialize for RoleRefSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("apiGroup", RBAC_GROUP)?;
+        m.serialize_entry("kind", self.kind)?;
+        m.serialize_entry("name", self.name)?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use serde_json::json;
+
+    fn meta() -> Meta {
+        Meta {
+            name: "r".into(),
+            namespace: Some("ns".into()),
+            labels: [("b".to_string(), "1".to_string())].into(),
+            annotations: [("a".to_string(), "x".to_string())].into(),
+            owner: Some(json!({"kind": "Namespace", "name": "ns", "uid": "u"})),
+        }
+    }
+
+    #[test]
+    fn serializes_as_the_api_server_returns_it() {
+        let rules = vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: vec!["get".into()],
+            ..Default::default()
+        }];
+        let m = Manifest::new(
+            OutputKind::Role,
+            meta(),
+            Body::Role {
+                rules: Arc::new(rules),
+                aggregation: None,
+            },
+        );
+        let want = json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "Role",
+            "metadata": {"name": "r", "namespace": "ns", "labels": {"b": "1"},
+                         "annotations": {"a": "x"},
+                         "ownerReferences": [{"kind": "Namespace", "name": "ns", "uid": "u"}]},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+        });
+        assert_eq!(m.to_value(), want);
+        assert_eq!(Manifest::from_value(&want).unwrap(), m);
+        // Canonical text: the same bytes as the JSON value's.
+        assert_eq!(m.to_json(), serde_json::to_vec(&want).unwrap());
+        let empty = Manifest::new(
+            OutputKind::ClusterRoleBinding,
+            Meta {
+                namespace: None,
+                owner: None,
+                ..meta()
+            },
+            Body::Binding {
+                role_kind: "ClusterRole".into(),
+                role_name: "x".into(),
+                subjects: Vec::new(),
+            },
+        );
+        assert_eq!(empty.to_value().get("subjects"), None);
+        assert_eq!(empty.to_value()["roleRef"]["apiGroup"], RBAC_GROUP);
+    }
+
+    #[test]
+    fn compares_by_content_and_digests_follow() {
+        let agg = |label: &str| {
+            Manifest::new(
+                OutputKind::ClusterRole,
+                meta(),
+                Body::Role {
+                    rules: Arc::new(Vec::new()),
+                    aggregation: Some(AggregationRule {
+                        cluster_role_selectors: Some(vec![LabelSelector {
+                            match_labels: Some([(label.to_string(), "true".to_string())].into()),
+                            ..Default::default()
+                        }]),
+                    }),
+                },
+            )
+        };
+        let (a, b, c) = (agg("x"), agg("x"), agg("y"));
+        assert!(!Manifest::ptr_eq(&a, &b));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.digest(), b.digest());
+        assert_ne!(a.digest(), c.digest());
+        assert!(a.to_value().get("rules").is_none());
+        assert_eq!(**a.shared_value(), a.to_value());
+    }
+}

@@ -15,7 +15,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use serde_json::Value;
 
 use crate::api::{ManageLevel, OutputKind};
-use crate::engine::{Engine, Evaluation, Manifest, ObjectStore, Options, store::object_ref};
+use crate::engine::{Engine, Evaluation, Manifest, Memo, ObjectStore, Options, store::object_ref};
 use crate::policy::AllowList;
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
@@ -104,6 +104,8 @@ pub struct Rendered {
     filled: HashMap<String, Value>,
     /// What rules skipped on purpose, each `warning: <file>: <warning>`.
     pub warnings: Vec<String>,
+    /// The evaluation's memo (see [`prepare`]).
+    _memo: Memo,
 }
 
 impl Rendered {
@@ -172,7 +174,10 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
             ..Options::default()
         },
     );
-    let eval = engine.evaluate(&store);
+    // One-shot: no read index; kept with the result, so that the CLI,
+    // which never frees it (see `main`), does not pay for dropping it.
+    let mut memo = Memo::one_shot();
+    let eval = engine.evaluate_incremental(&store, &mut memo);
     // Each error names the file the rule came from, then rule and field.
     let mut errors: Vec<String> = eval
         .errors()
@@ -220,6 +225,7 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         eval,
         filled,
         warnings,
+        _memo: memo,
     })
 }
 

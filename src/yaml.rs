@@ -318,35 +318,37 @@ fn batch<D: Doc>(values: &[D]) -> Result<String, YamlError> {
     let mut text = String::new();
     for v in values {
         text.push_str("---\n");
-        push_yaml(&mut text, &v.json())?;
+        v.push_yaml(&mut text)?;
     }
     Ok(text)
 }
 
-/// One document of a stream: its JSON form, borrowed or built for the
-/// printing (compact manifests are materialized one at a time).
+/// One document of a stream.
 pub trait Doc: Sync {
-    /// The document as JSON.
-    fn json(&self) -> std::borrow::Cow<'_, Value>;
+    /// Appends the document as YAML, keys in Kubernetes' order.
+    fn push_yaml(&self, out: &mut String) -> Result<(), YamlError>;
 }
 
 impl Doc for &Value {
-    fn json(&self) -> std::borrow::Cow<'_, Value> {
-        std::borrow::Cow::Borrowed(self)
+    fn push_yaml(&self, out: &mut String) -> Result<(), YamlError> {
+        push_yaml(out, self)
     }
 }
 
+/// Printed from its parts, in the order [`TOP_ORDER`] and [`META_ORDER`]
+/// give a JSON object (no JSON copy).
 impl Doc for crate::engine::Manifest {
-    fn json(&self) -> std::borrow::Cow<'_, Value> {
-        std::borrow::Cow::Owned(self.to_value())
+    fn push_yaml(&self, out: &mut String) -> Result<(), YamlError> {
+        serde_saphyr::to_fmt_writer(out, &self.kube_ordered())
+            .map_err(|e| YamlError::Write(e.to_string()))
     }
 }
 
 impl<A: Doc, B: Doc> Doc for Result<A, B> {
-    fn json(&self) -> std::borrow::Cow<'_, Value> {
+    fn push_yaml(&self, out: &mut String) -> Result<(), YamlError> {
         match self {
-            Ok(a) => a.json(),
-            Err(b) => b.json(),
+            Ok(a) => a.push_yaml(out),
+            Err(b) => b.push_yaml(out),
         }
     }
 }
@@ -387,6 +389,23 @@ mod tests {
             .map(|v| format!("---\n{}", to_yaml(v).unwrap()))
             .collect();
         assert_eq!(to_yaml_stream(&values).unwrap(), one_by_one);
+    }
+
+    #[test]
+    fn a_manifest_prints_as_its_json_does() {
+        let v = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "x", "labels": {"b": "1", "a": "2"}, "annotations": {"z": "y"},
+                         "ownerReferences": [{"kind": "K", "name": "n", "uid": "u", "controller": true}]},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"k": "v"}}]}});
+        let m = crate::engine::Manifest::from_value(&v).unwrap();
+        assert_eq!(m.to_value(), v);
+        assert_eq!(batch(&[m]).unwrap(), batch(&[&v]).unwrap());
+        let b = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "x", "namespace": "ns", "labels": {"a": "2"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"apiGroup": "", "kind": "ServiceAccount", "name": "s", "namespace": "ns"}]});
+        let m = crate::engine::Manifest::from_value(&b).unwrap();
+        assert_eq!(batch(&[m]).unwrap(), batch(&[&b]).unwrap());
     }
 
     #[test]

@@ -31,7 +31,8 @@ struct Delta {
 /// Evaluates every rule, rendering again only what changed since `memo`
 /// was made (everything, for an empty or foreign memo).
 pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
-    let fresh = memo.engine != engine.id;
+    // A one-shot memo has no read index to find what a change affects.
+    let fresh = memo.engine != engine.id || (memo.one_shot && memo.seen.is_some());
     if !fresh
         && memo.seen == Some(observed.version())
         && let Some(last) = &memo.last
@@ -63,6 +64,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
                 .map(|_| RuleMemo::default())
                 .collect(),
             reports: engine.fixed_reports.clone(),
+            one_shot: memo.one_shot,
             ..Memo::default()
         };
         report_dirty.extend(0..engine.rules.len());
@@ -157,6 +159,7 @@ fn run_rule(
     rm: &mut RuleMemo,
     changes: &Changes,
 ) -> Vec<Delta> {
+    let one_shot = memo.one_shot;
     let view = View::new(observed, memo, engine, Some(idx));
     view.refresh_selections(changes);
     let evaluator = Evaluator {
@@ -256,8 +259,12 @@ fn run_rule(
             before = m.outcome.outputs().to_vec();
         }
         let mut after = Vec::new();
-        if let Some((tref, m)) = new {
-            rm.index.add(&t, &m.reads);
+        if let Some((tref, mut m)) = new {
+            if one_shot {
+                m.reads = Vec::new();
+            } else {
+                rm.index.add(&t, &m.reads);
+            }
             count(rm, &t, tref.as_deref(), &m, true);
             after = m.outcome.outputs().to_vec();
             match &t {

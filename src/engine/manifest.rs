@@ -257,17 +257,52 @@ impl std::fmt::Display for Manifest {
 /// Keys are written in sorted order, as a `serde_json::Map` keeps them.
 impl Serialize for Manifest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.write(s, false)
+    }
+}
+
+/// A manifest serialized in Kubernetes' key order (see
+/// [`Manifest::kube_ordered`]).
+pub struct KubeOrdered<'a>(&'a Manifest);
+
+impl Serialize for KubeOrdered<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.write(s, true)
+    }
+}
+
+impl Manifest {
+    /// The manifest serialized with `apiVersion`, `kind`, `metadata` first
+    /// (and name, namespace, labels, annotations, ownerReferences first in
+    /// metadata), the rest sorted: as the YAML printer orders keys.
+    pub fn kube_ordered(&self) -> KubeOrdered<'_> {
+        KubeOrdered(self)
+    }
+
+    fn write<S: Serializer>(&self, s: S, kube: bool) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        if let Body::Role {
-            aggregation: Some(a),
-            ..
-        } = &self.0.body
-        {
+        let aggregation = match &self.0.body {
+            Body::Role {
+                aggregation: Some(a),
+                ..
+            } => Some(a),
+            _ => None,
+        };
+        if !kube && let Some(a) = aggregation {
             m.serialize_entry("aggregationRule", a)?;
         }
         m.serialize_entry("apiVersion", RBAC_API_VERSION)?;
         m.serialize_entry("kind", self.0.kind.as_str())?;
-        m.serialize_entry("metadata", &MetaSer(&self.0.meta))?;
+        m.serialize_entry(
+            "metadata",
+            &MetaSer {
+                meta: &self.0.meta,
+                kube,
+            },
+        )?;
+        if kube && let Some(a) = aggregation {
+            m.serialize_entry("aggregationRule", a)?;
+        }
         match &self.0.body {
             Body::Role { rules, aggregation } => {
                 if aggregation.is_none() && !rules.is_empty() {
@@ -295,21 +330,41 @@ impl Serialize for Manifest {
     }
 }
 
-struct MetaSer<'a>(&'a Meta);
+struct MetaSer<'a> {
+    meta: &'a Meta,
+    kube: bool,
+}
 
 impl Serialize for MetaSer<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let meta = self.0;
+        let meta = self.meta;
         let mut m = s.serialize_map(None)?;
-        if !meta.annotations.is_empty() {
-            m.serialize_entry("annotations", &meta.annotations)?;
+        if self.kube {
+            m.serialize_entry("name", &meta.name)?;
+            if let Some(ns) = &meta.namespace {
+                m.serialize_entry("namespace", ns)?;
+            }
         }
-        if !meta.labels.is_empty() {
-            m.serialize_entry("labels", &meta.labels)?;
+        let (labels, annotations) = (
+            (!meta.labels.is_empty()).then_some(&meta.labels),
+            (!meta.annotations.is_empty()).then_some(&meta.annotations),
+        );
+        // Sorted: annotations before labels; Kubernetes: labels first.
+        let pair = if self.kube {
+            [("labels", labels), ("annotations", annotations)]
+        } else {
+            [("annotations", annotations), ("labels", labels)]
+        };
+        for (k, v) in pair {
+            if let Some(v) = v {
+                m.serialize_entry(k, v)?;
+            }
         }
-        m.serialize_entry("name", &meta.name)?;
-        if let Some(ns) = &meta.namespace {
-            m.serialize_entry("namespace", ns)?;
+        if !self.kube {
+            m.serialize_entry("name", &meta.name)?;
+            if let Some(ns) = &meta.namespace {
+                m.serialize_entry("namespace", ns)?;
+            }
         }
         if let Some(o) = &meta.owner {
             m.serialize_entry("ownerReferences", std::slice::from_ref(o))?;

@@ -75,12 +75,25 @@ pub struct Memo {
     pub(super) rules_cache_pruned: usize,
     /// Renders (triggers and static sets) the last evaluation made.
     pub(super) renders: usize,
+    /// Made by [`Memo::one_shot`]: keeps no read index.
+    pub(super) one_shot: bool,
 }
 
 impl Memo {
     /// An empty memo: the next evaluation renders everything.
     pub fn new() -> Memo {
         Memo::default()
+    }
+
+    /// A memo for one evaluation (a one-shot render): the evaluation is the
+    /// same, but it records no index of what triggers read, which only
+    /// incremental evaluations use. Evaluating with it again renders
+    /// everything again.
+    pub fn one_shot() -> Memo {
+        Memo {
+            one_shot: true,
+            ..Memo::default()
+        }
     }
 
     /// How many trigger (or static) output sets the last evaluation
@@ -362,12 +375,12 @@ fn filter_key(r: &Read) -> String {
 #[derive(Default)]
 pub(super) struct ReadIndex {
     /// Objects a read found.
-    hits: HashMap<GroupKind, HashMap<ObjectKey, HashSet<TKey>>>,
+    hits: HashMap<GroupKind, HashMap<ObjectKey, HashSet<Arc<TKey>>>>,
     /// Names a read looked for (in any namespace).
-    names: HashMap<GroupKind, HashMap<String, HashSet<TKey>>>,
+    names: HashMap<GroupKind, HashMap<String, HashSet<Arc<TKey>>>>,
     /// Reads that any object passing their filters can affect, by kind and
     /// shared filter.
-    groups: HashMap<GroupKind, HashMap<String, (Read, HashSet<TKey>)>>,
+    groups: HashMap<GroupKind, HashMap<String, (Read, HashSet<Arc<TKey>>)>>,
 }
 
 impl ReadIndex {
@@ -377,16 +390,18 @@ impl ReadIndex {
     }
 
     pub fn add(&mut self, t: &TKey, reads: &[Read]) {
+        // One shared copy of the trigger's key for all its entries.
+        let t = Arc::new(t.clone());
         for r in reads {
             let hits = self.hits.entry(r.gk.clone()).or_default();
             for k in &r.hits {
                 // Most keys are known: no copy of the key for those.
                 match hits.get_mut(k) {
                     Some(ts) => {
-                        ts.insert(t.clone());
+                        ts.insert(Arc::clone(&t));
                     }
                     None => {
-                        hits.insert(k.clone(), HashSet::from([t.clone()]));
+                        hits.insert(k.clone(), HashSet::from([Arc::clone(&t)]));
                     }
                 }
             }
@@ -395,10 +410,10 @@ impl ReadIndex {
                 for n in names {
                     match by_name.get_mut(n) {
                         Some(ts) => {
-                            ts.insert(t.clone());
+                            ts.insert(Arc::clone(&t));
                         }
                         None => {
-                            by_name.insert(n.clone(), HashSet::from([t.clone()]));
+                            by_name.insert(n.clone(), HashSet::from([Arc::clone(&t)]));
                         }
                     }
                 }
@@ -415,7 +430,7 @@ impl ReadIndex {
                     .entry(filter_key(r))
                     .or_insert_with(|| (proto, HashSet::new()))
                     .1
-                    .insert(t.clone());
+                    .insert(Arc::clone(&t));
             }
         }
     }
@@ -461,10 +476,10 @@ impl ReadIndex {
     /// whose filters it now passes.
     pub fn affected(&self, gk: &GroupKind, key: &ObjectKey, view: &View, out: &mut BTreeSet<TKey>) {
         if let Some(ts) = self.hits.get(gk).and_then(|h| h.get(key)) {
-            out.extend(ts.iter().cloned());
+            out.extend(ts.iter().map(|t| (**t).clone()));
         }
         if let Some(ts) = self.names.get(gk).and_then(|n| n.get(&key.1)) {
-            out.extend(ts.iter().cloned());
+            out.extend(ts.iter().map(|t| (**t).clone()));
         }
         let Some(groups) = self.groups.get(gk) else {
             return;
@@ -474,7 +489,7 @@ impl ReadIndex {
         };
         for (proto, ts) in groups.values() {
             if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(obj) {
-                out.extend(ts.iter().cloned());
+                out.extend(ts.iter().map(|t| (**t).clone()));
             }
         }
     }

@@ -233,7 +233,7 @@ impl Engine {
 
     /// Evaluates every rule against the observed objects.
     pub fn evaluate(&self, observed: &ObjectStore) -> Evaluation {
-        self.evaluate_incremental(observed, &mut Memo::new())
+        self.evaluate_incremental(observed, &mut Memo::one_shot())
     }
 
     /// Evaluates every rule, rendering again only the triggers that what

@@ -389,6 +389,24 @@ fn a_new_engine_starts_over() {
     assert_eq!(memo.renders(), all);
 }
 
+#[test]
+fn a_one_shot_memo_renders_everything_each_time() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let engine = Engine::new(&rules, Options::default());
+    let mut memo = Memo::one_shot();
+    let first = engine.evaluate_incremental(&c.store, &mut memo);
+    let all = memo.renders();
+    assert!(all > 0);
+    // It kept no read index: after a change, everything again, and the
+    // same result as a full evaluation.
+    c.put(namespace(0, &[1, 2]));
+    let again = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), all);
+    assert_same(1, "one-shot", &again, &engine.evaluate(&c.store));
+    assert!(first.desired != again.desired);
+}
+
 /// Every rule set the project ships, loaded as the CLI loads a directory:
 /// the built-in rules (rules/), and each example (rules/examples/*/), with
 /// the objects of its rule tests as the pool random changes draw from.

@@ -370,17 +370,20 @@ fn filter_key(r: &Read) -> String {
     )
 }
 
+/// Triggers, each key shared by all the index entries of its trigger.
+type Triggers = HashSet<Arc<TKey>>;
+
 /// From what a changed object is, to the triggers whose reads it can
 /// affect.
 #[derive(Default)]
 pub(super) struct ReadIndex {
     /// Objects a read found.
-    hits: HashMap<GroupKind, HashMap<ObjectKey, HashSet<Arc<TKey>>>>,
+    hits: HashMap<GroupKind, HashMap<ObjectKey, Triggers>>,
     /// Names a read looked for (in any namespace).
-    names: HashMap<GroupKind, HashMap<String, HashSet<Arc<TKey>>>>,
+    names: HashMap<GroupKind, HashMap<String, Triggers>>,
     /// Reads that any object passing their filters can affect, by kind and
     /// shared filter.
-    groups: HashMap<GroupKind, HashMap<String, (Read, HashSet<Arc<TKey>>)>>,
+    groups: HashMap<GroupKind, HashMap<String, (Read, Triggers)>>,
 }
 
 impl ReadIndex {

@@ -166,6 +166,7 @@ fn run_rule(
         engine,
         rule,
         reads: RefCell::default(),
+        record: !one_shot,
         warnings: RefCell::default(),
         mark: Cell::new(false),
     };

@@ -77,6 +77,9 @@ pub(super) struct Evaluator<'a> {
     pub rule: &'a CompiledRule,
     /// What the current render looked up (see [`Read`]).
     pub reads: RefCell<Vec<Read>>,
+    /// Whether to record reads (not for a one-shot memo, which keeps no
+    /// read index).
+    pub record: bool,
     /// What the current render skipped with a warning.
     pub warnings: RefCell<Vec<FieldWarning>>,
     /// Whether templated strings are marked as data (policy rules).
@@ -483,8 +486,10 @@ impl Evaluator<'_> {
                     .filter(|o| read.passes(o))
                     .collect(),
             };
-            read.hits = found.iter().filter_map(|o| key_of(o)).collect();
-            self.reads.borrow_mut().push(read);
+            if self.record {
+                read.hits = found.iter().filter_map(|o| key_of(o)).collect();
+                self.reads.borrow_mut().push(read);
+            }
             found
                 .into_iter()
                 .map(|o| visible(o, q.metadata_only))
@@ -910,6 +915,9 @@ impl Evaluator<'_> {
             for role in view.selected_cluster_roles(s).iter().copied() {
                 chosen.insert(role["metadata"]["name"].as_str().unwrap_or_default(), role);
             }
+        }
+        if !self.record {
+            return Ok(chosen.into_values().collect());
         }
         self.reads.borrow_mut().push(Read {
             gk: output_gk(OutputKind::ClusterRole),

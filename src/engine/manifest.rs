@@ -223,8 +223,9 @@ impl Manifest {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// SHA-256 of the canonical JSON text, hex: equal content, equal digest
-    /// (a live object's `serde_json::to_vec` hashes the same when equal).
+    /// SHA-256 of the canonical JSON text, hex: equal content, equal
+    /// digest. The text is `serde_json::to_vec` of [`Manifest::to_value`],
+    /// so a JSON object holding exactly these fields hashes the same.
     pub fn digest(&self) -> String {
         Sha256::digest(self.to_json())
             .iter()
@@ -471,6 +472,12 @@ mod tests {
         assert_ne!(a, c);
         assert_eq!(a.digest(), b.digest());
         assert_ne!(a.digest(), c.digest());
+        let text = serde_json::to_vec(&a.to_value()).unwrap();
+        let hex: String = Sha256::digest(&text)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(a.digest(), hex);
         assert!(a.to_value().get("rules").is_none());
         assert_eq!(**a.shared_value(), a.to_value());
     }

@@ -64,6 +64,33 @@ pub(super) fn unbind(ctx: &mut Context, name: &str, old: Option<Value>) {
     }
 }
 
+/// Runs `f` with `item` bound as `item` (moved into the context, not
+/// copied) and hands it back with the result.
+fn with_item<R>(
+    ctx: &mut Context,
+    item: Value,
+    f: impl FnOnce(&Context, &Value) -> R,
+) -> (Value, R) {
+    let Some(m) = ctx.data_mut().as_object_mut() else {
+        // No object to bind into (never so): the item is read unbound.
+        let r = f(ctx, &item);
+        return (item, r);
+    };
+    let old = m.insert("item".to_string(), item);
+    let r = match ctx.data().get("item") {
+        Some(bound) => f(ctx, bound),
+        None => f(ctx, &Value::Null),
+    };
+    let item = match ctx.data_mut().as_object_mut() {
+        Some(m) => match old {
+            Some(o) => m.insert("item".to_string(), o),
+            None => m.remove("item"),
+        },
+        None => None,
+    };
+    (item.unwrap_or_default(), r)
+}
+
 pub(super) fn is_deleting(obj: &Value) -> bool {
     obj["metadata"]
         .get("deletionTimestamp")
@@ -504,16 +531,18 @@ impl Evaluator<'_> {
             } else {
                 &l.of[..]
             };
-            let mut sources: Vec<Value> = Vec::new();
+            // Read in place: only the items kept are copied.
+            let data = ctx.data();
+            let mut sources: Vec<&Value> = Vec::new();
             for name in of {
                 if name == "trigger" {
-                    sources.extend(ctx.data().get("trigger").cloned());
+                    sources.extend(data.get("trigger"));
                 } else {
                     sources.extend(
-                        ctx.data()["related"][name.as_str()]
+                        data["related"][name.as_str()]
                             .as_array()
-                            .cloned()
-                            .unwrap_or_default(),
+                            .into_iter()
+                            .flatten(),
                     );
                 }
             }
@@ -532,7 +561,7 @@ impl Evaluator<'_> {
                 None => None,
             };
             let mut seen = BTreeMap::new();
-            for src in &sources {
+            for src in sources {
                 for entry in path
                     .get(src)
                     .and_then(Value::as_array)
@@ -584,15 +613,17 @@ impl Evaluator<'_> {
         if !rel.filter.is_empty() {
             let mut kept = Vec::with_capacity(items.len());
             for item in items {
-                let old = bind(ctx, "item", item.clone());
-                let mut ok = Ok(true);
-                for (j, c) in rel.filter.iter().enumerate() {
-                    ok = self.condition(&format!("{f}.where[{j}]"), c, &item, ctx);
-                    if !matches!(ok, Ok(true)) {
-                        break;
+                // Bound by move, taken back after: no copy per item.
+                let (item, ok) = with_item(ctx, item, |ctx, item| {
+                    let mut ok = Ok(true);
+                    for (j, c) in rel.filter.iter().enumerate() {
+                        ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
+                        if !matches!(ok, Ok(true)) {
+                            break;
+                        }
                     }
-                }
-                unbind(ctx, "item", old);
+                    ok
+                });
                 if ok? {
                     kept.push(item);
                 }
@@ -602,15 +633,16 @@ impl Evaluator<'_> {
         if !rel.require.is_empty() {
             let mut kept = Vec::with_capacity(items.len());
             for item in items {
-                let old = bind(ctx, "item", item.clone());
-                let mut verdict = Ok(None);
-                for (j, c) in rel.require.iter().enumerate() {
-                    verdict = self.check(&format!("{f}.require[{j}]"), c, &item, ctx);
-                    if !matches!(verdict, Ok(None)) {
-                        break;
+                let (item, verdict) = with_item(ctx, item, |ctx, item| {
+                    let mut verdict = Ok(None);
+                    for (j, c) in rel.require.iter().enumerate() {
+                        verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
+                        if !matches!(verdict, Ok(None)) {
+                            break;
+                        }
                     }
-                }
-                unbind(ctx, "item", old);
+                    verdict
+                });
                 match verdict? {
                     None => kept.push(item),
                     Some(w) => self.warnings.borrow_mut().push(w),

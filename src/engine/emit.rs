@@ -537,7 +537,7 @@ fn apply_policy(
                 let mut dependent = None;
                 if let Some(e) = cand {
                     let m = &e.desired.object;
-                    if m.kind() == OutputKind::ClusterRole {
+                    if m.aggregation_rule().is_some() {
                         depends(m.shared_value(), &mut dependent);
                     } else if options.allow.is_some() && m.role_ref().is_some() {
                         dependent.get_or_insert_with(BTreeSet::new);

@@ -897,14 +897,6 @@ impl Evaluator<'_> {
             owner,
         };
         let object = Manifest::new(o.kind, meta, body);
-        if let Some(rules) = object.rules()
-            && object.aggregation_rule().is_none()
-            && o.kind == OutputKind::ClusterRole
-        {
-            // Copiers and aggregations read a ClusterRole's rules again, as
-            // JSON through the view: parsed already.
-            view.remember_rules(object.shared_value(), Arc::clone(rules));
-        }
         Ok(Desired {
             kind: o.kind,
             namespace: namespace.unwrap_or_default(),

@@ -60,10 +60,10 @@ pub(super) struct Judge<'v, 'a> {
 impl Judge<'_, '_> {
     /// Why policy refuses an emitted object, in compact form.
     pub fn refusal_of(&self, m: &Manifest) -> Option<String> {
-        match m.kind() {
-            // Read as JSON by copiers and aggregations anyway.
-            OutputKind::ClusterRole => self.refusal(m.shared_value()),
-            _ => self.judge(Obj::Compact(m)),
+        match m.aggregation_rule() {
+            // What it aggregates is read through the view, as JSON.
+            Some(_) => self.refusal(m.shared_value()),
+            None => self.judge(Obj::Compact(m)),
         }
     }
 
@@ -234,8 +234,8 @@ fn push_denials(why: &mut Vec<String>, grants: &str, denied: &[String]) {
     }
 }
 
-/// An object policy judges: live or emitted (JSON), or an emitted Role
-/// or binding in compact form.
+/// An object policy judges: live or emitted (JSON), or an emitted object
+/// in compact form (never an aggregated ClusterRole).
 enum Obj<'x> {
     Json(&'x Arc<Value>),
     Compact(&'x Manifest),

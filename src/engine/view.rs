@@ -166,7 +166,20 @@ impl<'a> View<'a> {
         let mut seen = self.emitters_of(&okey);
         let first = seen.next();
         let contested = match (first, seen.next()) {
-            (Some(e), None) => return Some(e.desired.object.shared_value()),
+            (Some(e), None) => {
+                // Read as JSON by rules; its rules are known already.
+                let m = &e.desired.object;
+                let v = m.shared_value();
+                if let Some(rules) = m.rules()
+                    && m.aggregation_rule().is_none()
+                {
+                    self.rules_cache
+                        .borrow_mut()
+                        .entry(Arc::as_ptr(v) as usize)
+                        .or_insert_with(|| (Arc::clone(v), Arc::clone(rules)));
+                }
+                return Some(v);
+            }
             (Some(_), Some(_)) => true,
             _ => false,
         };
@@ -403,13 +416,6 @@ impl<'a> View<'a> {
             ),
         );
         rules
-    }
-
-    /// Records the rules of a manifest just rendered from them.
-    pub fn remember_rules(&self, role: &Arc<Value>, rules: Arc<Vec<PolicyRule>>) {
-        self.rules_cache
-            .borrow_mut()
-            .insert(Arc::as_ptr(role) as usize, (Arc::clone(role), rules));
     }
 
     /// A role's rules, from the cache when there, else parsed and not kept:

@@ -143,6 +143,17 @@ pub fn matches_json(
         })
 }
 
+/// Like [`matches_json`], for labels held as a map of text: evaluates an
+/// already [`validate`]d selector without validating it again.
+pub fn matches_map(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    match_labels(selector)
+        .iter()
+        .all(|(key, value)| labels.get(key.as_str()) == Some(value))
+        && match_expressions(selector)
+            .iter()
+            .all(|requirement| requirement_matches(requirement, labels))
+}
+
 /// Like [`matches()`], for `ObjectMeta.labels`-style optional maps: `None`
 /// means "no labels".
 ///

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::Engine;
 use super::compile::output_gk;
+use super::manifest::Manifest;
 use super::memo::{Emit, Emitters, RuleMemo};
 use super::model::OutKey;
 use super::output;
@@ -67,6 +68,13 @@ pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
 /// The output kind of a group and kind, if it is one.
 pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
     OutputKind::ALL.into_iter().find(|k| output_gk(*k) == *gk)
+}
+
+/// An object a reader sees: emitted in this evaluation, or observed.
+#[derive(Clone, Copy)]
+enum Seen<'a> {
+    Emitted(&'a Manifest),
+    Observed(&'a Arc<Value>),
 }
 
 /// What one rule (or policy, after every rule) sees.
@@ -157,18 +165,31 @@ impl<'a> View<'a> {
         }
     }
 
-    /// One object as the reader sees it.
-    pub fn get_shared(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&'a Arc<Value>> {
+    /// One object as the reader sees it: emitted or observed.
+    fn get_seen(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Seen<'a>> {
         let Some(kind) = output_kind(gk) else {
-            return self.observed.get_shared(gk, key);
+            return self.observed.get_shared(gk, key).map(Seen::Observed);
         };
         let okey = (kind, key.0.clone(), key.1.clone());
         let mut seen = self.emitters_of(&okey);
         let first = seen.next();
         let contested = match (first, seen.next()) {
-            (Some(e), None) => {
-                // Read as JSON by rules; its rules are known already.
-                let m = &e.desired.object;
+            (Some(e), None) => return Some(Seen::Emitted(&e.desired.object)),
+            (Some(_), Some(_)) => true,
+            _ => false,
+        };
+        self.observed
+            .get_shared(gk, key)
+            .filter(|o| !self.hidden(o, contested))
+            .map(Seen::Observed)
+    }
+
+    /// An object seen as JSON: an emitted one's is built on first read.
+    fn json(&self, seen: Seen<'a>) -> &'a Arc<Value> {
+        match seen {
+            Seen::Observed(o) => o,
+            Seen::Emitted(m) => {
+                // Its rules are known already: no parsing them back.
                 let v = m.shared_value();
                 if let Some(rules) = m.rules()
                     && m.aggregation_rule().is_none()
@@ -178,14 +199,14 @@ impl<'a> View<'a> {
                         .entry(Arc::as_ptr(v) as usize)
                         .or_insert_with(|| (Arc::clone(v), Arc::clone(rules)));
                 }
-                return Some(v);
+                v
             }
-            (Some(_), Some(_)) => true,
-            _ => false,
-        };
-        self.observed
-            .get_shared(gk, key)
-            .filter(|o| !self.hidden(o, contested))
+        }
+    }
+
+    /// One object as the reader sees it.
+    pub fn get_shared(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&'a Arc<Value>> {
+        self.get_seen(gk, key).map(|s| self.json(s))
     }
 
     /// One object as the reader sees it.
@@ -206,14 +227,34 @@ impl<'a> View<'a> {
     }
 
     fn build_list(&self, gk: &GroupKind, ns: Option<&str>) -> Vec<&'a Arc<Value>> {
-        let observed: Vec<(&'a ObjectKey, &'a Arc<Value>)> = match ns {
-            Some(ns) => self.observed.entries_namespace(gk, ns).collect(),
-            None => self.observed.entries(gk).collect(),
-        };
         let Some(kind) = output_kind(gk) else {
-            return observed.into_iter().map(|(_, o)| o).collect();
+            return match ns {
+                Some(ns) => self
+                    .observed
+                    .entries_namespace(gk, ns)
+                    .map(|(_, o)| o)
+                    .collect(),
+                None => self.observed.entries(gk).map(|(_, o)| o).collect(),
+            };
         };
-        let mut keys: BTreeSet<ObjectKey> = observed.into_iter().map(|(k, _)| k.clone()).collect();
+        self.output_keys(kind, ns)
+            .iter()
+            .filter_map(|k| self.get_shared(gk, k))
+            .collect()
+    }
+
+    /// The keys of every observed or emitted object of an output kind (in
+    /// a namespace), sorted.
+    fn output_keys(&self, kind: OutputKind, ns: Option<&str>) -> BTreeSet<ObjectKey> {
+        let gk = output_gk(kind);
+        let mut keys: BTreeSet<ObjectKey> = match ns {
+            Some(ns) => self
+                .observed
+                .entries_namespace(&gk, ns)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => self.observed.entries(&gk).map(|(k, _)| k.clone()).collect(),
+        };
         let start = (kind, ns.unwrap_or_default().to_string(), String::new());
         for (k, n, name) in self.emitters.range_from(start) {
             if *k != kind || ns.is_some_and(|ns| ns != n) {
@@ -221,7 +262,7 @@ impl<'a> View<'a> {
             }
             keys.insert((n.clone(), name.clone()));
         }
-        keys.iter().filter_map(|k| self.get_shared(gk, k)).collect()
+        keys
     }
 
     /// The ClusterRoles that `selector` (validated) matches, memoized by the
@@ -254,20 +295,29 @@ impl<'a> View<'a> {
                 .filter_map(|k| self.get_shared(&gk, k))
                 .collect();
         }
-        let list = self.list(&gk, None);
         let mut members = BTreeSet::new();
         let mut noisy = BTreeSet::new();
         let mut hits = Vec::new();
-        for o in list.iter().copied() {
-            if selects(selectors, o)
-                && let Some(k) = super::store::key_of(o)
-            {
-                if self.breaks_denials(o) {
-                    noisy.insert(k.clone());
-                }
-                members.insert(k);
-                hits.push(o);
+        // Emitted roles are matched by their labels: JSON only for members.
+        for k in self.output_keys(OutputKind::ClusterRole, None) {
+            let Some(seen) = self.get_seen(&gk, &k) else {
+                continue;
+            };
+            let hit = match seen {
+                Seen::Observed(o) => selects(selectors, o),
+                Seen::Emitted(m) => selectors
+                    .iter()
+                    .any(|s| crate::selector::matches_map(s, m.labels())),
+            };
+            if !hit {
+                continue;
             }
+            let o = self.json(seen);
+            if self.breaks_denials(o) {
+                noisy.insert(k.clone());
+            }
+            members.insert(k);
+            hits.push(o);
         }
         self.selections
             .borrow_mut()

@@ -96,6 +96,8 @@ pub(super) struct View<'a> {
     /// ClusterRoles per rendered selector: every trigger of a rule usually
     /// renders the same one.
     selected: RefCell<HashMap<String, Rc<Vec<&'a Arc<Value>>>>>,
+    /// Every ClusterRole seen, for selections (see [`View::selected`]).
+    cluster_roles: RefCell<Option<Rc<Vec<(ObjectKey, Seen<'a>)>>>>,
 }
 
 impl<'a> View<'a> {
@@ -117,6 +119,7 @@ impl<'a> View<'a> {
             selections: &memo.selections,
             merged: RefCell::default(),
             selected: RefCell::default(),
+            cluster_roles: RefCell::default(),
         }
     }
 
@@ -243,6 +246,22 @@ impl<'a> View<'a> {
             .collect()
     }
 
+    /// Every ClusterRole this view sees, by key, built once per view.
+    fn cluster_roles(&self) -> Rc<Vec<(ObjectKey, Seen<'a>)>> {
+        if let Some(hit) = &*self.cluster_roles.borrow() {
+            return Rc::clone(hit);
+        }
+        let gk = output_gk(OutputKind::ClusterRole);
+        let all: Vec<(ObjectKey, Seen<'a>)> = self
+            .output_keys(OutputKind::ClusterRole, None)
+            .into_iter()
+            .filter_map(|k| self.get_seen(&gk, &k).map(|s| (k, s)))
+            .collect();
+        let all = Rc::new(all);
+        *self.cluster_roles.borrow_mut() = Some(Rc::clone(&all));
+        all
+    }
+
     /// The keys of every observed or emitted object of an output kind (in
     /// a namespace), sorted.
     fn output_keys(&self, kind: OutputKind, ns: Option<&str>) -> BTreeSet<ObjectKey> {
@@ -299,10 +318,8 @@ impl<'a> View<'a> {
         let mut noisy = BTreeSet::new();
         let mut hits = Vec::new();
         // Emitted roles are matched by their labels: JSON only for members.
-        for k in self.output_keys(OutputKind::ClusterRole, None) {
-            let Some(seen) = self.get_seen(&gk, &k) else {
-                continue;
-            };
+        for (k, seen) in self.cluster_roles().iter() {
+            let (k, seen) = (k.clone(), *seen);
             let hit = match seen {
                 Seen::Observed(o) => selects(selectors, o),
                 Seen::Emitted(m) => selectors

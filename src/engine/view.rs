@@ -77,6 +77,9 @@ enum Seen<'a> {
     Observed(&'a Arc<Value>),
 }
 
+/// Objects seen, by key.
+type SeenList<'a> = Vec<(ObjectKey, Seen<'a>)>;
+
 /// What one rule (or policy, after every rule) sees.
 pub(super) struct View<'a> {
     pub observed: &'a ObjectStore,
@@ -97,7 +100,7 @@ pub(super) struct View<'a> {
     /// renders the same one.
     selected: RefCell<HashMap<String, Rc<Vec<&'a Arc<Value>>>>>,
     /// Every ClusterRole seen, for selections (see [`View::selected`]).
-    cluster_roles: RefCell<Option<Rc<Vec<(ObjectKey, Seen<'a>)>>>>,
+    cluster_roles: RefCell<Option<Rc<SeenList<'a>>>>,
 }
 
 impl<'a> View<'a> {
@@ -247,7 +250,7 @@ impl<'a> View<'a> {
     }
 
     /// Every ClusterRole this view sees, by key, built once per view.
-    fn cluster_roles(&self) -> Rc<Vec<(ObjectKey, Seen<'a>)>> {
+    fn cluster_roles(&self) -> Rc<SeenList<'a>> {
         if let Some(hit) = &*self.cluster_roles.borrow() {
             return Rc::clone(hit);
         }

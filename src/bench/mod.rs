@@ -345,11 +345,48 @@ fn render_phase(args: &BenchArgs, floor: bool) -> Result<Value, BenchError> {
         rules,
         ..crate::render::RenderArgs::default()
     };
+    // As the CLI does: print through a buffer (here into a counter, not a
+    // terminal) and leave freeing to the process exit.
     let started = Instant::now();
-    let out = crate::render::render(&render_args)?;
+    let rendered = crate::render::prepare(&render_args)?;
+    let mut out = std::io::BufWriter::new(Documents::default());
+    rendered
+        .write_to(&mut out)
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    let counted = out
+        .into_inner()
+        .map_err(|e| BenchError::Other(e.to_string()))?;
     let took = started.elapsed();
-    let objects_out = out.lines().filter(|l| *l == "---").count();
-    Ok(json!({"full_render_ms": ms(took), "objects_out": objects_out}))
+    std::mem::forget(rendered);
+    Ok(json!({"full_render_ms": ms(took), "objects_out": counted.documents}))
+}
+
+/// A sink that counts the YAML documents written to it (lines `---`).
+#[derive(Default)]
+struct Documents {
+    documents: usize,
+    /// Bytes of the current line seen so far, up to four.
+    line: Vec<u8>,
+}
+
+impl std::io::Write for Documents {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for &b in buf {
+            if b == b'\n' {
+                if self.line == b"---" {
+                    self.documents += 1;
+                }
+                self.line.clear();
+            } else if self.line.len() < 4 {
+                self.line.push(b);
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Outputs whose presence or content differ between two evaluations: the
@@ -783,4 +820,20 @@ fn table(report: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::Documents;
+
+    #[test]
+    fn documents_counts_separator_lines_across_writes() {
+        let mut d = Documents::default();
+        for chunk in ["---\nkind: A\n--", "-\nname: '---x'\n----\n", "---\n"] {
+            d.write_all(chunk.as_bytes()).unwrap();
+        }
+        assert_eq!(d.documents, 3);
+    }
 }

@@ -8,12 +8,6 @@ use rbac_rules::controller::RunArgs;
 use rbac_rules::diff::DiffArgs;
 use rbac_rules::render::RenderArgs;
 
-/// mimalloc instead of the system allocator: glibc's per-thread arenas kept
-/// about a fifth of the controller's resident memory as free but unreturned
-/// pages (see README "Performance").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// `rbac-rules --version`: the crate version and the git revision built.
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),

@@ -94,6 +94,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => rbac_rules::explain::main(&args),
         Command::Bench(args) => rbac_rules::bench::main(&args),
         Command::Run(args) => {
+            rbac_rules::controller::memory::limit_allocator_arenas();
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => {

@@ -68,6 +68,9 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts (the controller's runtime, the bench's
+    // controller child, render's printer).
+    rbac_rules::controller::memory::limit_allocator_arenas();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
@@ -94,7 +97,6 @@ fn main() -> ExitCode {
         Command::Explain(args) => rbac_rules::explain::main(&args),
         Command::Bench(args) => rbac_rules::bench::main(&args),
         Command::Run(args) => {
-            rbac_rules::controller::memory::limit_allocator_arenas();
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => {

@@ -5,8 +5,9 @@
 /// freed in one arena is not reused by another: at the bench's `large`
 /// scenario that kept about a fifth of the controller's resident memory as
 /// free but unreturned pages (peak RSS 377 MiB by default, 300 MiB with
-/// two arenas). Call before threads start; no effect elsewhere than
-/// glibc.
+/// two arenas). Call before threads start (arenas already made stay):
+/// `main` calls it first thing, for every command. No effect elsewhere
+/// than glibc.
 pub fn limit_allocator_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

@@ -134,15 +134,76 @@ impl OwnedFields {
     }
 }
 
+/// A digest of one compared part of an object (its normal form, see
+/// [`normalize`]): equal digests, equal content.
+pub type Digest = [u8; 16];
+
+fn digest(v: &Value) -> Digest {
+    use sha2::Digest as _;
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    let full = sha2::Sha256::digest(&bytes);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// The parts of an RBAC object the plan compares besides labels and
+/// annotations, as digests: a live object is compared without its body.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Content {
+    rules: Option<Digest>,
+    aggregation_rule: Option<Digest>,
+    role_ref: Option<Digest>,
+    subjects: Option<Digest>,
+    /// One digest per ownerReference.
+    owner_refs: BTreeSet<Digest>,
+    /// The uids of the ownerReferences.
+    owner_uids: BTreeSet<String>,
+}
+
+impl Content {
+    /// The compared parts of a manifest or a live object; absent and empty
+    /// are the same (`None`).
+    pub fn of(obj: &Value) -> Content {
+        let part = |name: &str| {
+            let n = field(obj, name);
+            (!n.is_null()).then(|| digest(&n))
+        };
+        let refs: Vec<Value> = obj["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(normalize)
+            .collect();
+        Content {
+            rules: part("rules"),
+            aggregation_rule: part("aggregationRule"),
+            role_ref: part("roleRef"),
+            subjects: part("subjects"),
+            owner_refs: refs.iter().map(digest).collect(),
+            owner_uids: refs
+                .iter()
+                .filter_map(|r| r["uid"].as_str().map(str::to_string))
+                .collect(),
+        }
+    }
+}
+
 /// A live RBAC object carrying our managed-by label, as cached from the
-/// watches.
+/// watches: what the plan compares (digests, not the body) and what the
+/// engine reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
     /// The object without `managedFields`, shared with the engine's store
-    /// (one copy in memory, not one per cache).
+    /// (one copy in memory, not one per cache). The world keeps only
+    /// [`Live::slim`] of it where no rule reads the kind.
     pub object: Arc<Value>,
     /// What our field manager owns on it, when known.
     pub ours: Option<OwnedFields>,
+    /// metadata.uid.
+    uid: Option<String>,
+    /// The compared parts, as digests.
+    content: Content,
 }
 
 impl Live {
@@ -153,10 +214,7 @@ impl Live {
         if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
         }
-        Live {
-            object: Arc::new(object),
-            ours,
-        }
+        Live::summarise(object, ours)
     }
 
     /// Like [`Live::new`], from a typed object (a watch event or an apply
@@ -164,10 +222,60 @@ impl Live {
     /// into JSON.
     pub fn from_object(mut obj: kube::api::DynamicObject) -> Live {
         let entries = obj.metadata.managed_fields.take().unwrap_or_default();
+        let ours = OwnedFields::from_entries(&entries);
+        Live::summarise(serde_json::to_value(&obj).unwrap_or(Value::Null), ours)
+    }
+
+    fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
         Live {
-            ours: OwnedFields::from_entries(&entries),
-            object: Arc::new(serde_json::to_value(&obj).unwrap_or(Value::Null)),
+            uid: object["metadata"]["uid"].as_str().map(str::to_string),
+            content: Content::of(&object),
+            object: Arc::new(object),
+            ours,
         }
+    }
+
+    /// Keeps of the body only what the plan and the engine's policy read
+    /// of an object no rule reads: apiVersion, kind, name, namespace,
+    /// resourceVersion, labels, annotations, and the RBAC fields (`rules`,
+    /// `aggregationRule`, `roleRef`, `subjects`). uid and the compared
+    /// parts stay in the summary. Idempotent.
+    pub fn slim(&mut self) {
+        const TOP: [&str; 6] = [
+            "apiVersion",
+            "kind",
+            "rules",
+            "aggregationRule",
+            "roleRef",
+            "subjects",
+        ];
+        const META: [&str; 5] = [
+            "name",
+            "namespace",
+            "resourceVersion",
+            "labels",
+            "annotations",
+        ];
+        let Some(map) = self.object.as_object() else {
+            return;
+        };
+        let meta = map.get("metadata").and_then(Value::as_object);
+        let extra = map
+            .keys()
+            .any(|k| k != "metadata" && !TOP.contains(&k.as_str()))
+            || meta.is_some_and(|m| m.keys().any(|k| !META.contains(&k.as_str())));
+        if !extra {
+            return;
+        }
+        // Moved out when the copy is ours alone, cloned otherwise.
+        let Value::Object(mut map) = Arc::unwrap_or_clone(std::mem::take(&mut self.object)) else {
+            return;
+        };
+        map.retain(|k, _| k == "metadata" || TOP.contains(&k.as_str()));
+        if let Some(Value::Object(m)) = map.get_mut("metadata") {
+            m.retain(|k, _| META.contains(&k.as_str()));
+        }
+        self.object = Arc::new(Value::Object(map));
     }
 
     /// Whether it carries our managed-by label.
@@ -187,7 +295,7 @@ impl Live {
 
     /// metadata.uid.
     pub fn uid(&self) -> Option<&str> {
-        self.object["metadata"]["uid"].as_str()
+        self.uid.as_deref()
     }
 
     /// metadata.resourceVersion.
@@ -260,6 +368,29 @@ fn field(obj: &Value, name: &str) -> Value {
     if is_empty(&n) { Value::Null } else { n }
 }
 
+/// What the plan reads of a desired manifest: its kind, labels,
+/// annotations and compared parts. The one place that reads the desired
+/// side's representation (besides sending it).
+pub struct Wanted<'a> {
+    kind: Option<OutputKind>,
+    labels: Option<&'a Map<String, Value>>,
+    annotations: Option<&'a Map<String, Value>>,
+    content: Content,
+}
+
+impl<'a> Wanted<'a> {
+    /// What `desired` asks for.
+    pub fn of(desired: &'a Value) -> Wanted<'a> {
+        let meta = &desired["metadata"];
+        Wanted {
+            kind: desired["kind"].as_str().and_then(OutputKind::parse),
+            labels: meta["labels"].as_object(),
+            annotations: meta["annotations"].as_object(),
+            content: Content::of(desired),
+        }
+    }
+}
+
 /// Which parts of a live object differ from the desired manifest, by name
 /// (`labels`, `annotations`, `ownerReferences`, `rules`, `aggregationRule`,
 /// `roleRef`, `subjects`). Empty: nothing to write.
@@ -268,82 +399,72 @@ fn field(obj: &Value, name: &str) -> Value {
 /// ignored, while ones we set earlier but no longer want count (an apply
 /// would remove them). Server-added metadata (uid, resourceVersion,
 /// managedFields, ...) is ignored. An aggregated ClusterRole's `rules` belong
-/// to the aggregation controller and are never compared.
+/// to the aggregation controller and are never compared. The live side is
+/// compared by digest.
 pub fn differences(desired: &Value, live: &Live) -> Vec<&'static str> {
+    differences_of(&Wanted::of(desired), live)
+}
+
+fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     let mut out = Vec::new();
-    let dm = &desired["metadata"];
     let lm = &live.object["metadata"];
-    for (name, owned) in [
-        ("labels", live.ours.as_ref().map(|o| &o.labels)),
-        ("annotations", live.ours.as_ref().map(|o| &o.annotations)),
+    for (name, wanted, owned) in [
+        ("labels", want.labels, live.ours.as_ref().map(|o| &o.labels)),
+        (
+            "annotations",
+            want.annotations,
+            live.ours.as_ref().map(|o| &o.annotations),
+        ),
     ] {
-        let want = dm[name].as_object();
         let have = lm[name].as_object();
-        let missing = want
+        let missing = wanted
             .into_iter()
             .flatten()
             .any(|(k, v)| have.and_then(|h| h.get(k)) != Some(v));
         let stale = owned
             .into_iter()
             .flatten()
-            .any(|k| !want.is_some_and(|w| w.contains_key(k)));
+            .any(|k| !wanted.is_some_and(|w| w.contains_key(k)));
         if missing || stale {
             out.push(name);
         }
     }
-    if owner_references_differ(dm, lm, live.ours.as_ref()) {
+    let (w, l) = (&want.content, &live.content);
+    let missing_owner = w.owner_refs.iter().any(|r| !l.owner_refs.contains(r));
+    let stale_owner = live
+        .ours
+        .as_ref()
+        .is_some_and(|o| o.owner_uids.iter().any(|u| !w.owner_uids.contains(u)));
+    if missing_owner || stale_owner {
         out.push("ownerReferences");
     }
-    let kind = desired["kind"].as_str().and_then(OutputKind::parse);
     let owns = |f: &str| live.ours.as_ref().is_none_or(|o| o.top.contains(f));
-    match kind {
+    match want.kind {
         Some(k) if k.is_role() => {
-            let want_agg = field(desired, "aggregationRule");
-            let have_agg = field(&live.object, "aggregationRule");
-            if want_agg.is_null() {
+            if w.aggregation_rule.is_none() {
                 // Someone else's aggregationRule survives our apply: only
                 // one we set counts.
-                if !have_agg.is_null() && owns("aggregationRule") {
+                if l.aggregation_rule.is_some() && owns("aggregationRule") {
                     out.push("aggregationRule");
                 }
-                if field(desired, "rules") != field(&live.object, "rules") {
+                if w.rules != l.rules {
                     out.push("rules");
                 }
-            } else if want_agg != have_agg {
+            } else if w.aggregation_rule != l.aggregation_rule {
                 out.push("aggregationRule");
             }
         }
         Some(_) => {
-            if field(desired, "roleRef") != field(&live.object, "roleRef") {
+            if w.role_ref != l.role_ref {
                 out.push("roleRef");
             }
-            if field(desired, "subjects") != field(&live.object, "subjects") {
+            if w.subjects != l.subjects {
                 out.push("subjects");
             }
         }
         None => {}
     }
     out
-}
-
-fn owner_references_differ(dm: &Value, lm: &Value, ours: Option<&OwnedFields>) -> bool {
-    let want: Vec<Value> = dm["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(normalize)
-        .collect();
-    let have: Vec<Value> = lm["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(normalize)
-        .collect();
-    if want.iter().any(|w| !have.contains(w)) {
-        return true;
-    }
-    let want_uids: BTreeSet<&str> = want.iter().filter_map(|w| w["uid"].as_str()).collect();
-    ours.is_some_and(|o| o.owner_uids.iter().any(|u| !want_uids.contains(u.as_str())))
 }
 
 /// Why an object is applied.

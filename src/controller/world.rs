@@ -397,7 +397,12 @@ impl World {
         self.foreign.insert(id) || owned || read
     }
 
-    fn upsert_live(&mut self, id: ObjectId, live: Live) -> bool {
+    fn upsert_live(&mut self, id: ObjectId, mut live: Live) -> bool {
+        // Policy reads the RBAC fields of our objects; the rest of the body
+        // only matters where a rule reads the kind.
+        if !self.kinds.contains_key(&output_gk(id.kind)) {
+            live.slim();
+        }
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
             // A watch event from before a write whose response the cache

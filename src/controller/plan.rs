@@ -828,6 +828,64 @@ mod tests {
     }
 
     #[test]
+    fn live_objects_compare_by_digest_of_their_normal_form() {
+        let desired = role(json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]));
+        // The server's copy: other metadata, an empty field dropped.
+        let mut served = desired.clone();
+        served["metadata"]["uid"] = json!("u");
+        served["metadata"]["resourceVersion"] = json!("3");
+        served["rules"][0]["resourceNames"] = json!([]);
+        let l = live(served.clone());
+        assert_eq!(l.content, Content::of(&desired));
+        assert!(differences(&desired, &l).is_empty());
+        // One verb more: another digest, a write.
+        served["rules"][0]["verbs"] = json!(["get", "list"]);
+        let l = live(served.clone());
+        assert_ne!(l.content, Content::of(&desired));
+        assert_eq!(differences(&desired, &l), vec!["rules"]);
+        // The digest, not the body, decides: a slim copy compares the same.
+        let mut slim = live(served);
+        slim.slim();
+        assert_eq!(differences(&desired, &slim), vec!["rules"]);
+        assert_eq!(slim.uid(), Some("u"));
+        assert!(slim.object["metadata"].get("uid").is_none());
+    }
+
+    #[test]
+    fn slimming_keeps_what_policy_reads_and_is_idempotent() {
+        let mut l = live(json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
+            "metadata": {"name": "b", "namespace": "n", "uid": "u", "resourceVersion": "4",
+                "generation": 1, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "T/a"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "x"}]},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "n"}],
+        }));
+        let summary = (l.uid.clone(), l.content.clone());
+        l.slim();
+        let once = l.object.clone();
+        assert_eq!(
+            *once,
+            json!({
+                "apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
+                "metadata": {"name": "b", "namespace": "n", "resourceVersion": "4",
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "T/a"}},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+                "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "n"}],
+            })
+        );
+        assert_eq!((l.uid.clone(), l.content.clone()), summary);
+        assert_eq!((l.rule(), l.trigger()), (Some("r"), Some("T/a")));
+        l.slim();
+        assert!(
+            Arc::ptr_eq(&once, &l.object),
+            "a slim copy is kept as it is"
+        );
+    }
+
+    #[test]
     fn owner_references_compare_by_content() {
         let owner = json!({"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u1",
                            "controller": true, "blockOwnerDeletion": true});

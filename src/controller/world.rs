@@ -1091,6 +1091,99 @@ mod tests {
         assert_eq!(stored_names(&w, &gk), vec!["ours"]);
     }
 
+    /// One of our ClusterRoles as the server returns it, with `verbs`.
+    fn served_role(rv: &str, verbs: Value) -> Value {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "s", "resourceVersion": rv, "uid": "u-s",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                "annotations": {"rbacrules.io/rule": "r"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u-n"}]},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+    }
+
+    #[test]
+    fn our_objects_are_kept_slim_unless_a_rule_reads_the_kind() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let id = ObjectId::new(kind, "", "s");
+        w.apply(owned(kind, Event::Apply(served_role("5", json!(["get"])))));
+        let live = &w.owned[&id];
+        let meta = live.object["metadata"].as_object().expect("metadata");
+        let mut keys: Vec<&str> = meta.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            vec!["annotations", "labels", "name", "resourceVersion"]
+        );
+        // What the plan and policy read is still there.
+        assert_eq!(live.uid(), Some("u-s"));
+        assert_eq!(live.rule(), Some("r"));
+        assert!(live.is_managed());
+        assert_eq!(live.object["rules"][0]["verbs"], json!(["get"]));
+        // The store the engine judges shares the slim copy.
+        let gk = output_gk(kind);
+        let key = (String::new(), "s".to_string());
+        assert!(std::ptr::eq(
+            w.store.get(&gk, &key).expect("stored"),
+            &*w.owned[&id].object
+        ));
+        // A rule reads ClusterRoles: the next copy is kept whole.
+        let interest = Interest {
+            gk: gk.clone(),
+            version: None,
+            metadata_only: false,
+        };
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        w.apply(owned(kind, Event::Apply(served_role("6", json!(["get"])))));
+        let whole = &w.owned[&id].object["metadata"];
+        assert_eq!(whole["uid"], "u-s");
+        assert_eq!(whole["ownerReferences"][0]["name"], "n");
+    }
+
+    #[test]
+    fn a_relist_with_a_changed_body_is_noticed() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let id = ObjectId::new(kind, "", "s");
+        listed(
+            &mut w,
+            |e| owned(kind, e),
+            vec![served_role("5", json!(["get"]))],
+        );
+        let desired = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "s", "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                "annotations": {"rbacrules.io/rule": "r"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u-n"}]},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
+        assert!(super::super::plan::differences(&desired, &w.owned[&id]).is_empty());
+        // Relisted unchanged: nothing to do, the copy is kept.
+        let before = w.owned[&id].object.clone();
+        w.apply(owned(kind, Event::Init));
+        let c = w.apply(owned(
+            kind,
+            Event::InitApply(served_role("5", json!(["get"]))),
+        ));
+        assert!(!c.dirty);
+        w.apply(owned(kind, Event::InitDone));
+        assert!(Arc::ptr_eq(&before, &w.owned[&id].object));
+        // Edited while the watch was down: the relist brings the new body,
+        // and its digest differs from what is wanted.
+        w.apply(owned(kind, Event::Init));
+        let c = w.apply(owned(
+            kind,
+            Event::InitApply(served_role("9", json!(["get", "delete"]))),
+        ));
+        assert!(c.dirty);
+        w.apply(owned(kind, Event::InitDone));
+        assert_eq!(w.owned[&id].resource_version(), Some("9"));
+        assert_eq!(
+            super::super::plan::differences(&desired, &w.owned[&id]),
+            vec!["rules"]
+        );
+    }
+
     #[test]
     fn a_relist_keeps_unchanged_copies_and_sweeps_what_is_gone() {
         let mut w = base_world();

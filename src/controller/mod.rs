@@ -332,6 +332,7 @@ async fn control_loop(
                 let allow = world.allow_rules();
                 let holds = world.holds();
                 let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
+                world.shed(pass.plan().unchanged.iter().map(|(id, _)| id));
                 let held = holds.len();
                 let learned = learned.clone();
                 running = Some(tokio::spawn(async move {

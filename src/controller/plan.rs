@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::api::OutputKind;
 use crate::engine::Evaluation;
@@ -159,6 +159,9 @@ pub struct Content {
     owner_refs: BTreeSet<Digest>,
     /// The uids of the ownerReferences.
     owner_uids: BTreeSet<String>,
+    /// Labels and annotations, all of them (what tells one version of a
+    /// live object from another when the server gives no resourceVersion).
+    meta: Digest,
 }
 
 impl Content {
@@ -185,6 +188,10 @@ impl Content {
                 .iter()
                 .filter_map(|r| r["uid"].as_str().map(str::to_string))
                 .collect(),
+            meta: digest(&json!([
+                obj["metadata"]["labels"],
+                obj["metadata"]["annotations"]
+            ])),
         }
     }
 }
@@ -276,6 +283,38 @@ impl Live {
             m.retain(|k, _| META.contains(&k.as_str()));
         }
         self.object = Arc::new(Value::Object(map));
+    }
+
+    /// Keeps of the body only apiVersion, kind and the metadata of
+    /// [`Live::slim`]: for an object equal to a desired copy, whose body
+    /// policy judges in that copy (see `World::shed`). Returns whether
+    /// anything was dropped.
+    pub fn stub(&mut self) -> bool {
+        self.slim();
+        let Some(map) = self.object.as_object() else {
+            return false;
+        };
+        if map
+            .keys()
+            .all(|k| ["apiVersion", "kind", "metadata"].contains(&k.as_str()))
+        {
+            return false;
+        }
+        let Value::Object(mut map) = Arc::unwrap_or_clone(std::mem::take(&mut self.object)) else {
+            return false;
+        };
+        map.retain(|k, _| ["apiVersion", "kind", "metadata"].contains(&k.as_str()));
+        self.object = Arc::new(Value::Object(map));
+        true
+    }
+
+    /// Whether `other` is the same version of the object: the same uid,
+    /// resourceVersion and compared content.
+    pub fn same_version(&self, other: &Live) -> bool {
+        self.resource_version().is_some()
+            && self.resource_version() == other.resource_version()
+            && self.uid == other.uid
+            && self.content == other.content
     }
 
     /// Whether it carries our managed-by label.
@@ -574,23 +613,45 @@ pub fn plan(
     plan_with(evaluation, live, held, prune, &mut Compared::default())
 }
 
-/// Pairs of (desired, live) copies the last plan found equal. The engine
-/// reuses the shared copy of an output it did not re-render, and the world
-/// replaces a live copy only when the object changed; so a pass compares in
-/// depth only the objects whose desired or live copy is new, and a resync
-/// or a change to one trigger costs a pointer comparison per object, not a
-/// semantic diff. Holding the copies keeps their addresses from being
-/// reused.
+/// The desired copies and live versions the last plan found equal. The
+/// engine reuses the shared copy of an output it did not re-render, and a
+/// live object changes version only when it changed; so a pass compares
+/// only the objects whose desired copy or live version is new, and a
+/// resync or a change to one trigger costs a pointer and a version
+/// comparison per object. Holding the desired copies keeps their addresses
+/// from being reused; live bodies are not held.
 #[derive(Debug, Default)]
 pub struct Compared {
-    equal: BTreeMap<ObjectId, (Arc<Value>, Arc<Value>)>,
+    equal: BTreeMap<ObjectId, (Arc<Value>, LiveVersion)>,
+}
+
+/// What tells one version of a live object from another without holding
+/// its body (which the world may drop, see `World::shed`).
+#[derive(Debug, PartialEq)]
+struct LiveVersion {
+    uid: Option<String>,
+    resource_version: Option<String>,
+    content: Content,
+}
+
+impl LiveVersion {
+    fn of(live: &Live) -> LiveVersion {
+        LiveVersion {
+            uid: live.uid.clone(),
+            resource_version: live.resource_version().map(str::to_string),
+            content: live.content.clone(),
+        }
+    }
 }
 
 impl Compared {
-    fn known_equal(&self, id: &ObjectId, desired: &Arc<Value>, live: &Arc<Value>) -> bool {
-        self.equal
-            .get(id)
-            .is_some_and(|(d, l)| Arc::ptr_eq(d, desired) && Arc::ptr_eq(l, live))
+    fn known_equal(&self, id: &ObjectId, desired: &Arc<Value>, live: &Live) -> bool {
+        self.equal.get(id).is_some_and(|(d, l)| {
+            Arc::ptr_eq(d, desired)
+                && l.resource_version.as_deref() == live.resource_version()
+                && l.uid == live.uid
+                && l.content == live.content
+        })
     }
 }
 
@@ -612,8 +673,8 @@ pub fn plan_with(
         let mut object = Arc::clone(&d.object);
         let action = match live.get(&id) {
             None => ApplyAction::Create,
-            Some(l) if compared.known_equal(&id, &d.object, &l.object) => {
-                equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
+            Some(l) if compared.known_equal(&id, &d.object, l) => {
+                equal.insert(id.clone(), (Arc::clone(&d.object), LiveVersion::of(l)));
                 out.unchanged.push((id, d.rule.clone()));
                 continue;
             }
@@ -623,7 +684,7 @@ pub fn plan_with(
                 }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
-                    equal.insert(id.clone(), (Arc::clone(&d.object), Arc::clone(&l.object)));
+                    equal.insert(id.clone(), (Arc::clone(&d.object), LiveVersion::of(l)));
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
                 }

@@ -381,7 +381,7 @@ impl World {
         };
         if o.is_managed() {
             let foreign = self.foreign.remove(&id);
-            return self.upsert_live(id, o) || foreign;
+            return self.upsert_live(id, o, false) || foreign;
         }
         let owned = self.remove_owned(&id);
         let gk = output_gk(id.kind);
@@ -397,10 +397,13 @@ impl World {
         self.foreign.insert(id) || owned || read
     }
 
-    fn upsert_live(&mut self, id: ObjectId, mut live: Live) -> bool {
+    /// Caches one of our objects. `as_sent`: an apply response equal to
+    /// the desired copy, whose body need not be kept (see [`World::shed`]).
+    fn upsert_live(&mut self, id: ObjectId, mut live: Live, as_sent: bool) -> bool {
         // Policy reads the RBAC fields of our objects; the rest of the body
         // only matters where a rule reads the kind.
-        if !self.kinds.contains_key(&output_gk(id.kind)) {
+        let read = self.kinds.contains_key(&output_gk(id.kind));
+        if !read {
             live.slim();
         }
         match self.owned.get(&id) {
@@ -408,12 +411,49 @@ impl World {
             // A watch event from before a write whose response the cache
             // already learned: older, so nothing to change.
             Some(known) if older(&live, known) => return false,
+            // The version already known, perhaps without its body: nothing
+            // changed (where a rule reads the kind, a whole copy replaces
+            // a slim one).
+            Some(known) if !read && known.same_version(&live) => return false,
             _ => {}
+        }
+        if as_sent && self.sheddable(id.kind) {
+            live.stub();
         }
         self.mirror(&id, Some(&live.object));
         self.foreign.remove(&id);
         self.owned.insert(id, live);
         true
+    }
+
+    /// Whether our objects of `kind` may be kept without their body while
+    /// they equal a desired copy: Roles, when no rule (and no allow-list)
+    /// reads Roles. Policy judges such a Role on its own rules, labels and
+    /// name under fixed waivers, in the desired copy it equals; if that
+    /// copy goes away (a paused trigger keeps the Role) the Role is one
+    /// policy already passed. Roles are most of the objects at scale and
+    /// carry the longest rule lists.
+    fn sheddable(&self, kind: OutputKind) -> bool {
+        kind == OutputKind::Role && !self.kinds.contains_key(&output_gk(kind))
+    }
+
+    /// Drops the bodies of our objects that the last plan found equal to
+    /// their desired copies, where [`World::sheddable`]: the cache and the
+    /// engine's store keep their metadata (provenance, labels, version).
+    /// A new version from a watch brings the body back.
+    pub fn shed<'a>(&mut self, equal: impl IntoIterator<Item = &'a ObjectId>) {
+        for id in equal {
+            if !self.sheddable(id.kind) {
+                continue;
+            }
+            let Some(live) = self.owned.get_mut(id) else {
+                continue;
+            };
+            if live.stub() {
+                let object = Arc::clone(&live.object);
+                self.mirror(id, Some(&object));
+            }
+        }
     }
 
     fn remove_owned(&mut self, id: &ObjectId) -> bool {
@@ -446,7 +486,11 @@ impl World {
     pub fn learn(&mut self, learned: Learned) -> bool {
         match learned {
             Learned::Applied(live) => match ObjectId::of(&live.object) {
-                Some(id) => self.upsert_live(id, live),
+                Some(id) => self.upsert_live(id, live, false),
+                None => false,
+            },
+            Learned::AppliedAsSent(live) => match ObjectId::of(&live.object) {
+                Some(id) => self.upsert_live(id, live, true),
                 None => false,
             },
             // Only the object deleted: not one made again since.

@@ -213,6 +213,24 @@ pub struct Live {
     content: Content,
 }
 
+/// What [`Live::slim`] keeps: top-level fields (apiVersion and kind
+/// first), and metadata fields.
+const SLIM_TOP: [&str; 6] = [
+    "apiVersion",
+    "kind",
+    "rules",
+    "aggregationRule",
+    "roleRef",
+    "subjects",
+];
+const SLIM_META: [&str; 5] = [
+    "name",
+    "namespace",
+    "resourceVersion",
+    "labels",
+    "annotations",
+];
+
 impl Live {
     /// Summarises a live object: extracts what we own, then strips
     /// `managedFields` (they are large and nothing else reads them).
@@ -248,41 +266,7 @@ impl Live {
     /// `aggregationRule`, `roleRef`, `subjects`). uid and the compared
     /// parts stay in the summary. Idempotent.
     pub fn slim(&mut self) {
-        const TOP: [&str; 6] = [
-            "apiVersion",
-            "kind",
-            "rules",
-            "aggregationRule",
-            "roleRef",
-            "subjects",
-        ];
-        const META: [&str; 5] = [
-            "name",
-            "namespace",
-            "resourceVersion",
-            "labels",
-            "annotations",
-        ];
-        let Some(map) = self.object.as_object() else {
-            return;
-        };
-        let meta = map.get("metadata").and_then(Value::as_object);
-        let extra = map
-            .keys()
-            .any(|k| k != "metadata" && !TOP.contains(&k.as_str()))
-            || meta.is_some_and(|m| m.keys().any(|k| !META.contains(&k.as_str())));
-        if !extra {
-            return;
-        }
-        // Moved out when the copy is ours alone, cloned otherwise.
-        let Value::Object(mut map) = Arc::unwrap_or_clone(std::mem::take(&mut self.object)) else {
-            return;
-        };
-        map.retain(|k, _| k == "metadata" || TOP.contains(&k.as_str()));
-        if let Some(Value::Object(m)) = map.get_mut("metadata") {
-            m.retain(|k, _| META.contains(&k.as_str()));
-        }
-        self.object = Arc::new(Value::Object(map));
+        self.keep(&SLIM_TOP, &SLIM_META);
     }
 
     /// Keeps of the body only apiVersion, kind and the metadata of
@@ -290,21 +274,50 @@ impl Live {
     /// policy judges in that copy (see `World::shed`). Returns whether
     /// anything was dropped.
     pub fn stub(&mut self) -> bool {
-        self.slim();
+        self.keep(&SLIM_TOP[..2], &SLIM_META)
+    }
+
+    /// Keeps the top-level fields `top` (besides metadata) and the metadata
+    /// fields `meta`; whether anything was dropped. Only what is kept is
+    /// copied (the body may be shared with the engine's store).
+    fn keep(&mut self, top: &[&str], meta: &[&str]) -> bool {
         let Some(map) = self.object.as_object() else {
             return false;
         };
-        if map
+        let old_meta = map.get("metadata").and_then(Value::as_object);
+        let extra = map
             .keys()
-            .all(|k| ["apiVersion", "kind", "metadata"].contains(&k.as_str()))
-        {
+            .any(|k| k != "metadata" && !top.contains(&k.as_str()))
+            || old_meta.is_some_and(|m| m.keys().any(|k| !meta.contains(&k.as_str())));
+        if !extra {
             return false;
         }
-        let Value::Object(mut map) = Arc::unwrap_or_clone(std::mem::take(&mut self.object)) else {
+        // Ours alone (a fresh event): trimmed in place.
+        if let Some(Value::Object(map)) = Arc::get_mut(&mut self.object) {
+            map.retain(|k, _| k == "metadata" || top.contains(&k.as_str()));
+            if let Some(Value::Object(m)) = map.get_mut("metadata") {
+                m.retain(|k, _| meta.contains(&k.as_str()));
+            }
+            return true;
+        }
+        let Some(map) = self.object.as_object() else {
             return false;
         };
-        map.retain(|k, _| ["apiVersion", "kind", "metadata"].contains(&k.as_str()));
-        self.object = Arc::new(Value::Object(map));
+        let old_meta = map.get("metadata").and_then(Value::as_object);
+        let mut out: Map<String, Value> = map
+            .iter()
+            .filter(|(k, _)| top.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Some(m) = old_meta {
+            let m: Map<String, Value> = m
+                .iter()
+                .filter(|(k, _)| meta.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            out.insert("metadata".into(), Value::Object(m));
+        }
+        self.object = Arc::new(Value::Object(out));
         true
     }
 

@@ -154,9 +154,6 @@ pub struct Written {
 pub enum Learned {
     /// The object as the API server returned it after an apply.
     Applied(Live),
-    /// Like `Applied`, and equal to the manifest sent: policy judged its
-    /// body in the desired copy, so the world may keep only its metadata.
-    AppliedAsSent(Live),
     /// The object was deleted (the uid of the deleted object, if known).
     Deleted(ObjectId, Option<String>),
 }
@@ -376,13 +373,7 @@ impl Writer<'_> {
         let mut conflict = None;
         let outcome = apply_one(self, a, &mut live, &mut conflict).await;
         if let (Some(learn), Some(live), true) = (self.learn, live, outcome.is_applied()) {
-            // Compared with what the plan wanted (an adoption may add
-            // Helm's keep annotation: then it is only `Applied`).
-            if super::plan::differences(&a.object, &live).is_empty() {
-                learn(Learned::AppliedAsSent(live));
-            } else {
-                learn(Learned::Applied(live));
-            }
+            learn(Learned::Applied(live));
         }
         Applied { outcome, conflict }
     }

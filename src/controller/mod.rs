@@ -332,7 +332,11 @@ async fn control_loop(
                 let allow = world.allow_rules();
                 let holds = world.holds();
                 let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
-                world.shed(pass.plan().unchanged.iter().map(|(id, _)| id));
+                // Objects no desired copy stands for are judged on their
+                // own bodies: unpacked, and judged in the next pass.
+                if world.unpack(pass.plan().kept.iter().map(|(id, _, _)| id)) {
+                    due = Some(Instant::now() + debounce);
+                }
                 let held = holds.len();
                 let learned = learned.clone();
                 running = Some(tokio::spawn(async move {

@@ -209,8 +209,13 @@ pub struct Live {
     pub ours: Option<OwnedFields>,
     /// metadata.uid.
     uid: Option<String>,
+    /// metadata.resourceVersion.
+    resource_version: Option<String>,
     /// The compared parts, as digests.
-    content: Content,
+    content: Arc<Content>,
+    /// The slim body as JSON while `object` holds only its identity and
+    /// labels and annotations ([`Live::pack`]).
+    packed: Option<Arc<[u8]>>,
 }
 
 /// What [`Live::slim`] keeps: top-level fields (apiVersion and kind
@@ -223,6 +228,8 @@ const SLIM_TOP: [&str; 6] = [
     "roleRef",
     "subjects",
 ];
+/// What [`Live::pack`] leaves in the object: identity and provenance.
+const PACKED_META: [&str; 4] = ["name", "namespace", "labels", "annotations"];
 const SLIM_META: [&str; 5] = [
     "name",
     "namespace",
@@ -252,11 +259,14 @@ impl Live {
     }
 
     fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
+        let meta = &object["metadata"];
         Live {
-            uid: object["metadata"]["uid"].as_str().map(str::to_string),
-            content: Content::of(&object),
+            uid: meta["uid"].as_str().map(str::to_string),
+            resource_version: meta["resourceVersion"].as_str().map(str::to_string),
+            content: Arc::new(Content::of(&object)),
             object: Arc::new(object),
             ours,
+            packed: None,
         }
     }
 
@@ -269,12 +279,46 @@ impl Live {
         self.keep(&SLIM_TOP, &SLIM_META);
     }
 
-    /// Keeps of the body only apiVersion, kind and the metadata of
-    /// [`Live::slim`]: for an object equal to a desired copy, whose body
-    /// policy judges in that copy (see `World::shed`). Returns whether
-    /// anything was dropped.
-    pub fn stub(&mut self) -> bool {
-        self.keep(&SLIM_TOP[..2], &SLIM_META)
+    /// Keeps the slim body as JSON bytes (a fraction of its size as a
+    /// tree) and in `object` only apiVersion, kind, name, namespace, labels
+    /// and annotations: what the plan, provenance and the engine's view of
+    /// a live object read while a desired copy stands for it. No
+    /// resourceVersion there, so that the engine's store sees the change
+    /// when [`Live::unpack`] brings the body back. Idempotent.
+    pub fn pack(&mut self) {
+        if self.packed.is_some() {
+            return;
+        }
+        self.slim();
+        let Ok(bytes) = serde_json::to_vec(&*self.object) else {
+            return;
+        };
+        self.packed = Some(bytes.into());
+        self.keep(&SLIM_TOP[..2], &PACKED_META);
+    }
+
+    /// Brings back the body [`Live::pack`] kept as JSON; whether it was
+    /// packed.
+    pub fn unpack(&mut self) -> bool {
+        let Some(bytes) = self.packed.take() else {
+            return false;
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) => {
+                self.object = Arc::new(v);
+                true
+            }
+            Err(e) => {
+                // Bytes this process wrote: cannot happen; keep the stub.
+                tracing::warn!(error = %e, "cannot unpack a cached object");
+                false
+            }
+        }
+    }
+
+    /// Whether the body is packed.
+    pub fn is_packed(&self) -> bool {
+        self.packed.is_some()
     }
 
     /// Keeps the top-level fields `top` (besides metadata) and the metadata
@@ -324,8 +368,8 @@ impl Live {
     /// Whether `other` is the same version of the object: the same uid,
     /// resourceVersion and compared content.
     pub fn same_version(&self, other: &Live) -> bool {
-        self.resource_version().is_some()
-            && self.resource_version() == other.resource_version()
+        self.resource_version.is_some()
+            && self.resource_version == other.resource_version
             && self.uid == other.uid
             && self.content == other.content
     }
@@ -352,7 +396,7 @@ impl Live {
 
     /// metadata.resourceVersion.
     pub fn resource_version(&self) -> Option<&str> {
-        self.object["metadata"]["resourceVersion"].as_str()
+        self.resource_version.as_deref()
     }
 }
 
@@ -644,7 +688,7 @@ pub struct Compared {
 struct LiveVersion {
     uid: Option<String>,
     resource_version: Option<String>,
-    content: Content,
+    content: Arc<Content>,
 }
 
 impl LiveVersion {
@@ -652,7 +696,7 @@ impl LiveVersion {
         LiveVersion {
             uid: live.uid.clone(),
             resource_version: live.resource_version().map(str::to_string),
-            content: live.content.clone(),
+            content: Arc::clone(&live.content),
         }
     }
 }
@@ -910,12 +954,12 @@ mod tests {
         served["metadata"]["resourceVersion"] = json!("3");
         served["rules"][0]["resourceNames"] = json!([]);
         let l = live(served.clone());
-        assert_eq!(l.content, Content::of(&desired));
+        assert_eq!(*l.content, Content::of(&desired));
         assert!(differences(&desired, &l).is_empty());
         // One verb more: another digest, a write.
         served["rules"][0]["verbs"] = json!(["get", "list"]);
         let l = live(served.clone());
-        assert_ne!(l.content, Content::of(&desired));
+        assert_ne!(*l.content, Content::of(&desired));
         assert_eq!(differences(&desired, &l), vec!["rules"]);
         // The digest, not the body, decides: a slim copy compares the same.
         let mut slim = live(served);

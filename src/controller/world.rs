@@ -381,7 +381,7 @@ impl World {
         };
         if o.is_managed() {
             let foreign = self.foreign.remove(&id);
-            return self.upsert_live(id, o, false) || foreign;
+            return self.upsert_live(id, o) || foreign;
         }
         let owned = self.remove_owned(&id);
         let gk = output_gk(id.kind);
@@ -397,28 +397,27 @@ impl World {
         self.foreign.insert(id) || owned || read
     }
 
-    /// Caches one of our objects. `as_sent`: an apply response equal to
-    /// the desired copy, whose body need not be kept (see [`World::shed`]).
-    fn upsert_live(&mut self, id: ObjectId, mut live: Live, as_sent: bool) -> bool {
+    /// Caches one of our objects.
+    fn upsert_live(&mut self, id: ObjectId, mut live: Live) -> bool {
         // Policy reads the RBAC fields of our objects; the rest of the body
         // only matters where a rule reads the kind.
         let read = self.kinds.contains_key(&output_gk(id.kind));
         if !read {
             live.slim();
         }
+        if self.packable(id.kind) {
+            live.pack();
+        }
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
             // A watch event from before a write whose response the cache
             // already learned: older, so nothing to change.
             Some(known) if older(&live, known) => return false,
-            // The version already known, perhaps without its body: nothing
-            // changed (where a rule reads the kind, a whole copy replaces
-            // a slim one).
+            // The version already known (perhaps unpacked since): nothing
+            // changed. Where a rule reads the kind, a whole copy replaces
+            // a slim one.
             Some(known) if !read && known.same_version(&live) => return false,
             _ => {}
-        }
-        if as_sent && self.sheddable(id.kind) {
-            live.stub();
         }
         self.mirror(&id, Some(&live.object));
         self.foreign.remove(&id);
@@ -426,34 +425,32 @@ impl World {
         true
     }
 
-    /// Whether our objects of `kind` may be kept without their body while
-    /// they equal a desired copy: Roles, when no rule (and no allow-list)
-    /// reads Roles. Policy judges such a Role on its own rules, labels and
-    /// name under fixed waivers, in the desired copy it equals; if that
-    /// copy goes away (a paused trigger keeps the Role) the Role is one
-    /// policy already passed. Roles are most of the objects at scale and
-    /// carry the longest rule lists.
-    fn sheddable(&self, kind: OutputKind) -> bool {
+    /// Whether our objects of `kind` are kept packed ([`Live::pack`]):
+    /// Roles, when no rule (and no allow-list) reads Roles. Roles are most
+    /// of the objects at scale and carry the longest rule lists; while a
+    /// Role has a desired copy, policy judges that copy and the plan
+    /// compares digests, so its body is read only once a plan keeps it
+    /// without one (see [`World::unpack`]).
+    fn packable(&self, kind: OutputKind) -> bool {
         kind == OutputKind::Role && !self.kinds.contains_key(&output_gk(kind))
     }
 
-    /// Drops the bodies of our objects that the last plan found equal to
-    /// their desired copies, where [`World::sheddable`]: the cache and the
-    /// engine's store keep their metadata (provenance, labels, version).
-    /// A new version from a watch brings the body back.
-    pub fn shed<'a>(&mut self, equal: impl IntoIterator<Item = &'a ObjectId>) {
-        for id in equal {
-            if !self.sheddable(id.kind) {
-                continue;
-            }
+    /// Unpacks the bodies of `kept` objects (those a plan left alone: no
+    /// desired copy stands for them), so that policy judges them in the
+    /// next evaluation. Whether any was packed.
+    pub fn unpack<'a>(&mut self, kept: impl IntoIterator<Item = &'a ObjectId>) -> bool {
+        let mut any = false;
+        for id in kept {
             let Some(live) = self.owned.get_mut(id) else {
                 continue;
             };
-            if live.stub() {
+            if live.unpack() {
                 let object = Arc::clone(&live.object);
                 self.mirror(id, Some(&object));
+                any = true;
             }
         }
+        any
     }
 
     fn remove_owned(&mut self, id: &ObjectId) -> bool {
@@ -486,11 +483,7 @@ impl World {
     pub fn learn(&mut self, learned: Learned) -> bool {
         match learned {
             Learned::Applied(live) => match ObjectId::of(&live.object) {
-                Some(id) => self.upsert_live(id, live, false),
-                None => false,
-            },
-            Learned::AppliedAsSent(live) => match ObjectId::of(&live.object) {
-                Some(id) => self.upsert_live(id, live, true),
+                Some(id) => self.upsert_live(id, live),
                 None => false,
             },
             // Only the object deleted: not one made again since.
@@ -1184,6 +1177,75 @@ mod tests {
         let whole = &w.owned[&id].object["metadata"];
         assert_eq!(whole["uid"], "u-s");
         assert_eq!(whole["ownerReferences"][0]["name"], "n");
+    }
+
+    #[test]
+    fn roles_no_rule_reads_are_packed_until_a_plan_keeps_them() {
+        let mut w = base_world();
+        let kind = OutputKind::Role;
+        let id = ObjectId::new(kind, "n", "s");
+        let role = |rv: &str, verbs: Value| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "s", "namespace": "n", "resourceVersion": rv, "uid": "u",
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "T/n"}},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+        };
+        assert!(
+            w.apply(owned(kind, Event::Apply(role("5", json!(["get"])))))
+                .dirty
+        );
+        let gk = output_gk(kind);
+        let key = ("n".to_string(), "s".to_string());
+        let live = &w.owned[&id];
+        assert!(live.is_packed());
+        assert!(live.object.get("rules").is_none());
+        assert_eq!(
+            (live.rule(), live.trigger(), live.resource_version()),
+            (Some("r"), Some("T/n"), Some("5"))
+        );
+        assert!(w.store.get(&gk, &key).expect("stub").get("rules").is_none());
+        // Compared by digest while packed.
+        let mut desired = role("", json!(["get"]));
+        desired["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .retain(|k, _| k != "resourceVersion" && k != "uid");
+        assert!(super::super::plan::differences(&desired, &w.owned[&id]).is_empty());
+        // A plan keeps it without a desired copy: policy must see its rules.
+        assert!(w.unpack([&id]));
+        assert!(!w.unpack([&id]));
+        let stored = w.store.get(&gk, &key).expect("stored");
+        assert_eq!(stored["rules"][0]["verbs"], json!(["get"]));
+        // The same version again leaves it unpacked; a new one is packed.
+        assert!(
+            !w.apply(owned(kind, Event::Apply(role("5", json!(["get"])))))
+                .dirty
+        );
+        assert!(!w.owned[&id].is_packed());
+        assert!(
+            w.apply(owned(kind, Event::Apply(role("6", json!(["*"])))))
+                .dirty
+        );
+        assert!(w.owned[&id].is_packed());
+        assert_eq!(
+            super::super::plan::differences(&desired, &w.owned[&id]),
+            vec!["rules"]
+        );
+        // Where a rule reads Roles they are kept whole.
+        let interest = Interest {
+            gk: gk.clone(),
+            version: None,
+            metadata_only: false,
+        };
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        assert!(
+            w.apply(owned(kind, Event::Apply(role("7", json!(["get"])))))
+                .dirty
+        );
+        assert!(!w.owned[&id].is_packed());
+        assert_eq!(w.owned[&id].object["metadata"]["uid"], "u");
     }
 
     #[test]

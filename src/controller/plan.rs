@@ -260,14 +260,22 @@ impl Live {
 
     fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
         let meta = &object["metadata"];
-        Live {
+        let role = object["kind"].as_str() == Some(OutputKind::Role.as_str());
+        let mut live = Live {
             uid: meta["uid"].as_str().map(str::to_string),
             resource_version: meta["resourceVersion"].as_str().map(str::to_string),
             content: Arc::new(Content::of(&object)),
             object: Arc::new(object),
             ours,
             packed: None,
+        };
+        // Roles are most of the objects at scale, with the longest rule
+        // lists: packed at once (in the watch task, before an event is
+        // queued); the world unpacks them where a rule reads Roles.
+        if role {
+            live.pack();
         }
+        live
     }
 
     /// Keeps of the body only what the plan and the engine's policy read
@@ -279,17 +287,16 @@ impl Live {
         self.keep(&SLIM_TOP, &SLIM_META);
     }
 
-    /// Keeps the slim body as JSON bytes (a fraction of its size as a
-    /// tree) and in `object` only apiVersion, kind, name, namespace, labels
-    /// and annotations: what the plan, provenance and the engine's view of
-    /// a live object read while a desired copy stands for it. No
+    /// Keeps the body as JSON bytes (a fraction of its size as a tree) and
+    /// in `object` only apiVersion, kind, name, namespace, labels and
+    /// annotations: what the plan, provenance and the engine's view of a
+    /// live object read while a desired copy stands for it. No
     /// resourceVersion there, so that the engine's store sees the change
     /// when [`Live::unpack`] brings the body back. Idempotent.
     pub fn pack(&mut self) {
         if self.packed.is_some() {
             return;
         }
-        self.slim();
         let Ok(bytes) = serde_json::to_vec(&*self.object) else {
             return;
         };

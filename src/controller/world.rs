@@ -375,7 +375,7 @@ impl World {
         owned || foreign || read
     }
 
-    fn upsert_rbac(&mut self, o: Live) -> bool {
+    fn upsert_rbac(&mut self, mut o: Live) -> bool {
         let Some(id) = ObjectId::of(&o.object) else {
             return false;
         };
@@ -389,6 +389,7 @@ impl World {
         // Kept whole only where a rule reads the kind (rules copied from
         // ClusterRoles, an allow-list), else only its name is.
         if self.kinds.contains_key(&gk) {
+            o.unpack();
             let key = (id.namespace.clone(), id.name.clone());
             if self.store.get(&gk, &key) != Some(&*o.object) {
                 read = self.store.insert_shared(o.object).is_ok();
@@ -402,11 +403,10 @@ impl World {
         // Policy reads the RBAC fields of our objects; the rest of the body
         // only matters where a rule reads the kind.
         let read = self.kinds.contains_key(&output_gk(id.kind));
-        if !read {
+        if read {
+            live.unpack();
+        } else {
             live.slim();
-        }
-        if self.packable(id.kind) {
-            live.pack();
         }
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
@@ -425,19 +425,11 @@ impl World {
         true
     }
 
-    /// Whether our objects of `kind` are kept packed ([`Live::pack`]):
-    /// Roles, when no rule (and no allow-list) reads Roles. Roles are most
-    /// of the objects at scale and carry the longest rule lists; while a
-    /// Role has a desired copy, policy judges that copy and the plan
-    /// compares digests, so its body is read only once a plan keeps it
-    /// without one (see [`World::unpack`]).
-    fn packable(&self, kind: OutputKind) -> bool {
-        kind == OutputKind::Role && !self.kinds.contains_key(&output_gk(kind))
-    }
-
     /// Unpacks the bodies of `kept` objects (those a plan left alone: no
     /// desired copy stands for them), so that policy judges them in the
-    /// next evaluation. Whether any was packed.
+    /// next evaluation. Whether any was packed. Packed objects are Roles
+    /// no rule reads ([`Live::pack`]): while a desired copy stands for one,
+    /// policy judges that copy and the plan compares digests.
     pub fn unpack<'a>(&mut self, kept: impl IntoIterator<Item = &'a ObjectId>) -> bool {
         let mut any = false;
         for id in kept {
@@ -445,6 +437,9 @@ impl World {
                 continue;
             };
             if live.unpack() {
+                if !self.kinds.contains_key(&output_gk(id.kind)) {
+                    live.slim();
+                }
                 let object = Arc::clone(&live.object);
                 self.mirror(id, Some(&object));
                 any = true;
@@ -1246,6 +1241,16 @@ mod tests {
         );
         assert!(!w.owned[&id].is_packed());
         assert_eq!(w.owned[&id].object["metadata"]["uid"], "u");
+        // And so are others' Roles.
+        let mut other = role("8", json!(["list"]));
+        other["metadata"]["name"] = json!("other");
+        other["metadata"]["labels"] = json!({});
+        w.apply(owned(kind, Event::Apply(other)));
+        let key = ("n".to_string(), "other".to_string());
+        assert_eq!(
+            w.store.get(&gk, &key).expect("stored")["rules"][0]["verbs"],
+            json!(["list"])
+        );
     }
 
     #[test]

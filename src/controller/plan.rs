@@ -156,9 +156,9 @@ pub struct Content {
     role_ref: Option<Digest>,
     subjects: Option<Digest>,
     /// One digest per ownerReference.
-    owner_refs: BTreeSet<Digest>,
+    owner_refs: Box<[Digest]>,
     /// The uids of the ownerReferences.
-    owner_uids: BTreeSet<String>,
+    owner_uids: Box<[String]>,
     /// Labels and annotations, all of them (what tells one version of a
     /// live object from another when the server gives no resourceVersion).
     meta: Digest,
@@ -183,7 +183,13 @@ impl Content {
             aggregation_rule: part("aggregationRule"),
             role_ref: part("roleRef"),
             subjects: part("subjects"),
-            owner_refs: refs.iter().map(digest).collect(),
+            owner_refs: {
+                // Sorted: compared as a set.
+                let mut d: Vec<Digest> = refs.iter().map(digest).collect();
+                d.sort_unstable();
+                d.dedup();
+                d.into()
+            },
             owner_uids: refs
                 .iter()
                 .filter_map(|r| r["uid"].as_str().map(str::to_string))

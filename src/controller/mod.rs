@@ -334,7 +334,10 @@ async fn control_loop(
                 let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
                 // Objects no desired copy stands for are judged on their
                 // own bodies: unpacked, and judged in the next pass.
-                if world.unpack(pass.plan().kept.iter().map(|(id, _, _)| id)) {
+                let kept = pass.plan().kept.iter();
+                // A deferred prune is no keep: it goes once the view is whole.
+                let kept = kept.filter(|k| k.2 != plan::KeepReason::PruneDeferred);
+                if world.unpack(kept.map(|(id, _, _)| id)) {
                     due = Some(Instant::now() + debounce);
                 }
                 let held = holds.len();

@@ -68,6 +68,9 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts (the controller's runtime, the bench's
+    // controller child, render's printer).
+    rbac_rules::controller::memory::limit_allocator_arenas();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {

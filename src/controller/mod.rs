@@ -15,6 +15,7 @@
 pub mod apply;
 mod error;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod plan;
 pub mod status;
@@ -331,6 +332,14 @@ async fn control_loop(
                 let allow = world.allow_rules();
                 let holds = world.holds();
                 let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
+                // Objects no desired copy stands for are judged on their
+                // own bodies: unpacked, and judged in the next pass.
+                let kept = pass.plan().kept.iter();
+                // A deferred prune is no keep: it goes once the view is whole.
+                let kept = kept.filter(|k| k.2 != plan::KeepReason::PruneDeferred);
+                if world.unpack(kept.map(|(id, _, _)| id)) {
+                    due = Some(Instant::now() + debounce);
+                }
                 let held = holds.len();
                 let learned = learned.clone();
                 running = Some(tokio::spawn(async move {

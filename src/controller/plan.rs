@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::api::OutputKind;
 use crate::engine::output::{RBAC_API_VERSION, rule_annotation, trigger_annotation};
@@ -134,16 +134,115 @@ impl OwnedFields {
     }
 }
 
+/// A digest of one compared part of an object (its normal form, see
+/// [`normalize`]): equal digests, equal content.
+pub type Digest = [u8; 16];
+
+fn digest(v: &Value) -> Digest {
+    use sha2::Digest as _;
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    let full = sha2::Sha256::digest(&bytes);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// The parts of an RBAC object the plan compares besides labels and
+/// annotations, as digests: a live object is compared without its body.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Content {
+    rules: Option<Digest>,
+    aggregation_rule: Option<Digest>,
+    role_ref: Option<Digest>,
+    subjects: Option<Digest>,
+    /// One digest per ownerReference.
+    owner_refs: Box<[Digest]>,
+    /// The uids of the ownerReferences.
+    owner_uids: Box<[String]>,
+    /// Labels and annotations, all of them (what tells one version of a
+    /// live object from another when the server gives no resourceVersion).
+    meta: Digest,
+}
+
+impl Content {
+    /// The compared parts of a manifest or a live object; absent and empty
+    /// are the same (`None`).
+    pub fn of(obj: &Value) -> Content {
+        let part = |name: &str| {
+            let n = field(obj, name);
+            (!n.is_null()).then(|| digest(&n))
+        };
+        let refs: Vec<Value> = obj["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(normalize)
+            .collect();
+        Content {
+            rules: part("rules"),
+            aggregation_rule: part("aggregationRule"),
+            role_ref: part("roleRef"),
+            subjects: part("subjects"),
+            owner_refs: {
+                // Sorted: compared as a set.
+                let mut d: Vec<Digest> = refs.iter().map(digest).collect();
+                d.sort_unstable();
+                d.dedup();
+                d.into()
+            },
+            owner_uids: refs
+                .iter()
+                .filter_map(|r| r["uid"].as_str().map(str::to_string))
+                .collect(),
+            meta: digest(&json!([
+                obj["metadata"]["labels"],
+                obj["metadata"]["annotations"]
+            ])),
+        }
+    }
+}
+
 /// A live RBAC object carrying our managed-by label, as cached from the
-/// watches.
+/// watches: what the plan compares (digests, not the body) and what the
+/// engine reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
     /// The object without `managedFields`, shared with the engine's store
-    /// (one copy in memory, not one per cache).
+    /// (one copy in memory, not one per cache). The world keeps only
+    /// [`Live::slim`] of it where no rule reads the kind.
     pub object: Arc<Value>,
     /// What our field manager owns on it, when known.
     pub ours: Option<OwnedFields>,
+    /// metadata.uid.
+    uid: Option<String>,
+    /// metadata.resourceVersion.
+    resource_version: Option<String>,
+    /// The compared parts, as digests.
+    content: Arc<Content>,
+    /// The slim body as JSON while `object` holds only its identity and
+    /// labels and annotations ([`Live::pack`]).
+    packed: Option<Arc<[u8]>>,
 }
+
+/// What [`Live::slim`] keeps: top-level fields (apiVersion and kind
+/// first), and metadata fields.
+const SLIM_TOP: [&str; 6] = [
+    "apiVersion",
+    "kind",
+    "rules",
+    "aggregationRule",
+    "roleRef",
+    "subjects",
+];
+/// What [`Live::pack`] leaves in the object: identity and provenance.
+const PACKED_META: [&str; 4] = ["name", "namespace", "labels", "annotations"];
+const SLIM_META: [&str; 5] = [
+    "name",
+    "namespace",
+    "resourceVersion",
+    "labels",
+    "annotations",
+];
 
 impl Live {
     /// Summarises a live object: extracts what we own, then strips
@@ -153,10 +252,7 @@ impl Live {
         if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
         }
-        Live {
-            object: Arc::new(object),
-            ours,
-        }
+        Live::summarise(object, ours)
     }
 
     /// Like [`Live::new`], from a typed object (a watch event or an apply
@@ -164,10 +260,131 @@ impl Live {
     /// into JSON.
     pub fn from_object(mut obj: kube::api::DynamicObject) -> Live {
         let entries = obj.metadata.managed_fields.take().unwrap_or_default();
-        Live {
-            ours: OwnedFields::from_entries(&entries),
-            object: Arc::new(serde_json::to_value(&obj).unwrap_or(Value::Null)),
+        let ours = OwnedFields::from_entries(&entries);
+        Live::summarise(serde_json::to_value(&obj).unwrap_or(Value::Null), ours)
+    }
+
+    fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
+        let meta = &object["metadata"];
+        let role = object["kind"].as_str() == Some(OutputKind::Role.as_str());
+        let mut live = Live {
+            uid: meta["uid"].as_str().map(str::to_string),
+            resource_version: meta["resourceVersion"].as_str().map(str::to_string),
+            content: Arc::new(Content::of(&object)),
+            object: Arc::new(object),
+            ours,
+            packed: None,
+        };
+        // Roles are most of the objects at scale, with the longest rule
+        // lists: packed at once (in the watch task, before an event is
+        // queued); the world unpacks them where a rule reads Roles.
+        if role {
+            live.pack();
         }
+        live
+    }
+
+    /// Keeps of the body only what the plan and the engine's policy read
+    /// of an object no rule reads: apiVersion, kind, name, namespace,
+    /// resourceVersion, labels, annotations, and the RBAC fields (`rules`,
+    /// `aggregationRule`, `roleRef`, `subjects`). uid and the compared
+    /// parts stay in the summary. Idempotent.
+    pub fn slim(&mut self) {
+        self.keep(&SLIM_TOP, &SLIM_META);
+    }
+
+    /// Keeps the body as JSON bytes (a fraction of its size as a tree) and
+    /// in `object` only apiVersion, kind, name, namespace, labels and
+    /// annotations: what the plan, provenance and the engine's view of a
+    /// live object read while a desired copy stands for it. No
+    /// resourceVersion there, so that the engine's store sees the change
+    /// when [`Live::unpack`] brings the body back. Idempotent.
+    pub fn pack(&mut self) {
+        if self.packed.is_some() {
+            return;
+        }
+        let Ok(bytes) = serde_json::to_vec(&*self.object) else {
+            return;
+        };
+        self.packed = Some(bytes.into());
+        self.keep(&SLIM_TOP[..2], &PACKED_META);
+    }
+
+    /// Brings back the body [`Live::pack`] kept as JSON; whether it was
+    /// packed.
+    pub fn unpack(&mut self) -> bool {
+        let Some(bytes) = self.packed.take() else {
+            return false;
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) => {
+                self.object = Arc::new(v);
+                true
+            }
+            Err(e) => {
+                // Bytes this process wrote: cannot happen; keep the stub.
+                tracing::warn!(error = %e, "cannot unpack a cached object");
+                false
+            }
+        }
+    }
+
+    /// Whether the body is packed.
+    pub fn is_packed(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    /// Keeps the top-level fields `top` (besides metadata) and the metadata
+    /// fields `meta`; whether anything was dropped. Only what is kept is
+    /// copied (the body may be shared with the engine's store).
+    fn keep(&mut self, top: &[&str], meta: &[&str]) -> bool {
+        let Some(map) = self.object.as_object() else {
+            return false;
+        };
+        let old_meta = map.get("metadata").and_then(Value::as_object);
+        let extra = map
+            .keys()
+            .any(|k| k != "metadata" && !top.contains(&k.as_str()))
+            || old_meta.is_some_and(|m| m.keys().any(|k| !meta.contains(&k.as_str())));
+        if !extra {
+            return false;
+        }
+        // Ours alone (a fresh event): trimmed in place.
+        if let Some(Value::Object(map)) = Arc::get_mut(&mut self.object) {
+            map.retain(|k, _| k == "metadata" || top.contains(&k.as_str()));
+            if let Some(Value::Object(m)) = map.get_mut("metadata") {
+                m.retain(|k, _| meta.contains(&k.as_str()));
+            }
+            return true;
+        }
+        let Some(map) = self.object.as_object() else {
+            return false;
+        };
+        let old_meta = map.get("metadata").and_then(Value::as_object);
+        let mut out: Map<String, Value> = map
+            .iter()
+            .filter(|(k, _)| top.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Some(m) = old_meta {
+            let m: Map<String, Value> = m
+                .iter()
+                .filter(|(k, _)| meta.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            out.insert("metadata".into(), Value::Object(m));
+        }
+        self.object = Arc::new(Value::Object(out));
+        true
+    }
+
+    /// Whether `other` is the same version of the object: the same uid,
+    /// resourceVersion and compared content.
+    pub fn same_version(&self, other: &Live) -> bool {
+        self.resource_version.is_some()
+            && self.resource_version == other.resource_version
+            && self.uid == other.uid
+            && self.content == other.content
     }
 
     /// Whether it carries our managed-by label.
@@ -187,12 +404,12 @@ impl Live {
 
     /// metadata.uid.
     pub fn uid(&self) -> Option<&str> {
-        self.object["metadata"]["uid"].as_str()
+        self.uid.as_deref()
     }
 
     /// metadata.resourceVersion.
     pub fn resource_version(&self) -> Option<&str> {
-        self.object["metadata"]["resourceVersion"].as_str()
+        self.resource_version.as_deref()
     }
 }
 
@@ -260,6 +477,29 @@ fn field(obj: &Value, name: &str) -> Value {
     if is_empty(&n) { Value::Null } else { n }
 }
 
+/// What the plan reads of a desired manifest: its kind, labels,
+/// annotations and compared parts. The one place that reads the desired
+/// side's representation (besides sending it).
+pub struct Wanted<'a> {
+    kind: Option<OutputKind>,
+    labels: Option<&'a Map<String, Value>>,
+    annotations: Option<&'a Map<String, Value>>,
+    content: Content,
+}
+
+impl<'a> Wanted<'a> {
+    /// What `desired` asks for.
+    pub fn of(desired: &'a Value) -> Wanted<'a> {
+        let meta = &desired["metadata"];
+        Wanted {
+            kind: desired["kind"].as_str().and_then(OutputKind::parse),
+            labels: meta["labels"].as_object(),
+            annotations: meta["annotations"].as_object(),
+            content: Content::of(desired),
+        }
+    }
+}
+
 /// Which parts of a live object differ from the desired manifest, by name
 /// (`labels`, `annotations`, `ownerReferences`, `rules`, `aggregationRule`,
 /// `roleRef`, `subjects`). Empty: nothing to write.
@@ -268,82 +508,72 @@ fn field(obj: &Value, name: &str) -> Value {
 /// ignored, while ones we set earlier but no longer want count (an apply
 /// would remove them). Server-added metadata (uid, resourceVersion,
 /// managedFields, ...) is ignored. An aggregated ClusterRole's `rules` belong
-/// to the aggregation controller and are never compared.
+/// to the aggregation controller and are never compared. The live side is
+/// compared by digest.
 pub fn differences(desired: &Value, live: &Live) -> Vec<&'static str> {
+    differences_of(&Wanted::of(desired), live)
+}
+
+fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     let mut out = Vec::new();
-    let dm = &desired["metadata"];
     let lm = &live.object["metadata"];
-    for (name, owned) in [
-        ("labels", live.ours.as_ref().map(|o| &o.labels)),
-        ("annotations", live.ours.as_ref().map(|o| &o.annotations)),
+    for (name, wanted, owned) in [
+        ("labels", want.labels, live.ours.as_ref().map(|o| &o.labels)),
+        (
+            "annotations",
+            want.annotations,
+            live.ours.as_ref().map(|o| &o.annotations),
+        ),
     ] {
-        let want = dm[name].as_object();
         let have = lm[name].as_object();
-        let missing = want
+        let missing = wanted
             .into_iter()
             .flatten()
             .any(|(k, v)| have.and_then(|h| h.get(k)) != Some(v));
         let stale = owned
             .into_iter()
             .flatten()
-            .any(|k| !want.is_some_and(|w| w.contains_key(k)));
+            .any(|k| !wanted.is_some_and(|w| w.contains_key(k)));
         if missing || stale {
             out.push(name);
         }
     }
-    if owner_references_differ(dm, lm, live.ours.as_ref()) {
+    let (w, l) = (&want.content, &live.content);
+    let missing_owner = w.owner_refs.iter().any(|r| !l.owner_refs.contains(r));
+    let stale_owner = live
+        .ours
+        .as_ref()
+        .is_some_and(|o| o.owner_uids.iter().any(|u| !w.owner_uids.contains(u)));
+    if missing_owner || stale_owner {
         out.push("ownerReferences");
     }
-    let kind = desired["kind"].as_str().and_then(OutputKind::parse);
     let owns = |f: &str| live.ours.as_ref().is_none_or(|o| o.top.contains(f));
-    match kind {
+    match want.kind {
         Some(k) if k.is_role() => {
-            let want_agg = field(desired, "aggregationRule");
-            let have_agg = field(&live.object, "aggregationRule");
-            if want_agg.is_null() {
+            if w.aggregation_rule.is_none() {
                 // Someone else's aggregationRule survives our apply: only
                 // one we set counts.
-                if !have_agg.is_null() && owns("aggregationRule") {
+                if l.aggregation_rule.is_some() && owns("aggregationRule") {
                     out.push("aggregationRule");
                 }
-                if field(desired, "rules") != field(&live.object, "rules") {
+                if w.rules != l.rules {
                     out.push("rules");
                 }
-            } else if want_agg != have_agg {
+            } else if w.aggregation_rule != l.aggregation_rule {
                 out.push("aggregationRule");
             }
         }
         Some(_) => {
-            if field(desired, "roleRef") != field(&live.object, "roleRef") {
+            if w.role_ref != l.role_ref {
                 out.push("roleRef");
             }
-            if field(desired, "subjects") != field(&live.object, "subjects") {
+            if w.subjects != l.subjects {
                 out.push("subjects");
             }
         }
         None => {}
     }
     out
-}
-
-fn owner_references_differ(dm: &Value, lm: &Value, ours: Option<&OwnedFields>) -> bool {
-    let want: Vec<Value> = dm["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(normalize)
-        .collect();
-    let have: Vec<Value> = lm["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(normalize)
-        .collect();
-    if want.iter().any(|w| !have.contains(w)) {
-        return true;
-    }
-    let want_uids: BTreeSet<&str> = want.iter().filter_map(|w| w["uid"].as_str()).collect();
-    ours.is_some_and(|o| o.owner_uids.iter().any(|u| !want_uids.contains(u.as_str())))
 }
 
 /// Why an object is applied.
@@ -453,23 +683,45 @@ pub fn plan(
     plan_with(evaluation, live, held, prune, &mut Compared::default())
 }
 
-/// Pairs of (desired, live) copies the last plan found equal. The engine
-/// reuses the shared copy of an output it did not re-render, and the world
-/// replaces a live copy only when the object changed; so a pass compares in
-/// depth only the objects whose desired or live copy is new, and a resync
-/// or a change to one trigger costs a pointer comparison per object, not a
-/// semantic diff. Holding the copies keeps their addresses from being
-/// reused.
+/// The desired copies and live versions the last plan found equal. The
+/// engine reuses the shared copy of an output it did not re-render, and a
+/// live object changes version only when it changed; so a pass compares
+/// only the objects whose desired copy or live version is new, and a
+/// resync or a change to one trigger costs a pointer and a version
+/// comparison per object. Holding the desired copies keeps their addresses
+/// from being reused; live bodies are not held.
 #[derive(Debug, Default)]
 pub struct Compared {
-    equal: BTreeMap<ObjectId, (Manifest, Arc<Value>)>,
+    equal: BTreeMap<ObjectId, (Manifest, LiveVersion)>,
+}
+
+/// What tells one version of a live object from another without holding
+/// its body (which the world may drop, see `World::shed`).
+#[derive(Debug, PartialEq)]
+struct LiveVersion {
+    uid: Option<String>,
+    resource_version: Option<String>,
+    content: Arc<Content>,
+}
+
+impl LiveVersion {
+    fn of(live: &Live) -> LiveVersion {
+        LiveVersion {
+            uid: live.uid.clone(),
+            resource_version: live.resource_version().map(str::to_string),
+            content: Arc::clone(&live.content),
+        }
+    }
 }
 
 impl Compared {
-    fn known_equal(&self, id: &ObjectId, desired: &Manifest, live: &Arc<Value>) -> bool {
-        self.equal
-            .get(id)
-            .is_some_and(|(d, l)| Manifest::ptr_eq(d, desired) && Arc::ptr_eq(l, live))
+    fn known_equal(&self, id: &ObjectId, desired: &Manifest, live: &Live) -> bool {
+        self.equal.get(id).is_some_and(|(d, l)| {
+            Manifest::ptr_eq(d, desired)
+                && l.resource_version.as_deref() == live.resource_version()
+                && l.uid == live.uid
+                && l.content == live.content
+        })
     }
 }
 
@@ -494,8 +746,8 @@ pub fn plan_with(
                 object = Arc::new(d.object.to_value());
                 ApplyAction::Create
             }
-            Some(l) if compared.known_equal(&id, &d.object, &l.object) => {
-                equal.insert(id.clone(), (d.object.clone(), Arc::clone(&l.object)));
+            Some(l) if compared.known_equal(&id, &d.object, l) => {
+                equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
                 out.unchanged.push((id, d.rule.clone()));
                 continue;
             }
@@ -506,7 +758,7 @@ pub fn plan_with(
                 }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
-                    equal.insert(id.clone(), (d.object.clone(), Arc::clone(&l.object)));
+                    equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
                 }
@@ -708,6 +960,64 @@ mod tests {
         assert!(from_typed.object["metadata"].get("managedFields").is_none());
         let ours = from_typed.ours.expect("ours");
         assert!(ours.labels.contains("a") && ours.top.contains("rules"));
+    }
+
+    #[test]
+    fn live_objects_compare_by_digest_of_their_normal_form() {
+        let desired = role(json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]));
+        // The server's copy: other metadata, an empty field dropped.
+        let mut served = desired.clone();
+        served["metadata"]["uid"] = json!("u");
+        served["metadata"]["resourceVersion"] = json!("3");
+        served["rules"][0]["resourceNames"] = json!([]);
+        let l = live(served.clone());
+        assert_eq!(*l.content, Content::of(&desired));
+        assert!(differences(&desired, &l).is_empty());
+        // One verb more: another digest, a write.
+        served["rules"][0]["verbs"] = json!(["get", "list"]);
+        let l = live(served.clone());
+        assert_ne!(*l.content, Content::of(&desired));
+        assert_eq!(differences(&desired, &l), vec!["rules"]);
+        // The digest, not the body, decides: a slim copy compares the same.
+        let mut slim = live(served);
+        slim.slim();
+        assert_eq!(differences(&desired, &slim), vec!["rules"]);
+        assert_eq!(slim.uid(), Some("u"));
+        assert!(slim.object["metadata"].get("uid").is_none());
+    }
+
+    #[test]
+    fn slimming_keeps_what_policy_reads_and_is_idempotent() {
+        let mut l = live(json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
+            "metadata": {"name": "b", "namespace": "n", "uid": "u", "resourceVersion": "4",
+                "generation": 1, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "T/a"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "x"}]},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "n"}],
+        }));
+        let summary = (l.uid.clone(), l.content.clone());
+        l.slim();
+        let once = l.object.clone();
+        assert_eq!(
+            *once,
+            json!({
+                "apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
+                "metadata": {"name": "b", "namespace": "n", "resourceVersion": "4",
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "T/a"}},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+                "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "n"}],
+            })
+        );
+        assert_eq!((l.uid.clone(), l.content.clone()), summary);
+        assert_eq!((l.rule(), l.trigger()), (Some("r"), Some("T/a")));
+        l.slim();
+        assert!(
+            Arc::ptr_eq(&once, &l.object),
+            "a slim copy is kept as it is"
+        );
     }
 
     #[test]

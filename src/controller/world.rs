@@ -375,7 +375,7 @@ impl World {
         owned || foreign || read
     }
 
-    fn upsert_rbac(&mut self, o: Live) -> bool {
+    fn upsert_rbac(&mut self, mut o: Live) -> bool {
         let Some(id) = ObjectId::of(&o.object) else {
             return false;
         };
@@ -389,6 +389,7 @@ impl World {
         // Kept whole only where a rule reads the kind (rules copied from
         // ClusterRoles, an allow-list), else only its name is.
         if self.kinds.contains_key(&gk) {
+            o.unpack();
             let key = (id.namespace.clone(), id.name.clone());
             if self.store.get(&gk, &key) != Some(&*o.object) {
                 read = self.store.insert_shared(o.object).is_ok();
@@ -397,18 +398,54 @@ impl World {
         self.foreign.insert(id) || owned || read
     }
 
-    fn upsert_live(&mut self, id: ObjectId, live: Live) -> bool {
+    /// Caches one of our objects.
+    fn upsert_live(&mut self, id: ObjectId, mut live: Live) -> bool {
+        // Policy reads the RBAC fields of our objects; the rest of the body
+        // only matters where a rule reads the kind.
+        let read = self.kinds.contains_key(&output_gk(id.kind));
+        if read {
+            live.unpack();
+        } else {
+            live.slim();
+        }
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
             // A watch event from before a write whose response the cache
             // already learned: older, so nothing to change.
             Some(known) if older(&live, known) => return false,
+            // The version already known (perhaps unpacked since): nothing
+            // changed. Where a rule reads the kind, a whole copy replaces
+            // a slim one.
+            Some(known) if !read && known.same_version(&live) => return false,
             _ => {}
         }
         self.mirror(&id, Some(&live.object));
         self.foreign.remove(&id);
         self.owned.insert(id, live);
         true
+    }
+
+    /// Unpacks the bodies of `kept` objects (those a plan left alone: no
+    /// desired copy stands for them), so that policy judges them in the
+    /// next evaluation. Whether any was packed. Packed objects are Roles
+    /// no rule reads ([`Live::pack`]): while a desired copy stands for one,
+    /// policy judges that copy and the plan compares digests.
+    pub fn unpack<'a>(&mut self, kept: impl IntoIterator<Item = &'a ObjectId>) -> bool {
+        let mut any = false;
+        for id in kept {
+            let Some(live) = self.owned.get_mut(id) else {
+                continue;
+            };
+            if live.unpack() {
+                if !self.kinds.contains_key(&output_gk(id.kind)) {
+                    live.slim();
+                }
+                let object = Arc::clone(&live.object);
+                self.mirror(id, Some(&object));
+                any = true;
+            }
+        }
+        any
     }
 
     fn remove_owned(&mut self, id: &ObjectId) -> bool {
@@ -1084,6 +1121,178 @@ mod tests {
         // No rule reads them any more: the others go, ours stay.
         w.forget_kind(&gk);
         assert_eq!(stored_names(&w, &gk), vec!["ours"]);
+    }
+
+    /// One of our ClusterRoles as the server returns it, with `verbs`.
+    fn served_role(rv: &str, verbs: Value) -> Value {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "s", "resourceVersion": rv, "uid": "u-s",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                "annotations": {"rbacrules.io/rule": "r"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u-n"}]},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+    }
+
+    #[test]
+    fn our_objects_are_kept_slim_unless_a_rule_reads_the_kind() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let id = ObjectId::new(kind, "", "s");
+        w.apply(owned(kind, Event::Apply(served_role("5", json!(["get"])))));
+        let live = &w.owned[&id];
+        let meta = live.object["metadata"].as_object().expect("metadata");
+        let mut keys: Vec<&str> = meta.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            vec!["annotations", "labels", "name", "resourceVersion"]
+        );
+        // What the plan and policy read is still there.
+        assert_eq!(live.uid(), Some("u-s"));
+        assert_eq!(live.rule(), Some("r"));
+        assert!(live.is_managed());
+        assert_eq!(live.object["rules"][0]["verbs"], json!(["get"]));
+        // The store the engine judges shares the slim copy.
+        let gk = output_gk(kind);
+        let key = (String::new(), "s".to_string());
+        assert!(std::ptr::eq(
+            w.store.get(&gk, &key).expect("stored"),
+            &*w.owned[&id].object
+        ));
+        // A rule reads ClusterRoles: the next copy is kept whole.
+        let interest = Interest {
+            gk: gk.clone(),
+            version: None,
+            metadata_only: false,
+        };
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        w.apply(owned(kind, Event::Apply(served_role("6", json!(["get"])))));
+        let whole = &w.owned[&id].object["metadata"];
+        assert_eq!(whole["uid"], "u-s");
+        assert_eq!(whole["ownerReferences"][0]["name"], "n");
+    }
+
+    #[test]
+    fn roles_no_rule_reads_are_packed_until_a_plan_keeps_them() {
+        let mut w = base_world();
+        let kind = OutputKind::Role;
+        let id = ObjectId::new(kind, "n", "s");
+        let role = |rv: &str, verbs: Value| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "s", "namespace": "n", "resourceVersion": rv, "uid": "u",
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "T/n"}},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+        };
+        assert!(
+            w.apply(owned(kind, Event::Apply(role("5", json!(["get"])))))
+                .dirty
+        );
+        let gk = output_gk(kind);
+        let key = ("n".to_string(), "s".to_string());
+        let live = &w.owned[&id];
+        assert!(live.is_packed());
+        assert!(live.object.get("rules").is_none());
+        assert_eq!(
+            (live.rule(), live.trigger(), live.resource_version()),
+            (Some("r"), Some("T/n"), Some("5"))
+        );
+        assert!(w.store.get(&gk, &key).expect("stub").get("rules").is_none());
+        // Compared by digest while packed.
+        let mut desired = role("", json!(["get"]));
+        desired["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .retain(|k, _| k != "resourceVersion" && k != "uid");
+        assert!(super::super::plan::differences(&desired, &w.owned[&id]).is_empty());
+        // A plan keeps it without a desired copy: policy must see its rules.
+        assert!(w.unpack([&id]));
+        assert!(!w.unpack([&id]));
+        let stored = w.store.get(&gk, &key).expect("stored");
+        assert_eq!(stored["rules"][0]["verbs"], json!(["get"]));
+        // The same version again leaves it unpacked; a new one is packed.
+        assert!(
+            !w.apply(owned(kind, Event::Apply(role("5", json!(["get"])))))
+                .dirty
+        );
+        assert!(!w.owned[&id].is_packed());
+        assert!(
+            w.apply(owned(kind, Event::Apply(role("6", json!(["*"])))))
+                .dirty
+        );
+        assert!(w.owned[&id].is_packed());
+        assert_eq!(
+            super::super::plan::differences(&desired, &w.owned[&id]),
+            vec!["rules"]
+        );
+        // Where a rule reads Roles they are kept whole.
+        let interest = Interest {
+            gk: gk.clone(),
+            version: None,
+            metadata_only: false,
+        };
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        assert!(
+            w.apply(owned(kind, Event::Apply(role("7", json!(["get"])))))
+                .dirty
+        );
+        assert!(!w.owned[&id].is_packed());
+        assert_eq!(w.owned[&id].object["metadata"]["uid"], "u");
+        // And so are others' Roles.
+        let mut other = role("8", json!(["list"]));
+        other["metadata"]["name"] = json!("other");
+        other["metadata"]["labels"] = json!({});
+        w.apply(owned(kind, Event::Apply(other)));
+        let key = ("n".to_string(), "other".to_string());
+        assert_eq!(
+            w.store.get(&gk, &key).expect("stored")["rules"][0]["verbs"],
+            json!(["list"])
+        );
+    }
+
+    #[test]
+    fn a_relist_with_a_changed_body_is_noticed() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let id = ObjectId::new(kind, "", "s");
+        listed(
+            &mut w,
+            |e| owned(kind, e),
+            vec![served_role("5", json!(["get"]))],
+        );
+        let desired = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "s", "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                "annotations": {"rbacrules.io/rule": "r"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u-n"}]},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
+        assert!(super::super::plan::differences(&desired, &w.owned[&id]).is_empty());
+        // Relisted unchanged: nothing to do, the copy is kept.
+        let before = w.owned[&id].object.clone();
+        w.apply(owned(kind, Event::Init));
+        let c = w.apply(owned(
+            kind,
+            Event::InitApply(served_role("5", json!(["get"]))),
+        ));
+        assert!(!c.dirty);
+        w.apply(owned(kind, Event::InitDone));
+        assert!(Arc::ptr_eq(&before, &w.owned[&id].object));
+        // Edited while the watch was down: the relist brings the new body,
+        // and its digest differs from what is wanted.
+        w.apply(owned(kind, Event::Init));
+        let c = w.apply(owned(
+            kind,
+            Event::InitApply(served_role("9", json!(["get", "delete"]))),
+        ));
+        assert!(c.dirty);
+        w.apply(owned(kind, Event::InitDone));
+        assert_eq!(w.owned[&id].resource_version(), Some("9"));
+        assert_eq!(
+            super::super::plan::differences(&desired, &w.owned[&id]),
+            vec!["rules"]
+        );
     }
 
     #[test]

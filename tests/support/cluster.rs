@@ -322,6 +322,27 @@ impl FakeCluster {
         )
     }
 
+    /// Puts an RBAC object at `path` (`RBAC/namespaces/a/roles/x`) as if
+    /// someone had made it, with a fresh resourceVersion and a uid.
+    pub fn put_rbac(&self, path: &str, mut object: Value) {
+        let (collection, id) = rbac_object(path).expect("RBAC object path");
+        let mut s = self.state.lock().expect("lock");
+        let rv = s.next_rv();
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        object["metadata"]["uid"] = json!(format!("{id}-uid"));
+        s.rbac.insert(id, object.clone());
+        s.publish(&collection, "ADDED", &object);
+    }
+
+    /// Sets a Namespace's annotations (before the controller lists it).
+    pub fn annotate_namespace(&self, name: &str, annotations: Value) {
+        let mut s = self.state.lock().expect("lock");
+        let rv = s.next_rv();
+        let mut ns = namespace_meta(name, rv);
+        ns["metadata"]["annotations"] = annotations;
+        s.namespaces.insert(name.to_string(), ns);
+    }
+
     /// Adds a Namespace (its watch event goes to the open watches).
     pub fn add_namespace(&self, name: &str) {
         let mut s = self.state.lock().expect("lock");

@@ -133,11 +133,12 @@ pub fn entries(
             after,
         };
         let live = owned.get(&a.id);
+        let body = a.body();
         out.push(match (&a.action, existing.get(&a.id).cloned().flatten()) {
             (ApplyAction::Create, Some(found)) if !is_managed(&found) => {
-                match apply::adoption(&a.id, &a.object, &found, adopt_existing) {
+                match apply::adoption(&a.id, &body, &found, adopt_existing) {
                     Ok(why) => {
-                        let mut desired = (*a.object).clone();
+                        let mut desired = body.clone();
                         keep_helm_annotation(&mut desired, &found);
                         let after = applied(&found, None, &desired);
                         entry(Change::Adopt, Some(why), Some(found), Some(after))
@@ -148,11 +149,11 @@ pub fn entries(
             // Ours already (the cache lagged): an update.
             (ApplyAction::Create, Some(found)) => {
                 let ours = OwnedFields::from_managed_fields(&found);
-                let after = applied(&found, ours.as_ref(), &a.object);
+                let after = applied(&found, ours.as_ref(), &body);
                 entry(Change::Update, None, Some(found), Some(after))
             }
             (ApplyAction::Create, None) => {
-                entry(Change::Create, None, None, Some(clean(&a.object)))
+                entry(Change::Create, None, None, Some(clean(&body)))
             }
             (action, _) => {
                 let change = match action {
@@ -162,9 +163,9 @@ pub fn entries(
                 let before = live.map(|l| (*l.object).clone());
                 let after = match live {
                     Some(l) if change == Change::Update => {
-                        applied(&l.object, l.ours.as_ref(), &a.object)
+                        applied(&l.object, l.ours.as_ref(), &body)
                     }
-                    _ => clean(&a.object),
+                    _ => clean(&body),
                 };
                 entry(change, None, before, Some(after))
             }
@@ -488,7 +489,8 @@ mod tests {
             id: id(name),
             rule: "r".into(),
             trigger: None,
-            object: role(name, ours(), rules).into(),
+            object: crate::engine::Manifest::from_value(&role(name, ours(), rules)).unwrap(),
+            keep_helm: false,
             action,
         }
     }

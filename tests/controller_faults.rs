@@ -49,7 +49,7 @@ fn desired(rules: &BTreeMap<String, RbacRule>) -> Vec<Value> {
     let (_, plan) = s.evaluate(&snapshot(rules, &observed, &live, &holds));
     plan.applies
         .into_iter()
-        .map(|a| (*a.object).clone())
+        .map(|a| a.body())
         .collect()
 }
 

@@ -1008,7 +1008,7 @@ async fn builtin_rules_converge_with_no_second_write() {
     // What the server holds after those applies.
     let mut live_objects = Vec::new();
     for (i, a) in first.applies.iter().enumerate() {
-        let mut o = (*a.object).clone();
+        let mut o = a.body();
         let meta = o["metadata"].as_object_mut().expect("metadata");
         let keys = |m: Option<&Value>| -> Value {
             let mut f = serde_json::Map::new();

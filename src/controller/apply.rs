@@ -5,7 +5,6 @@
 //! is shutting down sends nothing more.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,10 +18,10 @@ use serde_json::Value;
 use super::Error;
 use super::metrics::Metrics;
 use super::plan::{
-    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_managed,
-    keep_helm_annotation,
+    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_helm_released, is_managed,
 };
 use crate::api::OutputKind;
+use crate::engine::Manifest;
 use crate::engine::output::MANAGED_BY_LABEL;
 
 /// How long a found ownership conflict is trusted before the object is
@@ -407,12 +406,12 @@ impl Writer<'_> {
 }
 
 /// The role a binding manifest names, as an id.
-fn role_ref(id: &ObjectId, object: &serde_json::Value) -> Option<ObjectId> {
+fn role_ref(id: &ObjectId, object: &Manifest) -> Option<ObjectId> {
     if id.kind.is_role() {
         return None;
     }
-    let kind = OutputKind::parse(object["roleRef"]["kind"].as_str()?)?;
-    let name = object["roleRef"]["name"].as_str()?;
+    let (kind, name) = object.role_ref()?;
+    let kind = OutputKind::parse(kind)?;
     let namespace = if kind.namespaced() {
         id.namespace.clone()
     } else {
@@ -479,7 +478,7 @@ async fn apply_one(
                 .map(|o| o.map(|o| serde_json::to_value(&o).unwrap_or_default()));
             match found {
                 Ok(Some(existing)) if !is_managed(&existing) => {
-                    match adoption(&a.id, &a.object, &existing, w.adopt_existing) {
+                    match adoption(&a.id, &a.body(), &existing, w.adopt_existing) {
                         Ok(why) => {
                             if !w.gate.open() {
                                 return Outcome::Skipped;
@@ -487,7 +486,7 @@ async fn apply_one(
                             // In place, one apply: no moment without the
                             // object, so nobody loses a permission.
                             let mut adopted = a.clone();
-                            keep_helm_annotation(Arc::make_mut(&mut adopted.object), &existing);
+                            adopted.keep_helm |= is_helm_released(&existing);
                             match send_apply(&api, w.metrics, &adopted, true, learned).await {
                                 Ok(()) => Outcome::Adopted(why),
                                 Err(e) => Outcome::Failed(e),
@@ -618,7 +617,7 @@ async fn send_apply(
     let params = PatchParams::apply(FIELD_MANAGER);
     let params = if force { params.force() } else { params };
     metrics.write(a.id.kind.as_str(), "apply");
-    api.patch(&a.id.name, &params, &Patch::Apply(&*a.object))
+    api.patch(&a.id.name, &params, &Patch::Apply(&a.body()))
         .await
         .map(|o| *learned = Some(Live::from_object(o)))
         .map_err(|source| Error::Api {

@@ -425,9 +425,17 @@ pub const HELM_RESOURCE_POLICY: &str = "helm.sh/resource-policy";
 /// plan (the live object still carries Helm's annotation), so our applies
 /// keep the annotation instead of removing it.
 pub fn keep_helm_annotation(desired: &mut Value, existing: &Value) {
-    if !existing["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string() {
-        return;
+    if is_helm_released(existing) {
+        add_helm_keep(desired);
     }
+}
+
+/// Whether `existing` carries Helm's release annotation.
+pub fn is_helm_released(existing: &Value) -> bool {
+    existing["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string()
+}
+
+fn add_helm_keep(desired: &mut Value) {
     let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
@@ -606,11 +614,27 @@ pub struct Apply {
     pub rule: String,
     /// Trigger it was rendered for.
     pub trigger: Option<String>,
-    /// The manifest to send (shared with the evaluation unless changed for
-    /// Helm's keep annotation).
-    pub object: Arc<Value>,
+    /// The manifest to send, shared with the evaluation: its JSON body is
+    /// built only when it is sent ([`Apply::body`]), so a pass of thousands
+    /// of writes never holds them all as JSON at once.
+    pub object: Manifest,
+    /// Whether to add Helm's keep annotation (see [`keep_helm_annotation`]):
+    /// the live object carries Helm's release annotation.
+    pub keep_helm: bool,
     /// Why.
     pub action: ApplyAction,
+}
+
+impl Apply {
+    /// The body to send: the manifest, with Helm's keep annotation when
+    /// [`Apply::keep_helm`].
+    pub fn body(&self) -> Value {
+        let mut v = self.object.to_value();
+        if self.keep_helm {
+            add_helm_keep(&mut v);
+        }
+        v
+    }
 }
 
 /// One deletion of a managed object nothing wants any more.
@@ -740,22 +764,19 @@ pub fn plan_with(
     for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert(id.clone());
-        let mut object: Arc<Value>;
+        let mut keep_helm = false;
         let action = match live.get(&id) {
-            None => {
-                object = Arc::new(d.object.to_value());
-                ApplyAction::Create
-            }
+            None => ApplyAction::Create,
             Some(l) if compared.known_equal(&id, &d.object, l) => {
                 equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
                 out.unchanged.push((id, d.rule.clone()));
                 continue;
             }
             Some(l) => {
-                object = Arc::new(d.object.to_value());
-                if l.object["metadata"]["annotations"][HELM_RELEASE_ANNOTATION].is_string() {
-                    keep_helm_annotation(Arc::make_mut(&mut object), &l.object);
-                }
+                // Built for the comparison only, dropped after it.
+                let mut object = d.object.to_value();
+                keep_helm = is_helm_released(&l.object);
+                keep_helm_annotation(&mut object, &l.object);
                 let diff = differences(&object, l);
                 if diff.is_empty() {
                     equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
@@ -776,7 +797,8 @@ pub fn plan_with(
             id,
             rule: d.rule.clone(),
             trigger: d.trigger.clone(),
-            object,
+            object: d.object.clone(),
+            keep_helm,
             action,
         });
     }
@@ -1222,7 +1244,7 @@ mod plan_tests {
             ApplyAction::Update(vec!["annotations"])
         );
         assert_eq!(
-            p.applies[0].object["metadata"]["annotations"][HELM_RESOURCE_POLICY],
+            p.applies[0].body()["metadata"]["annotations"][HELM_RESOURCE_POLICY],
             "keep"
         );
         // Not a Helm object: never added.

@@ -16,7 +16,7 @@ use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::limits;
 use super::manifest::{Body, Manifest, Meta};
-use super::memo::{Owner, Read};
+use super::memo::{ItemCache, ItemVerdict, Owner, Read};
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{FieldPath, scalar_text};
@@ -111,6 +111,8 @@ pub(super) struct Evaluator<'a> {
     pub warnings: RefCell<Vec<FieldWarning>>,
     /// Whether templated strings are marked as data (policy rules).
     pub mark: Cell<bool>,
+    /// Verdicts on listField items, kept by the rule's memo.
+    pub items: RefCell<ItemCache>,
 }
 
 impl Evaluator<'_> {
@@ -462,6 +464,8 @@ impl Evaluator<'_> {
         {
             return Ok(Vec::new());
         }
+        // A listField item's JSON text, by position (empty otherwise).
+        let mut keys: Vec<String> = Vec::new();
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
             let gk = GroupKind::new(&q.api_group, &q.kind);
             let ns = match &q.namespace {
@@ -606,51 +610,114 @@ impl Evaluator<'_> {
                     seen.insert(item.to_string(), item);
                 }
             }
-            seen.into_values().collect()
+            let (texts, items): (Vec<String>, Vec<Value>) = seen.into_iter().unzip();
+            keys = texts;
+            items
         } else {
             Vec::new()
         };
         if !rel.filter.is_empty() {
+            // Conditions of the item alone are judged once per entry text.
+            let cached = !keys.is_empty() && rel.filter.iter().all(|c| self.item_only(c));
             let mut kept = Vec::with_capacity(items.len());
-            for item in items {
+            let mut kept_keys = Vec::new();
+            for (n, item) in items.into_iter().enumerate() {
+                let key = keys.get(n).filter(|_| cached);
                 // Bound by move, taken back after: no copy per item.
                 let (item, ok) = with_item(ctx, item, |ctx, item| {
-                    let mut ok = Ok(true);
-                    for (j, c) in rel.filter.iter().enumerate() {
-                        ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
-                        if !matches!(ok, Ok(true)) {
-                            break;
+                    self.item_verdict((i, false), key, || {
+                        let mut ok = Ok(true);
+                        for (j, c) in rel.filter.iter().enumerate() {
+                            ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
+                            if !matches!(ok, Ok(true)) {
+                                break;
+                            }
                         }
-                    }
-                    ok
+                        ok.map(ItemVerdict::Where)
+                    })
                 });
-                if ok? {
+                if matches!(ok?, ItemVerdict::Where(true)) {
                     kept.push(item);
+                    if let Some(k) = keys.get_mut(n) {
+                        kept_keys.push(std::mem::take(k));
+                    }
                 }
             }
             items = kept;
+            keys = kept_keys;
         }
         if !rel.require.is_empty() {
+            let cached = !keys.is_empty() && rel.require.iter().all(|c| self.item_only(c));
             let mut kept = Vec::with_capacity(items.len());
-            for item in items {
+            for (n, item) in items.into_iter().enumerate() {
+                let key = keys.get(n).filter(|_| cached);
                 let (item, verdict) = with_item(ctx, item, |ctx, item| {
-                    let mut verdict = Ok(None);
-                    for (j, c) in rel.require.iter().enumerate() {
-                        verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
-                        if !matches!(verdict, Ok(None)) {
-                            break;
+                    self.item_verdict((i, true), key, || {
+                        let mut verdict = Ok(None);
+                        for (j, c) in rel.require.iter().enumerate() {
+                            verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
+                            if !matches!(verdict, Ok(None)) {
+                                break;
+                            }
                         }
-                    }
-                    verdict
+                        verdict.map(ItemVerdict::Require)
+                    })
                 });
                 match verdict? {
-                    None => kept.push(item),
-                    Some(w) => self.warnings.borrow_mut().push(w),
+                    ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
+                    _ => kept.push(item),
                 }
             }
             items = kept;
         }
         Ok(items)
+    }
+
+    /// Whether a condition reads nothing but `item`: its verdict on an
+    /// item then follows from the item's text alone.
+    fn item_only(&self, c: &Condition) -> bool {
+        let t = &self.engine.templates;
+        [&c.value, &c.equals, &c.not_equals, &c.regex, &c.not_regex]
+            .into_iter()
+            .flatten()
+            .chain(c.one_of.iter().flatten())
+            .all(|text| t.reads_only(text, "item"))
+            && c.in_list
+                .as_ref()
+                .is_none_or(|e| t.expr_reads_only(e, "item"))
+    }
+
+    /// One stage's verdict on an item: from the cache when `key` (the
+    /// item's text) is given and was judged before, charging the budget
+    /// what judging it charged; else judged by `run` (errors not kept).
+    fn item_verdict(
+        &self,
+        slot: (usize, bool),
+        key: Option<&String>,
+        run: impl FnOnce() -> Result<ItemVerdict>,
+    ) -> Result<ItemVerdict> {
+        let Some(key) = key else { return run() };
+        let hit = self
+            .items
+            .borrow()
+            .get(&slot)
+            .and_then(|m| m.get(key.as_str()))
+            .cloned();
+        // Over budget: judged again, to fail where and as a full render does.
+        if let Some((verdict, bytes)) = hit
+            && limits::charge(bytes).is_ok()
+        {
+            return Ok(verdict);
+        }
+        let before = limits::used();
+        let verdict = run()?;
+        let bytes = limits::used().saturating_sub(before);
+        self.items
+            .borrow_mut()
+            .entry(slot)
+            .or_default()
+            .insert(key.clone(), (verdict.clone(), bytes));
+        Ok(verdict)
     }
 
     /// Renders every output for one trigger (or the static set).

@@ -19,9 +19,9 @@ use super::manifest::{Body, Manifest, Meta};
 use super::memo::{ItemCache, ItemVerdict, Owner, Read};
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use super::path::{FieldPath, scalar_text};
+use super::path::{FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
-use super::template::truthy;
+use super::template::{key_path_mut, truthy};
 use super::view::View;
 use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
 use crate::policy;
@@ -49,6 +49,54 @@ pub(super) fn bind(ctx: &mut Context, name: &str, v: Value) -> Option<Value> {
     ctx.data_mut()
         .as_object_mut()
         .and_then(|m| m.insert(name.to_string(), v))
+}
+
+/// A `forEach` result as a list (null is empty).
+fn owned_list(field: &str, v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Null => Ok(Vec::new()),
+        other => Err(FieldError::new(
+            ErrorKind::Template,
+            field,
+            format!("forEach must yield a list, got {other}"),
+        )),
+    }
+}
+
+/// Restores what `name` was bound to before and hands back what it is.
+fn rebind(ctx: &mut Context, name: &str, old: Option<Value>) -> Value {
+    let Some(m) = ctx.data_mut().as_object_mut() else {
+        return Value::Null;
+    };
+    match old {
+        Some(o) => m.insert(name.to_string(), o),
+        None => m.remove(name),
+    }
+    .unwrap_or_default()
+}
+
+/// Whether a template value might read `root`: it names it in any string
+/// (expressions of nested directives too), or reads the whole context
+/// (`this`, `.`, `@root`, `../`).
+fn mentions(v: &Value, root: &str) -> bool {
+    match v {
+        Value::String(s) => mentions_text(s, root),
+        Value::Array(a) => a.iter().any(|x| mentions(x, root)),
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, x)| mentions_text(k, root) || mentions(x, root)),
+        _ => false,
+    }
+}
+
+fn mentions_text(s: &str, root: &str) -> bool {
+    s.contains(root)
+        || s.contains("this")
+        || s.contains("@root")
+        || s.contains("..")
+        || s.starts_with('.')
+        || [" .", "{.", "(.", "=."].iter().any(|p| s.contains(p))
 }
 
 pub(super) fn unbind(ctx: &mut Context, name: &str, old: Option<Value>) {
@@ -317,12 +365,16 @@ impl Evaluator<'_> {
                         None => emit(self, ctx, &mut out)?,
                         Some(e) => {
                             let var = d.as_name.unwrap_or("item");
-                            for x in self.list_of(&format!("{f}.forEach"), e, ctx)? {
-                                let old = bind(ctx, var, x);
-                                let r = emit(self, ctx, &mut out);
-                                unbind(ctx, var, old);
-                                r?;
-                            }
+                            let body = match d.body {
+                                DirBody::Item(b) | DirBody::Items(b) => b,
+                            };
+                            let unseen = |root: &str| {
+                                !d.when.is_some_and(|w| mentions_text(w, root))
+                                    && !mentions(body, root)
+                            };
+                            self.for_each(&format!("{f}.forEach"), e, var, unseen, ctx, |ctx| {
+                                emit(self, ctx, &mut out)
+                            })?;
                         }
                     }
                     limited(&f, limits::check_list(out.len(), "the expanded list"))?;
@@ -373,6 +425,69 @@ impl Evaluator<'_> {
         }
     }
 
+    /// Runs `each` once per entry of a `forEach` list, bound as `var`. A
+    /// list read in place by a bare path whose root nothing in the loop
+    /// names (`unseen`) is lent: moved out of the context for the loop and
+    /// put back after, not copied.
+    fn for_each(
+        &self,
+        field: &str,
+        e: &str,
+        var: &str,
+        unseen: impl Fn(&str) -> bool,
+        ctx: &mut Context,
+        mut each: impl FnMut(&mut Context) -> Result<()>,
+    ) -> Result<()> {
+        let path = self.engine.templates.key_path(e).filter(|p| match p.segments().first() {
+            Some(Segment::Key(root)) => root != var && unseen(root),
+            _ => false,
+        });
+        let v = self.expr(field, e, ctx)?;
+        if let Value::Array(a) = &*v {
+            limited(field, limits::check_list(a.len(), "the forEach list"))?;
+        }
+        let lent = match (&path, &v) {
+            (Some(_), Cow::Borrowed(found @ Value::Array(_))) => Some(*found as *const Value),
+            _ => None,
+        };
+        let (list, path) = match (lent, path) {
+            (Some(ptr), Some(path)) => {
+                drop(v);
+                match key_path_mut(ctx.data_mut(), &path) {
+                    Some(slot) if std::ptr::eq(&*slot, ptr) => match std::mem::take(slot) {
+                        Value::Array(a) => (a, Some(path)),
+                        _ => (Vec::new(), None),
+                    },
+                    // Never so (the same walk): read as any list.
+                    _ => (self.list_of(field, e, ctx)?, None),
+                }
+            }
+            _ => (owned_list(field, v.into_owned())?, None),
+        };
+        let mut back = Vec::with_capacity(if path.is_some() { list.len() } else { 0 });
+        let mut items = list.into_iter();
+        let mut result = Ok(());
+        for x in items.by_ref() {
+            let old = bind(ctx, var, x);
+            let r = each(ctx);
+            let x = rebind(ctx, var, old);
+            if path.is_some() {
+                back.push(x);
+            }
+            if r.is_err() {
+                result = r;
+                break;
+            }
+        }
+        if let Some(path) = path {
+            back.extend(items);
+            if let Some(slot) = key_path_mut(ctx.data_mut(), &path) {
+                *slot = Value::Array(back);
+            }
+        }
+        result
+    }
+
     /// Evaluates a `forEach` expression: a list (null is empty).
     fn list_of(&self, field: &str, e: &str, ctx: &Context) -> Result<Vec<Value>> {
         let v = self.expr(field, e, ctx)?;
@@ -380,15 +495,7 @@ impl Evaluator<'_> {
         if let Value::Array(a) = &*v {
             limited(field, limits::check_list(a.len(), "the forEach list"))?;
         }
-        match v.into_owned() {
-            Value::Array(a) => Ok(a),
-            Value::Null => Ok(Vec::new()),
-            other => Err(FieldError::new(
-                ErrorKind::Template,
-                field,
-                format!("forEach must yield a list, got {other}"),
-            )),
-        }
+        owned_list(field, v.into_owned())
     }
 
     fn strings(&self, field: &str, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {

@@ -177,6 +177,12 @@ impl Templates {
         String::from_utf8(out.0).map_err(|e| e.to_string())
     }
 
+    /// The path of an expression that is a bare path of object keys (read
+    /// in place by [`Templates::eval_ref`]), if it is one.
+    pub fn key_path(&self, expr: &str) -> Option<FieldPath> {
+        bare_path(expr).filter(|p| p.segments().iter().all(|s| matches!(s, Segment::Key(_))))
+    }
+
     /// Whether a template compiled before reads nothing but `root` (paths
     /// under it, literals and the pure helpers below): its text then
     /// depends only on that value. Unknown, block helpers, `this`, `../`
@@ -617,6 +623,18 @@ fn navigate<'c>(root: &'c Value, path: &FieldPath) -> Nav<'c> {
         }
     }
     Nav::Found(cur)
+}
+
+/// The value at a path of object keys, to change in place.
+pub fn key_path_mut<'c>(root: &'c mut Value, path: &FieldPath) -> Option<&'c mut Value> {
+    let mut cur = root;
+    for seg in path.segments() {
+        match (cur, seg) {
+            (Value::Object(m), Segment::Key(k)) => cur = m.get_mut(k)?,
+            _ => return None,
+        }
+    }
+    Some(cur)
 }
 
 /// `path` → `{{__capture path}}`; `helper a b` → `{{__capture (helper a b)}}`.

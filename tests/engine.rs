@@ -618,8 +618,11 @@ spec:
       as: x
       item: {apiGroups: [x.io], resources: ["{{x}}{{vars.xs.[0]}}"], verbs: [create]}
 "#;
-    let eval = Engine::new(&rules(yaml), Options::default())
-        .evaluate(&store(&[ns("a", json!({}), json!({}))]));
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[ns(
+        "a",
+        json!({}),
+        json!({}),
+    )]));
     let errors: Vec<_> = eval.errors().collect();
     assert!(errors.is_empty(), "{errors:?}");
     let role = eval.desired.iter().next().expect("one role");

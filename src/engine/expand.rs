@@ -438,10 +438,14 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         mut each: impl FnMut(&mut Context) -> Result<()>,
     ) -> Result<()> {
-        let path = self.engine.templates.key_path(e).filter(|p| match p.segments().first() {
-            Some(Segment::Key(root)) => root != var && unseen(root),
-            _ => false,
-        });
+        let path = self
+            .engine
+            .templates
+            .key_path(e)
+            .filter(|p| match p.segments().first() {
+                Some(Segment::Key(root)) => root != var && unseen(root),
+                _ => false,
+            });
         let v = self.expr(field, e, ctx)?;
         if let Value::Array(a) = &*v {
             limited(field, limits::check_list(a.len(), "the forEach list"))?;

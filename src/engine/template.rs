@@ -1221,7 +1221,10 @@ mod tests {
             ("plain text", true),
             ("{{item.name}}", true),
             ("{{item}}", true),
-            (r#"{{get item "kind" ""}}.{{apiGroup (get item "apiVersion" "")}}"#, true),
+            (
+                r#"{{get item "kind" ""}}.{{apiGroup (get item "apiVersion" "")}}"#,
+                true,
+            ),
             ("{{item.name}}-{{trigger.metadata.name}}", false),
             (r#"{{imageOrg (get trigger "spec.image" "")}}"#, false),
             ("{{items.name}}", false),

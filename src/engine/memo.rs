@@ -191,7 +191,7 @@ pub(super) struct RuleMemo {
 pub(super) type ItemCache = HashMap<(usize, bool), HashMap<String, (ItemVerdict, usize)>>;
 
 /// Entries an [`ItemCache`] keeps before it starts over.
-pub(super) const ITEM_CACHE_MAX: usize = 100_000;
+pub(super) const ITEM_CACHE_MAX: usize = 20_000;
 
 /// What a stage of conditions said of one item.
 #[derive(Clone, Debug)]

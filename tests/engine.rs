@@ -639,3 +639,59 @@ spec:
         ])
     );
 }
+
+/// A listField entry judged once is judged the same for every trigger
+/// that lists it: each still drops it and warns about it.
+#[test]
+fn shared_list_entries_warn_for_every_trigger() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: r}
+spec:
+  trigger: {apiGroup: example.org, kind: Widget}
+  related:
+  - name: types
+    listField: {path: spec.refs}
+    where:
+    - {value: '{{get item "kind" ""}}', equals: Thing}
+    require:
+    - {path: name, format: dnsLabel, message: not a label}
+  outputs:
+  - kind: ClusterRole
+    name: "w-{{trigger.metadata.name}}"
+    rules:
+    - apiGroups: [x.io]
+      resources: [{forEach: related.types, as: t, item: "{{t.name}}"}]
+      verbs: [get]
+"#;
+    let refs = json!([{"kind": "Thing", "name": "good"}, {"kind": "Thing", "name": "BAD"},
+                      {"kind": "Other", "name": "other"}]);
+    let widget = |name: &str| {
+        json!({"apiVersion": "example.org/v1", "kind": "Widget",
+               "metadata": {"name": name}, "spec": {"refs": refs}})
+    };
+    let eval =
+        Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[widget("a"), widget("b")]));
+    assert_eq!(eval.errors().count(), 0);
+    for d in &eval.desired {
+        assert_eq!(
+            d.object.to_value()["rules"],
+            json!([{"apiGroups": ["x.io"], "resources": ["good"], "verbs": ["get"]}]),
+            "{}",
+            d.name
+        );
+    }
+    let warned: Vec<_> = eval.reports["r"]
+        .warnings
+        .iter()
+        .map(|w| (w.trigger.clone(), w.value.clone()))
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            (Some("Widget.example.org/a".to_string()), "BAD".to_string()),
+            (Some("Widget.example.org/b".to_string()), "BAD".to_string()),
+        ]
+    );
+}

@@ -583,3 +583,115 @@ spec:
         ]
     );
 }
+
+/// A forEach list is lent to its loop (not copied) only when nothing in
+/// the loop reads it: a loop that does, one after, an inner loop over an
+/// entry and a loop that fails half way all still see the whole list.
+#[test]
+fn for_each_lists_stay_whole_for_whoever_reads_them() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: r}
+spec:
+  trigger: {kind: Namespace}
+  vars:
+  - {name: xs, value: 'list "cats" "dogs"'}
+  - {name: gs, value: 'groupBy (list trigger.metadata) "name"'}
+  outputs:
+  - kind: Role
+    name: x
+    rules:
+    - forEach: vars.xs
+      as: x
+      item: {apiGroups: [x.io], resources: ["{{x}}"], verbs: [get]}
+    - forEach: vars.xs
+      as: x
+      item: {apiGroups: [x.io], resources: ['{{x}}{{join vars.xs ""}}'], verbs: [list]}
+    - forEach: vars.gs
+      as: g
+      item:
+        apiGroups: ["{{g.key}}.io"]
+        resources: [{forEach: g.items, as: t, item: "{{t.name}}"}]
+        verbs: [watch]
+    - forEach: vars.xs
+      as: x
+      item: {apiGroups: [x.io], resources: ["{{x}}{{vars.xs.[0]}}"], verbs: [create]}
+"#;
+    let eval = Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[ns(
+        "a",
+        json!({}),
+        json!({}),
+    )]));
+    let errors: Vec<_> = eval.errors().collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let role = eval.desired.iter().next().expect("one role");
+    assert_eq!(
+        role.object.to_value()["rules"],
+        json!([
+            {"apiGroups": ["x.io"], "resources": ["cats"], "verbs": ["get"]},
+            {"apiGroups": ["x.io"], "resources": ["dogs"], "verbs": ["get"]},
+            {"apiGroups": ["x.io"], "resources": ["catscatsdogs"], "verbs": ["list"]},
+            {"apiGroups": ["x.io"], "resources": ["dogscatsdogs"], "verbs": ["list"]},
+            {"apiGroups": ["a.io"], "resources": ["a"], "verbs": ["watch"]},
+            {"apiGroups": ["x.io"], "resources": ["catscats"], "verbs": ["create"]},
+            {"apiGroups": ["x.io"], "resources": ["dogscats"], "verbs": ["create"]},
+        ])
+    );
+}
+
+/// A listField entry judged once is judged the same for every trigger
+/// that lists it: each still drops it and warns about it.
+#[test]
+fn shared_list_entries_warn_for_every_trigger() {
+    let yaml = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: r}
+spec:
+  trigger: {apiGroup: example.org, kind: Widget}
+  related:
+  - name: types
+    listField: {path: spec.refs}
+    where:
+    - {value: '{{get item "kind" ""}}', equals: Thing}
+    require:
+    - {path: name, format: dnsLabel, message: not a label}
+  outputs:
+  - kind: ClusterRole
+    name: "w-{{trigger.metadata.name}}"
+    rules:
+    - apiGroups: [x.io]
+      resources: [{forEach: related.types, as: t, item: "{{t.name}}"}]
+      verbs: [get]
+"#;
+    let refs = json!([{"kind": "Thing", "name": "good"}, {"kind": "Thing", "name": "BAD"},
+                      {"kind": "Other", "name": "other"}]);
+    let widget = |name: &str| {
+        json!({"apiVersion": "example.org/v1", "kind": "Widget",
+               "metadata": {"name": name}, "spec": {"refs": refs}})
+    };
+    let eval =
+        Engine::new(&rules(yaml), Options::default()).evaluate(&store(&[widget("a"), widget("b")]));
+    assert_eq!(eval.errors().count(), 0);
+    for d in &eval.desired {
+        assert_eq!(
+            d.object.to_value()["rules"],
+            json!([{"apiGroups": ["x.io"], "resources": ["good"], "verbs": ["get"]}]),
+            "{}",
+            d.name
+        );
+    }
+    let warned: Vec<_> = eval.reports["r"]
+        .warnings
+        .iter()
+        .map(|w| (w.trigger.clone(), w.value.clone()))
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            (Some("Widget.example.org/a".to_string()), "BAD".to_string()),
+            (Some("Widget.example.org/b".to_string()), "BAD".to_string()),
+        ]
+    );
+}

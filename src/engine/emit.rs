@@ -3,7 +3,7 @@
 //! by the difference from the last evaluation made with the same memo.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -14,7 +14,9 @@ use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
 use super::grants::{Judge, allow_list_rules, selection_key};
 use super::limits;
-use super::memo::{Changes, Emit, Emitters, Memo, Outcome, RuleMemo, TKey, TriggerMemo};
+use super::memo::{
+    Changes, Emit, Emitters, ITEM_CACHE_MAX, Memo, Outcome, RuleMemo, TKey, TriggerMemo,
+};
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
@@ -169,6 +171,7 @@ fn run_rule(
         record: !one_shot,
         warnings: RefCell::default(),
         mark: Cell::new(false),
+        items: RefCell::new(std::mem::take(&mut rm.items)),
     };
     let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
@@ -280,6 +283,11 @@ fn run_rule(
             before,
             after,
         });
+    }
+    rm.items = evaluator.items.take();
+    // Entries of items gone are never looked up again: bounded by starting over.
+    if rm.items.values().map(HashMap::len).sum::<usize>() > ITEM_CACHE_MAX {
+        rm.items.clear();
     }
     deltas
 }

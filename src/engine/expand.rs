@@ -16,12 +16,12 @@ use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::limits;
 use super::manifest::{Body, Manifest, Meta};
-use super::memo::{Owner, Read};
+use super::memo::{ItemCache, ItemVerdict, Owner, Read};
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use super::path::{FieldPath, scalar_text};
+use super::path::{FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
-use super::template::truthy;
+use super::template::{key_path_mut, truthy};
 use super::view::View;
 use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
 use crate::policy;
@@ -49,6 +49,54 @@ pub(super) fn bind(ctx: &mut Context, name: &str, v: Value) -> Option<Value> {
     ctx.data_mut()
         .as_object_mut()
         .and_then(|m| m.insert(name.to_string(), v))
+}
+
+/// A `forEach` result as a list (null is empty).
+fn owned_list(field: &str, v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Null => Ok(Vec::new()),
+        other => Err(FieldError::new(
+            ErrorKind::Template,
+            field,
+            format!("forEach must yield a list, got {other}"),
+        )),
+    }
+}
+
+/// Restores what `name` was bound to before and hands back what it is.
+fn rebind(ctx: &mut Context, name: &str, old: Option<Value>) -> Value {
+    let Some(m) = ctx.data_mut().as_object_mut() else {
+        return Value::Null;
+    };
+    match old {
+        Some(o) => m.insert(name.to_string(), o),
+        None => m.remove(name),
+    }
+    .unwrap_or_default()
+}
+
+/// Whether a template value might read `root`: it names it in any string
+/// (expressions of nested directives too), or reads the whole context
+/// (`this`, `.`, `@root`, `../`).
+fn mentions(v: &Value, root: &str) -> bool {
+    match v {
+        Value::String(s) => mentions_text(s, root),
+        Value::Array(a) => a.iter().any(|x| mentions(x, root)),
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, x)| mentions_text(k, root) || mentions(x, root)),
+        _ => false,
+    }
+}
+
+fn mentions_text(s: &str, root: &str) -> bool {
+    s.contains(root)
+        || s.contains("this")
+        || s.contains("@root")
+        || s.contains("..")
+        || s.starts_with('.')
+        || [" .", "{.", "(.", "=."].iter().any(|p| s.contains(p))
 }
 
 pub(super) fn unbind(ctx: &mut Context, name: &str, old: Option<Value>) {
@@ -111,6 +159,8 @@ pub(super) struct Evaluator<'a> {
     pub warnings: RefCell<Vec<FieldWarning>>,
     /// Whether templated strings are marked as data (policy rules).
     pub mark: Cell<bool>,
+    /// Verdicts on listField items, kept by the rule's memo.
+    pub items: RefCell<ItemCache>,
 }
 
 impl Evaluator<'_> {
@@ -315,12 +365,16 @@ impl Evaluator<'_> {
                         None => emit(self, ctx, &mut out)?,
                         Some(e) => {
                             let var = d.as_name.unwrap_or("item");
-                            for x in self.list_of(&format!("{f}.forEach"), e, ctx)? {
-                                let old = bind(ctx, var, x);
-                                let r = emit(self, ctx, &mut out);
-                                unbind(ctx, var, old);
-                                r?;
-                            }
+                            let body = match d.body {
+                                DirBody::Item(b) | DirBody::Items(b) => b,
+                            };
+                            let unseen = |root: &str| {
+                                !d.when.is_some_and(|w| mentions_text(w, root))
+                                    && !mentions(body, root)
+                            };
+                            self.for_each(&format!("{f}.forEach"), e, var, unseen, ctx, |ctx| {
+                                emit(self, ctx, &mut out)
+                            })?;
                         }
                     }
                     limited(&f, limits::check_list(out.len(), "the expanded list"))?;
@@ -371,6 +425,73 @@ impl Evaluator<'_> {
         }
     }
 
+    /// Runs `each` once per entry of a `forEach` list, bound as `var`. A
+    /// list read in place by a bare path whose root nothing in the loop
+    /// names (`unseen`) is lent: moved out of the context for the loop and
+    /// put back after, not copied.
+    fn for_each(
+        &self,
+        field: &str,
+        e: &str,
+        var: &str,
+        unseen: impl Fn(&str) -> bool,
+        ctx: &mut Context,
+        mut each: impl FnMut(&mut Context) -> Result<()>,
+    ) -> Result<()> {
+        let path = self
+            .engine
+            .templates
+            .key_path(e)
+            .filter(|p| match p.segments().first() {
+                Some(Segment::Key(root)) => root != var && unseen(root),
+                _ => false,
+            });
+        let v = self.expr(field, e, ctx)?;
+        if let Value::Array(a) = &*v {
+            limited(field, limits::check_list(a.len(), "the forEach list"))?;
+        }
+        let lent = match (&path, &v) {
+            (Some(_), Cow::Borrowed(found @ Value::Array(_))) => Some(*found as *const Value),
+            _ => None,
+        };
+        let (list, path) = match (lent, path) {
+            (Some(ptr), Some(path)) => {
+                drop(v);
+                match key_path_mut(ctx.data_mut(), &path) {
+                    Some(slot) if std::ptr::eq(&*slot, ptr) => match std::mem::take(slot) {
+                        Value::Array(a) => (a, Some(path)),
+                        _ => (Vec::new(), None),
+                    },
+                    // Never so (the same walk): read as any list.
+                    _ => (self.list_of(field, e, ctx)?, None),
+                }
+            }
+            _ => (owned_list(field, v.into_owned())?, None),
+        };
+        let mut back = Vec::with_capacity(if path.is_some() { list.len() } else { 0 });
+        let mut items = list.into_iter();
+        let mut result = Ok(());
+        for x in items.by_ref() {
+            let old = bind(ctx, var, x);
+            let r = each(ctx);
+            let x = rebind(ctx, var, old);
+            if path.is_some() {
+                back.push(x);
+            }
+            if r.is_err() {
+                result = r;
+                break;
+            }
+        }
+        if let Some(path) = path {
+            back.extend(items);
+            if let Some(slot) = key_path_mut(ctx.data_mut(), &path) {
+                *slot = Value::Array(back);
+            }
+        }
+        result
+    }
+
     /// Evaluates a `forEach` expression: a list (null is empty).
     fn list_of(&self, field: &str, e: &str, ctx: &Context) -> Result<Vec<Value>> {
         let v = self.expr(field, e, ctx)?;
@@ -378,15 +499,7 @@ impl Evaluator<'_> {
         if let Value::Array(a) = &*v {
             limited(field, limits::check_list(a.len(), "the forEach list"))?;
         }
-        match v.into_owned() {
-            Value::Array(a) => Ok(a),
-            Value::Null => Ok(Vec::new()),
-            other => Err(FieldError::new(
-                ErrorKind::Template,
-                field,
-                format!("forEach must yield a list, got {other}"),
-            )),
-        }
+        owned_list(field, v.into_owned())
     }
 
     fn strings(&self, field: &str, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
@@ -462,6 +575,8 @@ impl Evaluator<'_> {
         {
             return Ok(Vec::new());
         }
+        // A listField item's JSON text, by position (empty otherwise).
+        let mut keys: Vec<String> = Vec::new();
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
             let gk = GroupKind::new(&q.api_group, &q.kind);
             let ns = match &q.namespace {
@@ -606,51 +721,114 @@ impl Evaluator<'_> {
                     seen.insert(item.to_string(), item);
                 }
             }
-            seen.into_values().collect()
+            let (texts, items): (Vec<String>, Vec<Value>) = seen.into_iter().unzip();
+            keys = texts;
+            items
         } else {
             Vec::new()
         };
         if !rel.filter.is_empty() {
+            // Conditions of the item alone are judged once per entry text.
+            let cached = !keys.is_empty() && rel.filter.iter().all(|c| self.item_only(c));
             let mut kept = Vec::with_capacity(items.len());
-            for item in items {
+            let mut kept_keys = Vec::new();
+            for (n, item) in items.into_iter().enumerate() {
+                let key = keys.get(n).filter(|_| cached);
                 // Bound by move, taken back after: no copy per item.
                 let (item, ok) = with_item(ctx, item, |ctx, item| {
-                    let mut ok = Ok(true);
-                    for (j, c) in rel.filter.iter().enumerate() {
-                        ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
-                        if !matches!(ok, Ok(true)) {
-                            break;
+                    self.item_verdict((i, false), key, || {
+                        let mut ok = Ok(true);
+                        for (j, c) in rel.filter.iter().enumerate() {
+                            ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
+                            if !matches!(ok, Ok(true)) {
+                                break;
+                            }
                         }
-                    }
-                    ok
+                        ok.map(ItemVerdict::Where)
+                    })
                 });
-                if ok? {
+                if matches!(ok?, ItemVerdict::Where(true)) {
                     kept.push(item);
+                    if let Some(k) = keys.get_mut(n) {
+                        kept_keys.push(std::mem::take(k));
+                    }
                 }
             }
             items = kept;
+            keys = kept_keys;
         }
         if !rel.require.is_empty() {
+            let cached = !keys.is_empty() && rel.require.iter().all(|c| self.item_only(c));
             let mut kept = Vec::with_capacity(items.len());
-            for item in items {
+            for (n, item) in items.into_iter().enumerate() {
+                let key = keys.get(n).filter(|_| cached);
                 let (item, verdict) = with_item(ctx, item, |ctx, item| {
-                    let mut verdict = Ok(None);
-                    for (j, c) in rel.require.iter().enumerate() {
-                        verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
-                        if !matches!(verdict, Ok(None)) {
-                            break;
+                    self.item_verdict((i, true), key, || {
+                        let mut verdict = Ok(None);
+                        for (j, c) in rel.require.iter().enumerate() {
+                            verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
+                            if !matches!(verdict, Ok(None)) {
+                                break;
+                            }
                         }
-                    }
-                    verdict
+                        verdict.map(ItemVerdict::Require)
+                    })
                 });
                 match verdict? {
-                    None => kept.push(item),
-                    Some(w) => self.warnings.borrow_mut().push(w),
+                    ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
+                    _ => kept.push(item),
                 }
             }
             items = kept;
         }
         Ok(items)
+    }
+
+    /// Whether a condition reads nothing but `item`: its verdict on an
+    /// item then follows from the item's text alone.
+    fn item_only(&self, c: &Condition) -> bool {
+        let t = &self.engine.templates;
+        [&c.value, &c.equals, &c.not_equals, &c.regex, &c.not_regex]
+            .into_iter()
+            .flatten()
+            .chain(c.one_of.iter().flatten())
+            .all(|text| t.reads_only(text, "item"))
+            && c.in_list
+                .as_ref()
+                .is_none_or(|e| t.expr_reads_only(e, "item"))
+    }
+
+    /// One stage's verdict on an item: from the cache when `key` (the
+    /// item's text) is given and was judged before, charging the budget
+    /// what judging it charged; else judged by `run` (errors not kept).
+    fn item_verdict(
+        &self,
+        slot: (usize, bool),
+        key: Option<&String>,
+        run: impl FnOnce() -> Result<ItemVerdict>,
+    ) -> Result<ItemVerdict> {
+        let Some(key) = key else { return run() };
+        let hit = self
+            .items
+            .borrow()
+            .get(&slot)
+            .and_then(|m| m.get(key.as_str()))
+            .cloned();
+        // Over budget: judged again, to fail where and as a full render does.
+        if let Some((verdict, bytes)) = hit
+            && limits::charge(bytes).is_ok()
+        {
+            return Ok(verdict);
+        }
+        let before = limits::used();
+        let verdict = run()?;
+        let bytes = limits::used().saturating_sub(before);
+        self.items
+            .borrow_mut()
+            .entry(slot)
+            .or_default()
+            .insert(key.clone(), (verdict.clone(), bytes));
+        Ok(verdict)
     }
 
     /// Renders every output for one trigger (or the static set).

@@ -193,6 +193,11 @@ pub(crate) fn tripped() -> Option<String> {
     BUDGET.with(|b| b.borrow().as_ref().and_then(|b| b.tripped.clone()))
 }
 
+/// Bytes charged to this trigger so far (0 outside a trigger).
+pub(crate) fn used() -> usize {
+    BUDGET.with(|b| b.borrow().as_ref().map_or(0, |b| b.bytes))
+}
+
 /// One step of work: checks the clock now and then.
 pub(crate) fn tick() -> Result<(), String> {
     with_budget(|b| {

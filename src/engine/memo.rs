@@ -180,6 +180,26 @@ pub(super) struct RuleMemo {
     pub conflicts: BTreeSet<(OutKey, Option<String>)>,
     /// Outputs of this rule that policy refused: the trigger, the field, why.
     pub refused: BTreeMap<OutKey, (Option<String>, String, String)>,
+    /// Verdicts on listField items (see [`ItemCache`]).
+    pub items: ItemCache,
+}
+
+/// Verdicts of a listField's `where` (false) or `require` (true)
+/// conditions that read nothing but the item, by related set and stage,
+/// then by the item's JSON text, with the bytes judging it charged: family
+/// members judge the same entries, and a changed revision only its own.
+pub(super) type ItemCache = HashMap<(usize, bool), HashMap<String, (ItemVerdict, usize)>>;
+
+/// Entries an [`ItemCache`] keeps before it starts over.
+pub(super) const ITEM_CACHE_MAX: usize = 20_000;
+
+/// What a stage of conditions said of one item.
+#[derive(Clone, Debug)]
+pub(super) enum ItemVerdict {
+    /// `where`: whether the item is kept.
+    Where(bool),
+    /// `require`: the warning of the condition it fails, if any.
+    Require(Option<FieldWarning>),
 }
 
 /// One trigger's (or the static set's) outcome and what producing it read.

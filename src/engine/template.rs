@@ -177,6 +177,30 @@ impl Templates {
         String::from_utf8(out.0).map_err(|e| e.to_string())
     }
 
+    /// The path of an expression that is a bare path of object keys (read
+    /// in place by [`Templates::eval_ref`]), if it is one.
+    pub fn key_path(&self, expr: &str) -> Option<FieldPath> {
+        bare_path(expr).filter(|p| p.segments().iter().all(|s| matches!(s, Segment::Key(_))))
+    }
+
+    /// Whether a template compiled before reads nothing but `root` (paths
+    /// under it, literals and the pure helpers below): its text then
+    /// depends only on that value. Unknown, block helpers, `this`, `../`
+    /// and `@` paths answer false.
+    pub fn reads_only(&self, text: &str, root: &str) -> bool {
+        if Self::is_literal(text) {
+            return true;
+        }
+        self.hb
+            .get_template(text)
+            .is_some_and(|t| elements_read_only(&t.elements, root))
+    }
+
+    /// [`Templates::reads_only`] for an expression compiled before.
+    pub fn expr_reads_only(&self, expr: &str, root: &str) -> bool {
+        wrap_expr(expr).is_ok_and(|w| self.reads_only(&w, root))
+    }
+
     /// Evaluates an expression compiled before to a JSON value, borrowing
     /// from the context where it can: a bare path (`related.types`) is read
     /// in place, so `when` tests and loops over large related sets copy
@@ -384,6 +408,57 @@ fn check_tree(elements: &[TemplateElement]) -> Result<usize, String> {
     Ok(max)
 }
 
+/// Whether these elements read nothing but paths under `root`.
+fn elements_read_only(elements: &[TemplateElement], root: &str) -> bool {
+    elements.iter().all(|e| match e {
+        TemplateElement::RawString(_) | TemplateElement::Comment(_) => true,
+        TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
+            let params_ok = h
+                .params
+                .iter()
+                .chain(h.hash.values())
+                .all(|p| param_read_only(p, root));
+            match &h.name {
+                // A pure helper of its arguments (the capture of an
+                // expression too), or the root itself.
+                Parameter::Name(n)
+                    if n == CAPTURE || HELPERS.iter().any(|(name, _, _)| name == n) =>
+                {
+                    params_ok
+                }
+                Parameter::Name(n) => n == root && h.params.is_empty() && h.hash.is_empty(),
+                Parameter::Path(p) => {
+                    path_under(p, root) && h.params.is_empty() && h.hash.is_empty()
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    })
+}
+
+fn param_read_only(p: &Parameter, root: &str) -> bool {
+    match p {
+        Parameter::Literal(_) => true,
+        Parameter::Path(path) => path_under(path, root),
+        Parameter::Name(n) => n == root,
+        Parameter::Subexpression(s) => {
+            elements_read_only(std::slice::from_ref(s.as_element()), root)
+        }
+        _ => false,
+    }
+}
+
+fn path_under(p: &Path, root: &str) -> bool {
+    match p {
+        Path::Relative((segs, _)) => {
+            matches!(segs.first(), Some(PathSeg::Named(n)) if n == root)
+                && segs.iter().all(|s| matches!(s, PathSeg::Named(_)))
+        }
+        Path::Local(_) => false,
+    }
+}
+
 fn params_depth(
     params: &[Parameter],
     hash: &std::collections::HashMap<String, Parameter>,
@@ -548,6 +623,18 @@ fn navigate<'c>(root: &'c Value, path: &FieldPath) -> Nav<'c> {
         }
     }
     Nav::Found(cur)
+}
+
+/// The value at a path of object keys, to change in place.
+pub fn key_path_mut<'c>(root: &'c mut Value, path: &FieldPath) -> Option<&'c mut Value> {
+    let mut cur = root;
+    for seg in path.segments() {
+        match (cur, seg) {
+            (Value::Object(m), Segment::Key(k)) => cur = m.get_mut(k)?,
+            _ => return None,
+        }
+    }
+    Some(cur)
 }
 
 /// `path` → `{{__capture path}}`; `helper a b` → `{{__capture (helper a b)}}`.
@@ -1123,6 +1210,41 @@ mod tests {
         let mut tpl = Templates::new();
         tpl.compile_expr(e).map_err(|e| e.1)?;
         tpl.eval_ref(e, &Context::from(ctx)).map(Cow::into_owned)
+    }
+
+    /// Only templates whose every path lies under the root, through pure
+    /// helpers, count as reading nothing else.
+    #[test]
+    fn reads_only_sees_every_path() {
+        let mut tpl = Templates::new();
+        let cases = [
+            ("plain text", true),
+            ("{{item.name}}", true),
+            ("{{item}}", true),
+            (
+                r#"{{get item "kind" ""}}.{{apiGroup (get item "apiVersion" "")}}"#,
+                true,
+            ),
+            ("{{item.name}}-{{trigger.metadata.name}}", false),
+            (r#"{{imageOrg (get trigger "spec.image" "")}}"#, false),
+            ("{{items.name}}", false),
+            // `this` at the top is the root: the same value.
+            ("{{this.item.name}}", true),
+            ("{{../item.name}}", false),
+            ("{{@root.item.name}}", false),
+            ("{{#if item.name}}{{trigger}}{{/if}}", false),
+            ("{{#each item.list}}x{{/each}}", false),
+            ("{{lookup item trigger}}", false),
+        ];
+        for (t, want) in cases {
+            tpl.compile(t).unwrap();
+            assert_eq!(tpl.reads_only(t, "item"), want, "{t}");
+        }
+        tpl.compile_expr("pluck item.list \"name\"").unwrap();
+        assert!(tpl.expr_reads_only("pluck item.list \"name\"", "item"));
+        tpl.compile_expr("related.roles").unwrap();
+        assert!(!tpl.expr_reads_only("related.roles", "item"));
+        assert!(!tpl.reads_only("{{item.never.compiled}}", "item"));
     }
 
     /// Templates of text and plain paths skip handlebars, and render

@@ -152,9 +152,7 @@ pub fn entries(
                 let after = applied(&found, ours.as_ref(), &body);
                 entry(Change::Update, None, Some(found), Some(after))
             }
-            (ApplyAction::Create, None) => {
-                entry(Change::Create, None, None, Some(clean(&body)))
-            }
+            (ApplyAction::Create, None) => entry(Change::Create, None, None, Some(clean(&body))),
             (action, _) => {
                 let change = match action {
                     ApplyAction::Recreate { .. } => Change::Recreate,

@@ -47,10 +47,7 @@ fn desired(rules: &BTreeMap<String, RbacRule>) -> Vec<Value> {
     let live = BTreeMap::new();
     let holds = BTreeMap::new();
     let (_, plan) = s.evaluate(&snapshot(rules, &observed, &live, &holds));
-    plan.applies
-        .into_iter()
-        .map(|a| a.body())
-        .collect()
+    plan.applies.into_iter().map(|a| a.body()).collect()
 }
 
 /// Live copies of `objects` changed by someone else: every one needs an

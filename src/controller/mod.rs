@@ -317,7 +317,10 @@ async fn control_loop(
                     due.get_or_insert_with(|| Instant::now() + debounce);
                 }
             }
-            _ = tokio::time::sleep_until(wake), if due.is_some() && running.is_none() => {
+            // Never plan over a queue holding what a finished pass learned
+            // (or any event): the plan would see those objects as missing
+            // or stale and write them again.
+            _ = tokio::time::sleep_until(wake), if due.is_some() && running.is_none() && rx.is_empty() => {
                 due = None;
                 if !world.base_synced() {
                     continue;

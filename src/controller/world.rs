@@ -1161,13 +1161,7 @@ mod tests {
             &*w.owned[&id].object
         ));
         // A rule reads ClusterRoles: the next copy is kept whole.
-        let interest = Interest {
-            gk: gk.clone(),
-            version: None,
-            metadata_only: false,
-        };
-        let epoch = w.next_epoch();
-        w.watch_kind(interest, epoch, None);
+        watch_whole(&mut w, &gk);
         w.apply(owned(kind, Event::Apply(served_role("6", json!(["get"])))));
         let whole = &w.owned[&id].object["metadata"];
         assert_eq!(whole["uid"], "u-s");
@@ -1228,13 +1222,7 @@ mod tests {
             vec!["rules"]
         );
         // Where a rule reads Roles they are kept whole.
-        let interest = Interest {
-            gk: gk.clone(),
-            version: None,
-            metadata_only: false,
-        };
-        let epoch = w.next_epoch();
-        w.watch_kind(interest, epoch, None);
+        watch_whole(&mut w, &gk);
         assert!(
             w.apply(owned(kind, Event::Apply(role("7", json!(["get"])))))
                 .dirty
@@ -1349,5 +1337,16 @@ mod tests {
         // Its own deletion removes it.
         w.apply(owned(kind, Event::Delete(version("new", "10"))));
         assert!(w.owned.is_empty());
+    }
+
+    /// Makes the world watch `gk` whole, as when a rule reads its bodies.
+    fn watch_whole(w: &mut World, gk: &GroupKind) {
+        let interest = Interest {
+            gk: gk.clone(),
+            version: None,
+            metadata_only: false,
+        };
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
     }
 }

@@ -109,13 +109,7 @@ pub fn matches(
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, SelectorError> {
     validate(selector)?;
-    let labels_ok = match_labels(selector)
-        .iter()
-        .all(|(key, value)| labels.get(key.as_str()) == Some(value));
-    let expressions_ok = match_expressions(selector)
-        .iter()
-        .all(|requirement| requirement_matches(requirement, labels));
-    Ok(labels_ok && expressions_ok)
+    Ok(matches_map(selector, labels))
 }
 
 /// Evaluates an already [`validate`]d selector against an object's

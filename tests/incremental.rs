@@ -645,9 +645,8 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
                         .desired
                         .iter()
                         .filter_map(|d| {
-                            c.store
-                                .get(&gk_of(&d.object.to_value()), &key_of(&d.object.to_value()))
-                                .cloned()
+                            let o = d.object.to_value();
+                            c.store.get(&gk_of(&o), &key_of(&o)).cloned()
                         })
                         .collect();
                     match pick(&mut rng, &live) {

@@ -303,15 +303,8 @@ fn repo_sync_tenants_bind_only_the_allow_set() {
         .iter()
         .filter(|d| d.rule == "configsync-repo-sync")
         .map(|d| {
-            format!(
-                "{}/{}",
-                d.object.to_value()["roleRef"]["kind"]
-                    .as_str()
-                    .unwrap_or_default(),
-                d.object.to_value()["roleRef"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-            )
+            let (kind, name) = d.object.role_ref().unwrap_or_default();
+            format!("{kind}/{name}")
         })
         .collect();
     assert_eq!(

@@ -128,10 +128,15 @@ pub fn main(args: &BenchArgs) -> ExitCode {
 
 /// `--write-objects`: the generated objects, as one YAML stream.
 fn write_objects(args: &BenchArgs) -> Result<(), BenchError> {
-    let Some(path) = &args.write_objects else {
-        return Ok(());
-    };
-    let objs = plane(args.scenario)?.objects(&mut Versions::default());
+    match &args.write_objects {
+        Some(path) => write_plane(&plane(args.scenario)?, path),
+        None => Ok(()),
+    }
+}
+
+/// A plane's objects, as one YAML stream, to `path`.
+fn write_plane(plane: &Plane<'_>, path: &std::path::Path) -> Result<(), BenchError> {
+    let objs = plane.objects(&mut Versions::default());
     let text = crate::yaml::to_yaml_stream(&objs).map_err(|e| BenchError::Other(e.to_string()))?;
     std::fs::write(path, text).map_err(|source| BenchError::Write {
         path: path.display().to_string(),
@@ -187,14 +192,7 @@ fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
             args.scenario.name(),
             sizes.objects_in()
         ));
-        let objs = plane.objects(&mut Versions::default());
-        let text =
-            crate::yaml::to_yaml_stream(&objs).map_err(|e| BenchError::Other(e.to_string()))?;
-        std::fs::write(&objects_file, text).map_err(|source| BenchError::Write {
-            path: objects_file.display().to_string(),
-            source,
-        })?;
-        drop(objs);
+        write_plane(&plane, &objects_file)?;
         let mut report = json!({
             "scenario": args.scenario.name(),
             "input": sizes,

@@ -720,7 +720,8 @@ pub struct Compared {
 }
 
 /// What tells one version of a live object from another without holding
-/// its body (which the world may drop, see `World::shed`).
+/// its body (which the world may keep slim or packed, see [`Live::slim`]
+/// and [`Live::pack`]).
 #[derive(Debug, PartialEq)]
 struct LiveVersion {
     uid: Option<String>,
@@ -776,7 +777,9 @@ pub fn plan_with(
                 // Built for the comparison only, dropped after it.
                 let mut object = d.object.to_value();
                 keep_helm = is_helm_released(&l.object);
-                keep_helm_annotation(&mut object, &l.object);
+                if keep_helm {
+                    add_helm_keep(&mut object);
+                }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
                     equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));

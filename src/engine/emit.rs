@@ -263,10 +263,9 @@ fn run_rule(
             before = m.outcome.outputs().to_vec();
         }
         let mut after = Vec::new();
-        if let Some((tref, mut m)) = new {
-            if one_shot {
-                m.reads = Vec::new();
-            } else {
+        if let Some((tref, m)) = new {
+            // A one-shot evaluator records no reads: nothing to index.
+            if !one_shot {
                 rm.index.add(&t, &m.reads);
             }
             count(rm, &t, tref.as_deref(), &m, true);

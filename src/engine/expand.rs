@@ -21,7 +21,7 @@ use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
-use super::template::{key_path_mut, truthy};
+use super::template::truthy;
 use super::view::View;
 use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
 use crate::policy;
@@ -99,19 +99,6 @@ fn mentions_text(s: &str, root: &str) -> bool {
         || [" .", "{.", "(.", "=."].iter().any(|p| s.contains(p))
 }
 
-pub(super) fn unbind(ctx: &mut Context, name: &str, old: Option<Value>) {
-    if let Some(m) = ctx.data_mut().as_object_mut() {
-        match old {
-            Some(o) => {
-                m.insert(name.to_string(), o);
-            }
-            None => {
-                m.remove(name);
-            }
-        }
-    }
-}
-
 /// Runs `f` with `item` bound as `item` (moved into the context, not
 /// copied) and hands it back with the result.
 fn with_item<R>(
@@ -119,24 +106,14 @@ fn with_item<R>(
     item: Value,
     f: impl FnOnce(&Context, &Value) -> R,
 ) -> (Value, R) {
-    let Some(m) = ctx.data_mut().as_object_mut() else {
+    if !ctx.data().is_object() {
         // No object to bind into (never so): the item is read unbound.
         let r = f(ctx, &item);
         return (item, r);
-    };
-    let old = m.insert("item".to_string(), item);
-    let r = match ctx.data().get("item") {
-        Some(bound) => f(ctx, bound),
-        None => f(ctx, &Value::Null),
-    };
-    let item = match ctx.data_mut().as_object_mut() {
-        Some(m) => match old {
-            Some(o) => m.insert("item".to_string(), o),
-            None => m.remove("item"),
-        },
-        None => None,
-    };
-    (item.unwrap_or_default(), r)
+    }
+    let old = bind(ctx, "item", item);
+    let r = f(ctx, ctx.data().get("item").unwrap_or(&Value::Null));
+    (rebind(ctx, "item", old), r)
 }
 
 pub(super) fn is_deleting(obj: &Value) -> bool {
@@ -457,7 +434,7 @@ impl Evaluator<'_> {
         let (list, path) = match (lent, path) {
             (Some(ptr), Some(path)) => {
                 drop(v);
-                match key_path_mut(ctx.data_mut(), &path) {
+                match path.get_mut(ctx.data_mut()) {
                     Some(slot) if std::ptr::eq(&*slot, ptr) => match std::mem::take(slot) {
                         Value::Array(a) => (a, Some(path)),
                         _ => (Vec::new(), None),
@@ -485,7 +462,7 @@ impl Evaluator<'_> {
         }
         if let Some(path) = path {
             back.extend(items);
-            if let Some(slot) = key_path_mut(ctx.data_mut(), &path) {
+            if let Some(slot) = path.get_mut(ctx.data_mut()) {
                 *slot = Value::Array(back);
             }
         }
@@ -899,12 +876,16 @@ impl Evaluator<'_> {
                 None => one(self, ctx, &mut out)?,
                 Some(e) => {
                     let var = o.as_name.as_deref().unwrap_or("item");
-                    for x in self.list_of(&format!("{f}.forEach"), e, ctx)? {
-                        let old = bind(ctx, var, x);
-                        let r = one(self, ctx, &mut out);
-                        unbind(ctx, var, old);
-                        r?;
-                    }
+                    // An output is not one template value to search for
+                    // the list's name: its list is always copied.
+                    self.for_each(
+                        &format!("{f}.forEach"),
+                        e,
+                        var,
+                        |_| false,
+                        ctx,
+                        |ctx| one(self, ctx, &mut out),
+                    )?;
                 }
             }
         }

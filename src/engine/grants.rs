@@ -281,7 +281,7 @@ impl Obj<'_> {
             }
             Obj::Compact(m) => selectors
                 .iter()
-                .any(|s| crate::selector::matches(s, m.labels()).unwrap_or(false)),
+                .any(|s| crate::selector::matches_map(s, m.labels())),
         }
     }
 

@@ -14,7 +14,6 @@ use std::sync::{Arc, OnceLock};
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::output::{RBAC_API_VERSION, RBAC_GROUP};
 use crate::api::OutputKind;
@@ -84,10 +83,8 @@ impl Manifest {
     /// tests and tools; the engine builds manifests from their parts.
     pub fn from_value(v: &Value) -> Result<Self, String> {
         let kind = v["kind"].as_str().unwrap_or_default();
-        let kind = OutputKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == kind)
-            .ok_or_else(|| format!("{kind:?} is not an RBAC kind"))?;
+        let kind =
+            OutputKind::parse(kind).ok_or_else(|| format!("{kind:?} is not an RBAC kind"))?;
         let md = &v["metadata"];
         let map = |m: &Value| -> Result<BTreeMap<String, String>, String> {
             match m {
@@ -217,20 +214,10 @@ impl Manifest {
             .get_or_init(|| Arc::new(serde_json::to_value(self).unwrap_or(Value::Null)))
     }
 
-    /// The canonical JSON text (sorted keys, no spaces): what
-    /// [`Manifest::digest`] hashes.
+    /// The canonical JSON text (sorted keys, no spaces): the bytes of
+    /// `serde_json::to_vec` of [`Manifest::to_value`].
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    /// SHA-256 of the canonical JSON text, hex: equal content, equal
-    /// digest. The text is `serde_json::to_vec` of [`Manifest::to_value`],
-    /// so a JSON object holding exactly these fields hashes the same.
-    pub fn digest(&self) -> String {
-        Sha256::digest(self.to_json())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
     }
 }
 
@@ -450,7 +437,7 @@ mod tests {
     }
 
     #[test]
-    fn compares_by_content_and_digests_follow() {
+    fn compares_by_content() {
         let agg = |label: &str| {
             Manifest::new(
                 OutputKind::ClusterRole,
@@ -470,14 +457,7 @@ mod tests {
         assert!(!Manifest::ptr_eq(&a, &b));
         assert_eq!(a, b);
         assert_ne!(a, c);
-        assert_eq!(a.digest(), b.digest());
-        assert_ne!(a.digest(), c.digest());
-        let text = serde_json::to_vec(&a.to_value()).unwrap();
-        let hex: String = Sha256::digest(&text)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(a.digest(), hex);
+        assert_eq!(a.to_json(), serde_json::to_vec(&a.to_value()).unwrap());
         assert!(a.to_value().get("rules").is_none());
         assert_eq!(**a.shared_value(), a.to_value());
     }

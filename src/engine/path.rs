@@ -95,6 +95,14 @@ impl FieldPath {
             Segment::Index(n) => v.as_array().and_then(|a| a.get(*n)),
         })
     }
+
+    /// [`FieldPath::get`], to change the value in place.
+    pub fn get_mut<'a>(&self, value: &'a mut Value) -> Option<&'a mut Value> {
+        self.segments.iter().try_fold(value, |v, seg| match seg {
+            Segment::Key(k) => v.as_object_mut().and_then(|m| m.get_mut(k)),
+            Segment::Index(n) => v.as_array_mut().and_then(|a| a.get_mut(*n)),
+        })
+    }
 }
 
 /// Text form of a scalar for comparisons: strings as they are, numbers and

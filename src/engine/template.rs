@@ -625,18 +625,6 @@ fn navigate<'c>(root: &'c Value, path: &FieldPath) -> Nav<'c> {
     Nav::Found(cur)
 }
 
-/// The value at a path of object keys, to change in place.
-pub fn key_path_mut<'c>(root: &'c mut Value, path: &FieldPath) -> Option<&'c mut Value> {
-    let mut cur = root;
-    for seg in path.segments() {
-        match (cur, seg) {
-            (Value::Object(m), Segment::Key(k)) => cur = m.get_mut(k)?,
-            _ => return None,
-        }
-    }
-    Some(cur)
-}
-
 /// `path` → `{{__capture path}}`; `helper a b` → `{{__capture (helper a b)}}`.
 fn wrap_expr(expr: &str) -> Result<String, String> {
     let expr = expr.trim();

@@ -158,10 +158,10 @@ pub fn entries(
                     ApplyAction::Recreate { .. } => Change::Recreate,
                     _ => Change::Update,
                 };
-                let before = live.map(|l| (*l.object).clone());
+                let before = live.map(|l| l.object().clone());
                 let after = match live {
                     Some(l) if change == Change::Update => {
-                        applied(&l.object, l.ours.as_ref(), &body)
+                        applied(l.object(), l.ours.as_ref(), &body)
                     }
                     _ => clean(&body),
                 };
@@ -175,7 +175,7 @@ pub fn entries(
             id: d.id.clone(),
             rule: d.rule.clone(),
             note: None,
-            before: owned.get(&d.id).map(|l| clean(&l.object)),
+            before: owned.get(&d.id).map(|l| clean(l.object())),
             after: None,
         });
     }
@@ -651,7 +651,7 @@ mod tests {
         assert!(after["metadata"].get("uid").is_none());
         // A label we set before and no longer want goes.
         let owned = OwnedFields {
-            labels: ["team".to_string()].into(),
+            labels: std::sync::Arc::new(["team".to_string()].into()),
             ..OwnedFields::default()
         };
         let after = applied(&live, Some(&owned), &desired);

@@ -75,13 +75,35 @@ impl fmt::Display for ObjectId {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnedFields {
     /// Label keys.
-    pub labels: BTreeSet<String>,
+    pub labels: Keys,
     /// Annotation keys.
-    pub annotations: BTreeSet<String>,
+    pub annotations: Keys,
     /// uids of ownerReferences.
     pub owner_uids: BTreeSet<String>,
     /// Top-level fields (`rules`, `aggregationRule`, `subjects`, ...).
-    pub top: BTreeSet<String>,
+    pub top: Keys,
+}
+
+/// A set of field names, shared by every object that has the same one
+/// (see [`intern`]): thousands of our objects own the same few sets.
+pub type Keys = Arc<BTreeSet<String>>;
+
+/// The one shared copy of `keys`. The sets are few (one per shape of
+/// output), so the table stays small for the life of the process.
+fn intern(keys: BTreeSet<String>) -> Keys {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static TABLE: OnceLock<Mutex<HashSet<Keys>>> = OnceLock::new();
+    let table = TABLE.get_or_init(Mutex::default);
+    let Ok(mut table) = table.lock() else {
+        return Arc::new(keys);
+    };
+    if let Some(k) = table.get(&keys) {
+        return Arc::clone(k);
+    }
+    let k = Arc::new(keys);
+    table.insert(Arc::clone(&k));
+    k
 }
 
 impl OwnedFields {
@@ -126,10 +148,10 @@ impl OwnedFields {
             .filter_map(|k| k["uid"].as_str().map(str::to_string))
             .collect();
         OwnedFields {
-            labels: keys(&fields["f:metadata"]["f:labels"]),
-            annotations: keys(&fields["f:metadata"]["f:annotations"]),
+            labels: intern(keys(&fields["f:metadata"]["f:labels"])),
+            annotations: intern(keys(&fields["f:metadata"]["f:annotations"])),
             owner_uids,
-            top: keys(fields),
+            top: intern(keys(fields)),
         }
     }
 }
@@ -202,15 +224,41 @@ impl Content {
     }
 }
 
-/// A live RBAC object carrying our managed-by label, as cached from the
-/// watches: what the plan compares (digests, not the body) and what the
-/// engine reads.
+/// Labels or annotations of a live object, sorted by key: what the plan,
+/// provenance and the Helm check read, kept without the body.
+type Pairs = Box<[(Box<str>, Box<str>)]>;
+
+fn pairs(map: Option<&Map<String, Value>>) -> Pairs {
+    // A JSON map iterates in key order: the pairs come sorted.
+    map.into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((Box::from(k.as_str()), Box::from(v.as_str()?))))
+        .collect()
+}
+
+fn lookup<'a>(pairs: &'a Pairs, key: &str) -> Option<&'a str> {
+    pairs
+        .binary_search_by(|(k, _)| (**k).cmp(key))
+        .ok()
+        .map(|i| &*pairs[i].1)
+}
+
+/// A live RBAC object of an output kind, as cached from the watches: what
+/// the plan compares (digests, labels and annotations, not the body) and,
+/// where something reads it, the body the engine reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
-    /// The object without `managedFields`, shared with the engine's store
-    /// (one copy in memory, not one per cache). The world keeps only
-    /// [`Live::slim`] of it where no rule reads the kind.
-    pub object: Arc<Value>,
+    /// Its identity, when it is an RBAC object.
+    id: Option<ObjectId>,
+    /// The body without `managedFields`, shared with the engine's store
+    /// (one copy in memory, not one per cache); `None` while packed
+    /// ([`Live::pack`]). The world keeps only [`Live::slim`] of it where
+    /// policy alone reads it.
+    object: Option<Arc<Value>>,
+    /// metadata.labels.
+    labels: Pairs,
+    /// metadata.annotations.
+    annotations: Pairs,
     /// What our field manager owns on it, when known.
     pub ours: Option<OwnedFields>,
     /// metadata.uid.
@@ -219,8 +267,7 @@ pub struct Live {
     resource_version: Option<String>,
     /// The compared parts, as digests.
     content: Arc<Content>,
-    /// The slim body as JSON while `object` holds only its identity and
-    /// labels and annotations ([`Live::pack`]).
+    /// The body as JSON while `object` is `None` ([`Live::pack`]).
     packed: Option<Arc<[u8]>>,
 }
 
@@ -234,8 +281,6 @@ const SLIM_TOP: [&str; 6] = [
     "roleRef",
     "subjects",
 ];
-/// What [`Live::pack`] leaves in the object: identity and provenance.
-const PACKED_META: [&str; 4] = ["name", "namespace", "labels", "annotations"];
 const SLIM_META: [&str; 5] = [
     "name",
     "namespace",
@@ -244,9 +289,13 @@ const SLIM_META: [&str; 5] = [
     "annotations",
 ];
 
+/// JSON null, what [`Live::object`] shows of a packed body.
+static NULL: Value = Value::Null;
+
 impl Live {
     /// Summarises a live object: extracts what we own, then strips
-    /// `managedFields` (they are large and nothing else reads them).
+    /// `managedFields` (they are large and nothing else reads them). The
+    /// body stays whole.
     pub fn new(mut object: Value) -> Live {
         let ours = OwnedFields::from_managed_fields(&object);
         if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -257,57 +306,69 @@ impl Live {
 
     /// Like [`Live::new`], from a typed object (a watch event or an apply
     /// response): managedFields are read where they are and never turned
-    /// into JSON.
+    /// into JSON, and the body is packed at once (in the watch task, before
+    /// an event is queued): the world unpacks it where a rule reads the
+    /// kind.
     pub fn from_object(mut obj: kube::api::DynamicObject) -> Live {
         let entries = obj.metadata.managed_fields.take().unwrap_or_default();
         let ours = OwnedFields::from_entries(&entries);
-        Live::summarise(serde_json::to_value(&obj).unwrap_or(Value::Null), ours)
+        drop(entries);
+        let mut live = Live::summarise(serde_json::to_value(&obj).unwrap_or(Value::Null), ours);
+        live.pack();
+        live
     }
 
     fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
         let meta = &object["metadata"];
-        let role = object["kind"].as_str() == Some(OutputKind::Role.as_str());
-        let mut live = Live {
+        Live {
+            id: ObjectId::of(&object),
             uid: meta["uid"].as_str().map(str::to_string),
             resource_version: meta["resourceVersion"].as_str().map(str::to_string),
+            labels: pairs(meta["labels"].as_object()),
+            annotations: pairs(meta["annotations"].as_object()),
             content: Arc::new(Content::of(&object)),
-            object: Arc::new(object),
+            object: Some(Arc::new(object)),
             ours,
             packed: None,
-        };
-        // Roles are most of the objects at scale, with the longest rule
-        // lists: packed at once (in the watch task, before an event is
-        // queued); the world unpacks them where a rule reads Roles.
-        if role {
-            live.pack();
         }
-        live
+    }
+
+    /// Its identity, when it is an RBAC object.
+    pub fn id(&self) -> Option<&ObjectId> {
+        self.id.as_ref()
+    }
+
+    /// The body (whole or slim); JSON null while packed.
+    pub fn object(&self) -> &Value {
+        self.object.as_deref().unwrap_or(&NULL)
+    }
+
+    /// The shared body, unless packed: what the engine's store holds.
+    pub fn shared(&self) -> Option<&Arc<Value>> {
+        self.object.as_ref()
     }
 
     /// Keeps of the body only what the plan and the engine's policy read
     /// of an object no rule reads: apiVersion, kind, name, namespace,
     /// resourceVersion, labels, annotations, and the RBAC fields (`rules`,
     /// `aggregationRule`, `roleRef`, `subjects`). uid and the compared
-    /// parts stay in the summary. Idempotent.
+    /// parts stay in the summary. Idempotent; nothing while packed.
     pub fn slim(&mut self) {
         self.keep(&SLIM_TOP, &SLIM_META);
     }
 
-    /// Keeps the body as JSON bytes (a fraction of its size as a tree) and
-    /// in `object` only apiVersion, kind, name, namespace, labels and
-    /// annotations: what the plan, provenance and the engine's view of a
-    /// live object read while a desired copy stands for it. No
-    /// resourceVersion there, so that the engine's store sees the change
-    /// when [`Live::unpack`] brings the body back. Idempotent.
+    /// Keeps the body as JSON bytes only (a fraction of its size as a
+    /// tree): the plan reads the summary, and nothing else reads the body
+    /// while a desired copy stands for the object. Idempotent.
     pub fn pack(&mut self) {
-        if self.packed.is_some() {
+        let Some(object) = &self.object else {
             return;
-        }
-        let Ok(bytes) = serde_json::to_vec(&*self.object) else {
+        };
+        let Ok(bytes) = serde_json::to_vec(&**object) else {
             return;
         };
         self.packed = Some(bytes.into());
-        self.keep(&SLIM_TOP[..2], &PACKED_META);
+        self.object = None;
     }
 
     /// Brings back the body [`Live::pack`] kept as JSON; whether it was
@@ -318,12 +379,13 @@ impl Live {
         };
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(v) => {
-                self.object = Arc::new(v);
+                self.object = Some(Arc::new(v));
                 true
             }
             Err(e) => {
-                // Bytes this process wrote: cannot happen; keep the stub.
+                // Bytes this process wrote: cannot happen; keep them.
                 tracing::warn!(error = %e, "cannot unpack a cached object");
+                self.packed = Some(bytes);
                 false
             }
         }
@@ -338,7 +400,10 @@ impl Live {
     /// fields `meta`; whether anything was dropped. Only what is kept is
     /// copied (the body may be shared with the engine's store).
     fn keep(&mut self, top: &[&str], meta: &[&str]) -> bool {
-        let Some(map) = self.object.as_object() else {
+        let Some(object) = self.object.as_mut() else {
+            return false;
+        };
+        let Some(map) = object.as_object() else {
             return false;
         };
         let old_meta = map.get("metadata").and_then(Value::as_object);
@@ -350,14 +415,14 @@ impl Live {
             return false;
         }
         // Ours alone (a fresh event): trimmed in place.
-        if let Some(Value::Object(map)) = Arc::get_mut(&mut self.object) {
+        if let Some(Value::Object(map)) = Arc::get_mut(object) {
             map.retain(|k, _| k == "metadata" || top.contains(&k.as_str()));
             if let Some(Value::Object(m)) = map.get_mut("metadata") {
                 m.retain(|k, _| meta.contains(&k.as_str()));
             }
             return true;
         }
-        let Some(map) = self.object.as_object() else {
+        let Some(map) = object.as_object() else {
             return false;
         };
         let old_meta = map.get("metadata").and_then(Value::as_object);
@@ -374,7 +439,7 @@ impl Live {
                 .collect();
             out.insert("metadata".into(), Value::Object(m));
         }
-        self.object = Arc::new(Value::Object(out));
+        *object = Arc::new(Value::Object(out));
         true
     }
 
@@ -389,17 +454,28 @@ impl Live {
 
     /// Whether it carries our managed-by label.
     pub fn is_managed(&self) -> bool {
-        is_managed(&self.object)
+        self.label(crate::engine::output::MANAGED_BY_LABEL)
+            == Some(crate::engine::output::MANAGED_BY_VALUE)
+    }
+
+    /// A label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        lookup(&self.labels, key)
+    }
+
+    /// An annotation's value.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        lookup(&self.annotations, key)
     }
 
     /// The rule annotation (provenance), if present.
     pub fn rule(&self) -> Option<&str> {
-        self.object["metadata"]["annotations"][rule_annotation()].as_str()
+        self.annotation(&rule_annotation())
     }
 
     /// The trigger annotation, if present.
     pub fn trigger(&self) -> Option<&str> {
-        self.object["metadata"]["annotations"][trigger_annotation()].as_str()
+        self.annotation(&trigger_annotation())
     }
 
     /// metadata.uid.
@@ -524,23 +600,27 @@ pub fn differences(desired: &Value, live: &Live) -> Vec<&'static str> {
 
 fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     let mut out = Vec::new();
-    let lm = &live.object["metadata"];
-    for (name, wanted, owned) in [
-        ("labels", want.labels, live.ours.as_ref().map(|o| &o.labels)),
+    for (name, wanted, have, owned) in [
+        (
+            "labels",
+            want.labels,
+            &live.labels,
+            live.ours.as_ref().map(|o| &o.labels),
+        ),
         (
             "annotations",
             want.annotations,
+            &live.annotations,
             live.ours.as_ref().map(|o| &o.annotations),
         ),
     ] {
-        let have = lm[name].as_object();
         let missing = wanted
             .into_iter()
             .flatten()
-            .any(|(k, v)| have.and_then(|h| h.get(k)) != Some(v));
+            .any(|(k, v)| v.as_str().is_none_or(|v| lookup(have, k) != Some(v)));
         let stale = owned
             .into_iter()
-            .flatten()
+            .flat_map(|o| o.iter())
             .any(|k| !wanted.is_some_and(|w| w.contains_key(k)));
         if missing || stale {
             out.push(name);
@@ -776,7 +856,7 @@ pub fn plan_with(
             Some(l) => {
                 // Built for the comparison only, dropped after it.
                 let mut object = d.object.to_value();
-                keep_helm = is_helm_released(&l.object);
+                keep_helm = l.annotation(HELM_RELEASE_ANNOTATION).is_some();
                 if keep_helm {
                     add_helm_keep(&mut object);
                 }
@@ -968,7 +1048,7 @@ mod tests {
         assert_eq!(differences(&edited, &live(l)), vec!["labels"]);
         // Live::new keeps the summary but strips managedFields.
         let l = live(json!({"metadata": {"managedFields": []}}));
-        assert!(l.object["metadata"].get("managedFields").is_none());
+        assert!(l.object()["metadata"].get("managedFields").is_none());
     }
 
     #[test]
@@ -980,9 +1060,13 @@ mod tests {
                 "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}, "f:rules": {}}}]},
             "rules": []});
         let typed: kube::api::DynamicObject = serde_json::from_value(json.clone()).expect("object");
-        let from_typed = Live::from_object(typed);
+        let mut from_typed = Live::from_object(typed);
+        // Packed at once, with the summary read first.
+        assert!(from_typed.is_packed() && from_typed.shared().is_none());
+        assert_eq!(from_typed.label("a"), Some("1"));
+        assert!(from_typed.unpack());
         assert_eq!(from_typed, Live::new(json));
-        assert!(from_typed.object["metadata"].get("managedFields").is_none());
+        assert!(from_typed.object()["metadata"].get("managedFields").is_none());
         let ours = from_typed.ours.expect("ours");
         assert!(ours.labels.contains("a") && ours.top.contains("rules"));
     }
@@ -1008,7 +1092,7 @@ mod tests {
         slim.slim();
         assert_eq!(differences(&desired, &slim), vec!["rules"]);
         assert_eq!(slim.uid(), Some("u"));
-        assert!(slim.object["metadata"].get("uid").is_none());
+        assert!(slim.object()["metadata"].get("uid").is_none());
     }
 
     #[test]
@@ -1024,7 +1108,7 @@ mod tests {
         }));
         let summary = (l.uid.clone(), l.content.clone());
         l.slim();
-        let once = l.object.clone();
+        let once = l.shared().cloned().expect("a body");
         assert_eq!(
             *once,
             json!({
@@ -1040,7 +1124,7 @@ mod tests {
         assert_eq!((l.rule(), l.trigger()), (Some("r"), Some("T/a")));
         l.slim();
         assert!(
-            Arc::ptr_eq(&once, &l.object),
+            Arc::ptr_eq(&once, l.shared().expect("a body")),
             "a slim copy is kept as it is"
         );
     }

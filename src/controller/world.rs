@@ -229,8 +229,8 @@ impl World {
                 self.relisting.insert(kind, BTreeSet::new());
             }
             Feed::Owned(kind, Event::InitApply(o)) => {
-                if let Some(id) = ObjectId::of(&o.object) {
-                    self.relisting.entry(kind).or_default().insert(id);
+                if let Some(id) = o.id() {
+                    self.relisting.entry(kind).or_default().insert(id.clone());
                 }
                 change.dirty = self.upsert_rbac(o);
             }
@@ -261,10 +261,10 @@ impl World {
                         // copy the cache already learned) keeps the new one.
                         let newer =
                             |l: &Live| matches!((l.uid(), o.uid()), (Some(a), Some(b)) if a != b);
-                        if let Some(id) = ObjectId::of(&o.object)
-                            && !self.owned.get(&id).is_some_and(newer)
+                        if let Some(id) = o.id()
+                            && !self.owned.get(id).is_some_and(newer)
                         {
-                            change.dirty = self.forget_rbac(&id);
+                            change.dirty = self.forget_rbac(id);
                         }
                     }
                     Step::Nothing | Step::Replace(_) => {}
@@ -376,7 +376,7 @@ impl World {
     }
 
     fn upsert_rbac(&mut self, mut o: Live) -> bool {
-        let Some(id) = ObjectId::of(&o.object) else {
+        let Some(id) = o.id().cloned() else {
             return false;
         };
         if o.is_managed() {
@@ -391,8 +391,10 @@ impl World {
         if self.kinds.contains_key(&gk) {
             o.unpack();
             let key = (id.namespace.clone(), id.name.clone());
-            if self.store.get(&gk, &key) != Some(&*o.object) {
-                read = self.store.insert_shared(o.object).is_ok();
+            if let Some(object) = o.shared()
+                && self.store.get(&gk, &key) != Some(&**object)
+            {
+                read = self.store.insert_shared(Arc::clone(object)).is_ok();
             }
         }
         self.foreign.insert(id) || owned || read
@@ -400,13 +402,16 @@ impl World {
 
     /// Caches one of our objects.
     fn upsert_live(&mut self, id: ObjectId, mut live: Live) -> bool {
-        // Policy reads the RBAC fields of our objects; the rest of the body
-        // only matters where a rule reads the kind.
+        // Where no rule reads the kind, nothing reads the body while a
+        // desired copy stands for the object (policy judges that copy):
+        // packed, and out of the engine's store until a plan keeps it
+        // ([`World::unpack`]).
         let read = self.kinds.contains_key(&output_gk(id.kind));
         if read {
             live.unpack();
         } else {
             live.slim();
+            live.pack();
         }
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
@@ -419,7 +424,7 @@ impl World {
             Some(known) if !read && known.same_version(&live) => return false,
             _ => {}
         }
-        self.mirror(&id, Some(&live.object));
+        self.mirror(&id, live.shared());
         self.foreign.remove(&id);
         self.owned.insert(id, live);
         true
@@ -440,8 +445,8 @@ impl World {
                 if !self.kinds.contains_key(&output_gk(id.kind)) {
                     live.slim();
                 }
-                let object = Arc::clone(&live.object);
-                self.mirror(id, Some(&object));
+                let object = live.shared().cloned();
+                self.mirror(id, object.as_ref());
                 any = true;
             }
         }
@@ -477,7 +482,7 @@ impl World {
     /// that follow confirm it (or are older, and ignored).
     pub fn learn(&mut self, learned: Learned) -> bool {
         match learned {
-            Learned::Applied(live) => match ObjectId::of(&live.object) {
+            Learned::Applied(live) => match live.id().cloned() {
                 Some(id) => self.upsert_live(id, live),
                 None => false,
             },
@@ -664,14 +669,14 @@ impl World {
         self.kinds.remove(gk);
         self.store.clear_kind(gk);
         if let Some(kind) = output_kind(gk) {
-            let ours: Vec<(ObjectId, Arc<Value>)> = self
+            let ours: Vec<(ObjectId, Option<Arc<Value>>)> = self
                 .owned
                 .iter()
                 .filter(|(id, _)| id.kind == kind)
-                .map(|(id, l)| (id.clone(), l.object.clone()))
+                .map(|(id, l)| (id.clone(), l.shared().cloned()))
                 .collect();
             for (id, o) in ours {
-                self.mirror(&id, Some(&o));
+                self.mirror(&id, o.as_ref());
             }
         }
     }
@@ -956,7 +961,7 @@ mod tests {
         let c = w.apply(owned(OutputKind::ClusterRole, Event::Apply(role.clone())));
         assert!(c.dirty);
         let live = &w.owned[&ObjectId::new(OutputKind::ClusterRole, "", "x")];
-        assert!(live.object["metadata"].get("managedFields").is_none());
+        assert!(live.object()["metadata"].get("managedFields").is_none());
         assert!(live.ours.as_ref().is_some_and(|o| o.labels.contains("a")));
         let c = w.apply(owned(OutputKind::ClusterRole, Event::Delete(role)));
         assert!(c.dirty);
@@ -982,7 +987,11 @@ mod tests {
         )))));
         assert!(c.dirty);
         assert_eq!(w.owned[&id].resource_version(), Some("20"));
-        // Mirrored into the store the engine judges (no rule reads the kind).
+        // No rule reads the kind: packed, and not in the engine's store
+        // until a plan keeps it without a desired copy.
+        assert!(w.owned[&id].is_packed());
+        assert!(w.store.get(&gk, &key).is_none());
+        assert!(w.unpack([&id]));
         assert!(w.store.get(&gk, &key).is_some());
         // The watch then delivers an event from before the write.
         let c = w.apply(owned(
@@ -1051,8 +1060,10 @@ mod tests {
         );
         assert!(w.foreign.contains(&id));
         assert!(!w.owned.contains_key(&id));
-        // No rule reads ClusterRoles: only ours are kept whole.
-        assert_eq!(stored_names(&w, &gk), vec!["ours"]);
+        // No rule reads ClusterRoles: none in the engine's store, ours
+        // packed in our cache.
+        assert!(stored_names(&w, &gk).is_empty());
+        assert!(w.owned[&ObjectId::new(OutputKind::ClusterRole, "", "ours")].is_packed());
         // Taking our label off moves an object out of our cache in the same
         // event that names it someone else's; putting it on moves it back.
         let c = w.apply(owned(
@@ -1116,7 +1127,7 @@ mod tests {
         let key = (String::new(), "ours".to_string());
         assert!(std::ptr::eq(
             w.store.get(&gk, &key).expect("stored"),
-            &*w.owned[&ours].object
+            w.owned[&ours].object()
         ));
         // No rule reads them any more: the others go, ours stay.
         w.forget_kind(&gk);
@@ -1140,8 +1151,17 @@ mod tests {
         let kind = OutputKind::ClusterRole;
         let id = ObjectId::new(kind, "", "s");
         w.apply(owned(kind, Event::Apply(served_role("5", json!(["get"])))));
+        // Packed while a desired copy may stand for it: the plan reads the
+        // summary, and the engine's store holds no copy.
+        let gk = output_gk(kind);
+        let key = (String::new(), "s".to_string());
+        assert!(w.owned[&id].is_packed());
+        assert!(w.store.get(&gk, &key).is_none());
+        assert_eq!(w.owned[&id].rule(), Some("r"));
+        // A plan keeps it: policy judges its slim body.
+        assert!(w.unpack([&id]));
         let live = &w.owned[&id];
-        let meta = live.object["metadata"].as_object().expect("metadata");
+        let meta = live.object()["metadata"].as_object().expect("metadata");
         let mut keys: Vec<&str> = meta.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
@@ -1152,18 +1172,16 @@ mod tests {
         assert_eq!(live.uid(), Some("u-s"));
         assert_eq!(live.rule(), Some("r"));
         assert!(live.is_managed());
-        assert_eq!(live.object["rules"][0]["verbs"], json!(["get"]));
+        assert_eq!(live.object()["rules"][0]["verbs"], json!(["get"]));
         // The store the engine judges shares the slim copy.
-        let gk = output_gk(kind);
-        let key = (String::new(), "s".to_string());
         assert!(std::ptr::eq(
             w.store.get(&gk, &key).expect("stored"),
-            &*w.owned[&id].object
+            w.owned[&id].object()
         ));
         // A rule reads ClusterRoles: the next copy is kept whole.
         watch_whole(&mut w, &gk);
         w.apply(owned(kind, Event::Apply(served_role("6", json!(["get"])))));
-        let whole = &w.owned[&id].object["metadata"];
+        let whole = &w.owned[&id].object()["metadata"];
         assert_eq!(whole["uid"], "u-s");
         assert_eq!(whole["ownerReferences"][0]["name"], "n");
     }
@@ -1188,12 +1206,12 @@ mod tests {
         let key = ("n".to_string(), "s".to_string());
         let live = &w.owned[&id];
         assert!(live.is_packed());
-        assert!(live.object.get("rules").is_none());
+        assert!(live.shared().is_none());
         assert_eq!(
             (live.rule(), live.trigger(), live.resource_version()),
             (Some("r"), Some("T/n"), Some("5"))
         );
-        assert!(w.store.get(&gk, &key).expect("stub").get("rules").is_none());
+        assert!(w.store.get(&gk, &key).is_none());
         // Compared by digest while packed.
         let mut desired = role("", json!(["get"]));
         desired["metadata"]
@@ -1228,7 +1246,7 @@ mod tests {
                 .dirty
         );
         assert!(!w.owned[&id].is_packed());
-        assert_eq!(w.owned[&id].object["metadata"]["uid"], "u");
+        assert_eq!(w.owned[&id].object()["metadata"]["uid"], "u");
         // And so are others' Roles.
         let mut other = role("8", json!(["list"]));
         other["metadata"]["name"] = json!("other");
@@ -1258,7 +1276,7 @@ mod tests {
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
         assert!(super::super::plan::differences(&desired, &w.owned[&id]).is_empty());
         // Relisted unchanged: nothing to do, the copy is kept.
-        let before = w.owned[&id].object.clone();
+        let before = w.owned[&id].clone();
         w.apply(owned(kind, Event::Init));
         let c = w.apply(owned(
             kind,
@@ -1266,7 +1284,7 @@ mod tests {
         ));
         assert!(!c.dirty);
         w.apply(owned(kind, Event::InitDone));
-        assert!(Arc::ptr_eq(&before, &w.owned[&id].object));
+        assert_eq!(before, w.owned[&id]);
         // Edited while the watch was down: the relist brings the new body,
         // and its digest differs from what is wanted.
         w.apply(owned(kind, Event::Init));
@@ -1297,7 +1315,7 @@ mod tests {
             ],
         );
         let a = ObjectId::new(kind, "", "a");
-        let before = w.owned[&a].object.clone();
+        let before = w.owned[&a].clone();
         // A relist (after 410 Gone): b was deleted meanwhile, x too.
         w.apply(owned(kind, Event::Init));
         w.apply(owned(kind, Event::InitApply(cluster_role("a", true))));
@@ -1309,9 +1327,10 @@ mod tests {
         let names: Vec<&str> = w.owned.keys().map(|id| id.name.as_str()).collect();
         assert_eq!(names, vec!["a"]);
         assert!(w.foreign.is_empty());
-        assert_eq!(w.store.list(&output_gk(kind)).count(), 1);
+        // No rule reads ClusterRoles: ours are packed, out of the store.
+        assert_eq!(w.store.list(&output_gk(kind)).count(), 0);
         // The unchanged object kept its copy (the plan's memo holds).
-        assert!(Arc::ptr_eq(&before, &w.owned[&a].object));
+        assert_eq!(before, w.owned[&a]);
     }
 
     #[test]

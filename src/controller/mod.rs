@@ -334,6 +334,7 @@ async fn control_loop(
                 let Some(mut syncer) = idle.take() else { continue };
                 let allow = world.allow_rules();
                 let holds = world.holds();
+                world.unpack_held(&holds);
                 let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
                 // Objects no desired copy stands for are judged on their
                 // own bodies: unpacked, and judged in the next pass.
@@ -341,7 +342,13 @@ async fn control_loop(
                 // A deferred prune is no keep: it goes once the view is whole.
                 let kept = kept.filter(|k| k.2 != plan::KeepReason::PruneDeferred);
                 if world.unpack(kept.map(|(id, _, _)| id)) {
-                    due = Some(Instant::now() + debounce);
+                    // Policy and the rules reading the kind see them only
+                    // in the next evaluation: this pass is planned without
+                    // them (it might narrow what a reader copies), so it is
+                    // dropped and planned again.
+                    idle = Some(syncer);
+                    due = Some(Instant::now());
+                    continue;
                 }
                 let held = holds.len();
                 let learned = learned.clone();

@@ -1066,7 +1066,11 @@ mod tests {
         assert_eq!(from_typed.label("a"), Some("1"));
         assert!(from_typed.unpack());
         assert_eq!(from_typed, Live::new(json));
-        assert!(from_typed.object()["metadata"].get("managedFields").is_none());
+        assert!(
+            from_typed.object()["metadata"]
+                .get("managedFields")
+                .is_none()
+        );
         let ours = from_typed.ours.expect("ours");
         assert!(ours.labels.contains("a") && ours.top.contains("rules"));
     }

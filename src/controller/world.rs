@@ -381,7 +381,7 @@ impl World {
         };
         if o.is_managed() {
             let foreign = self.foreign.remove(&id);
-            return self.upsert_live(id, o) || foreign;
+            return self.upsert_live(id, o, false) || foreign;
         }
         let owned = self.remove_owned(&id);
         let gk = output_gk(id.kind);
@@ -400,17 +400,28 @@ impl World {
         self.foreign.insert(id) || owned || read
     }
 
-    /// Caches one of our objects.
-    fn upsert_live(&mut self, id: ObjectId, mut live: Live) -> bool {
-        // Where no rule reads the kind, nothing reads the body while a
-        // desired copy stands for the object (policy judges that copy):
-        // packed, and out of the engine's store until a plan keeps it
-        // ([`World::unpack`]).
+    /// Caches one of our objects; `standing` when a desired copy of ours
+    /// stands for it (the response to our own write).
+    fn upsert_live(&mut self, id: ObjectId, mut live: Live, standing: bool) -> bool {
+        // Nothing reads the body while a desired copy stands for the
+        // object: policy judges that copy, and the engine's view shows a
+        // rule that copy, never our live one. Packed then, and out of the
+        // engine's store until a plan keeps it without a desired copy
+        // ([`World::unpack`]) or its rule is held ([`World::unpack_held`]).
+        // Where a rule reads the kind, that is known only of what we just
+        // wrote (and the watch's echo of that version); everything else is
+        // kept whole there.
         let read = self.kinds.contains_key(&output_gk(id.kind));
-        if read {
+        let echo = self
+            .owned
+            .get(&id)
+            .is_some_and(|k| k.is_packed() && k.same_version(&live));
+        if read && !standing && !echo {
             live.unpack();
         } else {
-            live.slim();
+            if !read {
+                live.slim();
+            }
             live.pack();
         }
         match self.owned.get(&id) {
@@ -421,7 +432,7 @@ impl World {
             // The version already known (perhaps unpacked since): nothing
             // changed. Where a rule reads the kind, a whole copy replaces
             // a slim one.
-            Some(known) if !read && known.same_version(&live) => return false,
+            Some(known) if (!read || echo) && known.same_version(&live) => return false,
             _ => {}
         }
         self.mirror(&id, live.shared());
@@ -451,6 +462,27 @@ impl World {
             }
         }
         any
+    }
+
+    /// Unpacks our objects of held rules where a rule reads the kind: the
+    /// engine's view shows a held rule's live objects (it renders no copy
+    /// of them), so they are in the store before the evaluation that holds
+    /// the rule. Whether any was packed.
+    pub fn unpack_held(&mut self, holds: &BTreeMap<String, Hold>) -> bool {
+        if holds.is_empty() {
+            return false;
+        }
+        let ids: Vec<ObjectId> = self
+            .owned
+            .iter()
+            .filter(|(id, l)| {
+                l.is_packed()
+                    && self.kinds.contains_key(&output_gk(id.kind))
+                    && l.rule().is_some_and(|r| holds.contains_key(r))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.unpack(&ids)
     }
 
     fn remove_owned(&mut self, id: &ObjectId) -> bool {
@@ -483,7 +515,8 @@ impl World {
     pub fn learn(&mut self, learned: Learned) -> bool {
         match learned {
             Learned::Applied(live) => match live.id().cloned() {
-                Some(id) => self.upsert_live(id, live),
+                // Just written: our desired copy stands for it.
+                Some(id) => self.upsert_live(id, live, true),
                 None => false,
             },
             // Only the object deleted: not one made again since.
@@ -1143,6 +1176,50 @@ mod tests {
                 "annotations": {"rbacrules.io/rule": "r"},
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u-n"}]},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+    }
+
+    #[test]
+    fn what_we_just_wrote_stays_packed_where_a_rule_reads_the_kind() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let gk = output_gk(kind);
+        watch_whole(&mut w, &gk);
+        let id = ObjectId::new(kind, "", "s");
+        let key = (String::new(), "s".to_string());
+        // The response to our write: our desired copy stands for it, so
+        // no rule's view shows it and the engine's store holds no copy.
+        let c = w.apply(Feed::Learned(Learned::Applied(Live::new(served_role(
+            "5",
+            json!(["get"]),
+        )))));
+        assert!(c.dirty);
+        assert!(w.owned[&id].is_packed());
+        assert!(w.store.get(&gk, &key).is_none());
+        // The watch's echo of that version changes nothing.
+        let c = w.apply(owned(kind, Event::Apply(served_role("5", json!(["get"])))));
+        assert!(!c.dirty);
+        assert!(w.owned[&id].is_packed());
+        // Its rule is held: the view shows the live copy, so it is in the
+        // store before the evaluation (whole: a rule reads the kind).
+        assert!(!w.unpack_held(&BTreeMap::new()));
+        let holds = BTreeMap::from([("r".to_string(), Hold::WaitingForSync("x".into()))]);
+        assert!(w.unpack_held(&holds));
+        assert!(!w.unpack_held(&holds));
+        let stored = w.store.get(&gk, &key).expect("stored");
+        assert_eq!(stored["metadata"]["uid"], "u-s");
+        assert_eq!(stored["rules"][0]["verbs"], json!(["get"]));
+        // Someone else's edit (a version we did not write) is kept whole.
+        w.apply(Feed::Learned(Learned::Applied(Live::new(served_role(
+            "6",
+            json!(["get"]),
+        )))));
+        assert!(w.owned[&id].is_packed());
+        w.apply(owned(kind, Event::Apply(served_role("7", json!(["*"])))));
+        assert!(!w.owned[&id].is_packed());
+        assert_eq!(
+            w.store.get(&gk, &key).expect("stored")["rules"][0]["verbs"],
+            json!(["*"])
+        );
     }
 
     #[test]

@@ -381,7 +381,7 @@ impl World {
         };
         if o.is_managed() {
             let foreign = self.foreign.remove(&id);
-            return self.upsert_live(id, o, false) || foreign;
+            return self.upsert_live(id, o) || foreign;
         }
         let owned = self.remove_owned(&id);
         let gk = output_gk(id.kind);
@@ -400,39 +400,31 @@ impl World {
         self.foreign.insert(id) || owned || read
     }
 
-    /// Caches one of our objects; `standing` when a desired copy of ours
-    /// stands for it (the response to our own write).
-    fn upsert_live(&mut self, id: ObjectId, mut live: Live, standing: bool) -> bool {
-        // Nothing reads the body while a desired copy stands for the
-        // object: policy judges that copy, and the engine's view shows a
-        // rule that copy, never our live one. Packed then, and out of the
-        // engine's store until a plan keeps it without a desired copy
-        // ([`World::unpack`]) or its rule is held ([`World::unpack_held`]).
-        // Where a rule reads the kind, that is known only of what we just
-        // wrote (and the watch's echo of that version); everything else is
-        // kept whole there.
+    /// Caches one of our objects.
+    fn upsert_live(&mut self, id: ObjectId, mut live: Live) -> bool {
+        // Nothing reads the body of our object while a desired copy stands
+        // for it: policy judges that copy, and the engine's view shows a
+        // rule that copy or nothing, never our live one (see
+        // `engine::view`). Packed then, and out of the engine's store,
+        // until a plan keeps it without a desired copy ([`World::unpack`])
+        // or its rule is held ([`World::unpack_held`]). Where no rule reads
+        // the kind, only what policy reads is kept.
         let read = self.kinds.contains_key(&output_gk(id.kind));
-        let echo = self
-            .owned
-            .get(&id)
-            .is_some_and(|k| k.is_packed() && k.same_version(&live));
-        if read && !standing && !echo {
-            live.unpack();
-        } else {
-            if !read {
-                live.slim();
-            }
-            live.pack();
+        if !read {
+            live.slim();
         }
+        live.pack();
         match self.owned.get(&id) {
             Some(known) if known == &live => return false,
             // A watch event from before a write whose response the cache
             // already learned: older, so nothing to change.
             Some(known) if older(&live, known) => return false,
             // The version already known (perhaps unpacked since): nothing
-            // changed. Where a rule reads the kind, a whole copy replaces
-            // a slim one.
-            Some(known) if (!read || echo) && known.same_version(&live) => return false,
+            // changed. Where a rule reads the kind, an unpacked copy may be
+            // slim: the new one replaces it.
+            Some(known) if (!read || known.is_packed()) && known.same_version(&live) => {
+                return false;
+            }
             _ => {}
         }
         self.mirror(&id, live.shared());
@@ -515,8 +507,7 @@ impl World {
     pub fn learn(&mut self, learned: Learned) -> bool {
         match learned {
             Learned::Applied(live) => match live.id().cloned() {
-                // Just written: our desired copy stands for it.
-                Some(id) => self.upsert_live(id, live, true),
+                Some(id) => self.upsert_live(id, live),
                 None => false,
             },
             // Only the object deleted: not one made again since.
@@ -1154,10 +1145,14 @@ mod tests {
         );
         assert!(w.base_synced() && w.kinds_settled());
         assert!(!w.holds().contains_key("reader"));
-        // Every ClusterRole is in the store once: ours shared with our cache.
-        assert_eq!(w.store.list(&gk).count(), 2);
+        // Others' ClusterRoles are in the store; ours are packed (no rule
+        // sees them while a desired copy stands for them) until a plan
+        // keeps them, then shared with our cache.
+        assert_eq!(stored_names(&w, &gk), vec!["other"]);
         let ours = ObjectId::new(OutputKind::ClusterRole, "", "ours");
         let key = (String::new(), "ours".to_string());
+        assert!(w.owned[&ours].is_packed());
+        assert!(w.unpack([&ours]));
         assert!(std::ptr::eq(
             w.store.get(&gk, &key).expect("stored"),
             w.owned[&ours].object()
@@ -1179,14 +1174,14 @@ mod tests {
     }
 
     #[test]
-    fn what_we_just_wrote_stays_packed_where_a_rule_reads_the_kind() {
+    fn our_objects_stay_packed_where_a_rule_reads_the_kind() {
         let mut w = base_world();
         let kind = OutputKind::ClusterRole;
         let gk = output_gk(kind);
         watch_whole(&mut w, &gk);
         let id = ObjectId::new(kind, "", "s");
         let key = (String::new(), "s".to_string());
-        // The response to our write: our desired copy stands for it, so
+        // The response to our write: while our desired copy stands for it,
         // no rule's view shows it and the engine's store holds no copy.
         let c = w.apply(Feed::Learned(Learned::Applied(Live::new(served_role(
             "5",
@@ -1208,14 +1203,11 @@ mod tests {
         let stored = w.store.get(&gk, &key).expect("stored");
         assert_eq!(stored["metadata"]["uid"], "u-s");
         assert_eq!(stored["rules"][0]["verbs"], json!(["get"]));
-        // Someone else's edit (a version we did not write) is kept whole.
-        w.apply(Feed::Learned(Learned::Applied(Live::new(served_role(
-            "6",
-            json!(["get"]),
-        )))));
-        assert!(w.owned[&id].is_packed());
+        // A new version is packed again until a plan or a hold needs it.
         w.apply(owned(kind, Event::Apply(served_role("7", json!(["*"])))));
-        assert!(!w.owned[&id].is_packed());
+        assert!(w.owned[&id].is_packed());
+        assert!(w.store.get(&gk, &key).is_none());
+        assert!(w.unpack_held(&holds));
         assert_eq!(
             w.store.get(&gk, &key).expect("stored")["rules"][0]["verbs"],
             json!(["*"])
@@ -1255,9 +1247,12 @@ mod tests {
             w.store.get(&gk, &key).expect("stored"),
             w.owned[&id].object()
         ));
-        // A rule reads ClusterRoles: the next copy is kept whole.
+        // A rule reads ClusterRoles: the next copy is packed whole, and
+        // unpacked whole when a plan keeps it.
         watch_whole(&mut w, &gk);
         w.apply(owned(kind, Event::Apply(served_role("6", json!(["get"])))));
+        assert!(w.owned[&id].is_packed());
+        assert!(w.unpack([&id]));
         let whole = &w.owned[&id].object()["metadata"];
         assert_eq!(whole["uid"], "u-s");
         assert_eq!(whole["ownerReferences"][0]["name"], "n");
@@ -1316,15 +1311,17 @@ mod tests {
             super::super::plan::differences(&desired, &w.owned[&id]),
             vec!["rules"]
         );
-        // Where a rule reads Roles they are kept whole.
+        // Where a rule reads Roles, ours are packed whole (unpacked whole
+        // when a plan keeps them).
         watch_whole(&mut w, &gk);
         assert!(
             w.apply(owned(kind, Event::Apply(role("7", json!(["get"])))))
                 .dirty
         );
-        assert!(!w.owned[&id].is_packed());
+        assert!(w.owned[&id].is_packed());
+        assert!(w.unpack([&id]));
         assert_eq!(w.owned[&id].object()["metadata"]["uid"], "u");
-        // And so are others' Roles.
+        // Others' Roles are kept whole in the store.
         let mut other = role("8", json!(["list"]));
         other["metadata"]["name"] = json!("other");
         other["metadata"]["labels"] = json!({});

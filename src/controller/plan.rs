@@ -268,7 +268,50 @@ pub struct Live {
     /// The compared parts, as digests.
     content: Arc<Content>,
     /// The body as JSON while `object` is `None` ([`Live::pack`]).
-    packed: Option<Arc<[u8]>>,
+    packed: Option<Packed>,
+}
+
+/// A packed body: the JSON of all but `rules`, and of `rules` (shared).
+#[derive(Clone, Debug, PartialEq)]
+struct Packed {
+    rest: Arc<[u8]>,
+    rules: Option<Arc<[u8]>>,
+}
+
+/// The one shared copy of `bytes` among those alive. Entries of dropped
+/// copies are swept as the table grows.
+fn share(bytes: Vec<u8>) -> Arc<[u8]> {
+    use std::collections::HashMap;
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::{Mutex, OnceLock, Weak};
+    type Table = (RandomState, HashMap<u64, Vec<Weak<[u8]>>>, usize);
+    static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| Mutex::new((RandomState::new(), HashMap::new(), 0)));
+    let Ok(mut guard) = table.lock() else {
+        return bytes.into();
+    };
+    let (state, map, inserts) = &mut *guard;
+    let hash = state.hash_one(&bytes);
+    let bucket = map.entry(hash).or_default();
+    bucket.retain(|w| w.strong_count() > 0);
+    if let Some(found) = bucket
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|b| **b == *bytes)
+    {
+        return found;
+    }
+    let shared: Arc<[u8]> = bytes.into();
+    bucket.push(Arc::downgrade(&shared));
+    *inserts += 1;
+    if *inserts >= map.len().max(1024) {
+        *inserts = 0;
+        map.retain(|_, b| {
+            b.retain(|w| w.strong_count() > 0);
+            !b.is_empty()
+        });
+    }
+    shared
 }
 
 /// What [`Live::slim`] keeps: top-level fields (apiVersion and kind
@@ -359,25 +402,48 @@ impl Live {
 
     /// Keeps the body as JSON bytes only (a fraction of its size as a
     /// tree): the plan reads the summary, and nothing else reads the body
-    /// while a desired copy stands for the object. Idempotent.
+    /// while a desired copy stands for the object. The `rules` are packed
+    /// apart and shared by every packed object with the same list
+    /// (namespace Roles copy the same ClusterRoles). Idempotent.
     pub fn pack(&mut self) {
-        let Some(object) = &self.object else {
+        let Some(map) = self.object.as_deref().and_then(Value::as_object) else {
             return;
         };
-        let Ok(bytes) = serde_json::to_vec(&**object) else {
+        let rest: BTreeMap<&str, &Value> = map
+            .iter()
+            .filter(|(k, _)| *k != "rules")
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        let Ok(rest) = serde_json::to_vec(&rest) else {
             return;
         };
-        self.packed = Some(bytes.into());
+        let rules = match map.get("rules").map(serde_json::to_vec) {
+            None => None,
+            Some(Ok(bytes)) => Some(share(bytes)),
+            Some(Err(_)) => return,
+        };
+        self.packed = Some(Packed {
+            rest: rest.into(),
+            rules,
+        });
         self.object = None;
     }
 
     /// Brings back the body [`Live::pack`] kept as JSON; whether it was
     /// packed.
     pub fn unpack(&mut self) -> bool {
-        let Some(bytes) = self.packed.take() else {
+        let Some(packed) = self.packed.take() else {
             return false;
         };
-        match serde_json::from_slice::<Value>(&bytes) {
+        let parsed = serde_json::from_slice::<Value>(&packed.rest).and_then(|mut v| {
+            if let Some(rules) = &packed.rules
+                && let Some(map) = v.as_object_mut()
+            {
+                map.insert("rules".into(), serde_json::from_slice(rules)?);
+            }
+            Ok(v)
+        });
+        match parsed {
             Ok(v) => {
                 self.object = Some(Arc::new(v));
                 true
@@ -385,7 +451,7 @@ impl Live {
             Err(e) => {
                 // Bytes this process wrote: cannot happen; keep them.
                 tracing::warn!(error = %e, "cannot unpack a cached object");
-                self.packed = Some(bytes);
+                self.packed = Some(packed);
                 false
             }
         }
@@ -1131,6 +1197,29 @@ mod tests {
             Arc::ptr_eq(&once, l.shared().expect("a body")),
             "a slim copy is kept as it is"
         );
+    }
+
+    #[test]
+    fn packed_objects_share_equal_rule_lists_and_unpack_whole() {
+        let rules = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let mut a = role(rules.clone());
+        a["metadata"]["uid"] = json!("a");
+        let mut b = role(rules);
+        b["metadata"]["name"] = json!("b");
+        let (mut la, mut lb) = (live(a.clone()), live(b.clone()));
+        la.pack();
+        lb.pack();
+        let shared = |l: &Live| l.packed.as_ref().and_then(|p| p.rules.clone());
+        let (ra, rb) = (shared(&la).expect("rules"), shared(&lb).expect("rules"));
+        assert!(Arc::ptr_eq(&ra, &rb), "one copy of an equal rule list");
+        assert!(la.unpack() && lb.unpack());
+        assert_eq!((la.object(), lb.object()), (&a, &b));
+        // Another list is its own copy.
+        let mut c = live(role(
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]),
+        ));
+        c.pack();
+        assert!(!Arc::ptr_eq(&shared(&c).expect("rules"), &ra));
     }
 
     #[test]

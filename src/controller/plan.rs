@@ -261,10 +261,10 @@ pub struct Live {
     annotations: Pairs,
     /// What our field manager owns on it, when known.
     pub ours: Option<OwnedFields>,
-    /// metadata.uid.
-    uid: Option<String>,
-    /// metadata.resourceVersion.
-    resource_version: Option<String>,
+    /// metadata.uid (shared with the plan's memo).
+    uid: Option<Arc<str>>,
+    /// metadata.resourceVersion (shared with the plan's memo).
+    resource_version: Option<Arc<str>>,
     /// The compared parts, as digests.
     content: Arc<Content>,
     /// The body as JSON while `object` is `None` ([`Live::pack`]).
@@ -365,8 +365,8 @@ impl Live {
         let meta = &object["metadata"];
         Live {
             id: ObjectId::of(&object),
-            uid: meta["uid"].as_str().map(str::to_string),
-            resource_version: meta["resourceVersion"].as_str().map(str::to_string),
+            uid: meta["uid"].as_str().map(Arc::from),
+            resource_version: meta["resourceVersion"].as_str().map(Arc::from),
             labels: pairs(meta["labels"].as_object()),
             annotations: pairs(meta["annotations"].as_object()),
             content: Arc::new(Content::of(&object)),
@@ -870,8 +870,8 @@ pub struct Compared {
 /// and [`Live::pack`]).
 #[derive(Debug, PartialEq)]
 struct LiveVersion {
-    uid: Option<String>,
-    resource_version: Option<String>,
+    uid: Option<Arc<str>>,
+    resource_version: Option<Arc<str>>,
     content: Arc<Content>,
 }
 
@@ -879,7 +879,7 @@ impl LiveVersion {
     fn of(live: &Live) -> LiveVersion {
         LiveVersion {
             uid: live.uid.clone(),
-            resource_version: live.resource_version().map(str::to_string),
+            resource_version: live.resource_version.clone(),
             content: Arc::clone(&live.content),
         }
     }

@@ -279,24 +279,19 @@ async fn resolve(
 }
 
 /// An object as the caches store it: apiVersion and kind from discovery
-/// (list items lack them, metadata-only responses erase them), and without
-/// managedFields when `strip` (owned objects keep them until [`Live::new`]
-/// has read which fields are ours).
-fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource, strip: bool) -> Value {
+/// (list items lack them, metadata-only responses erase them).
+fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource) -> Value {
     let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
     if let Some(m) = v.as_object_mut() {
         m.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
         m.insert("kind".into(), Value::String(ar.kind.clone()));
-    }
-    if strip && let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
     }
     v
 }
 
 /// Turns watch events of one kind (full or metadata-only objects) into
 /// feed items, as JSON with apiVersion and kind and without managedFields.
-fn kind_feed<K: serde::Serialize>(
+fn kind_feed<K: Resource + serde::Serialize>(
     gk: GroupKind,
     epoch: u64,
     ar: ApiResource,
@@ -305,7 +300,11 @@ fn kind_feed<K: serde::Serialize>(
         Feed::Kind(
             gk.clone(),
             epoch,
-            map_event(ev, |o| to_value(&o, &ar, true)),
+            map_event(ev, |mut o| {
+                // Dropped before the object is turned into JSON.
+                o.meta_mut().managed_fields = None;
+                to_value(&o, &ar)
+            }),
         )
     }
 }

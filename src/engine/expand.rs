@@ -22,7 +22,7 @@ use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::truthy;
-use super::view::View;
+use super::view::{Seen, View};
 use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
 use crate::policy;
 
@@ -991,7 +991,7 @@ impl Evaluator<'_> {
                 } else {
                     let mut all = rules.to_vec();
                     for role in &roles {
-                        all.extend(view.rules_of(role).iter().cloned());
+                        all.extend(view.role_rules(*role).iter().cloned());
                     }
                     if namespaced {
                         all = policy::without_non_resource_urls(&all);
@@ -1075,7 +1075,7 @@ impl Evaluator<'_> {
         rf: &RulesFrom,
         ctx: &mut Context,
         view: &View<'v>,
-    ) -> Result<Vec<&'v Arc<Value>>> {
+    ) -> Result<Vec<Seen<'v>>> {
         let names: BTreeSet<String> = match &rf.cluster_role_names {
             Some(n) => self
                 .strings(&format!("{f}.clusterRoleNames"), n, ctx)?
@@ -1088,15 +1088,16 @@ impl Evaluator<'_> {
             None => None,
         };
         let gk = output_gk(OutputKind::ClusterRole);
-        let mut chosen: BTreeMap<&str, &Arc<Value>> = BTreeMap::new();
+        // Read in compact form: no JSON of the roles is built.
+        let mut chosen: BTreeMap<&str, Seen<'v>> = BTreeMap::new();
         for n in &names {
-            if let Some(role) = view.get_shared(&gk, &(String::new(), n.clone())) {
+            if let Some(role) = view.get_seen(&gk, &(String::new(), n.clone())) {
                 chosen.insert(n.as_str(), role);
             }
         }
         if let Some(s) = &selector {
             for role in view.selected_cluster_roles(s).iter().copied() {
-                chosen.insert(role["metadata"]["name"].as_str().unwrap_or_default(), role);
+                chosen.insert(role.name(), role);
             }
         }
         if !self.record {

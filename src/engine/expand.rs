@@ -1048,13 +1048,15 @@ impl Evaluator<'_> {
                 subjects,
             }
         };
+        let mut shared = view.interner.borrow_mut();
         let meta = Meta {
             name: name.clone(),
             namespace: namespace.clone(),
-            labels,
-            annotations,
-            owner,
+            labels: shared.map(labels),
+            annotations: shared.map(annotations),
+            owner: owner.map(|o| shared.owner(o)),
         };
+        drop(shared);
         let object = Manifest::new(o.kind, meta, body);
         Ok(Desired {
             kind: o.kind,

@@ -286,9 +286,7 @@ impl Obj<'_> {
                     .iter()
                     .any(|s| crate::selector::matches_json(s, labels))
             }
-            Obj::Compact(m) => selectors
-                .iter()
-                .any(|s| crate::selector::matches_map(s, m.labels())),
+            Obj::Compact(m) => m.labels().selected_by(selectors),
         }
     }
 

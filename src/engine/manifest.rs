@@ -8,15 +8,131 @@
 //! the API server returns for it (keys in sorted order, empty lists left
 //! out), so printing and applying it need no special cases.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
 use super::output::{RBAC_API_VERSION, RBAC_GROUP};
 use crate::api::OutputKind;
+
+/// A small map of text (labels, annotations), sorted by key and shared:
+/// the outputs of one template usually carry the same labels, and the
+/// outputs of one trigger the same annotations (see [`Interner`]).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct StrMap(Arc<[(Arc<str>, Arc<str>)]>);
+
+impl StrMap {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
+    /// Entries in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Whether it has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether both are the same shared map.
+    pub fn ptr_eq(a: &StrMap, b: &StrMap) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// Whether any of `selectors` (validated) selects these labels.
+    pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
+        selectors
+            .iter()
+            .any(|s| crate::selector::matches_lookup(s, |k| self.get(k)))
+    }
+}
+
+impl From<BTreeMap<String, String>> for StrMap {
+    fn from(m: BTreeMap<String, String>) -> Self {
+        StrMap(m.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+impl std::borrow::Borrow<[(Arc<str>, Arc<str>)]> for StrMap {
+    fn borrow(&self) -> &[(Arc<str>, Arc<str>)] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for StrMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// In key order, as a `BTreeMap` of the same entries.
+impl Serialize for StrMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.iter() {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// Shares equal strings, maps and ownerReferences between the manifests
+/// one rule renders in one evaluation.
+#[derive(Default)]
+pub(crate) struct Interner {
+    strings: HashSet<Arc<str>>,
+    maps: HashSet<StrMap>,
+    owners: HashMap<String, Arc<Value>>,
+}
+
+impl Interner {
+    fn string(&mut self, s: String) -> Arc<str> {
+        if let Some(hit) = self.strings.get(s.as_str()) {
+            return Arc::clone(hit);
+        }
+        let s: Arc<str> = s.into();
+        self.strings.insert(Arc::clone(&s));
+        s
+    }
+
+    /// The shared copy of a map of text.
+    pub fn map(&mut self, m: BTreeMap<String, String>) -> StrMap {
+        let entries: Vec<(Arc<str>, Arc<str>)> = m
+            .into_iter()
+            .map(|(k, v)| (self.string(k), self.string(v)))
+            .collect();
+        if let Some(hit) = self.maps.get(entries.as_slice()) {
+            return hit.clone();
+        }
+        let map = StrMap(entries.into());
+        self.maps.insert(map.clone());
+        map
+    }
+
+    /// The shared copy of an ownerReference (by its uid).
+    pub fn owner(&mut self, owner: Value) -> Arc<Value> {
+        let uid = owner["uid"].as_str().unwrap_or_default();
+        if let Some(hit) = self.owners.get(uid)
+            && **hit == owner
+        {
+            return Arc::clone(hit);
+        }
+        let owner = Arc::new(owner);
+        let uid = owner["uid"].as_str().unwrap_or_default().to_string();
+        self.owners.insert(uid, Arc::clone(&owner));
+        owner
+    }
+}
 
 /// Metadata of an emitted object.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,11 +142,11 @@ pub struct Meta {
     /// metadata.namespace (namespaced kinds only).
     pub namespace: Option<String>,
     /// metadata.labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: StrMap,
     /// metadata.annotations.
-    pub annotations: BTreeMap<String, String>,
-    /// The one ownerReference, if any.
-    pub owner: Option<Value>,
+    pub annotations: StrMap,
+    /// The one ownerReference, if any (shared).
+    pub owner: Option<Arc<Value>>,
 }
 
 /// What an emitted object carries besides metadata.
@@ -95,9 +211,9 @@ impl Manifest {
         let meta = Meta {
             name: md["name"].as_str().unwrap_or_default().to_string(),
             namespace: md["namespace"].as_str().map(str::to_string),
-            labels: map(&md["labels"])?,
-            annotations: map(&md["annotations"])?,
-            owner: md["ownerReferences"].get(0).cloned(),
+            labels: map(&md["labels"])?.into(),
+            annotations: map(&md["annotations"])?.into(),
+            owner: md["ownerReferences"].get(0).cloned().map(Arc::new),
         };
         let parse = |field: &str| -> Result<Option<Value>, String> {
             Ok(v.get(field).filter(|x| !x.is_null()).cloned())
@@ -151,12 +267,12 @@ impl Manifest {
     }
 
     /// metadata.labels.
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub fn labels(&self) -> &StrMap {
         &self.0.meta.labels
     }
 
     /// metadata.annotations.
-    pub fn annotations(&self) -> &BTreeMap<String, String> {
+    pub fn annotations(&self) -> &StrMap {
         &self.0.meta.annotations
     }
 
@@ -355,7 +471,7 @@ impl Serialize for MetaSer<'_> {
             }
         }
         if let Some(o) = &meta.owner {
-            m.serialize_entry("ownerReferences", std::slice::from_ref(o))?;
+            m.serialize_entry("ownerReferences", std::slice::from_ref(&**o))?;
         }
         m.end()
     }
@@ -386,9 +502,9 @@ mod tests {
         Meta {
             name: "r".into(),
             namespace: Some("ns".into()),
-            labels: [("b".to_string(), "1".to_string())].into(),
-            annotations: [("a".to_string(), "x".to_string())].into(),
-            owner: Some(json!({"kind": "Namespace", "name": "ns", "uid": "u"})),
+            labels: BTreeMap::from([("b".to_string(), "1".to_string())]).into(),
+            annotations: BTreeMap::from([("a".to_string(), "x".to_string())]).into(),
+            owner: Some(Arc::new(json!({"kind": "Namespace", "name": "ns", "uid": "u"}))),
         }
     }
 

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::Engine;
 use super::compile::output_gk;
-use super::manifest::Manifest;
+use super::manifest::{Interner, Manifest};
 use super::memo::{Emit, Emitters, RuleMemo};
 use super::model::OutKey;
 use super::output;
@@ -95,9 +95,7 @@ impl<'a> Seen<'a> {
     /// Whether any of `selectors` (validated) selects it by its labels.
     pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
         match self {
-            Seen::Emitted(m) => selectors
-                .iter()
-                .any(|s| crate::selector::matches_map(s, m.labels())),
+            Seen::Emitted(m) => m.labels().selected_by(selectors),
             Seen::Observed(o) => selects(selectors, o),
         }
     }
@@ -139,6 +137,8 @@ pub(super) struct View<'a> {
     selected: RefCell<HashMap<String, Rc<Vec<Seen<'a>>>>>,
     /// Every ClusterRole seen, for selections (see [`View::selected`]).
     cluster_roles: RefCell<Option<Rc<SeenList<'a>>>>,
+    /// Shares metadata between the manifests the reader emits.
+    pub interner: RefCell<Interner>,
 }
 
 impl<'a> View<'a> {
@@ -161,6 +161,7 @@ impl<'a> View<'a> {
             merged: RefCell::default(),
             selected: RefCell::default(),
             cluster_roles: RefCell::default(),
+            interner: RefCell::default(),
         }
     }
 

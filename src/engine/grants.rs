@@ -355,4 +355,3 @@ pub(super) fn selection_key(role: &Value) -> Option<String> {
     role.get("aggregationRule")?;
     serde_json::to_string(&selectors_of(role)).ok()
 }
-

@@ -504,7 +504,9 @@ mod tests {
             namespace: Some("ns".into()),
             labels: BTreeMap::from([("b".to_string(), "1".to_string())]).into(),
             annotations: BTreeMap::from([("a".to_string(), "x".to_string())]).into(),
-            owner: Some(Arc::new(json!({"kind": "Namespace", "name": "ns", "uid": "u"}))),
+            owner: Some(Arc::new(
+                json!({"kind": "Namespace", "name": "ns", "uid": "u"}),
+            )),
         }
     }
 

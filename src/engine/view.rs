@@ -502,7 +502,13 @@ impl<'a> View<'a> {
         if namespaced {
             rules = crate::policy::without_non_resource_urls(&rules);
         }
-        let rules = Arc::new(crate::policy::compact(&rules));
+        let rules = crate::policy::compact(&rules);
+        // A copy equal to one of its sources (one role, or roles adding
+        // nothing to another) is that source's list, shared.
+        let rules = match lists.iter().find(|l| ***l == rules) {
+            Some(same) => Arc::clone(same),
+            None => Arc::new(rules),
+        };
         let held = lists.iter().map(Arc::downgrade).collect();
         self.copies_cache
             .borrow_mut()

@@ -1105,19 +1105,24 @@ impl Evaluator<'_> {
         if !self.record {
             return Ok(chosen.into_values().collect());
         }
+        // Roles found by name are reached through `names` when they
+        // change: only those the selector found are kept as hits.
+        let hits = chosen
+            .keys()
+            .filter(|n| !names.contains(**n))
+            .map(|n| (String::new(), (*n).to_string()))
+            .collect();
+        let roles = chosen.into_values().collect();
         self.reads.borrow_mut().push(Read {
-            gk: output_gk(OutputKind::ClusterRole),
+            gk,
             namespace: None,
-            hits: chosen
-                .keys()
-                .map(|n| (String::new(), (*n).to_string()))
-                .collect(),
-            names: Some(names.clone()),
-            selector: selector.clone(),
+            hits,
+            names: Some(names),
+            selector,
             either: true,
             owner: None,
         });
-        Ok(chosen.into_values().collect())
+        Ok(roles)
     }
 }
 

@@ -575,8 +575,8 @@ impl Evaluator<'_> {
             let mut read = Read {
                 gk: gk.clone(),
                 namespace: ns.clone(),
-                names,
-                selector,
+                names: names.map(Arc::new),
+                selector: selector.map(Arc::new),
                 either: false,
                 owner: if q.controlled_by_trigger {
                     // Without a trigger nothing is controlled by it.
@@ -1113,6 +1113,11 @@ impl Evaluator<'_> {
             .map(|n| (String::new(), (*n).to_string()))
             .collect();
         let roles = chosen.into_values().collect();
+        // Shared with the reads of other triggers that made the same.
+        let mut shared = view.interner.borrow_mut();
+        let names = shared.names(names);
+        let selector = selector.map(|s| shared.selector(s));
+        drop(shared);
         self.reads.borrow_mut().push(Read {
             gk,
             namespace: None,

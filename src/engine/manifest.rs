@@ -8,7 +8,7 @@
 //! the API server returns for it (keys in sorted order, empty lists left
 //! out), so printing and applying it need no special cases.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
@@ -87,12 +87,15 @@ impl Serialize for StrMap {
 }
 
 /// Shares equal strings, maps and ownerReferences between the manifests
-/// one rule renders in one evaluation.
+/// one rule renders in one evaluation, and equal name sets and selectors
+/// between the reads its triggers record.
 #[derive(Default)]
 pub(crate) struct Interner {
     strings: HashSet<Arc<str>>,
     maps: HashSet<StrMap>,
     owners: HashMap<String, Arc<Value>>,
+    names: HashSet<Arc<BTreeSet<String>>>,
+    selectors: HashMap<String, Arc<LabelSelector>>,
 }
 
 impl Interner {
@@ -117,6 +120,26 @@ impl Interner {
         let map = StrMap(entries.into());
         self.maps.insert(map.clone());
         map
+    }
+
+    /// The shared copy of a set of names.
+    pub fn names(&mut self, names: BTreeSet<String>) -> Arc<BTreeSet<String>> {
+        if let Some(hit) = self.names.get(&names) {
+            return Arc::clone(hit);
+        }
+        let names = Arc::new(names);
+        self.names.insert(Arc::clone(&names));
+        names
+    }
+
+    /// The shared copy of a selector.
+    pub fn selector(&mut self, selector: LabelSelector) -> Arc<LabelSelector> {
+        let key = serde_json::to_string(&selector).unwrap_or_default();
+        Arc::clone(
+            self.selectors
+                .entry(key)
+                .or_insert_with(|| Arc::new(selector)),
+        )
     }
 
     /// The shared copy of an ownerReference (by its uid).

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use rbac_rules::api::OutputKind;
-use rbac_rules::engine::{Engine, Evaluation, Manifest, Options, StrMap};
+use rbac_rules::engine::{Engine, Evaluation, Manifest, Options, OwnerRef, StrMap};
 use serde_json::{Value, json};
 
 mod engine_support;
@@ -127,9 +127,17 @@ fn outputs_share_labels_annotations_and_owners() {
         widgets_a.annotations()
     ));
     assert!(!StrMap::ptr_eq(edit_a.annotations(), edit_b.annotations()));
-    let owner = |m: &Manifest| m.meta().owner.clone().expect("owned by its Namespace");
-    assert!(Arc::ptr_eq(&owner(&edit_a), &owner(&widgets_a)));
-    assert_eq!(owner(&edit_b)["uid"], "uid-b");
+    let uid = |m: &Manifest| match m.meta().owner.clone() {
+        Some(OwnerRef::Controller { uid, .. }) => uid,
+        other => panic!("a controller reference to the Namespace: {other:?}"),
+    };
+    assert!(Arc::ptr_eq(&uid(&edit_a), &uid(&widgets_a)));
+    assert_eq!(&*uid(&edit_b), "uid-b");
+    assert_eq!(
+        edit_b.to_value()["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Namespace", "name": "b", "uid": "uid-b",
+                "controller": true, "blockOwnerDeletion": true}])
+    );
     // Sharing never shows in the JSON.
     assert_eq!(
         edit_a.to_value()["metadata"]["annotations"],

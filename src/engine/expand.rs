@@ -15,7 +15,7 @@ use super::Engine;
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::limits;
-use super::manifest::{Body, Manifest, Meta};
+use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{ItemCache, ItemVerdict, Owner, Read};
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
@@ -961,7 +961,6 @@ impl Evaluator<'_> {
         if let Some(t) = trigger {
             annotations.insert(output::trigger_annotation(), object_ref(t));
         }
-        let owner = trigger.and_then(|t| owner_reference(t, namespace.as_deref()));
 
         // A `*` from data: the object is refused (and revoked) after the
         // render, not failed.
@@ -1054,7 +1053,7 @@ impl Evaluator<'_> {
             namespace: namespace.clone(),
             labels: shared.map(labels),
             annotations: shared.map(annotations),
-            owner: owner.map(|o| shared.owner(o)),
+            owner: trigger.and_then(|t| owner_reference(t, namespace.as_deref(), &mut shared)),
         };
         drop(shared);
         let object = Manifest::new(o.kind, meta, body);
@@ -1159,19 +1158,28 @@ fn default_namespace(trigger: Option<&Value>) -> Option<String> {
 
 /// A controller ownerReference to the trigger, where Kubernetes allows it:
 /// the trigger has a uid, and is cluster-scoped or in the object's namespace.
-fn owner_reference(trigger: &Value, namespace: Option<&str>) -> Option<Value> {
+fn owner_reference(
+    trigger: &Value,
+    namespace: Option<&str>,
+    shared: &mut Interner,
+) -> Option<OwnerRef> {
     let meta = &trigger["metadata"];
     let uid = meta["uid"].as_str().filter(|u| !u.is_empty())?;
     let trigger_ns = meta["namespace"].as_str().unwrap_or_default();
     if !trigger_ns.is_empty() && namespace != Some(trigger_ns) {
         return None;
     }
-    Some(json!({
-        "apiVersion": trigger["apiVersion"],
-        "kind": trigger["kind"],
-        "name": meta["name"],
-        "uid": uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }))
+    let (api_version, kind, name) = (&trigger["apiVersion"], &trigger["kind"], &meta["name"]);
+    Some(match (api_version.as_str(), kind.as_str(), name.as_str()) {
+        (Some(a), Some(k), Some(n)) => shared.owner(a, k, n, uid),
+        // Not an object the API server serves: kept as it is.
+        _ => OwnerRef::Other(Arc::new(json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }))),
+    })
 }

@@ -93,7 +93,6 @@ impl Serialize for StrMap {
 pub(crate) struct Interner {
     strings: HashSet<Arc<str>>,
     maps: HashSet<StrMap>,
-    owners: HashMap<String, Arc<Value>>,
     names: HashSet<Arc<BTreeSet<String>>>,
     selectors: HashMap<String, Arc<LabelSelector>>,
 }
@@ -142,18 +141,79 @@ impl Interner {
         )
     }
 
-    /// The shared copy of an ownerReference (by its uid).
-    pub fn owner(&mut self, owner: Value) -> Arc<Value> {
-        let uid = owner["uid"].as_str().unwrap_or_default();
-        if let Some(hit) = self.owners.get(uid)
-            && **hit == owner
-        {
-            return Arc::clone(hit);
+    /// A controller ownerReference, its strings shared.
+    pub fn owner(&mut self, api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerRef {
+        let mut s = |x: &str| self.string(x.to_string());
+        OwnerRef::Controller {
+            api_version: s(api_version),
+            kind: s(kind),
+            name: s(name),
+            uid: s(uid),
         }
-        let owner = Arc::new(owner);
-        let uid = owner["uid"].as_str().unwrap_or_default().to_string();
-        self.owners.insert(uid, Arc::clone(&owner));
-        owner
+    }
+}
+
+/// The one ownerReference of an emitted object.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OwnerRef {
+    /// A controller reference (`controller` and `blockOwnerDeletion`
+    /// true), as the engine makes to a trigger: four shared strings
+    /// instead of a JSON map per object.
+    Controller {
+        /// apiVersion.
+        api_version: Arc<str>,
+        /// kind.
+        kind: Arc<str>,
+        /// name.
+        name: Arc<str>,
+        /// uid.
+        uid: Arc<str>,
+    },
+    /// Any other, as [`Manifest::from_value`] read it.
+    Other(Arc<Value>),
+}
+
+impl OwnerRef {
+    /// Reads an ownerReference: compact when it is a controller
+    /// reference with exactly the fields the engine writes.
+    pub fn from_value(v: &Value) -> OwnerRef {
+        let text = |k: &str| v[k].as_str();
+        let flags = v["controller"] == Value::Bool(true)
+            && v["blockOwnerDeletion"] == Value::Bool(true)
+            && v.as_object().is_some_and(|m| m.len() == 6);
+        match (text("apiVersion"), text("kind"), text("name"), text("uid")) {
+            (Some(a), Some(k), Some(n), Some(u)) if flags => OwnerRef::Controller {
+                api_version: a.into(),
+                kind: k.into(),
+                name: n.into(),
+                uid: u.into(),
+            },
+            _ => OwnerRef::Other(Arc::new(v.clone())),
+        }
+    }
+}
+
+/// Keys in sorted order, as a `serde_json::Map` keeps them.
+impl Serialize for OwnerRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            OwnerRef::Controller {
+                api_version,
+                kind,
+                name,
+                uid,
+            } => {
+                let mut m = s.serialize_map(Some(6))?;
+                m.serialize_entry("apiVersion", &**api_version)?;
+                m.serialize_entry("blockOwnerDeletion", &true)?;
+                m.serialize_entry("controller", &true)?;
+                m.serialize_entry("kind", &**kind)?;
+                m.serialize_entry("name", &**name)?;
+                m.serialize_entry("uid", &**uid)?;
+                m.end()
+            }
+            OwnerRef::Other(v) => v.serialize(s),
+        }
     }
 }
 
@@ -168,8 +228,8 @@ pub struct Meta {
     pub labels: StrMap,
     /// metadata.annotations.
     pub annotations: StrMap,
-    /// The one ownerReference, if any (shared).
-    pub owner: Option<Arc<Value>>,
+    /// The one ownerReference, if any.
+    pub owner: Option<OwnerRef>,
 }
 
 /// What an emitted object carries besides metadata.
@@ -236,7 +296,7 @@ impl Manifest {
             namespace: md["namespace"].as_str().map(str::to_string),
             labels: map(&md["labels"])?.into(),
             annotations: map(&md["annotations"])?.into(),
-            owner: md["ownerReferences"].get(0).cloned().map(Arc::new),
+            owner: md["ownerReferences"].get(0).map(OwnerRef::from_value),
         };
         let parse = |field: &str| -> Result<Option<Value>, String> {
             Ok(v.get(field).filter(|x| !x.is_null()).cloned())
@@ -494,7 +554,7 @@ impl Serialize for MetaSer<'_> {
             }
         }
         if let Some(o) = &meta.owner {
-            m.serialize_entry("ownerReferences", std::slice::from_ref(&**o))?;
+            m.serialize_entry("ownerReferences", std::slice::from_ref(o))?;
         }
         m.end()
     }
@@ -527,8 +587,8 @@ mod tests {
             namespace: Some("ns".into()),
             labels: BTreeMap::from([("b".to_string(), "1".to_string())]).into(),
             annotations: BTreeMap::from([("a".to_string(), "x".to_string())]).into(),
-            owner: Some(Arc::new(
-                json!({"kind": "Namespace", "name": "ns", "uid": "u"}),
+            owner: Some(OwnerRef::from_value(
+                &json!({"kind": "Namespace", "name": "ns", "uid": "u"}),
             )),
         }
     }
@@ -575,6 +635,39 @@ mod tests {
         );
         assert_eq!(empty.to_value().get("subjects"), None);
         assert_eq!(empty.to_value()["roleRef"]["apiGroup"], RBAC_GROUP);
+    }
+
+    #[test]
+    fn controller_references_are_compact_and_print_the_same() {
+        let ctl = json!({"apiVersion": "v1", "kind": "Namespace", "name": "ns", "uid": "u",
+                         "controller": true, "blockOwnerDeletion": true});
+        let o = OwnerRef::from_value(&ctl);
+        assert!(matches!(o, OwnerRef::Controller { .. }), "{o:?}");
+        assert_eq!(
+            serde_json::to_vec(&o).unwrap(),
+            serde_json::to_vec(&ctl).unwrap()
+        );
+        // Anything else is kept as it is.
+        for other in [
+            json!({"apiVersion": "v1", "kind": "Namespace", "name": "ns", "uid": "u"}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "name": "ns", "uid": "u",
+                   "controller": false, "blockOwnerDeletion": true}),
+        ] {
+            let o = OwnerRef::from_value(&other);
+            assert!(matches!(o, OwnerRef::Other(_)), "{o:?}");
+            assert_eq!(serde_json::to_value(&o).unwrap(), other);
+        }
+        let mut shared = Interner::default();
+        let (a, b) = (
+            shared.owner("v1", "Namespace", "ns", "u"),
+            shared.owner("v1", "Namespace", "ns", "u"),
+        );
+        assert_eq!(a, OwnerRef::from_value(&ctl));
+        let uid = |o: &OwnerRef| match o {
+            OwnerRef::Controller { uid, .. } => Arc::clone(uid),
+            OwnerRef::Other(_) => unreachable!(),
+        };
+        assert!(Arc::ptr_eq(&uid(&a), &uid(&b)));
     }
 
     #[test]

@@ -405,6 +405,11 @@ impl Manifest {
         }
     }
 
+    /// The shared JSON value, if a reader had it built.
+    pub(super) fn kept_value(&self) -> Option<&Arc<Value>> {
+        self.0.value.get()
+    }
+
     /// The object as a shared JSON value, built once and kept: for the
     /// engine's readers of emitted objects.
     pub(super) fn shared_value(&self) -> &Arc<Value> {

@@ -508,11 +508,12 @@ impl ReadIndex {
         let Some(groups) = self.groups.get(gk) else {
             return;
         };
-        let Some(obj) = view.get(gk, key) else {
+        let Some(obj) = view.get_value(gk, key) else {
             return;
         };
         for (proto, ts) in groups.values() {
-            if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(obj) {
+            if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(&obj)
+            {
                 out.extend(ts.iter().map(|t| (**t).clone()));
             }
         }

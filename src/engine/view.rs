@@ -7,6 +7,7 @@
 //! fresh output replaces it (its trigger is not kept, the object is not
 //! contested); a rule never reads what it emits itself.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
@@ -241,6 +242,19 @@ impl<'a> View<'a> {
     /// One object as the reader sees it.
     pub fn get_shared(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&'a Arc<Value>> {
         self.get_seen(gk, key).map(|s| self.json(s))
+    }
+
+    /// One object as the reader sees it, for a check made once: an
+    /// emitted one's JSON is built afresh and not kept with it (unless
+    /// some reader had it kept already).
+    pub fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
+        Some(match self.get_seen(gk, key)? {
+            Seen::Observed(o) => Cow::Borrowed(&**o),
+            Seen::Emitted(m) => match m.kept_value() {
+                Some(v) => Cow::Borrowed(&**v),
+                None => Cow::Owned(m.to_value()),
+            },
+        })
     }
 
     /// One object as the reader sees it.

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, LazyLock, Weak};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -537,7 +537,11 @@ impl<'a> View<'a> {
         match role {
             Seen::Emitted(m) => match (m.rules(), m.aggregation_rule()) {
                 (Some(r), None) => Arc::clone(r),
-                _ => Rules::default(),
+                // One shared empty list: its verdicts are cached once.
+                _ => {
+                    static NONE: LazyLock<Rules> = LazyLock::new(Rules::default);
+                    Arc::clone(&NONE)
+                }
             },
             Seen::Observed(o) => self.rules_of(o),
         }

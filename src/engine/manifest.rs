@@ -449,29 +449,91 @@ impl std::fmt::Display for Manifest {
 /// Keys are written in sorted order, as a `serde_json::Map` keeps them.
 impl Serialize for Manifest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.write(s, false)
+        self.write(s, false, true)
     }
 }
 
 /// A manifest serialized in Kubernetes' key order (see
 /// [`Manifest::kube_ordered`]).
-pub struct KubeOrdered<'a>(&'a Manifest);
+pub struct KubeOrdered<'a> {
+    manifest: &'a Manifest,
+    /// Whether a role's rules are written (else the caller appends them).
+    rules: bool,
+}
 
 impl Serialize for KubeOrdered<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.write(s, true)
+        self.manifest.write(s, true, self.rules)
     }
 }
+
+/// YAML of rule lists printed on this thread, by the address of the shared
+/// list (weakly held, so the address is not reused while cached).
+type RulesYaml = HashMap<usize, (std::sync::Weak<Vec<PolicyRule>>, Arc<str>)>;
+
+thread_local! {
+    static RULES_YAML: std::cell::RefCell<RulesYaml> = std::cell::RefCell::default();
+}
+
+/// Lists kept per thread before the cache starts over.
+const RULES_YAML_MAX: usize = 4096;
 
 impl Manifest {
     /// The manifest serialized with `apiVersion`, `kind`, `metadata` first
     /// (and name, namespace, labels, annotations, ownerReferences first in
     /// metadata), the rest sorted: as the YAML printer orders keys.
     pub fn kube_ordered(&self) -> KubeOrdered<'_> {
-        KubeOrdered(self)
+        KubeOrdered {
+            manifest: self,
+            rules: true,
+        }
     }
 
-    fn write<S: Serializer>(&self, s: S, kube: bool) -> Result<S::Ok, S::Error> {
+    /// Appends the manifest as YAML, keys as [`Manifest::kube_ordered`]
+    /// orders them. A role's rules come last: a shared list (the copies
+    /// of thousands of Roles) is printed once per thread and its text
+    /// copied after.
+    pub fn push_yaml(&self, out: &mut String) -> Result<(), String> {
+        let text = |e: serde_saphyr::ser::Error| e.to_string();
+        let rules = match &self.0.body {
+            Body::Role {
+                rules,
+                aggregation: None,
+            } if !rules.is_empty() && Arc::strong_count(rules) > 1 => rules,
+            _ => return serde_saphyr::to_fmt_writer(out, &self.kube_ordered()).map_err(text),
+        };
+        let head = KubeOrdered {
+            manifest: self,
+            rules: false,
+        };
+        serde_saphyr::to_fmt_writer(out, &head).map_err(text)?;
+        out.push_str("rules:\n");
+        let at = Arc::as_ptr(rules) as usize;
+        let hit = RULES_YAML.with_borrow(|c| {
+            c.get(&at)
+                .filter(|(held, _)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules)))
+                .map(|(_, y)| Arc::clone(y))
+        });
+        let yaml = match hit {
+            Some(y) => y,
+            None => {
+                let mut y = String::new();
+                serde_saphyr::to_fmt_writer(&mut y, &**rules).map_err(text)?;
+                let y: Arc<str> = y.into();
+                RULES_YAML.with_borrow_mut(|c| {
+                    if c.len() >= RULES_YAML_MAX {
+                        c.clear();
+                    }
+                    c.insert(at, (Arc::downgrade(rules), Arc::clone(&y)));
+                });
+                y
+            }
+        };
+        out.push_str(&yaml);
+        Ok(())
+    }
+
+    fn write<S: Serializer>(&self, s: S, kube: bool, with_rules: bool) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         let aggregation = match &self.0.body {
             Body::Role {
@@ -497,7 +559,7 @@ impl Manifest {
         }
         match &self.0.body {
             Body::Role { rules, aggregation } => {
-                if aggregation.is_none() && !rules.is_empty() {
+                if with_rules && aggregation.is_none() && !rules.is_empty() {
                     m.serialize_entry("rules", &**rules)?;
                 }
             }
@@ -640,6 +702,40 @@ mod tests {
         );
         assert_eq!(empty.to_value().get("subjects"), None);
         assert_eq!(empty.to_value()["roleRef"]["apiGroup"], RBAC_GROUP);
+    }
+
+    #[test]
+    fn roles_sharing_rules_print_as_serialized() {
+        let rules = Arc::new(vec![PolicyRule {
+            api_groups: Some(vec![String::new(), "a.io".into()]),
+            resources: Some(vec!["pods".into(), "x/status".into()]),
+            verbs: vec!["*".into(), "get".into()],
+            ..Default::default()
+        }]);
+        let role = |name: &str| {
+            Manifest::new(
+                OutputKind::Role,
+                Meta {
+                    name: name.into(),
+                    ..meta()
+                },
+                Body::Role {
+                    rules: Arc::clone(&rules),
+                    aggregation: None,
+                },
+            )
+        };
+        for m in [role("a"), role("b"), role("a")] {
+            let mut printed = String::new();
+            m.push_yaml(&mut printed).unwrap();
+            let mut whole = String::new();
+            serde_saphyr::to_fmt_writer(&mut whole, &m.kube_ordered()).unwrap();
+            assert_eq!(printed, whole);
+            assert!(
+                printed.contains("rules:\n- apiGroups:\n  - \"\"\n"),
+                "{printed}"
+            );
+        }
     }
 
     #[test]

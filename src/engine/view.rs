@@ -308,23 +308,50 @@ impl<'a> View<'a> {
     }
 
     /// The keys of every observed or emitted object of an output kind (in
-    /// a namespace), sorted.
-    fn output_keys(&self, kind: OutputKind, ns: Option<&str>) -> BTreeSet<ObjectKey> {
+    /// a namespace), sorted: both are kept sorted, so they are merged
+    /// rather than collected into a set.
+    fn output_keys(&self, kind: OutputKind, ns: Option<&str>) -> Vec<ObjectKey> {
         let gk = output_gk(kind);
-        let mut keys: BTreeSet<ObjectKey> = match ns {
+        let observed: Vec<(&String, &String)> = match ns {
             Some(ns) => self
                 .observed
                 .entries_namespace(&gk, ns)
-                .map(|(k, _)| k.clone())
+                .map(|(k, _)| (&k.0, &k.1))
                 .collect(),
-            None => self.observed.entries(&gk).map(|(k, _)| k.clone()).collect(),
+            None => self
+                .observed
+                .entries(&gk)
+                .map(|(k, _)| (&k.0, &k.1))
+                .collect(),
         };
         let start = (kind, ns.unwrap_or_default().to_string(), String::new());
-        for (k, n, name) in self.emitters.range_from(start) {
-            if *k != kind || ns.is_some_and(|ns| ns != n) {
-                break;
+        let mut emitted = self
+            .emitters
+            .range_from(start)
+            .take_while(|(k, n, _)| *k == kind && ns.is_none_or(|ns| ns == n))
+            .map(|(_, n, name)| (n, name))
+            .peekable();
+        let mut observed = observed.into_iter().peekable();
+        let mut keys = Vec::new();
+        loop {
+            let next = match (observed.peek(), emitted.peek()) {
+                (Some((on, oname)), Some((en, ename))) => {
+                    match (on.as_str(), oname.as_str()).cmp(&(en.as_str(), ename.as_str())) {
+                        std::cmp::Ordering::Less => observed.next(),
+                        std::cmp::Ordering::Greater => emitted.next(),
+                        std::cmp::Ordering::Equal => {
+                            emitted.next();
+                            observed.next()
+                        }
+                    }
+                }
+                (Some(_), None) => observed.next(),
+                (None, Some(_)) => emitted.next(),
+                (None, None) => break,
+            };
+            if let Some((n, name)) = next {
+                keys.push((n.clone(), name.clone()));
             }
-            keys.insert((n.clone(), name.clone()));
         }
         keys
     }

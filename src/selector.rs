@@ -120,7 +120,14 @@ pub fn matches_json(
     selector: &LabelSelector,
     labels: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> bool {
-    let get = |key: &str| labels.and_then(|m| m.get(key)).and_then(|v| v.as_str());
+    matches_lookup(selector, |key| {
+        labels.and_then(|m| m.get(key)).and_then(|v| v.as_str())
+    })
+}
+
+/// Like [`matches_json`], for labels read through `get` (a label's value
+/// by key): evaluates an already [`validate`]d selector.
+pub fn matches_lookup<'l>(selector: &LabelSelector, get: impl Fn(&str) -> Option<&'l str>) -> bool {
     let labels_ok = match_labels(selector)
         .iter()
         .all(|(key, value)| get(key) == Some(value.as_str()));

@@ -339,8 +339,7 @@ impl Doc for &Value {
 /// give a JSON object (no JSON copy).
 impl Doc for crate::engine::Manifest {
     fn push_yaml(&self, out: &mut String) -> Result<(), YamlError> {
-        serde_saphyr::to_fmt_writer(out, &self.kube_ordered())
-            .map_err(|e| YamlError::Write(e.to_string()))
+        self.push_yaml(out).map_err(YamlError::Write)
     }
 }
 

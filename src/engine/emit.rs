@@ -714,10 +714,10 @@ fn prune_rules_cache(memo: &mut Memo) {
     let copies = memo.copies_cache.get_mut();
     let size = rules.len() + denials.len() + copies.len();
     if size > 2 * memo.rules_cache_pruned.max(1024) {
-        // Copies first: they hold roles the other caches check.
-        copies.retain(|_, (held, _)| held.iter().all(|h| Arc::strong_count(h) > 2));
+        // Copies and denials hold their rule lists weakly.
+        copies.retain(|_, (held, _)| held.iter().all(|h| h.strong_count() > 0));
         rules.retain(|_, (held, _)| Arc::strong_count(held) > 1);
-        denials.retain(|_, (held, _)| Arc::strong_count(held) > 1);
+        denials.retain(|_, (held, _)| held.strong_count() > 0);
         memo.rules_cache_pruned = rules.len() + denials.len() + copies.len();
     }
 }

@@ -15,14 +15,14 @@ use super::Engine;
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::limits;
-use super::manifest::{Body, Manifest, Meta};
+use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{ItemCache, ItemVerdict, Owner, Read};
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::truthy;
-use super::view::View;
+use super::view::{Seen, View};
 use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
 use crate::policy;
 
@@ -575,8 +575,8 @@ impl Evaluator<'_> {
             let mut read = Read {
                 gk: gk.clone(),
                 namespace: ns.clone(),
-                names,
-                selector,
+                names: names.map(Arc::new),
+                selector: selector.map(Arc::new),
                 either: false,
                 owner: if q.controlled_by_trigger {
                     // Without a trigger nothing is controlled by it.
@@ -961,7 +961,6 @@ impl Evaluator<'_> {
         if let Some(t) = trigger {
             annotations.insert(output::trigger_annotation(), object_ref(t));
         }
-        let owner = trigger.and_then(|t| owner_reference(t, namespace.as_deref()));
 
         // A `*` from data: the object is refused (and revoked) after the
         // render, not failed.
@@ -991,7 +990,7 @@ impl Evaluator<'_> {
                 } else {
                     let mut all = rules.to_vec();
                     for role in &roles {
-                        all.extend(view.rules_of(role).iter().cloned());
+                        all.extend(view.role_rules(*role).iter().cloned());
                     }
                     if namespaced {
                         all = policy::without_non_resource_urls(&all);
@@ -1048,13 +1047,15 @@ impl Evaluator<'_> {
                 subjects,
             }
         };
+        let mut shared = view.interner.borrow_mut();
         let meta = Meta {
             name: name.clone(),
             namespace: namespace.clone(),
-            labels,
-            annotations,
-            owner,
+            labels: shared.map(labels),
+            annotations: shared.map(annotations),
+            owner: trigger.and_then(|t| owner_reference(t, namespace.as_deref(), &mut shared)),
         };
+        drop(shared);
         let object = Manifest::new(o.kind, meta, body);
         Ok(Desired {
             kind: o.kind,
@@ -1075,7 +1076,7 @@ impl Evaluator<'_> {
         rf: &RulesFrom,
         ctx: &mut Context,
         view: &View<'v>,
-    ) -> Result<Vec<&'v Arc<Value>>> {
+    ) -> Result<Vec<Seen<'v>>> {
         let names: BTreeSet<String> = match &rf.cluster_role_names {
             Some(n) => self
                 .strings(&format!("{f}.clusterRoleNames"), n, ctx)?
@@ -1088,33 +1089,44 @@ impl Evaluator<'_> {
             None => None,
         };
         let gk = output_gk(OutputKind::ClusterRole);
-        let mut chosen: BTreeMap<&str, &Arc<Value>> = BTreeMap::new();
+        // Read in compact form: no JSON of the roles is built.
+        let mut chosen: BTreeMap<&str, Seen<'v>> = BTreeMap::new();
         for n in &names {
-            if let Some(role) = view.get_shared(&gk, &(String::new(), n.clone())) {
+            if let Some(role) = view.get_seen(&gk, &(String::new(), n.clone())) {
                 chosen.insert(n.as_str(), role);
             }
         }
         if let Some(s) = &selector {
             for role in view.selected_cluster_roles(s).iter().copied() {
-                chosen.insert(role["metadata"]["name"].as_str().unwrap_or_default(), role);
+                chosen.insert(role.name(), role);
             }
         }
         if !self.record {
             return Ok(chosen.into_values().collect());
         }
+        // Roles found by name are reached through `names` when they
+        // change: only those the selector found are kept as hits.
+        let hits = chosen
+            .keys()
+            .filter(|n| !names.contains(**n))
+            .map(|n| (String::new(), (*n).to_string()))
+            .collect();
+        let roles = chosen.into_values().collect();
+        // Shared with the reads of other triggers that made the same.
+        let mut shared = view.interner.borrow_mut();
+        let names = shared.names(names);
+        let selector = selector.map(|s| shared.selector(s));
+        drop(shared);
         self.reads.borrow_mut().push(Read {
-            gk: output_gk(OutputKind::ClusterRole),
+            gk,
             namespace: None,
-            hits: chosen
-                .keys()
-                .map(|n| (String::new(), (*n).to_string()))
-                .collect(),
-            names: Some(names.clone()),
-            selector: selector.clone(),
+            hits,
+            names: Some(names),
+            selector,
             either: true,
             owner: None,
         });
-        Ok(chosen.into_values().collect())
+        Ok(roles)
     }
 }
 
@@ -1146,19 +1158,28 @@ fn default_namespace(trigger: Option<&Value>) -> Option<String> {
 
 /// A controller ownerReference to the trigger, where Kubernetes allows it:
 /// the trigger has a uid, and is cluster-scoped or in the object's namespace.
-fn owner_reference(trigger: &Value, namespace: Option<&str>) -> Option<Value> {
+fn owner_reference(
+    trigger: &Value,
+    namespace: Option<&str>,
+    shared: &mut Interner,
+) -> Option<OwnerRef> {
     let meta = &trigger["metadata"];
     let uid = meta["uid"].as_str().filter(|u| !u.is_empty())?;
     let trigger_ns = meta["namespace"].as_str().unwrap_or_default();
     if !trigger_ns.is_empty() && namespace != Some(trigger_ns) {
         return None;
     }
-    Some(json!({
-        "apiVersion": trigger["apiVersion"],
-        "kind": trigger["kind"],
-        "name": meta["name"],
-        "uid": uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }))
+    let (api_version, kind, name) = (&trigger["apiVersion"], &trigger["kind"], &meta["name"]);
+    Some(match (api_version.as_str(), kind.as_str(), name.as_str()) {
+        (Some(a), Some(k), Some(n)) => shared.owner(a, k, n, uid),
+        // Not an object the API server serves: kept as it is.
+        _ => OwnerRef::Other(Arc::new(json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }))),
+    })
 }

@@ -14,7 +14,7 @@ use super::compile::output_gk;
 use super::manifest::Manifest;
 use super::output;
 use super::store::ObjectStore;
-use super::view::View;
+use super::view::{Seen, View};
 use crate::api::OutputKind;
 use crate::policy;
 
@@ -105,11 +105,11 @@ impl Judge<'_, '_> {
             // denials judge roles where they are written.
             if let Some((allow, effective)) = self.allow {
                 let role = match role_kind {
-                    "Role" => self.view.get_shared(
+                    "Role" => self.view.get_seen(
                         &output_gk(OutputKind::Role),
                         &(obj.namespace().to_string(), role_name.to_string()),
                     ),
-                    _ => self.view.get_shared(
+                    _ => self.view.get_seen(
                         &output_gk(OutputKind::ClusterRole),
                         &(String::new(), role_name.to_string()),
                     ),
@@ -128,7 +128,7 @@ impl Judge<'_, '_> {
                 // Judged by the kept denials of each role below.
                 push_denials(&mut why, &grants, &self.aggregated_denials(o));
             } else {
-                let granted = self.grants(o);
+                let granted = self.grants(Seen::Observed(o));
                 push_denials(
                     &mut why,
                     &grants,
@@ -188,11 +188,17 @@ impl Judge<'_, '_> {
 
     /// What a role grants: its rules, and for an aggregated ClusterRole the
     /// rules of the roles it selects now.
-    fn grants(&self, role: &Arc<Value>) -> Vec<PolicyRule> {
-        let mut rules = self.view.rules_of_transient(role).to_vec();
-        if role.get("aggregationRule").is_some() {
-            for other in aggregated(self.view, role) {
-                rules.extend(self.view.rules_of(other).iter().cloned());
+    fn grants(&self, role: Seen<'_>) -> Vec<PolicyRule> {
+        let mut rules = match role {
+            Seen::Observed(o) => self.view.rules_of_transient(o).to_vec(),
+            emitted => self.view.role_rules(emitted).to_vec(),
+        };
+        if let Some(selectors) = role.aggregation_selectors() {
+            let name = role.name();
+            for other in self.view.selected(&selectors) {
+                if other.name() != name {
+                    rules.extend(self.view.role_rules(other).iter().cloned());
+                }
             }
         }
         rules
@@ -211,9 +217,10 @@ impl Judge<'_, '_> {
             .view
             .noisy_selected(&selectors_of(role))
             .into_iter()
-            .filter(|o| o["metadata"]["name"].as_str() != Some(name));
-        for r in std::iter::once(role).chain(others) {
-            let d = self.view.denials_of(r, self.waivers);
+            .filter(|o| o.name() != name)
+            .map(|o| self.view.role_rules(o));
+        for rules in std::iter::once(self.view.rules_of(role)).chain(others) {
+            let d = self.view.denials_of(&rules, self.waivers);
             wildcards.extend(d.0.iter().cloned());
             for e in &d.1 {
                 if !escalating.contains(e) {
@@ -279,9 +286,7 @@ impl Obj<'_> {
                     .iter()
                     .any(|s| crate::selector::matches_json(s, labels))
             }
-            Obj::Compact(m) => selectors
-                .iter()
-                .any(|s| crate::selector::matches_map(s, m.labels())),
+            Obj::Compact(m) => m.labels().selected_by(selectors),
         }
     }
 
@@ -335,7 +340,7 @@ pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
 }
 
 /// The selectors of an aggregated ClusterRole.
-fn selectors_of(role: &Value) -> Vec<LabelSelector> {
+pub(super) fn selectors_of(role: &Value) -> Vec<LabelSelector> {
     role["aggregationRule"]["clusterRoleSelectors"]
         .as_array()
         .into_iter()
@@ -349,14 +354,4 @@ fn selectors_of(role: &Value) -> Vec<LabelSelector> {
 pub(super) fn selection_key(role: &Value) -> Option<String> {
     role.get("aggregationRule")?;
     serde_json::to_string(&selectors_of(role)).ok()
-}
-
-/// The roles the aggregation controller would aggregate into `role`: every
-/// other ClusterRole its selectors match, as they are now, in name order.
-fn aggregated<'a>(view: &View<'a>, role: &Value) -> Vec<&'a Arc<Value>> {
-    let name = role["metadata"]["name"].as_str().unwrap_or_default();
-    view.selected(&selectors_of(role))
-        .into_iter()
-        .filter(|o| o["metadata"]["name"].as_str() != Some(name))
-        .collect()
 }

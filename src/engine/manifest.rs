@@ -8,15 +8,214 @@
 //! the API server returns for it (keys in sorted order, empty lists left
 //! out), so printing and applying it need no special cases.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
 use super::output::{RBAC_API_VERSION, RBAC_GROUP};
 use crate::api::OutputKind;
+
+/// A small map of text (labels, annotations), sorted by key and shared:
+/// the outputs of one template usually carry the same labels, and the
+/// outputs of one trigger the same annotations (see [`Interner`]).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct StrMap(Arc<[(Arc<str>, Arc<str>)]>);
+
+impl StrMap {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
+    /// Entries in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Whether it has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether both are the same shared map.
+    pub fn ptr_eq(a: &StrMap, b: &StrMap) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// Whether any of `selectors` (validated) selects these labels.
+    pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
+        selectors
+            .iter()
+            .any(|s| crate::selector::matches_lookup(s, |k| self.get(k)))
+    }
+}
+
+impl From<BTreeMap<String, String>> for StrMap {
+    fn from(m: BTreeMap<String, String>) -> Self {
+        StrMap(m.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+impl std::borrow::Borrow<[(Arc<str>, Arc<str>)]> for StrMap {
+    fn borrow(&self) -> &[(Arc<str>, Arc<str>)] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for StrMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// In key order, as a `BTreeMap` of the same entries.
+impl Serialize for StrMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.iter() {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// Shares equal strings, maps and ownerReferences between the manifests
+/// one rule renders in one evaluation, and equal name sets and selectors
+/// between the reads its triggers record.
+#[derive(Default)]
+pub(crate) struct Interner {
+    strings: HashSet<Arc<str>>,
+    maps: HashSet<StrMap>,
+    names: HashSet<Arc<BTreeSet<String>>>,
+    selectors: HashMap<String, Arc<LabelSelector>>,
+}
+
+impl Interner {
+    fn string(&mut self, s: String) -> Arc<str> {
+        if let Some(hit) = self.strings.get(s.as_str()) {
+            return Arc::clone(hit);
+        }
+        let s: Arc<str> = s.into();
+        self.strings.insert(Arc::clone(&s));
+        s
+    }
+
+    /// The shared copy of a map of text.
+    pub fn map(&mut self, m: BTreeMap<String, String>) -> StrMap {
+        let entries: Vec<(Arc<str>, Arc<str>)> = m
+            .into_iter()
+            .map(|(k, v)| (self.string(k), self.string(v)))
+            .collect();
+        if let Some(hit) = self.maps.get(entries.as_slice()) {
+            return hit.clone();
+        }
+        let map = StrMap(entries.into());
+        self.maps.insert(map.clone());
+        map
+    }
+
+    /// The shared copy of a set of names.
+    pub fn names(&mut self, names: BTreeSet<String>) -> Arc<BTreeSet<String>> {
+        if let Some(hit) = self.names.get(&names) {
+            return Arc::clone(hit);
+        }
+        let names = Arc::new(names);
+        self.names.insert(Arc::clone(&names));
+        names
+    }
+
+    /// The shared copy of a selector.
+    pub fn selector(&mut self, selector: LabelSelector) -> Arc<LabelSelector> {
+        let key = serde_json::to_string(&selector).unwrap_or_default();
+        Arc::clone(
+            self.selectors
+                .entry(key)
+                .or_insert_with(|| Arc::new(selector)),
+        )
+    }
+
+    /// A controller ownerReference, its strings shared.
+    pub fn owner(&mut self, api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerRef {
+        let mut s = |x: &str| self.string(x.to_string());
+        OwnerRef::Controller {
+            api_version: s(api_version),
+            kind: s(kind),
+            name: s(name),
+            uid: s(uid),
+        }
+    }
+}
+
+/// The one ownerReference of an emitted object.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OwnerRef {
+    /// A controller reference (`controller` and `blockOwnerDeletion`
+    /// true), as the engine makes to a trigger: four shared strings
+    /// instead of a JSON map per object.
+    Controller {
+        /// apiVersion.
+        api_version: Arc<str>,
+        /// kind.
+        kind: Arc<str>,
+        /// name.
+        name: Arc<str>,
+        /// uid.
+        uid: Arc<str>,
+    },
+    /// Any other, as [`Manifest::from_value`] read it.
+    Other(Arc<Value>),
+}
+
+impl OwnerRef {
+    /// Reads an ownerReference: compact when it is a controller
+    /// reference with exactly the fields the engine writes.
+    pub fn from_value(v: &Value) -> OwnerRef {
+        let text = |k: &str| v[k].as_str();
+        let flags = v["controller"] == Value::Bool(true)
+            && v["blockOwnerDeletion"] == Value::Bool(true)
+            && v.as_object().is_some_and(|m| m.len() == 6);
+        match (text("apiVersion"), text("kind"), text("name"), text("uid")) {
+            (Some(a), Some(k), Some(n), Some(u)) if flags => OwnerRef::Controller {
+                api_version: a.into(),
+                kind: k.into(),
+                name: n.into(),
+                uid: u.into(),
+            },
+            _ => OwnerRef::Other(Arc::new(v.clone())),
+        }
+    }
+}
+
+/// Keys in sorted order, as a `serde_json::Map` keeps them.
+impl Serialize for OwnerRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            OwnerRef::Controller {
+                api_version,
+                kind,
+                name,
+                uid,
+            } => {
+                let mut m = s.serialize_map(Some(6))?;
+                m.serialize_entry("apiVersion", &**api_version)?;
+                m.serialize_entry("blockOwnerDeletion", &true)?;
+                m.serialize_entry("controller", &true)?;
+                m.serialize_entry("kind", &**kind)?;
+                m.serialize_entry("name", &**name)?;
+                m.serialize_entry("uid", &**uid)?;
+                m.end()
+            }
+            OwnerRef::Other(v) => v.serialize(s),
+        }
+    }
+}
 
 /// Metadata of an emitted object.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,11 +225,11 @@ pub struct Meta {
     /// metadata.namespace (namespaced kinds only).
     pub namespace: Option<String>,
     /// metadata.labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: StrMap,
     /// metadata.annotations.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: StrMap,
     /// The one ownerReference, if any.
-    pub owner: Option<Value>,
+    pub owner: Option<OwnerRef>,
 }
 
 /// What an emitted object carries besides metadata.
@@ -95,9 +294,9 @@ impl Manifest {
         let meta = Meta {
             name: md["name"].as_str().unwrap_or_default().to_string(),
             namespace: md["namespace"].as_str().map(str::to_string),
-            labels: map(&md["labels"])?,
-            annotations: map(&md["annotations"])?,
-            owner: md["ownerReferences"].get(0).cloned(),
+            labels: map(&md["labels"])?.into(),
+            annotations: map(&md["annotations"])?.into(),
+            owner: md["ownerReferences"].get(0).map(OwnerRef::from_value),
         };
         let parse = |field: &str| -> Result<Option<Value>, String> {
             Ok(v.get(field).filter(|x| !x.is_null()).cloned())
@@ -151,12 +350,12 @@ impl Manifest {
     }
 
     /// metadata.labels.
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub fn labels(&self) -> &StrMap {
         &self.0.meta.labels
     }
 
     /// metadata.annotations.
-    pub fn annotations(&self) -> &BTreeMap<String, String> {
+    pub fn annotations(&self) -> &StrMap {
         &self.0.meta.annotations
     }
 
@@ -206,6 +405,11 @@ impl Manifest {
         }
     }
 
+    /// The shared JSON value, if a reader had it built.
+    pub(super) fn kept_value(&self) -> Option<&Arc<Value>> {
+        self.0.value.get()
+    }
+
     /// The object as a shared JSON value, built once and kept: for the
     /// engine's readers of emitted objects.
     pub(super) fn shared_value(&self) -> &Arc<Value> {
@@ -245,29 +449,91 @@ impl std::fmt::Display for Manifest {
 /// Keys are written in sorted order, as a `serde_json::Map` keeps them.
 impl Serialize for Manifest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.write(s, false)
+        self.write(s, false, true)
     }
 }
 
 /// A manifest serialized in Kubernetes' key order (see
 /// [`Manifest::kube_ordered`]).
-pub struct KubeOrdered<'a>(&'a Manifest);
+pub struct KubeOrdered<'a> {
+    manifest: &'a Manifest,
+    /// Whether a role's rules are written (else the caller appends them).
+    rules: bool,
+}
 
 impl Serialize for KubeOrdered<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.write(s, true)
+        self.manifest.write(s, true, self.rules)
     }
 }
+
+/// YAML of rule lists printed on this thread, by the address of the shared
+/// list (weakly held, so the address is not reused while cached).
+type RulesYaml = HashMap<usize, (std::sync::Weak<Vec<PolicyRule>>, Arc<str>)>;
+
+thread_local! {
+    static RULES_YAML: std::cell::RefCell<RulesYaml> = std::cell::RefCell::default();
+}
+
+/// Lists kept per thread before the cache starts over.
+const RULES_YAML_MAX: usize = 4096;
 
 impl Manifest {
     /// The manifest serialized with `apiVersion`, `kind`, `metadata` first
     /// (and name, namespace, labels, annotations, ownerReferences first in
     /// metadata), the rest sorted: as the YAML printer orders keys.
     pub fn kube_ordered(&self) -> KubeOrdered<'_> {
-        KubeOrdered(self)
+        KubeOrdered {
+            manifest: self,
+            rules: true,
+        }
     }
 
-    fn write<S: Serializer>(&self, s: S, kube: bool) -> Result<S::Ok, S::Error> {
+    /// Appends the manifest as YAML, keys as [`Manifest::kube_ordered`]
+    /// orders them. A role's rules come last: a shared list (the copies
+    /// of thousands of Roles) is printed once per thread and its text
+    /// copied after.
+    pub fn push_yaml(&self, out: &mut String) -> Result<(), String> {
+        let text = |e: serde_saphyr::ser::Error| e.to_string();
+        let rules = match &self.0.body {
+            Body::Role {
+                rules,
+                aggregation: None,
+            } if !rules.is_empty() && Arc::strong_count(rules) > 1 => rules,
+            _ => return serde_saphyr::to_fmt_writer(out, &self.kube_ordered()).map_err(text),
+        };
+        let head = KubeOrdered {
+            manifest: self,
+            rules: false,
+        };
+        serde_saphyr::to_fmt_writer(out, &head).map_err(text)?;
+        out.push_str("rules:\n");
+        let at = Arc::as_ptr(rules) as usize;
+        let hit = RULES_YAML.with_borrow(|c| {
+            c.get(&at)
+                .filter(|(held, _)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules)))
+                .map(|(_, y)| Arc::clone(y))
+        });
+        let yaml = match hit {
+            Some(y) => y,
+            None => {
+                let mut y = String::new();
+                serde_saphyr::to_fmt_writer(&mut y, &**rules).map_err(text)?;
+                let y: Arc<str> = y.into();
+                RULES_YAML.with_borrow_mut(|c| {
+                    if c.len() >= RULES_YAML_MAX {
+                        c.clear();
+                    }
+                    c.insert(at, (Arc::downgrade(rules), Arc::clone(&y)));
+                });
+                y
+            }
+        };
+        out.push_str(&yaml);
+        Ok(())
+    }
+
+    fn write<S: Serializer>(&self, s: S, kube: bool, with_rules: bool) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         let aggregation = match &self.0.body {
             Body::Role {
@@ -293,7 +559,7 @@ impl Manifest {
         }
         match &self.0.body {
             Body::Role { rules, aggregation } => {
-                if aggregation.is_none() && !rules.is_empty() {
+                if with_rules && aggregation.is_none() && !rules.is_empty() {
                     m.serialize_entry("rules", &**rules)?;
                 }
             }
@@ -386,9 +652,11 @@ mod tests {
         Meta {
             name: "r".into(),
             namespace: Some("ns".into()),
-            labels: [("b".to_string(), "1".to_string())].into(),
-            annotations: [("a".to_string(), "x".to_string())].into(),
-            owner: Some(json!({"kind": "Namespace", "name": "ns", "uid": "u"})),
+            labels: BTreeMap::from([("b".to_string(), "1".to_string())]).into(),
+            annotations: BTreeMap::from([("a".to_string(), "x".to_string())]).into(),
+            owner: Some(OwnerRef::from_value(
+                &json!({"kind": "Namespace", "name": "ns", "uid": "u"}),
+            )),
         }
     }
 
@@ -434,6 +702,73 @@ mod tests {
         );
         assert_eq!(empty.to_value().get("subjects"), None);
         assert_eq!(empty.to_value()["roleRef"]["apiGroup"], RBAC_GROUP);
+    }
+
+    #[test]
+    fn roles_sharing_rules_print_as_serialized() {
+        let rules = Arc::new(vec![PolicyRule {
+            api_groups: Some(vec![String::new(), "a.io".into()]),
+            resources: Some(vec!["pods".into(), "x/status".into()]),
+            verbs: vec!["*".into(), "get".into()],
+            ..Default::default()
+        }]);
+        let role = |name: &str| {
+            Manifest::new(
+                OutputKind::Role,
+                Meta {
+                    name: name.into(),
+                    ..meta()
+                },
+                Body::Role {
+                    rules: Arc::clone(&rules),
+                    aggregation: None,
+                },
+            )
+        };
+        for m in [role("a"), role("b"), role("a")] {
+            let mut printed = String::new();
+            m.push_yaml(&mut printed).unwrap();
+            let mut whole = String::new();
+            serde_saphyr::to_fmt_writer(&mut whole, &m.kube_ordered()).unwrap();
+            assert_eq!(printed, whole);
+            assert!(
+                printed.contains("rules:\n- apiGroups:\n  - \"\"\n"),
+                "{printed}"
+            );
+        }
+    }
+
+    #[test]
+    fn controller_references_are_compact_and_print_the_same() {
+        let ctl = json!({"apiVersion": "v1", "kind": "Namespace", "name": "ns", "uid": "u",
+                         "controller": true, "blockOwnerDeletion": true});
+        let o = OwnerRef::from_value(&ctl);
+        assert!(matches!(o, OwnerRef::Controller { .. }), "{o:?}");
+        assert_eq!(
+            serde_json::to_vec(&o).unwrap(),
+            serde_json::to_vec(&ctl).unwrap()
+        );
+        // Anything else is kept as it is.
+        for other in [
+            json!({"apiVersion": "v1", "kind": "Namespace", "name": "ns", "uid": "u"}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "name": "ns", "uid": "u",
+                   "controller": false, "blockOwnerDeletion": true}),
+        ] {
+            let o = OwnerRef::from_value(&other);
+            assert!(matches!(o, OwnerRef::Other(_)), "{o:?}");
+            assert_eq!(serde_json::to_value(&o).unwrap(), other);
+        }
+        let mut shared = Interner::default();
+        let (a, b) = (
+            shared.owner("v1", "Namespace", "ns", "u"),
+            shared.owner("v1", "Namespace", "ns", "u"),
+        );
+        assert_eq!(a, OwnerRef::from_value(&ctl));
+        let uid = |o: &OwnerRef| match o {
+            OwnerRef::Controller { uid, .. } => Arc::clone(uid),
+            OwnerRef::Other(_) => unreachable!(),
+        };
+        assert!(Arc::ptr_eq(&uid(&a), &uid(&b)));
     }
 
     #[test]

@@ -313,8 +313,9 @@ impl Owner {
 pub(super) struct Read {
     pub gk: GroupKind,
     pub namespace: Option<String>,
-    pub names: Option<BTreeSet<String>>,
-    pub selector: Option<LabelSelector>,
+    /// Shared: the triggers of a rule often look for the same names.
+    pub names: Option<Arc<BTreeSet<String>>>,
+    pub selector: Option<Arc<LabelSelector>>,
     /// Names *or* selector (rulesFrom) rather than names *and* selector.
     pub either: bool,
     pub owner: Option<Owner>,
@@ -382,7 +383,7 @@ fn filter_key(r: &Read) -> String {
     format!(
         "{:?}|{}|{}",
         r.namespace,
-        serde_json::to_string(&r.selector).unwrap_or_default(),
+        serde_json::to_string(&r.selector.as_deref()).unwrap_or_default(),
         r.owner
             .as_ref()
             .map(|o| format!("{}|{:?}|{}", o.uid, o.gk, o.name))
@@ -430,7 +431,7 @@ impl ReadIndex {
             }
             if let Some(names) = &r.names {
                 let by_name = self.names.entry(r.gk.clone()).or_default();
-                for n in names {
+                for n in names.iter() {
                     match by_name.get_mut(n) {
                         Some(ts) => {
                             ts.insert(Arc::clone(&t));
@@ -471,7 +472,7 @@ impl ReadIndex {
                 }
             }
             if let (Some(names), Some(by_name)) = (&r.names, self.names.get_mut(&r.gk)) {
-                for n in names {
+                for n in names.iter() {
                     if let Some(ts) = by_name.get_mut(n) {
                         ts.remove(t);
                         if ts.is_empty() {
@@ -507,11 +508,12 @@ impl ReadIndex {
         let Some(groups) = self.groups.get(gk) else {
             return;
         };
-        let Some(obj) = view.get(gk, key) else {
+        let Some(obj) = view.get_value(gk, key) else {
             return;
         };
         for (proto, ts) in groups.values() {
-            if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(obj) {
+            if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(&obj)
+            {
                 out.extend(ts.iter().map(|t| (**t).clone()));
             }
         }

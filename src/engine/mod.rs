@@ -27,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 pub use error::{EngineError, EngineWarning, ErrorKind};
 pub use limits::Limits;
-pub use manifest::Manifest;
+pub use manifest::{Manifest, OwnerRef, StrMap};
 pub use memo::Memo;
 pub use model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, RuleState};
 pub use store::{GroupKind, ObjectStore};

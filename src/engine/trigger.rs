@@ -49,7 +49,13 @@ impl Evaluator<'_> {
             bind(&mut ctx, "matches", Value::Array(m));
         }
         match self.render(&mut ctx, Some(obj), view) {
-            Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
+            Ok(outs) => {
+                // Collected in place, the list would keep the room of the
+                // rendered objects for their pointers.
+                let mut outs: Vec<_> = outs.into_iter().map(Arc::new).collect();
+                outs.shrink_to_fit();
+                Outcome::Rendered(outs)
+            }
             Err(e) => Outcome::Failed(e),
         }
     }

@@ -7,10 +7,11 @@
 //! fresh output replaces it (its trigger is not kept, the object is not
 //! contested); a rule never reads what it emits itself.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Weak};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -18,7 +19,7 @@ use serde_json::Value;
 
 use super::Engine;
 use super::compile::output_gk;
-use super::manifest::Manifest;
+use super::manifest::{Interner, Manifest};
 use super::memo::{Emit, Emitters, RuleMemo};
 use super::model::OutKey;
 use super::output;
@@ -32,16 +33,20 @@ type ListKey = (GroupKind, Option<String>);
 /// the address cannot be reused while cached).
 pub(super) type RulesCache = HashMap<usize, (Arc<Value>, Arc<Vec<PolicyRule>>)>;
 
+/// Shared rule lists (a role's own, or a copy).
+pub(super) type Rules = Arc<Vec<PolicyRule>>;
+
 /// Rules copied from a list of roles, by whether the copy is namespaced
-/// and the addresses of the roles' shared manifests (held).
-pub(super) type CopiesCache = HashMap<(bool, Vec<usize>), (Vec<Arc<Value>>, Arc<Vec<PolicyRule>>)>;
+/// and the addresses of the roles' rule lists (weakly held: the address
+/// is not reused while the entry lives, and the entry keeps no list alive).
+pub(super) type CopiesCache = HashMap<(bool, Vec<usize>), (Vec<Weak<Vec<PolicyRule>>>, Rules)>;
 
 /// Default denials a role's own rules break: cluster-admin equivalents and
 /// escalating grants, each in compact form (see [`crate::policy::denied_grants`]).
 pub(super) type Denials = (Vec<String>, Vec<String>);
 
-/// Denials of roles, by the address of the shared manifest.
-pub(super) type DenialsCache = HashMap<usize, (Arc<Value>, Arc<Denials>)>;
+/// Denials of roles, by the address of their rule list (weakly held).
+pub(super) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denials>)>;
 
 /// The ClusterRoles some selectors (any of them) pick, as one reader sees
 /// them; kept up to date from the changed keys, so a selection costs what
@@ -71,10 +76,42 @@ pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
 }
 
 /// An object a reader sees: emitted in this evaluation, or observed.
+/// Emitted objects are read in their compact form; JSON is built only
+/// for a reader that asks for it ([`View::json`]).
 #[derive(Clone, Copy)]
-enum Seen<'a> {
+pub(super) enum Seen<'a> {
     Emitted(&'a Manifest),
     Observed(&'a Arc<Value>),
+}
+
+impl<'a> Seen<'a> {
+    /// metadata.name.
+    pub fn name(&self) -> &'a str {
+        match self {
+            Seen::Emitted(m) => m.name(),
+            Seen::Observed(o) => o["metadata"]["name"].as_str().unwrap_or_default(),
+        }
+    }
+
+    /// Whether any of `selectors` (validated) selects it by its labels.
+    pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
+        match self {
+            Seen::Emitted(m) => m.labels().selected_by(selectors),
+            Seen::Observed(o) => selects(selectors, o),
+        }
+    }
+
+    /// An aggregated ClusterRole's selectors; `None` for any other object.
+    pub fn aggregation_selectors(&self) -> Option<Vec<LabelSelector>> {
+        match self {
+            Seen::Emitted(m) => m
+                .aggregation_rule()
+                .map(|a| a.cluster_role_selectors.clone().unwrap_or_default()),
+            Seen::Observed(o) => o
+                .get("aggregationRule")
+                .map(|_| super::grants::selectors_of(o)),
+        }
+    }
 }
 
 /// Objects seen, by key.
@@ -98,9 +135,11 @@ pub(super) struct View<'a> {
     merged: RefCell<HashMap<ListKey, Rc<Vec<&'a Arc<Value>>>>>,
     /// ClusterRoles per rendered selector: every trigger of a rule usually
     /// renders the same one.
-    selected: RefCell<HashMap<String, Rc<Vec<&'a Arc<Value>>>>>,
+    selected: RefCell<HashMap<String, Rc<Vec<Seen<'a>>>>>,
     /// Every ClusterRole seen, for selections (see [`View::selected`]).
     cluster_roles: RefCell<Option<Rc<SeenList<'a>>>>,
+    /// Shares metadata between the manifests the reader emits.
+    pub interner: RefCell<Interner>,
 }
 
 impl<'a> View<'a> {
@@ -123,6 +162,7 @@ impl<'a> View<'a> {
             merged: RefCell::default(),
             selected: RefCell::default(),
             cluster_roles: RefCell::default(),
+            interner: RefCell::default(),
         }
     }
 
@@ -172,7 +212,7 @@ impl<'a> View<'a> {
     }
 
     /// One object as the reader sees it: emitted or observed.
-    fn get_seen(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Seen<'a>> {
+    pub fn get_seen(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Seen<'a>> {
         let Some(kind) = output_kind(gk) else {
             return self.observed.get_shared(gk, key).map(Seen::Observed);
         };
@@ -190,29 +230,31 @@ impl<'a> View<'a> {
             .map(Seen::Observed)
     }
 
-    /// An object seen as JSON: an emitted one's is built on first read.
-    fn json(&self, seen: Seen<'a>) -> &'a Arc<Value> {
+    /// An object seen as JSON: an emitted one's is built on first read
+    /// and kept with it.
+    pub fn json(&self, seen: Seen<'a>) -> &'a Arc<Value> {
         match seen {
             Seen::Observed(o) => o,
-            Seen::Emitted(m) => {
-                // Its rules are known already: no parsing them back.
-                let v = m.shared_value();
-                if let Some(rules) = m.rules()
-                    && m.aggregation_rule().is_none()
-                {
-                    self.rules_cache
-                        .borrow_mut()
-                        .entry(Arc::as_ptr(v) as usize)
-                        .or_insert_with(|| (Arc::clone(v), Arc::clone(rules)));
-                }
-                v
-            }
+            Seen::Emitted(m) => m.shared_value(),
         }
     }
 
     /// One object as the reader sees it.
     pub fn get_shared(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&'a Arc<Value>> {
         self.get_seen(gk, key).map(|s| self.json(s))
+    }
+
+    /// One object as the reader sees it, for a check made once: an
+    /// emitted one's JSON is built afresh and not kept with it (unless
+    /// some reader had it kept already).
+    pub fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
+        Some(match self.get_seen(gk, key)? {
+            Seen::Observed(o) => Cow::Borrowed(&**o),
+            Seen::Emitted(m) => match m.kept_value() {
+                Some(v) => Cow::Borrowed(&**v),
+                None => Cow::Owned(m.to_value()),
+            },
+        })
     }
 
     /// One object as the reader sees it.
@@ -266,30 +308,57 @@ impl<'a> View<'a> {
     }
 
     /// The keys of every observed or emitted object of an output kind (in
-    /// a namespace), sorted.
-    fn output_keys(&self, kind: OutputKind, ns: Option<&str>) -> BTreeSet<ObjectKey> {
+    /// a namespace), sorted: both are kept sorted, so they are merged
+    /// rather than collected into a set.
+    fn output_keys(&self, kind: OutputKind, ns: Option<&str>) -> Vec<ObjectKey> {
         let gk = output_gk(kind);
-        let mut keys: BTreeSet<ObjectKey> = match ns {
+        let observed: Vec<(&String, &String)> = match ns {
             Some(ns) => self
                 .observed
                 .entries_namespace(&gk, ns)
-                .map(|(k, _)| k.clone())
+                .map(|(k, _)| (&k.0, &k.1))
                 .collect(),
-            None => self.observed.entries(&gk).map(|(k, _)| k.clone()).collect(),
+            None => self
+                .observed
+                .entries(&gk)
+                .map(|(k, _)| (&k.0, &k.1))
+                .collect(),
         };
         let start = (kind, ns.unwrap_or_default().to_string(), String::new());
-        for (k, n, name) in self.emitters.range_from(start) {
-            if *k != kind || ns.is_some_and(|ns| ns != n) {
-                break;
+        let mut emitted = self
+            .emitters
+            .range_from(start)
+            .take_while(|(k, n, _)| *k == kind && ns.is_none_or(|ns| ns == n))
+            .map(|(_, n, name)| (n, name))
+            .peekable();
+        let mut observed = observed.into_iter().peekable();
+        let mut keys = Vec::new();
+        loop {
+            let next = match (observed.peek(), emitted.peek()) {
+                (Some((on, oname)), Some((en, ename))) => {
+                    match (on.as_str(), oname.as_str()).cmp(&(en.as_str(), ename.as_str())) {
+                        std::cmp::Ordering::Less => observed.next(),
+                        std::cmp::Ordering::Greater => emitted.next(),
+                        std::cmp::Ordering::Equal => {
+                            emitted.next();
+                            observed.next()
+                        }
+                    }
+                }
+                (Some(_), None) => observed.next(),
+                (None, Some(_)) => emitted.next(),
+                (None, None) => break,
+            };
+            if let Some((n, name)) = next {
+                keys.push((n.clone(), name.clone()));
             }
-            keys.insert((n.clone(), name.clone()));
         }
         keys
     }
 
     /// The ClusterRoles that `selector` (validated) matches, memoized by the
     /// selector's content.
-    pub fn selected_cluster_roles(&self, selector: &LabelSelector) -> Rc<Vec<&'a Arc<Value>>> {
+    pub fn selected_cluster_roles(&self, selector: &LabelSelector) -> Rc<Vec<Seen<'a>>> {
         let key = serde_json::to_string(selector).unwrap_or_default();
         if let Some(hit) = self.selected.borrow().get(&key) {
             return Rc::clone(hit);
@@ -302,7 +371,7 @@ impl<'a> View<'a> {
     /// The ClusterRoles any of `selectors` matches, in name order. The
     /// first call for some selectors lists every ClusterRole; later ones
     /// (in later evaluations too) reuse the kept selection.
-    pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<&'a Arc<Value>> {
+    pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
         let gk = output_gk(OutputKind::ClusterRole);
         let key = serde_json::to_string(selectors).unwrap_or_default();
         if let Some(sel) = self
@@ -314,30 +383,22 @@ impl<'a> View<'a> {
             return sel
                 .members
                 .iter()
-                .filter_map(|k| self.get_shared(&gk, k))
+                .filter_map(|k| self.get_seen(&gk, k))
                 .collect();
         }
         let mut members = BTreeSet::new();
         let mut noisy = BTreeSet::new();
         let mut hits = Vec::new();
-        // Emitted roles are matched by their labels: JSON only for members.
+        // Matched by their labels: no JSON built for emitted roles.
         for (k, seen) in self.cluster_roles().iter() {
-            let (k, seen) = (k.clone(), *seen);
-            let hit = match seen {
-                Seen::Observed(o) => selects(selectors, o),
-                Seen::Emitted(m) => selectors
-                    .iter()
-                    .any(|s| crate::selector::matches_map(s, m.labels())),
-            };
-            if !hit {
+            if !seen.selected_by(selectors) {
                 continue;
             }
-            let o = self.json(seen);
-            if self.breaks_denials(o) {
+            if self.breaks_denials(*seen) {
                 noisy.insert(k.clone());
             }
-            members.insert(k);
-            hits.push(o);
+            members.insert(k.clone());
+            hits.push(*seen);
         }
         self.selections
             .borrow_mut()
@@ -372,10 +433,10 @@ impl<'a> View<'a> {
             return reached;
         };
         for k in keys {
-            let obj = self.get_shared(&gk, k);
+            let obj = self.get_seen(&gk, k);
             let noisy = obj.is_some_and(|o| self.breaks_denials(o));
             for (json, sel) in mine.iter_mut() {
-                let now = obj.is_some_and(|o| selects(&sel.selectors, o));
+                let now = obj.is_some_and(|o| o.selected_by(&sel.selectors));
                 let was = if now {
                     !sel.members.insert(k.clone())
                 } else {
@@ -396,7 +457,7 @@ impl<'a> View<'a> {
 
     /// The members of a selection that break a default denial, in name
     /// order.
-    pub fn noisy_selected(&self, selectors: &[LabelSelector]) -> Vec<&'a Arc<Value>> {
+    pub fn noisy_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
         let key = serde_json::to_string(selectors).unwrap_or_default();
         let known = self
             .selections
@@ -414,27 +475,27 @@ impl<'a> View<'a> {
             .map(|sel| {
                 sel.noisy
                     .iter()
-                    .filter_map(|k| self.get_shared(&gk, k))
+                    .filter_map(|k| self.get_seen(&gk, k))
                     .collect()
             })
             .unwrap_or_default()
     }
 
     /// Whether a role's own rules break a default denial.
-    fn breaks_denials(&self, role: &Arc<Value>) -> bool {
-        let d = self.denials_of(role, &self.engine.options.waivers);
+    fn breaks_denials(&self, role: Seen<'_>) -> bool {
+        let d = self.denials_of(&self.role_rules(role), &self.engine.options.waivers);
         !d.0.is_empty() || !d.1.is_empty()
     }
 
-    /// A role's default denials, worked out once per shared manifest.
-    pub fn denials_of(&self, role: &Arc<Value>, waivers: &crate::policy::Waivers) -> Arc<Denials> {
-        let at = Arc::as_ptr(role) as usize;
+    /// The default denials a rule list breaks, worked out once per shared
+    /// list.
+    pub fn denials_of(&self, rules: &Rules, waivers: &crate::policy::Waivers) -> Arc<Denials> {
+        let at = Arc::as_ptr(rules) as usize;
         if let Some((held, d)) = self.denials_cache.borrow().get(&at)
-            && Arc::ptr_eq(held, role)
+            && std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules))
         {
             return Arc::clone(d);
         }
-        let rules = self.rules_of(role);
         let wildcards = if waivers.wildcard_all {
             Vec::new()
         } else {
@@ -447,50 +508,75 @@ impl<'a> View<'a> {
         let escalating = if waivers.escalation_verbs {
             Vec::new()
         } else {
-            crate::policy::escalating_grants(&rules)
+            crate::policy::escalating_grants(rules)
         };
         let d = Arc::new((wildcards, escalating));
         self.denials_cache
             .borrow_mut()
-            .insert(at, (Arc::clone(role), Arc::clone(&d)));
+            .insert(at, (Arc::downgrade(rules), Arc::clone(&d)));
         d
     }
 
     /// The rules a role gets by copying `roles` (in this order): theirs,
     /// without nonResourceURLs when `namespaced`, compacted — worked out
-    /// once per set of shared manifests.
-    pub fn copied_rules(&self, roles: &[&'a Arc<Value>], namespaced: bool) -> Arc<Vec<PolicyRule>> {
+    /// once per list of shared rule lists, so that roles copying the same
+    /// ClusterRoles share one list.
+    pub fn copied_rules(&self, roles: &[Seen<'a>], namespaced: bool) -> Rules {
+        let lists: Vec<Rules> = roles.iter().map(|r| self.role_rules(*r)).collect();
         let key: (bool, Vec<usize>) = (
             namespaced,
-            roles.iter().map(|r| Arc::as_ptr(r) as usize).collect(),
+            lists.iter().map(|r| Arc::as_ptr(r) as usize).collect(),
         );
         if let Some((held, rules)) = self.copies_cache.borrow().get(&key)
-            && held.len() == roles.len()
-            && held.iter().zip(roles).all(|(h, r)| Arc::ptr_eq(h, r))
+            && held.len() == lists.len()
+            && held
+                .iter()
+                .zip(&lists)
+                .all(|(h, r)| std::ptr::eq(h.as_ptr(), Arc::as_ptr(r)))
         {
             return Arc::clone(rules);
         }
         let mut rules = Vec::new();
-        for role in roles {
-            rules.extend(self.rules_of(role).iter().cloned());
+        for list in &lists {
+            rules.extend(list.iter().cloned());
         }
         if namespaced {
             rules = crate::policy::without_non_resource_urls(&rules);
         }
-        let rules = Arc::new(crate::policy::compact(&rules));
-        self.copies_cache.borrow_mut().insert(
-            key,
-            (
-                roles.iter().map(|r| Arc::clone(r)).collect(),
-                Arc::clone(&rules),
-            ),
-        );
+        let rules = crate::policy::compact(&rules);
+        // A copy equal to one of its sources (one role, or roles adding
+        // nothing to another) is that source's list, shared.
+        let rules = match lists.iter().find(|l| ***l == rules) {
+            Some(same) => Arc::clone(same),
+            None => Arc::new(rules),
+        };
+        let held = lists.iter().map(Arc::downgrade).collect();
+        self.copies_cache
+            .borrow_mut()
+            .insert(key, (held, Arc::clone(&rules)));
         rules
+    }
+
+    /// A role's own rules: an emitted role's as it holds them (none for an
+    /// aggregated ClusterRole, whose rules are not its own), an observed
+    /// one's parsed once per shared object.
+    pub fn role_rules(&self, role: Seen<'_>) -> Rules {
+        match role {
+            Seen::Emitted(m) => match (m.rules(), m.aggregation_rule()) {
+                (Some(r), None) => Arc::clone(r),
+                // One shared empty list: its verdicts are cached once.
+                _ => {
+                    static NONE: LazyLock<Rules> = LazyLock::new(Rules::default);
+                    Arc::clone(&NONE)
+                }
+            },
+            Seen::Observed(o) => self.rules_of(o),
+        }
     }
 
     /// A role's rules, from the cache when there, else parsed and not kept:
     /// for an object judged once (most roles are read by nothing else).
-    pub fn rules_of_transient(&self, role: &Arc<Value>) -> Arc<Vec<PolicyRule>> {
+    pub fn rules_of_transient(&self, role: &Arc<Value>) -> Rules {
         let at = Arc::as_ptr(role) as usize;
         if let Some((held, rules)) = self.rules_cache.borrow().get(&at)
             && Arc::ptr_eq(held, role)
@@ -500,8 +586,8 @@ impl<'a> View<'a> {
         Arc::new(super::grants::rules_of(role))
     }
 
-    /// A role's rules, parsed once per shared manifest.
-    pub fn rules_of(&self, role: &Arc<Value>) -> Arc<Vec<PolicyRule>> {
+    /// An observed role's rules, parsed once per shared object.
+    pub fn rules_of(&self, role: &Arc<Value>) -> Rules {
         let at = Arc::as_ptr(role) as usize;
         if let Some((held, rules)) = self.rules_cache.borrow().get(&at)
             && Arc::ptr_eq(held, role)

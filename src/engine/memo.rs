@@ -182,6 +182,86 @@ pub(super) struct RuleMemo {
     pub refused: BTreeMap<OutKey, (Option<String>, String, String)>,
     /// Verdicts on listField items (see [`ItemCache`]).
     pub items: ItemCache,
+    /// listField lists and vars shared by the triggers that compute them
+    /// from the same inputs (see [`Derived`]).
+    pub derived: Derived,
+}
+
+/// Values a render derives from its inputs, kept for the next render with
+/// the same inputs: a family's revisions all list the family's types, so
+/// the list and the vars built from it are computed once, not per
+/// trigger. A kept value is lent to the render's context (moved, not
+/// copied) and taken back after it.
+#[derive(Default)]
+pub(super) struct Derived {
+    /// listField results, by related set and the addresses of the source
+    /// objects (trigger, related objects) they read, sorted.
+    pub lists: HashMap<(usize, Vec<usize>), ListEntry>,
+    /// vars by index and the tokens of the lists they read.
+    pub vars: HashMap<(usize, Vec<u64>), VarEntry>,
+    /// Expanded template values (output rules) that read only vars: by
+    /// the template's address, whether data is marked, and the vars'
+    /// tokens; with the bytes expanding charged.
+    pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
+    /// The last token given: tokens are never reused.
+    pub next: u64,
+}
+
+/// A kept listField result.
+pub(super) struct ListEntry {
+    /// The source objects (held: their addresses are the key).
+    pub held: Vec<Arc<Value>>,
+    /// `None` while lent to a render.
+    pub value: Option<Value>,
+    /// What computing it warned.
+    pub warnings: Vec<FieldWarning>,
+    /// Bytes computing it charged to the budget.
+    pub bytes: usize,
+    /// Names this value for the vars computed from it.
+    pub token: u64,
+}
+
+/// A kept var.
+pub(super) struct VarEntry {
+    /// `None` while lent to a render.
+    pub value: Option<Value>,
+    pub bytes: usize,
+    /// Names this value for the expansions that read it.
+    pub token: u64,
+}
+
+/// Derived values a rule keeps at most (lists and vars each); past it
+/// the cache starts over.
+pub(super) const DERIVED_MAX: usize = 1_024;
+
+impl Derived {
+    /// A fresh token.
+    pub fn token(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// Drops lists whose sources are gone from the cluster (only this
+    /// cache holds them) and vars of lists no longer kept.
+    pub fn prune(&mut self) {
+        self.lists
+            .retain(|_, e| e.held.iter().all(|h| Arc::strong_count(h) > 1));
+        if self.lists.len() > DERIVED_MAX {
+            self.lists.clear();
+        }
+        let live: HashSet<u64> = self.lists.values().map(|e| e.token).collect();
+        self.vars
+            .retain(|(_, deps), _| deps.iter().all(|d| live.contains(d)));
+        if self.vars.len() > DERIVED_MAX {
+            self.vars.clear();
+        }
+        let live: HashSet<u64> = self.vars.values().map(|e| e.token).collect();
+        self.expansions
+            .retain(|(_, _, deps), _| deps.iter().all(|d| live.contains(d)));
+        if self.expansions.len() > DERIVED_MAX {
+            self.expansions.clear();
+        }
+    }
 }
 
 /// Verdicts of a listField's `where` (false) or `require` (true)

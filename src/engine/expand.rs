@@ -338,7 +338,9 @@ impl Evaluator<'_> {
     /// `$merge` maps merged.
     fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         let key = match v {
-            Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => self.expansion_key(v),
+            Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => {
+                self.expansion_key(v, false)
+            }
             _ => None,
         };
         if let Some(key) = &key
@@ -364,13 +366,13 @@ impl Evaluator<'_> {
     /// The key of a whole template value's expansion in the cache: when
     /// it reads nothing but vars (each kept, by its token) and its own
     /// loop variables.
-    fn expansion_key(&self, v: &Value) -> Option<(usize, bool, Vec<u64>)> {
+    fn expansion_key(&self, v: &Value, entry: bool) -> Option<(usize, bool, Vec<u64>)> {
         let addr = v as *const Value as usize;
         let deps = self
             .deps
             .borrow_mut()
             .entry(addr)
-            .or_insert_with(|| self.vars_read(v, &mut vec!["vars"]))
+            .or_insert_with(|| self.vars_read(v, entry, &mut vec!["vars"]))
             .clone()?;
         let inputs = self.inputs.borrow();
         let tokens = deps
@@ -380,11 +382,22 @@ impl Evaluator<'_> {
         Some((addr, self.mark.get(), tokens))
     }
 
-    /// The vars a template value reads, when it reads nothing but vars
-    /// and the loop variables in `roots`.
-    fn vars_read<'v>(&self, v: &'v Value, roots: &mut Vec<&'v str>) -> Option<Vec<String>> {
+    /// The vars a template value (`entry`: an entry of a list, maybe a
+    /// directive) reads, when it reads nothing but vars and the loop
+    /// variables in `roots`.
+    fn vars_read<'v>(
+        &self,
+        v: &'v Value,
+        entry: bool,
+        roots: &mut Vec<&'v str>,
+    ) -> Option<Vec<String>> {
         let mut texts: Vec<&str> = Vec::new();
-        if !self.collect_texts(v, roots, &mut texts) {
+        let ok = if entry {
+            self.collect_item(v, roots, &mut texts)
+        } else {
+            self.collect_texts(v, roots, &mut texts)
+        };
+        if !ok {
             return None;
         }
         let names: Vec<&str> = self
@@ -421,36 +434,50 @@ impl Evaluator<'_> {
                 texts.push(s);
                 t.reads_within(s, roots)
             }
-            Value::Array(items) => items.iter().all(|item| match directive(item) {
-                Ok(Some(d)) => {
-                    let exprs = d.for_each.iter().chain(d.when.iter());
-                    for e in exprs {
-                        texts.push(e);
-                        if !t.expr_reads_within(e, roots) {
-                            return false;
-                        }
-                    }
-                    let body = match d.body {
-                        DirBody::Item(b) | DirBody::Items(b) => b,
-                    };
-                    let scoped = d.for_each.is_some();
-                    if scoped {
-                        roots.push(d.as_name.unwrap_or("item"));
-                    }
-                    let ok = self.collect_texts(body, roots, texts);
-                    if scoped {
-                        roots.pop();
-                    }
-                    ok
-                }
-                Ok(None) => self.collect_texts(item, roots, texts),
-                Err(_) => false,
-            }),
+            Value::Array(items) => items
+                .iter()
+                .all(|item| self.collect_item(item, roots, texts)),
             Value::Object(m) => m.iter().all(|(k, x)| {
                 texts.push(k);
                 t.reads_within(k, roots) && self.collect_texts(x, roots, texts)
             }),
             _ => true,
+        }
+    }
+
+    /// [`Evaluator::collect_texts`] for one entry of a list: a directive
+    /// or a value.
+    fn collect_item<'v>(
+        &self,
+        item: &'v Value,
+        roots: &mut Vec<&'v str>,
+        texts: &mut Vec<&'v str>,
+    ) -> bool {
+        let t = &self.engine.templates;
+        match directive(item) {
+            Ok(Some(d)) => {
+                let exprs = d.for_each.iter().chain(d.when.iter());
+                for e in exprs {
+                    texts.push(e);
+                    if !t.expr_reads_within(e, roots) {
+                        return false;
+                    }
+                }
+                let body = match d.body {
+                    DirBody::Item(b) | DirBody::Items(b) => b,
+                };
+                let scoped = d.for_each.is_some();
+                if scoped {
+                    roots.push(d.as_name.unwrap_or("item"));
+                }
+                let ok = self.collect_texts(body, roots, texts);
+                if scoped {
+                    roots.pop();
+                }
+                ok
+            }
+            Ok(None) => self.collect_texts(item, roots, texts),
+            Err(_) => false,
         }
     }
 
@@ -471,95 +498,136 @@ impl Evaluator<'_> {
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
-                    let f = format!("{field}[{i}]");
-                    let d = directive(item)
-                        .map_err(|m| FieldError::new(ErrorKind::InvalidRule, &f, m))?;
-                    let Some(d) = d else {
-                        out.push(self.expand(item, ctx, &f)?);
-                        continue;
-                    };
-                    let emit =
-                        |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
-                            if let Some(w) = d.when
-                                && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
-                            {
-                                return Ok(());
-                            }
-                            match d.body {
-                                DirBody::Item(b) => {
-                                    out.push(this.expand(b, ctx, &format!("{f}.item"))?)
-                                }
-                                DirBody::Items(b) => {
-                                    match this.expand(b, ctx, &format!("{f}.items"))? {
-                                        Value::Array(xs) => out.extend(xs),
-                                        other => out.push(other),
-                                    }
-                                }
-                            }
-                            Ok(())
-                        };
-                    match d.for_each {
-                        None => emit(self, ctx, &mut out)?,
-                        Some(e) => {
-                            let var = d.as_name.unwrap_or("item");
-                            let body = match d.body {
-                                DirBody::Item(b) | DirBody::Items(b) => b,
-                            };
-                            let unseen = |root: &str| {
-                                !d.when.is_some_and(|w| mentions_text(w, root))
-                                    && !mentions(body, root)
-                            };
-                            self.for_each(&format!("{f}.forEach"), e, var, unseen, ctx, |ctx| {
-                                emit(self, ctx, &mut out)
-                            })?;
+                    // An entry of a whole value that is not kept as a
+                    // whole (it reads the trigger elsewhere) may be.
+                    let key = (self.depth.get() == 1)
+                        .then(|| self.expansion_key(item, true))
+                        .flatten();
+                    if let Some(key) = &key
+                        && let Some((Value::Array(kept), bytes)) =
+                            self.derived.borrow().expansions.get(key)
+                        && limits::charge(*bytes).is_ok()
+                    {
+                        out.extend(kept.iter().cloned());
+                        if matches!(directive(item), Ok(Some(_))) {
+                            limited(
+                                &format!("{field}[{i}]"),
+                                limits::check_list(out.len(), "the expanded list"),
+                            )?;
                         }
+                        continue;
                     }
-                    limited(&f, limits::check_list(out.len(), "the expanded list"))?;
+                    let (start, before) = (out.len(), limits::used());
+                    self.entry(item, i, field, ctx, &mut out)?;
+                    if let Some(key) = key {
+                        let bytes = limits::used().saturating_sub(before);
+                        self.derived
+                            .borrow_mut()
+                            .expansions
+                            .insert(key, (Value::Array(out[start..].to_vec()), bytes));
+                    }
                 }
                 Ok(Value::Array(out))
             }
-            Value::Object(map) => {
-                let mut out = Map::new();
-                for (k, val) in map {
-                    if k == "$merge" {
-                        let merged = self.expand(val, ctx, &format!("{field}.$merge"))?;
-                        for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
-                            let Value::Object(pm) = part else {
-                                return Err(FieldError::new(
-                                    ErrorKind::InvalidRule,
-                                    format!("{field}.$merge[{j}]"),
-                                    "must render to a map",
-                                ));
-                            };
-                            for (pk, pv) in pm {
-                                if out
-                                    .insert(pk.clone(), pv.clone())
-                                    .is_some_and(|old| old != *pv)
-                                {
-                                    return Err(FieldError::new(
-                                        ErrorKind::InvalidOutput,
-                                        format!("{field}.$merge[{j}]"),
-                                        format!("key {pk:?} is given twice with different values"),
-                                    ));
-                                }
-                            }
-                        }
-                        continue;
-                    }
-                    let key = self.tpl(&format!("{field}[{k:?}]"), k, ctx)?;
-                    let val = self.expand(val, ctx, &format!("{field}.{k}"))?;
-                    if out.insert(key.clone(), val).is_some() {
-                        return Err(FieldError::new(
-                            ErrorKind::InvalidOutput,
-                            field,
-                            format!("key {key:?} is rendered twice"),
-                        ));
-                    }
-                }
-                Ok(Value::Object(out))
-            }
+            Value::Object(map) => self.expand_map(map, ctx, field),
             other => Ok(other.clone()),
         }
+    }
+
+    /// Expands one entry of a list into `out`: a value, or a directive's
+    /// values.
+    fn entry(
+        &self,
+        item: &Value,
+        i: usize,
+        field: &str,
+        ctx: &mut Context,
+        out: &mut Vec<Value>,
+    ) -> Result<()> {
+        let f = format!("{field}[{i}]");
+        let d = directive(item).map_err(|m| FieldError::new(ErrorKind::InvalidRule, &f, m))?;
+        let Some(d) = d else {
+            out.push(self.expand(item, ctx, &f)?);
+            return Ok(());
+        };
+        let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
+            if let Some(w) = d.when
+                && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
+            {
+                return Ok(());
+            }
+            match d.body {
+                DirBody::Item(b) => out.push(this.expand(b, ctx, &format!("{f}.item"))?),
+                DirBody::Items(b) => match this.expand(b, ctx, &format!("{f}.items"))? {
+                    Value::Array(xs) => out.extend(xs),
+                    other => out.push(other),
+                },
+            }
+            Ok(())
+        };
+        match d.for_each {
+            None => emit(self, ctx, out)?,
+            Some(e) => {
+                let var = d.as_name.unwrap_or("item");
+                let body = match d.body {
+                    DirBody::Item(b) | DirBody::Items(b) => b,
+                };
+                let unseen = |root: &str| {
+                    !d.when.is_some_and(|w| mentions_text(w, root)) && !mentions(body, root)
+                };
+                self.for_each(&format!("{f}.forEach"), e, var, unseen, ctx, |ctx| {
+                    emit(self, ctx, out)
+                })?;
+            }
+        }
+        limited(&f, limits::check_list(out.len(), "the expanded list"))
+    }
+
+    /// Expands a map: keys rendered, `$merge` maps merged.
+    fn expand_map(
+        &self,
+        map: &Map<String, Value>,
+        ctx: &mut Context,
+        field: &str,
+    ) -> Result<Value> {
+        let mut out = Map::new();
+        for (k, val) in map {
+            if k == "$merge" {
+                let merged = self.expand(val, ctx, &format!("{field}.$merge"))?;
+                for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
+                    let Value::Object(pm) = part else {
+                        return Err(FieldError::new(
+                            ErrorKind::InvalidRule,
+                            format!("{field}.$merge[{j}]"),
+                            "must render to a map",
+                        ));
+                    };
+                    for (pk, pv) in pm {
+                        if out
+                            .insert(pk.clone(), pv.clone())
+                            .is_some_and(|old| old != *pv)
+                        {
+                            return Err(FieldError::new(
+                                ErrorKind::InvalidOutput,
+                                format!("{field}.$merge[{j}]"),
+                                format!("key {pk:?} is given twice with different values"),
+                            ));
+                        }
+                    }
+                }
+                continue;
+            }
+            let key = self.tpl(&format!("{field}[{k:?}]"), k, ctx)?;
+            let val = self.expand(val, ctx, &format!("{field}.{k}"))?;
+            if out.insert(key.clone(), val).is_some() {
+                return Err(FieldError::new(
+                    ErrorKind::InvalidOutput,
+                    field,
+                    format!("key {key:?} is rendered twice"),
+                ));
+            }
+        }
+        Ok(Value::Object(out))
     }
 
     /// Runs `each` once per entry of a `forEach` list, bound as `var`. A
@@ -718,7 +786,7 @@ impl Evaluator<'_> {
         let mut arcs: Option<Vec<Arc<Value>>> = None;
         // Where a listField result computed here is kept: its key, and
         // the budget and warnings before it.
-        let mut keep: Option<((usize, Vec<usize>), Vec<Arc<Value>>, usize, usize)> = None;
+        let mut keep: Option<((usize, Vec<usize>), usize, usize)> = None;
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
             let gk = GroupKind::new(&q.api_group, &q.kind);
             let ns = match &q.namespace {
@@ -774,6 +842,9 @@ impl Evaluator<'_> {
                 read.hits = found.iter().filter_map(|o| key_of(o)).collect();
                 self.reads.borrow_mut().push(read);
             }
+            if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {
+                return items;
+            }
             arcs = Some(found.iter().map(|o| Arc::clone(o)).collect());
             found
                 .into_iter()
@@ -798,12 +869,12 @@ impl Evaluator<'_> {
                 .iter()
                 .chain(&rel.require)
                 .all(|c| self.item_only(c));
-            if let (Some((ptrs, held)), true) = (sources, conditions_ok) {
-                let key = (i, ptrs);
+            if let (Some(addrs), true) = (sources, conditions_ok) {
+                let key = (i, addrs);
                 if let Some(v) = self.kept_list(&rel.name, &key) {
                     return Ok(v);
                 }
-                keep = Some((key, held, limits::used(), self.warnings.borrow().len()));
+                keep = Some((key, limits::used(), self.warnings.borrow().len()));
             }
             // Read in place: only the items kept are copied.
             let data = ctx.data();
@@ -954,14 +1025,13 @@ impl Evaluator<'_> {
                 self.inputs.borrow_mut().objects.insert(rel.name.clone(), a);
             }
         }
-        if let Some((key, held, bytes, warned)) = keep {
+        if let Some((key, bytes, warned)) = keep {
             let mut derived = self.derived.borrow_mut();
             let token = derived.token();
             let warnings = self.warnings.borrow()[warned..].to_vec();
             derived.lists.insert(
                 key.clone(),
                 ListEntry {
-                    held,
                     value: None,
                     warnings,
                     bytes: limits::used().saturating_sub(bytes),
@@ -976,21 +1046,24 @@ impl Evaluator<'_> {
     }
 
     /// The objects a listField reads, when each is one the store holds
-    /// (the trigger, related objects): their addresses, sorted and
-    /// de-duplicated, and the objects.
-    fn list_sources(&self, of: &[String]) -> Option<(Vec<usize>, Vec<Arc<Value>>)> {
+    /// (the trigger, related objects): their addresses (held), sorted and
+    /// de-duplicated.
+    fn list_sources(&self, of: &[String]) -> Option<Vec<usize>> {
         let inputs = self.inputs.borrow();
-        let mut held: Vec<Arc<Value>> = Vec::new();
+        let mut derived = self.derived.borrow_mut();
+        let mut addrs: Vec<usize> = Vec::new();
         for name in of {
             if name == "trigger" {
-                held.push(Arc::clone(inputs.trigger.as_ref()?));
+                addrs.push(derived.pin(inputs.trigger.as_ref()?));
             } else {
-                held.extend(inputs.objects.get(name)?.iter().cloned());
+                for o in inputs.objects.get(name)? {
+                    addrs.push(derived.pin(o));
+                }
             }
         }
-        held.sort_by_key(|a| Arc::as_ptr(a) as usize);
-        held.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        Some((held.iter().map(|a| Arc::as_ptr(a) as usize).collect(), held))
+        addrs.sort_unstable();
+        addrs.dedup();
+        Some(addrs)
     }
 
     /// A kept listField list, lent to the render, with what computing it
@@ -1017,15 +1090,103 @@ impl Evaluator<'_> {
     /// Whether a condition reads nothing but `item`: its verdict on an
     /// item then follows from the item's text alone.
     fn item_only(&self, c: &Condition) -> bool {
+        self.reads_within(c, &["item"])
+    }
+
+    /// Whether a condition reads nothing but `roots`.
+    fn reads_within(&self, c: &Condition, roots: &[&str]) -> bool {
         let t = &self.engine.templates;
         [&c.value, &c.equals, &c.not_equals, &c.regex, &c.not_regex]
             .into_iter()
             .flatten()
             .chain(c.one_of.iter().flatten())
-            .all(|text| t.reads_only(text, "item"))
+            .all(|text| t.reads_within(text, roots))
             && c.in_list
                 .as_ref()
-                .is_none_or(|e| t.expr_reads_only(e, "item"))
+                .is_none_or(|e| t.expr_reads_within(e, roots))
+    }
+
+    /// Related objects whose `where` reads only the object and the
+    /// trigger: each verdict is kept by both objects' addresses, and the
+    /// list of those kept by their addresses, so a family's revisions
+    /// judge and copy each other once. `None` when the set is not such.
+    fn kept_objects(
+        &self,
+        i: usize,
+        rel: &Related,
+        found: &[&Arc<Value>],
+        metadata_only: bool,
+        ctx: &mut Context,
+    ) -> Option<Result<Vec<Value>>> {
+        if !rel.require.is_empty()
+            || !rel
+                .filter
+                .iter()
+                .all(|c| self.reads_within(c, &["item", "trigger"]))
+        {
+            return None;
+        }
+        let trigger = self.inputs.borrow().trigger.clone();
+        let t_addr = trigger
+            .as_ref()
+            .map_or(0, |t| self.derived.borrow_mut().pin(t));
+        let f = format!("spec.related[{i}]");
+        let mut kept: Vec<Arc<Value>> = Vec::with_capacity(found.len());
+        for o in found {
+            let key = (i, self.derived.borrow_mut().pin(o), t_addr);
+            let hit = self.derived.borrow().verdicts.get(&key).copied();
+            let ok = match hit {
+                Some((ok, bytes)) if limits::charge(bytes).is_ok() => ok,
+                _ => {
+                    let before = limits::used();
+                    let (_, ok) = with_item(ctx, visible(o, metadata_only), |ctx, item| {
+                        for (j, c) in rel.filter.iter().enumerate() {
+                            if !self.condition(&format!("{f}.where[{j}]"), c, item, ctx)? {
+                                return Ok(false);
+                            }
+                        }
+                        Ok(true)
+                    });
+                    let ok = match ok {
+                        Ok(ok) => ok,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    let bytes = limits::used().saturating_sub(before);
+                    self.derived.borrow_mut().verdicts.insert(key, (ok, bytes));
+                    ok
+                }
+            };
+            if ok {
+                kept.push(Arc::clone(o));
+            }
+        }
+        // Kept objects are pinned (each was judged above).
+        let key = (i, kept.iter().map(|a| Arc::as_ptr(a) as usize).collect());
+        let items = match self.kept_list(&rel.name, &key) {
+            Some(v) => v,
+            None => {
+                let mut derived = self.derived.borrow_mut();
+                let token = derived.token();
+                derived.lists.insert(
+                    key.clone(),
+                    ListEntry {
+                        value: None,
+                        warnings: Vec::new(),
+                        bytes: 0,
+                        token,
+                    },
+                );
+                let mut inputs = self.inputs.borrow_mut();
+                inputs.tokens.insert(format!("related.{}", rel.name), token);
+                inputs.lent.push(Lent::List(rel.name.clone(), key));
+                kept.iter().map(|o| visible(o, metadata_only)).collect()
+            }
+        };
+        self.inputs
+            .borrow_mut()
+            .objects
+            .insert(rel.name.clone(), kept);
+        Some(Ok(items))
     }
 
     /// One stage's verdict on an item: from the cache when `key` (the

@@ -203,14 +203,23 @@ pub(super) struct Derived {
     /// the template's address, whether data is marked, and the vars'
     /// tokens; with the bytes expanding charged.
     pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
+    /// The objects whose addresses the keys hold, each held once: an
+    /// address is not reused while held, and one only this cache holds
+    /// is gone from the cluster (its entries go with it).
+    pub pins: HashMap<usize, Arc<Value>>,
+    /// `where` verdicts on related objects, by related set and the
+    /// addresses of the object and the trigger (0: none).
+    pub verdicts: HashMap<(usize, usize, usize), Verdict>,
     /// The last token given: tokens are never reused.
     pub next: u64,
 }
 
+/// A kept verdict: whether the object is kept, and the bytes judging it
+/// charged.
+pub(super) type Verdict = (bool, usize);
+
 /// A kept listField result.
 pub(super) struct ListEntry {
-    /// The source objects (held: their addresses are the key).
-    pub held: Vec<Arc<Value>>,
     /// `None` while lent to a render.
     pub value: Option<Value>,
     /// What computing it warned.
@@ -241,11 +250,25 @@ impl Derived {
         self.next
     }
 
-    /// Drops lists whose sources are gone from the cluster (only this
-    /// cache holds them) and vars of lists no longer kept.
+    /// Holds `obj` and gives its address, for a key.
+    pub fn pin(&mut self, obj: &Arc<Value>) -> usize {
+        let addr = Arc::as_ptr(obj) as usize;
+        self.pins.entry(addr).or_insert_with(|| Arc::clone(obj));
+        addr
+    }
+
+    /// Drops what was computed from objects gone from the cluster (only
+    /// this cache holds them), and what was computed from that.
     pub fn prune(&mut self) {
+        self.pins.retain(|_, o| Arc::strong_count(o) > 1);
+        let pins = &self.pins;
+        self.verdicts
+            .retain(|(_, o, t), _| pins.contains_key(o) && (*t == 0 || pins.contains_key(t)));
+        if self.verdicts.len() > 16 * DERIVED_MAX {
+            self.verdicts.clear();
+        }
         self.lists
-            .retain(|_, e| e.held.iter().all(|h| Arc::strong_count(h) > 1));
+            .retain(|(_, addrs), _| addrs.iter().all(|a| pins.contains_key(a)));
         if self.lists.len() > DERIVED_MAX {
             self.lists.clear();
         }

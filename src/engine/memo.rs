@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -203,10 +203,10 @@ pub(super) struct Derived {
     /// the template's address, whether data is marked, and the vars'
     /// tokens; with the bytes expanding charged.
     pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
-    /// The objects whose addresses the keys hold, each held once: an
-    /// address is not reused while held, and one only this cache holds
+    /// The objects whose addresses the keys name, held weakly: an
+    /// address is not reused while held, and an object no one else holds
     /// is gone from the cluster (its entries go with it).
-    pub pins: HashMap<usize, Arc<Value>>,
+    pub pins: HashMap<usize, Weak<Value>>,
     /// `where` verdicts on related objects, by related set and the
     /// addresses of the object and the trigger (0: none).
     pub verdicts: HashMap<(usize, usize, usize), Verdict>,
@@ -253,14 +253,14 @@ impl Derived {
     /// Holds `obj` and gives its address, for a key.
     pub fn pin(&mut self, obj: &Arc<Value>) -> usize {
         let addr = Arc::as_ptr(obj) as usize;
-        self.pins.entry(addr).or_insert_with(|| Arc::clone(obj));
+        self.pins.entry(addr).or_insert_with(|| Arc::downgrade(obj));
         addr
     }
 
     /// Drops what was computed from objects gone from the cluster (only
     /// this cache holds them), and what was computed from that.
     pub fn prune(&mut self) {
-        self.pins.retain(|_, o| Arc::strong_count(o) > 1);
+        self.pins.retain(|_, o| o.strong_count() > 0);
         let pins = &self.pins;
         self.verdicts
             .retain(|(_, o, t), _| pins.contains_key(o) && (*t == 0 || pins.contains_key(t)));

@@ -13,8 +13,8 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
@@ -618,5 +618,59 @@ impl ReadIndex {
                 out.extend(ts.iter().map(|t| (**t).clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn prune_drops_what_was_computed_from_objects_gone() {
+        let mut d = Derived::default();
+        let a = Arc::new(json!({"metadata": {"name": "a"}}));
+        let b = Arc::new(json!({"metadata": {"name": "b"}}));
+        let (pa, pb) = (d.pin(&a), d.pin(&b));
+        let list = |d: &mut Derived| ListEntry {
+            value: Some(json!([])),
+            warnings: Vec::new(),
+            bytes: 0,
+            token: d.token(),
+        };
+        let only_a = list(&mut d);
+        let both = list(&mut d);
+        let both_token = both.token;
+        d.lists.insert((0, vec![pa]), only_a);
+        d.lists.insert((1, vec![pa, pb]), both);
+        let var_token = d.token();
+        d.vars.insert(
+            (0, vec![both_token]),
+            VarEntry {
+                value: Some(json!([])),
+                bytes: 0,
+                token: var_token,
+            },
+        );
+        d.expansions
+            .insert((7, true, vec![var_token]), (json!([]), 0));
+        d.verdicts.insert((0, pb, pa), (true, 0));
+        d.verdicts.insert((0, pa, pa), (true, 0));
+
+        // Nothing gone: everything kept.
+        d.prune();
+        assert_eq!((d.lists.len(), d.vars.len(), d.expansions.len()), (2, 1, 1));
+
+        // `b` replaced in the cluster: all computed from it goes, and
+        // what was computed from that.
+        drop(b);
+        d.prune();
+        assert_eq!(d.pins.len(), 1);
+        assert!(d.lists.contains_key(&(0, vec![pa])));
+        assert_eq!(d.lists.len(), 1);
+        assert!(d.vars.is_empty());
+        assert!(d.expansions.is_empty());
+        assert_eq!(d.verdicts.len(), 1);
+        drop(a);
     }
 }

@@ -289,12 +289,15 @@ fn run_rule(
         });
     }
     rm.items = evaluator.items.take();
-    if !deltas.is_empty() {
-        evaluator.inputs.take();
-        rm.derived = evaluator.derived.take();
-        rm.derived.prune();
+    evaluator.inputs.take();
+    if one_shot {
+        // Never read again: freed now for the rules after this one.
+        drop(evaluator.derived.take());
     } else {
         rm.derived = evaluator.derived.take();
+        if !deltas.is_empty() {
+            rm.derived.prune();
+        }
     }
     // Entries of items gone are never looked up again: bounded by starting over.
     if rm.items.values().map(HashMap::len).sum::<usize>() > ITEM_CACHE_MAX {

@@ -172,6 +172,10 @@ fn run_rule(
         warnings: RefCell::default(),
         mark: Cell::new(false),
         items: RefCell::new(std::mem::take(&mut rm.items)),
+        derived: RefCell::new(std::mem::take(&mut rm.derived)),
+        inputs: RefCell::default(),
+        depth: Cell::new(0),
+        deps: RefCell::default(),
     };
     let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
@@ -223,6 +227,7 @@ fn run_rule(
                 let budget = limits::start(&engine.options.limits);
                 evaluator.reads.borrow_mut().clear();
                 evaluator.warnings.borrow_mut().clear();
+                evaluator.inputs.borrow_mut().start(None);
                 let mut ctx = evaluator.base_context();
                 let outcome = match evaluator.render(&mut ctx, None, &view) {
                     Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
@@ -238,7 +243,7 @@ fn run_rule(
                     },
                 ))
             }
-            (Some(k), Some(trigger), Some(tgk)) => view.get(tgk, k).map(|obj| {
+            (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
                 let budget = limits::start(&engine.options.limits);
                 let outcome = evaluator.trigger_outcome(trigger, obj, &view);
                 drop(budget);
@@ -284,6 +289,16 @@ fn run_rule(
         });
     }
     rm.items = evaluator.items.take();
+    evaluator.inputs.take();
+    if one_shot {
+        // Never read again: freed now for the rules after this one.
+        drop(evaluator.derived.take());
+    } else {
+        rm.derived = evaluator.derived.take();
+        if !deltas.is_empty() {
+            rm.derived.prune();
+        }
+    }
     // Entries of items gone are never looked up again: bounded by starting over.
     if rm.items.values().map(HashMap::len).sum::<usize>() > ITEM_CACHE_MAX {
         rm.items.clear();

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use handlebars::Context;
@@ -16,7 +16,7 @@ use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
-use super::memo::{ItemCache, ItemVerdict, Owner, Read};
+use super::memo::{Derived, ItemCache, ItemVerdict, ListEntry, Owner, Read, VarEntry};
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{FieldPath, Segment, scalar_text};
@@ -138,6 +138,48 @@ pub(super) struct Evaluator<'a> {
     pub mark: Cell<bool>,
     /// Verdicts on listField items, kept by the rule's memo.
     pub items: RefCell<ItemCache>,
+    /// Lists and vars shared by renders with the same inputs, kept by the
+    /// rule's memo.
+    pub derived: RefCell<Derived>,
+    /// What the current render reads that a kept value can be keyed by.
+    pub inputs: RefCell<Inputs>,
+    /// Nesting of [`Evaluator::expand`]: only whole values are kept.
+    pub depth: Cell<usize>,
+    /// Per template value (by address): the vars it reads, when it reads
+    /// nothing else (its expansion can then be kept).
+    pub deps: RefCell<HashMap<usize, Option<Vec<String>>>>,
+}
+
+/// The current render's inputs, for the keys of [`Derived`] values.
+#[derive(Default)]
+pub(super) struct Inputs {
+    /// The trigger, as the store holds it.
+    pub trigger: Option<Arc<Value>>,
+    /// Each related object set's objects, as the store holds them.
+    pub objects: HashMap<String, Vec<Arc<Value>>>,
+    /// Tokens of the related lists and vars taken from (or put into)
+    /// the cache, by `related.<name>` and `vars.<name>`.
+    pub tokens: HashMap<String, u64>,
+    /// Kept values lent to the context, to take back after the render.
+    pub lent: Vec<Lent>,
+}
+
+/// A kept value lent to a render's context.
+pub(super) enum Lent {
+    /// `related.<name>`.
+    List(String, (usize, Vec<usize>)),
+    /// `vars.<name>`.
+    Var(String, (usize, Vec<u64>)),
+}
+
+impl Inputs {
+    /// A fresh start for the render of `trigger`.
+    pub fn start(&mut self, trigger: Option<Arc<Value>>) {
+        self.trigger = trigger;
+        self.objects.clear();
+        self.tokens.clear();
+        self.lent.clear();
+    }
 }
 
 impl Evaluator<'_> {
@@ -295,6 +337,151 @@ impl Evaluator<'_> {
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
     fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
+        let key = match v {
+            Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => {
+                self.expansion_key(v, false)
+            }
+            _ => None,
+        };
+        if let Some(key) = &key
+            && let Some((kept, bytes)) = self.derived.borrow().expansions.get(key)
+            && limits::charge(*bytes).is_ok()
+        {
+            return Ok(kept.clone());
+        }
+        let before = limits::used();
+        self.depth.set(self.depth.get() + 1);
+        let out = self.expand_value(v, ctx, field);
+        self.depth.set(self.depth.get() - 1);
+        if let (Some(key), Ok(value)) = (key, &out) {
+            let bytes = limits::used().saturating_sub(before);
+            self.derived
+                .borrow_mut()
+                .expansions
+                .insert(key, (value.clone(), bytes));
+        }
+        out
+    }
+
+    /// The key of a whole template value's expansion in the cache: when
+    /// it reads nothing but vars (each kept, by its token) and its own
+    /// loop variables.
+    fn expansion_key(&self, v: &Value, entry: bool) -> Option<(usize, bool, Vec<u64>)> {
+        let addr = v as *const Value as usize;
+        let deps = self
+            .deps
+            .borrow_mut()
+            .entry(addr)
+            .or_insert_with(|| self.vars_read(v, entry, &mut vec!["vars"]))
+            .clone()?;
+        let inputs = self.inputs.borrow();
+        let tokens = deps
+            .iter()
+            .map(|d| inputs.tokens.get(&format!("vars.{d}")).copied())
+            .collect::<Option<Vec<u64>>>()?;
+        Some((addr, self.mark.get(), tokens))
+    }
+
+    /// The vars a template value (`entry`: an entry of a list, maybe a
+    /// directive) reads, when it reads nothing but vars and the loop
+    /// variables in `roots`.
+    fn vars_read<'v>(
+        &self,
+        v: &'v Value,
+        entry: bool,
+        roots: &mut Vec<&'v str>,
+    ) -> Option<Vec<String>> {
+        let mut texts: Vec<&str> = Vec::new();
+        let ok = if entry {
+            self.collect_item(v, roots, &mut texts)
+        } else {
+            self.collect_texts(v, roots, &mut texts)
+        };
+        if !ok {
+            return None;
+        }
+        let names: Vec<&str> = self
+            .rule
+            .spec
+            .vars
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
+        // An output forEach may bind `vars` to something else.
+        let shadowed = self
+            .rule
+            .spec
+            .outputs
+            .iter()
+            .any(|o| o.for_each.is_some() && o.as_name.as_deref().unwrap_or("item") == "vars");
+        if shadowed {
+            return None;
+        }
+        named_reads(&texts, "vars", &names)
+    }
+
+    /// Gathers the templates and expressions of a value into `texts`;
+    /// false when one reads anything but `roots`.
+    fn collect_texts<'v>(
+        &self,
+        v: &'v Value,
+        roots: &mut Vec<&'v str>,
+        texts: &mut Vec<&'v str>,
+    ) -> bool {
+        let t = &self.engine.templates;
+        match v {
+            Value::String(s) => {
+                texts.push(s);
+                t.reads_within(s, roots)
+            }
+            Value::Array(items) => items
+                .iter()
+                .all(|item| self.collect_item(item, roots, texts)),
+            Value::Object(m) => m.iter().all(|(k, x)| {
+                texts.push(k);
+                t.reads_within(k, roots) && self.collect_texts(x, roots, texts)
+            }),
+            _ => true,
+        }
+    }
+
+    /// [`Evaluator::collect_texts`] for one entry of a list: a directive
+    /// or a value.
+    fn collect_item<'v>(
+        &self,
+        item: &'v Value,
+        roots: &mut Vec<&'v str>,
+        texts: &mut Vec<&'v str>,
+    ) -> bool {
+        let t = &self.engine.templates;
+        match directive(item) {
+            Ok(Some(d)) => {
+                let exprs = d.for_each.iter().chain(d.when.iter());
+                for e in exprs {
+                    texts.push(e);
+                    if !t.expr_reads_within(e, roots) {
+                        return false;
+                    }
+                }
+                let body = match d.body {
+                    DirBody::Item(b) | DirBody::Items(b) => b,
+                };
+                let scoped = d.for_each.is_some();
+                if scoped {
+                    roots.push(d.as_name.unwrap_or("item"));
+                }
+                let ok = self.collect_texts(body, roots, texts);
+                if scoped {
+                    roots.pop();
+                }
+                ok
+            }
+            Ok(None) => self.collect_texts(item, roots, texts),
+            Err(_) => false,
+        }
+    }
+
+    fn expand_value(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         limited(field, limits::charge_node())?;
         match v {
@@ -311,95 +498,136 @@ impl Evaluator<'_> {
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
-                    let f = format!("{field}[{i}]");
-                    let d = directive(item)
-                        .map_err(|m| FieldError::new(ErrorKind::InvalidRule, &f, m))?;
-                    let Some(d) = d else {
-                        out.push(self.expand(item, ctx, &f)?);
-                        continue;
-                    };
-                    let emit =
-                        |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
-                            if let Some(w) = d.when
-                                && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
-                            {
-                                return Ok(());
-                            }
-                            match d.body {
-                                DirBody::Item(b) => {
-                                    out.push(this.expand(b, ctx, &format!("{f}.item"))?)
-                                }
-                                DirBody::Items(b) => {
-                                    match this.expand(b, ctx, &format!("{f}.items"))? {
-                                        Value::Array(xs) => out.extend(xs),
-                                        other => out.push(other),
-                                    }
-                                }
-                            }
-                            Ok(())
-                        };
-                    match d.for_each {
-                        None => emit(self, ctx, &mut out)?,
-                        Some(e) => {
-                            let var = d.as_name.unwrap_or("item");
-                            let body = match d.body {
-                                DirBody::Item(b) | DirBody::Items(b) => b,
-                            };
-                            let unseen = |root: &str| {
-                                !d.when.is_some_and(|w| mentions_text(w, root))
-                                    && !mentions(body, root)
-                            };
-                            self.for_each(&format!("{f}.forEach"), e, var, unseen, ctx, |ctx| {
-                                emit(self, ctx, &mut out)
-                            })?;
+                    // An entry of a whole value that is not kept as a
+                    // whole (it reads the trigger elsewhere) may be.
+                    let key = (self.depth.get() == 1)
+                        .then(|| self.expansion_key(item, true))
+                        .flatten();
+                    if let Some(key) = &key
+                        && let Some((Value::Array(kept), bytes)) =
+                            self.derived.borrow().expansions.get(key)
+                        && limits::charge(*bytes).is_ok()
+                    {
+                        out.extend(kept.iter().cloned());
+                        if matches!(directive(item), Ok(Some(_))) {
+                            limited(
+                                &format!("{field}[{i}]"),
+                                limits::check_list(out.len(), "the expanded list"),
+                            )?;
                         }
+                        continue;
                     }
-                    limited(&f, limits::check_list(out.len(), "the expanded list"))?;
+                    let (start, before) = (out.len(), limits::used());
+                    self.entry(item, i, field, ctx, &mut out)?;
+                    if let Some(key) = key {
+                        let bytes = limits::used().saturating_sub(before);
+                        self.derived
+                            .borrow_mut()
+                            .expansions
+                            .insert(key, (Value::Array(out[start..].to_vec()), bytes));
+                    }
                 }
                 Ok(Value::Array(out))
             }
-            Value::Object(map) => {
-                let mut out = Map::new();
-                for (k, val) in map {
-                    if k == "$merge" {
-                        let merged = self.expand(val, ctx, &format!("{field}.$merge"))?;
-                        for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
-                            let Value::Object(pm) = part else {
-                                return Err(FieldError::new(
-                                    ErrorKind::InvalidRule,
-                                    format!("{field}.$merge[{j}]"),
-                                    "must render to a map",
-                                ));
-                            };
-                            for (pk, pv) in pm {
-                                if out
-                                    .insert(pk.clone(), pv.clone())
-                                    .is_some_and(|old| old != *pv)
-                                {
-                                    return Err(FieldError::new(
-                                        ErrorKind::InvalidOutput,
-                                        format!("{field}.$merge[{j}]"),
-                                        format!("key {pk:?} is given twice with different values"),
-                                    ));
-                                }
-                            }
-                        }
-                        continue;
-                    }
-                    let key = self.tpl(&format!("{field}[{k:?}]"), k, ctx)?;
-                    let val = self.expand(val, ctx, &format!("{field}.{k}"))?;
-                    if out.insert(key.clone(), val).is_some() {
-                        return Err(FieldError::new(
-                            ErrorKind::InvalidOutput,
-                            field,
-                            format!("key {key:?} is rendered twice"),
-                        ));
-                    }
-                }
-                Ok(Value::Object(out))
-            }
+            Value::Object(map) => self.expand_map(map, ctx, field),
             other => Ok(other.clone()),
         }
+    }
+
+    /// Expands one entry of a list into `out`: a value, or a directive's
+    /// values.
+    fn entry(
+        &self,
+        item: &Value,
+        i: usize,
+        field: &str,
+        ctx: &mut Context,
+        out: &mut Vec<Value>,
+    ) -> Result<()> {
+        let f = format!("{field}[{i}]");
+        let d = directive(item).map_err(|m| FieldError::new(ErrorKind::InvalidRule, &f, m))?;
+        let Some(d) = d else {
+            out.push(self.expand(item, ctx, &f)?);
+            return Ok(());
+        };
+        let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
+            if let Some(w) = d.when
+                && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
+            {
+                return Ok(());
+            }
+            match d.body {
+                DirBody::Item(b) => out.push(this.expand(b, ctx, &format!("{f}.item"))?),
+                DirBody::Items(b) => match this.expand(b, ctx, &format!("{f}.items"))? {
+                    Value::Array(xs) => out.extend(xs),
+                    other => out.push(other),
+                },
+            }
+            Ok(())
+        };
+        match d.for_each {
+            None => emit(self, ctx, out)?,
+            Some(e) => {
+                let var = d.as_name.unwrap_or("item");
+                let body = match d.body {
+                    DirBody::Item(b) | DirBody::Items(b) => b,
+                };
+                let unseen = |root: &str| {
+                    !d.when.is_some_and(|w| mentions_text(w, root)) && !mentions(body, root)
+                };
+                self.for_each(&format!("{f}.forEach"), e, var, unseen, ctx, |ctx| {
+                    emit(self, ctx, out)
+                })?;
+            }
+        }
+        limited(&f, limits::check_list(out.len(), "the expanded list"))
+    }
+
+    /// Expands a map: keys rendered, `$merge` maps merged.
+    fn expand_map(
+        &self,
+        map: &Map<String, Value>,
+        ctx: &mut Context,
+        field: &str,
+    ) -> Result<Value> {
+        let mut out = Map::new();
+        for (k, val) in map {
+            if k == "$merge" {
+                let merged = self.expand(val, ctx, &format!("{field}.$merge"))?;
+                for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
+                    let Value::Object(pm) = part else {
+                        return Err(FieldError::new(
+                            ErrorKind::InvalidRule,
+                            format!("{field}.$merge[{j}]"),
+                            "must render to a map",
+                        ));
+                    };
+                    for (pk, pv) in pm {
+                        if out
+                            .insert(pk.clone(), pv.clone())
+                            .is_some_and(|old| old != *pv)
+                        {
+                            return Err(FieldError::new(
+                                ErrorKind::InvalidOutput,
+                                format!("{field}.$merge[{j}]"),
+                                format!("key {pk:?} is given twice with different values"),
+                            ));
+                        }
+                    }
+                }
+                continue;
+            }
+            let key = self.tpl(&format!("{field}[{k:?}]"), k, ctx)?;
+            let val = self.expand(val, ctx, &format!("{field}.{k}"))?;
+            if out.insert(key.clone(), val).is_some() {
+                return Err(FieldError::new(
+                    ErrorKind::InvalidOutput,
+                    field,
+                    format!("key {key:?} is rendered twice"),
+                ));
+            }
+        }
+        Ok(Value::Object(out))
     }
 
     /// Runs `each` once per entry of a `forEach` list, bound as `var`. A
@@ -554,6 +782,11 @@ impl Evaluator<'_> {
         }
         // A listField item's JSON text, by position (empty otherwise).
         let mut keys: Vec<String> = Vec::new();
+        // The related objects as the store holds them, by position.
+        let mut arcs: Option<Vec<Arc<Value>>> = None;
+        // Where a listField result computed here is kept: its key, and
+        // the budget and warnings before it.
+        let mut keep: Option<((usize, Vec<usize>), usize, usize)> = None;
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
             let gk = GroupKind::new(&q.api_group, &q.kind);
             let ns = match &q.namespace {
@@ -590,18 +823,18 @@ impl Evaluator<'_> {
                 },
                 hits: BTreeSet::new(),
             };
-            let found: Vec<&Value> = match (&read.names, &ns) {
+            let found: Vec<&Arc<Value>> = match (&read.names, &ns) {
                 // Named in one namespace (or cluster-scoped): looked up,
                 // not listed.
                 (Some(names), Some(ns)) => names
                     .iter()
-                    .filter_map(|n| view.get(&gk, &(ns.clone(), n.clone())))
+                    .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
                     .filter(|o| read.passes(o))
                     .collect(),
                 _ => view
                     .list(&gk, ns.as_deref())
                     .iter()
-                    .map(|o| &***o)
+                    .copied()
                     .filter(|o| read.passes(o))
                     .collect(),
             };
@@ -609,6 +842,10 @@ impl Evaluator<'_> {
                 read.hits = found.iter().filter_map(|o| key_of(o)).collect();
                 self.reads.borrow_mut().push(read);
             }
+            if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {
+                return items;
+            }
+            arcs = Some(found.iter().map(|o| Arc::clone(o)).collect());
             found
                 .into_iter()
                 .map(|o| visible(o, q.metadata_only))
@@ -623,6 +860,22 @@ impl Evaluator<'_> {
             } else {
                 &l.of[..]
             };
+            // The same source objects give the same list (items are
+            // de-duplicated and sorted): kept for the next trigger that
+            // reads them, when its conditions read only the item.
+            let sources = self.list_sources(of);
+            let conditions_ok = rel
+                .filter
+                .iter()
+                .chain(&rel.require)
+                .all(|c| self.item_only(c));
+            if let (Some(addrs), true) = (sources, conditions_ok) {
+                let key = (i, addrs);
+                if let Some(v) = self.kept_list(&rel.name, &key) {
+                    return Ok(v);
+                }
+                keep = Some((key, limits::used(), self.warnings.borrow().len()));
+            }
             // Read in place: only the items kept are copied.
             let data = ctx.data();
             let mut sources: Vec<&Value> = Vec::new();
@@ -709,6 +962,7 @@ impl Evaluator<'_> {
             let cached = !keys.is_empty() && rel.filter.iter().all(|c| self.item_only(c));
             let mut kept = Vec::with_capacity(items.len());
             let mut kept_keys = Vec::new();
+            let mut kept_arcs = Vec::new();
             for (n, item) in items.into_iter().enumerate() {
                 let key = keys.get(n).filter(|_| cached);
                 // Bound by move, taken back after: no copy per item.
@@ -729,10 +983,16 @@ impl Evaluator<'_> {
                     if let Some(k) = keys.get_mut(n) {
                         kept_keys.push(std::mem::take(k));
                     }
+                    if let Some(a) = arcs.as_ref().and_then(|a| a.get(n)) {
+                        kept_arcs.push(Arc::clone(a));
+                    }
                 }
             }
             items = kept;
             keys = kept_keys;
+            if arcs.is_some() {
+                arcs = Some(kept_arcs);
+            }
         }
         if !rel.require.is_empty() {
             let cached = !keys.is_empty() && rel.require.iter().all(|c| self.item_only(c));
@@ -758,21 +1018,175 @@ impl Evaluator<'_> {
             }
             items = kept;
         }
+        if let Some(a) = arcs {
+            // (`require` drops objects not followed here: such a set
+            // keys no listField.)
+            if rel.require.is_empty() {
+                self.inputs.borrow_mut().objects.insert(rel.name.clone(), a);
+            }
+        }
+        if let Some((key, bytes, warned)) = keep {
+            let mut derived = self.derived.borrow_mut();
+            let token = derived.token();
+            let warnings = self.warnings.borrow()[warned..].to_vec();
+            derived.lists.insert(
+                key.clone(),
+                ListEntry {
+                    value: None,
+                    warnings,
+                    bytes: limits::used().saturating_sub(bytes),
+                    token,
+                },
+            );
+            let mut inputs = self.inputs.borrow_mut();
+            inputs.tokens.insert(format!("related.{}", rel.name), token);
+            inputs.lent.push(Lent::List(rel.name.clone(), key));
+        }
         Ok(items)
+    }
+
+    /// The objects a listField reads, when each is one the store holds
+    /// (the trigger, related objects): their addresses (held), sorted and
+    /// de-duplicated.
+    fn list_sources(&self, of: &[String]) -> Option<Vec<usize>> {
+        let inputs = self.inputs.borrow();
+        let mut derived = self.derived.borrow_mut();
+        let mut addrs: Vec<usize> = Vec::new();
+        for name in of {
+            if name == "trigger" {
+                addrs.push(derived.pin(inputs.trigger.as_ref()?));
+            } else {
+                for o in inputs.objects.get(name)? {
+                    addrs.push(derived.pin(o));
+                }
+            }
+        }
+        addrs.sort_unstable();
+        addrs.dedup();
+        Some(addrs)
+    }
+
+    /// A kept listField list, lent to the render, with what computing it
+    /// warned and charged; `None` when there is none (or the budget
+    /// cannot pay for it: computed again, to fail as a full render does).
+    fn kept_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
+        let mut derived = self.derived.borrow_mut();
+        let e = derived.lists.get_mut(key)?;
+        if e.value.is_none() || limits::charge(e.bytes).is_err() {
+            return None;
+        }
+        let Some(Value::Array(v)) = e.value.take() else {
+            return None;
+        };
+        self.warnings
+            .borrow_mut()
+            .extend(e.warnings.iter().cloned());
+        let mut inputs = self.inputs.borrow_mut();
+        inputs.tokens.insert(format!("related.{name}"), e.token);
+        inputs.lent.push(Lent::List(name.to_string(), key.clone()));
+        Some(v)
     }
 
     /// Whether a condition reads nothing but `item`: its verdict on an
     /// item then follows from the item's text alone.
     fn item_only(&self, c: &Condition) -> bool {
+        self.reads_within(c, &["item"])
+    }
+
+    /// Whether a condition reads nothing but `roots`.
+    fn reads_within(&self, c: &Condition, roots: &[&str]) -> bool {
         let t = &self.engine.templates;
         [&c.value, &c.equals, &c.not_equals, &c.regex, &c.not_regex]
             .into_iter()
             .flatten()
             .chain(c.one_of.iter().flatten())
-            .all(|text| t.reads_only(text, "item"))
+            .all(|text| t.reads_within(text, roots))
             && c.in_list
                 .as_ref()
-                .is_none_or(|e| t.expr_reads_only(e, "item"))
+                .is_none_or(|e| t.expr_reads_within(e, roots))
+    }
+
+    /// Related objects whose `where` reads only the object and the
+    /// trigger: each verdict is kept by both objects' addresses, and the
+    /// list of those kept by their addresses, so a family's revisions
+    /// judge and copy each other once. `None` when the set is not such.
+    fn kept_objects(
+        &self,
+        i: usize,
+        rel: &Related,
+        found: &[&Arc<Value>],
+        metadata_only: bool,
+        ctx: &mut Context,
+    ) -> Option<Result<Vec<Value>>> {
+        if !rel.require.is_empty()
+            || !rel
+                .filter
+                .iter()
+                .all(|c| self.reads_within(c, &["item", "trigger"]))
+        {
+            return None;
+        }
+        let trigger = self.inputs.borrow().trigger.clone();
+        let t_addr = trigger
+            .as_ref()
+            .map_or(0, |t| self.derived.borrow_mut().pin(t));
+        let f = format!("spec.related[{i}]");
+        let mut kept: Vec<Arc<Value>> = Vec::with_capacity(found.len());
+        for o in found {
+            let key = (i, self.derived.borrow_mut().pin(o), t_addr);
+            let hit = self.derived.borrow().verdicts.get(&key).copied();
+            let ok = match hit {
+                Some((ok, bytes)) if limits::charge(bytes).is_ok() => ok,
+                _ => {
+                    let before = limits::used();
+                    let (_, ok) = with_item(ctx, visible(o, metadata_only), |ctx, item| {
+                        for (j, c) in rel.filter.iter().enumerate() {
+                            if !self.condition(&format!("{f}.where[{j}]"), c, item, ctx)? {
+                                return Ok(false);
+                            }
+                        }
+                        Ok(true)
+                    });
+                    let ok = match ok {
+                        Ok(ok) => ok,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    let bytes = limits::used().saturating_sub(before);
+                    self.derived.borrow_mut().verdicts.insert(key, (ok, bytes));
+                    ok
+                }
+            };
+            if ok {
+                kept.push(Arc::clone(o));
+            }
+        }
+        // Kept objects are pinned (each was judged above).
+        let key = (i, kept.iter().map(|a| Arc::as_ptr(a) as usize).collect());
+        let items = match self.kept_list(&rel.name, &key) {
+            Some(v) => v,
+            None => {
+                let mut derived = self.derived.borrow_mut();
+                let token = derived.token();
+                derived.lists.insert(
+                    key.clone(),
+                    ListEntry {
+                        value: None,
+                        warnings: Vec::new(),
+                        bytes: 0,
+                        token,
+                    },
+                );
+                let mut inputs = self.inputs.borrow_mut();
+                inputs.tokens.insert(format!("related.{}", rel.name), token);
+                inputs.lent.push(Lent::List(rel.name.clone(), key));
+                kept.iter().map(|o| visible(o, metadata_only)).collect()
+            }
+        };
+        self.inputs
+            .borrow_mut()
+            .objects
+            .insert(rel.name.clone(), kept);
+        Some(Ok(items))
     }
 
     /// One stage's verdict on an item: from the cache when `key` (the
@@ -808,8 +1222,117 @@ impl Evaluator<'_> {
         Ok(verdict)
     }
 
-    /// Renders every output for one trigger (or the static set).
+    /// Renders every output for one trigger (or the static set), then
+    /// takes back the kept values it lent to `ctx`.
     pub(super) fn render(
+        &self,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Vec<Desired>> {
+        let out = self.render_lent(ctx, trigger, view);
+        self.take_back(ctx);
+        out
+    }
+
+    /// Puts the values lent to `ctx` back in the cache; one that is not
+    /// where it was lent (never so) is dropped from the cache.
+    fn take_back(&self, ctx: &mut Context) {
+        let lent = std::mem::take(&mut self.inputs.borrow_mut().lent);
+        if lent.is_empty() {
+            return;
+        }
+        let mut derived = self.derived.borrow_mut();
+        let data = ctx.data_mut();
+        for l in lent {
+            let (root, name) = match &l {
+                Lent::List(n, _) => ("related", n),
+                Lent::Var(n, _) => ("vars", n),
+            };
+            let v = data
+                .get_mut(root)
+                .and_then(|r| r.get_mut(name.as_str()))
+                .map(std::mem::take)
+                .filter(|v| !v.is_null());
+            match l {
+                Lent::List(_, key) => match (v, derived.lists.get_mut(&key)) {
+                    (Some(v), Some(e)) => e.value = Some(v),
+                    _ => {
+                        derived.lists.remove(&key);
+                    }
+                },
+                Lent::Var(_, key) => match (v, derived.vars.get_mut(&key)) {
+                    (Some(v), Some(e)) => e.value = Some(v),
+                    _ => {
+                        derived.vars.remove(&key);
+                    }
+                },
+            }
+        }
+    }
+
+    /// A var's key in the cache: when its expression reads nothing but
+    /// related lists, each of them kept (by its token).
+    fn var_key(&self, i: usize, expr: &str) -> Option<(usize, Vec<u64>)> {
+        if !self.engine.templates.expr_reads_only(expr, "related") {
+            return None;
+        }
+        let names: Vec<&str> = self
+            .rule
+            .spec
+            .related
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        let read = named_reads(&[expr], "related", &names)?;
+        let inputs = self.inputs.borrow();
+        // A list read that is not kept leaves the var uncached.
+        let deps = read
+            .iter()
+            .map(|n| inputs.tokens.get(&format!("related.{n}")).copied())
+            .collect::<Option<Vec<u64>>>()?;
+        (!deps.is_empty()).then_some((i, deps))
+    }
+
+    /// A var's value: kept, or evaluated (and kept when it has a key).
+    fn var_value(&self, i: usize, name: &str, expr: &str, ctx: &Context) -> Result<Value> {
+        let field = format!("spec.vars[{i}].value");
+        let key = self.var_key(i, expr);
+        if let Some(key) = &key {
+            let mut derived = self.derived.borrow_mut();
+            if let Some(e) = derived.vars.get_mut(key)
+                && e.value.is_some()
+                && limits::charge(e.bytes).is_ok()
+                && let Some(v) = e.value.take()
+            {
+                let mut inputs = self.inputs.borrow_mut();
+                inputs.tokens.insert(format!("vars.{name}"), e.token);
+                inputs.lent.push(Lent::Var(name.to_string(), key.clone()));
+                return Ok(v);
+            }
+        }
+        let before = limits::used();
+        let value = self.expr(&field, expr, ctx)?.into_owned();
+        if let Some(key) = key {
+            let bytes = limits::used().saturating_sub(before);
+            let mut derived = self.derived.borrow_mut();
+            let token = derived.token();
+            derived.vars.insert(
+                key.clone(),
+                VarEntry {
+                    value: None,
+                    bytes,
+                    token,
+                },
+            );
+            let mut inputs = self.inputs.borrow_mut();
+            inputs.tokens.insert(format!("vars.{name}"), token);
+            inputs.lent.push(Lent::Var(name.to_string(), key));
+        }
+        Ok(value)
+    }
+
+    fn render_lent(
         &self,
         ctx: &mut Context,
         trigger: Option<&Value>,
@@ -828,7 +1351,7 @@ impl Evaluator<'_> {
         bind(ctx, "vars", Value::Object(Map::new()));
         for (i, v) in self.rule.spec.vars.iter().enumerate() {
             let field = format!("spec.vars[{i}].value");
-            let value = self.expr(&field, &v.value, ctx)?.into_owned();
+            let value = self.var_value(i, &v.name, &v.value, ctx)?;
             if let Value::Array(a) = &value {
                 limited(
                     &field,
@@ -1128,6 +1651,32 @@ impl Evaluator<'_> {
         });
         Ok(roles)
     }
+}
+
+/// The names read under `root` in `texts` (as `root.<name>`, a name of
+/// `names`), sorted; `None` when one reads `root` any other way (whole,
+/// or by a name not in `names`). A word that merely ends in `root`
+/// (`myvars`) is not a read of it.
+fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<Vec<String>> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '@';
+    let mut out = BTreeSet::new();
+    for t in texts {
+        for (at, _) in t.match_indices(root) {
+            if t[..at].chars().next_back().is_some_and(ident) {
+                continue;
+            }
+            let rest = t[at + root.len()..].strip_prefix('.')?;
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(rest.len());
+            let name = &rest[..end];
+            if !names.contains(&name) {
+                return None;
+            }
+            out.insert(name.to_string());
+        }
+    }
+    Some(out.into_iter().collect())
 }
 
 /// A render error: `LimitExceeded` when the trigger ran over a limit

@@ -13,8 +13,8 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
@@ -182,6 +182,109 @@ pub(super) struct RuleMemo {
     pub refused: BTreeMap<OutKey, (Option<String>, String, String)>,
     /// Verdicts on listField items (see [`ItemCache`]).
     pub items: ItemCache,
+    /// listField lists and vars shared by the triggers that compute them
+    /// from the same inputs (see [`Derived`]).
+    pub derived: Derived,
+}
+
+/// Values a render derives from its inputs, kept for the next render with
+/// the same inputs: a family's revisions all list the family's types, so
+/// the list and the vars built from it are computed once, not per
+/// trigger. A kept value is lent to the render's context (moved, not
+/// copied) and taken back after it.
+#[derive(Default)]
+pub(super) struct Derived {
+    /// listField results, by related set and the addresses of the source
+    /// objects (trigger, related objects) they read, sorted.
+    pub lists: HashMap<(usize, Vec<usize>), ListEntry>,
+    /// vars by index and the tokens of the lists they read.
+    pub vars: HashMap<(usize, Vec<u64>), VarEntry>,
+    /// Expanded template values (output rules) that read only vars: by
+    /// the template's address, whether data is marked, and the vars'
+    /// tokens; with the bytes expanding charged.
+    pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
+    /// The objects whose addresses the keys name, held weakly: an
+    /// address is not reused while held, and an object no one else holds
+    /// is gone from the cluster (its entries go with it).
+    pub pins: HashMap<usize, Weak<Value>>,
+    /// `where` verdicts on related objects, by related set and the
+    /// addresses of the object and the trigger (0: none).
+    pub verdicts: HashMap<(usize, usize, usize), Verdict>,
+    /// The last token given: tokens are never reused.
+    pub next: u64,
+}
+
+/// A kept verdict: whether the object is kept, and the bytes judging it
+/// charged.
+pub(super) type Verdict = (bool, usize);
+
+/// A kept listField result.
+pub(super) struct ListEntry {
+    /// `None` while lent to a render.
+    pub value: Option<Value>,
+    /// What computing it warned.
+    pub warnings: Vec<FieldWarning>,
+    /// Bytes computing it charged to the budget.
+    pub bytes: usize,
+    /// Names this value for the vars computed from it.
+    pub token: u64,
+}
+
+/// A kept var.
+pub(super) struct VarEntry {
+    /// `None` while lent to a render.
+    pub value: Option<Value>,
+    pub bytes: usize,
+    /// Names this value for the expansions that read it.
+    pub token: u64,
+}
+
+/// Derived values a rule keeps at most (lists and vars each); past it
+/// the cache starts over.
+pub(super) const DERIVED_MAX: usize = 1_024;
+
+impl Derived {
+    /// A fresh token.
+    pub fn token(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// Holds `obj` and gives its address, for a key.
+    pub fn pin(&mut self, obj: &Arc<Value>) -> usize {
+        let addr = Arc::as_ptr(obj) as usize;
+        self.pins.entry(addr).or_insert_with(|| Arc::downgrade(obj));
+        addr
+    }
+
+    /// Drops what was computed from objects gone from the cluster (only
+    /// this cache holds them), and what was computed from that.
+    pub fn prune(&mut self) {
+        self.pins.retain(|_, o| o.strong_count() > 0);
+        let pins = &self.pins;
+        self.verdicts
+            .retain(|(_, o, t), _| pins.contains_key(o) && (*t == 0 || pins.contains_key(t)));
+        if self.verdicts.len() > 16 * DERIVED_MAX {
+            self.verdicts.clear();
+        }
+        self.lists
+            .retain(|(_, addrs), _| addrs.iter().all(|a| pins.contains_key(a)));
+        if self.lists.len() > DERIVED_MAX {
+            self.lists.clear();
+        }
+        let live: HashSet<u64> = self.lists.values().map(|e| e.token).collect();
+        self.vars
+            .retain(|(_, deps), _| deps.iter().all(|d| live.contains(d)));
+        if self.vars.len() > DERIVED_MAX {
+            self.vars.clear();
+        }
+        let live: HashSet<u64> = self.vars.values().map(|e| e.token).collect();
+        self.expansions
+            .retain(|(_, _, deps), _| deps.iter().all(|d| live.contains(d)));
+        if self.expansions.len() > DERIVED_MAX {
+            self.expansions.clear();
+        }
+    }
 }
 
 /// Verdicts of a listField's `where` (false) or `require` (true)
@@ -517,5 +620,59 @@ impl ReadIndex {
                 out.extend(ts.iter().map(|t| (**t).clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn prune_drops_what_was_computed_from_objects_gone() {
+        let mut d = Derived::default();
+        let a = Arc::new(json!({"metadata": {"name": "a"}}));
+        let b = Arc::new(json!({"metadata": {"name": "b"}}));
+        let (pa, pb) = (d.pin(&a), d.pin(&b));
+        let list = |d: &mut Derived| ListEntry {
+            value: Some(json!([])),
+            warnings: Vec::new(),
+            bytes: 0,
+            token: d.token(),
+        };
+        let only_a = list(&mut d);
+        let both = list(&mut d);
+        let both_token = both.token;
+        d.lists.insert((0, vec![pa]), only_a);
+        d.lists.insert((1, vec![pa, pb]), both);
+        let var_token = d.token();
+        d.vars.insert(
+            (0, vec![both_token]),
+            VarEntry {
+                value: Some(json!([])),
+                bytes: 0,
+                token: var_token,
+            },
+        );
+        d.expansions
+            .insert((7, true, vec![var_token]), (json!([]), 0));
+        d.verdicts.insert((0, pb, pa), (true, 0));
+        d.verdicts.insert((0, pa, pa), (true, 0));
+
+        // Nothing gone: everything kept.
+        d.prune();
+        assert_eq!((d.lists.len(), d.vars.len(), d.expansions.len()), (2, 1, 1));
+
+        // `b` replaced in the cluster: all computed from it goes, and
+        // what was computed from that.
+        drop(b);
+        d.prune();
+        assert_eq!(d.pins.len(), 1);
+        assert!(d.lists.contains_key(&(0, vec![pa])));
+        assert_eq!(d.lists.len(), 1);
+        assert!(d.vars.is_empty());
+        assert!(d.expansions.is_empty());
+        assert_eq!(d.verdicts.len(), 1);
+        drop(a);
     }
 }

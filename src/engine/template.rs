@@ -188,12 +188,22 @@ impl Templates {
     /// depends only on that value. Unknown, block helpers, `this`, `../`
     /// and `@` paths answer false.
     pub fn reads_only(&self, text: &str, root: &str) -> bool {
+        self.reads_within(text, &[root])
+    }
+
+    /// [`Templates::reads_only`] for any of several roots.
+    pub fn reads_within(&self, text: &str, roots: &[&str]) -> bool {
         if Self::is_literal(text) {
             return true;
         }
         self.hb
             .get_template(text)
-            .is_some_and(|t| elements_read_only(&t.elements, root))
+            .is_some_and(|t| elements_read_only(&t.elements, roots))
+    }
+
+    /// [`Templates::reads_within`] for an expression compiled before.
+    pub fn expr_reads_within(&self, expr: &str, roots: &[&str]) -> bool {
+        wrap_expr(expr).is_ok_and(|w| self.reads_within(&w, roots))
     }
 
     /// [`Templates::reads_only`] for an expression compiled before.
@@ -409,7 +419,7 @@ fn check_tree(elements: &[TemplateElement]) -> Result<usize, String> {
 }
 
 /// Whether these elements read nothing but paths under `root`.
-fn elements_read_only(elements: &[TemplateElement], root: &str) -> bool {
+fn elements_read_only(elements: &[TemplateElement], root: &[&str]) -> bool {
     elements.iter().all(|e| match e {
         TemplateElement::RawString(_) | TemplateElement::Comment(_) => true,
         TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
@@ -426,7 +436,9 @@ fn elements_read_only(elements: &[TemplateElement], root: &str) -> bool {
                 {
                     params_ok
                 }
-                Parameter::Name(n) => n == root && h.params.is_empty() && h.hash.is_empty(),
+                Parameter::Name(n) => {
+                    root.contains(&n.as_str()) && h.params.is_empty() && h.hash.is_empty()
+                }
                 Parameter::Path(p) => {
                     path_under(p, root) && h.params.is_empty() && h.hash.is_empty()
                 }
@@ -437,11 +449,11 @@ fn elements_read_only(elements: &[TemplateElement], root: &str) -> bool {
     })
 }
 
-fn param_read_only(p: &Parameter, root: &str) -> bool {
+fn param_read_only(p: &Parameter, root: &[&str]) -> bool {
     match p {
         Parameter::Literal(_) => true,
         Parameter::Path(path) => path_under(path, root),
-        Parameter::Name(n) => n == root,
+        Parameter::Name(n) => root.contains(&n.as_str()),
         Parameter::Subexpression(s) => {
             elements_read_only(std::slice::from_ref(s.as_element()), root)
         }
@@ -449,10 +461,10 @@ fn param_read_only(p: &Parameter, root: &str) -> bool {
     }
 }
 
-fn path_under(p: &Path, root: &str) -> bool {
+fn path_under(p: &Path, root: &[&str]) -> bool {
     match p {
         Path::Relative((segs, _)) => {
-            matches!(segs.first(), Some(PathSeg::Named(n)) if n == root)
+            matches!(segs.first(), Some(PathSeg::Named(n)) if root.contains(&n.as_str()))
                 && segs.iter().all(|s| matches!(s, PathSeg::Named(_)))
         }
         Path::Local(_) => false,

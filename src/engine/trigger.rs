@@ -16,13 +16,19 @@ type Result<T> = std::result::Result<T, FieldError>;
 
 impl Evaluator<'_> {
     /// Matches and renders one candidate trigger.
-    pub(super) fn trigger_outcome(&self, trigger: &Trigger, obj: &Value, view: &View) -> Outcome {
+    pub(super) fn trigger_outcome(
+        &self,
+        trigger: &Trigger,
+        obj: &Arc<Value>,
+        view: &View,
+    ) -> Outcome {
         self.reads.borrow_mut().clear();
         self.warnings.borrow_mut().clear();
-        let seen = visible(obj, trigger.metadata_only);
+        self.inputs.borrow_mut().start(Some(Arc::clone(obj)));
         let mut ctx = self.base_context();
-        bind(&mut ctx, "trigger", seen.clone());
-        let matches = match self.trigger_matches(trigger, &seen, &mut ctx) {
+        bind(&mut ctx, "trigger", visible(obj, trigger.metadata_only));
+        let seen = &ctx.data()["trigger"];
+        let matches = match self.trigger_matches(trigger, seen, &ctx) {
             Ok(None) => return Outcome::NoMatch,
             Ok(Some(m)) => m,
             Err(e) => return Outcome::MatchError(e),
@@ -36,7 +42,7 @@ impl Evaluator<'_> {
         // A trigger whose data the rule does not believe renders nothing:
         // its earlier outputs go, with a warning rather than an error.
         for (i, c) in trigger.require.iter().enumerate() {
-            match self.check(&format!("spec.trigger.require[{i}]"), c, &seen, &ctx) {
+            match self.check(&format!("spec.trigger.require[{i}]"), c, seen, &ctx) {
                 Ok(None) => {}
                 Ok(Some(w)) => {
                     self.warnings.borrow_mut().push(w);
@@ -66,7 +72,7 @@ impl Evaluator<'_> {
         &self,
         t: &Trigger,
         obj: &Value,
-        ctx: &mut Context,
+        ctx: &Context,
     ) -> Result<Option<Option<Vec<Value>>>> {
         if let Some(sel) = &t.selector
             && !crate::selector::matches_json(sel, obj["metadata"]["labels"].as_object())

@@ -257,11 +257,6 @@ impl<'a> View<'a> {
         })
     }
 
-    /// One object as the reader sees it.
-    pub fn get(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&'a Value> {
-        self.get_shared(gk, key).map(|o| &**o)
-    }
-
     /// Every object of a kind (in a namespace) the reader sees, sorted by
     /// namespace and name.
     pub fn list(&self, gk: &GroupKind, ns: Option<&str>) -> Rc<Vec<&'a Arc<Value>>> {

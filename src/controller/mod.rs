@@ -21,6 +21,7 @@ pub mod plan;
 pub mod status;
 pub mod sync;
 pub mod watch;
+pub mod wire;
 pub mod world;
 
 use std::sync::Arc;

@@ -178,11 +178,16 @@ impl Watches {
             let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
             self.spawn_kind(api, ar, gk, epoch)
         } else {
-            self.spawn_kind(
-                Api::<DynamicObject>::all_with(self.client.clone(), ar),
-                ar,
-                gk,
-                epoch,
+            // Read straight into JSON, without managedFields.
+            let ar = ar.clone();
+            let source_gk = gk.clone();
+            let feed_gk = gk.clone();
+            spawn(
+                Api::<Wire>::all_with(self.client.clone(), &ar),
+                watcher::Config::default(),
+                self.tx.clone(),
+                move |ev| Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar))),
+                move || Source::Kind(source_gk.clone(), epoch),
             )
         }
     }

@@ -1,5 +1,5 @@
-//! Our RBAC kinds as the API server sends them (watch and list items,
-//! apply responses), read straight into what the caches keep: the body as
+//! Objects as the API server sends them (watch and list items, apply
+//! responses), read straight into what the caches keep: the body as
 //! one JSON tree without `managedFields`, and what our field manager owns.
 //! No typed copy of the metadata and no tree of the other managers'
 //! `managedFields` is built on the way (they were most of the transient
@@ -36,6 +36,15 @@ impl Wire {
         body.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
         body.insert("kind".into(), Value::String(ar.kind.clone()));
         Live::from_parts(Value::Object(body), self.ours)
+    }
+
+    /// The object as the engine's store keeps it: apiVersion and kind from
+    /// discovery, no `managedFields`.
+    pub fn into_value(self, ar: &ApiResource) -> Value {
+        let mut body = self.body;
+        body.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
+        body.insert("kind".into(), Value::String(ar.kind.clone()));
+        Value::Object(body)
     }
 }
 

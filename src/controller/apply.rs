@@ -20,6 +20,7 @@ use super::metrics::Metrics;
 use super::plan::{
     Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_helm_released, is_managed,
 };
+use super::wire::Wire;
 use crate::api::OutputKind;
 use crate::engine::Manifest;
 use crate::engine::output::MANAGED_BY_LABEL;
@@ -191,6 +192,16 @@ pub async fn get_existing(client: &Client, id: &ObjectId) -> Result<Option<Value
 }
 
 fn api_for(client: &Client, id: &ObjectId) -> Api<DynamicObject> {
+    api_of(client, id)
+}
+
+/// The API of an object's kind, whatever type its objects are read as.
+fn api_of<
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+>(
+    client: &Client,
+    id: &ObjectId,
+) -> Api<K> {
     let ar = api_resource(id.kind);
     if id.kind.namespaced() {
         Api::namespaced_with(client.clone(), &id.namespace, &ar)
@@ -447,6 +458,8 @@ async fn apply_one(
     conflict: &mut Option<String>,
 ) -> Outcome {
     let api = api_for(w.client, &a.id);
+    // Applies read the response straight into the cached form.
+    let wire = api_of::<Wire>(w.client, &a.id);
     match &a.action {
         ApplyAction::Create => {
             if let Some(message) = w.memo.get(&a.id) {
@@ -459,7 +472,7 @@ async fn apply_one(
                 // The name is free as far as the watches know: one apply,
                 // unforced, so an object another manager made meanwhile
                 // conflicts (409) instead of being taken over.
-                match send_apply(&api, w.metrics, a, false, learned).await {
+                match send_apply(&wire, w.metrics, a, false, learned).await {
                     Ok(()) => return Outcome::Created,
                     Err(Error::Api {
                         source: kube::Error::Api(s),
@@ -487,7 +500,7 @@ async fn apply_one(
                             // object, so nobody loses a permission.
                             let mut adopted = a.clone();
                             adopted.keep_helm |= is_helm_released(&existing);
-                            match send_apply(&api, w.metrics, &adopted, true, learned).await {
+                            match send_apply(&wire, w.metrics, &adopted, true, learned).await {
                                 Ok(()) => Outcome::Adopted(why),
                                 Err(e) => Outcome::Failed(e),
                             }
@@ -506,7 +519,7 @@ async fn apply_one(
                     if !w.gate.open() {
                         return Outcome::Skipped;
                     }
-                    match send_apply(&api, w.metrics, a, true, learned).await {
+                    match send_apply(&wire, w.metrics, a, true, learned).await {
                         Ok(()) => Outcome::Created,
                         Err(e) => Outcome::Failed(e),
                     }
@@ -518,7 +531,7 @@ async fn apply_one(
                 }),
             }
         }
-        ApplyAction::Update(parts) => match send_apply(&api, w.metrics, a, true, learned).await {
+        ApplyAction::Update(parts) => match send_apply(&wire, w.metrics, a, true, learned).await {
             Ok(()) => Outcome::Updated(parts.clone()),
             Err(e) => Outcome::Failed(e),
         },
@@ -546,7 +559,7 @@ async fn apply_one(
             }
             // No gate check between the two: a lost lease must not leave
             // the subjects without their binding.
-            match send_apply(&api, w.metrics, a, true, learned).await {
+            match send_apply(&wire, w.metrics, a, true, learned).await {
                 Ok(()) => Outcome::Recreated,
                 Err(e) => Outcome::Failed(e),
             }
@@ -608,7 +621,7 @@ pub fn adoption(
 /// `force` when the object is ours (or being adopted): our field manager
 /// takes any field another manager set on it (drift repair).
 async fn send_apply(
-    api: &Api<DynamicObject>,
+    api: &Api<Wire>,
     metrics: &Metrics,
     a: &Apply,
     force: bool,
@@ -619,7 +632,7 @@ async fn send_apply(
     metrics.write(a.id.kind.as_str(), "apply");
     api.patch(&a.id.name, &params, &Patch::Apply(&a.body()))
         .await
-        .map(|o| *learned = Some(Live::from_object(o)))
+        .map(|o| *learned = Some(o.into_live(&api_resource(a.id.kind))))
         .map_err(|source| Error::Api {
             action: "apply",
             object: a.id.to_string(),

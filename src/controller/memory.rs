@@ -21,3 +21,24 @@ pub fn limit_allocator_arenas() {
         }
     }
 }
+
+/// Fixes glibc's mmap threshold at 128 KiB for the controller. By default
+/// the threshold rises to the size of the largest freed mmapped block (up
+/// to 32 MiB), after which the large transient buffers of lists and watch
+/// pages are carved from the heap and leave it fragmented: at the bench's
+/// `large` scenario a fixed threshold lowered the controller's peak RSS by
+/// about 8 MiB (166-174 to 158-159 MiB; 147-152 to 145 MiB on restart).
+/// Not set for `render`, whose large buffers are reused rather than
+/// freed. No effect elsewhere than glibc.
+pub fn fix_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        /// `M_MMAP_THRESHOLD` of glibc's malloc.h.
+        const M_MMAP_THRESHOLD: libc::c_int = -3;
+        // SAFETY: as in `limit_allocator_arenas`: a malloc parameter.
+        let ok = unsafe { libc::mallopt(M_MMAP_THRESHOLD, 128 * 1024) };
+        if ok == 0 {
+            tracing::debug!("malloc mmap threshold not set");
+        }
+    }
+}

@@ -21,6 +21,7 @@ pub mod plan;
 pub mod status;
 pub mod sync;
 pub mod watch;
+pub mod wire;
 pub mod world;
 
 use std::sync::Arc;
@@ -127,6 +128,7 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send +
 /// metrics and health, competes for the lease (when enabled), watches and
 /// reconciles. On stop: no further writes, then the lease is released.
 pub async fn run_with(client: Client, args: RunArgs, stop: Receiver<bool>) -> Result<(), Error> {
+    memory::fix_mmap_threshold();
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
     let server = metrics::serve(

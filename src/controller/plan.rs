@@ -131,7 +131,7 @@ impl OwnedFields {
     }
 
     /// The fields a `fieldsV1` set names.
-    fn from_fields_v1(fields: &Value) -> OwnedFields {
+    pub(super) fn from_fields_v1(fields: &Value) -> OwnedFields {
         let keys = |v: &Value| -> BTreeSet<String> {
             v.as_object()
                 .into_iter()
@@ -356,7 +356,13 @@ impl Live {
         let entries = obj.metadata.managed_fields.take().unwrap_or_default();
         let ours = OwnedFields::from_entries(&entries);
         drop(entries);
-        let mut live = Live::summarise(serde_json::to_value(&obj).unwrap_or(Value::Null), ours);
+        Live::from_parts(serde_json::to_value(&obj).unwrap_or(Value::Null), ours)
+    }
+
+    /// A received body (without `managedFields`) and what we own of it,
+    /// summarised and packed at once (see [`Live::from_object`]).
+    pub(super) fn from_parts(object: Value, ours: Option<OwnedFields>) -> Live {
+        let mut live = Live::summarise(object, ours);
         live.pack();
         live
     }

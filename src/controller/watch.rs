@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::apply::api_resource;
-use super::plan::Live;
+use super::wire::Wire;
 use super::world::{Feed, Source, World, map_event, output_kind};
 use crate::api::{ManageLevel, OutputKind, RbacRule};
 use crate::engine::{GroupKind, Interest};
@@ -178,11 +178,16 @@ impl Watches {
             let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
             self.spawn_kind(api, ar, gk, epoch)
         } else {
-            self.spawn_kind(
-                Api::<DynamicObject>::all_with(self.client.clone(), ar),
-                ar,
-                gk,
-                epoch,
+            // Read straight into JSON, without managedFields.
+            let ar = ar.clone();
+            let source_gk = gk.clone();
+            let feed_gk = gk.clone();
+            spawn(
+                Api::<Wire>::all_with(self.client.clone(), &ar),
+                watcher::Config::default(),
+                self.tx.clone(),
+                move |ev| Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar))),
+                move || Source::Kind(source_gk.clone(), epoch),
             )
         }
     }
@@ -203,29 +208,19 @@ impl Watches {
     }
 }
 
-/// The watch of every object of an output kind.
+/// The watch of every object of an output kind, read straight into the
+/// cached form ([`Wire`]): what our field manager owns is read from the
+/// managedFields while they are parsed, and no other entry is kept.
 fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: OutputKind) -> Task {
     let ar = api_resource(kind);
-    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let api = Api::<Wire>::all_with(client.clone(), &ar);
     spawn(
         api,
         watcher::Config::default(),
         tx.clone(),
-        move |ev| Feed::Owned(kind, map_event(ev, |o| to_live(o, &ar))),
+        move |ev| Feed::Owned(kind, map_event(ev, |o| o.into_live(&ar))),
         move || Source::Owned(kind),
     )
-}
-
-/// An object of an output kind as the caches keep it: what our field
-/// manager owns read from its managedFields, which are then dropped here
-/// (they are large), before the object is queued or buffered in a list.
-fn to_live(mut obj: DynamicObject, ar: &ApiResource) -> Live {
-    // List items lack apiVersion and kind.
-    obj.types = Some(kube::core::TypeMeta {
-        api_version: ar.api_version.clone(),
-        kind: ar.kind.clone(),
-    });
-    Live::from_object(obj)
 }
 
 /// Finds the ApiResource of an interest: the version it names, else the

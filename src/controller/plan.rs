@@ -347,20 +347,9 @@ impl Live {
         Live::summarise(object, ours)
     }
 
-    /// Like [`Live::new`], from a typed object (a watch event or an apply
-    /// response): managedFields are read where they are and never turned
-    /// into JSON, and the body is packed at once (in the watch task, before
-    /// an event is queued): the world unpacks it where a rule reads the
-    /// kind.
-    pub fn from_object(mut obj: kube::api::DynamicObject) -> Live {
-        let entries = obj.metadata.managed_fields.take().unwrap_or_default();
-        let ours = OwnedFields::from_entries(&entries);
-        drop(entries);
-        Live::from_parts(serde_json::to_value(&obj).unwrap_or(Value::Null), ours)
-    }
-
     /// A received body (without `managedFields`) and what we own of it,
-    /// summarised and packed at once (see [`Live::from_object`]).
+    /// summarised and packed at once (in the watch task, before an event
+    /// is queued): the world unpacks it where a rule reads the kind.
     pub(super) fn from_parts(object: Value, ours: Option<OwnedFields>) -> Live {
         let mut live = Live::summarise(object, ours);
         live.pack();
@@ -1121,30 +1110,6 @@ mod tests {
         // Live::new keeps the summary but strips managedFields.
         let l = live(json!({"metadata": {"managedFields": []}}));
         assert!(l.object()["metadata"].get("managedFields").is_none());
-    }
-
-    #[test]
-    fn a_typed_object_is_summarised_like_its_json() {
-        let json = json!({"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
-            "metadata": {"name": "r", "labels": {"a": "1"},
-              "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply",
-                "apiVersion": RBAC_API_VERSION, "fieldsType": "FieldsV1",
-                "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}, "f:rules": {}}}]},
-            "rules": []});
-        let typed: kube::api::DynamicObject = serde_json::from_value(json.clone()).expect("object");
-        let mut from_typed = Live::from_object(typed);
-        // Packed at once, with the summary read first.
-        assert!(from_typed.is_packed() && from_typed.shared().is_none());
-        assert_eq!(from_typed.label("a"), Some("1"));
-        assert!(from_typed.unpack());
-        assert_eq!(from_typed, Live::new(json));
-        assert!(
-            from_typed.object()["metadata"]
-                .get("managedFields")
-                .is_none()
-        );
-        let ours = from_typed.ours.expect("ours");
-        assert!(ours.labels.contains("a") && ours.top.contains("rules"));
     }
 
     #[test]

@@ -15,12 +15,13 @@ use super::expand::Evaluator;
 use super::grants::{Judge, allow_list_rules, selection_key};
 use super::limits;
 use super::memo::{
-    Changes, Emit, Emitters, ITEM_CACHE_MAX, Memo, Outcome, RuleMemo, TKey, TriggerMemo,
+    Changes, Derived, Emit, Emitters, ITEM_CACHE_MAX, ItemCache, Memo, Outcome, RuleMemo, TKey,
+    TriggerMemo,
 };
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
-use super::view::View;
+use super::view::{OwnCaches, View};
 use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.
@@ -164,19 +165,13 @@ fn run_rule(
     let one_shot = memo.one_shot;
     let view = View::new(observed, memo, engine, Some(idx));
     view.refresh_selections(changes);
-    let evaluator = Evaluator {
+    let evaluator = new_evaluator(
         engine,
         rule,
-        reads: RefCell::default(),
-        record: !one_shot,
-        warnings: RefCell::default(),
-        mark: Cell::new(false),
-        items: RefCell::new(std::mem::take(&mut rm.items)),
-        derived: RefCell::new(std::mem::take(&mut rm.derived)),
-        inputs: RefCell::default(),
-        depth: Cell::new(0),
-        deps: RefCell::default(),
-    };
+        !one_shot,
+        std::mem::take(&mut rm.items),
+        std::mem::take(&mut rm.derived),
+    );
     let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
         .spec
@@ -215,48 +210,49 @@ fn run_rule(
         }
     }
 
+    let dirty: Vec<TKey> = dirty.into_iter().collect();
+    let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, ev, v, t);
+    let rendered: Vec<Option<(Option<String>, TriggerMemo)>> =
+        if one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN {
+            // A one-shot render's triggers read only the store and earlier
+            // rules: the second half renders on another thread, with its
+            // own view and caches, and is merged back in trigger order.
+            let (first, second) = dirty.split_at(dirty.len() / 2);
+            let (emitters, rules) = (&memo.emitters, memo.rules.as_slice());
+            std::thread::scope(|s| {
+                let other = s.spawn(move || {
+                    let caches = OwnCaches::default();
+                    let view =
+                        View::detached(observed, emitters, rules, engine, Some(idx), &caches);
+                    view.refresh_selections(changes);
+                    let ev = new_evaluator(
+                        engine,
+                        rule,
+                        false,
+                        ItemCache::default(),
+                        Derived::default(),
+                    );
+                    second
+                        .iter()
+                        .map(|t| one(&ev, &view, t))
+                        .collect::<Vec<_>>()
+                });
+                let mut out: Vec<_> = first.iter().map(|t| one(&evaluator, &view, t)).collect();
+                match other.join() {
+                    Ok(rest) => out.extend(rest),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+                out
+            })
+        } else {
+            dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
+        };
+
     let mut deltas = Vec::with_capacity(dirty.len());
-    for t in dirty {
+    for (t, new) in dirty.into_iter().zip(rendered) {
         let old: Option<(Option<String>, TriggerMemo)> = match &t {
             None => rm.static_set.take().map(|m| (None, m)),
             Some(k) => rm.triggers.remove(k).map(|(r, m)| (Some(r), m)),
-        };
-        let new: Option<(Option<String>, TriggerMemo)> = match (&t, &rule.spec.trigger, &trigger_gk)
-        {
-            (None, _, _) => {
-                let budget = limits::start(&engine.options.limits);
-                evaluator.reads.borrow_mut().clear();
-                evaluator.warnings.borrow_mut().clear();
-                evaluator.inputs.borrow_mut().start(None);
-                let mut ctx = evaluator.base_context();
-                let outcome = match evaluator.render(&mut ctx, None, &view) {
-                    Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
-                    Err(e) => Outcome::Failed(e),
-                };
-                drop(budget);
-                Some((
-                    None,
-                    TriggerMemo {
-                        outcome,
-                        reads: evaluator.reads.take(),
-                        warnings: evaluator.take_warnings(),
-                    },
-                ))
-            }
-            (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
-                let budget = limits::start(&engine.options.limits);
-                let outcome = evaluator.trigger_outcome(trigger, obj, &view);
-                drop(budget);
-                (
-                    Some(object_ref(obj)),
-                    TriggerMemo {
-                        outcome,
-                        reads: evaluator.reads.take(),
-                        warnings: evaluator.take_warnings(),
-                    },
-                )
-            }),
-            _ => None,
         };
         if old.is_none() && new.is_none() {
             continue;
@@ -304,6 +300,85 @@ fn run_rule(
         rm.items.clear();
     }
     deltas
+}
+
+/// Triggers of one rule a one-shot render splits between two threads.
+const SPLIT_MIN: usize = 64;
+
+/// A rule's evaluator over its kept caches; `record`: whether it records
+/// reads.
+fn new_evaluator<'a>(
+    engine: &'a Engine,
+    rule: &'a CompiledRule,
+    record: bool,
+    items: ItemCache,
+    derived: Derived,
+) -> Evaluator<'a> {
+    Evaluator {
+        engine,
+        rule,
+        reads: RefCell::default(),
+        record,
+        warnings: RefCell::default(),
+        mark: Cell::new(false),
+        items: RefCell::new(items),
+        derived: RefCell::new(derived),
+        inputs: RefCell::default(),
+        depth: Cell::new(0),
+        deps: RefCell::default(),
+    }
+}
+
+/// Renders one trigger (`None`: the rule's static set); `None` when the
+/// trigger is gone.
+fn render_trigger(
+    engine: &Engine,
+    rule: &CompiledRule,
+    evaluator: &Evaluator,
+    view: &View,
+    t: &TKey,
+) -> Option<(Option<String>, TriggerMemo)> {
+    let trigger_gk = rule
+        .spec
+        .trigger
+        .as_ref()
+        .map(|t| GroupKind::new(&t.api_group, &t.kind));
+    match (t, &rule.spec.trigger, &trigger_gk) {
+        (None, _, _) => {
+            let budget = limits::start(&engine.options.limits);
+            evaluator.reads.borrow_mut().clear();
+            evaluator.warnings.borrow_mut().clear();
+            evaluator.inputs.borrow_mut().start(None);
+            let mut ctx = evaluator.base_context();
+            let outcome = match evaluator.render(&mut ctx, None, &view) {
+                Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
+                Err(e) => Outcome::Failed(e),
+            };
+            drop(budget);
+            Some((
+                None,
+                TriggerMemo {
+                    outcome,
+                    reads: evaluator.reads.take(),
+                    warnings: evaluator.take_warnings(),
+                },
+            ))
+        }
+        (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
+            let budget = limits::start(&engine.options.limits);
+            let outcome = evaluator.trigger_outcome(trigger, obj, &view);
+            drop(budget);
+            (
+                Some(object_ref(obj)),
+                TriggerMemo {
+                    outcome,
+                    reads: evaluator.reads.take(),
+                    warnings: evaluator.take_warnings(),
+                },
+            )
+        }),
+        _ => None,
+    }
 }
 
 /// Adds (or, `add` false, takes away) one trigger's outcome to the rule's

@@ -220,27 +220,35 @@ fn run_rule(
             let (first, second) = dirty.split_at(dirty.len() / 2);
             let (emitters, rules) = (&memo.emitters, memo.rules.as_slice());
             std::thread::scope(|s| {
-                let other = s.spawn(move || {
-                    let caches = OwnCaches::default();
-                    let view =
-                        View::detached(observed, emitters, rules, engine, Some(idx), &caches);
-                    view.refresh_selections(changes);
-                    let ev = new_evaluator(
-                        engine,
-                        rule,
-                        false,
-                        ItemCache::default(),
-                        Derived::default(),
-                    );
-                    second
-                        .iter()
-                        .map(|t| one(&ev, &view, t))
-                        .collect::<Vec<_>>()
-                });
+                // The evaluation thread's large stack: renders recurse.
+                let other = std::thread::Builder::new()
+                    .name("rbac-rules-eval".to_string())
+                    .stack_size(limits::EVAL_STACK_BYTES)
+                    .spawn_scoped(s, move || {
+                        let caches = OwnCaches::default();
+                        let view =
+                            View::detached(observed, emitters, rules, engine, Some(idx), &caches);
+                        view.refresh_selections(changes);
+                        let ev = new_evaluator(
+                            engine,
+                            rule,
+                            false,
+                            ItemCache::default(),
+                            Derived::default(),
+                        );
+                        second
+                            .iter()
+                            .map(|t| one(&ev, &view, t))
+                            .collect::<Vec<_>>()
+                    });
                 let mut out: Vec<_> = first.iter().map(|t| one(&evaluator, &view, t)).collect();
-                match other.join() {
-                    Ok(rest) => out.extend(rest),
-                    Err(panic) => std::panic::resume_unwind(panic),
+                match other {
+                    Ok(handle) => match handle.join() {
+                        Ok(rest) => out.extend(rest),
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    },
+                    // No second thread: the same renders, here.
+                    Err(_) => out.extend(second.iter().map(|t| one(&evaluator, &view, t))),
                 }
                 out
             })

@@ -358,7 +358,7 @@ fn render_trigger(
             evaluator.warnings.borrow_mut().clear();
             evaluator.inputs.borrow_mut().start(None);
             let mut ctx = evaluator.base_context();
-            let outcome = match evaluator.render(&mut ctx, None, &view) {
+            let outcome = match evaluator.render(&mut ctx, None, view) {
                 Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
                 Err(e) => Outcome::Failed(e),
             };
@@ -374,7 +374,7 @@ fn render_trigger(
         }
         (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
             let budget = limits::start(&engine.options.limits);
-            let outcome = evaluator.trigger_outcome(trigger, obj, &view);
+            let outcome = evaluator.trigger_outcome(trigger, obj, view);
             drop(budget);
             (
                 Some(object_ref(obj)),

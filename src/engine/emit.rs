@@ -515,6 +515,104 @@ struct Verdict {
     dependent: Option<BTreeSet<String>>,
 }
 
+/// What judging objects reads, shareable between threads.
+struct Policy<'a> {
+    engine: &'a Engine,
+    observed: &'a ObjectStore,
+    emitters: &'a Emitters,
+    rules: &'a [RuleMemo],
+    protected: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector],
+    allow_rules: &'a [k8s_openapi::api::rbac::v1::PolicyRule],
+}
+
+impl<'a> Policy<'a> {
+    /// Policy's view (after every rule) with caches of its own.
+    fn detached(&self, caches: &'a OwnCaches) -> View<'a> {
+        View::detached(
+            self.observed,
+            self.emitters,
+            self.rules,
+            self.engine,
+            None,
+            caches,
+        )
+    }
+
+    /// The verdicts on `keys`, in their order, over `view`.
+    fn verdicts(&self, keys: &[&OutKey], view: &View) -> Vec<Verdict> {
+        let options = &self.engine.options;
+        let observed = self.observed;
+        let judge = Judge {
+            view,
+            waivers: &options.waivers,
+            protected: self.protected,
+            allow: options.allow.as_ref().map(|a| (a, self.allow_rules)),
+            judged: Default::default(),
+        };
+        // What a verdict depends on besides the object: the selection an
+        // aggregated role reads, or (empty) any role, for a binding under
+        // an allow-list.
+        let depends = |o: &Value, reads: &mut Option<BTreeSet<String>>| {
+            if let Some(k) = selection_key(o) {
+                reads.get_or_insert_with(BTreeSet::new).insert(k);
+            } else if options.allow.is_some() && o.get("roleRef").is_some() {
+                reads.get_or_insert_with(BTreeSet::new);
+            }
+        };
+        keys.iter()
+            .map(|&key| {
+                let cand = self
+                    .emitters
+                    .get(key)
+                    .filter(|es| es.len() == 1)
+                    .and_then(|es| es.first());
+                let refused = cand.and_then(|e| {
+                    let d = &e.desired;
+                    let why = match &d.refusal {
+                        Some(err) => Some((
+                            err.field.clone(),
+                            format!("{} {:?}: {}", d.kind, d.name, err.message),
+                        )),
+                        None => judge
+                            .refusal_of(&d.object)
+                            .map(|why| (d.field.clone(), why)),
+                    };
+                    why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+                });
+                let desired = cand
+                    .filter(|_| refused.is_none())
+                    .map(|e| Arc::clone(&e.desired));
+                let live = observed
+                    .get_shared(&output_gk(key.0), &(key.1.clone(), key.2.clone()))
+                    .filter(|o| output::is_managed(o));
+                let live_why = match (&desired, live) {
+                    (None, Some(l)) => judge.refusal(l),
+                    _ => None,
+                };
+                let mut dependent = None;
+                if let Some(e) = cand {
+                    let m = &e.desired.object;
+                    if m.aggregation_rule().is_some() {
+                        depends(m.shared_value(), &mut dependent);
+                    } else if options.allow.is_some() && m.role_ref().is_some() {
+                        dependent.get_or_insert_with(BTreeSet::new);
+                    }
+                }
+                if let Some(l) = live {
+                    depends(l, &mut dependent);
+                }
+                Verdict {
+                    key: key.clone(),
+                    refused,
+                    desired,
+                    live: live_why,
+                    dependent,
+                }
+            })
+            .collect()
+    }
+}
+
 /// Policy, once every rule has run, over the final view (live objects and
 /// all outputs), so it adds no ordering between rules: the default denials
 /// ([`crate::policy::Waivers`]), protected aggregation labels, and the
@@ -590,76 +688,40 @@ fn apply_policy(
         }
     }
 
-    let verdicts: Vec<Verdict> = {
-        let view = View::new(observed, memo, engine, None);
-        let judge = Judge {
-            view: &view,
-            waivers: &options.waivers,
-            protected: &protected,
-            allow: options.allow.as_ref().map(|a| (a, allow_rules.as_slice())),
-            judged: Default::default(),
-        };
-        // What a verdict depends on besides the object: the selection an
-        // aggregated role reads, or (empty) any role, for a binding under
-        // an allow-list.
-        let depends = |o: &Value, reads: &mut Option<BTreeSet<String>>| {
-            if let Some(k) = selection_key(o) {
-                reads.get_or_insert_with(BTreeSet::new).insert(k);
-            } else if options.allow.is_some() && o.get("roleRef").is_some() {
-                reads.get_or_insert_with(BTreeSet::new);
-            }
-        };
-        keys.iter()
-            .map(|key| {
-                let cand = memo
-                    .emitters
-                    .get(key)
-                    .filter(|es| es.len() == 1)
-                    .and_then(|es| es.first());
-                let refused = cand.and_then(|e| {
-                    let d = &e.desired;
-                    let why = match &d.refusal {
-                        Some(err) => Some((
-                            err.field.clone(),
-                            format!("{} {:?}: {}", d.kind, d.name, err.message),
-                        )),
-                        None => judge
-                            .refusal_of(&d.object)
-                            .map(|why| (d.field.clone(), why)),
-                    };
-                    why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+    let keys_list: Vec<&OutKey> = keys.iter().collect();
+    let policy = Policy {
+        engine,
+        observed,
+        emitters: &memo.emitters,
+        rules: &memo.rules,
+        protected: &protected,
+        allow_rules: &allow_rules,
+    };
+    let verdicts: Vec<Verdict> = if memo.one_shot && keys_list.len() >= 2 * SPLIT_MIN {
+        // One-shot: half the objects are judged on another thread, with
+        // its own view, and the verdicts put back in key order.
+        let (first, second) = keys_list.split_at(keys_list.len() / 2);
+        std::thread::scope(|s| {
+            let other = std::thread::Builder::new()
+                .name("rbac-rules-eval".to_string())
+                .stack_size(limits::EVAL_STACK_BYTES)
+                .spawn_scoped(s, || {
+                    let caches = OwnCaches::default();
+                    policy.verdicts(second, &policy.detached(&caches))
                 });
-                let desired = cand
-                    .filter(|_| refused.is_none())
-                    .map(|e| Arc::clone(&e.desired));
-                let live = observed
-                    .get_shared(&output_gk(key.0), &(key.1.clone(), key.2.clone()))
-                    .filter(|o| output::is_managed(o));
-                let live_why = match (&desired, live) {
-                    (None, Some(l)) => judge.refusal(l),
-                    _ => None,
-                };
-                let mut dependent = None;
-                if let Some(e) = cand {
-                    let m = &e.desired.object;
-                    if m.aggregation_rule().is_some() {
-                        depends(m.shared_value(), &mut dependent);
-                    } else if options.allow.is_some() && m.role_ref().is_some() {
-                        dependent.get_or_insert_with(BTreeSet::new);
-                    }
-                }
-                if let Some(l) = live {
-                    depends(l, &mut dependent);
-                }
-                Verdict {
-                    key: key.clone(),
-                    refused,
-                    desired,
-                    live: live_why,
-                    dependent,
-                }
-            })
-            .collect()
+            let view = View::new(observed, memo, engine, None);
+            let mut out = policy.verdicts(first, &view);
+            match other {
+                Ok(handle) => match handle.join() {
+                    Ok(rest) => out.extend(rest),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                Err(_) => out.extend(policy.verdicts(second, &view)),
+            }
+            out
+        })
+    } else {
+        policy.verdicts(&keys_list, &View::new(observed, memo, engine, None))
     };
 
     for v in verdicts {

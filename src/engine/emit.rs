@@ -15,12 +15,13 @@ use super::expand::Evaluator;
 use super::grants::{Judge, allow_list_rules, selection_key};
 use super::limits;
 use super::memo::{
-    Changes, Emit, Emitters, ITEM_CACHE_MAX, Memo, Outcome, RuleMemo, TKey, TriggerMemo,
+    Changes, Derived, Emit, Emitters, ITEM_CACHE_MAX, ItemCache, Memo, Outcome, RuleMemo, TKey,
+    TriggerMemo,
 };
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
-use super::view::View;
+use super::view::{OwnCaches, View};
 use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.
@@ -164,19 +165,13 @@ fn run_rule(
     let one_shot = memo.one_shot;
     let view = View::new(observed, memo, engine, Some(idx));
     view.refresh_selections(changes);
-    let evaluator = Evaluator {
+    let evaluator = new_evaluator(
         engine,
         rule,
-        reads: RefCell::default(),
-        record: !one_shot,
-        warnings: RefCell::default(),
-        mark: Cell::new(false),
-        items: RefCell::new(std::mem::take(&mut rm.items)),
-        derived: RefCell::new(std::mem::take(&mut rm.derived)),
-        inputs: RefCell::default(),
-        depth: Cell::new(0),
-        deps: RefCell::default(),
-    };
+        !one_shot,
+        std::mem::take(&mut rm.items),
+        std::mem::take(&mut rm.derived),
+    );
     let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
         .spec
@@ -215,48 +210,57 @@ fn run_rule(
         }
     }
 
+    let dirty: Vec<TKey> = dirty.into_iter().collect();
+    let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, ev, v, t);
+    let rendered: Vec<Option<(Option<String>, TriggerMemo)>> =
+        if one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN {
+            // A one-shot render's triggers read only the store and earlier
+            // rules: the second half renders on another thread, with its
+            // own view and caches, and is merged back in trigger order.
+            let (first, second) = dirty.split_at(dirty.len() / 2);
+            let (emitters, rules) = (&memo.emitters, memo.rules.as_slice());
+            std::thread::scope(|s| {
+                // The evaluation thread's large stack: renders recurse.
+                let other = std::thread::Builder::new()
+                    .name("rbac-rules-eval".to_string())
+                    .stack_size(limits::EVAL_STACK_BYTES)
+                    .spawn_scoped(s, move || {
+                        let caches = OwnCaches::default();
+                        let view =
+                            View::detached(observed, emitters, rules, engine, Some(idx), &caches);
+                        view.refresh_selections(changes);
+                        let ev = new_evaluator(
+                            engine,
+                            rule,
+                            false,
+                            ItemCache::default(),
+                            Derived::default(),
+                        );
+                        second
+                            .iter()
+                            .map(|t| one(&ev, &view, t))
+                            .collect::<Vec<_>>()
+                    });
+                let mut out: Vec<_> = first.iter().map(|t| one(&evaluator, &view, t)).collect();
+                match other {
+                    Ok(handle) => match handle.join() {
+                        Ok(rest) => out.extend(rest),
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    },
+                    // No second thread: the same renders, here.
+                    Err(_) => out.extend(second.iter().map(|t| one(&evaluator, &view, t))),
+                }
+                out
+            })
+        } else {
+            dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
+        };
+
     let mut deltas = Vec::with_capacity(dirty.len());
-    for t in dirty {
+    for (t, new) in dirty.into_iter().zip(rendered) {
         let old: Option<(Option<String>, TriggerMemo)> = match &t {
             None => rm.static_set.take().map(|m| (None, m)),
             Some(k) => rm.triggers.remove(k).map(|(r, m)| (Some(r), m)),
-        };
-        let new: Option<(Option<String>, TriggerMemo)> = match (&t, &rule.spec.trigger, &trigger_gk)
-        {
-            (None, _, _) => {
-                let budget = limits::start(&engine.options.limits);
-                evaluator.reads.borrow_mut().clear();
-                evaluator.warnings.borrow_mut().clear();
-                evaluator.inputs.borrow_mut().start(None);
-                let mut ctx = evaluator.base_context();
-                let outcome = match evaluator.render(&mut ctx, None, &view) {
-                    Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
-                    Err(e) => Outcome::Failed(e),
-                };
-                drop(budget);
-                Some((
-                    None,
-                    TriggerMemo {
-                        outcome,
-                        reads: evaluator.reads.take(),
-                        warnings: evaluator.take_warnings(),
-                    },
-                ))
-            }
-            (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
-                let budget = limits::start(&engine.options.limits);
-                let outcome = evaluator.trigger_outcome(trigger, obj, &view);
-                drop(budget);
-                (
-                    Some(object_ref(obj)),
-                    TriggerMemo {
-                        outcome,
-                        reads: evaluator.reads.take(),
-                        warnings: evaluator.take_warnings(),
-                    },
-                )
-            }),
-            _ => None,
         };
         if old.is_none() && new.is_none() {
             continue;
@@ -304,6 +308,85 @@ fn run_rule(
         rm.items.clear();
     }
     deltas
+}
+
+/// Triggers of one rule a one-shot render splits between two threads.
+const SPLIT_MIN: usize = 64;
+
+/// A rule's evaluator over its kept caches; `record`: whether it records
+/// reads.
+fn new_evaluator<'a>(
+    engine: &'a Engine,
+    rule: &'a CompiledRule,
+    record: bool,
+    items: ItemCache,
+    derived: Derived,
+) -> Evaluator<'a> {
+    Evaluator {
+        engine,
+        rule,
+        reads: RefCell::default(),
+        record,
+        warnings: RefCell::default(),
+        mark: Cell::new(false),
+        items: RefCell::new(items),
+        derived: RefCell::new(derived),
+        inputs: RefCell::default(),
+        depth: Cell::new(0),
+        deps: RefCell::default(),
+    }
+}
+
+/// Renders one trigger (`None`: the rule's static set); `None` when the
+/// trigger is gone.
+fn render_trigger(
+    engine: &Engine,
+    rule: &CompiledRule,
+    evaluator: &Evaluator,
+    view: &View,
+    t: &TKey,
+) -> Option<(Option<String>, TriggerMemo)> {
+    let trigger_gk = rule
+        .spec
+        .trigger
+        .as_ref()
+        .map(|t| GroupKind::new(&t.api_group, &t.kind));
+    match (t, &rule.spec.trigger, &trigger_gk) {
+        (None, _, _) => {
+            let budget = limits::start(&engine.options.limits);
+            evaluator.reads.borrow_mut().clear();
+            evaluator.warnings.borrow_mut().clear();
+            evaluator.inputs.borrow_mut().start(None);
+            let mut ctx = evaluator.base_context();
+            let outcome = match evaluator.render(&mut ctx, None, view) {
+                Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
+                Err(e) => Outcome::Failed(e),
+            };
+            drop(budget);
+            Some((
+                None,
+                TriggerMemo {
+                    outcome,
+                    reads: evaluator.reads.take(),
+                    warnings: evaluator.take_warnings(),
+                },
+            ))
+        }
+        (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
+            let budget = limits::start(&engine.options.limits);
+            let outcome = evaluator.trigger_outcome(trigger, obj, view);
+            drop(budget);
+            (
+                Some(object_ref(obj)),
+                TriggerMemo {
+                    outcome,
+                    reads: evaluator.reads.take(),
+                    warnings: evaluator.take_warnings(),
+                },
+            )
+        }),
+        _ => None,
+    }
 }
 
 /// Adds (or, `add` false, takes away) one trigger's outcome to the rule's
@@ -432,6 +515,104 @@ struct Verdict {
     dependent: Option<BTreeSet<String>>,
 }
 
+/// What judging objects reads, shareable between threads.
+struct Policy<'a> {
+    engine: &'a Engine,
+    observed: &'a ObjectStore,
+    emitters: &'a Emitters,
+    rules: &'a [RuleMemo],
+    protected: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector],
+    allow_rules: &'a [k8s_openapi::api::rbac::v1::PolicyRule],
+}
+
+impl<'a> Policy<'a> {
+    /// Policy's view (after every rule) with caches of its own.
+    fn detached(&self, caches: &'a OwnCaches) -> View<'a> {
+        View::detached(
+            self.observed,
+            self.emitters,
+            self.rules,
+            self.engine,
+            None,
+            caches,
+        )
+    }
+
+    /// The verdicts on `keys`, in their order, over `view`.
+    fn verdicts(&self, keys: &[&OutKey], view: &View) -> Vec<Verdict> {
+        let options = &self.engine.options;
+        let observed = self.observed;
+        let judge = Judge {
+            view,
+            waivers: &options.waivers,
+            protected: self.protected,
+            allow: options.allow.as_ref().map(|a| (a, self.allow_rules)),
+            judged: Default::default(),
+        };
+        // What a verdict depends on besides the object: the selection an
+        // aggregated role reads, or (empty) any role, for a binding under
+        // an allow-list.
+        let depends = |o: &Value, reads: &mut Option<BTreeSet<String>>| {
+            if let Some(k) = selection_key(o) {
+                reads.get_or_insert_with(BTreeSet::new).insert(k);
+            } else if options.allow.is_some() && o.get("roleRef").is_some() {
+                reads.get_or_insert_with(BTreeSet::new);
+            }
+        };
+        keys.iter()
+            .map(|&key| {
+                let cand = self
+                    .emitters
+                    .get(key)
+                    .filter(|es| es.len() == 1)
+                    .and_then(|es| es.first());
+                let refused = cand.and_then(|e| {
+                    let d = &e.desired;
+                    let why = match &d.refusal {
+                        Some(err) => Some((
+                            err.field.clone(),
+                            format!("{} {:?}: {}", d.kind, d.name, err.message),
+                        )),
+                        None => judge
+                            .refusal_of(&d.object)
+                            .map(|why| (d.field.clone(), why)),
+                    };
+                    why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+                });
+                let desired = cand
+                    .filter(|_| refused.is_none())
+                    .map(|e| Arc::clone(&e.desired));
+                let live = observed
+                    .get_shared(&output_gk(key.0), &(key.1.clone(), key.2.clone()))
+                    .filter(|o| output::is_managed(o));
+                let live_why = match (&desired, live) {
+                    (None, Some(l)) => judge.refusal(l),
+                    _ => None,
+                };
+                let mut dependent = None;
+                if let Some(e) = cand {
+                    let m = &e.desired.object;
+                    if m.aggregation_rule().is_some() {
+                        depends(m.shared_value(), &mut dependent);
+                    } else if options.allow.is_some() && m.role_ref().is_some() {
+                        dependent.get_or_insert_with(BTreeSet::new);
+                    }
+                }
+                if let Some(l) = live {
+                    depends(l, &mut dependent);
+                }
+                Verdict {
+                    key: key.clone(),
+                    refused,
+                    desired,
+                    live: live_why,
+                    dependent,
+                }
+            })
+            .collect()
+    }
+}
+
 /// Policy, once every rule has run, over the final view (live objects and
 /// all outputs), so it adds no ordering between rules: the default denials
 /// ([`crate::policy::Waivers`]), protected aggregation labels, and the
@@ -507,76 +688,40 @@ fn apply_policy(
         }
     }
 
-    let verdicts: Vec<Verdict> = {
-        let view = View::new(observed, memo, engine, None);
-        let judge = Judge {
-            view: &view,
-            waivers: &options.waivers,
-            protected: &protected,
-            allow: options.allow.as_ref().map(|a| (a, allow_rules.as_slice())),
-            judged: Default::default(),
-        };
-        // What a verdict depends on besides the object: the selection an
-        // aggregated role reads, or (empty) any role, for a binding under
-        // an allow-list.
-        let depends = |o: &Value, reads: &mut Option<BTreeSet<String>>| {
-            if let Some(k) = selection_key(o) {
-                reads.get_or_insert_with(BTreeSet::new).insert(k);
-            } else if options.allow.is_some() && o.get("roleRef").is_some() {
-                reads.get_or_insert_with(BTreeSet::new);
-            }
-        };
-        keys.iter()
-            .map(|key| {
-                let cand = memo
-                    .emitters
-                    .get(key)
-                    .filter(|es| es.len() == 1)
-                    .and_then(|es| es.first());
-                let refused = cand.and_then(|e| {
-                    let d = &e.desired;
-                    let why = match &d.refusal {
-                        Some(err) => Some((
-                            err.field.clone(),
-                            format!("{} {:?}: {}", d.kind, d.name, err.message),
-                        )),
-                        None => judge
-                            .refusal_of(&d.object)
-                            .map(|why| (d.field.clone(), why)),
-                    };
-                    why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+    let keys_list: Vec<&OutKey> = keys.iter().collect();
+    let policy = Policy {
+        engine,
+        observed,
+        emitters: &memo.emitters,
+        rules: &memo.rules,
+        protected: &protected,
+        allow_rules: &allow_rules,
+    };
+    let verdicts: Vec<Verdict> = if memo.one_shot && keys_list.len() >= 2 * SPLIT_MIN {
+        // One-shot: half the objects are judged on another thread, with
+        // its own view, and the verdicts put back in key order.
+        let (first, second) = keys_list.split_at(keys_list.len() / 2);
+        std::thread::scope(|s| {
+            let other = std::thread::Builder::new()
+                .name("rbac-rules-eval".to_string())
+                .stack_size(limits::EVAL_STACK_BYTES)
+                .spawn_scoped(s, || {
+                    let caches = OwnCaches::default();
+                    policy.verdicts(second, &policy.detached(&caches))
                 });
-                let desired = cand
-                    .filter(|_| refused.is_none())
-                    .map(|e| Arc::clone(&e.desired));
-                let live = observed
-                    .get_shared(&output_gk(key.0), &(key.1.clone(), key.2.clone()))
-                    .filter(|o| output::is_managed(o));
-                let live_why = match (&desired, live) {
-                    (None, Some(l)) => judge.refusal(l),
-                    _ => None,
-                };
-                let mut dependent = None;
-                if let Some(e) = cand {
-                    let m = &e.desired.object;
-                    if m.aggregation_rule().is_some() {
-                        depends(m.shared_value(), &mut dependent);
-                    } else if options.allow.is_some() && m.role_ref().is_some() {
-                        dependent.get_or_insert_with(BTreeSet::new);
-                    }
-                }
-                if let Some(l) = live {
-                    depends(l, &mut dependent);
-                }
-                Verdict {
-                    key: key.clone(),
-                    refused,
-                    desired,
-                    live: live_why,
-                    dependent,
-                }
-            })
-            .collect()
+            let view = View::new(observed, memo, engine, None);
+            let mut out = policy.verdicts(first, &view);
+            match other {
+                Ok(handle) => match handle.join() {
+                    Ok(rest) => out.extend(rest),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                Err(_) => out.extend(policy.verdicts(second, &view)),
+            }
+            out
+        })
+    } else {
+        policy.verdicts(&keys_list, &View::new(observed, memo, engine, None))
     };
 
     for v in verdicts {

@@ -27,7 +27,7 @@ pub const DEFAULT_SECONDS_PER_TRIGGER: f64 = 10.0;
 /// more stack than the evaluation thread has.
 pub const MAX_TEMPLATE_DEPTH: usize = 256;
 /// Stack of the evaluation thread: only touched pages are committed.
-const EVAL_STACK_BYTES: usize = 256 * 1024 * 1024;
+pub(crate) const EVAL_STACK_BYTES: usize = 256 * 1024 * 1024;
 /// What a JSON value costs besides its text, for the byte budget.
 const NODE_BYTES: usize = 32;
 

@@ -142,7 +142,44 @@ pub(super) struct View<'a> {
     pub interner: RefCell<Interner>,
 }
 
+/// A view's own caches, for a view built away from the memo (on another
+/// thread: the memo's caches are not shared between threads).
+#[derive(Default)]
+pub(super) struct OwnCaches {
+    rules: RefCell<RulesCache>,
+    denials: RefCell<DenialsCache>,
+    copies: RefCell<CopiesCache>,
+    selections: RefCell<Selections>,
+}
+
 impl<'a> View<'a> {
+    /// A view of the rule `reader` over the memo's other rules, with its
+    /// own caches instead of the memo's.
+    pub fn detached(
+        observed: &'a ObjectStore,
+        emitters: &'a Emitters,
+        rules: &'a [RuleMemo],
+        engine: &'a Engine,
+        reader: Option<usize>,
+        caches: &'a OwnCaches,
+    ) -> Self {
+        View {
+            observed,
+            emitters,
+            rules,
+            engine,
+            reader,
+            rules_cache: &caches.rules,
+            denials_cache: &caches.denials,
+            copies_cache: &caches.copies,
+            selections: &caches.selections,
+            merged: RefCell::default(),
+            selected: RefCell::default(),
+            cluster_roles: RefCell::default(),
+            interner: RefCell::default(),
+        }
+    }
+
     pub fn new(
         observed: &'a ObjectStore,
         memo: &'a super::memo::Memo,

@@ -31,6 +31,9 @@ pub struct CompiledRule {
     pub consumes: BTreeSet<GroupKind>,
     /// Kinds the rule emits.
     pub produces: BTreeSet<GroupKind>,
+    /// What its kept lists and vars are computed from (trigger, related,
+    /// vars, as JSON): rules with the same text share those values.
+    pub derivation: String,
 }
 
 /// A kind the rules read, and how: what the controller must watch.
@@ -684,7 +687,10 @@ pub fn compile(
 
     if c.errors.is_empty() {
         let interests = interests_of(spec);
+        let derivation = serde_json::to_string(&(&spec.trigger, &spec.related, &spec.vars))
+            .unwrap_or_default();
         Ok(CompiledRule {
+            derivation,
             name: name.to_string(),
             spec: spec.clone(),
             regexes: c.regexes,

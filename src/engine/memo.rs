@@ -287,6 +287,31 @@ impl Derived {
     }
 }
 
+/// The rule whose kept lists, vars and item verdicts rule `idx` takes
+/// before it runs: the one before it with the same derivation, else the
+/// last such (which kept them since the last evaluation). Keys name
+/// related sets and vars by index, valid in any rule of the same text.
+pub(super) fn derived_from(rules: &[super::compile::CompiledRule], idx: usize) -> Option<usize> {
+    let d = &rules.get(idx)?.derivation;
+    let same = |j: &usize| *j != idx && rules[*j].derivation == *d;
+    (0..idx)
+        .rev()
+        .find(same)
+        .or_else(|| (idx + 1..rules.len()).rev().find(same))
+}
+
+/// Moves what `from` kept for its triggers' lists and vars into `to`,
+/// unless `from` holds none (a held rule broke the chain: `to` keeps its
+/// own).
+pub(super) fn share_derived(to: &mut RuleMemo, from: &mut RuleMemo) {
+    if !from.derived.lists.is_empty() || !from.derived.vars.is_empty() {
+        to.derived = std::mem::take(&mut from.derived);
+    }
+    if !from.items.is_empty() {
+        to.items = std::mem::take(&mut from.items);
+    }
+}
+
 /// Verdicts of a listField's `where` (false) or `require` (true)
 /// conditions that read nothing but the item, by related set and stage,
 /// then by the item's JSON text, with the bytes judging it charged: family

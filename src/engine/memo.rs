@@ -288,27 +288,46 @@ impl Derived {
 }
 
 /// The rule whose kept lists, vars and item verdicts rule `idx` takes
-/// before it runs: the one before it with the same derivation, else the
-/// last such (which kept them since the last evaluation). Keys name
-/// related sets and vars by index, valid in any rule of the same text.
-pub(super) fn derived_from(rules: &[super::compile::CompiledRule], idx: usize) -> Option<usize> {
+/// before it runs, with how many leading related sets and vars the two
+/// define alike: the nearest rule before it that shares some, else the
+/// last such (which kept them since the last evaluation).
+pub(super) fn derived_from(
+    rules: &[super::compile::CompiledRule],
+    idx: usize,
+) -> Option<(usize, (usize, usize))> {
     let d = &rules.get(idx)?.derivation;
-    let same = |j: &usize| *j != idx && rules[*j].derivation == *d;
+    let common = |j: usize| {
+        (j != idx)
+            .then(|| d.common(&rules[j].derivation))
+            .flatten()
+            .map(|c| (j, c))
+    };
     (0..idx)
         .rev()
-        .find(same)
-        .or_else(|| (idx + 1..rules.len()).rev().find(same))
+        .find_map(common)
+        .or_else(|| (idx + 1..rules.len()).rev().find_map(common))
 }
 
 /// Moves what `from` kept for its triggers' lists and vars into `to`,
-/// unless `from` holds none (a held rule broke the chain: `to` keeps its
-/// own).
-pub(super) fn share_derived(to: &mut RuleMemo, from: &mut RuleMemo) {
+/// keeping only the values of the first `related` sets and `vars` (those
+/// the two rules define alike; a key names them by index). When `from`
+/// holds none (a held rule broke the chain) `to` keeps its own.
+pub(super) fn share_derived(
+    to: &mut RuleMemo,
+    from: &mut RuleMemo,
+    (related, vars): (usize, usize),
+) {
     if !from.derived.lists.is_empty() || !from.derived.vars.is_empty() {
-        to.derived = std::mem::take(&mut from.derived);
+        let mut d = std::mem::take(&mut from.derived);
+        d.lists.retain(|(i, _), _| *i < related);
+        d.verdicts.retain(|(i, _, _), _| *i < related);
+        d.vars.retain(|(i, _), _| *i < vars);
+        to.derived = d;
     }
     if !from.items.is_empty() {
-        to.items = std::mem::take(&mut from.items);
+        let mut items = std::mem::take(&mut from.items);
+        items.retain(|(i, _), _| *i < related);
+        to.items = items;
     }
 }
 
@@ -652,6 +671,55 @@ impl ReadIndex {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn rules_of_the_same_derivation_share_their_kept_values() {
+        let sources = crate::rules::builtin().unwrap_or_default();
+        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let provider: Vec<usize> = (0..engine.rules.len())
+            .filter(|i| engine.rules[*i].name.starts_with("crossplane-provider-"))
+            .collect();
+        assert_eq!(provider.len(), 2, "the two shipped provider rules");
+        let (a, b) = (provider[0], provider[1]);
+        // A ring: the first takes from the last, the last from the first.
+        // (`types` and `family` alike; only the system rule reads
+        // `deployments`.)
+        let from = |i| derived_from(&engine.rules, i).map(|(j, _)| j);
+        assert_eq!(derived_from(&engine.rules, b).map(|(_, c)| c), Some((2, 1)));
+        assert_eq!(from(b), Some(a));
+        assert_eq!(from(a), Some(b));
+        let others = (0..engine.rules.len()).filter(|i| !provider.contains(i));
+        for i in others {
+            assert_ne!(from(i), Some(a));
+            assert_ne!(from(i), Some(b));
+        }
+
+        let mut store = crate::engine::store::ObjectStore::new();
+        for (name, crd) in [("p-1", "as.example.io"), ("p-2", "bs.example.io")] {
+            let rev = json!({
+                "apiVersion": "pkg.crossplane.io/v1",
+                "kind": "ProviderRevision",
+                "metadata": {"name": name, "uid": name,
+                    "labels": {"pkg.crossplane.io/provider-family": "fam"}},
+                "spec": {"image": "xpkg.example.io/org/p:v1"},
+                "status": {"objectRefs": [{"apiVersion": "apiextensions.k8s.io/v1",
+                    "kind": "CustomResourceDefinition", "name": crd}]},
+            });
+            assert!(store.insert(rev).is_ok());
+        }
+        let mut memo = Memo::new();
+        let e = engine.evaluate_incremental(&store, &mut memo);
+        assert!(!e.desired.is_empty());
+        // Computed once, kept by the rule that ran last.
+        assert!(memo.rules[a].derived.lists.is_empty());
+        assert!(!memo.rules[b].derived.lists.is_empty());
+        let lists = memo.rules[b].derived.lists.len();
+        // Moved back and forth, not computed again: the same entries.
+        let again = engine.evaluate_incremental(&store, &mut memo);
+        assert_eq!(again.desired.len(), e.desired.len());
+        assert!(memo.rules[a].derived.lists.is_empty());
+        assert_eq!(memo.rules[b].derived.lists.len(), lists);
+    }
 
     #[test]
     fn prune_drops_what_was_computed_from_objects_gone() {

@@ -203,6 +203,10 @@ pub(super) struct Derived {
     /// the template's address, whether data is marked, and the vars'
     /// tokens; with the bytes expanding charged.
     pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
+    /// An output's policy rules checked from a kept expansion (same key),
+    /// shared by the outputs that render them: the rules, or the refusal
+    /// of a `*` from data.
+    pub policies: HashMap<(usize, bool, Vec<u64>), KeptPolicy>,
     /// The objects whose addresses the keys name, held weakly: an
     /// address is not reused while held, and an object no one else holds
     /// is gone from the cluster (its entries go with it).
@@ -213,6 +217,13 @@ pub(super) struct Derived {
     /// The last token given: tokens are never reused.
     pub next: u64,
 }
+
+/// Policy rules checked once for a kept expansion (see
+/// [`Derived::policies`]).
+pub(super) type KeptPolicy = (
+    Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
+    Option<FieldError>,
+);
 
 /// A kept verdict: whether the object is kept, and the bytes judging it
 /// charged.
@@ -284,6 +295,8 @@ impl Derived {
         if self.expansions.len() > DERIVED_MAX {
             self.expansions.clear();
         }
+        let expansions = &self.expansions;
+        self.policies.retain(|k, _| expansions.contains_key(k));
     }
 }
 

@@ -727,6 +727,19 @@ mod tests {
         assert!(memo.rules[a].derived.lists.is_empty());
         assert!(!memo.rules[b].derived.lists.is_empty());
         let lists = memo.rules[b].derived.lists.len();
+        // The family's revisions list the same types: their roles' policy
+        // rules were checked once, and are shared.
+        let rules_of = |rev: &str| {
+            let key = (
+                crate::api::OutputKind::ClusterRole,
+                String::new(),
+                format!("crossplane:provider:{rev}:aggregate-to-edit"),
+            );
+            e.desired.get(&key).and_then(|d| d.object.rules().cloned())
+        };
+        let (r1, r2) = (rules_of("p-1"), rules_of("p-2"));
+        assert!(r1.as_ref().is_some_and(|r| r.len() == 1), "{r1:?}");
+        assert!(r1.zip(r2).is_some_and(|(x, y)| Arc::ptr_eq(&x, &y)));
         // Moved back and forth, not computed again: the same entries.
         let again = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(again.desired.len(), e.desired.len());

@@ -59,8 +59,29 @@ pub(super) struct Selection {
     pub noisy: BTreeSet<ObjectKey>,
 }
 
-/// Selections by reader (`None`: policy) and the selectors' JSON.
-pub(super) type Selections = HashMap<Option<usize>, HashMap<String, Selection>>;
+/// Selections by reader (`None`: policy).
+pub(super) type Selections = HashMap<Option<usize>, ReaderSelections>;
+
+/// One reader's selections, by the selectors' JSON.
+#[derive(Default)]
+pub(super) struct ReaderSelections {
+    pub by_json: HashMap<String, Selection>,
+    /// How many of them each ClusterRole is a member of: a changed role
+    /// that is in none is not looked for in each.
+    pub member_of: HashMap<ObjectKey, usize>,
+}
+
+impl ReaderSelections {
+    /// One membership of `k` fewer.
+    fn forget(&mut self, k: &ObjectKey) {
+        if let Some(n) = self.member_of.get_mut(k) {
+            *n -= 1;
+            if *n == 0 {
+                self.member_of.remove(k);
+            }
+        }
+    }
+}
 
 /// Whether any of `selectors` selects `obj` by its labels.
 pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
@@ -373,7 +394,7 @@ impl<'a> View<'a> {
             .selections
             .borrow()
             .get(&self.reader)
-            .and_then(|m| m.get(&key))
+            .and_then(|m| m.by_json.get(&key))
         {
             return sel
                 .members
@@ -395,18 +416,22 @@ impl<'a> View<'a> {
             members.insert(k.clone());
             hits.push(*seen);
         }
-        self.selections
-            .borrow_mut()
-            .entry(self.reader)
-            .or_default()
-            .insert(
-                key,
-                Selection {
-                    selectors: selectors.to_vec(),
-                    members,
-                    noisy,
-                },
-            );
+        let mut all = self.selections.borrow_mut();
+        let mine = all.entry(self.reader).or_default();
+        for k in &members {
+            *mine.member_of.entry(k.clone()).or_default() += 1;
+        }
+        let sel = Selection {
+            selectors: selectors.to_vec(),
+            members,
+            noisy,
+        };
+        if let Some(old) = mine.by_json.insert(key, sel) {
+            // (Never so: a known selection is returned above.)
+            for k in &old.members {
+                mine.forget(k);
+            }
+        }
         hits
     }
 
@@ -420,8 +445,9 @@ impl<'a> View<'a> {
             return reached;
         };
         if changes.whole(&gk) {
-            reached.extend(mine.keys().cloned());
-            mine.clear();
+            reached.extend(mine.by_json.keys().cloned());
+            mine.by_json.clear();
+            mine.member_of.clear();
             return reached;
         }
         let Some(keys) = changes.keys.get(&gk) else {
@@ -430,21 +456,34 @@ impl<'a> View<'a> {
         for k in keys {
             let obj = self.get_seen(&gk, k);
             let noisy = obj.is_some_and(|o| self.breaks_denials(o));
-            for (json, sel) in mine.iter_mut() {
+            let mut count = mine.member_of.get(k).copied().unwrap_or(0);
+            let member_somewhere = count > 0;
+            for (json, sel) in mine.by_json.iter_mut() {
                 let now = obj.is_some_and(|o| o.selected_by(&sel.selectors));
                 let was = if now {
-                    !sel.members.insert(k.clone())
+                    let new = sel.members.insert(k.clone());
+                    count += usize::from(new);
+                    !new
+                } else if member_somewhere {
+                    let gone = sel.members.remove(k);
+                    count = count.saturating_sub(usize::from(gone));
+                    gone
                 } else {
-                    sel.members.remove(k)
+                    false
                 };
                 if now && noisy {
                     sel.noisy.insert(k.clone());
-                } else {
+                } else if was {
                     sel.noisy.remove(k);
                 }
                 if now || was {
                     reached.insert(json.clone());
                 }
+            }
+            if count == 0 {
+                mine.member_of.remove(k);
+            } else {
+                mine.member_of.insert(k.clone(), count);
             }
         }
         reached
@@ -458,7 +497,7 @@ impl<'a> View<'a> {
             .selections
             .borrow()
             .get(&self.reader)
-            .is_some_and(|m| m.contains_key(&key));
+            .is_some_and(|m| m.by_json.contains_key(&key));
         if !known {
             self.selected(selectors);
         }
@@ -466,7 +505,7 @@ impl<'a> View<'a> {
         self.selections
             .borrow()
             .get(&self.reader)
-            .and_then(|m| m.get(&key))
+            .and_then(|m| m.by_json.get(&key))
             .map(|sel| {
                 sel.noisy
                     .iter()

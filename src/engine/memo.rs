@@ -668,12 +668,27 @@ impl ReadIndex {
         let Some(groups) = self.groups.get(gk) else {
             return;
         };
-        let Some(obj) = view.get_value(gk, key) else {
+        let Some(seen) = view.get_seen(gk, key) else {
             return;
         };
+        // An emitted object's JSON is built only for a filter on owners:
+        // a selector reads its labels.
+        let mut json = None;
         for (proto, ts) in groups.values() {
-            if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(&obj)
-            {
+            if proto.namespace.as_ref().is_some_and(|ns| *ns != key.0) {
+                continue;
+            }
+            let passes = match seen {
+                super::view::Seen::Emitted(_) if proto.owner.is_none() => proto
+                    .selector
+                    .as_ref()
+                    .is_none_or(|s| seen.selected_by(std::slice::from_ref(s))),
+                _ => {
+                    let obj = json.get_or_insert_with(|| view.get_value(gk, key));
+                    obj.as_ref().is_some_and(|o| proto.passes_unnamed(o))
+                }
+            };
+            if passes {
                 out.extend(ts.iter().map(|t| (**t).clone()));
             }
         }

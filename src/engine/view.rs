@@ -52,6 +52,8 @@ pub(super) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denial
 /// them; kept up to date from the changed keys, so a selection costs what
 /// changed.
 pub(super) struct Selection {
+    /// Names it in [`ReaderSelections::member_of`].
+    pub id: u64,
     pub selectors: Vec<LabelSelector>,
     pub members: BTreeSet<ObjectKey>,
     /// Members that break a default denial: all an aggregated role's
@@ -66,17 +68,19 @@ pub(super) type Selections = HashMap<Option<usize>, ReaderSelections>;
 #[derive(Default)]
 pub(super) struct ReaderSelections {
     pub by_json: HashMap<String, Selection>,
-    /// How many of them each ClusterRole is a member of: a changed role
-    /// that is in none is not looked for in each.
-    pub member_of: HashMap<ObjectKey, usize>,
+    /// The selections (by id) each ClusterRole is a member of: a changed
+    /// role is looked for only in those.
+    pub member_of: HashMap<ObjectKey, Vec<u64>>,
+    /// The last id given.
+    pub next: u64,
 }
 
 impl ReaderSelections {
-    /// One membership of `k` fewer.
-    fn forget(&mut self, k: &ObjectKey) {
-        if let Some(n) = self.member_of.get_mut(k) {
-            *n -= 1;
-            if *n == 0 {
+    /// `k` no longer a member of selection `id`.
+    fn forget(&mut self, k: &ObjectKey, id: u64) {
+        if let Some(ids) = self.member_of.get_mut(k) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
                 self.member_of.remove(k);
             }
         }
@@ -418,10 +422,13 @@ impl<'a> View<'a> {
         }
         let mut all = self.selections.borrow_mut();
         let mine = all.entry(self.reader).or_default();
+        mine.next += 1;
+        let id = mine.next;
         for k in &members {
-            *mine.member_of.entry(k.clone()).or_default() += 1;
+            mine.member_of.entry(k.clone()).or_default().push(id);
         }
         let sel = Selection {
+            id,
             selectors: selectors.to_vec(),
             members,
             noisy,
@@ -429,7 +436,7 @@ impl<'a> View<'a> {
         if let Some(old) = mine.by_json.insert(key, sel) {
             // (Never so: a known selection is returned above.)
             for k in &old.members {
-                mine.forget(k);
+                mine.forget(k, old.id);
             }
         }
         hits
@@ -456,21 +463,18 @@ impl<'a> View<'a> {
         for k in keys {
             let obj = self.get_seen(&gk, k);
             let noisy = obj.is_some_and(|o| self.breaks_denials(o));
-            let mut count = mine.member_of.get(k).copied().unwrap_or(0);
-            let member_somewhere = count > 0;
+            let mut ids = mine.member_of.remove(k).unwrap_or_default();
             for (json, sel) in mine.by_json.iter_mut() {
                 let now = obj.is_some_and(|o| o.selected_by(&sel.selectors));
-                let was = if now {
-                    let new = sel.members.insert(k.clone());
-                    count += usize::from(new);
-                    !new
-                } else if member_somewhere {
-                    let gone = sel.members.remove(k);
-                    count = count.saturating_sub(usize::from(gone));
-                    gone
-                } else {
-                    false
-                };
+                let was = ids.contains(&sel.id);
+                debug_assert_eq!(was, sel.members.contains(k));
+                if now && !was {
+                    sel.members.insert(k.clone());
+                    ids.push(sel.id);
+                } else if !now && was {
+                    sel.members.remove(k);
+                    ids.retain(|i| *i != sel.id);
+                }
                 if now && noisy {
                     sel.noisy.insert(k.clone());
                 } else if was {
@@ -480,10 +484,8 @@ impl<'a> View<'a> {
                     reached.insert(json.clone());
                 }
             }
-            if count == 0 {
-                mine.member_of.remove(k);
-            } else {
-                mine.member_of.insert(k.clone(), count);
+            if !ids.is_empty() {
+                mine.member_of.insert(k.clone(), ids);
             }
         }
         reached

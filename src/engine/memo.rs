@@ -700,66 +700,123 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Two rules on one trigger kind that list a family's types alike;
+    /// only the first reads `extra`.
+    const SHARING_RULES: &str = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: widget-a}
+spec:
+  trigger: {apiGroup: example.io, kind: Widget}
+  related:
+  - name: family
+    objects:
+      apiGroup: example.io
+      kind: Widget
+      selector: {matchLabels: {example.io/family: "{{trigger.metadata.labels.[example.io/family]}}"}}
+  - name: types
+    listField:
+      path: status.refs
+      of: [trigger, family]
+      extract: {path: name, regex: '(?P<plural>[^.]+)\.(?P<group>.+)'}
+  - name: extra
+    objects: {apiGroup: apps, kind: Deployment, namespace: system, controlledByTrigger: true}
+  vars:
+  - {name: groups, value: 'groupBy (sortBy related.types "plural") "group"'}
+  outputs:
+  - kind: ClusterRole
+    when: related.types
+    name: "widget:{{trigger.metadata.name}}:a"
+    rules:
+    - forEach: vars.groups
+      as: g
+      item:
+        apiGroups: ["{{g.key}}"]
+        resources: [{forEach: g.items, as: t, item: "{{t.plural}}"}]
+        verbs: [get]
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: widget-b}
+spec:
+  trigger: {apiGroup: example.io, kind: Widget}
+  related:
+  - name: family
+    objects:
+      apiGroup: example.io
+      kind: Widget
+      selector: {matchLabels: {example.io/family: "{{trigger.metadata.labels.[example.io/family]}}"}}
+  - name: types
+    listField:
+      path: status.refs
+      of: [trigger, family]
+      extract: {path: name, regex: '(?P<plural>[^.]+)\.(?P<group>.+)'}
+  vars:
+  - {name: groups, value: 'groupBy (sortBy related.types "plural") "group"'}
+  outputs:
+  - kind: ClusterRole
+    when: related.types
+    name: "widget:{{trigger.metadata.name}}:b"
+    rules:
+    - forEach: vars.groups
+      as: g
+      item:
+        apiGroups: ["{{g.key}}"]
+        resources: [{forEach: g.items, as: t, item: "{{t.plural}}"}]
+        verbs: [list]
+"#;
+
     #[test]
     fn rules_of_the_same_derivation_share_their_kept_values() {
-        let sources = crate::rules::builtin().unwrap_or_default();
+        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
+            .unwrap_or_default();
+        assert_eq!(sources.len(), 2);
         let engine = super::super::Engine::new(&sources, super::super::Options::default());
-        let provider: Vec<usize> = (0..engine.rules.len())
-            .filter(|i| engine.rules[*i].name.starts_with("crossplane-provider-"))
-            .collect();
-        assert_eq!(provider.len(), 2, "the two shipped provider rules");
-        let (a, b) = (provider[0], provider[1]);
-        // A ring: the first takes from the last, the last from the first.
-        // (`types` and `family` alike; only the system rule reads
-        // `deployments`.)
+        let at = |name: &str| engine.rules.iter().position(|r| r.name == name);
+        let (Some(a), Some(b)) = (at("widget-a"), at("widget-b")) else {
+            panic!("both rules compile");
+        };
+        // A ring: each takes from the other; `family` and `types` alike,
+        // `extra` only in one.
         let from = |i| derived_from(&engine.rules, i).map(|(j, _)| j);
         assert_eq!(derived_from(&engine.rules, b).map(|(_, c)| c), Some((2, 1)));
-        assert_eq!(from(b), Some(a));
-        assert_eq!(from(a), Some(b));
-        let others = (0..engine.rules.len()).filter(|i| !provider.contains(i));
-        for i in others {
-            assert_ne!(from(i), Some(a));
-            assert_ne!(from(i), Some(b));
-        }
+        assert_eq!((from(a), from(b)), (Some(b), Some(a)));
 
         let mut store = crate::engine::store::ObjectStore::new();
-        for (name, crd) in [("p-1", "as.example.io"), ("p-2", "bs.example.io")] {
-            let rev = json!({
-                "apiVersion": "pkg.crossplane.io/v1",
-                "kind": "ProviderRevision",
-                "metadata": {"name": name, "uid": name,
-                    "labels": {"pkg.crossplane.io/provider-family": "fam"}},
-                "spec": {"image": "xpkg.example.io/org/p:v1"},
-                "status": {"objectRefs": [{"apiVersion": "apiextensions.k8s.io/v1",
-                    "kind": "CustomResourceDefinition", "name": crd}]},
+        for (name, r) in [("w-1", "as.example.org"), ("w-2", "bs.example.org")] {
+            let w = json!({
+                "apiVersion": "example.io/v1", "kind": "Widget",
+                "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
+                "status": {"refs": [{"name": r}]},
             });
-            assert!(store.insert(rev).is_ok());
+            assert!(store.insert(w).is_ok());
         }
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&store, &mut memo);
-        assert!(!e.desired.is_empty());
+        assert_eq!(e.desired.len(), 4);
         // Computed once, kept by the rule that ran last.
-        assert!(memo.rules[a].derived.lists.is_empty());
-        assert!(!memo.rules[b].derived.lists.is_empty());
-        let lists = memo.rules[b].derived.lists.len();
-        // The family's revisions list the same types: their roles' policy
+        let (first, last) = (a.min(b), a.max(b));
+        assert!(memo.rules[first].derived.lists.is_empty());
+        assert!(!memo.rules[last].derived.lists.is_empty());
+        // The family's widgets list the same types: their roles' policy
         // rules were checked once, and are shared.
-        let rules_of = |rev: &str| {
+        let rules_of = |w: &str| {
             let key = (
                 crate::api::OutputKind::ClusterRole,
                 String::new(),
-                format!("crossplane:provider:{rev}:aggregate-to-edit"),
+                format!("widget:{w}:a"),
             );
             e.desired.get(&key).and_then(|d| d.object.rules().cloned())
         };
-        let (r1, r2) = (rules_of("p-1"), rules_of("p-2"));
+        let (r1, r2) = (rules_of("w-1"), rules_of("w-2"));
         assert!(r1.as_ref().is_some_and(|r| r.len() == 1), "{r1:?}");
         assert!(r1.zip(r2).is_some_and(|(x, y)| Arc::ptr_eq(&x, &y)));
         // Moved back and forth, not computed again: the same entries.
+        let lists = memo.rules[last].derived.lists.len();
         let again = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(again.desired.len(), e.desired.len());
-        assert!(memo.rules[a].derived.lists.is_empty());
-        assert_eq!(memo.rules[b].derived.lists.len(), lists);
+        assert!(memo.rules[first].derived.lists.is_empty());
+        assert_eq!(memo.rules[last].derived.lists.len(), lists);
     }
 
     #[test]

@@ -31,6 +31,40 @@ pub struct CompiledRule {
     pub consumes: BTreeSet<GroupKind>,
     /// Kinds the rule emits.
     pub produces: BTreeSet<GroupKind>,
+    /// What its kept lists and vars are computed from, as JSON: rules
+    /// that agree on some share those values (see [`Derivation::common`]).
+    pub derivation: Derivation,
+}
+
+/// A rule's trigger, related sets and vars, each as JSON text.
+#[derive(Clone, Debug, Default)]
+pub struct Derivation {
+    trigger: String,
+    related: Vec<String>,
+    vars: Vec<String>,
+}
+
+impl Derivation {
+    fn of(spec: &RbacRuleSpec) -> Derivation {
+        fn text<T: serde::Serialize>(v: &T) -> String {
+            serde_json::to_string(v).unwrap_or_default()
+        }
+        Derivation {
+            trigger: text(&spec.trigger),
+            related: spec.related.iter().map(text).collect(),
+            vars: spec.vars.iter().map(text).collect(),
+        }
+    }
+
+    /// How many leading related sets and vars two rules of the same
+    /// trigger define alike: a kept value of one (keyed by their index)
+    /// is the other's below those. `None` when they share nothing.
+    pub fn common(&self, other: &Derivation) -> Option<(usize, usize)> {
+        let lead = |a: &[String], b: &[String]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        let related = lead(&self.related, &other.related);
+        (self.trigger == other.trigger && related > 0)
+            .then(|| (related, lead(&self.vars, &other.vars)))
+    }
 }
 
 /// A kind the rules read, and how: what the controller must watch.
@@ -685,6 +719,7 @@ pub fn compile(
     if c.errors.is_empty() {
         let interests = interests_of(spec);
         Ok(CompiledRule {
+            derivation: Derivation::of(spec),
             name: name.to_string(),
             spec: spec.clone(),
             regexes: c.regexes,

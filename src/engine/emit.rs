@@ -80,6 +80,9 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
             continue;
         }
         let mut rm = std::mem::take(&mut memo.rules[idx]);
+        if let Some((from, common)) = super::memo::derived_from(&engine.rules, idx) {
+            super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
+        }
         let before = rm.signature.clone();
         let deltas = run_rule(engine, idx, rule, observed, memo, &mut rm, &changes);
         if !deltas.is_empty() {

@@ -363,6 +363,20 @@ impl Evaluator<'_> {
         out
     }
 
+    /// An output's policy rules checked before from the same kept
+    /// expansion, charging the budget what expanding charged.
+    fn kept_policy(&self, v: &Value) -> Option<super::memo::KeptPolicy> {
+        if self.depth.get() != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
+            return None;
+        }
+        let key = self.expansion_key(v, false)?;
+        let derived = self.derived.borrow();
+        let (_, bytes) = derived.expansions.get(&key)?;
+        let kept = derived.policies.get(&key)?;
+        limits::charge(*bytes).ok()?;
+        Some((Arc::clone(&kept.0), kept.1.clone()))
+    }
+
     /// The key of a whole template value's expansion in the cache: when
     /// it reads nothing but vars (each kept, by its token) and its own
     /// loop variables.
@@ -1490,20 +1504,43 @@ impl Evaluator<'_> {
         let mut refusal = None;
         let body = if o.kind.is_role() {
             let namespaced = o.kind.namespaced();
-            let rules: Vec<PolicyRule> = match &o.rules {
+            let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
                 Some(r) => {
                     let field = format!("{f}.rules");
                     // Values rendered from templates are marked as data.
                     self.mark.set(true);
-                    let expanded = self.expand(r, ctx, &field);
+                    let kept = self.kept_policy(r);
+                    let expanded = match kept {
+                        Some(_) => Ok(Value::Null),
+                        None => self.expand(r, ctx, &field),
+                    };
+                    let key = self.expansion_key(r, false);
                     self.mark.set(false);
-                    let mut expanded = expanded?;
-                    refusal = output::check_marked_rules(&field, &mut expanded)?;
-                    output::policy_rules(&field, &expanded, namespaced)?
+                    match kept {
+                        Some((rules, r)) => {
+                            refusal = r;
+                            rules
+                        }
+                        None => {
+                            let mut expanded = expanded?;
+                            refusal = output::check_marked_rules(&field, &mut expanded)?;
+                            let rules =
+                                Arc::new(output::policy_rules(&field, &expanded, namespaced)?);
+                            // Checked once for the outputs of a kept expansion.
+                            if let Some(key) =
+                                key.filter(|k| self.derived.borrow().expansions.contains_key(k))
+                            {
+                                self.derived
+                                    .borrow_mut()
+                                    .policies
+                                    .insert(key, (Arc::clone(&rules), refusal.clone()));
+                            }
+                            rules
+                        }
+                    }
                 }
-                None => Vec::new(),
+                None => Arc::new(Vec::new()),
             };
-            let mut rules = Arc::new(rules);
             if let Some(rf) = &o.rules_from {
                 let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
                 if rules.is_empty() {

@@ -203,6 +203,10 @@ pub(super) struct Derived {
     /// the template's address, whether data is marked, and the vars'
     /// tokens; with the bytes expanding charged.
     pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
+    /// An output's policy rules checked from a kept expansion (same key),
+    /// shared by the outputs that render them: the rules, or the refusal
+    /// of a `*` from data.
+    pub policies: HashMap<(usize, bool, Vec<u64>), KeptPolicy>,
     /// The objects whose addresses the keys name, held weakly: an
     /// address is not reused while held, and an object no one else holds
     /// is gone from the cluster (its entries go with it).
@@ -213,6 +217,13 @@ pub(super) struct Derived {
     /// The last token given: tokens are never reused.
     pub next: u64,
 }
+
+/// Policy rules checked once for a kept expansion (see
+/// [`Derived::policies`]).
+pub(super) type KeptPolicy = (
+    Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
+    Option<FieldError>,
+);
 
 /// A kept verdict: whether the object is kept, and the bytes judging it
 /// charged.
@@ -284,6 +295,52 @@ impl Derived {
         if self.expansions.len() > DERIVED_MAX {
             self.expansions.clear();
         }
+        let expansions = &self.expansions;
+        self.policies.retain(|k, _| expansions.contains_key(k));
+    }
+}
+
+/// The rule whose kept lists, vars and item verdicts rule `idx` takes
+/// before it runs, with how many leading related sets and vars the two
+/// define alike: the nearest rule before it that shares some, else the
+/// last such (which kept them since the last evaluation).
+pub(super) fn derived_from(
+    rules: &[super::compile::CompiledRule],
+    idx: usize,
+) -> Option<(usize, (usize, usize))> {
+    let d = &rules.get(idx)?.derivation;
+    let common = |j: usize| {
+        (j != idx)
+            .then(|| d.common(&rules[j].derivation))
+            .flatten()
+            .map(|c| (j, c))
+    };
+    (0..idx)
+        .rev()
+        .find_map(common)
+        .or_else(|| (idx + 1..rules.len()).rev().find_map(common))
+}
+
+/// Moves what `from` kept for its triggers' lists and vars into `to`,
+/// keeping only the values of the first `related` sets and `vars` (those
+/// the two rules define alike; a key names them by index). When `from`
+/// holds none (a held rule broke the chain) `to` keeps its own.
+pub(super) fn share_derived(
+    to: &mut RuleMemo,
+    from: &mut RuleMemo,
+    (related, vars): (usize, usize),
+) {
+    if !from.derived.lists.is_empty() || !from.derived.vars.is_empty() {
+        let mut d = std::mem::take(&mut from.derived);
+        d.lists.retain(|(i, _), _| *i < related);
+        d.verdicts.retain(|(i, _, _), _| *i < related);
+        d.vars.retain(|(i, _), _| *i < vars);
+        to.derived = d;
+    }
+    if !from.items.is_empty() {
+        let mut items = std::mem::take(&mut from.items);
+        items.retain(|(i, _), _| *i < related);
+        to.items = items;
     }
 }
 
@@ -611,12 +668,27 @@ impl ReadIndex {
         let Some(groups) = self.groups.get(gk) else {
             return;
         };
-        let Some(obj) = view.get_value(gk, key) else {
+        let Some(seen) = view.get_seen(gk, key) else {
             return;
         };
+        // An emitted object's JSON is built only for a filter on owners:
+        // a selector reads its labels.
+        let mut json = None;
         for (proto, ts) in groups.values() {
-            if proto.namespace.as_ref().is_none_or(|ns| *ns == key.0) && proto.passes_unnamed(&obj)
-            {
+            if proto.namespace.as_ref().is_some_and(|ns| *ns != key.0) {
+                continue;
+            }
+            let passes = match seen {
+                super::view::Seen::Emitted(_) if proto.owner.is_none() => proto
+                    .selector
+                    .as_ref()
+                    .is_none_or(|s| seen.selected_by(std::slice::from_ref(s))),
+                _ => {
+                    let obj = json.get_or_insert_with(|| view.get_value(gk, key));
+                    obj.as_ref().is_some_and(|o| proto.passes_unnamed(o))
+                }
+            };
+            if passes {
                 out.extend(ts.iter().map(|t| (**t).clone()));
             }
         }
@@ -627,6 +699,125 @@ impl ReadIndex {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Two rules on one trigger kind that list a family's types alike;
+    /// only the first reads `extra`.
+    const SHARING_RULES: &str = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: widget-a}
+spec:
+  trigger: {apiGroup: example.io, kind: Widget}
+  related:
+  - name: family
+    objects:
+      apiGroup: example.io
+      kind: Widget
+      selector: {matchLabels: {example.io/family: "{{trigger.metadata.labels.[example.io/family]}}"}}
+  - name: types
+    listField:
+      path: status.refs
+      of: [trigger, family]
+      extract: {path: name, regex: '(?P<plural>[^.]+)\.(?P<group>.+)'}
+  - name: extra
+    objects: {apiGroup: apps, kind: Deployment, namespace: system, controlledByTrigger: true}
+  vars:
+  - {name: groups, value: 'groupBy (sortBy related.types "plural") "group"'}
+  outputs:
+  - kind: ClusterRole
+    when: related.types
+    name: "widget:{{trigger.metadata.name}}:a"
+    rules:
+    - forEach: vars.groups
+      as: g
+      item:
+        apiGroups: ["{{g.key}}"]
+        resources: [{forEach: g.items, as: t, item: "{{t.plural}}"}]
+        verbs: [get]
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: widget-b}
+spec:
+  trigger: {apiGroup: example.io, kind: Widget}
+  related:
+  - name: family
+    objects:
+      apiGroup: example.io
+      kind: Widget
+      selector: {matchLabels: {example.io/family: "{{trigger.metadata.labels.[example.io/family]}}"}}
+  - name: types
+    listField:
+      path: status.refs
+      of: [trigger, family]
+      extract: {path: name, regex: '(?P<plural>[^.]+)\.(?P<group>.+)'}
+  vars:
+  - {name: groups, value: 'groupBy (sortBy related.types "plural") "group"'}
+  outputs:
+  - kind: ClusterRole
+    when: related.types
+    name: "widget:{{trigger.metadata.name}}:b"
+    rules:
+    - forEach: vars.groups
+      as: g
+      item:
+        apiGroups: ["{{g.key}}"]
+        resources: [{forEach: g.items, as: t, item: "{{t.plural}}"}]
+        verbs: [list]
+"#;
+
+    #[test]
+    fn rules_of_the_same_derivation_share_their_kept_values() {
+        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
+            .unwrap_or_default();
+        assert_eq!(sources.len(), 2);
+        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let at = |name: &str| engine.rules.iter().position(|r| r.name == name);
+        let (Some(a), Some(b)) = (at("widget-a"), at("widget-b")) else {
+            panic!("both rules compile");
+        };
+        // A ring: each takes from the other; `family` and `types` alike,
+        // `extra` only in one.
+        let from = |i| derived_from(&engine.rules, i).map(|(j, _)| j);
+        assert_eq!(derived_from(&engine.rules, b).map(|(_, c)| c), Some((2, 1)));
+        assert_eq!((from(a), from(b)), (Some(b), Some(a)));
+
+        let mut store = crate::engine::store::ObjectStore::new();
+        for (name, r) in [("w-1", "as.example.org"), ("w-2", "bs.example.org")] {
+            let w = json!({
+                "apiVersion": "example.io/v1", "kind": "Widget",
+                "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
+                "status": {"refs": [{"name": r}]},
+            });
+            assert!(store.insert(w).is_ok());
+        }
+        let mut memo = Memo::new();
+        let e = engine.evaluate_incremental(&store, &mut memo);
+        assert_eq!(e.desired.len(), 4);
+        // Computed once, kept by the rule that ran last.
+        let (first, last) = (a.min(b), a.max(b));
+        assert!(memo.rules[first].derived.lists.is_empty());
+        assert!(!memo.rules[last].derived.lists.is_empty());
+        // The family's widgets list the same types: their roles' policy
+        // rules were checked once, and are shared.
+        let rules_of = |w: &str| {
+            let key = (
+                crate::api::OutputKind::ClusterRole,
+                String::new(),
+                format!("widget:{w}:a"),
+            );
+            e.desired.get(&key).and_then(|d| d.object.rules().cloned())
+        };
+        let (r1, r2) = (rules_of("w-1"), rules_of("w-2"));
+        assert!(r1.as_ref().is_some_and(|r| r.len() == 1), "{r1:?}");
+        assert!(r1.zip(r2).is_some_and(|(x, y)| Arc::ptr_eq(&x, &y)));
+        // Moved back and forth, not computed again: the same entries.
+        let lists = memo.rules[last].derived.lists.len();
+        let again = engine.evaluate_incremental(&store, &mut memo);
+        assert_eq!(again.desired.len(), e.desired.len());
+        assert!(memo.rules[first].derived.lists.is_empty());
+        assert_eq!(memo.rules[last].derived.lists.len(), lists);
+    }
 
     #[test]
     fn prune_drops_what_was_computed_from_objects_gone() {

@@ -52,6 +52,8 @@ pub(super) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denial
 /// them; kept up to date from the changed keys, so a selection costs what
 /// changed.
 pub(super) struct Selection {
+    /// Names it in [`ReaderSelections::member_of`].
+    pub id: u64,
     pub selectors: Vec<LabelSelector>,
     pub members: BTreeSet<ObjectKey>,
     /// Members that break a default denial: all an aggregated role's
@@ -59,8 +61,31 @@ pub(super) struct Selection {
     pub noisy: BTreeSet<ObjectKey>,
 }
 
-/// Selections by reader (`None`: policy) and the selectors' JSON.
-pub(super) type Selections = HashMap<Option<usize>, HashMap<String, Selection>>;
+/// Selections by reader (`None`: policy).
+pub(super) type Selections = HashMap<Option<usize>, ReaderSelections>;
+
+/// One reader's selections, by the selectors' JSON.
+#[derive(Default)]
+pub(super) struct ReaderSelections {
+    pub by_json: HashMap<String, Selection>,
+    /// The selections (by id) each ClusterRole is a member of: a changed
+    /// role is looked for only in those.
+    pub member_of: HashMap<ObjectKey, Vec<u64>>,
+    /// The last id given.
+    pub next: u64,
+}
+
+impl ReaderSelections {
+    /// `k` no longer a member of selection `id`.
+    fn forget(&mut self, k: &ObjectKey, id: u64) {
+        if let Some(ids) = self.member_of.get_mut(k) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.member_of.remove(k);
+            }
+        }
+    }
+}
 
 /// Whether any of `selectors` selects `obj` by its labels.
 pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
@@ -410,7 +435,7 @@ impl<'a> View<'a> {
             .selections
             .borrow()
             .get(&self.reader)
-            .and_then(|m| m.get(&key))
+            .and_then(|m| m.by_json.get(&key))
         {
             return sel
                 .members
@@ -432,18 +457,25 @@ impl<'a> View<'a> {
             members.insert(k.clone());
             hits.push(*seen);
         }
-        self.selections
-            .borrow_mut()
-            .entry(self.reader)
-            .or_default()
-            .insert(
-                key,
-                Selection {
-                    selectors: selectors.to_vec(),
-                    members,
-                    noisy,
-                },
-            );
+        let mut all = self.selections.borrow_mut();
+        let mine = all.entry(self.reader).or_default();
+        mine.next += 1;
+        let id = mine.next;
+        for k in &members {
+            mine.member_of.entry(k.clone()).or_default().push(id);
+        }
+        let sel = Selection {
+            id,
+            selectors: selectors.to_vec(),
+            members,
+            noisy,
+        };
+        if let Some(old) = mine.by_json.insert(key, sel) {
+            // (Never so: a known selection is returned above.)
+            for k in &old.members {
+                mine.forget(k, old.id);
+            }
+        }
         hits
     }
 
@@ -457,8 +489,9 @@ impl<'a> View<'a> {
             return reached;
         };
         if changes.whole(&gk) {
-            reached.extend(mine.keys().cloned());
-            mine.clear();
+            reached.extend(mine.by_json.keys().cloned());
+            mine.by_json.clear();
+            mine.member_of.clear();
             return reached;
         }
         let Some(keys) = changes.keys.get(&gk) else {
@@ -467,21 +500,29 @@ impl<'a> View<'a> {
         for k in keys {
             let obj = self.get_seen(&gk, k);
             let noisy = obj.is_some_and(|o| self.breaks_denials(o));
-            for (json, sel) in mine.iter_mut() {
+            let mut ids = mine.member_of.remove(k).unwrap_or_default();
+            for (json, sel) in mine.by_json.iter_mut() {
                 let now = obj.is_some_and(|o| o.selected_by(&sel.selectors));
-                let was = if now {
-                    !sel.members.insert(k.clone())
-                } else {
-                    sel.members.remove(k)
-                };
+                let was = ids.contains(&sel.id);
+                debug_assert_eq!(was, sel.members.contains(k));
+                if now && !was {
+                    sel.members.insert(k.clone());
+                    ids.push(sel.id);
+                } else if !now && was {
+                    sel.members.remove(k);
+                    ids.retain(|i| *i != sel.id);
+                }
                 if now && noisy {
                     sel.noisy.insert(k.clone());
-                } else {
+                } else if was {
                     sel.noisy.remove(k);
                 }
                 if now || was {
                     reached.insert(json.clone());
                 }
+            }
+            if !ids.is_empty() {
+                mine.member_of.insert(k.clone(), ids);
             }
         }
         reached
@@ -495,7 +536,7 @@ impl<'a> View<'a> {
             .selections
             .borrow()
             .get(&self.reader)
-            .is_some_and(|m| m.contains_key(&key));
+            .is_some_and(|m| m.by_json.contains_key(&key));
         if !known {
             self.selected(selectors);
         }
@@ -503,7 +544,7 @@ impl<'a> View<'a> {
         self.selections
             .borrow()
             .get(&self.reader)
-            .and_then(|m| m.get(&key))
+            .and_then(|m| m.by_json.get(&key))
             .map(|sel| {
                 sel.noisy
                     .iter()

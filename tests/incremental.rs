@@ -4,6 +4,9 @@
 use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use serde_json::{Value, json};
 
+mod engine_support;
+use engine_support::{deployment, namespace, revision, xrd};
+
 /// A small deterministic generator (xorshift), so failures replay.
 struct Rng(u64);
 
@@ -38,69 +41,6 @@ impl Cluster {
         let gk = rbac_rules::engine::GroupKind::new(api_group, kind);
         self.store.remove(&gk, &(ns.to_string(), name.to_string()));
     }
-}
-
-fn xrd(i: usize, claim: bool, paused: bool) -> Value {
-    let mut v = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-        "metadata": {"name": format!("xthings{i}.example.org"), "uid": format!("xrd-{i}")},
-        "spec": {"group": "example.org", "names": {"kind": format!("XThing{i}"), "plural": format!("xthings{i}")}}});
-    if claim {
-        // XRD 3's claim is hostile: its warning comes and goes with it.
-        let plural = if i == 3 {
-            "*".to_string()
-        } else {
-            format!("things{i}")
-        };
-        v["spec"]["claimNames"] = json!({"kind": format!("Thing{i}"), "plural": plural});
-    }
-    if paused {
-        v["metadata"]["annotations"] = json!({"crossplane.io/paused": "true"});
-    }
-    v
-}
-
-fn revision(p: usize, family: usize, org: &str, types: usize) -> Value {
-    let mut refs: Vec<Value> = (0..types)
-        .map(|t| {
-            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                         "name": format!("kind{t}s.p{p}.example.org")})
-        })
-        .collect();
-    // Three types come with hostile entries: skipped with warnings, which
-    // incremental evaluation must report like a full one.
-    if types == 3 {
-        for bad in ["*.*", "secrets."] {
-            refs.push(json!({"apiVersion": "apiextensions.k8s.io/v1",
-                             "kind": "CustomResourceDefinition", "name": bad}));
-        }
-    }
-    json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-        "metadata": {"name": format!("provider-{p}"), "uid": format!("pr-{p}"),
-                     "labels": {"pkg.crossplane.io/provider-family": format!("family-{family}")}},
-        "spec": {"image": format!("registry.example.org/{org}/provider-{p}:v1")},
-        "status": {"objectRefs": refs}})
-}
-
-fn deployment(p: usize, sa: &str) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": format!("provider-{p}"), "namespace": "crossplane-system",
-                     "ownerReferences": [{"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-                                          "name": format!("provider-{p}"), "uid": format!("pr-{p}"), "controller": true}]},
-        "spec": {"template": {"spec": {"serviceAccountName": sa}}}})
-}
-
-fn namespace(n: usize, accepted: &[usize]) -> Value {
-    let ann: serde_json::Map<String, Value> = accepted
-        .iter()
-        .map(|i| {
-            (
-                format!("rbac.crossplane.io/xthings{i}.example.org"),
-                json!("xrd-claim-accepted"),
-            )
-        })
-        .collect();
-    json!({"apiVersion": "v1", "kind": "Namespace",
-           "metadata": {"name": format!("team-{n}"), "uid": format!("ns-{n}"), "annotations": ann}})
 }
 
 const XRDS: usize = 8;

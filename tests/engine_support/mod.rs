@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use rbac_rules::engine::{ObjectStore, RuleSource};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Rules parsed from `yaml` (named `test.yaml` in messages).
 pub fn rules(yaml: &str) -> Vec<RuleSource> {
@@ -23,4 +23,74 @@ pub fn store(objects: &[Value]) -> ObjectStore {
         s.insert(o.clone()).expect("object inserts");
     }
     s
+}
+
+/// A CompositeResourceDefinition `xthings<i>.example.org`, with a claim
+/// (XRD 3's claim plural is the hostile `*`) and paused as asked.
+pub fn xrd(i: usize, claim: bool, paused: bool) -> Value {
+    let mut v = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
+        "metadata": {"name": format!("xthings{i}.example.org"), "uid": format!("xrd-{i}")},
+        "spec": {"group": "example.org", "names": {"kind": format!("XThing{i}"), "plural": format!("xthings{i}")}}});
+    if claim {
+        // XRD 3's claim is hostile: its warning comes and goes with it.
+        let plural = if i == 3 {
+            "*".to_string()
+        } else {
+            format!("things{i}")
+        };
+        v["spec"]["claimNames"] = json!({"kind": format!("Thing{i}"), "plural": plural});
+    }
+    if paused {
+        v["metadata"]["annotations"] = json!({"crossplane.io/paused": "true"});
+    }
+    v
+}
+
+/// A ProviderRevision `provider-<p>` of `family-<family>`, image org
+/// `org`, with `types` CRDs in its objectRefs (with 3, two hostile
+/// entries too).
+pub fn revision(p: usize, family: usize, org: &str, types: usize) -> Value {
+    let mut refs: Vec<Value> = (0..types)
+        .map(|t| {
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                         "name": format!("kind{t}s.p{p}.example.org")})
+        })
+        .collect();
+    // Three types come with hostile entries: skipped with warnings, which
+    // incremental evaluation must report like a full one.
+    if types == 3 {
+        for bad in ["*.*", "secrets."] {
+            refs.push(json!({"apiVersion": "apiextensions.k8s.io/v1",
+                             "kind": "CustomResourceDefinition", "name": bad}));
+        }
+    }
+    json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+        "metadata": {"name": format!("provider-{p}"), "uid": format!("pr-{p}"),
+                     "labels": {"pkg.crossplane.io/provider-family": format!("family-{family}")}},
+        "spec": {"image": format!("registry.example.org/{org}/provider-{p}:v1")},
+        "status": {"objectRefs": refs}})
+}
+
+/// The Deployment of revision `p` in crossplane-system, running as `sa`.
+pub fn deployment(p: usize, sa: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": format!("provider-{p}"), "namespace": "crossplane-system",
+                     "ownerReferences": [{"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+                                          "name": format!("provider-{p}"), "uid": format!("pr-{p}"), "controller": true}]},
+        "spec": {"template": {"spec": {"serviceAccountName": sa}}}})
+}
+
+/// Namespace `team-<n>` accepting the claims of the XRDs `accepted`.
+pub fn namespace(n: usize, accepted: &[usize]) -> Value {
+    let ann: serde_json::Map<String, Value> = accepted
+        .iter()
+        .map(|i| {
+            (
+                format!("rbac.crossplane.io/xthings{i}.example.org"),
+                json!("xrd-claim-accepted"),
+            )
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": format!("team-{n}"), "uid": format!("ns-{n}"), "annotations": ann}})
 }

@@ -214,7 +214,8 @@ fn run_rule(
     }
 
     let dirty: Vec<TKey> = dirty.into_iter().collect();
-    let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, ev, v, t);
+    let tgk = trigger_gk.as_ref();
+    let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, tgk, ev, v, t);
     let rendered: Vec<Option<(Option<String>, TriggerMemo)>> =
         if one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN {
             // A one-shot render's triggers read only the store and earlier
@@ -345,16 +346,12 @@ fn new_evaluator<'a>(
 fn render_trigger(
     engine: &Engine,
     rule: &CompiledRule,
+    trigger_gk: Option<&GroupKind>,
     evaluator: &Evaluator,
     view: &View,
     t: &TKey,
 ) -> Option<(Option<String>, TriggerMemo)> {
-    let trigger_gk = rule
-        .spec
-        .trigger
-        .as_ref()
-        .map(|t| GroupKind::new(&t.api_group, &t.kind));
-    match (t, &rule.spec.trigger, &trigger_gk) {
+    match (t, &rule.spec.trigger, trigger_gk) {
         (None, _, _) => {
             let budget = limits::start(&engine.options.limits);
             evaluator.reads.borrow_mut().clear();

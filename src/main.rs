@@ -67,10 +67,22 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// jemalloc, not the system allocator: rendering is mostly small
+/// allocations, and at the bench's `large` scenario jemalloc renders in
+/// about 20% less time than glibc's malloc at the same peak RSS (`xl`: 3.0
+/// s against 3.6–4.1 s, 330 against 360 MiB).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read at its start: freed pages go back to the
+/// system at once instead of after ten seconds. A controller's peaks (the
+/// initial sync, a relist) are transient, and pages kept for reuse count in
+/// its resident memory: at `large` its peak RSS falls from 122–130 to
+/// about 100 MiB, with no measurable cost to `render`.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: &[u8; 34] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";
+
 fn main() -> ExitCode {
-    // Before any thread starts (the controller's runtime, the bench's
-    // controller child, render's printer).
-    rbac_rules::controller::memory::limit_allocator_arenas();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {

@@ -15,7 +15,6 @@
 pub mod apply;
 mod error;
 pub mod leader;
-pub mod memory;
 pub mod metrics;
 pub mod plan;
 pub mod status;
@@ -128,7 +127,6 @@ pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send +
 /// metrics and health, competes for the lease (when enabled), watches and
 /// reconciles. On stop: no further writes, then the lease is released.
 pub async fn run_with(client: Client, args: RunArgs, stop: Receiver<bool>) -> Result<(), Error> {
-    memory::fix_mmap_threshold();
     let metrics = Metrics::new();
     let ready = Arc::new(AtomicBool::new(false));
     let server = metrics::serve(

@@ -21,7 +21,7 @@ use super::memo::{
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
-use super::view::{OwnCaches, View};
+use super::view::{Caches, View};
 use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.
@@ -229,7 +229,7 @@ fn run_rule(
                     .name("rbac-rules-eval".to_string())
                     .stack_size(limits::EVAL_STACK_BYTES)
                     .spawn_scoped(s, move || {
-                        let caches = OwnCaches::default();
+                        let caches = Caches::default();
                         let view =
                             View::detached(observed, emitters, rules, engine, Some(idx), &caches);
                         view.refresh_selections(changes);
@@ -527,7 +527,7 @@ struct Policy<'a> {
 
 impl<'a> Policy<'a> {
     /// Policy's view (after every rule) with caches of its own.
-    fn detached(&self, caches: &'a OwnCaches) -> View<'a> {
+    fn detached(&self, caches: &'a Caches) -> View<'a> {
         View::detached(
             self.observed,
             self.emitters,
@@ -706,7 +706,7 @@ fn apply_policy(
                 .name("rbac-rules-eval".to_string())
                 .stack_size(limits::EVAL_STACK_BYTES)
                 .spawn_scoped(s, || {
-                    let caches = OwnCaches::default();
+                    let caches = Caches::default();
                     policy.verdicts(second, &policy.detached(&caches))
                 });
             let view = View::new(observed, memo, engine, None);
@@ -869,9 +869,9 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
 /// Drops parsed rules and denials no object holds any more, once the
 /// caches have doubled.
 fn prune_rules_cache(memo: &mut Memo) {
-    let rules = memo.rules_cache.get_mut();
-    let denials = memo.denials_cache.get_mut();
-    let copies = memo.copies_cache.get_mut();
+    let rules = memo.caches.rules.get_mut();
+    let denials = memo.caches.denials.get_mut();
+    let copies = memo.caches.copies.get_mut();
     let size = rules.len() + denials.len() + copies.len();
     if size > 2 * memo.rules_cache_pruned.max(1024) {
         // Copies and denials hold their rule lists weakly.

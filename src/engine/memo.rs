@@ -11,7 +11,6 @@
 //! changed, not the size of the cluster. A full evaluation *is* an
 //! incremental one from an empty memo (a test checks they agree).
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -22,7 +21,7 @@ use serde_json::Value;
 use super::error::{FieldError, FieldWarning};
 use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
 use super::store::{GroupKind, ObjectKey, group_of};
-use super::view::{CopiesCache, DenialsCache, RulesCache, Selections, View};
+use super::view::{Caches, View};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -66,11 +65,8 @@ pub struct Memo {
     pub(super) reports: BTreeMap<String, RuleReport>,
     /// The last result, returned again when nothing changed.
     pub(super) last: Option<Evaluation>,
-    pub(super) rules_cache: RefCell<RulesCache>,
-    pub(super) denials_cache: RefCell<DenialsCache>,
-    pub(super) copies_cache: RefCell<CopiesCache>,
-    /// Kept ClusterRole selections, per reader.
-    pub(super) selections: RefCell<Selections>,
+    /// The views' caches (policy rules, denials, copies, selections).
+    pub(super) caches: Caches,
     /// Size of the rules cache after it was last pruned.
     pub(super) rules_cache_pruned: usize,
     /// Renders (triggers and static sets) the last evaluation made.

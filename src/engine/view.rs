@@ -151,10 +151,9 @@ pub(super) struct View<'a> {
     pub engine: &'a Engine,
     /// The rule reading (its index in evaluation order); `None` for policy.
     pub reader: Option<usize>,
-    pub rules_cache: &'a RefCell<RulesCache>,
-    pub denials_cache: &'a RefCell<DenialsCache>,
-    pub copies_cache: &'a RefCell<CopiesCache>,
-    pub selections: &'a RefCell<Selections>,
+    /// The caches it reads and fills: the memo's, or its own on another
+    /// thread.
+    pub caches: &'a Caches,
     /// Merged lists, built once per view: a rule lists the same kind once
     /// per trigger.
     merged: RefCell<HashMap<ListKey, Rc<Vec<&'a Arc<Value>>>>>,
@@ -167,14 +166,16 @@ pub(super) struct View<'a> {
     pub interner: RefCell<Interner>,
 }
 
-/// A view's own caches, for a view built away from the memo (on another
-/// thread: the memo's caches are not shared between threads).
+/// The caches views share across rules and evaluations: the memo keeps
+/// one set; a view built away from the memo (on another thread: the
+/// memo's caches are not shared between threads) has its own.
 #[derive(Default)]
-pub(super) struct OwnCaches {
-    rules: RefCell<RulesCache>,
-    denials: RefCell<DenialsCache>,
-    copies: RefCell<CopiesCache>,
-    selections: RefCell<Selections>,
+pub(super) struct Caches {
+    pub rules: RefCell<RulesCache>,
+    pub denials: RefCell<DenialsCache>,
+    pub copies: RefCell<CopiesCache>,
+    /// Kept ClusterRole selections, per reader.
+    pub selections: RefCell<Selections>,
 }
 
 impl<'a> View<'a> {
@@ -186,7 +187,7 @@ impl<'a> View<'a> {
         rules: &'a [RuleMemo],
         engine: &'a Engine,
         reader: Option<usize>,
-        caches: &'a OwnCaches,
+        caches: &'a Caches,
     ) -> Self {
         View {
             observed,
@@ -194,10 +195,7 @@ impl<'a> View<'a> {
             rules,
             engine,
             reader,
-            rules_cache: &caches.rules,
-            denials_cache: &caches.denials,
-            copies_cache: &caches.copies,
-            selections: &caches.selections,
+            caches,
             merged: RefCell::default(),
             selected: RefCell::default(),
             cluster_roles: RefCell::default(),
@@ -211,21 +209,14 @@ impl<'a> View<'a> {
         engine: &'a Engine,
         reader: Option<usize>,
     ) -> Self {
-        View {
+        View::detached(
             observed,
-            emitters: &memo.emitters,
-            rules: &memo.rules,
+            &memo.emitters,
+            &memo.rules,
             engine,
             reader,
-            rules_cache: &memo.rules_cache,
-            denials_cache: &memo.denials_cache,
-            copies_cache: &memo.copies_cache,
-            selections: &memo.selections,
-            merged: RefCell::default(),
-            selected: RefCell::default(),
-            cluster_roles: RefCell::default(),
-            interner: RefCell::default(),
-        }
+            &memo.caches,
+        )
     }
 
     /// The emitters of `key` this view sees: those of rules before the
@@ -432,6 +423,7 @@ impl<'a> View<'a> {
         let gk = output_gk(OutputKind::ClusterRole);
         let key = serde_json::to_string(selectors).unwrap_or_default();
         if let Some(sel) = self
+            .caches
             .selections
             .borrow()
             .get(&self.reader)
@@ -457,7 +449,7 @@ impl<'a> View<'a> {
             members.insert(k.clone());
             hits.push(*seen);
         }
-        let mut all = self.selections.borrow_mut();
+        let mut all = self.caches.selections.borrow_mut();
         let mine = all.entry(self.reader).or_default();
         mine.next += 1;
         let id = mine.next;
@@ -484,7 +476,7 @@ impl<'a> View<'a> {
     pub fn refresh_selections(&self, changes: &super::memo::Changes) -> BTreeSet<String> {
         let gk = output_gk(OutputKind::ClusterRole);
         let mut reached = BTreeSet::new();
-        let mut all = self.selections.borrow_mut();
+        let mut all = self.caches.selections.borrow_mut();
         let Some(mine) = all.get_mut(&self.reader) else {
             return reached;
         };
@@ -533,6 +525,7 @@ impl<'a> View<'a> {
     pub fn noisy_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
         let key = serde_json::to_string(selectors).unwrap_or_default();
         let known = self
+            .caches
             .selections
             .borrow()
             .get(&self.reader)
@@ -541,7 +534,8 @@ impl<'a> View<'a> {
             self.selected(selectors);
         }
         let gk = output_gk(OutputKind::ClusterRole);
-        self.selections
+        self.caches
+            .selections
             .borrow()
             .get(&self.reader)
             .and_then(|m| m.by_json.get(&key))
@@ -564,7 +558,7 @@ impl<'a> View<'a> {
     /// list.
     pub fn denials_of(&self, rules: &Rules, waivers: &crate::policy::Waivers) -> Arc<Denials> {
         let at = Arc::as_ptr(rules) as usize;
-        if let Some((held, d)) = self.denials_cache.borrow().get(&at)
+        if let Some((held, d)) = self.caches.denials.borrow().get(&at)
             && std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules))
         {
             return Arc::clone(d);
@@ -584,7 +578,8 @@ impl<'a> View<'a> {
             crate::policy::escalating_grants(rules)
         };
         let d = Arc::new((wildcards, escalating));
-        self.denials_cache
+        self.caches
+            .denials
             .borrow_mut()
             .insert(at, (Arc::downgrade(rules), Arc::clone(&d)));
         d
@@ -600,7 +595,7 @@ impl<'a> View<'a> {
             namespaced,
             lists.iter().map(|r| Arc::as_ptr(r) as usize).collect(),
         );
-        if let Some((held, rules)) = self.copies_cache.borrow().get(&key)
+        if let Some((held, rules)) = self.caches.copies.borrow().get(&key)
             && held.len() == lists.len()
             && held
                 .iter()
@@ -624,7 +619,8 @@ impl<'a> View<'a> {
             None => Arc::new(rules),
         };
         let held = lists.iter().map(Arc::downgrade).collect();
-        self.copies_cache
+        self.caches
+            .copies
             .borrow_mut()
             .insert(key, (held, Arc::clone(&rules)));
         rules
@@ -651,7 +647,7 @@ impl<'a> View<'a> {
     /// for an object judged once (most roles are read by nothing else).
     pub fn rules_of_transient(&self, role: &Arc<Value>) -> Rules {
         let at = Arc::as_ptr(role) as usize;
-        if let Some((held, rules)) = self.rules_cache.borrow().get(&at)
+        if let Some((held, rules)) = self.caches.rules.borrow().get(&at)
             && Arc::ptr_eq(held, role)
         {
             return Arc::clone(rules);
@@ -662,13 +658,14 @@ impl<'a> View<'a> {
     /// An observed role's rules, parsed once per shared object.
     pub fn rules_of(&self, role: &Arc<Value>) -> Rules {
         let at = Arc::as_ptr(role) as usize;
-        if let Some((held, rules)) = self.rules_cache.borrow().get(&at)
+        if let Some((held, rules)) = self.caches.rules.borrow().get(&at)
             && Arc::ptr_eq(held, role)
         {
             return Arc::clone(rules);
         }
         let rules = Arc::new(super::grants::rules_of(role));
-        self.rules_cache
+        self.caches
+            .rules
             .borrow_mut()
             .insert(at, (Arc::clone(role), Arc::clone(&rules)));
         rules

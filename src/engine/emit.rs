@@ -73,6 +73,10 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         report_dirty.extend(0..engine.rules.len());
     }
     memo.renders = 0;
+    // After everything changed the memo starts empty, so every output is
+    // new and what the outputs touched is every emitted key: policy judges
+    // those all anyway, and only contested keys need settling. Tracked per
+    // output only for an incremental evaluation.
     let mut touched: BTreeSet<OutKey> = BTreeSet::new();
 
     for (idx, rule) in engine.rules.iter().enumerate() {
@@ -99,7 +103,12 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         memo.rules[idx] = rm;
     }
 
-    settle_conflicts(memo, &touched, &mut report_dirty);
+    if changes.all {
+        let contested: BTreeSet<OutKey> = memo.emitters.contested().cloned().collect();
+        settle_conflicts(memo, &contested, &mut report_dirty);
+    } else {
+        settle_conflicts(memo, &touched, &mut report_dirty);
+    }
     let judged = apply_policy(
         engine,
         observed,
@@ -119,25 +128,38 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         memo.reports.insert(rule.name.clone(), report);
     }
 
-    let mut candidates: BTreeSet<OutKey> = touched;
-    candidates.extend(judged);
-    if changes.all {
-        candidates.extend(
-            previous
-                .iter()
-                .map(|d| (d.kind, d.namespace.clone(), d.name.clone())),
-        );
-    }
-    let changed: Vec<OutKey> = candidates
-        .into_iter()
-        .filter(
-            |k| match (previous.get_shared(k), memo.desired.get_shared(k)) {
-                (None, None) => false,
-                (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
-                _ => true,
-            },
-        )
-        .collect();
+    let changed: Vec<OutKey> = if previous.is_empty() {
+        // Every desired object is new (all came from verdicts just made).
+        let mut keys: Vec<OutKey> = memo
+            .desired
+            .iter()
+            .map(|d| (d.kind, d.namespace.clone(), d.name.clone()))
+            .collect();
+        // Sorted by kind name, then namespace and name: a stable sort by
+        // kind gives the keys' order.
+        keys.sort_by_key(|k| k.0);
+        keys
+    } else {
+        let mut candidates: BTreeSet<OutKey> = touched;
+        candidates.extend(judged);
+        if changes.all {
+            candidates.extend(
+                previous
+                    .iter()
+                    .map(|d| (d.kind, d.namespace.clone(), d.name.clone())),
+            );
+        }
+        candidates
+            .into_iter()
+            .filter(
+                |k| match (previous.get_shared(k), memo.desired.get_shared(k)) {
+                    (None, None) => false,
+                    (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
+                    _ => true,
+                },
+            )
+            .collect()
+    };
 
     prune_rules_cache(memo);
     memo.seen = Some(observed.version());
@@ -148,10 +170,13 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         revoked: memo.revoked.clone(),
         changed,
     };
-    memo.last = Some(Evaluation {
-        changed: Vec::new(),
-        ..evaluation.clone()
-    });
+    // A one-shot memo never returns its last result (it renders again).
+    if !memo.one_shot {
+        memo.last = Some(Evaluation {
+            changed: Vec::new(),
+            ..evaluation.clone()
+        });
+    }
     evaluation
 }
 
@@ -182,6 +207,9 @@ fn run_rule(
         .as_ref()
         .map(|t| GroupKind::new(&t.api_group, &t.kind));
     let mut dirty: BTreeSet<TKey> = BTreeSet::new();
+    // Everything rendered afresh: the triggers in the view's order (sorted
+    // by namespace and name), with no set built.
+    let mut listed: Option<Vec<TKey>> = None;
     match &trigger_gk {
         None => {
             if full || rm.static_set.is_none() {
@@ -189,7 +217,15 @@ fn run_rule(
             }
         }
         Some(tgk) => {
-            if full {
+            if full && rm.triggers.is_empty() {
+                let mut keys: Vec<TKey> = view.list(tgk, None).iter().map(|o| key_of(o)).collect();
+                keys.retain(Option::is_some);
+                if !keys.is_sorted_by(|a, b| a < b) {
+                    keys.sort_unstable();
+                    keys.dedup();
+                }
+                listed = Some(keys);
+            } else if full {
                 for (k, _) in rm.triggers.iter() {
                     dirty.insert(Some(k.clone()));
                 }
@@ -213,7 +249,10 @@ fn run_rule(
         }
     }
 
-    let dirty: Vec<TKey> = dirty.into_iter().collect();
+    let dirty: Vec<TKey> = match listed {
+        Some(keys) => keys,
+        None => dirty.into_iter().collect(),
+    };
     let tgk = trigger_gk.as_ref();
     let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, tgk, ev, v, t);
     let rendered: Vec<Option<(Option<String>, TriggerMemo)>> =
@@ -434,6 +473,31 @@ fn apply_delta(
     changes: &mut Changes,
 ) {
     let key_of_desired = |x: &Desired| (x.kind, x.namespace.clone(), x.name.clone());
+    if changes.all && d.before.is_empty() && d.after.len() <= 16 {
+        // A fresh memo: every output is new; a key emitted twice by one
+        // trigger is its last copy, as below.
+        let same = |a: &Desired, b: &Desired| {
+            a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+        };
+        for (i, n) in d.after.iter().enumerate() {
+            if d.after[i + 1..].iter().any(|m| same(m, n)) {
+                continue;
+            }
+            emitters.update_owned(key_of_desired(n), |list| {
+                list.retain(|e| !(e.rule == rule && e.trigger == d.trigger));
+                let at = list.partition_point(|e| (e.rule, &e.trigger) < (rule, &d.trigger));
+                list.insert(
+                    at,
+                    Emit {
+                        rule,
+                        trigger: d.trigger.clone(),
+                        desired: Arc::clone(n),
+                    },
+                );
+            });
+        }
+        return;
+    }
     let before: BTreeMap<OutKey, &Arc<Desired>> =
         d.before.iter().map(|x| (key_of_desired(x), x)).collect();
     let after: BTreeMap<OutKey, &Arc<Desired>> =
@@ -460,8 +524,8 @@ fn apply_delta(
                 );
             }
         });
-        touched.insert(key.clone());
         if !changes.all {
+            touched.insert(key.clone());
             // Everything is read again anyway when everything changed.
             changes.add(&output_gk(key.0), (key.1.clone(), key.2.clone()));
         }
@@ -505,7 +569,6 @@ fn settle_conflicts(
 
 /// What policy decides about one object.
 struct Verdict {
-    key: OutKey,
     /// The output and why it is refused: rule, trigger, field, why.
     refused: Option<(usize, Option<String>, String, String)>,
     desired: Option<Arc<Desired>>,
@@ -602,7 +665,6 @@ impl<'a> Policy<'a> {
                     depends(l, &mut dependent);
                 }
                 Verdict {
-                    key: key.clone(),
                     refused,
                     desired,
                     live: live_why,
@@ -633,7 +695,7 @@ fn apply_policy(
     touched: &BTreeSet<OutKey>,
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
-) -> BTreeSet<OutKey> {
+) -> Vec<OutKey> {
     let options = &engine.options;
     let role_kinds = [
         output_gk(OutputKind::ClusterRole),
@@ -664,17 +726,22 @@ fn apply_policy(
     };
 
     let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
-    let mut keys: BTreeSet<OutKey> = touched.clone();
-    if all {
+    let keys: Vec<OutKey> = if all {
+        // Every key: collected, then sorted once.
+        let mut keys: Vec<OutKey> = touched.iter().cloned().collect();
         keys.extend(memo.emitters.keys().cloned());
         for kind in OutputKind::ALL {
             for (k, _) in observed.entries(&output_gk(kind)) {
-                keys.insert((kind, k.0.clone(), k.1.clone()));
+                keys.push((kind, k.0.clone(), k.1.clone()));
             }
         }
         keys.extend(memo.refused.keys().cloned());
         keys.extend(memo.live_revoked.keys().cloned());
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     } else {
+        let mut keys: BTreeSet<OutKey> = touched.clone();
         for kind in OutputKind::ALL {
             if let Some(changed) = changes.keys.get(&output_gk(kind)) {
                 keys.extend(changed.iter().map(|(ns, n)| (kind, ns.clone(), n.clone())));
@@ -686,7 +753,8 @@ fn apply_policy(
                 keys.insert(key.clone());
             }
         }
-    }
+        keys.into_iter().collect()
+    };
 
     let keys_list: Vec<&OutKey> = keys.iter().collect();
     let policy = Policy {
@@ -724,28 +792,32 @@ fn apply_policy(
         policy.verdicts(&keys_list, &View::new(observed, memo, engine, None))
     };
 
-    for v in verdicts {
-        let key = v.key;
+    // After everything changed the memo starts empty: nothing to replace
+    // or remove.
+    let fresh = changes.all;
+    for (key, v) in keys.iter().zip(verdicts) {
         match v.desired {
             Some(d) => {
-                if !memo
-                    .desired
-                    .get_shared(&key)
-                    .is_some_and(|old| Arc::ptr_eq(old, &d))
+                if fresh
+                    || !memo
+                        .desired
+                        .get_shared(key)
+                        .is_some_and(|old| Arc::ptr_eq(old, &d))
                 {
                     memo.desired.insert(d);
                 }
             }
-            None => memo.desired.remove(&key),
+            None if fresh => {}
+            None => memo.desired.remove(key),
         }
-        let old = memo.refused.get(&key).cloned();
+        let old = memo.refused.get(key).cloned();
         let new = v
             .refused
             .as_ref()
             .map(|(r, _, field, why)| (*r, field.clone(), why.clone()));
         if old != new {
             if let Some((r, _, _)) = old {
-                memo.rules[r].refused.remove(&key);
+                memo.rules[r].refused.remove(key);
                 report_dirty.insert(r);
             }
             match v.refused {
@@ -757,7 +829,7 @@ fn apply_policy(
                     memo.refused.insert(key.clone(), (r, field, why));
                 }
                 None => {
-                    memo.refused.remove(&key);
+                    memo.refused.remove(key);
                 }
             }
         }
@@ -766,28 +838,28 @@ fn apply_policy(
                 memo.live_revoked.insert(key.clone(), why);
             }
             None => {
-                memo.live_revoked.remove(&key);
+                memo.live_revoked.remove(key);
             }
         }
         let revoked = memo
             .refused
-            .get(&key)
+            .get(key)
             .map(|(_, _, why)| why.clone())
-            .or_else(|| memo.live_revoked.get(&key).cloned());
+            .or_else(|| memo.live_revoked.get(key).cloned());
         match revoked {
             Some(why) => {
                 memo.revoked.insert(key.clone(), why);
             }
             None => {
-                memo.revoked.remove(&key);
+                memo.revoked.remove(key);
             }
         }
         match v.dependent {
             Some(reads) => {
-                memo.dependents.insert(key, reads);
+                memo.dependents.insert(key.clone(), reads);
             }
             None => {
-                memo.dependents.remove(&key);
+                memo.dependents.remove(key);
             }
         }
     }

@@ -116,6 +116,14 @@ impl Emitters {
         self.by_key.keys()
     }
 
+    /// Keys with more than one emitter.
+    pub fn contested(&self) -> impl Iterator<Item = &OutKey> {
+        self.by_key
+            .iter()
+            .filter(|(_, es)| es.len() >= 2)
+            .map(|(k, _)| k)
+    }
+
     /// Keys from `start` on, in order.
     pub fn range_from(&self, start: OutKey) -> impl Iterator<Item = &OutKey> {
         self.ordered.range(start..)
@@ -123,18 +131,39 @@ impl Emitters {
 
     /// Changes the emitters of `key`; an object left with none is dropped.
     pub fn update(&mut self, key: &OutKey, f: impl FnOnce(&mut Vec<Emit>)) {
-        let list = self.by_key.entry(key.clone()).or_default();
-        let was_empty = list.is_empty();
-        f(list);
-        match (was_empty, list.is_empty()) {
-            (_, true) => {
-                self.by_key.remove(key);
-                self.ordered.remove(key);
+        match self.by_key.get_mut(key) {
+            Some(list) => {
+                f(list);
+                if list.is_empty() {
+                    self.by_key.remove(key);
+                    self.ordered.remove(key);
+                }
             }
-            (true, false) => {
-                self.ordered.insert(key.clone());
+            None => self.insert_new(key.clone(), f),
+        }
+    }
+
+    /// Like [`Emitters::update`], for a key given by value (no copy when
+    /// it is new).
+    pub fn update_owned(&mut self, key: OutKey, f: impl FnOnce(&mut Vec<Emit>)) {
+        match self.by_key.get_mut(&key) {
+            Some(list) => {
+                f(list);
+                if list.is_empty() {
+                    self.by_key.remove(&key);
+                    self.ordered.remove(&key);
+                }
             }
-            (false, false) => {}
+            None => self.insert_new(key, f),
+        }
+    }
+
+    fn insert_new(&mut self, key: OutKey, f: impl FnOnce(&mut Vec<Emit>)) {
+        let mut list = Vec::new();
+        f(&mut list);
+        if !list.is_empty() {
+            self.ordered.insert(key.clone());
+            self.by_key.insert(key, list);
         }
     }
 }

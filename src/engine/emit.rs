@@ -3,7 +3,7 @@
 //! by the difference from the last evaluation made with the same memo.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -21,7 +21,7 @@ use super::memo::{
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
-use super::view::{Caches, View};
+use super::view::{Caches, View, gk_of};
 use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.
@@ -249,6 +249,9 @@ fn run_rule(
         }
     }
 
+    // Listed: the rule kept no trigger, so there is none to take out, and
+    // the new ones are built into the map at once, in order.
+    let listed_all = listed.is_some();
     let dirty: Vec<TKey> = match listed {
         Some(keys) => keys,
         None => dirty.into_iter().collect(),
@@ -300,9 +303,11 @@ fn run_rule(
         };
 
     let mut deltas = Vec::with_capacity(dirty.len());
+    let mut fresh_triggers = Vec::new();
     for (t, new) in dirty.into_iter().zip(rendered) {
         let old: Option<(Option<String>, TriggerMemo)> = match &t {
             None => rm.static_set.take().map(|m| (None, m)),
+            Some(_) if listed_all => None,
             Some(k) => rm.triggers.remove(k).map(|(r, m)| (Some(r), m)),
         };
         if old.is_none() && new.is_none() {
@@ -324,6 +329,9 @@ fn run_rule(
             after = m.outcome.outputs().to_vec();
             match &t {
                 None => rm.static_set = Some(m),
+                Some(k) if listed_all => {
+                    fresh_triggers.push((k.clone(), (tref.unwrap_or_default(), m)));
+                }
                 Some(k) => {
                     rm.triggers.insert(k.clone(), (tref.unwrap_or_default(), m));
                 }
@@ -334,6 +342,9 @@ fn run_rule(
             before,
             after,
         });
+    }
+    if listed_all {
+        rm.triggers = fresh_triggers.into_iter().collect();
     }
     rm.items = evaluator.items.take();
     evaluator.inputs.take();
@@ -473,14 +484,12 @@ fn apply_delta(
     changes: &mut Changes,
 ) {
     let key_of_desired = |x: &Desired| (x.kind, x.namespace.clone(), x.name.clone());
-    if changes.all && d.before.is_empty() && d.after.len() <= 16 {
+    if changes.all && d.before.is_empty() {
         // A fresh memo: every output is new; a key emitted twice by one
         // trigger is its last copy, as below.
-        let same = |a: &Desired, b: &Desired| {
-            a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
-        };
-        for (i, n) in d.after.iter().enumerate() {
-            if d.after[i + 1..].iter().any(|m| same(m, n)) {
+        let mut seen: HashSet<(OutputKind, &str, &str)> = HashSet::new();
+        for n in d.after.iter().rev() {
+            if !seen.insert((n.kind, n.namespace.as_str(), n.name.as_str())) {
                 continue;
             }
             emitters.update_owned(key_of_desired(n), |list| {
@@ -527,7 +536,7 @@ fn apply_delta(
         if !changes.all {
             touched.insert(key.clone());
             // Everything is read again anyway when everything changed.
-            changes.add(&output_gk(key.0), (key.1.clone(), key.2.clone()));
+            changes.add(gk_of(key.0), (key.1.clone(), key.2.clone()));
         }
     }
 }
@@ -646,7 +655,7 @@ impl<'a> Policy<'a> {
                     .filter(|_| refused.is_none())
                     .map(|e| Arc::clone(&e.desired));
                 let live = observed
-                    .get_shared(&output_gk(key.0), &(key.1.clone(), key.2.clone()))
+                    .get_shared(gk_of(key.0), &(key.1.clone(), key.2.clone()))
                     .filter(|o| output::is_managed(o));
                 let live_why = match (&desired, live) {
                     (None, Some(l)) => judge.refusal(l),
@@ -731,7 +740,7 @@ fn apply_policy(
         let mut keys: Vec<OutKey> = touched.iter().cloned().collect();
         keys.extend(memo.emitters.keys().cloned());
         for kind in OutputKind::ALL {
-            for (k, _) in observed.entries(&output_gk(kind)) {
+            for (k, _) in observed.entries(gk_of(kind)) {
                 keys.push((kind, k.0.clone(), k.1.clone()));
             }
         }
@@ -743,7 +752,7 @@ fn apply_policy(
     } else {
         let mut keys: BTreeSet<OutKey> = touched.clone();
         for kind in OutputKind::ALL {
-            if let Some(changed) = changes.keys.get(&output_gk(kind)) {
+            if let Some(changed) = changes.keys.get(gk_of(kind)) {
                 keys.extend(changed.iter().map(|(ns, n)| (kind, ns.clone(), n.clone())));
             }
         }

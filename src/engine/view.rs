@@ -97,7 +97,22 @@ pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
 
 /// The output kind of a group and kind, if it is one.
 pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
-    OutputKind::ALL.into_iter().find(|k| output_gk(*k) == *gk)
+    // Compared in place: asked on every lookup, so no GroupKind is built.
+    let rbac = gk_of(OutputKind::ClusterRole);
+    if gk.group != rbac.group {
+        return None;
+    }
+    OutputKind::ALL.into_iter().find(|k| k.as_str() == gk.kind)
+}
+
+/// The group and kind of an output kind, built once.
+pub(super) fn gk_of(kind: OutputKind) -> &'static GroupKind {
+    static GKS: LazyLock<[GroupKind; 4]> = LazyLock::new(|| OutputKind::ALL.map(output_gk));
+    let at = OutputKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or_default();
+    &GKS[at]
 }
 
 /// An object a reader sees: emitted in this evaluation, or observed.
@@ -344,11 +359,11 @@ impl<'a> View<'a> {
         if let Some(hit) = &*self.cluster_roles.borrow() {
             return Rc::clone(hit);
         }
-        let gk = output_gk(OutputKind::ClusterRole);
+        let gk = gk_of(OutputKind::ClusterRole);
         let all: Vec<(ObjectKey, Seen<'a>)> = self
             .output_keys(OutputKind::ClusterRole, None)
             .into_iter()
-            .filter_map(|k| self.get_seen(&gk, &k).map(|s| (k, s)))
+            .filter_map(|k| self.get_seen(gk, &k).map(|s| (k, s)))
             .collect();
         let all = Rc::new(all);
         *self.cluster_roles.borrow_mut() = Some(Rc::clone(&all));
@@ -359,16 +374,16 @@ impl<'a> View<'a> {
     /// a namespace), sorted: both are kept sorted, so they are merged
     /// rather than collected into a set.
     fn output_keys(&self, kind: OutputKind, ns: Option<&str>) -> Vec<ObjectKey> {
-        let gk = output_gk(kind);
+        let gk = gk_of(kind);
         let observed: Vec<(&String, &String)> = match ns {
             Some(ns) => self
                 .observed
-                .entries_namespace(&gk, ns)
+                .entries_namespace(gk, ns)
                 .map(|(k, _)| (&k.0, &k.1))
                 .collect(),
             None => self
                 .observed
-                .entries(&gk)
+                .entries(gk)
                 .map(|(k, _)| (&k.0, &k.1))
                 .collect(),
         };
@@ -420,7 +435,7 @@ impl<'a> View<'a> {
     /// first call for some selectors lists every ClusterRole; later ones
     /// (in later evaluations too) reuse the kept selection.
     pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
-        let gk = output_gk(OutputKind::ClusterRole);
+        let gk = gk_of(OutputKind::ClusterRole);
         let key = serde_json::to_string(selectors).unwrap_or_default();
         if let Some(sel) = self
             .caches
@@ -432,11 +447,11 @@ impl<'a> View<'a> {
             return sel
                 .members
                 .iter()
-                .filter_map(|k| self.get_seen(&gk, k))
+                .filter_map(|k| self.get_seen(gk, k))
                 .collect();
         }
-        let mut members = BTreeSet::new();
-        let mut noisy = BTreeSet::new();
+        let mut members = Vec::new();
+        let mut noisy = Vec::new();
         let mut hits = Vec::new();
         // Matched by their labels: no JSON built for emitted roles.
         for (k, seen) in self.cluster_roles().iter() {
@@ -444,11 +459,14 @@ impl<'a> View<'a> {
                 continue;
             }
             if self.breaks_denials(*seen) {
-                noisy.insert(k.clone());
+                noisy.push(k.clone());
             }
-            members.insert(k.clone());
+            members.push(k.clone());
             hits.push(*seen);
         }
+        // In key order already: the sets are built at once, not key by key.
+        let members: BTreeSet<ObjectKey> = members.into_iter().collect();
+        let noisy: BTreeSet<ObjectKey> = noisy.into_iter().collect();
         let mut all = self.caches.selections.borrow_mut();
         let mine = all.entry(self.reader).or_default();
         mine.next += 1;
@@ -474,23 +492,23 @@ impl<'a> View<'a> {
     /// Brings this reader's kept selections up to date with the changed
     /// ClusterRoles; returns the selections (by JSON) a change reached.
     pub fn refresh_selections(&self, changes: &super::memo::Changes) -> BTreeSet<String> {
-        let gk = output_gk(OutputKind::ClusterRole);
+        let gk = gk_of(OutputKind::ClusterRole);
         let mut reached = BTreeSet::new();
         let mut all = self.caches.selections.borrow_mut();
         let Some(mine) = all.get_mut(&self.reader) else {
             return reached;
         };
-        if changes.whole(&gk) {
+        if changes.whole(gk) {
             reached.extend(mine.by_json.keys().cloned());
             mine.by_json.clear();
             mine.member_of.clear();
             return reached;
         }
-        let Some(keys) = changes.keys.get(&gk) else {
+        let Some(keys) = changes.keys.get(gk) else {
             return reached;
         };
         for k in keys {
-            let obj = self.get_seen(&gk, k);
+            let obj = self.get_seen(gk, k);
             let noisy = obj.is_some_and(|o| self.breaks_denials(o));
             let mut ids = mine.member_of.remove(k).unwrap_or_default();
             for (json, sel) in mine.by_json.iter_mut() {
@@ -533,7 +551,7 @@ impl<'a> View<'a> {
         if !known {
             self.selected(selectors);
         }
-        let gk = output_gk(OutputKind::ClusterRole);
+        let gk = gk_of(OutputKind::ClusterRole);
         self.caches
             .selections
             .borrow()
@@ -542,7 +560,7 @@ impl<'a> View<'a> {
             .map(|sel| {
                 sel.noisy
                     .iter()
-                    .filter_map(|k| self.get_seen(&gk, k))
+                    .filter_map(|k| self.get_seen(gk, k))
                     .collect()
             })
             .unwrap_or_default()

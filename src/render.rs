@@ -106,6 +106,8 @@ pub struct Rendered {
     pub warnings: Vec<String>,
     /// The evaluation's memo (see [`prepare`]).
     _memo: Memo,
+    /// The objects read, kept with the result for the same reason.
+    _store: ObjectStore,
 }
 
 impl Rendered {
@@ -174,8 +176,9 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
             ..Options::default()
         },
     );
-    // One-shot: no read index; kept with the result, so that the CLI,
-    // which never frees it (see `main`), does not pay for dropping it.
+    // One-shot: no read index; kept with the result (as the store is), so
+    // that the CLI, which never frees it (see `main`), does not pay for
+    // dropping it.
     let mut memo = Memo::one_shot();
     let eval = engine.evaluate_incremental(&store, &mut memo);
     // Each error names the file the rule came from, then rule and field.
@@ -219,13 +222,12 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
     } else {
         HashMap::new()
     };
-    // The store is no longer needed: freed now, not after printing.
-    drop(store);
     Ok(Rendered {
         eval,
         filled,
         warnings,
         _memo: memo,
+        _store: store,
     })
 }
 

@@ -11,7 +11,9 @@
 //! changed, not the size of the cluster. A full evaluation *is* an
 //! incremental one from an empty memo (a test checks they agree).
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -22,6 +24,7 @@ use super::error::{FieldError, FieldWarning};
 use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
 use super::store::{GroupKind, ObjectKey, group_of};
 use super::view::{Caches, View};
+use crate::api::OutputKind;
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -99,6 +102,46 @@ impl Memo {
     }
 }
 
+/// An output key by its parts, borrowed: a map keyed by [`OutKey`] is
+/// looked up with one without building a key (two strings) per lookup.
+pub(super) trait KeyParts {
+    fn parts(&self) -> (OutputKind, &str, &str);
+}
+
+impl KeyParts for OutKey {
+    fn parts(&self) -> (OutputKind, &str, &str) {
+        (self.0, &self.1, &self.2)
+    }
+}
+
+impl KeyParts for (OutputKind, &str, &str) {
+    fn parts(&self) -> (OutputKind, &str, &str) {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn KeyParts + 'a> for OutKey {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+/// Hashes as the [`OutKey`] with the same parts does (a `String` hashes as
+/// its `str`).
+impl Hash for dyn KeyParts + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
 /// Who emits each object: hashed for lookups (every copied role is one),
 /// ordered for listing a kind.
 #[derive(Default)]
@@ -110,6 +153,12 @@ pub(super) struct Emitters {
 impl Emitters {
     pub fn get(&self, key: &OutKey) -> Option<&Vec<Emit>> {
         self.by_key.get(key)
+    }
+
+    /// The emitters of the object of `kind` with this key.
+    pub fn get_parts(&self, kind: OutputKind, key: &ObjectKey) -> Option<&Vec<Emit>> {
+        let parts = (kind, key.0.as_str(), key.1.as_str());
+        self.by_key.get(&parts as &dyn KeyParts)
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &OutKey> {
@@ -842,6 +891,49 @@ spec:
         assert_eq!(again.desired.len(), e.desired.len());
         assert!(memo.rules[first].derived.lists.is_empty());
         assert_eq!(memo.rules[last].derived.lists.len(), lists);
+    }
+
+    #[test]
+    fn emitters_are_found_by_borrowed_parts_as_by_key() {
+        let mut emitters = Emitters::default();
+        let desired = |ns: &str, name: &str| {
+            Arc::new(Desired {
+                kind: OutputKind::Role,
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                rule: "r".to_string(),
+                trigger: None,
+                field: "spec.outputs[0]".to_string(),
+                refusal: None,
+                object: super::super::manifest::Manifest::from_value(&json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": {"name": name, "namespace": ns},
+                }))
+                .unwrap_or_else(|e| panic!("{e}")),
+            })
+        };
+        for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x"), ("", "ax")] {
+            let key = (OutputKind::Role, ns.to_string(), name.to_string());
+            emitters.update(&key, |list| {
+                list.push(Emit {
+                    rule: 0,
+                    trigger: None,
+                    desired: desired(ns, name),
+                })
+            });
+        }
+        for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x"), ("", "ax"), ("a", ""), ("", "a")] {
+            let key = (OutputKind::Role, ns.to_string(), name.to_string());
+            let by_key = emitters.get(&key).map(|l| l[0].desired.name.clone());
+            let okey = (ns.to_string(), name.to_string());
+            let by_parts = emitters
+                .get_parts(OutputKind::Role, &okey)
+                .map(|l| l[0].desired.name.clone());
+            assert_eq!(by_key, by_parts, "{ns}/{name}");
+            assert_eq!(by_key.is_some(), !name.is_empty() && name != "a");
+            assert!(emitters.get_parts(OutputKind::ClusterRole, &okey).is_none());
+        }
     }
 
     #[test]

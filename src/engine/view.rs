@@ -21,7 +21,6 @@ use super::Engine;
 use super::compile::output_gk;
 use super::manifest::{Interner, Manifest};
 use super::memo::{Emit, Emitters, RuleMemo};
-use super::model::OutKey;
 use super::output;
 use super::store::{GroupKind, ObjectKey, ObjectStore};
 use crate::api::OutputKind;
@@ -236,10 +235,10 @@ impl<'a> View<'a> {
 
     /// The emitters of `key` this view sees: those of rules before the
     /// reader.
-    fn emitters_of(&self, key: &OutKey) -> impl Iterator<Item = &'a Emit> {
+    fn emitters_of(&self, kind: OutputKind, key: &ObjectKey) -> impl Iterator<Item = &'a Emit> {
         let before = self.reader.unwrap_or(usize::MAX);
         self.emitters
-            .get(key)
+            .get_parts(kind, key)
             .into_iter()
             .flatten()
             .filter(move |e| e.rule < before)
@@ -284,8 +283,7 @@ impl<'a> View<'a> {
         let Some(kind) = output_kind(gk) else {
             return self.observed.get_shared(gk, key).map(Seen::Observed);
         };
-        let okey = (kind, key.0.clone(), key.1.clone());
-        let mut seen = self.emitters_of(&okey);
+        let mut seen = self.emitters_of(kind, key);
         let first = seen.next();
         let contested = match (first, seen.next()) {
             (Some(e), None) => return Some(Seen::Emitted(&e.desired.object)),

@@ -5,6 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
@@ -261,9 +262,10 @@ fn run_rule(
     let rendered: Vec<Option<(Option<String>, TriggerMemo)>> =
         if one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN {
             // A one-shot render's triggers read only the store and earlier
-            // rules: the second half renders on another thread, with its
-            // own view and caches, and is merged back in trigger order.
-            let (first, second) = dirty.split_at(dirty.len() / 2);
+            // rules: another thread, with its own view and caches, shares
+            // them out chunk by chunk, merged back in trigger order.
+            let chunks = Chunks::new(&dirty);
+            let shared = &chunks;
             let (emitters, rules) = (&memo.emitters, memo.rules.as_slice());
             std::thread::scope(|s| {
                 // The evaluation thread's large stack: renders recurse.
@@ -282,21 +284,18 @@ fn run_rule(
                             ItemCache::default(),
                             Derived::default(),
                         );
-                        second
-                            .iter()
-                            .map(|t| one(&ev, &view, t))
-                            .collect::<Vec<_>>()
+                        shared.run(|t| one(&ev, &view, t))
                     });
-                let mut out: Vec<_> = first.iter().map(|t| one(&evaluator, &view, t)).collect();
-                match other {
+                let mine = chunks.run(|t| one(&evaluator, &view, t));
+                let theirs = match other {
                     Ok(handle) => match handle.join() {
-                        Ok(rest) => out.extend(rest),
+                        Ok(rest) => rest,
                         Err(panic) => std::panic::resume_unwind(panic),
                     },
-                    // No second thread: the same renders, here.
-                    Err(_) => out.extend(second.iter().map(|t| one(&evaluator, &view, t))),
-                }
-                out
+                    // No second thread: this one rendered them all.
+                    Err(_) => Vec::new(),
+                };
+                merge_chunks(mine, theirs)
             })
         } else {
             dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
@@ -366,6 +365,47 @@ fn run_rule(
 
 /// Triggers of one rule a one-shot render splits between two threads.
 const SPLIT_MIN: usize = 64;
+
+/// Items two threads share out: each takes the next [`CHUNK`] until none
+/// are left, so the slower one (colder caches, descheduled) takes fewer
+/// and neither waits long for the other.
+struct Chunks<'a, I> {
+    items: &'a [I],
+    next: AtomicUsize,
+}
+
+/// Items a thread takes at a time from [`Chunks`].
+const CHUNK: usize = 8;
+
+impl<'a, I> Chunks<'a, I> {
+    fn new(items: &'a [I]) -> Self {
+        Chunks {
+            items,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Maps chunks until none are left: each with the index of its first
+    /// item.
+    fn run<R>(&self, mut f: impl FnMut(&I) -> R) -> Vec<(usize, Vec<R>)> {
+        let mut done = Vec::new();
+        loop {
+            let start = self.next.fetch_add(CHUNK, Ordering::Relaxed);
+            if start >= self.items.len() {
+                return done;
+            }
+            let end = (start + CHUNK).min(self.items.len());
+            done.push((start, self.items[start..end].iter().map(&mut f).collect()));
+        }
+    }
+}
+
+/// Two threads' results from [`Chunks::run`], in item order.
+fn merge_chunks<R>(mut a: Vec<(usize, Vec<R>)>, b: Vec<(usize, Vec<R>)>) -> Vec<R> {
+    a.extend(b);
+    a.sort_unstable_by_key(|(start, _)| *start);
+    a.into_iter().flat_map(|(_, r)| r).collect()
+}
 
 /// A rule's evaluator over its kept caches; `record`: whether it records
 /// reads.
@@ -611,7 +651,7 @@ impl<'a> Policy<'a> {
     }
 
     /// The verdicts on `keys`, in their order, over `view`.
-    fn verdicts(&self, keys: &[&OutKey], view: &View) -> Vec<Verdict> {
+    fn verdicts(&self, keys: &Chunks<&OutKey>, view: &View) -> Vec<(usize, Vec<Verdict>)> {
         let options = &self.engine.options;
         let observed = self.observed;
         let judge = Judge {
@@ -631,56 +671,54 @@ impl<'a> Policy<'a> {
                 reads.get_or_insert_with(BTreeSet::new);
             }
         };
-        keys.iter()
-            .map(|&key| {
-                let cand = self
-                    .emitters
-                    .get(key)
-                    .filter(|es| es.len() == 1)
-                    .and_then(|es| es.first());
-                let refused = cand.and_then(|e| {
-                    let d = &e.desired;
-                    let why = match &d.refusal {
-                        Some(err) => Some((
-                            err.field.clone(),
-                            format!("{} {:?}: {}", d.kind, d.name, err.message),
-                        )),
-                        None => judge
-                            .refusal_of(&d.object)
-                            .map(|why| (d.field.clone(), why)),
-                    };
-                    why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
-                });
-                let desired = cand
-                    .filter(|_| refused.is_none())
-                    .map(|e| Arc::clone(&e.desired));
-                let live = observed
-                    .get_shared(gk_of(key.0), &(key.1.clone(), key.2.clone()))
-                    .filter(|o| output::is_managed(o));
-                let live_why = match (&desired, live) {
-                    (None, Some(l)) => judge.refusal(l),
-                    _ => None,
+        keys.run(|&key| {
+            let cand = self
+                .emitters
+                .get(key)
+                .filter(|es| es.len() == 1)
+                .and_then(|es| es.first());
+            let refused = cand.and_then(|e| {
+                let d = &e.desired;
+                let why = match &d.refusal {
+                    Some(err) => Some((
+                        err.field.clone(),
+                        format!("{} {:?}: {}", d.kind, d.name, err.message),
+                    )),
+                    None => judge
+                        .refusal_of(&d.object)
+                        .map(|why| (d.field.clone(), why)),
                 };
-                let mut dependent = None;
-                if let Some(e) = cand {
-                    let m = &e.desired.object;
-                    if m.aggregation_rule().is_some() {
-                        depends(m.shared_value(), &mut dependent);
-                    } else if options.allow.is_some() && m.role_ref().is_some() {
-                        dependent.get_or_insert_with(BTreeSet::new);
-                    }
+                why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+            });
+            let desired = cand
+                .filter(|_| refused.is_none())
+                .map(|e| Arc::clone(&e.desired));
+            let live = observed
+                .get_shared(gk_of(key.0), &(key.1.clone(), key.2.clone()))
+                .filter(|o| output::is_managed(o));
+            let live_why = match (&desired, live) {
+                (None, Some(l)) => judge.refusal(l),
+                _ => None,
+            };
+            let mut dependent = None;
+            if let Some(e) = cand {
+                let m = &e.desired.object;
+                if m.aggregation_rule().is_some() {
+                    depends(m.shared_value(), &mut dependent);
+                } else if options.allow.is_some() && m.role_ref().is_some() {
+                    dependent.get_or_insert_with(BTreeSet::new);
                 }
-                if let Some(l) = live {
-                    depends(l, &mut dependent);
-                }
-                Verdict {
-                    refused,
-                    desired,
-                    live: live_why,
-                    dependent,
-                }
-            })
-            .collect()
+            }
+            if let Some(l) = live {
+                depends(l, &mut dependent);
+            }
+            Verdict {
+                refused,
+                desired,
+                live: live_why,
+                dependent,
+            }
+        })
     }
 }
 
@@ -774,31 +812,33 @@ fn apply_policy(
         protected: &protected,
         allow_rules: &allow_rules,
     };
+    let chunks = Chunks::new(&keys_list);
     let verdicts: Vec<Verdict> = if memo.one_shot && keys_list.len() >= 2 * SPLIT_MIN {
-        // One-shot: half the objects are judged on another thread, with
-        // its own view, and the verdicts put back in key order.
-        let (first, second) = keys_list.split_at(keys_list.len() / 2);
+        // One-shot: another thread, with its own view, shares the objects
+        // out; the verdicts are put back in key order.
         std::thread::scope(|s| {
             let other = std::thread::Builder::new()
                 .name("rbac-rules-eval".to_string())
                 .stack_size(limits::EVAL_STACK_BYTES)
                 .spawn_scoped(s, || {
                     let caches = Caches::default();
-                    policy.verdicts(second, &policy.detached(&caches))
+                    policy.verdicts(&chunks, &policy.detached(&caches))
                 });
             let view = View::new(observed, memo, engine, None);
-            let mut out = policy.verdicts(first, &view);
-            match other {
+            let mine = policy.verdicts(&chunks, &view);
+            let theirs = match other {
                 Ok(handle) => match handle.join() {
-                    Ok(rest) => out.extend(rest),
+                    Ok(rest) => rest,
                     Err(panic) => std::panic::resume_unwind(panic),
                 },
-                Err(_) => out.extend(policy.verdicts(second, &view)),
-            }
-            out
+                // No second thread: this one judged them all.
+                Err(_) => Vec::new(),
+            };
+            merge_chunks(mine, theirs)
         })
     } else {
-        policy.verdicts(&keys_list, &View::new(observed, memo, engine, None))
+        let view = View::new(observed, memo, engine, None);
+        merge_chunks(policy.verdicts(&chunks, &view), Vec::new())
     };
 
     // After everything changed the memo starts empty: nothing to replace

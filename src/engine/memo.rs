@@ -923,7 +923,14 @@ spec:
                 })
             });
         }
-        for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x"), ("", "ax"), ("a", ""), ("", "a")] {
+        for (ns, name) in [
+            ("a", "x"),
+            ("a", "y"),
+            ("b", "x"),
+            ("", "ax"),
+            ("a", ""),
+            ("", "a"),
+        ] {
             let key = (OutputKind::Role, ns.to_string(), name.to_string());
             let by_key = emitters.get(&key).map(|l| l[0].desired.name.clone());
             let okey = (ns.to_string(), name.to_string());

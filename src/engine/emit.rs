@@ -27,7 +27,8 @@ use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.
 struct Delta {
-    trigger: TKey,
+    /// Shared by its outputs' emitters.
+    trigger: Arc<TKey>,
     before: Vec<Arc<Desired>>,
     after: Vec<Arc<Desired>>,
 }
@@ -337,7 +338,7 @@ fn run_rule(
             }
         }
         deltas.push(Delta {
-            trigger: t,
+            trigger: Arc::new(t),
             before,
             after,
         });
@@ -539,7 +540,7 @@ fn apply_delta(
                     at,
                     Emit {
                         rule,
-                        trigger: d.trigger.clone(),
+                        trigger: Arc::clone(&d.trigger),
                         desired: Arc::clone(n),
                     },
                 );
@@ -567,7 +568,7 @@ fn apply_delta(
                     at,
                     Emit {
                         rule,
-                        trigger: d.trigger.clone(),
+                        trigger: Arc::clone(&d.trigger),
                         desired: Arc::clone(n),
                     },
                 );

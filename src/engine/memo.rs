@@ -222,7 +222,8 @@ impl Emitters {
 pub(super) struct Emit {
     /// The rule's index in evaluation order.
     pub rule: usize,
-    pub trigger: TKey,
+    /// Shared by the trigger's outputs.
+    pub trigger: Arc<TKey>,
     pub desired: Arc<Desired>,
 }
 
@@ -918,7 +919,7 @@ spec:
             emitters.update(&key, |list| {
                 list.push(Emit {
                     rule: 0,
-                    trigger: None,
+                    trigger: Arc::new(None),
                     desired: desired(ns, name),
                 })
             });

@@ -986,7 +986,7 @@ mod tests {
         assert!(c.dirty);
         let live = &w.owned[&ObjectId::new(OutputKind::ClusterRole, "", "x")];
         assert!(live.object()["metadata"].get("managedFields").is_none());
-        assert!(live.ours.as_ref().is_some_and(|o| o.labels.contains("a")));
+        assert!(live.ours().is_some_and(|o| o.labels.contains("a")));
         let c = w.apply(owned(OutputKind::ClusterRole, Event::Delete(role)));
         assert!(c.dirty);
         assert!(w.owned.is_empty());

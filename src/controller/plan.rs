@@ -79,9 +79,35 @@ pub struct OwnedFields {
     /// Annotation keys.
     pub annotations: Keys,
     /// uids of ownerReferences.
-    pub owner_uids: BTreeSet<String>,
+    pub owner_uids: Uids,
     /// Top-level fields (`rules`, `aggregationRule`, `subjects`, ...).
     pub top: Keys,
+}
+
+/// A few uids, sorted: one per ownerReference of an object (a set of
+/// one is most of the memory of a `BTreeSet`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Uids(Box<[Box<str>]>);
+
+impl Uids {
+    /// Whether `uid` is one of them.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.0.binary_search_by(|u| (**u).cmp(uid)).is_ok()
+    }
+
+    /// Each, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|u| &**u)
+    }
+}
+
+impl<S: Into<Box<str>>> FromIterator<S> for Uids {
+    fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> Self {
+        let mut all: Vec<Box<str>> = iter.into_iter().map(Into::into).collect();
+        all.sort_unstable();
+        all.dedup();
+        Uids(all.into())
+    }
 }
 
 /// A set of field names, shared by every object that has the same one
@@ -267,6 +293,43 @@ pub struct Live {
     content: Arc<Content>,
     /// The body as JSON while `object` is `None` ([`Live::pack`]).
     packed: Option<Packed>,
+    /// The desired copy the last plan found equal to this version.
+    equal: EqualTo,
+}
+
+/// The plan's memo, kept with the live version it is about: the desired
+/// copy the last plan found equal to it. The engine reuses the shared copy
+/// of an output it did not re-render, and a live object changes version
+/// only when it changed (a new [`Live`], starting empty); so a pass
+/// compares only the objects whose desired copy or live version is new,
+/// and a resync or a change to one trigger costs a pointer comparison per
+/// object. Holding the desired copy keeps its address from being reused.
+/// Not part of the object's value (equality ignores it).
+#[derive(Debug, Default)]
+struct EqualTo(std::sync::Mutex<Option<Manifest>>);
+
+impl EqualTo {
+    fn get(&self) -> Option<Manifest> {
+        self.0.lock().ok().and_then(|m| m.clone())
+    }
+
+    fn set(&self, desired: Option<&Manifest>) {
+        if let Ok(mut m) = self.0.lock() {
+            *m = desired.cloned();
+        }
+    }
+}
+
+impl Clone for EqualTo {
+    fn clone(&self) -> Self {
+        EqualTo(std::sync::Mutex::new(self.get()))
+    }
+}
+
+impl PartialEq for EqualTo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// What the plan, provenance and the Helm check read of a live object's
@@ -441,6 +504,7 @@ impl Live {
             content: Arc::new(content),
             object: Some(Arc::new(object)),
             packed: None,
+            equal: EqualTo::default(),
         }
     }
 
@@ -868,9 +932,11 @@ fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     }
     let (w, l) = (&want.content, &live.content);
     let missing_owner = w.owner_refs.iter().any(|r| !l.owner_refs.contains(r));
-    let stale_owner = live
-        .ours()
-        .is_some_and(|o| o.owner_uids.iter().any(|u| !w.owner_uids.contains(u)));
+    let stale_owner = live.ours().is_some_and(|o| {
+        o.owner_uids
+            .iter()
+            .any(|u| !w.owner_uids.iter().any(|w| w == u))
+    });
     if missing_owner || stale_owner {
         out.push("ownerReferences");
     }
@@ -1017,78 +1083,28 @@ impl Plan {
 ///   evaluated because a watch they need is not synced).
 /// - `prune`: whether deletions are allowed; false while the view may be
 ///   incomplete. Applies are still planned.
+///
+/// Each live object found equal remembers the desired copy it equals, so
+/// the next plan compares only what changed since (see [`Live`]).
 pub fn plan(
     evaluation: &Evaluation,
     live: &BTreeMap<ObjectId, Live>,
     held: &BTreeSet<String>,
     prune: bool,
 ) -> Plan {
-    plan_with(evaluation, live, held, prune, &mut Compared::default())
-}
-
-/// The desired copies and live versions the last plan found equal. The
-/// engine reuses the shared copy of an output it did not re-render, and a
-/// live object changes version only when it changed; so a pass compares
-/// only the objects whose desired copy or live version is new, and a
-/// resync or a change to one trigger costs a pointer and a version
-/// comparison per object. Holding the desired copies keeps their addresses
-/// from being reused; live bodies are not held.
-#[derive(Debug, Default)]
-pub struct Compared {
-    equal: BTreeMap<ObjectId, (Manifest, LiveVersion)>,
-}
-
-/// What tells one version of a live object from another without holding
-/// its body (which the world may keep slim or packed, see [`Live::slim`]
-/// and [`Live::pack`]).
-#[derive(Debug, PartialEq)]
-struct LiveVersion {
-    uid: Option<Arc<str>>,
-    resource_version: Option<Arc<str>>,
-    content: Arc<Content>,
-}
-
-impl LiveVersion {
-    fn of(live: &Live) -> LiveVersion {
-        LiveVersion {
-            uid: live.uid.clone(),
-            resource_version: live.resource_version.clone(),
-            content: Arc::clone(&live.content),
-        }
-    }
-}
-
-impl Compared {
-    fn known_equal(&self, id: &ObjectId, desired: &Manifest, live: &Live) -> bool {
-        self.equal.get(id).is_some_and(|(d, l)| {
-            Manifest::ptr_eq(d, desired)
-                && l.resource_version.as_deref() == live.resource_version()
-                && l.uid == live.uid
-                && l.content == live.content
-        })
-    }
-}
-
-/// [`plan`], remembering in `compared` what was found equal for the next
-/// call.
-pub fn plan_with(
-    evaluation: &Evaluation,
-    live: &BTreeMap<ObjectId, Live>,
-    held: &BTreeSet<String>,
-    prune: bool,
-    compared: &mut Compared,
-) -> Plan {
     let mut out = Plan::default();
     let mut wanted: BTreeSet<ObjectId> = BTreeSet::new();
-    let mut equal = BTreeMap::new();
     for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert(id.clone());
         let mut keep_helm = false;
         let action = match live.get(&id) {
             None => ApplyAction::Create,
-            Some(l) if compared.known_equal(&id, &d.object, l) => {
-                equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
+            Some(l)
+                if l.equal
+                    .get()
+                    .is_some_and(|e| Manifest::ptr_eq(&e, &d.object)) =>
+            {
                 out.unchanged.push((id, d.rule.clone()));
                 continue;
             }
@@ -1101,10 +1117,11 @@ pub fn plan_with(
                 }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
-                    equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
+                    l.equal.set(Some(&d.object));
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
                 }
+                l.equal.set(None);
                 if diff.contains(&"roleRef") {
                     ApplyAction::Recreate {
                         uid: l.uid().map(str::to_string),
@@ -1124,7 +1141,6 @@ pub fn plan_with(
             action,
         });
     }
-    compared.equal = equal;
     out.applies.sort_by(|a, b| a.id.cmp(&b.id));
 
     for (id, l) in live {
@@ -1640,15 +1656,14 @@ mod plan_tests {
             manifest(OutputKind::Role, "a", "x", "r", "T/a"),
             manifest(OutputKind::Role, "a", "y", "r", "T/a"),
         ]);
-        let mut compared = Compared::default();
-        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        let p = plan(&evaluation, &live, &BTreeSet::new(), true);
         assert_eq!((p.applies.len(), p.unchanged.len()), (0, 2));
-        assert_eq!(compared.equal.len(), 2);
+        assert!(live.values().all(|l| l.equal.get().is_some()));
         // Someone edits y: its new live copy is compared and repaired.
         let mut edited = manifest(OutputKind::Role, "a", "y", "r", "T/a");
         edited["rules"] = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
         live.insert(ObjectId::new(OutputKind::Role, "a", "y"), Live::new(edited));
-        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        let p = plan(&evaluation, &live, &BTreeSet::new(), true);
         let ids: Vec<&str> = p.applies.iter().map(|a| a.id.name.as_str()).collect();
         assert_eq!(ids, vec!["y"]);
         assert_eq!(p.applies[0].action, ApplyAction::Update(vec!["rules"]));
@@ -1661,10 +1676,10 @@ mod plan_tests {
             ObjectId::new(OutputKind::Role, "a", "y"),
             Live::new(manifest(OutputKind::Role, "a", "y", "r", "T/a")),
         );
-        let p = plan_with(&again, &live, &BTreeSet::new(), true, &mut compared);
+        let p = plan(&again, &live, &BTreeSet::new(), true);
         assert!(p.applies.is_empty(), "{:?}", p.applies);
-        let remembered = &compared.equal[&ObjectId::new(OutputKind::Role, "a", "x")].0;
-        assert!(Manifest::ptr_eq(remembered, &fresh));
+        let remembered = live[&ObjectId::new(OutputKind::Role, "a", "x")].equal.get();
+        assert!(remembered.is_some_and(|r| Manifest::ptr_eq(&r, &fresh)));
     }
 
     #[test]

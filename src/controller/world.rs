@@ -531,6 +531,15 @@ impl World {
             && (self.allow_name.is_none() || self.allow_listing.synced)
     }
 
+    /// Whether a list is in progress: a watch (re)started and has not yet
+    /// received all of it. Its end is a change that asks for a pass.
+    pub fn listing(&self) -> bool {
+        self.rules_listing.buffer.is_some()
+            || self.allow_listing.buffer.is_some()
+            || !self.relisting.is_empty()
+            || self.kinds.values().any(|w| w.seen.is_some())
+    }
+
     /// Whether every rule kind has either listed or been found unserved:
     /// the initial sync is done (readiness) and pruning is allowed.
     pub fn kinds_settled(&self) -> bool {
@@ -961,6 +970,20 @@ mod tests {
         assert!(!w.base_synced());
         listed(&mut w, |e| owned(OutputKind::Role, e), vec![]);
         assert!(w.base_synced());
+    }
+
+    #[test]
+    fn a_list_in_progress_is_known_until_its_end() {
+        let mut w = base_world();
+        assert!(!w.listing());
+        w.apply(owned(OutputKind::Role, Event::Init));
+        assert!(w.listing());
+        w.apply(owned(OutputKind::Role, Event::InitDone));
+        assert!(!w.listing());
+        w.apply(Feed::Rules(Box::new(Event::Init)));
+        assert!(w.listing());
+        w.apply(Feed::Rules(Box::new(Event::InitDone)));
+        assert!(!w.listing());
     }
 
     #[test]

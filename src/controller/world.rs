@@ -349,6 +349,7 @@ impl World {
                                 // the last list (no pruning from it while
                                 // unresolved) and rediscover later.
                                 w.watching = false;
+                                w.seen = None;
                                 w.unresolved =
                                     Some(format!("{gk} is no longer served by the API server"));
                                 change.lost_kind = true;

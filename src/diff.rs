@@ -160,9 +160,7 @@ pub fn entries(
                 };
                 let before = live.map(|l| l.object().clone());
                 let after = match live {
-                    Some(l) if change == Change::Update => {
-                        applied(l.object(), l.ours.as_ref(), &body)
-                    }
+                    Some(l) if change == Change::Update => applied(l.object(), l.ours(), &body),
                     _ => clean(&body),
                 };
                 entry(change, None, before, Some(after))

@@ -127,8 +127,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// The async runtime of `run` and `diff`: their tasks wait on the network
+/// (watches, writes) and the engine runs on a thread of its own
+/// (`block_in_place`), so two workers serve them on any machine. Tokio's
+/// default, one per core, gives a large node dozens of threads, each with
+/// its stack and the allocator's per-thread caches.
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
 }

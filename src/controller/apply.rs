@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::future::{BoxFuture, FutureExt};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Client;
@@ -293,52 +292,36 @@ pub async fn execute(
     let writer = &writer;
     let mut applied: Vec<(usize, Applied)> = Vec::with_capacity(plan.applies.len());
     // Roles first: bindings wait for the roles they name.
-    let roles: Vec<BoxFuture<'_, (usize, Applied)>> = plan
-        .applies
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| a.id.kind.is_role())
-        .map(|(i, a)| async move { (i, writer.apply(a).await) }.boxed())
-        .collect();
-    applied.extend(bounded(limit, roles).await);
+    let roles = indices(&plan.applies, |a| a.id.kind.is_role());
+    let apply = |i: usize| async move { (i, writer.apply(&plan.applies[i]).await) };
+    applied.extend(bounded(limit, roles, apply).await);
     // Roles planned but not written: bindings naming them wait.
     let unwritten: BTreeSet<&ObjectId> = applied
         .iter()
         .filter(|(_, r)| !r.outcome.is_applied())
         .map(|(i, _)| &plan.applies[*i].id)
         .collect();
-    let bindings: Vec<BoxFuture<'_, (usize, Applied)>> = plan
-        .applies
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| !a.id.kind.is_role())
-        .map(|(i, a)| {
-            let blocked = role_ref(&a.id, &a.object).filter(|r| unwritten.contains(r));
-            async move {
-                let result = match blocked {
-                    Some(role) => Applied::outcome(Outcome::Blocked(format!(
-                        "{} is not written: the {role} it names was not written",
-                        a.id
-                    ))),
-                    None => writer.apply(a).await,
-                };
-                (i, result)
-            }
-            .boxed()
-        })
-        .collect();
-    applied.extend(bounded(limit, bindings).await);
+    let bindings = indices(&plan.applies, |a| !a.id.kind.is_role());
+    let unwritten = &unwritten;
+    let apply = |i: usize| async move {
+        let a = &plan.applies[i];
+        let blocked = role_ref(&a.id, &a.object).filter(|r| unwritten.contains(r));
+        let result = match blocked {
+            Some(role) => Applied::outcome(Outcome::Blocked(format!(
+                "{} is not written: the {role} it names was not written",
+                a.id
+            ))),
+            None => writer.apply(a).await,
+        };
+        (i, result)
+    };
+    applied.extend(bounded(limit, bindings, apply).await);
     // Bindings go before the roles they name (the plan sorts them so).
     let mut deleted: Vec<(usize, Outcome)> = Vec::with_capacity(plan.deletes.len());
     for wave in [false, true] {
-        let deletes: Vec<BoxFuture<'_, (usize, Outcome)>> = plan
-            .deletes
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| d.id.kind.is_role() == wave)
-            .map(|(i, d)| async move { (i, writer.delete(d).await) }.boxed())
-            .collect();
-        deleted.extend(bounded(limit, deletes).await);
+        let deletes = indices(&plan.deletes, |d| d.id.kind.is_role() == wave);
+        let delete = |i: usize| async move { (i, writer.delete(&plan.deletes[i]).await) };
+        deleted.extend(bounded(limit, deletes, delete).await);
     }
 
     // Deterministic report: plan order, whatever order the answers came in.
@@ -369,9 +352,24 @@ pub async fn execute(
     out
 }
 
-/// Runs `jobs`, at most `limit` at once; results in completion order.
-async fn bounded<T>(limit: usize, jobs: Vec<BoxFuture<'_, T>>) -> Vec<T> {
-    stream::iter(jobs).buffer_unordered(limit).collect().await
+/// The positions of the items `keep` selects.
+fn indices<T>(items: &[T], keep: impl Fn(&T) -> bool) -> Vec<usize> {
+    (0..items.len()).filter(|i| keep(&items[*i])).collect()
+}
+
+/// Runs `job` for each index, at most `limit` at once; results in
+/// completion order. Each job is made only when it starts: a pass of
+/// thousands of writes holds `limit` requests in memory, not one per write.
+async fn bounded<F: Future>(
+    limit: usize,
+    jobs: Vec<usize>,
+    job: impl FnMut(usize) -> F,
+) -> Vec<F::Output> {
+    stream::iter(jobs)
+        .map(job)
+        .buffer_unordered(limit)
+        .collect()
+        .await
 }
 
 impl Writer<'_> {

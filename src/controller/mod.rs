@@ -108,6 +108,8 @@ pub struct RunArgs {
 const MAX_RETRY: Duration = Duration::from_secs(120);
 /// First wait before retrying failed writes.
 const FIRST_RETRY: Duration = Duration::from_secs(2);
+/// Longest a pass waits for lists in progress to end.
+const MAX_LIST_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs the controller until SIGTERM or ctrl-c.
 pub async fn run(args: RunArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -285,6 +287,8 @@ async fn control_loop(
 
     let debounce = Duration::from_millis(args.debounce_ms);
     let mut due: Option<Instant> = None;
+    // Since when a due pass has waited for lists in progress.
+    let mut list_wait: Option<Instant> = None;
     let mut retry = FIRST_RETRY;
     let mut resync = tokio::time::interval(Duration::from_secs(args.resync_seconds.max(1)));
     let mut rediscovery =
@@ -321,6 +325,16 @@ async fn control_loop(
             // (or any event): the plan would see those objects as missing
             // or stale and write them again.
             _ = tokio::time::sleep_until(wake), if due.is_some() && running.is_none() && rx.is_empty() => {
+                // A pass blocks the loop while it plans: one planned while
+                // lists stream in (a relist of every watch) would leave
+                // them queued, a second copy of every object listed. It
+                // waits for their end (which asks for a pass), a while.
+                if !world.listing() {
+                    list_wait = None;
+                } else if list_wait.get_or_insert_with(Instant::now).elapsed() < MAX_LIST_WAIT {
+                    due = Some(Instant::now() + debounce.max(Duration::from_millis(50)));
+                    continue;
+                }
                 due = None;
                 if !world.base_synced() {
                     continue;

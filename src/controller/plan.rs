@@ -72,16 +72,42 @@ impl fmt::Display for ObjectId {
 /// The fields our field manager set on a live object, read from its
 /// `managedFields` entry: what a server-side apply that leaves a field out
 /// would remove.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct OwnedFields {
     /// Label keys.
     pub labels: Keys,
     /// Annotation keys.
     pub annotations: Keys,
     /// uids of ownerReferences.
-    pub owner_uids: BTreeSet<String>,
+    pub owner_uids: Uids,
     /// Top-level fields (`rules`, `aggregationRule`, `subjects`, ...).
     pub top: Keys,
+}
+
+/// A few uids, sorted: one per ownerReference of an object (a set of
+/// one is most of the memory of a `BTreeSet`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Uids(Box<[Box<str>]>);
+
+impl Uids {
+    /// Whether `uid` is one of them.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.0.binary_search_by(|u| (**u).cmp(uid)).is_ok()
+    }
+
+    /// Each, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|u| &**u)
+    }
+}
+
+impl<S: Into<Box<str>>> FromIterator<S> for Uids {
+    fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> Self {
+        let mut all: Vec<Box<str>> = iter.into_iter().map(Into::into).collect();
+        all.sort_unstable();
+        all.dedup();
+        Uids(all.into())
+    }
 }
 
 /// A set of field names, shared by every object that has the same one
@@ -245,7 +271,9 @@ fn lookup<'a>(pairs: &'a Pairs, key: &str) -> Option<&'a str> {
 
 /// A live RBAC object of an output kind, as cached from the watches: what
 /// the plan compares (digests, labels and annotations, not the body) and,
-/// where something reads it, the body the engine reads.
+/// where something reads it, the body the engine reads. Thousands are held
+/// at once, so what equal objects have alike is shared: labels,
+/// annotations and owned fields ([`Meta`]), and the packed parts of a body.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
     /// Its identity, when it is an RBAC object.
@@ -255,53 +283,143 @@ pub struct Live {
     /// ([`Live::pack`]). The world keeps only [`Live::slim`] of it where
     /// policy alone reads it.
     object: Option<Arc<Value>>,
+    /// Labels, annotations and what our field manager owns (shared).
+    meta: Arc<Meta>,
+    /// metadata.uid.
+    uid: Option<Box<str>>,
+    /// metadata.resourceVersion.
+    resource_version: Option<Box<str>>,
+    /// The compared parts, as digests.
+    content: Content,
+    /// The body as JSON while `object` is `None` ([`Live::pack`]).
+    packed: Option<Packed>,
+    /// The desired copy the last plan found equal to this version.
+    equal: EqualTo,
+}
+
+/// The plan's memo, kept with the live version it is about: the desired
+/// copy the last plan found equal to it. The engine reuses the shared copy
+/// of an output it did not re-render, and a live object changes version
+/// only when it changed (a new [`Live`], starting empty); so a pass
+/// compares only the objects whose desired copy or live version is new,
+/// and a resync or a change to one trigger costs a pointer comparison per
+/// object. Holding the desired copy keeps its address from being reused.
+/// Not part of the object's value (equality ignores it).
+#[derive(Debug, Default)]
+struct EqualTo(std::sync::Mutex<Option<Manifest>>);
+
+impl EqualTo {
+    fn get(&self) -> Option<Manifest> {
+        self.0.lock().ok().and_then(|m| m.clone())
+    }
+
+    fn set(&self, desired: Option<&Manifest>) {
+        if let Ok(mut m) = self.0.lock() {
+            *m = desired.cloned();
+        }
+    }
+}
+
+impl Clone for EqualTo {
+    fn clone(&self) -> Self {
+        EqualTo(std::sync::Mutex::new(self.get()))
+    }
+}
+
+impl PartialEq for EqualTo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// What the plan, provenance and the Helm check read of a live object's
+/// metadata, shared by every object with equal ones (the outputs of one
+/// trigger and shape): one copy per trigger, not per object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct Meta {
     /// metadata.labels.
     labels: Pairs,
     /// metadata.annotations.
     annotations: Pairs,
     /// What our field manager owns on it, when known.
-    pub ours: Option<OwnedFields>,
-    /// metadata.uid (shared with the plan's memo).
-    uid: Option<Arc<str>>,
-    /// metadata.resourceVersion (shared with the plan's memo).
-    resource_version: Option<Arc<str>>,
-    /// The compared parts, as digests.
-    content: Arc<Content>,
-    /// The body as JSON while `object` is `None` ([`Live::pack`]).
-    packed: Option<Packed>,
+    ours: Option<OwnedFields>,
 }
 
-/// A packed body: the JSON of all but `rules`, and of `rules` (shared).
+/// A packed body: the JSON of what the summary does not hold (shared by
+/// equal objects), and of `rules` (shared); `restore` says which fields
+/// the summary gives back ([`Live::unpack`]).
 #[derive(Clone, Debug, PartialEq)]
 struct Packed {
     rest: Arc<[u8]>,
     rules: Option<Arc<[u8]>>,
+    restore: u8,
 }
 
-/// The one shared copy of `bytes` among those alive. Entries of dropped
-/// copies are swept as the table grows.
-fn share(bytes: Vec<u8>) -> Arc<[u8]> {
-    use std::collections::HashMap;
-    use std::hash::{BuildHasher, RandomState};
-    use std::sync::{Mutex, OnceLock, Weak};
-    type Table = (RandomState, HashMap<u64, Vec<Weak<[u8]>>>, usize);
-    static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
-    let table = TABLE.get_or_init(|| Mutex::new((RandomState::new(), HashMap::new(), 0)));
+/// A part of a packed body: a field as it is, or metadata without what
+/// the summary holds.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Part<'a> {
+    Value(&'a Value),
+    Map(BTreeMap<&'a str, &'a Value>),
+}
+
+/// Fields of a packed body restored from the summary.
+mod restore {
+    pub const API_VERSION: u8 = 1;
+    pub const KIND: u8 = 2;
+    pub const NAME: u8 = 4;
+    pub const NAMESPACE: u8 = 8;
+    pub const UID: u8 = 16;
+    pub const RESOURCE_VERSION: u8 = 32;
+    pub const LABELS: u8 = 64;
+    pub const ANNOTATIONS: u8 = 128;
+}
+
+/// Values shared by content among those alive: the one copy of a value
+/// equal to one already held, else the new one. Entries of dropped copies
+/// are swept as the table grows.
+struct Table<T: ?Sized> {
+    state: std::hash::RandomState,
+    map: std::collections::HashMap<u64, Vec<std::sync::Weak<T>>>,
+    inserts: usize,
+}
+
+type Shared<T> = std::sync::OnceLock<std::sync::Mutex<Table<T>>>;
+
+/// The one shared copy of `value` in `table` (made by `make` if none).
+fn share_in<T: ?Sized + std::hash::Hash + Eq, V: std::borrow::Borrow<T>>(
+    table: &'static Shared<T>,
+    value: V,
+    make: impl FnOnce(V) -> Arc<T>,
+) -> Arc<T> {
+    use std::hash::BuildHasher;
+    let table = table.get_or_init(|| {
+        std::sync::Mutex::new(Table {
+            state: std::hash::RandomState::new(),
+            map: std::collections::HashMap::new(),
+            inserts: 0,
+        })
+    });
     let Ok(mut guard) = table.lock() else {
-        return bytes.into();
+        return make(value);
     };
-    let (state, map, inserts) = &mut *guard;
-    let hash = state.hash_one(&bytes);
+    let Table {
+        state,
+        map,
+        inserts,
+    } = &mut *guard;
+    let hash = state.hash_one(value.borrow());
     let bucket = map.entry(hash).or_default();
     bucket.retain(|w| w.strong_count() > 0);
     if let Some(found) = bucket
         .iter()
-        .filter_map(Weak::upgrade)
-        .find(|b| **b == *bytes)
+        .filter_map(std::sync::Weak::upgrade)
+        .find(|b| **b == *value.borrow())
     {
         return found;
     }
-    let shared: Arc<[u8]> = bytes.into();
+    let shared = make(value);
     bucket.push(Arc::downgrade(&shared));
     *inserts += 1;
     if *inserts >= map.len().max(1024) {
@@ -312,6 +430,18 @@ fn share(bytes: Vec<u8>) -> Arc<[u8]> {
         });
     }
     shared
+}
+
+/// The one shared copy of `bytes` among those alive.
+fn share(bytes: Vec<u8>) -> Arc<[u8]> {
+    static TABLE: Shared<[u8]> = Shared::new();
+    share_in(&TABLE, bytes, Arc::from)
+}
+
+/// The one shared copy of `meta` among those alive.
+fn share_meta(meta: Meta) -> Arc<Meta> {
+    static TABLE: Shared<Meta> = Shared::new();
+    share_in(&TABLE, meta, Arc::new)
 }
 
 /// What [`Live::slim`] keeps: top-level fields (apiVersion and kind
@@ -358,16 +488,23 @@ impl Live {
 
     fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
         let meta = &object["metadata"];
+        let mut content = Content::of(&object);
+        // Read on the desired side only: the digests of the references
+        // already tell one live version from another.
+        content.owner_uids = Box::default();
         Live {
             id: ObjectId::of(&object),
-            uid: meta["uid"].as_str().map(Arc::from),
-            resource_version: meta["resourceVersion"].as_str().map(Arc::from),
-            labels: pairs(meta["labels"].as_object()),
-            annotations: pairs(meta["annotations"].as_object()),
-            content: Arc::new(Content::of(&object)),
+            uid: meta["uid"].as_str().map(Box::from),
+            resource_version: meta["resourceVersion"].as_str().map(Box::from),
+            meta: share_meta(Meta {
+                labels: pairs(meta["labels"].as_object()),
+                annotations: pairs(meta["annotations"].as_object()),
+                ours,
+            }),
+            content,
             object: Some(Arc::new(object)),
-            ours,
             packed: None,
+            equal: EqualTo::default(),
         }
     }
 
@@ -397,18 +534,68 @@ impl Live {
 
     /// Keeps the body as JSON bytes only (a fraction of its size as a
     /// tree): the plan reads the summary, and nothing else reads the body
-    /// while a desired copy stands for the object. The `rules` are packed
-    /// apart and shared by every packed object with the same list
-    /// (namespace Roles copy the same ClusterRoles). Idempotent.
+    /// while a desired copy stands for the object. What the summary holds
+    /// (apiVersion, kind, name, namespace, uid, resourceVersion, labels,
+    /// annotations) is left out, so the rest is shared by equal objects;
+    /// the `rules` are packed apart and shared by every packed object with
+    /// the same list (namespace Roles copy the same ClusterRoles).
+    /// Idempotent.
     pub fn pack(&mut self) {
+        use restore::*;
         let Some(map) = self.object.as_deref().and_then(Value::as_object) else {
             return;
         };
-        let rest: BTreeMap<&str, &Value> = map
-            .iter()
-            .filter(|(k, _)| *k != "rules")
-            .map(|(k, v)| (k.as_str(), v))
-            .collect();
+        let mut restore = 0;
+        // Only what the summary gives back exactly is left out.
+        let texts = |v: &Value| {
+            v.as_object()
+                .is_some_and(|m| m.values().all(Value::is_string))
+        };
+        let mut meta: Option<BTreeMap<&str, &Value>> = None;
+        if let Some(m) = map.get("metadata").and_then(Value::as_object) {
+            let mut rest = BTreeMap::new();
+            for (k, v) in m {
+                let bit = match (k.as_str(), &self.id) {
+                    ("name", Some(id)) if v.as_str() == Some(id.name.as_str()) => NAME,
+                    ("namespace", Some(id))
+                        if !id.namespace.is_empty() && v.as_str() == Some(&id.namespace) =>
+                    {
+                        NAMESPACE
+                    }
+                    ("uid", _) if v.as_str().is_some() && v.as_str() == self.uid() => UID,
+                    ("resourceVersion", _)
+                        if v.as_str().is_some() && v.as_str() == self.resource_version() =>
+                    {
+                        RESOURCE_VERSION
+                    }
+                    ("labels", _) if texts(v) => LABELS,
+                    ("annotations", _) if texts(v) => ANNOTATIONS,
+                    _ => 0,
+                };
+                if bit == 0 {
+                    rest.insert(k.as_str(), v);
+                }
+                restore |= bit;
+            }
+            meta = Some(rest);
+        }
+        let mut rest: BTreeMap<&str, Part<'_>> = BTreeMap::new();
+        for (k, v) in map {
+            match k.as_str() {
+                "rules" => {}
+                "metadata" if meta.is_some() => {}
+                "apiVersion" | "kind" if self.id.is_some() => {
+                    // ObjectId::of read both from the body.
+                    restore |= if k == "kind" { KIND } else { API_VERSION };
+                }
+                _ => {
+                    rest.insert(k.as_str(), Part::Value(v));
+                }
+            }
+        }
+        if let Some(m) = meta {
+            rest.insert("metadata", Part::Map(m));
+        }
         let Ok(rest) = serde_json::to_vec(&rest) else {
             return;
         };
@@ -418,8 +605,9 @@ impl Live {
             Some(Err(_)) => return,
         };
         self.packed = Some(Packed {
-            rest: rest.into(),
+            rest: share(rest),
             rules,
+            restore,
         });
         self.object = None;
     }
@@ -430,15 +618,7 @@ impl Live {
         let Some(packed) = self.packed.take() else {
             return false;
         };
-        let parsed = serde_json::from_slice::<Value>(&packed.rest).and_then(|mut v| {
-            if let Some(rules) = &packed.rules
-                && let Some(map) = v.as_object_mut()
-            {
-                map.insert("rules".into(), serde_json::from_slice(rules)?);
-            }
-            Ok(v)
-        });
-        match parsed {
+        match self.unpacked(&packed) {
             Ok(v) => {
                 self.object = Some(Arc::new(v));
                 true
@@ -450,6 +630,64 @@ impl Live {
                 false
             }
         }
+    }
+
+    /// The body `packed` and the summary stand for.
+    fn unpacked(&self, packed: &Packed) -> Result<Value, serde_json::Error> {
+        use restore::*;
+        let mut v: Value = serde_json::from_slice(&packed.rest)?;
+        let Some(map) = v.as_object_mut() else {
+            return Ok(v);
+        };
+        if let Some(rules) = &packed.rules {
+            map.insert("rules".into(), serde_json::from_slice(rules)?);
+        }
+        let has = |bit: u8| packed.restore & bit != 0;
+        let text = |s: &str| Value::String(s.to_string());
+        let object = |pairs: &Pairs| {
+            Value::Object(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), text(v)))
+                    .collect(),
+            )
+        };
+        if let Some(id) = &self.id {
+            if has(API_VERSION) {
+                map.insert("apiVersion".into(), text(RBAC_API_VERSION));
+            }
+            if has(KIND) {
+                map.insert("kind".into(), text(id.kind.as_str()));
+            }
+        }
+        if let Some(Value::Object(m)) = map.get_mut("metadata") {
+            let fields = [
+                (NAME, "name", self.id.as_ref().map(|id| text(&id.name))),
+                (
+                    NAMESPACE,
+                    "namespace",
+                    self.id.as_ref().map(|id| text(&id.namespace)),
+                ),
+                (UID, "uid", self.uid().map(text)),
+                (
+                    RESOURCE_VERSION,
+                    "resourceVersion",
+                    self.resource_version().map(text),
+                ),
+                (LABELS, "labels", Some(object(&self.meta.labels))),
+                (
+                    ANNOTATIONS,
+                    "annotations",
+                    Some(object(&self.meta.annotations)),
+                ),
+            ];
+            for (bit, key, value) in fields {
+                if let (true, Some(value)) = (has(bit), value) {
+                    m.insert(key.into(), value);
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// Whether the body is packed.
@@ -521,12 +759,12 @@ impl Live {
 
     /// A label's value.
     pub fn label(&self, key: &str) -> Option<&str> {
-        lookup(&self.labels, key)
+        lookup(&self.meta.labels, key)
     }
 
     /// An annotation's value.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        lookup(&self.annotations, key)
+        lookup(&self.meta.annotations, key)
     }
 
     /// The rule annotation (provenance), if present.
@@ -537,6 +775,11 @@ impl Live {
     /// The trigger annotation, if present.
     pub fn trigger(&self) -> Option<&str> {
         self.annotation(&trigger_annotation())
+    }
+
+    /// What our field manager owns on it, when known.
+    pub fn ours(&self) -> Option<&OwnedFields> {
+        self.meta.ours.as_ref()
     }
 
     /// metadata.uid.
@@ -665,14 +908,14 @@ fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
         (
             "labels",
             want.labels,
-            &live.labels,
-            live.ours.as_ref().map(|o| &o.labels),
+            &live.meta.labels,
+            live.ours().map(|o| &o.labels),
         ),
         (
             "annotations",
             want.annotations,
-            &live.annotations,
-            live.ours.as_ref().map(|o| &o.annotations),
+            &live.meta.annotations,
+            live.ours().map(|o| &o.annotations),
         ),
     ] {
         let missing = wanted
@@ -689,14 +932,15 @@ fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     }
     let (w, l) = (&want.content, &live.content);
     let missing_owner = w.owner_refs.iter().any(|r| !l.owner_refs.contains(r));
-    let stale_owner = live
-        .ours
-        .as_ref()
-        .is_some_and(|o| o.owner_uids.iter().any(|u| !w.owner_uids.contains(u)));
+    let stale_owner = live.ours().is_some_and(|o| {
+        o.owner_uids
+            .iter()
+            .any(|u| !w.owner_uids.iter().any(|w| w == u))
+    });
     if missing_owner || stale_owner {
         out.push("ownerReferences");
     }
-    let owns = |f: &str| live.ours.as_ref().is_none_or(|o| o.top.contains(f));
+    let owns = |f: &str| live.ours().is_none_or(|o| o.top.contains(f));
     match want.kind {
         Some(k) if k.is_role() => {
             if w.aggregation_rule.is_none() {
@@ -839,78 +1083,30 @@ impl Plan {
 ///   evaluated because a watch they need is not synced).
 /// - `prune`: whether deletions are allowed; false while the view may be
 ///   incomplete. Applies are still planned.
+///
+/// Each live object found equal remembers the desired copy it equals, so
+/// the next plan compares only what changed since (see [`Live`]).
 pub fn plan(
     evaluation: &Evaluation,
     live: &BTreeMap<ObjectId, Live>,
     held: &BTreeSet<String>,
     prune: bool,
 ) -> Plan {
-    plan_with(evaluation, live, held, prune, &mut Compared::default())
-}
-
-/// The desired copies and live versions the last plan found equal. The
-/// engine reuses the shared copy of an output it did not re-render, and a
-/// live object changes version only when it changed; so a pass compares
-/// only the objects whose desired copy or live version is new, and a
-/// resync or a change to one trigger costs a pointer and a version
-/// comparison per object. Holding the desired copies keeps their addresses
-/// from being reused; live bodies are not held.
-#[derive(Debug, Default)]
-pub struct Compared {
-    equal: BTreeMap<ObjectId, (Manifest, LiveVersion)>,
-}
-
-/// What tells one version of a live object from another without holding
-/// its body (which the world may keep slim or packed, see [`Live::slim`]
-/// and [`Live::pack`]).
-#[derive(Debug, PartialEq)]
-struct LiveVersion {
-    uid: Option<Arc<str>>,
-    resource_version: Option<Arc<str>>,
-    content: Arc<Content>,
-}
-
-impl LiveVersion {
-    fn of(live: &Live) -> LiveVersion {
-        LiveVersion {
-            uid: live.uid.clone(),
-            resource_version: live.resource_version.clone(),
-            content: Arc::clone(&live.content),
-        }
-    }
-}
-
-impl Compared {
-    fn known_equal(&self, id: &ObjectId, desired: &Manifest, live: &Live) -> bool {
-        self.equal.get(id).is_some_and(|(d, l)| {
-            Manifest::ptr_eq(d, desired)
-                && l.resource_version.as_deref() == live.resource_version()
-                && l.uid == live.uid
-                && l.content == live.content
-        })
-    }
-}
-
-/// [`plan`], remembering in `compared` what was found equal for the next
-/// call.
-pub fn plan_with(
-    evaluation: &Evaluation,
-    live: &BTreeMap<ObjectId, Live>,
-    held: &BTreeSet<String>,
-    prune: bool,
-    compared: &mut Compared,
-) -> Plan {
     let mut out = Plan::default();
-    let mut wanted: BTreeSet<ObjectId> = BTreeSet::new();
-    let mut equal = BTreeMap::new();
+    // Borrowed from the evaluation: no copy of every name per pass.
+    let mut wanted: std::collections::HashSet<(OutputKind, &str, &str)> =
+        std::collections::HashSet::with_capacity(evaluation.desired.len());
     for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
-        wanted.insert(id.clone());
+        wanted.insert((d.kind, d.namespace.as_str(), d.name.as_str()));
         let mut keep_helm = false;
         let action = match live.get(&id) {
             None => ApplyAction::Create,
-            Some(l) if compared.known_equal(&id, &d.object, l) => {
-                equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
+            Some(l)
+                if l.equal
+                    .get()
+                    .is_some_and(|e| Manifest::ptr_eq(&e, &d.object)) =>
+            {
                 out.unchanged.push((id, d.rule.clone()));
                 continue;
             }
@@ -923,10 +1119,11 @@ pub fn plan_with(
                 }
                 let diff = differences(&object, l);
                 if diff.is_empty() {
-                    equal.insert(id.clone(), (d.object.clone(), LiveVersion::of(l)));
+                    l.equal.set(Some(&d.object));
                     out.unchanged.push((id, d.rule.clone()));
                     continue;
                 }
+                l.equal.set(None);
                 if diff.contains(&"roleRef") {
                     ApplyAction::Recreate {
                         uid: l.uid().map(str::to_string),
@@ -946,11 +1143,10 @@ pub fn plan_with(
             action,
         });
     }
-    compared.equal = equal;
     out.applies.sort_by(|a, b| a.id.cmp(&b.id));
 
     for (id, l) in live {
-        if wanted.contains(id) || !l.is_managed() {
+        if wanted.contains(&(id.kind, id.namespace.as_str(), id.name.as_str())) || !l.is_managed() {
             continue;
         }
         let rule = l.rule().map(str::to_string);
@@ -1121,12 +1317,12 @@ mod tests {
         served["metadata"]["resourceVersion"] = json!("3");
         served["rules"][0]["resourceNames"] = json!([]);
         let l = live(served.clone());
-        assert_eq!(*l.content, Content::of(&desired));
+        assert_eq!(l.content, Content::of(&desired));
         assert!(differences(&desired, &l).is_empty());
         // One verb more: another digest, a write.
         served["rules"][0]["verbs"] = json!(["get", "list"]);
         let l = live(served.clone());
-        assert_ne!(*l.content, Content::of(&desired));
+        assert_ne!(l.content, Content::of(&desired));
         assert_eq!(differences(&desired, &l), vec!["rules"]);
         // The digest, not the body, decides: a slim copy compares the same.
         let mut slim = live(served);
@@ -1191,6 +1387,47 @@ mod tests {
         ));
         c.pack();
         assert!(!Arc::ptr_eq(&shared(&c).expect("rules"), &ra));
+    }
+
+    #[test]
+    fn packed_bodies_leave_out_what_the_summary_holds_and_share_the_rest() {
+        let body = |name: &str, uid: &str| {
+            json!({
+                "apiVersion": RBAC_API_VERSION, "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": "n", "uid": uid, "resourceVersion": "4",
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "T/a"},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "x"}]},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"},
+                "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "n"}],
+            })
+        };
+        let (a, b) = (body("a", "ua"), body("b", "ub"));
+        let (mut la, mut lb) = (live(a.clone()), live(b.clone()));
+        la.pack();
+        lb.pack();
+        let rest = |l: &Live| l.packed.as_ref().map(|p| p.rest.clone()).expect("packed");
+        assert!(
+            Arc::ptr_eq(&rest(&la), &rest(&lb)),
+            "one copy of equal rests"
+        );
+        assert!(
+            Arc::ptr_eq(&la.meta, &lb.meta),
+            "one copy of equal metadata"
+        );
+        let text = String::from_utf8(rest(&la).to_vec()).expect("utf-8");
+        assert!(!text.contains("\"a\"") && !text.contains("ua") && !text.contains("T/a"));
+        assert!(la.unpack() && lb.unpack());
+        assert_eq!((la.object(), lb.object()), (&a, &b));
+        // What the summary cannot give back exactly stays in the body.
+        let mut odd = body("c", "uc");
+        odd["metadata"]["labels"]["n"] = json!(1);
+        odd["metadata"]["annotations"] = json!({});
+        let mut lc = live(odd.clone());
+        lc.pack();
+        assert!(lc.unpack());
+        assert_eq!(lc.object(), &odd);
     }
 
     #[test]
@@ -1421,15 +1658,14 @@ mod plan_tests {
             manifest(OutputKind::Role, "a", "x", "r", "T/a"),
             manifest(OutputKind::Role, "a", "y", "r", "T/a"),
         ]);
-        let mut compared = Compared::default();
-        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        let p = plan(&evaluation, &live, &BTreeSet::new(), true);
         assert_eq!((p.applies.len(), p.unchanged.len()), (0, 2));
-        assert_eq!(compared.equal.len(), 2);
+        assert!(live.values().all(|l| l.equal.get().is_some()));
         // Someone edits y: its new live copy is compared and repaired.
         let mut edited = manifest(OutputKind::Role, "a", "y", "r", "T/a");
         edited["rules"] = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
         live.insert(ObjectId::new(OutputKind::Role, "a", "y"), Live::new(edited));
-        let p = plan_with(&evaluation, &live, &BTreeSet::new(), true, &mut compared);
+        let p = plan(&evaluation, &live, &BTreeSet::new(), true);
         let ids: Vec<&str> = p.applies.iter().map(|a| a.id.name.as_str()).collect();
         assert_eq!(ids, vec!["y"]);
         assert_eq!(p.applies[0].action, ApplyAction::Update(vec!["rules"]));
@@ -1442,10 +1678,10 @@ mod plan_tests {
             ObjectId::new(OutputKind::Role, "a", "y"),
             Live::new(manifest(OutputKind::Role, "a", "y", "r", "T/a")),
         );
-        let p = plan_with(&again, &live, &BTreeSet::new(), true, &mut compared);
+        let p = plan(&again, &live, &BTreeSet::new(), true);
         assert!(p.applies.is_empty(), "{:?}", p.applies);
-        let remembered = &compared.equal[&ObjectId::new(OutputKind::Role, "a", "x")].0;
-        assert!(Manifest::ptr_eq(remembered, &fresh));
+        let remembered = live[&ObjectId::new(OutputKind::Role, "a", "x")].equal.get();
+        assert!(remembered.is_some_and(|r| Manifest::ptr_eq(&r, &fresh)));
     }
 
     #[test]

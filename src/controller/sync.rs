@@ -89,8 +89,6 @@ pub struct Syncer {
     conflicts: ConflictMemo,
     /// Per rule, the warnings already published as Events.
     warned: BTreeMap<String, BTreeSet<String>>,
-    /// What the last plan found equal: the next compares only what changed.
-    compared: plan::Compared,
     writes: WriteOptions,
     /// Default denials switched off.
     waivers: Waivers,
@@ -122,7 +120,6 @@ impl Syncer {
             engine: None,
             conflicts: ConflictMemo::default(),
             warned: BTreeMap::new(),
-            compared: plan::Compared::default(),
             writes: WriteOptions::default(),
             waivers: Waivers::default(),
             limits: Limits::default(),
@@ -221,13 +218,8 @@ impl Syncer {
             .render_duration
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(renders, "evaluated");
-        let plan = plan::plan_with(
-            &evaluation,
-            snap.owned,
-            &held,
-            snap.prune,
-            &mut self.compared,
-        );
+        // The live objects remember what this plan finds equal.
+        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
         (evaluation, plan)
     }
 

@@ -208,6 +208,12 @@ impl Watches {
     }
 }
 
+/// Objects per page of a list of an output kind. A page is held whole as
+/// JSON trees while it is read, and a Role copying many ClusterRoles is
+/// tens of kilobytes as a tree: kube's default of 500 made one page of
+/// Roles most of the controller's transient memory in a relist.
+pub const OUTPUT_PAGE_SIZE: u32 = 100;
+
 /// The watch of every object of an output kind, read straight into the
 /// cached form ([`Wire`]): what our field manager owns is read from the
 /// managedFields while they are parsed, and no other entry is kept.
@@ -216,7 +222,7 @@ fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: Output
     let api = Api::<Wire>::all_with(client.clone(), &ar);
     spawn(
         api,
-        watcher::Config::default(),
+        watcher::Config::default().page_size(OUTPUT_PAGE_SIZE),
         tx.clone(),
         move |ev| Feed::Owned(kind, map_event(ev, |o| o.into_live(&ar))),
         move || Source::Owned(kind),

@@ -243,7 +243,7 @@ mod tests {
         assert!(live.unpack());
         assert_eq!(live, Live::new(json));
         assert!(live.object()["metadata"].get("managedFields").is_none());
-        let ours = live.ours.expect("ours");
+        let ours = live.ours().expect("ours");
         assert!(ours.top.contains("rules"));
         assert!(ours.labels.contains("a") && !ours.labels.contains("x"));
     }
@@ -264,7 +264,7 @@ mod tests {
                     .to_string()
             )
         );
-        assert!(live.ours.is_none());
+        assert!(live.ours().is_none());
         // Bad input is an error, not a panic.
         assert!(serde_json::from_value::<Wire>(json!([1])).is_err());
         assert!(serde_json::from_value::<Wire>(json!({"metadata": {"managedFields": 3}})).is_err());

@@ -349,6 +349,7 @@ impl World {
                                 // the last list (no pruning from it while
                                 // unresolved) and rediscover later.
                                 w.watching = false;
+                                w.seen = None;
                                 w.unresolved =
                                     Some(format!("{gk} is no longer served by the API server"));
                                 change.lost_kind = true;
@@ -529,6 +530,15 @@ impl World {
                 .iter()
                 .all(|k| self.owned_listing.get(k).is_some_and(|l| l.synced))
             && (self.allow_name.is_none() || self.allow_listing.synced)
+    }
+
+    /// Whether a list is in progress: a watch (re)started and has not yet
+    /// received all of it. Its end is a change that asks for a pass.
+    pub fn listing(&self) -> bool {
+        self.rules_listing.buffer.is_some()
+            || self.allow_listing.buffer.is_some()
+            || !self.relisting.is_empty()
+            || self.kinds.values().any(|w| w.seen.is_some())
     }
 
     /// Whether every rule kind has either listed or been found unserved:
@@ -964,6 +974,20 @@ mod tests {
     }
 
     #[test]
+    fn a_list_in_progress_is_known_until_its_end() {
+        let mut w = base_world();
+        assert!(!w.listing());
+        w.apply(owned(OutputKind::Role, Event::Init));
+        assert!(w.listing());
+        w.apply(owned(OutputKind::Role, Event::InitDone));
+        assert!(!w.listing());
+        w.apply(Feed::Rules(Box::new(Event::Init)));
+        assert!(w.listing());
+        w.apply(Feed::Rules(Box::new(Event::InitDone)));
+        assert!(!w.listing());
+    }
+
+    #[test]
     fn status_only_rule_changes_re_render_nothing() {
         let mut w = base_world();
         let mut r = rule("r", 1, "Widget");
@@ -986,7 +1010,7 @@ mod tests {
         assert!(c.dirty);
         let live = &w.owned[&ObjectId::new(OutputKind::ClusterRole, "", "x")];
         assert!(live.object()["metadata"].get("managedFields").is_none());
-        assert!(live.ours.as_ref().is_some_and(|o| o.labels.contains("a")));
+        assert!(live.ours().is_some_and(|o| o.labels.contains("a")));
         let c = w.apply(owned(OutputKind::ClusterRole, Event::Delete(role)));
         assert!(c.dirty);
         assert!(w.owned.is_empty());

@@ -162,7 +162,24 @@ pub(super) struct Inputs {
     pub tokens: HashMap<String, u64>,
     /// Kept values lent to the context, to take back after the render.
     pub lent: Vec<Lent>,
+    /// When set, the entries of the next whole list expanded: where each
+    /// landed in the result, and its key in the cache if it has one.
+    pub spans: Option<Vec<Span>>,
+    /// Related objects found by a lookup without an owner filter, by the
+    /// lookup: the view does not change while one rule runs, and a
+    /// family's triggers look for the same objects.
+    pub found: HashMap<String, Vec<Arc<Value>>>,
 }
+
+/// Where one entry of an expanded list landed (see [`Inputs::spans`]).
+pub(super) struct Span {
+    pub key: Option<(usize, bool, Vec<u64>)>,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Lookups an [`Inputs::found`] keeps before it starts over.
+const FOUND_MAX: usize = 1_024;
 
 /// A kept value lent to a render's context.
 pub(super) enum Lent {
@@ -179,6 +196,7 @@ impl Inputs {
         self.objects.clear();
         self.tokens.clear();
         self.lent.clear();
+        self.spans = None;
     }
 }
 
@@ -495,6 +513,17 @@ impl Evaluator<'_> {
         }
     }
 
+    /// Records where an entry of the outermost list landed, when asked
+    /// (see [`Inputs::spans`]).
+    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize) {
+        if self.depth.get() != 1 {
+            return;
+        }
+        if let Some(spans) = self.inputs.borrow_mut().spans.as_mut() {
+            spans.push(Span { key, start, end });
+        }
+    }
+
     fn expand_value(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         limited(field, limits::charge_node())?;
@@ -522,6 +551,7 @@ impl Evaluator<'_> {
                             self.derived.borrow().expansions.get(key)
                         && limits::charge(*bytes).is_ok()
                     {
+                        let start = out.len();
                         out.extend(kept.iter().cloned());
                         if matches!(directive(item), Ok(Some(_))) {
                             limited(
@@ -529,17 +559,19 @@ impl Evaluator<'_> {
                                 limits::check_list(out.len(), "the expanded list"),
                             )?;
                         }
+                        self.span(Some(key.clone()), start, out.len());
                         continue;
                     }
                     let (start, before) = (out.len(), limits::used());
                     self.entry(item, i, field, ctx, &mut out)?;
-                    if let Some(key) = key {
+                    if let Some(key) = &key {
                         let bytes = limits::used().saturating_sub(before);
                         self.derived
                             .borrow_mut()
                             .expansions
-                            .insert(key, (Value::Array(out[start..].to_vec()), bytes));
+                            .insert(key.clone(), (Value::Array(out[start..].to_vec()), bytes));
                     }
+                    self.span(key, start, out.len());
                 }
                 Ok(Value::Array(out))
             }
@@ -837,21 +869,50 @@ impl Evaluator<'_> {
                 },
                 hits: BTreeSet::new(),
             };
-            let found: Vec<&Arc<Value>> = match (&read.names, &ns) {
-                // Named in one namespace (or cluster-scoped): looked up,
-                // not listed.
-                (Some(names), Some(ns)) => names
-                    .iter()
-                    .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
-                    .filter(|o| read.passes(o))
-                    .collect(),
-                _ => view
-                    .list(&gk, ns.as_deref())
-                    .iter()
-                    .copied()
-                    .filter(|o| read.passes(o))
-                    .collect(),
+            // The same lookup by another trigger of this rule finds the
+            // same objects (an owner filter differs per trigger).
+            let lookup = read.owner.is_none().then(|| {
+                format!(
+                    "{:?}|{:?}|{:?}|{}",
+                    gk,
+                    ns,
+                    read.names,
+                    serde_json::to_string(&read.selector.as_deref()).unwrap_or_default()
+                )
+            });
+            let known = lookup
+                .as_ref()
+                .and_then(|l| self.inputs.borrow().found.get(l).cloned());
+            let found: Vec<Arc<Value>> = match known {
+                Some(found) => found,
+                None => {
+                    let found: Vec<Arc<Value>> = match (&read.names, &ns) {
+                        // Named in one namespace (or cluster-scoped): looked
+                        // up, not listed.
+                        (Some(names), Some(ns)) => names
+                            .iter()
+                            .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
+                            .filter(|o| read.passes(o))
+                            .cloned()
+                            .collect(),
+                        _ => view
+                            .list(&gk, ns.as_deref())
+                            .iter()
+                            .filter(|o| read.passes(o))
+                            .map(|o| Arc::clone(o))
+                            .collect(),
+                    };
+                    if let Some(l) = lookup {
+                        let mut inputs = self.inputs.borrow_mut();
+                        if inputs.found.len() >= FOUND_MAX {
+                            inputs.found.clear();
+                        }
+                        inputs.found.insert(l, found.clone());
+                    }
+                    found
+                }
             };
+            let found: Vec<&Arc<Value>> = found.iter().collect();
             if self.record {
                 read.hits = found.iter().filter_map(|o| key_of(o)).collect();
                 self.reads.borrow_mut().push(read);
@@ -1510,11 +1571,17 @@ impl Evaluator<'_> {
                     // Values rendered from templates are marked as data.
                     self.mark.set(true);
                     let kept = self.kept_policy(r);
+                    let key = self.expansion_key(r, false);
+                    // Not kept as a whole: its entries' checked rules may be.
+                    let by_entry = kept.is_none() && key.is_none() && r.is_array();
+                    if by_entry {
+                        self.inputs.borrow_mut().spans = Some(Vec::new());
+                    }
                     let expanded = match kept {
                         Some(_) => Ok(Value::Null),
                         None => self.expand(r, ctx, &field),
                     };
-                    let key = self.expansion_key(r, false);
+                    let spans = self.inputs.borrow_mut().spans.take();
                     self.mark.set(false);
                     match kept {
                         Some((rules, r)) => {
@@ -1523,19 +1590,26 @@ impl Evaluator<'_> {
                         }
                         None => {
                             let mut expanded = expanded?;
-                            refusal = output::check_marked_rules(&field, &mut expanded)?;
-                            let rules =
-                                Arc::new(output::policy_rules(&field, &expanded, namespaced)?);
-                            // Checked once for the outputs of a kept expansion.
-                            if let Some(key) =
-                                key.filter(|k| self.derived.borrow().expansions.contains_key(k))
-                            {
-                                self.derived
-                                    .borrow_mut()
-                                    .policies
-                                    .insert(key, (Arc::clone(&rules), refusal.clone()));
+                            let shared = spans.and_then(|spans| {
+                                self.entry_policies(&field, &mut expanded, &spans, namespaced)
+                            });
+                            if let Some(rules) = shared {
+                                rules
+                            } else {
+                                refusal = output::check_marked_rules(&field, &mut expanded)?;
+                                let rules =
+                                    Arc::new(output::policy_rules(&field, &expanded, namespaced)?);
+                                // Checked once for the outputs of a kept expansion.
+                                if let Some(key) =
+                                    key.filter(|k| self.derived.borrow().expansions.contains_key(k))
+                                {
+                                    self.derived
+                                        .borrow_mut()
+                                        .policies
+                                        .insert(key, (Arc::clone(&rules), refusal.clone()));
+                                }
+                                rules
                             }
-                            rules
                         }
                     }
                 }
@@ -1627,6 +1701,52 @@ impl Evaluator<'_> {
             refusal,
             object,
         })
+    }
+
+    /// The policy rules of an expanded rule list, checked entry by entry
+    /// of its template (`spans`): an entry kept in the cache reuses the
+    /// rules checked from it before. `None` when no entry is kept, or when
+    /// one has an error or a refusal: the whole list is then checked as one,
+    /// to report as a full check does.
+    fn entry_policies(
+        &self,
+        field: &str,
+        expanded: &mut Value,
+        spans: &[Span],
+        namespaced: bool,
+    ) -> Option<Arc<Vec<PolicyRule>>> {
+        let Value::Array(items) = expanded else {
+            return None;
+        };
+        if spans.iter().all(|s| s.key.is_none()) || spans.last().map_or(0, |s| s.end) != items.len()
+        {
+            return None;
+        }
+        let mut rules = Vec::with_capacity(items.len());
+        for s in spans {
+            if let Some(key) = &s.key
+                && let Some((kept, None)) = self.derived.borrow().policies.get(key)
+            {
+                rules.extend(kept.iter().cloned());
+                continue;
+            }
+            let part = items.get_mut(s.start..s.end)?;
+            if output::check_marked_items(field, s.start, part)
+                .ok()?
+                .is_some()
+            {
+                return None;
+            }
+            let checked = output::policy_items(field, s.start, part, namespaced).ok()?;
+            if let Some(key) = &s.key {
+                self.derived
+                    .borrow_mut()
+                    .policies
+                    .insert(key.clone(), (Arc::new(checked.clone()), None));
+            }
+            rules.extend(checked);
+        }
+        Some(Arc::new(rules))
     }
 
     /// Rules of the ClusterRoles named or selected, in name order.

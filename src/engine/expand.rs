@@ -165,10 +165,41 @@ pub(super) struct Inputs {
     /// When set, the entries of the next whole list expanded: where each
     /// landed in the result, and its key in the cache if it has one.
     pub spans: Option<Vec<Span>>,
-    /// Related objects found by a lookup without an owner filter, by the
-    /// lookup: the view does not change while one rule runs, and a
-    /// family's triggers look for the same objects.
-    pub found: HashMap<String, Vec<Arc<Value>>>,
+    /// Related objects found by a lookup, by the lookup's filters but its
+    /// owner: the view does not change while one rule runs, and a rule's
+    /// triggers look for the same objects.
+    pub found: HashMap<String, Found>,
+}
+
+/// The objects one lookup finds before its owner filter, in view order,
+/// and (built when first asked) their positions by the uid of their
+/// controller, with those of controllers without a uid apart.
+pub(super) struct Found {
+    objects: Vec<Arc<Value>>,
+    by_owner: Option<OwnerIndex>,
+}
+
+type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
+
+/// Positions of `objects` by the uid of each controller ownerReference;
+/// those with a controller without a uid (matched by kind and name) apart.
+fn owner_index(objects: &[Arc<Value>]) -> OwnerIndex {
+    let mut by_uid: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut loose = Vec::new();
+    for (n, o) in objects.iter().enumerate() {
+        let controllers = o["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["controller"].as_bool() == Some(true));
+        for r in controllers {
+            match r["uid"].as_str().unwrap_or_default() {
+                "" => loose.push(n),
+                uid => by_uid.entry(uid.to_string()).or_default().push(n),
+            }
+        }
+    }
+    (by_uid, loose)
 }
 
 /// Where one entry of an expanded list landed (see [`Inputs::spans`]).
@@ -870,48 +901,77 @@ impl Evaluator<'_> {
                 hits: BTreeSet::new(),
             };
             // The same lookup by another trigger of this rule finds the
-            // same objects (an owner filter differs per trigger).
-            let lookup = read.owner.is_none().then(|| {
-                format!(
-                    "{:?}|{:?}|{:?}|{}",
-                    gk,
-                    ns,
-                    read.names,
-                    serde_json::to_string(&read.selector.as_deref()).unwrap_or_default()
-                )
-            });
-            let known = lookup
-                .as_ref()
-                .and_then(|l| self.inputs.borrow().found.get(l).cloned());
-            let found: Vec<Arc<Value>> = match known {
-                Some(found) => found,
-                None => {
-                    let found: Vec<Arc<Value>> = match (&read.names, &ns) {
-                        // Named in one namespace (or cluster-scoped): looked
-                        // up, not listed.
-                        (Some(names), Some(ns)) => names
-                            .iter()
-                            .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
-                            .filter(|o| read.passes(o))
-                            .cloned()
-                            .collect(),
-                        _ => view
-                            .list(&gk, ns.as_deref())
-                            .iter()
-                            .filter(|o| read.passes(o))
-                            .map(|o| Arc::clone(o))
-                            .collect(),
-                    };
-                    if let Some(l) = lookup {
-                        let mut inputs = self.inputs.borrow_mut();
-                        if inputs.found.len() >= FOUND_MAX {
-                            inputs.found.clear();
-                        }
-                        inputs.found.insert(l, found.clone());
-                    }
-                    found
+            // same objects: kept for this evaluation (the view does not
+            // change while one rule runs), with an index by controller
+            // for the lookups that filter on their trigger as owner.
+            let lookup = format!(
+                "{:?}|{:?}|{:?}|{}",
+                gk,
+                ns,
+                read.names,
+                serde_json::to_string(&read.selector.as_deref()).unwrap_or_default()
+            );
+            let mut inputs = self.inputs.borrow_mut();
+            if !inputs.found.contains_key(&lookup) {
+                let unowned = Read {
+                    owner: None,
+                    ..read.clone()
+                };
+                let objects: Vec<Arc<Value>> = match (&read.names, &ns) {
+                    // Named in one namespace (or cluster-scoped): looked
+                    // up, not listed.
+                    (Some(names), Some(ns)) => names
+                        .iter()
+                        .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
+                        .filter(|o| unowned.passes(o))
+                        .cloned()
+                        .collect(),
+                    _ => view
+                        .list(&gk, ns.as_deref())
+                        .iter()
+                        .filter(|o| unowned.passes(o))
+                        .map(|o| Arc::clone(o))
+                        .collect(),
+                };
+                if inputs.found.len() >= FOUND_MAX {
+                    inputs.found.clear();
                 }
+                inputs.found.insert(
+                    lookup.clone(),
+                    Found {
+                        objects,
+                        by_owner: None,
+                    },
+                );
+            }
+            let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
+                (None, _) => Vec::new(),
+                (Some(f), None) => f.objects.clone(),
+                (Some(f), Some(owner)) if !owner.uid.is_empty() => {
+                    let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
+                    let mut at: Vec<usize> = by_uid
+                        .get(owner.uid.as_str())
+                        .into_iter()
+                        .flatten()
+                        .chain(loose.iter())
+                        .copied()
+                        .collect();
+                    at.sort_unstable();
+                    at.dedup();
+                    at.into_iter()
+                        .filter_map(|n| f.objects.get(n))
+                        .filter(|o| read.passes(o))
+                        .cloned()
+                        .collect()
+                }
+                (Some(f), Some(_)) => f
+                    .objects
+                    .iter()
+                    .filter(|o| read.passes(o))
+                    .cloned()
+                    .collect(),
             };
+            drop(inputs);
             let found: Vec<&Arc<Value>> = found.iter().collect();
             if self.record {
                 read.hits = found.iter().filter_map(|o| key_of(o)).collect();
@@ -1731,12 +1791,15 @@ impl Evaluator<'_> {
                 continue;
             }
             let part = items.get_mut(s.start..s.end)?;
+            // Nothing is stripped from a run that fails the check: the
+            // whole list is then checked as it was rendered.
             if output::check_marked_items(field, s.start, part)
                 .ok()?
                 .is_some()
             {
                 return None;
             }
+            output::strip_marked_items(part);
             let checked = output::policy_items(field, s.start, part, namespaced).ok()?;
             if let Some(key) = &s.key {
                 self.derived

@@ -583,7 +583,16 @@ impl Evaluator<'_> {
                         && limits::charge(*bytes).is_ok()
                     {
                         let start = out.len();
-                        out.extend(kept.iter().cloned());
+                        // Its policy rules were checked before: a list whose
+                        // rules are checked entry by entry needs no copy.
+                        let placeholder = self.depth.get() == 1
+                            && self.inputs.borrow().spans.is_some()
+                            && matches!(self.derived.borrow().policies.get(key), Some((_, None)));
+                        if placeholder {
+                            out.resize(start + kept.len(), Value::Null);
+                        } else {
+                            out.extend(kept.iter().cloned());
+                        }
                         if matches!(directive(item), Ok(Some(_))) {
                             limited(
                                 &format!("{field}[{i}]"),
@@ -1653,7 +1662,9 @@ impl Evaluator<'_> {
                             let shared = spans.and_then(|spans| {
                                 self.entry_policies(&field, &mut expanded, &spans, namespaced)
                             });
-                            if let Some(rules) = shared {
+                            if let Some(shared) = shared {
+                                let (rules, r) = shared?;
+                                refusal = r;
                                 rules
                             } else {
                                 refusal = output::check_marked_rules(&field, &mut expanded)?;
@@ -1763,45 +1774,62 @@ impl Evaluator<'_> {
         })
     }
 
-    /// The policy rules of an expanded rule list, checked entry by entry
-    /// of its template (`spans`): an entry kept in the cache reuses the
-    /// rules checked from it before. `None` when no entry is kept, or when
-    /// one has an error or a refusal: the whole list is then checked as one,
-    /// to report as a full check does.
+    /// The policy rules of an expanded rule list and its refusal, checked
+    /// entry by entry of its template (`spans`) in the order, and with the
+    /// errors, of a check of the whole list: an entry kept in the cache
+    /// with rules checked before (no refusal) reuses them (its items may be
+    /// left out of `expanded`), the others are checked here. `None` when
+    /// the spans do not cover the list (never so without a kept entry).
     fn entry_policies(
         &self,
         field: &str,
         expanded: &mut Value,
         spans: &[Span],
         namespaced: bool,
-    ) -> Option<Arc<Vec<PolicyRule>>> {
+    ) -> Option<Result<(Arc<Vec<PolicyRule>>, Option<FieldError>)>> {
         let Value::Array(items) = expanded else {
             return None;
         };
-        if spans.iter().all(|s| s.key.is_none()) || spans.last().map_or(0, |s| s.end) != items.len()
-        {
+        if spans.last().map_or(0, |s| s.end) != items.len() {
             return None;
         }
-        let mut rules = Vec::with_capacity(items.len());
-        for s in spans {
-            if let Some(key) = &s.key
-                && let Some((kept, None)) = self.derived.borrow().policies.get(key)
-            {
-                rules.extend(kept.iter().cloned());
+        let kept = |s: &Span| -> Option<Arc<Vec<PolicyRule>>> {
+            let key = s.key.as_ref()?;
+            match self.derived.borrow().policies.get(key) {
+                Some((rules, None)) => Some(Arc::clone(rules)),
+                _ => None,
+            }
+        };
+        let kept: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(kept).collect();
+        let mut refusal = None;
+        let mut refused = vec![false; spans.len()];
+        for (n, s) in spans.iter().enumerate() {
+            if kept[n].is_some() {
                 continue;
             }
             let part = items.get_mut(s.start..s.end)?;
-            // Nothing is stripped from a run that fails the check: the
-            // whole list is then checked as it was rendered.
-            if output::check_marked_items(field, s.start, part)
-                .ok()?
-                .is_some()
-            {
-                return None;
+            match output::check_marked_items(field, s.start, part) {
+                Err(e) => return Some(Err(e)),
+                Ok(Some(r)) => {
+                    refused[n] = true;
+                    refusal.get_or_insert(r);
+                }
+                Ok(None) => {}
             }
+        }
+        let mut rules = Vec::with_capacity(items.len());
+        for (n, s) in spans.iter().enumerate() {
+            if let Some(k) = &kept[n] {
+                rules.extend(k.iter().cloned());
+                continue;
+            }
+            let part = items.get_mut(s.start..s.end)?;
             output::strip_marked_items(part);
-            let checked = output::policy_items(field, s.start, part, namespaced).ok()?;
-            if let Some(key) = &s.key {
+            let checked = match output::policy_items(field, s.start, part, namespaced) {
+                Ok(c) => c,
+                Err(e) => return Some(Err(e)),
+            };
+            if let Some(key) = s.key.as_ref().filter(|_| !refused[n]) {
                 self.derived
                     .borrow_mut()
                     .policies
@@ -1809,7 +1837,7 @@ impl Evaluator<'_> {
             }
             rules.extend(checked);
         }
-        Some(Arc::new(rules))
+        Some(Ok((Arc::new(rules), refusal)))
     }
 
     /// Rules of the ClusterRoles named or selected, in name order.

@@ -1786,7 +1786,7 @@ impl Evaluator<'_> {
         expanded: &mut Value,
         spans: &[Span],
         namespaced: bool,
-    ) -> Option<Result<(Arc<Vec<PolicyRule>>, Option<FieldError>)>> {
+    ) -> Option<Result<super::memo::KeptPolicy>> {
         let Value::Array(items) = expanded else {
             return None;
         };

@@ -162,7 +162,55 @@ pub(super) struct Inputs {
     pub tokens: HashMap<String, u64>,
     /// Kept values lent to the context, to take back after the render.
     pub lent: Vec<Lent>,
+    /// When set, the entries of the next whole list expanded: where each
+    /// landed in the result, and its key in the cache if it has one.
+    pub spans: Option<Vec<Span>>,
+    /// Related objects found by a lookup, by the lookup's filters but its
+    /// owner: the view does not change while one rule runs, and a rule's
+    /// triggers look for the same objects.
+    pub found: HashMap<String, Found>,
 }
+
+/// The objects one lookup finds before its owner filter, in view order,
+/// and (built when first asked) their positions by the uid of their
+/// controller, with those of controllers without a uid apart.
+pub(super) struct Found {
+    objects: Vec<Arc<Value>>,
+    by_owner: Option<OwnerIndex>,
+}
+
+type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
+
+/// Positions of `objects` by the uid of each controller ownerReference;
+/// those with a controller without a uid (matched by kind and name) apart.
+fn owner_index(objects: &[Arc<Value>]) -> OwnerIndex {
+    let mut by_uid: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut loose = Vec::new();
+    for (n, o) in objects.iter().enumerate() {
+        let controllers = o["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["controller"].as_bool() == Some(true));
+        for r in controllers {
+            match r["uid"].as_str().unwrap_or_default() {
+                "" => loose.push(n),
+                uid => by_uid.entry(uid.to_string()).or_default().push(n),
+            }
+        }
+    }
+    (by_uid, loose)
+}
+
+/// Where one entry of an expanded list landed (see [`Inputs::spans`]).
+pub(super) struct Span {
+    pub key: Option<(usize, bool, Vec<u64>)>,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Lookups an [`Inputs::found`] keeps before it starts over.
+const FOUND_MAX: usize = 1_024;
 
 /// A kept value lent to a render's context.
 pub(super) enum Lent {
@@ -179,6 +227,7 @@ impl Inputs {
         self.objects.clear();
         self.tokens.clear();
         self.lent.clear();
+        self.spans = None;
     }
 }
 
@@ -495,6 +544,17 @@ impl Evaluator<'_> {
         }
     }
 
+    /// Records where an entry of the outermost list landed, when asked
+    /// (see [`Inputs::spans`]).
+    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize) {
+        if self.depth.get() != 1 {
+            return;
+        }
+        if let Some(spans) = self.inputs.borrow_mut().spans.as_mut() {
+            spans.push(Span { key, start, end });
+        }
+    }
+
     fn expand_value(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         limited(field, limits::charge_node())?;
@@ -522,24 +582,36 @@ impl Evaluator<'_> {
                             self.derived.borrow().expansions.get(key)
                         && limits::charge(*bytes).is_ok()
                     {
-                        out.extend(kept.iter().cloned());
+                        let start = out.len();
+                        // Its policy rules were checked before: a list whose
+                        // rules are checked entry by entry needs no copy.
+                        let placeholder = self.depth.get() == 1
+                            && self.inputs.borrow().spans.is_some()
+                            && matches!(self.derived.borrow().policies.get(key), Some((_, None)));
+                        if placeholder {
+                            out.resize(start + kept.len(), Value::Null);
+                        } else {
+                            out.extend(kept.iter().cloned());
+                        }
                         if matches!(directive(item), Ok(Some(_))) {
                             limited(
                                 &format!("{field}[{i}]"),
                                 limits::check_list(out.len(), "the expanded list"),
                             )?;
                         }
+                        self.span(Some(key.clone()), start, out.len());
                         continue;
                     }
                     let (start, before) = (out.len(), limits::used());
                     self.entry(item, i, field, ctx, &mut out)?;
-                    if let Some(key) = key {
+                    if let Some(key) = &key {
                         let bytes = limits::used().saturating_sub(before);
                         self.derived
                             .borrow_mut()
                             .expansions
-                            .insert(key, (Value::Array(out[start..].to_vec()), bytes));
+                            .insert(key.clone(), (Value::Array(out[start..].to_vec()), bytes));
                     }
+                    self.span(key, start, out.len());
                 }
                 Ok(Value::Array(out))
             }
@@ -837,21 +909,79 @@ impl Evaluator<'_> {
                 },
                 hits: BTreeSet::new(),
             };
-            let found: Vec<&Arc<Value>> = match (&read.names, &ns) {
-                // Named in one namespace (or cluster-scoped): looked up,
-                // not listed.
-                (Some(names), Some(ns)) => names
+            // The same lookup by another trigger of this rule finds the
+            // same objects: kept for this evaluation (the view does not
+            // change while one rule runs), with an index by controller
+            // for the lookups that filter on their trigger as owner.
+            let lookup = format!(
+                "{:?}|{:?}|{:?}|{}",
+                gk,
+                ns,
+                read.names,
+                serde_json::to_string(&read.selector.as_deref()).unwrap_or_default()
+            );
+            let mut inputs = self.inputs.borrow_mut();
+            if !inputs.found.contains_key(&lookup) {
+                let unowned = Read {
+                    owner: None,
+                    ..read.clone()
+                };
+                let objects: Vec<Arc<Value>> = match (&read.names, &ns) {
+                    // Named in one namespace (or cluster-scoped): looked
+                    // up, not listed.
+                    (Some(names), Some(ns)) => names
+                        .iter()
+                        .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
+                        .filter(|o| unowned.passes(o))
+                        .cloned()
+                        .collect(),
+                    _ => view
+                        .list(&gk, ns.as_deref())
+                        .iter()
+                        .filter(|o| unowned.passes(o))
+                        .map(|o| Arc::clone(o))
+                        .collect(),
+                };
+                if inputs.found.len() >= FOUND_MAX {
+                    inputs.found.clear();
+                }
+                inputs.found.insert(
+                    lookup.clone(),
+                    Found {
+                        objects,
+                        by_owner: None,
+                    },
+                );
+            }
+            let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
+                (None, _) => Vec::new(),
+                (Some(f), None) => f.objects.clone(),
+                (Some(f), Some(owner)) if !owner.uid.is_empty() => {
+                    let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
+                    let mut at: Vec<usize> = by_uid
+                        .get(owner.uid.as_str())
+                        .into_iter()
+                        .flatten()
+                        .chain(loose.iter())
+                        .copied()
+                        .collect();
+                    at.sort_unstable();
+                    at.dedup();
+                    at.into_iter()
+                        .filter_map(|n| f.objects.get(n))
+                        .filter(|o| read.passes(o))
+                        .cloned()
+                        .collect()
+                }
+                (Some(f), Some(_)) => f
+                    .objects
                     .iter()
-                    .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
                     .filter(|o| read.passes(o))
-                    .collect(),
-                _ => view
-                    .list(&gk, ns.as_deref())
-                    .iter()
-                    .copied()
-                    .filter(|o| read.passes(o))
+                    .cloned()
                     .collect(),
             };
+            drop(inputs);
+            let found: Vec<&Arc<Value>> = found.iter().collect();
             if self.record {
                 read.hits = found.iter().filter_map(|o| key_of(o)).collect();
                 self.reads.borrow_mut().push(read);
@@ -1510,11 +1640,17 @@ impl Evaluator<'_> {
                     // Values rendered from templates are marked as data.
                     self.mark.set(true);
                     let kept = self.kept_policy(r);
+                    let key = self.expansion_key(r, false);
+                    // Not kept as a whole: its entries' checked rules may be.
+                    let by_entry = kept.is_none() && key.is_none() && r.is_array();
+                    if by_entry {
+                        self.inputs.borrow_mut().spans = Some(Vec::new());
+                    }
                     let expanded = match kept {
                         Some(_) => Ok(Value::Null),
                         None => self.expand(r, ctx, &field),
                     };
-                    let key = self.expansion_key(r, false);
+                    let spans = self.inputs.borrow_mut().spans.take();
                     self.mark.set(false);
                     match kept {
                         Some((rules, r)) => {
@@ -1523,19 +1659,28 @@ impl Evaluator<'_> {
                         }
                         None => {
                             let mut expanded = expanded?;
-                            refusal = output::check_marked_rules(&field, &mut expanded)?;
-                            let rules =
-                                Arc::new(output::policy_rules(&field, &expanded, namespaced)?);
-                            // Checked once for the outputs of a kept expansion.
-                            if let Some(key) =
-                                key.filter(|k| self.derived.borrow().expansions.contains_key(k))
-                            {
-                                self.derived
-                                    .borrow_mut()
-                                    .policies
-                                    .insert(key, (Arc::clone(&rules), refusal.clone()));
+                            let shared = spans.and_then(|spans| {
+                                self.entry_policies(&field, &mut expanded, &spans, namespaced)
+                            });
+                            if let Some(shared) = shared {
+                                let (rules, r) = shared?;
+                                refusal = r;
+                                rules
+                            } else {
+                                refusal = output::check_marked_rules(&field, &mut expanded)?;
+                                let rules =
+                                    Arc::new(output::policy_rules(&field, &expanded, namespaced)?);
+                                // Checked once for the outputs of a kept expansion.
+                                if let Some(key) =
+                                    key.filter(|k| self.derived.borrow().expansions.contains_key(k))
+                                {
+                                    self.derived
+                                        .borrow_mut()
+                                        .policies
+                                        .insert(key, (Arc::clone(&rules), refusal.clone()));
+                                }
+                                rules
                             }
-                            rules
                         }
                     }
                 }
@@ -1627,6 +1772,72 @@ impl Evaluator<'_> {
             refusal,
             object,
         })
+    }
+
+    /// The policy rules of an expanded rule list and its refusal, checked
+    /// entry by entry of its template (`spans`) in the order, and with the
+    /// errors, of a check of the whole list: an entry kept in the cache
+    /// with rules checked before (no refusal) reuses them (its items may be
+    /// left out of `expanded`), the others are checked here. `None` when
+    /// the spans do not cover the list (never so without a kept entry).
+    fn entry_policies(
+        &self,
+        field: &str,
+        expanded: &mut Value,
+        spans: &[Span],
+        namespaced: bool,
+    ) -> Option<Result<super::memo::KeptPolicy>> {
+        let Value::Array(items) = expanded else {
+            return None;
+        };
+        if spans.last().map_or(0, |s| s.end) != items.len() {
+            return None;
+        }
+        let kept = |s: &Span| -> Option<Arc<Vec<PolicyRule>>> {
+            let key = s.key.as_ref()?;
+            match self.derived.borrow().policies.get(key) {
+                Some((rules, None)) => Some(Arc::clone(rules)),
+                _ => None,
+            }
+        };
+        let kept: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(kept).collect();
+        let mut refusal = None;
+        let mut refused = vec![false; spans.len()];
+        for (n, s) in spans.iter().enumerate() {
+            if kept[n].is_some() {
+                continue;
+            }
+            let part = items.get_mut(s.start..s.end)?;
+            match output::check_marked_items(field, s.start, part) {
+                Err(e) => return Some(Err(e)),
+                Ok(Some(r)) => {
+                    refused[n] = true;
+                    refusal.get_or_insert(r);
+                }
+                Ok(None) => {}
+            }
+        }
+        let mut rules = Vec::with_capacity(items.len());
+        for (n, s) in spans.iter().enumerate() {
+            if let Some(k) = &kept[n] {
+                rules.extend(k.iter().cloned());
+                continue;
+            }
+            let part = items.get_mut(s.start..s.end)?;
+            output::strip_marked_items(part);
+            let checked = match output::policy_items(field, s.start, part, namespaced) {
+                Ok(c) => c,
+                Err(e) => return Some(Err(e)),
+            };
+            if let Some(key) = s.key.as_ref().filter(|_| !refused[n]) {
+                self.derived
+                    .borrow_mut()
+                    .policies
+                    .insert(key.clone(), (Arc::new(checked.clone()), None));
+            }
+            rules.extend(checked);
+        }
+        Some(Ok((Arc::new(rules), refusal)))
     }
 
     /// Rules of the ClusterRoles named or selected, in name order.

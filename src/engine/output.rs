@@ -295,42 +295,60 @@ fn strip_marks(v: &mut Value) {
 /// refusal, returned (the first) for the caller to refuse the object with
 /// ([`ErrorKind::EscalationDenied`]).
 pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<Option<FieldError>, FieldError> {
+    match v {
+        Value::Array(items) => {
+            let refusal = check_marked_items(field, 0, items)?;
+            strip_marked_items(items);
+            Ok(refusal)
+        }
+        other => {
+            strip_marks(other);
+            Ok(None)
+        }
+    }
+}
+
+/// [`check_marked_rules`] for a run of the rendered list that starts at
+/// index `base` (named so in errors), leaving the marks in place.
+pub fn check_marked_items(
+    field: &str,
+    base: usize,
+    items: &[Value],
+) -> Result<Option<FieldError>, FieldError> {
     let mut refusal = None;
-    if let Value::Array(items) = &*v {
-        for (i, item) in items.iter().enumerate() {
-            let Value::Object(m) = item else { continue };
-            for key in [
-                "apiGroups",
-                "resources",
-                "verbs",
-                "resourceNames",
-                "nonResourceURLs",
-            ] {
-                let Some(Value::Array(values)) = m.get(key) else {
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(m) = item else { continue };
+        for key in [
+            "apiGroups",
+            "resources",
+            "verbs",
+            "resourceNames",
+            "nonResourceURLs",
+        ] {
+            let Some(Value::Array(values)) = m.get(key) else {
+                continue;
+            };
+            for (j, x) in values.iter().enumerate() {
+                let Some(data) = x.as_str().and_then(|s| s.strip_prefix(DATA_MARK)) else {
                     continue;
                 };
-                for (j, x) in values.iter().enumerate() {
-                    let Some(data) = x.as_str().and_then(|s| s.strip_prefix(DATA_MARK)) else {
-                        continue;
-                    };
-                    let Some(problem) = data_value_problem(key, data) else {
-                        continue;
-                    };
-                    let at = format!("{field}[{i}].{key}[{j}]");
-                    if !data.contains('*') {
-                        return Err(FieldError::new(ErrorKind::InvalidOutput, at, problem));
-                    }
-                    refusal.get_or_insert(FieldError::new(
-                        ErrorKind::EscalationDenied,
-                        at,
-                        problem,
-                    ));
+                let Some(problem) = data_value_problem(key, data) else {
+                    continue;
+                };
+                let at = format!("{field}[{}].{key}[{j}]", base + i);
+                if !data.contains('*') {
+                    return Err(FieldError::new(ErrorKind::InvalidOutput, at, problem));
                 }
+                refusal.get_or_insert(FieldError::new(ErrorKind::EscalationDenied, at, problem));
             }
         }
     }
-    strip_marks(v);
     Ok(refusal)
+}
+
+/// Removes the marks of checked rules.
+pub fn strip_marked_items(items: &mut [Value]) {
+    items.iter_mut().for_each(strip_marks);
 }
 
 /// Parses and validates rendered policy rules.
@@ -342,9 +360,20 @@ pub fn policy_rules(
     let Value::Array(items) = v else {
         return Err(invalid(field, "must render to a list"));
     };
+    policy_items(field, 0, items, namespaced)
+}
+
+/// [`policy_rules`] for a run of the rendered list that starts at index
+/// `base` (named so in errors).
+pub fn policy_items(
+    field: &str,
+    base: usize,
+    items: &[Value],
+    namespaced: bool,
+) -> Result<Vec<PolicyRule>, FieldError> {
     let mut rules = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let f = format!("{field}[{i}]");
+        let f = format!("{field}[{}]", base + i);
         let r: PolicyRule = strict(&f, item)?;
         validate_policy_rule(&f, &r, namespaced)?;
         rules.push(r);

@@ -405,7 +405,12 @@ impl<'a, I> Chunks<'a, I> {
 fn merge_chunks<R>(mut a: Vec<(usize, Vec<R>)>, b: Vec<(usize, Vec<R>)>) -> Vec<R> {
     a.extend(b);
     a.sort_unstable_by_key(|(start, _)| *start);
-    a.into_iter().flat_map(|(_, r)| r).collect()
+    // Sized at once: collecting a flat_map would grow it by doubling.
+    let mut out = Vec::with_capacity(a.iter().map(|(_, r)| r.len()).sum());
+    for (_, r) in a {
+        out.extend(r);
+    }
+    out
 }
 
 /// A rule's evaluator over its kept caches; `record`: whether it records
@@ -619,8 +624,9 @@ fn settle_conflicts(
 
 /// What policy decides about one object.
 struct Verdict {
-    /// The output and why it is refused: rule, trigger, field, why.
-    refused: Option<(usize, Option<String>, String, String)>,
+    /// The output and why it is refused: rule, trigger, field, why (boxed:
+    /// rare, and every object has a verdict).
+    refused: Option<Box<(usize, Option<String>, String, String)>>,
     desired: Option<Arc<Desired>>,
     /// Why the live managed object is refused, when no desired copy
     /// replaces it.
@@ -653,6 +659,11 @@ impl<'a> Policy<'a> {
 
     /// The verdicts on `keys`, in their order, over `view`.
     fn verdicts(&self, keys: &Chunks<&OutKey>, view: &View) -> Vec<(usize, Vec<Verdict>)> {
+        keys.run(self.judge_each(view))
+    }
+
+    /// Judges one object at a time over `view`.
+    fn judge_each<'v>(&'v self, view: &'v View<'_>) -> impl FnMut(&&OutKey) -> Verdict + 'v {
         let options = &self.engine.options;
         let observed = self.observed;
         let judge = Judge {
@@ -672,7 +683,7 @@ impl<'a> Policy<'a> {
                 reads.get_or_insert_with(BTreeSet::new);
             }
         };
-        keys.run(|&key| {
+        move |&key: &&OutKey| {
             let cand = self
                 .emitters
                 .get(key)
@@ -689,7 +700,7 @@ impl<'a> Policy<'a> {
                         .refusal_of(&d.object)
                         .map(|why| (d.field.clone(), why)),
                 };
-                why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+                why.map(|(field, why)| Box::new((e.rule, d.trigger.clone(), field, why)))
             });
             let desired = cand
                 .filter(|_| refused.is_none())
@@ -719,7 +730,7 @@ impl<'a> Policy<'a> {
                 live: live_why,
                 dependent,
             }
-        })
+        }
     }
 }
 
@@ -838,8 +849,9 @@ fn apply_policy(
             merge_chunks(mine, theirs)
         })
     } else {
+        // One thread: collected at once, no chunks to merge.
         let view = View::new(observed, memo, engine, None);
-        merge_chunks(policy.verdicts(&chunks, &view), Vec::new())
+        keys_list.iter().map(policy.judge_each(&view)).collect()
     };
 
     // After everything changed the memo starts empty: nothing to replace
@@ -861,16 +873,13 @@ fn apply_policy(
             None => memo.desired.remove(key),
         }
         let old = memo.refused.get(key).cloned();
-        let new = v
-            .refused
-            .as_ref()
-            .map(|(r, _, field, why)| (*r, field.clone(), why.clone()));
+        let new = v.refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
         if old != new {
             if let Some((r, _, _)) = old {
                 memo.rules[r].refused.remove(key);
                 report_dirty.insert(r);
             }
-            match v.refused {
+            match v.refused.map(|b| *b) {
                 Some((r, trigger, field, why)) => {
                     memo.rules[r]
                         .refused

@@ -143,7 +143,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         keys
     } else {
         let mut candidates: BTreeSet<OutKey> = touched;
-        candidates.extend(judged);
+        candidates.extend(judged.into_iter().map(Arc::unwrap_or_clone));
         if changes.all {
             candidates.extend(
                 previous
@@ -754,7 +754,7 @@ fn apply_policy(
     touched: &BTreeSet<OutKey>,
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
-) -> Vec<OutKey> {
+) -> Vec<Arc<OutKey>> {
     let options = &engine.options;
     let role_kinds = [
         output_gk(OutputKind::ClusterRole),
@@ -785,17 +785,21 @@ fn apply_policy(
     };
 
     let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
-    let keys: Vec<OutKey> = if all {
-        // Every key: collected, then sorted once.
-        let mut keys: Vec<OutKey> = touched.iter().cloned().collect();
-        keys.extend(memo.emitters.keys().cloned());
+    let keys: Vec<Arc<OutKey>> = if all {
+        // Every key: collected, then sorted once. Emitted keys are shared
+        // with the emitters, and a live object's key is copied only when
+        // nothing emits it.
+        let mut keys: Vec<Arc<OutKey>> = touched.iter().cloned().map(Arc::new).collect();
+        keys.extend(memo.emitters.shared_keys().cloned());
         for kind in OutputKind::ALL {
             for (k, _) in observed.entries(gk_of(kind)) {
-                keys.push((kind, k.0.clone(), k.1.clone()));
+                if memo.emitters.get_parts(kind, k).is_none() {
+                    keys.push(Arc::new((kind, k.0.clone(), k.1.clone())));
+                }
             }
         }
-        keys.extend(memo.refused.keys().cloned());
-        keys.extend(memo.live_revoked.keys().cloned());
+        keys.extend(memo.refused.keys().cloned().map(Arc::new));
+        keys.extend(memo.live_revoked.keys().cloned().map(Arc::new));
         keys.sort_unstable();
         keys.dedup();
         keys
@@ -812,10 +816,10 @@ fn apply_policy(
                 keys.insert(key.clone());
             }
         }
-        keys.into_iter().collect()
+        keys.into_iter().map(Arc::new).collect()
     };
 
-    let keys_list: Vec<&OutKey> = keys.iter().collect();
+    let keys_list: Vec<&OutKey> = keys.iter().map(|k| &**k).collect();
     let policy = Policy {
         engine,
         observed,
@@ -857,7 +861,7 @@ fn apply_policy(
     // After everything changed the memo starts empty: nothing to replace
     // or remove.
     let fresh = changes.all;
-    for (key, v) in keys.iter().zip(verdicts) {
+    for (key, v) in keys_list.iter().copied().zip(verdicts) {
         match v.desired {
             Some(d) => {
                 if fresh

@@ -167,8 +167,9 @@ impl Emitters {
         self.by_key.get(&parts as &dyn KeyParts)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &OutKey> {
-        self.by_key.keys().map(|k| &**k)
+    /// The keys, shared.
+    pub fn shared_keys(&self) -> impl Iterator<Item = &Arc<OutKey>> {
+        self.by_key.keys()
     }
 
     /// Keys with more than one emitter.

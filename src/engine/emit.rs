@@ -622,11 +622,14 @@ fn settle_conflicts(
     }
 }
 
+/// A refused output: the rule, the trigger, the field, why.
+type Refusal = (usize, Option<String>, String, String);
+
 /// What policy decides about one object.
 struct Verdict {
     /// The output and why it is refused: rule, trigger, field, why (boxed:
     /// rare, and every object has a verdict).
-    refused: Option<Box<(usize, Option<String>, String, String)>>,
+    refused: Option<Box<Refusal>>,
     desired: Option<Arc<Desired>>,
     /// Why the live managed object is refused, when no desired copy
     /// replaces it.

@@ -143,7 +143,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         keys
     } else {
         let mut candidates: BTreeSet<OutKey> = touched;
-        candidates.extend(judged);
+        candidates.extend(judged.into_iter().map(Arc::unwrap_or_clone));
         if changes.all {
             candidates.extend(
                 previous
@@ -405,7 +405,12 @@ impl<'a, I> Chunks<'a, I> {
 fn merge_chunks<R>(mut a: Vec<(usize, Vec<R>)>, b: Vec<(usize, Vec<R>)>) -> Vec<R> {
     a.extend(b);
     a.sort_unstable_by_key(|(start, _)| *start);
-    a.into_iter().flat_map(|(_, r)| r).collect()
+    // Sized at once: collecting a flat_map would grow it by doubling.
+    let mut out = Vec::with_capacity(a.iter().map(|(_, r)| r.len()).sum());
+    for (_, r) in a {
+        out.extend(r);
+    }
+    out
 }
 
 /// A rule's evaluator over its kept caches; `record`: whether it records
@@ -617,10 +622,14 @@ fn settle_conflicts(
     }
 }
 
+/// A refused output: the rule, the trigger, the field, why.
+type Refusal = (usize, Option<String>, String, String);
+
 /// What policy decides about one object.
 struct Verdict {
-    /// The output and why it is refused: rule, trigger, field, why.
-    refused: Option<(usize, Option<String>, String, String)>,
+    /// The output and why it is refused: rule, trigger, field, why (boxed:
+    /// rare, and every object has a verdict).
+    refused: Option<Box<Refusal>>,
     desired: Option<Arc<Desired>>,
     /// Why the live managed object is refused, when no desired copy
     /// replaces it.
@@ -653,6 +662,11 @@ impl<'a> Policy<'a> {
 
     /// The verdicts on `keys`, in their order, over `view`.
     fn verdicts(&self, keys: &Chunks<&OutKey>, view: &View) -> Vec<(usize, Vec<Verdict>)> {
+        keys.run(self.judge_each(view))
+    }
+
+    /// Judges one object at a time over `view`.
+    fn judge_each<'v>(&'v self, view: &'v View<'_>) -> impl FnMut(&&OutKey) -> Verdict + 'v {
         let options = &self.engine.options;
         let observed = self.observed;
         let judge = Judge {
@@ -672,7 +686,7 @@ impl<'a> Policy<'a> {
                 reads.get_or_insert_with(BTreeSet::new);
             }
         };
-        keys.run(|&key| {
+        move |&key: &&OutKey| {
             let cand = self
                 .emitters
                 .get(key)
@@ -689,7 +703,7 @@ impl<'a> Policy<'a> {
                         .refusal_of(&d.object)
                         .map(|why| (d.field.clone(), why)),
                 };
-                why.map(|(field, why)| (e.rule, d.trigger.clone(), field, why))
+                why.map(|(field, why)| Box::new((e.rule, d.trigger.clone(), field, why)))
             });
             let desired = cand
                 .filter(|_| refused.is_none())
@@ -719,7 +733,7 @@ impl<'a> Policy<'a> {
                 live: live_why,
                 dependent,
             }
-        })
+        }
     }
 }
 
@@ -743,7 +757,7 @@ fn apply_policy(
     touched: &BTreeSet<OutKey>,
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
-) -> Vec<OutKey> {
+) -> Vec<Arc<OutKey>> {
     let options = &engine.options;
     let role_kinds = [
         output_gk(OutputKind::ClusterRole),
@@ -774,17 +788,21 @@ fn apply_policy(
     };
 
     let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
-    let keys: Vec<OutKey> = if all {
-        // Every key: collected, then sorted once.
-        let mut keys: Vec<OutKey> = touched.iter().cloned().collect();
-        keys.extend(memo.emitters.keys().cloned());
+    let keys: Vec<Arc<OutKey>> = if all {
+        // Every key: collected, then sorted once. Emitted keys are shared
+        // with the emitters, and a live object's key is copied only when
+        // nothing emits it.
+        let mut keys: Vec<Arc<OutKey>> = touched.iter().cloned().map(Arc::new).collect();
+        keys.extend(memo.emitters.shared_keys().cloned());
         for kind in OutputKind::ALL {
             for (k, _) in observed.entries(gk_of(kind)) {
-                keys.push((kind, k.0.clone(), k.1.clone()));
+                if memo.emitters.get_parts(kind, k).is_none() {
+                    keys.push(Arc::new((kind, k.0.clone(), k.1.clone())));
+                }
             }
         }
-        keys.extend(memo.refused.keys().cloned());
-        keys.extend(memo.live_revoked.keys().cloned());
+        keys.extend(memo.refused.keys().cloned().map(Arc::new));
+        keys.extend(memo.live_revoked.keys().cloned().map(Arc::new));
         keys.sort_unstable();
         keys.dedup();
         keys
@@ -801,10 +819,10 @@ fn apply_policy(
                 keys.insert(key.clone());
             }
         }
-        keys.into_iter().collect()
+        keys.into_iter().map(Arc::new).collect()
     };
 
-    let keys_list: Vec<&OutKey> = keys.iter().collect();
+    let keys_list: Vec<&OutKey> = keys.iter().map(|k| &**k).collect();
     let policy = Policy {
         engine,
         observed,
@@ -838,14 +856,15 @@ fn apply_policy(
             merge_chunks(mine, theirs)
         })
     } else {
+        // One thread: collected at once, no chunks to merge.
         let view = View::new(observed, memo, engine, None);
-        merge_chunks(policy.verdicts(&chunks, &view), Vec::new())
+        keys_list.iter().map(policy.judge_each(&view)).collect()
     };
 
     // After everything changed the memo starts empty: nothing to replace
     // or remove.
     let fresh = changes.all;
-    for (key, v) in keys.iter().zip(verdicts) {
+    for (key, v) in keys_list.iter().copied().zip(verdicts) {
         match v.desired {
             Some(d) => {
                 if fresh
@@ -861,16 +880,13 @@ fn apply_policy(
             None => memo.desired.remove(key),
         }
         let old = memo.refused.get(key).cloned();
-        let new = v
-            .refused
-            .as_ref()
-            .map(|(r, _, field, why)| (*r, field.clone(), why.clone()));
+        let new = v.refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
         if old != new {
             if let Some((r, _, _)) = old {
                 memo.rules[r].refused.remove(key);
                 report_dirty.insert(r);
             }
-            match v.refused {
+            match v.refused.map(|b| *b) {
                 Some((r, trigger, field, why)) => {
                     memo.rules[r]
                         .refused

@@ -126,6 +126,12 @@ impl<'a> Borrow<dyn KeyParts + 'a> for OutKey {
     }
 }
 
+impl<'a> Borrow<dyn KeyParts + 'a> for Arc<OutKey> {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        &**self
+    }
+}
+
 /// Hashes as the [`OutKey`] with the same parts does (a `String` hashes as
 /// its `str`).
 impl Hash for dyn KeyParts + '_ {
@@ -143,11 +149,11 @@ impl PartialEq for dyn KeyParts + '_ {
 impl Eq for dyn KeyParts + '_ {}
 
 /// Who emits each object: hashed for lookups (every copied role is one),
-/// ordered for listing a kind.
+/// ordered for listing a kind. Both share one copy of each key.
 #[derive(Default)]
 pub(super) struct Emitters {
-    by_key: HashMap<OutKey, Vec<Emit>>,
-    ordered: BTreeSet<OutKey>,
+    by_key: HashMap<Arc<OutKey>, Vec<Emit>>,
+    ordered: BTreeSet<Arc<OutKey>>,
 }
 
 impl Emitters {
@@ -161,7 +167,8 @@ impl Emitters {
         self.by_key.get(&parts as &dyn KeyParts)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &OutKey> {
+    /// The keys, shared.
+    pub fn shared_keys(&self) -> impl Iterator<Item = &Arc<OutKey>> {
         self.by_key.keys()
     }
 
@@ -170,12 +177,12 @@ impl Emitters {
         self.by_key
             .iter()
             .filter(|(_, es)| es.len() >= 2)
-            .map(|(k, _)| k)
+            .map(|(k, _)| &**k)
     }
 
     /// Keys from `start` on, in order.
     pub fn range_from(&self, start: OutKey) -> impl Iterator<Item = &OutKey> {
-        self.ordered.range(start..)
+        self.ordered.range::<OutKey, _>(start..).map(|k| &**k)
     }
 
     /// Changes the emitters of `key`; an object left with none is dropped.
@@ -208,10 +215,12 @@ impl Emitters {
     }
 
     fn insert_new(&mut self, key: OutKey, f: impl FnOnce(&mut Vec<Emit>)) {
-        let mut list = Vec::new();
+        // Most objects have one emitter: room for one, not the default four.
+        let mut list = Vec::with_capacity(1);
         f(&mut list);
         if !list.is_empty() {
-            self.ordered.insert(key.clone());
+            let key = Arc::new(key);
+            self.ordered.insert(Arc::clone(&key));
             self.by_key.insert(key, list);
         }
     }

@@ -12,53 +12,118 @@ use crate::api::OutputKind;
 /// A key identifying an emitted object: kind, namespace and name.
 pub type OutKey = (OutputKind, String, String);
 
-/// Sort key of desired objects: kind name, namespace, name.
-type SortKey = (&'static str, String, String);
+/// A desired object's sort key, borrowed: kind name, namespace, name.
+/// The set is looked up with one, so it keeps no copy of the strings.
+trait SortParts {
+    fn parts(&self) -> (&str, &str, &str);
+}
 
-/// The sort key of an output key.
-pub(super) fn sort_key(key: &OutKey) -> SortKey {
-    (key.0.as_str(), key.1.clone(), key.2.clone())
+impl SortParts for (&str, &str, &str) {
+    fn parts(&self) -> (&str, &str, &str) {
+        *self
+    }
+}
+
+/// The parts of an output key.
+fn parts(key: &OutKey) -> (&'static str, &str, &str) {
+    (key.0.as_str(), &key.1, &key.2)
+}
+
+impl PartialEq for dyn SortParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn SortParts + '_ {}
+
+impl PartialOrd for dyn SortParts + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn SortParts + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+/// A desired object as its own key, ordered by its sort key (the object's
+/// own strings, not copies).
+#[derive(Clone)]
+struct Entry(Arc<Desired>);
+
+impl SortParts for Entry {
+    fn parts(&self) -> (&str, &str, &str) {
+        (self.0.kind.as_str(), &self.0.namespace, &self.0.name)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn SortParts + 'a> for Entry {
+    fn borrow(&self) -> &(dyn SortParts + 'a) {
+        self
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
 }
 
 /// Desired objects sorted by kind, namespace and name; cheap to clone
-/// (a persistent map shared between evaluations).
+/// (a persistent set shared between evaluations).
 #[derive(Clone, Default)]
 pub struct DesiredSet {
-    map: imbl::OrdMap<SortKey, Arc<Desired>>,
+    set: imbl::OrdSet<Entry>,
 }
 
 impl DesiredSet {
     /// Number of objects.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.set.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.set.is_empty()
     }
 
     /// Every object, sorted by kind, namespace and name.
     pub fn iter(&self) -> impl Iterator<Item = &Desired> {
-        self.map.values().map(|d| &**d)
+        self.set.iter().map(|e| &*e.0)
     }
 
     /// One object by kind, namespace and name.
     pub fn get(&self, key: &OutKey) -> Option<&Desired> {
-        self.map.get(&sort_key(key)).map(|d| &**d)
+        self.get_shared(key).map(|d| &**d)
     }
 
     pub(super) fn get_shared(&self, key: &OutKey) -> Option<&Arc<Desired>> {
-        self.map.get(&sort_key(key))
+        self.set.get(&parts(key) as &dyn SortParts).map(|e| &e.0)
     }
 
     pub(super) fn insert(&mut self, d: Arc<Desired>) {
-        let key = (d.kind.as_str(), d.namespace.clone(), d.name.clone());
-        self.map.insert(key, d);
+        self.set.insert(Entry(d));
     }
 
     pub(super) fn remove(&mut self, key: &OutKey) {
-        self.map.remove(&sort_key(key));
+        self.set.remove(&parts(key) as &dyn SortParts);
     }
 }
 
@@ -225,5 +290,72 @@ impl Evaluation {
                 },
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired(kind: OutputKind, ns: &str, name: &str, rule: &str) -> Desired {
+        let mut v = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": kind.as_str(),
+            "metadata": {"name": name},
+        });
+        if !ns.is_empty() {
+            v["metadata"]["namespace"] = ns.into();
+        }
+        Desired {
+            kind,
+            namespace: ns.into(),
+            name: name.into(),
+            rule: rule.into(),
+            trigger: None,
+            field: "spec.outputs[0]".into(),
+            refusal: None,
+            object: Manifest::from_value(&v).expect("a manifest"),
+        }
+    }
+
+    fn key(kind: OutputKind, ns: &str, name: &str) -> OutKey {
+        (kind, ns.into(), name.into())
+    }
+
+    #[test]
+    fn the_set_is_sorted_and_looked_up_by_kind_namespace_and_name() {
+        let mut set: DesiredSet = vec![
+            desired(OutputKind::RoleBinding, "a", "x", "r"),
+            desired(OutputKind::Role, "b", "x", "r"),
+            desired(OutputKind::Role, "a", "y", "r"),
+            desired(OutputKind::ClusterRole, "", "z", "r"),
+        ]
+        .into();
+        let order: Vec<(&str, &str, &str)> = set
+            .iter()
+            .map(|d| (d.kind.as_str(), d.namespace.as_str(), d.name.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("ClusterRole", "", "z"),
+                ("Role", "a", "y"),
+                ("Role", "b", "x"),
+                ("RoleBinding", "a", "x"),
+            ]
+        );
+        assert!(set.get(&key(OutputKind::Role, "b", "x")).is_some());
+        assert!(set.get(&key(OutputKind::RoleBinding, "b", "x")).is_none());
+
+        // Inserting an object with the same key replaces it.
+        set.insert(Arc::new(desired(OutputKind::Role, "b", "x", "other")));
+        assert_eq!(set.len(), 4);
+        let got = set.get(&key(OutputKind::Role, "b", "x")).expect("kept");
+        assert_eq!(got.rule, "other");
+
+        set.remove(&key(OutputKind::Role, "b", "x"));
+        assert_eq!(set.len(), 3);
+        assert!(set.get(&key(OutputKind::Role, "b", "x")).is_none());
+        assert!(set.get(&key(OutputKind::Role, "a", "y")).is_some());
     }
 }

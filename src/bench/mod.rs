@@ -506,7 +506,9 @@ fn controller_child(args: &BenchArgs) -> Result<Value, BenchError> {
         .metrics_address
         .clone()
         .unwrap_or_else(|| "127.0.0.1:0".into());
+    // As `run` does (src/main.rs): two workers on any machine.
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| BenchError::Other(format!("cannot start the async runtime: {e}")))?;

@@ -521,6 +521,23 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
     }
 }
 
+/// Puts one trigger's copy of an object in its emitter list (kept in rule
+/// and trigger order), replacing the trigger's old copy; `None` removes it.
+fn place(list: &mut Vec<Emit>, rule: usize, trigger: &Arc<TKey>, new: Option<&Arc<Desired>>) {
+    list.retain(|e| !(e.rule == rule && e.trigger == *trigger));
+    if let Some(n) = new {
+        let at = list.partition_point(|e| (e.rule, &e.trigger) < (rule, trigger));
+        list.insert(
+            at,
+            Emit {
+                rule,
+                trigger: Arc::clone(trigger),
+                desired: Arc::clone(n),
+            },
+        );
+    }
+}
+
 /// Applies one trigger's changed outputs to who emits what.
 fn apply_delta(
     rule: usize,
@@ -539,16 +556,7 @@ fn apply_delta(
                 continue;
             }
             emitters.update_owned(key_of_desired(n), |list| {
-                list.retain(|e| !(e.rule == rule && e.trigger == d.trigger));
-                let at = list.partition_point(|e| (e.rule, &e.trigger) < (rule, &d.trigger));
-                list.insert(
-                    at,
-                    Emit {
-                        rule,
-                        trigger: Arc::clone(&d.trigger),
-                        desired: Arc::clone(n),
-                    },
-                );
+                place(list, rule, &d.trigger, Some(n));
             });
         }
         return;
@@ -565,20 +573,7 @@ fn apply_delta(
         {
             continue;
         }
-        emitters.update(key, |list| {
-            list.retain(|e| !(e.rule == rule && e.trigger == d.trigger));
-            if let Some(n) = new {
-                let at = list.partition_point(|e| (e.rule, &e.trigger) < (rule, &d.trigger));
-                list.insert(
-                    at,
-                    Emit {
-                        rule,
-                        trigger: Arc::clone(&d.trigger),
-                        desired: Arc::clone(n),
-                    },
-                );
-            }
-        });
+        emitters.update(key, |list| place(list, rule, &d.trigger, new.copied()));
         if !changes.all {
             touched.insert(key.clone());
             // Everything is read again anyway when everything changed.

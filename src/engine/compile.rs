@@ -2,7 +2,8 @@
 //! expression and selector is checked once, before any object is rendered,
 //! and every error names the field of the rule's spec.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use super::fast_hash::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
@@ -398,7 +399,7 @@ pub fn compile(
 ) -> Result<CompiledRule, Vec<FieldError>> {
     let mut c = Compiler {
         templates,
-        regexes: HashMap::new(),
+        regexes: HashMap::default(),
         errors: Vec::new(),
     };
     let mut produces = BTreeSet::new();

@@ -2,8 +2,9 @@
 //! settles conflicts, applies policy and assembles the evaluation — each
 //! by the difference from the last evaluation made with the same memo.
 
+use super::fast_hash::{HashMap, HashSet};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -550,7 +551,7 @@ fn apply_delta(
     if changes.all && d.before.is_empty() {
         // A fresh memo: every output is new; a key emitted twice by one
         // trigger is its last copy, as below.
-        let mut seen: HashSet<(OutputKind, &str, &str)> = HashSet::new();
+        let mut seen: HashSet<(OutputKind, &str, &str)> = HashSet::default();
         for n in d.after.iter().rev() {
             if !seen.insert((n.kind, n.namespace.as_str(), n.name.as_str())) {
                 continue;

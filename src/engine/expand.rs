@@ -1,9 +1,10 @@
 //! Expansion: a matched trigger (or a rule without one) and the view give
 //! the rule's outputs — related objects, vars, templates, rulesFrom.
 
+use super::fast_hash::HashMap;
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use handlebars::Context;
@@ -184,7 +185,7 @@ type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
 /// Positions of `objects` by the uid of each controller ownerReference;
 /// those with a controller without a uid (matched by kind and name) apart.
 fn owner_index(objects: &[Arc<Value>]) -> OwnerIndex {
-    let mut by_uid: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_uid: HashMap<String, Vec<usize>> = HashMap::default();
     let mut loose = Vec::new();
     for (n, o) in objects.iter().enumerate() {
         let controllers = o["metadata"]["ownerReferences"]

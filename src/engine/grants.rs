@@ -2,8 +2,8 @@
 //! aggregated role's selected roles, a binding's role) and whether the
 //! default denials, protected labels and the allow-list refuse it.
 
+use super::fast_hash::HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;

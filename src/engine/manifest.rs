@@ -8,7 +8,8 @@
 //! the API server returns for it (keys in sorted order, empty lists left
 //! out), so printing and applying it need no special cases.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use super::fast_hash::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};

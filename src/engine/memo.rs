@@ -11,8 +11,9 @@
 //! changed, not the size of the cluster. A full evaluation *is* an
 //! incremental one from an empty memo (a test checks they agree).
 
+use super::fast_hash::{HashMap, HashSet};
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -669,7 +670,7 @@ impl ReadIndex {
                         ts.insert(Arc::clone(&t));
                     }
                     None => {
-                        hits.insert(k.clone(), HashSet::from([Arc::clone(&t)]));
+                        hits.insert(k.clone(), HashSet::from_iter([Arc::clone(&t)]));
                     }
                 }
             }
@@ -681,7 +682,7 @@ impl ReadIndex {
                             ts.insert(Arc::clone(&t));
                         }
                         None => {
-                            by_name.insert(n.clone(), HashSet::from([Arc::clone(&t)]));
+                            by_name.insert(n.clone(), HashSet::from_iter([Arc::clone(&t)]));
                         }
                     }
                 }
@@ -696,7 +697,7 @@ impl ReadIndex {
                     .entry(r.gk.clone())
                     .or_default()
                     .entry(filter_key(r))
-                    .or_insert_with(|| (proto, HashSet::new()))
+                    .or_insert_with(|| (proto, HashSet::default()))
                     .1
                     .insert(Arc::clone(&t));
             }

@@ -8,6 +8,7 @@ pub mod compile;
 mod emit;
 pub mod error;
 mod expand;
+mod fast_hash;
 pub mod format;
 mod grants;
 pub mod limits;
@@ -21,7 +22,9 @@ pub mod template;
 mod trigger;
 mod view;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use fast_hash::HashMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -132,7 +135,7 @@ impl Engine {
                 templates: Templates::with_limits(&fallback.limits),
                 rules: Vec::new(),
                 fixed_reports,
-                index: HashMap::new(),
+                index: HashMap::default(),
                 options: fallback,
             }
         })

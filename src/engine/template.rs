@@ -6,9 +6,10 @@
 //! rendering it through the `json` helper and parsing the result, so the
 //! expression language is exactly the template language.
 
+use super::fast_hash::HashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use handlebars::template::{Parameter, TemplateElement};
 use handlebars::{
@@ -93,7 +94,7 @@ impl Templates {
         }
         Templates {
             hb,
-            simple: HashMap::new(),
+            simple: HashMap::default(),
             depth: limits.template_depth,
         }
     }

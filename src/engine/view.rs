@@ -7,9 +7,10 @@
 //! fresh output replaces it (its trigger is not kept, the object is not
 //! contested); a rule never reads what it emits itself.
 
+use super::fast_hash::HashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::{Arc, LazyLock, Weak};
 

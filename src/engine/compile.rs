@@ -2,7 +2,6 @@
 //! expression and selector is checked once, before any object is rendered,
 //! and every error names the field of the rule's spec.
 
-use super::fast_hash::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -10,6 +9,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::error::{ErrorKind, FieldError};
+use super::fast_hash::HashMap;
 use super::path::FieldPath;
 use super::store::GroupKind;
 use super::template::Templates;

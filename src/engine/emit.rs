@@ -2,11 +2,11 @@
 //! settles conflicts, applies policy and assembles the evaluation — each
 //! by the difference from the last evaluation made with the same memo.
 
-use super::fast_hash::{HashMap, HashSet};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::ScopedJoinHandle;
 
 use serde_json::Value;
 
@@ -14,6 +14,7 @@ use super::Engine;
 use super::compile::{CompiledRule, output_gk};
 use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
+use super::fast_hash::{HashMap, HashSet};
 use super::grants::{Judge, allow_list_rules, selection_key};
 use super::limits;
 use super::memo::{
@@ -289,15 +290,7 @@ fn run_rule(
                         shared.run(|t| one(&ev, &view, t))
                     });
                 let mine = chunks.run(|t| one(&evaluator, &view, t));
-                let theirs = match other {
-                    Ok(handle) => match handle.join() {
-                        Ok(rest) => rest,
-                        Err(panic) => std::panic::resume_unwind(panic),
-                    },
-                    // No second thread: this one rendered them all.
-                    Err(_) => Vec::new(),
-                };
-                merge_chunks(mine, theirs)
+                merge_chunks(mine, joined(other))
             })
         } else {
             dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
@@ -389,7 +382,7 @@ impl<'a, I> Chunks<'a, I> {
 
     /// Maps chunks until none are left: each with the index of its first
     /// item.
-    fn run<R>(&self, mut f: impl FnMut(&I) -> R) -> Vec<(usize, Vec<R>)> {
+    fn run<R>(&self, mut f: impl FnMut(&I) -> R) -> Done<R> {
         let mut done = Vec::new();
         loop {
             let start = self.next.fetch_add(CHUNK, Ordering::Relaxed);
@@ -402,8 +395,22 @@ impl<'a, I> Chunks<'a, I> {
     }
 }
 
+/// The chunks one thread did: each chunk's first index and its results.
+type Done<R> = Vec<(usize, Vec<R>)>;
+
+/// The chunks a second thread did: none when it could not start (this
+/// thread then took every chunk); its panic goes on as this thread's.
+fn joined<R>(other: std::io::Result<ScopedJoinHandle<'_, Done<R>>>) -> Done<R> {
+    match other {
+        Ok(handle) => handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// Two threads' results from [`Chunks::run`], in item order.
-fn merge_chunks<R>(mut a: Vec<(usize, Vec<R>)>, b: Vec<(usize, Vec<R>)>) -> Vec<R> {
+fn merge_chunks<R>(mut a: Done<R>, b: Done<R>) -> Vec<R> {
     a.extend(b);
     a.sort_unstable_by_key(|(start, _)| *start);
     // Sized at once: collecting a flat_map would grow it by doubling.
@@ -841,15 +848,7 @@ fn apply_policy(
                 });
             let view = View::new(observed, memo, engine, None);
             let mine = policy.verdicts(&chunks, &view);
-            let theirs = match other {
-                Ok(handle) => match handle.join() {
-                    Ok(rest) => rest,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                },
-                // No second thread: this one judged them all.
-                Err(_) => Vec::new(),
-            };
-            merge_chunks(mine, theirs)
+            merge_chunks(mine, joined(other))
         })
     } else {
         // One thread: collected at once, no chunks to merge.

@@ -1,7 +1,6 @@
 //! Expansion: a matched trigger (or a rule without one) and the view give
 //! the rule's outputs — related objects, vars, templates, rulesFrom.
 
-use super::fast_hash::HashMap;
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +14,7 @@ use serde_json::{Map, Value, json};
 use super::Engine;
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
 use super::error::{ErrorKind, FieldError, FieldWarning};
+use super::fast_hash::HashMap;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{Derived, ItemCache, ItemVerdict, ListEntry, Owner, Read, VarEntry};

@@ -2,7 +2,6 @@
 //! aggregated role's selected roles, a binding's role) and whether the
 //! default denials, protected labels and the allow-list refuse it.
 
-use super::fast_hash::HashMap;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -11,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::compile::output_gk;
+use super::fast_hash::HashMap;
 use super::manifest::Manifest;
 use super::output;
 use super::store::ObjectStore;

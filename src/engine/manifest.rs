@@ -8,7 +8,6 @@
 //! the API server returns for it (keys in sorted order, empty lists left
 //! out), so printing and applying it need no special cases.
 
-use super::fast_hash::{HashMap, HashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
@@ -17,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
+use super::fast_hash::{HashMap, HashSet};
 use super::output::{RBAC_API_VERSION, RBAC_GROUP};
 use crate::api::OutputKind;
 

@@ -11,7 +11,6 @@
 //! changed, not the size of the cluster. A full evaluation *is* an
 //! incremental one from an empty memo (a test checks they agree).
 
-use super::fast_hash::{HashMap, HashSet};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -22,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::error::{FieldError, FieldWarning};
+use super::fast_hash::{HashMap, HashSet};
 use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
 use super::store::{GroupKind, ObjectKey, group_of};
 use super::view::{Caches, View};

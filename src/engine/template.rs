@@ -6,7 +6,6 @@
 //! rendering it through the `json` helper and parsing the result, so the
 //! expression language is exactly the template language.
 
-use super::fast_hash::HashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +19,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::error::ErrorKind;
+use super::fast_hash::HashMap;
 use super::limits::{self, Limit, Limits};
 use super::path::{FieldPath, Segment, scalar_text};
 

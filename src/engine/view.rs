@@ -7,7 +7,6 @@
 //! fresh output replaces it (its trigger is not kept, the object is not
 //! contested); a rule never reads what it emits itself.
 
-use super::fast_hash::HashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -20,6 +19,7 @@ use serde_json::Value;
 
 use super::Engine;
 use super::compile::output_gk;
+use super::fast_hash::HashMap;
 use super::manifest::{Interner, Manifest};
 use super::memo::{Emit, Emitters, RuleMemo};
 use super::output;

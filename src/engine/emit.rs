@@ -2,6 +2,7 @@
 //! settles conflicts, applies policy and assembles the evaluation — each
 //! by the difference from the last evaluation made with the same memo.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -563,7 +564,7 @@ fn apply_delta(
             if !seen.insert((n.kind, n.namespace.as_str(), n.name.as_str())) {
                 continue;
             }
-            emitters.update_owned(key_of_desired(n), |list| {
+            emitters.update(Cow::Owned(key_of_desired(n)), |list| {
                 place(list, rule, &d.trigger, Some(n));
             });
         }
@@ -581,7 +582,9 @@ fn apply_delta(
         {
             continue;
         }
-        emitters.update(key, |list| place(list, rule, &d.trigger, new.copied()));
+        emitters.update(Cow::Borrowed(key), |list| {
+            place(list, rule, &d.trigger, new.copied())
+        });
         if !changes.all {
             touched.insert(key.clone());
             // Everything is read again anyway when everything changed.

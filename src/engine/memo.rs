@@ -11,7 +11,7 @@
 //! changed, not the size of the cluster. A full evaluation *is* an
 //! incremental one from an empty memo (a test checks they agree).
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -187,31 +187,17 @@ impl Emitters {
     }
 
     /// Changes the emitters of `key`; an object left with none is dropped.
-    pub fn update(&mut self, key: &OutKey, f: impl FnOnce(&mut Vec<Emit>)) {
-        match self.by_key.get_mut(key) {
+    /// A key given by value is not copied when it is new.
+    pub fn update(&mut self, key: Cow<'_, OutKey>, f: impl FnOnce(&mut Vec<Emit>)) {
+        match self.by_key.get_mut(&*key) {
             Some(list) => {
                 f(list);
                 if list.is_empty() {
-                    self.by_key.remove(key);
-                    self.ordered.remove(key);
+                    self.by_key.remove(&*key);
+                    self.ordered.remove(&*key);
                 }
             }
-            None => self.insert_new(key.clone(), f),
-        }
-    }
-
-    /// Like [`Emitters::update`], for a key given by value (no copy when
-    /// it is new).
-    pub fn update_owned(&mut self, key: OutKey, f: impl FnOnce(&mut Vec<Emit>)) {
-        match self.by_key.get_mut(&key) {
-            Some(list) => {
-                f(list);
-                if list.is_empty() {
-                    self.by_key.remove(&key);
-                    self.ordered.remove(&key);
-                }
-            }
-            None => self.insert_new(key, f),
+            None => self.insert_new(key.into_owned(), f),
         }
     }
 
@@ -926,7 +912,7 @@ spec:
         };
         for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x"), ("", "ax")] {
             let key = (OutputKind::Role, ns.to_string(), name.to_string());
-            emitters.update(&key, |list| {
+            emitters.update(Cow::Borrowed(&key), |list| {
                 list.push(Emit {
                     rule: 0,
                     trigger: Arc::new(None),

@@ -18,7 +18,8 @@ use super::apply::Learned;
 use super::plan::{Live, ObjectId};
 use super::status::Hold;
 use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
-use crate::engine::compile::output_gk;
+use crate::engine::compile::gk_of;
+pub(super) use crate::engine::compile::output_kind;
 use crate::engine::store::key_of;
 use crate::engine::{Engine, GroupKind, Interest, ObjectStore, Options, RuleSource};
 
@@ -372,7 +373,7 @@ impl World {
         let foreign = self.foreign.remove(id);
         let owned = self.remove_owned(id);
         let key = (id.namespace.clone(), id.name.clone());
-        let read = self.store.remove(&output_gk(id.kind), &key).is_some();
+        let read = self.store.remove(gk_of(id.kind), &key).is_some();
         owned || foreign || read
     }
 
@@ -385,15 +386,15 @@ impl World {
             return self.upsert_live(id, o) || foreign;
         }
         let owned = self.remove_owned(&id);
-        let gk = output_gk(id.kind);
+        let gk = gk_of(id.kind);
         let mut read = false;
         // Kept whole only where a rule reads the kind (rules copied from
         // ClusterRoles, an allow-list), else only its name is.
-        if self.kinds.contains_key(&gk) {
+        if self.kinds.contains_key(gk) {
             o.unpack();
             let key = (id.namespace.clone(), id.name.clone());
             if let Some(object) = o.shared()
-                && self.store.get(&gk, &key) != Some(&**object)
+                && self.store.get(gk, &key) != Some(&**object)
             {
                 read = self.store.insert_shared(Arc::clone(object)).is_ok();
             }
@@ -410,7 +411,7 @@ impl World {
         // until a plan keeps it without a desired copy ([`World::unpack`])
         // or its rule is held ([`World::unpack_held`]). Where no rule reads
         // the kind, only what policy reads is kept.
-        let read = self.kinds.contains_key(&output_gk(id.kind));
+        let read = self.kinds.contains_key(gk_of(id.kind));
         if !read {
             live.slim();
         }
@@ -446,7 +447,7 @@ impl World {
                 continue;
             };
             if live.unpack() {
-                if !self.kinds.contains_key(&output_gk(id.kind)) {
+                if !self.kinds.contains_key(gk_of(id.kind)) {
                     live.slim();
                 }
                 let object = live.shared().cloned();
@@ -470,7 +471,7 @@ impl World {
             .iter()
             .filter(|(id, l)| {
                 l.is_packed()
-                    && self.kinds.contains_key(&output_gk(id.kind))
+                    && self.kinds.contains_key(gk_of(id.kind))
                     && l.rule().is_some_and(|r| holds.contains_key(r))
             })
             .map(|(id, _)| id.clone())
@@ -488,7 +489,7 @@ impl World {
     /// live object we made and revokes what it now refuses, and rules that
     /// read the kind see it.
     fn mirror(&mut self, id: &ObjectId, object: Option<&Arc<Value>>) {
-        let gk = output_gk(id.kind);
+        let gk = gk_of(id.kind);
         let key = (id.namespace.clone(), id.name.clone());
         match object {
             Some(o) => {
@@ -497,7 +498,7 @@ impl World {
                 }
             }
             None => {
-                self.store.remove(&gk, &key);
+                self.store.remove(gk, &key);
             }
         }
     }
@@ -784,11 +785,6 @@ impl World {
     }
 }
 
-/// The output kind a group/kind is, if it is one.
-pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
-    OutputKind::ALL.into_iter().find(|k| output_gk(*k) == *gk)
-}
-
 /// Whether `new` is an older version of `known`: both resourceVersions
 /// parse as integers (etcd revisions, as every API server serves them) and
 /// `new`'s is lower. Opaque versions never count as older.
@@ -815,6 +811,7 @@ pub(super) fn map_event<A, B>(ev: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::compile::output_gk;
     use crate::engine::output::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
     use serde_json::json;
 

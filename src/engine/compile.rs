@@ -130,6 +130,27 @@ pub fn output_gk(kind: OutputKind) -> GroupKind {
     GroupKind::new("rbac.authorization.k8s.io", kind.as_str())
 }
 
+/// The output kind of a group and kind, if it is one.
+pub fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
+    // Compared in place: asked on every lookup, so no GroupKind is built.
+    let rbac = gk_of(OutputKind::ClusterRole);
+    if gk.group != rbac.group {
+        return None;
+    }
+    OutputKind::ALL.into_iter().find(|k| k.as_str() == gk.kind)
+}
+
+/// The group and kind of an output kind, built once.
+pub fn gk_of(kind: OutputKind) -> &'static GroupKind {
+    static GKS: std::sync::LazyLock<[GroupKind; 4]> =
+        std::sync::LazyLock::new(|| OutputKind::ALL.map(output_gk));
+    let at = OutputKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or_default();
+    &GKS[at]
+}
+
 /// Compiles `text` as a regular expression matching a whole value.
 pub fn anchored(text: &str) -> Result<Regex, regex::Error> {
     Regex::new(&format!("^(?:{text})$"))

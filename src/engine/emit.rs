@@ -12,7 +12,7 @@ use std::thread::ScopedJoinHandle;
 use serde_json::Value;
 
 use super::Engine;
-use super::compile::{CompiledRule, output_gk};
+use super::compile::{CompiledRule, gk_of, output_gk};
 use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
 use super::fast_hash::{HashMap, HashSet};
@@ -25,7 +25,7 @@ use super::memo::{
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
-use super::view::{Caches, View, gk_of};
+use super::view::{Caches, View};
 use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.

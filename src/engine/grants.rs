@@ -9,7 +9,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::compile::output_gk;
+use super::compile::gk_of;
 use super::fast_hash::HashMap;
 use super::manifest::Manifest;
 use super::output;
@@ -26,7 +26,7 @@ pub(super) fn allow_list_rules(
     allow: &crate::policy::AllowList,
 ) -> Vec<PolicyRule> {
     let mut out = Vec::new();
-    for role in observed.list(&output_gk(OutputKind::ClusterRole)) {
+    for role in observed.list(gk_of(OutputKind::ClusterRole)) {
         let labels = role["metadata"]["labels"].as_object();
         if output::is_managed(role) {
             continue;
@@ -106,11 +106,11 @@ impl Judge<'_, '_> {
             if let Some((allow, effective)) = self.allow {
                 let role = match role_kind {
                     "Role" => self.view.get_seen(
-                        &output_gk(OutputKind::Role),
+                        gk_of(OutputKind::Role),
                         &(obj.namespace().to_string(), role_name.to_string()),
                     ),
                     _ => self.view.get_seen(
-                        &output_gk(OutputKind::ClusterRole),
+                        gk_of(OutputKind::ClusterRole),
                         &(String::new(), role_name.to_string()),
                     ),
                 };

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::Engine;
-use super::compile::output_gk;
+use super::compile::{gk_of, output_kind};
 use super::fast_hash::HashMap;
 use super::manifest::{Interner, Manifest};
 use super::memo::{Emit, Emitters, RuleMemo};
@@ -93,26 +93,6 @@ pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
     selectors
         .iter()
         .any(|s| crate::selector::matches_json(s, labels))
-}
-
-/// The output kind of a group and kind, if it is one.
-pub(super) fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
-    // Compared in place: asked on every lookup, so no GroupKind is built.
-    let rbac = gk_of(OutputKind::ClusterRole);
-    if gk.group != rbac.group {
-        return None;
-    }
-    OutputKind::ALL.into_iter().find(|k| k.as_str() == gk.kind)
-}
-
-/// The group and kind of an output kind, built once.
-pub(super) fn gk_of(kind: OutputKind) -> &'static GroupKind {
-    static GKS: LazyLock<[GroupKind; 4]> = LazyLock::new(|| OutputKind::ALL.map(output_gk));
-    let at = OutputKind::ALL
-        .iter()
-        .position(|k| *k == kind)
-        .unwrap_or_default();
-    &GKS[at]
 }
 
 /// An object a reader sees: emitted in this evaluation, or observed.

@@ -558,18 +558,11 @@ impl Evaluator<'_> {
 
     fn expand_value(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
+        if let Value::String(s) = v {
+            return self.expand_string(s, ctx, &|| field.to_string());
+        }
         limited(field, limits::charge_node())?;
         match v {
-            Value::String(s) => {
-                let text = self.tpl(field, s, ctx)?;
-                if self.mark.get() && s.contains("{{") {
-                    let mut marked = String::with_capacity(text.len() + 1);
-                    marked.push(output::DATA_MARK);
-                    marked.push_str(&text);
-                    return Ok(Value::String(marked));
-                }
-                Ok(Value::String(text))
-            }
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
@@ -604,7 +597,16 @@ impl Evaluator<'_> {
                         continue;
                     }
                     let (start, before) = (out.len(), limits::used());
-                    self.entry(item, i, field, ctx, &mut out)?;
+                    if let Value::String(s) = item {
+                        // A plain string (never a directive), as `entry`
+                        // expands it: its field is spelled only on error.
+                        let at = || format!("{field}[{i}]");
+                        out.push(self.expand_string(s, ctx, &at)?);
+                        limits::check_list(out.len(), "the expanded list")
+                            .map_err(|m| FieldError::new(ErrorKind::LimitExceeded, at(), m))?;
+                    } else {
+                        self.entry(item, i, field, ctx, &mut out)?;
+                    }
                     if let Some(key) = &key {
                         let bytes = limits::used().saturating_sub(before);
                         self.derived
@@ -619,6 +621,25 @@ impl Evaluator<'_> {
             Value::Object(map) => self.expand_map(map, ctx, field),
             other => Ok(other.clone()),
         }
+    }
+
+    /// Expands a template string (marked as data when asked); `field`
+    /// names it in an error.
+    fn expand_string(&self, s: &str, ctx: &Context, field: &dyn Fn() -> String) -> Result<Value> {
+        // Every expanded value is charged: nested forEach multiply.
+        limits::charge_node().map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field(), m))?;
+        let text = self
+            .engine
+            .templates
+            .render(s, ctx)
+            .map_err(|e| template_error(&field(), e))?;
+        if self.mark.get() && s.contains("{{") {
+            let mut marked = String::with_capacity(text.len() + 1);
+            marked.push(output::DATA_MARK);
+            marked.push_str(&text);
+            return Ok(Value::String(marked));
+        }
+        Ok(Value::String(text))
     }
 
     /// Expands one entry of a list into `out`: a value, or a directive's
@@ -637,15 +658,20 @@ impl Evaluator<'_> {
             out.push(self.expand(item, ctx, &f)?);
             return Ok(());
         };
+        // Spelled once, not per item of a forEach.
+        let (f_when, f_body) = match d.body {
+            DirBody::Item(_) => (format!("{f}.when"), format!("{f}.item")),
+            DirBody::Items(_) => (format!("{f}.when"), format!("{f}.items")),
+        };
         let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
             if let Some(w) = d.when
-                && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
+                && !truthy(&*this.expr(&f_when, w, ctx)?)
             {
                 return Ok(());
             }
             match d.body {
-                DirBody::Item(b) => out.push(this.expand(b, ctx, &format!("{f}.item"))?),
-                DirBody::Items(b) => match this.expand(b, ctx, &format!("{f}.items"))? {
+                DirBody::Item(b) => out.push(this.expand(b, ctx, &f_body)?),
+                DirBody::Items(b) => match this.expand(b, ctx, &f_body)? {
                     Value::Array(xs) => out.extend(xs),
                     other => out.push(other),
                 },
@@ -1021,19 +1047,32 @@ impl Evaluator<'_> {
                 }
                 keep = Some((key, limits::used(), self.warnings.borrow().len()));
             }
-            // Read in place: only the items kept are copied.
+            // Read in place: only the items kept are copied. Each source
+            // with the store's object it was copied from (when known): its
+            // extracted entries are kept by that object's address.
             let data = ctx.data();
-            let mut sources: Vec<&Value> = Vec::new();
-            for name in of {
-                if name == "trigger" {
-                    sources.extend(data.get("trigger"));
-                } else {
-                    sources.extend(
-                        data["related"][name.as_str()]
-                            .as_array()
-                            .into_iter()
-                            .flatten(),
-                    );
+            let mut sources: Vec<(&Value, Option<(usize, usize)>)> = Vec::new();
+            // A one-shot render keeps nothing: no addresses.
+            let record = self.record;
+            {
+                let inputs = self.inputs.borrow();
+                let mut derived = self.derived.borrow_mut();
+                let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
+                for (role, name) in of.iter().enumerate() {
+                    if name == "trigger" {
+                        let addr = inputs.trigger.as_ref().and_then(&mut pin);
+                        sources.extend(data.get("trigger").map(|v| (v, addr.map(|a| (role, a)))));
+                    } else {
+                        let values = data["related"][name.as_str()].as_array();
+                        let objs = inputs
+                            .objects
+                            .get(name)
+                            .filter(|o| values.is_some_and(|v| v.len() == o.len()));
+                        for (n, v) in values.into_iter().flatten().enumerate() {
+                            let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
+                            sources.push((v, addr.map(|a| (role, a))));
+                        }
+                    }
                 }
             }
             let extract = match &l.extract {
@@ -1051,7 +1090,20 @@ impl Evaluator<'_> {
                 None => None,
             };
             let mut seen = BTreeMap::new();
-            for src in sources {
+            for (src, addr) in sources {
+                let cache = addr.map(|(role, a)| (i, role, a));
+                if let Some(key) = &cache
+                    && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
+                {
+                    for (text, item) in entries.iter() {
+                        seen.insert(text.clone(), item.clone());
+                    }
+                    self.warnings.borrow_mut().extend(warned.iter().cloned());
+                    continue;
+                }
+                // Entries gathered apart only when they are kept.
+                let mut mine: Option<Vec<(String, Value)>> = cache.map(|_| Vec::new());
+                let warned = self.warnings.borrow().len();
                 for entry in path
                     .get(src)
                     .and_then(Value::as_array)
@@ -1067,7 +1119,7 @@ impl Evaluator<'_> {
                                 match unmatched {
                                     Unmatched::Drop => {}
                                     Unmatched::Keep => {
-                                        seen.insert(entry.to_string(), entry.clone());
+                                        keep_entry(&mut seen, &mut mine, entry.clone());
                                     }
                                     Unmatched::Warn => {
                                         let shown = match (entry, text) {
@@ -1093,7 +1145,17 @@ impl Evaluator<'_> {
                             Value::Object(m)
                         }
                     };
-                    seen.insert(item.to_string(), item);
+                    keep_entry(&mut seen, &mut mine, item);
+                }
+                if let (Some(key), Some(mine)) = (cache, mine) {
+                    for (text, item) in &mine {
+                        seen.insert(text.clone(), item.clone());
+                    }
+                    let warnings = self.warnings.borrow()[warned..].to_vec();
+                    self.derived
+                        .borrow_mut()
+                        .extracts
+                        .insert(key, (Arc::new(mine), warnings));
                 }
             }
             let (texts, items): (Vec<String>, Vec<Value>) = seen.into_iter().unzip();
@@ -1899,6 +1961,22 @@ impl Evaluator<'_> {
             owner: None,
         });
         Ok(roles)
+    }
+}
+
+/// One extracted listField entry, by its JSON text: into `mine` when the
+/// source's entries are kept (merged into `seen` after), else into `seen`.
+fn keep_entry(
+    seen: &mut BTreeMap<String, Value>,
+    mine: &mut Option<Vec<(String, Value)>>,
+    item: Value,
+) {
+    let text = item.to_string();
+    match mine {
+        Some(m) => m.push((text, item)),
+        None => {
+            seen.insert(text, item);
+        }
     }
 }
 

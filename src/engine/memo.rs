@@ -282,6 +282,11 @@ pub(super) struct Derived {
     /// address is not reused while held, and an object no one else holds
     /// is gone from the cluster (its entries go with it).
     pub pins: HashMap<usize, Weak<Value>>,
+    /// A listField's entries extracted from one source object (before
+    /// its conditions), with their JSON text and what extracting warned:
+    /// by related set, the source's place in `of` and its address. A
+    /// changed family member's entries are extracted again, not all.
+    pub extracts: HashMap<(usize, usize, usize), Extracted>,
     /// `where` verdicts on related objects, by related set and the
     /// addresses of the object and the trigger (0: none).
     pub verdicts: HashMap<(usize, usize, usize), Verdict>,
@@ -295,6 +300,9 @@ pub(super) type KeptPolicy = (
     Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
     Option<FieldError>,
 );
+
+/// Entries extracted from one source (see [`Derived::extracts`]).
+pub(super) type Extracted = (Arc<Vec<(String, Value)>>, Vec<FieldWarning>);
 
 /// A kept verdict: whether the object is kept, and the bytes judging it
 /// charged.
@@ -348,6 +356,10 @@ impl Derived {
             .retain(|(_, o, t), _| pins.contains_key(o) && (*t == 0 || pins.contains_key(t)));
         if self.verdicts.len() > 16 * DERIVED_MAX {
             self.verdicts.clear();
+        }
+        self.extracts.retain(|(_, _, a), _| pins.contains_key(a));
+        if self.extracts.len() > 16 * DERIVED_MAX {
+            self.extracts.clear();
         }
         self.lists
             .retain(|(_, addrs), _| addrs.iter().all(|a| pins.contains_key(a)));
@@ -405,6 +417,7 @@ pub(super) fn share_derived(
         let mut d = std::mem::take(&mut from.derived);
         d.lists.retain(|(i, _), _| *i < related);
         d.verdicts.retain(|(i, _, _), _| *i < related);
+        d.extracts.retain(|(i, _, _), _| *i < related);
         d.vars.retain(|(i, _), _| *i < vars);
         to.derived = d;
     }

@@ -954,6 +954,87 @@ spec:
     }
 
     #[test]
+    fn a_changed_member_s_list_entries_are_extracted_again_the_others_kept() {
+        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
+            .unwrap_or_default();
+        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let widget = |name: &str, refs: &[&str]| {
+            let refs: Vec<Value> = refs.iter().map(|r| json!({"name": r})).collect();
+            json!({
+                "apiVersion": "example.io/v1", "kind": "Widget",
+                "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
+                "status": {"refs": refs},
+            })
+        };
+        let mut store = crate::engine::store::ObjectStore::new();
+        assert!(store.insert(widget("w-1", &["as.example.org"])).is_ok());
+        assert!(store.insert(widget("w-2", &["bs.example.org"])).is_ok());
+        let mut memo = Memo::new();
+        let _ = engine.evaluate_incremental(&store, &mut memo);
+        // The rule that ran last keeps them: entries by source address.
+        let extracts = |memo: &Memo| -> Vec<(String, Arc<Vec<(String, Value)>>)> {
+            let d = memo.rules.iter().find(|r| !r.derived.extracts.is_empty());
+            let mut v: Vec<_> = d
+                .map(|r| {
+                    r.derived
+                        .extracts
+                        .values()
+                        .map(|(e, _)| {
+                            (
+                                e.iter()
+                                    .map(|(t, _)| t.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(","),
+                                Arc::clone(e),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let before = extracts(&memo);
+        // w-1 as the trigger and both as family members (w-2's render
+        // found the list kept: the same objects).
+        assert_eq!(
+            before.len(),
+            3,
+            "{:?}",
+            before.iter().map(|b| &b.0).collect::<Vec<_>>()
+        );
+        assert!(store.insert(widget("w-1", &["cs.example.org"])).is_ok());
+        let e = engine.evaluate_incremental(&store, &mut memo);
+        let after = extracts(&memo);
+        // w-1's old entries went with it; w-2's were reused, not made again.
+        assert_eq!(after.len(), 3);
+        assert!(after.iter().all(|(t, _)| !t.contains("as.example.org")));
+        let b_before: Vec<_> = before
+            .iter()
+            .filter(|(t, _)| t.contains("bs.example.org"))
+            .collect();
+        let b_after: Vec<_> = after
+            .iter()
+            .filter(|(t, _)| t.contains("bs.example.org"))
+            .collect();
+        assert_eq!((b_before.len(), b_after.len()), (1, 1));
+        assert!(Arc::ptr_eq(&b_before[0].1, &b_after[0].1));
+        // And the roles list the new type with the kept one.
+        let key = (
+            crate::api::OutputKind::ClusterRole,
+            String::new(),
+            "widget:w-2:b".to_string(),
+        );
+        let rules = e.desired.get(&key).and_then(|d| d.object.rules().cloned());
+        let resources: Vec<String> = rules
+            .iter()
+            .flat_map(|r| r.iter())
+            .flat_map(|r| r.resources.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(resources, ["bs", "cs"], "{rules:?}");
+    }
+
+    #[test]
     fn prune_drops_what_was_computed_from_objects_gone() {
         let mut d = Derived::default();
         let a = Arc::new(json!({"metadata": {"name": "a"}}));

@@ -1059,12 +1059,22 @@ fn h_sort(args: &[&Value]) -> Result<Value, String> {
 fn h_sort_by(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
     let path = FieldPath::parse(&text(args, 1)?)?;
-    let mut items = list(args, 0)?.to_vec();
-    items.sort_by_cached_key(|v| match path.get(v) {
-        Some(x) => (0, sort_key(x)),
-        None => (1, String::new()),
-    });
-    Ok(Value::Array(items))
+    // Sorted by reference, string keys borrowed: each item copied once.
+    let mut keyed: Vec<((u8, Cow<'_, str>), &Value)> = list(args, 0)?
+        .iter()
+        .map(|v| {
+            let key = match path.get(v) {
+                Some(Value::String(s)) => (0, Cow::Borrowed(s.as_str())),
+                Some(x) => (0, Cow::Owned(sort_key(x))),
+                None => (1, Cow::Borrowed("")),
+            };
+            (key, v)
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Value::Array(
+        keyed.into_iter().map(|(_, v)| v.clone()).collect(),
+    ))
 }
 
 /// `groupBy list "path"`: `[{key, items}]` sorted by key; items keep their
@@ -1074,8 +1084,20 @@ fn h_group_by(args: &[&Value]) -> Result<Value, String> {
     let path = FieldPath::parse(&text(args, 1)?)?;
     let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for item in list(args, 0)? {
-        if let Some(key) = path.get(item).and_then(scalar_text) {
-            groups.entry(key).or_default().push(item.clone());
+        let key = match path.get(item) {
+            Some(Value::String(s)) => Cow::Borrowed(s.as_str()),
+            Some(x) => match scalar_text(x) {
+                Some(t) => Cow::Owned(t),
+                None => continue,
+            },
+            None => continue,
+        };
+        // The key is copied only for a new group.
+        match groups.get_mut(key.as_ref()) {
+            Some(g) => g.push(item.clone()),
+            None => {
+                groups.insert(key.into_owned(), vec![item.clone()]);
+            }
         }
     }
     Ok(Value::Array(
@@ -1211,6 +1233,31 @@ mod tests {
         let mut tpl = Templates::new();
         tpl.compile_expr(e).map_err(|e| e.1)?;
         tpl.eval_ref(e, &Context::from(ctx)).map(Cow::into_owned)
+    }
+
+    #[test]
+    fn sort_by_is_stable_and_group_by_keeps_order() {
+        let items = json!({"xs": [
+            {"n": "b", "k": 1}, {"k": 2}, {"n": "a", "k": 3}, {"n": 10, "k": 4},
+            {"n": "b", "k": 5}, {"n": "a", "k": 6},
+        ]});
+        let sorted = eval(r#"sortBy xs "n""#, items.clone());
+        let ks: Vec<i64> = sorted
+            .iter()
+            .flat_map(|v| v.as_array().into_iter().flatten())
+            .filter_map(|v| v["k"].as_i64())
+            .collect();
+        // By text ("10" < "a" < "b"), equal keys in their order, none last.
+        assert_eq!(ks, [4, 3, 6, 1, 5, 2]);
+        let grouped = eval(r#"groupBy xs "n""#, items);
+        assert_eq!(
+            grouped,
+            Ok(json!([
+                {"key": "10", "items": [{"n": 10, "k": 4}]},
+                {"key": "a", "items": [{"n": "a", "k": 3}, {"n": "a", "k": 6}]},
+                {"key": "b", "items": [{"n": "b", "k": 1}, {"n": "b", "k": 5}]},
+            ]))
+        );
     }
 
     /// Only templates whose every path lies under the root, through pure

@@ -302,7 +302,10 @@ pub(super) type KeptPolicy = (
 );
 
 /// Entries extracted from one source (see [`Derived::extracts`]).
-pub(super) type Extracted = (Arc<Vec<(String, Value)>>, Vec<FieldWarning>);
+pub(super) type Extracted = (Arc<ExtractedEntries>, Vec<FieldWarning>);
+
+/// Extracted entries with their JSON text, in the source's order.
+pub(super) type ExtractedEntries = Vec<(String, Value)>;
 
 /// A kept verdict: whether the object is kept, and the bytes judging it
 /// charged.
@@ -972,7 +975,7 @@ spec:
         let mut memo = Memo::new();
         let _ = engine.evaluate_incremental(&store, &mut memo);
         // The rule that ran last keeps them: entries by source address.
-        let extracts = |memo: &Memo| -> Vec<(String, Arc<Vec<(String, Value)>>)> {
+        let extracts = |memo: &Memo| -> Vec<(String, Arc<ExtractedEntries>)> {
             let d = memo.rules.iter().find(|r| !r.derived.extracts.is_empty());
             let mut v: Vec<_> = d
                 .map(|r| {

@@ -1049,7 +1049,9 @@ impl Evaluator<'_> {
             }
             // Read in place: only the items kept are copied. Each source
             // with the store's object it was copied from (when known): its
-            // extracted entries are kept by that object's address.
+            // extracted entries are kept by that object's address and how
+            // much of it templates see (a trigger in its own family shares
+            // them).
             let data = ctx.data();
             let mut sources: Vec<(&Value, Option<(usize, usize)>)> = Vec::new();
             // A one-shot render keeps nothing: no addresses.
@@ -1058,19 +1060,29 @@ impl Evaluator<'_> {
                 let inputs = self.inputs.borrow();
                 let mut derived = self.derived.borrow_mut();
                 let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
-                for (role, name) in of.iter().enumerate() {
+                for name in of {
                     if name == "trigger" {
+                        let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
                         let addr = inputs.trigger.as_ref().and_then(&mut pin);
-                        sources.extend(data.get("trigger").map(|v| (v, addr.map(|a| (role, a)))));
+                        let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
+                        sources.extend(data.get("trigger").map(|v| (v, addr)));
                     } else {
+                        let seen = self
+                            .rule
+                            .spec
+                            .related
+                            .iter()
+                            .find(|r| r.name == *name)
+                            .and_then(|r| r.objects.as_ref())
+                            .map(|q| q.metadata_only);
                         let values = data["related"][name.as_str()].as_array();
-                        let objs = inputs
-                            .objects
-                            .get(name)
-                            .filter(|o| values.is_some_and(|v| v.len() == o.len()));
+                        let objs = inputs.objects.get(name).filter(|o| {
+                            seen.is_some() && values.is_some_and(|v| v.len() == o.len())
+                        });
                         for (n, v) in values.into_iter().flatten().enumerate() {
                             let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
-                            sources.push((v, addr.map(|a| (role, a))));
+                            let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
+                            sources.push((v, addr));
                         }
                     }
                 }
@@ -1091,7 +1103,7 @@ impl Evaluator<'_> {
             };
             let mut seen = BTreeMap::new();
             for (src, addr) in sources {
-                let cache = addr.map(|(role, a)| (i, role, a));
+                let cache = addr.map(|(seen, a)| (i, seen, a));
                 if let Some(key) = &cache
                     && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
                 {

@@ -1102,8 +1102,10 @@ impl Evaluator<'_> {
                 None => None,
             };
             let mut seen = BTreeMap::new();
+            // One source's list is kept whole (by its address) already.
+            let several = sources.len() > 1;
             for (src, addr) in sources {
-                let cache = addr.map(|(seen, a)| (i, seen, a));
+                let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
                 if let Some(key) = &cache
                     && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
                 {

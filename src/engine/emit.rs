@@ -438,6 +438,7 @@ fn new_evaluator<'a>(
         record,
         warnings: RefCell::default(),
         mark: Cell::new(false),
+        checked_only: Cell::new(false),
         items: RefCell::new(items),
         derived: RefCell::new(derived),
         inputs: RefCell::default(),

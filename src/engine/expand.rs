@@ -137,6 +137,10 @@ pub(super) struct Evaluator<'a> {
     pub warnings: RefCell<Vec<FieldWarning>>,
     /// Whether templated strings are marked as data (policy rules).
     pub mark: Cell<bool>,
+    /// Whether the whole value [`Evaluator::expand`] keeps is only ever
+    /// checked, never read again (an output's policy rules, kept checked
+    /// beside it): its expansion is then kept as null, not copied.
+    pub checked_only: Cell<bool>,
     /// Verdicts on listField items, kept by the rule's memo.
     pub items: RefCell<ItemCache>,
     /// Lists and vars shared by renders with the same inputs, kept by the
@@ -405,10 +409,15 @@ impl Evaluator<'_> {
         self.depth.set(self.depth.get() - 1);
         if let (Some(key), Ok(value)) = (key, &out) {
             let bytes = limits::used().saturating_sub(before);
+            let kept = if self.checked_only.get() {
+                Value::Null
+            } else {
+                value.clone()
+            };
             self.derived
                 .borrow_mut()
                 .expansions
-                .insert(key, (value.clone(), bytes));
+                .insert(key, (kept, bytes));
         }
         out
     }
@@ -1723,10 +1732,14 @@ impl Evaluator<'_> {
                     if by_entry {
                         self.inputs.borrow_mut().spans = Some(Vec::new());
                     }
+                    // Kept whole, it is read again only through its
+                    // checked rules (kept below, or the expansion dropped).
+                    self.checked_only.set(key.is_some());
                     let expanded = match kept {
                         Some(_) => Ok(Value::Null),
                         None => self.expand(r, ctx, &field),
                     };
+                    self.checked_only.set(false);
                     let spans = self.inputs.borrow_mut().spans.take();
                     self.mark.set(false);
                     match kept {
@@ -1744,9 +1757,23 @@ impl Evaluator<'_> {
                                 refusal = r;
                                 rules
                             } else {
-                                refusal = output::check_marked_rules(&field, &mut expanded)?;
-                                let rules =
-                                    Arc::new(output::policy_rules(&field, &expanded, namespaced)?);
+                                let checked = output::check_marked_rules(&field, &mut expanded)
+                                    .and_then(|r| {
+                                        output::policy_rules(&field, &expanded, namespaced)
+                                            .map(|rules| (Arc::new(rules), r))
+                                    });
+                                let (rules, r) = match checked {
+                                    Ok(c) => c,
+                                    Err(e) => {
+                                        // Kept as null: never without its
+                                        // checked rules.
+                                        if let Some(key) = &key {
+                                            self.derived.borrow_mut().expansions.remove(key);
+                                        }
+                                        return Err(e);
+                                    }
+                                };
+                                refusal = r;
                                 // Checked once for the outputs of a kept expansion.
                                 if let Some(key) =
                                     key.filter(|k| self.derived.borrow().expansions.contains_key(k))

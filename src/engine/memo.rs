@@ -899,6 +899,15 @@ spec:
         let (r1, r2) = (rules_of("w-1"), rules_of("w-2"));
         assert!(r1.as_ref().is_some_and(|r| r.len() == 1), "{r1:?}");
         assert!(r1.zip(r2).is_some_and(|(x, y)| Arc::ptr_eq(&x, &y)));
+        // The whole rules value is read again only through its checked
+        // rules: kept as null beside them, not copied.
+        let d = &memo.rules[last].derived;
+        assert!(!d.policies.is_empty());
+        assert!(
+            d.policies
+                .keys()
+                .all(|k| d.expansions.get(k).is_some_and(|e| e.0.is_null()))
+        );
         // Moved back and forth, not computed again: the same entries.
         let lists = memo.rules[last].derived.lists.len();
         let again = engine.evaluate_incremental(&store, &mut memo);
@@ -1035,6 +1044,51 @@ spec:
             .flat_map(|r| r.resources.clone().unwrap_or_default())
             .collect();
         assert_eq!(resources, ["bs", "cs"], "{rules:?}");
+    }
+
+    #[test]
+    fn a_rules_list_that_fails_its_check_fails_every_trigger_alike() {
+        // Verbs from the family's types: no verbs is no rule, an error.
+        let text = SHARING_RULES
+            .split("\n---\n")
+            .next()
+            .unwrap_or_default()
+            .replace("verbs: [get]", "verbs: []");
+        let sources = crate::rules::parse_text(std::path::Path::new("failing.yaml"), &text)
+            .unwrap_or_default();
+        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let mut store = crate::engine::store::ObjectStore::new();
+        for (name, r) in [("w-1", "as.example.org"), ("w-2", "bs.example.org")] {
+            let w = json!({
+                "apiVersion": "example.io/v1", "kind": "Widget",
+                "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
+                "status": {"refs": [{"name": r}]},
+            });
+            assert!(store.insert(w).is_ok());
+        }
+        let errors = |e: &Evaluation| -> Vec<String> {
+            e.reports
+                .get("widget-a")
+                .map(|r| r.errors.iter().map(|x| format!("{x}")).collect())
+                .unwrap_or_default()
+        };
+        let mut memo = Memo::new();
+        let incremental = engine.evaluate_incremental(&store, &mut memo);
+        let full = engine.evaluate_incremental(&store, &mut Memo::new());
+        // Both widgets fail, the second as the first (nothing kept null is
+        // read back as their rules).
+        let all = errors(&incremental);
+        assert_eq!(all.len(), 2, "{all:?}");
+        // The same error for both, but for the trigger named in it.
+        assert_eq!(all[0].replace("w-1", "w-2"), all[1], "{all:?}");
+        assert_eq!(errors(&incremental), errors(&full));
+        assert!(incremental.desired.is_empty());
+        assert!(memo.rules.iter().all(|r| r.derived.policies.is_empty()));
+        assert!(
+            memo.rules
+                .iter()
+                .all(|r| r.derived.expansions.values().all(|e| !e.0.is_null()))
+        );
     }
 
     #[test]

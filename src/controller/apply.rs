@@ -290,16 +290,21 @@ pub async fn execute(
         learn: writes.learn,
     };
     let writer = &writer;
-    let mut applied: Vec<(usize, Applied)> = Vec::with_capacity(plan.applies.len());
+    // One slot per planned write, filled as answers come: no list of
+    // results in completion order beside it, nor a sort.
+    let mut applied: Vec<Option<Applied>> = std::iter::repeat_with(|| None)
+        .take(plan.applies.len())
+        .collect();
     // Roles first: bindings wait for the roles they name.
     let roles = indices(&plan.applies, |a| a.id.kind.is_role());
     let apply = |i: usize| async move { (i, writer.apply(&plan.applies[i]).await) };
-    applied.extend(bounded(limit, roles, apply).await);
+    bounded(limit, roles, apply, |(i, r)| applied[i] = Some(r)).await;
     // Roles planned but not written: bindings naming them wait.
     let unwritten: BTreeSet<&ObjectId> = applied
         .iter()
-        .filter(|(_, r)| !r.outcome.is_applied())
-        .map(|(i, _)| &plan.applies[*i].id)
+        .enumerate()
+        .filter(|(_, r)| r.as_ref().is_some_and(|r| !r.outcome.is_applied()))
+        .map(|(i, _)| &plan.applies[i].id)
         .collect();
     let bindings = indices(&plan.applies, |a| !a.id.kind.is_role());
     let unwritten = &unwritten;
@@ -315,21 +320,21 @@ pub async fn execute(
         };
         (i, result)
     };
-    applied.extend(bounded(limit, bindings, apply).await);
+    bounded(limit, bindings, apply, |(i, r)| applied[i] = Some(r)).await;
     // Bindings go before the roles they name (the plan sorts them so).
-    let mut deleted: Vec<(usize, Outcome)> = Vec::with_capacity(plan.deletes.len());
+    let mut deleted: Vec<Option<Outcome>> = std::iter::repeat_with(|| None)
+        .take(plan.deletes.len())
+        .collect();
     for wave in [false, true] {
         let deletes = indices(&plan.deletes, |d| d.id.kind.is_role() == wave);
         let delete = |i: usize| async move { (i, writer.delete(&plan.deletes[i]).await) };
-        deleted.extend(bounded(limit, deletes, delete).await);
+        bounded(limit, deletes, delete, |(i, o)| deleted[i] = Some(o)).await;
     }
 
     // Deterministic report: plan order, whatever order the answers came in.
-    applied.sort_by_key(|(i, _)| *i);
-    deleted.sort_by_key(|(i, _)| *i);
     let mut out = Vec::with_capacity(applied.len() + deleted.len());
-    for (i, r) in applied {
-        let a = &plan.applies[i];
+    for (a, r) in plan.applies.iter().zip(applied) {
+        let Some(r) = r else { continue };
         if let Some(message) = r.conflict {
             memo.seen.insert(a.id.clone(), (Instant::now(), message));
         }
@@ -340,8 +345,8 @@ pub async fn execute(
             outcome: r.outcome,
         });
     }
-    for (i, outcome) in deleted {
-        let d = &plan.deletes[i];
+    for (d, outcome) in plan.deletes.iter().zip(deleted) {
+        let Some(outcome) = outcome else { continue };
         log_outcome(&d.id, &outcome);
         out.push(Written {
             id: d.id.clone(),
@@ -357,18 +362,23 @@ fn indices<T>(items: &[T], keep: impl Fn(&T) -> bool) -> Vec<usize> {
     (0..items.len()).filter(|i| keep(&items[*i])).collect()
 }
 
-/// Runs `job` for each index, at most `limit` at once; results in
-/// completion order. Each job is made only when it starts: a pass of
-/// thousands of writes holds `limit` requests in memory, not one per write.
+/// Runs `job` for each index, at most `limit` at once, handing each
+/// result to `done` in completion order. Each job is made only when it
+/// starts: a pass of thousands of writes holds `limit` requests in memory,
+/// not one per write.
 async fn bounded<F: Future>(
     limit: usize,
     jobs: Vec<usize>,
     job: impl FnMut(usize) -> F,
-) -> Vec<F::Output> {
+    mut done: impl FnMut(F::Output),
+) {
     stream::iter(jobs)
         .map(job)
         .buffer_unordered(limit)
-        .collect()
+        .for_each(|out| {
+            done(out);
+            std::future::ready(())
+        })
         .await
 }
 

@@ -1144,6 +1144,10 @@ pub fn plan(
         });
     }
     out.applies.sort_by(|a, b| a.id.cmp(&b.id));
+    // Held for the whole write pass: no spare half of a doubled capacity
+    // (thousands of entries on a first sync or a restart).
+    out.applies.shrink_to_fit();
+    out.unchanged.shrink_to_fit();
 
     for (id, l) in live {
         if wanted.contains(&(id.kind, id.namespace.as_str(), id.name.as_str())) || !l.is_managed() {

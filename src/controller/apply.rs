@@ -290,21 +290,38 @@ pub async fn execute(
         learn: writes.learn,
     };
     let writer = &writer;
-    // One slot per planned write, filled as answers come: no list of
-    // results in completion order beside it, nor a sort.
-    let mut applied: Vec<Option<Applied>> = std::iter::repeat_with(|| None)
-        .take(plan.applies.len())
+    // The report in plan order, each outcome filled in place as its answer
+    // comes (whatever the order): no list of answers beside it.
+    let mut out: Vec<Written> = plan
+        .applies
+        .iter()
+        .map(|a| (&a.id, &a.rule))
+        .chain(plan.deletes.iter().map(|d| (&d.id, &d.rule)))
+        .map(|(id, rule)| Written {
+            id: id.clone(),
+            rule: rule.clone(),
+            outcome: Outcome::Skipped,
+        })
         .collect();
+    // Newly found conflicts, by position, remembered once the pass is done.
+    let mut conflicts: Vec<(usize, String)> = Vec::new();
+    let mut answer = |i: usize, r: Applied, out: &mut [Written]| {
+        if let Some(message) = r.conflict {
+            conflicts.push((i, message));
+        }
+        out[i].outcome = r.outcome;
+    };
     // Roles first: bindings wait for the roles they name.
     let roles = indices(&plan.applies, |a| a.id.kind.is_role());
     let apply = |i: usize| async move { (i, writer.apply(&plan.applies[i]).await) };
-    bounded(limit, roles, apply, |(i, r)| applied[i] = Some(r)).await;
+    bounded(limit, roles, apply, |(i, r)| answer(i, r, &mut out)).await;
     // Roles planned but not written: bindings naming them wait.
-    let unwritten: BTreeSet<&ObjectId> = applied
+    let unwritten: BTreeSet<&ObjectId> = plan
+        .applies
         .iter()
-        .enumerate()
-        .filter(|(_, r)| r.as_ref().is_some_and(|r| !r.outcome.is_applied()))
-        .map(|(i, _)| &plan.applies[i].id)
+        .zip(&out)
+        .filter(|(a, w)| a.id.kind.is_role() && !w.outcome.is_applied())
+        .map(|(a, _)| &a.id)
         .collect();
     let bindings = indices(&plan.applies, |a| !a.id.kind.is_role());
     let unwritten = &unwritten;
@@ -320,39 +337,23 @@ pub async fn execute(
         };
         (i, result)
     };
-    bounded(limit, bindings, apply, |(i, r)| applied[i] = Some(r)).await;
+    bounded(limit, bindings, apply, |(i, r)| answer(i, r, &mut out)).await;
     // Bindings go before the roles they name (the plan sorts them so).
-    let mut deleted: Vec<Option<Outcome>> = std::iter::repeat_with(|| None)
-        .take(plan.deletes.len())
-        .collect();
+    let first_delete = plan.applies.len();
     for wave in [false, true] {
         let deletes = indices(&plan.deletes, |d| d.id.kind.is_role() == wave);
         let delete = |i: usize| async move { (i, writer.delete(&plan.deletes[i]).await) };
-        bounded(limit, deletes, delete, |(i, o)| deleted[i] = Some(o)).await;
+        bounded(limit, deletes, delete, |(i, o)| {
+            out[first_delete + i].outcome = o;
+        })
+        .await;
     }
-
-    // Deterministic report: plan order, whatever order the answers came in.
-    let mut out = Vec::with_capacity(applied.len() + deleted.len());
-    for (a, r) in plan.applies.iter().zip(applied) {
-        let Some(r) = r else { continue };
-        if let Some(message) = r.conflict {
-            memo.seen.insert(a.id.clone(), (Instant::now(), message));
-        }
-        log_outcome(&a.id, &r.outcome);
-        out.push(Written {
-            id: a.id.clone(),
-            rule: a.rule.clone(),
-            outcome: r.outcome,
-        });
+    for (i, message) in conflicts {
+        memo.seen
+            .insert(plan.applies[i].id.clone(), (Instant::now(), message));
     }
-    for (d, outcome) in plan.deletes.iter().zip(deleted) {
-        let Some(outcome) = outcome else { continue };
-        log_outcome(&d.id, &outcome);
-        out.push(Written {
-            id: d.id.clone(),
-            rule: d.rule.clone(),
-            outcome,
-        });
+    for w in &out {
+        log_outcome(&w.id, &w.outcome);
     }
     out
 }

@@ -205,8 +205,6 @@ pub struct Content {
     subjects: Option<Digest>,
     /// One digest per ownerReference.
     owner_refs: Box<[Digest]>,
-    /// The uids of the ownerReferences.
-    owner_uids: Box<[String]>,
     /// Labels and annotations, all of them (what tells one version of a
     /// live object from another when the server gives no resourceVersion).
     meta: Digest,
@@ -238,10 +236,6 @@ impl Content {
                 d.dedup();
                 d.into()
             },
-            owner_uids: refs
-                .iter()
-                .filter_map(|r| r["uid"].as_str().map(str::to_string))
-                .collect(),
             meta: digest(&json!([
                 obj["metadata"]["labels"],
                 obj["metadata"]["annotations"]
@@ -488,10 +482,7 @@ impl Live {
 
     fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
         let meta = &object["metadata"];
-        let mut content = Content::of(&object);
-        // Read on the desired side only: the digests of the references
-        // already tell one live version from another.
-        content.owner_uids = Box::default();
+        let content = Content::of(&object);
         Live {
             id: ObjectId::of(&object),
             uid: meta["uid"].as_str().map(Box::from),
@@ -873,6 +864,9 @@ pub struct Wanted<'a> {
     labels: Option<&'a Map<String, Value>>,
     annotations: Option<&'a Map<String, Value>>,
     content: Content,
+    /// The uids of the ownerReferences (read on the desired side only: the
+    /// digests of the references tell one live version from another).
+    owner_uids: Vec<&'a str>,
 }
 
 impl<'a> Wanted<'a> {
@@ -884,6 +878,12 @@ impl<'a> Wanted<'a> {
             labels: meta["labels"].as_object(),
             annotations: meta["annotations"].as_object(),
             content: Content::of(desired),
+            owner_uids: meta["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["uid"].as_str())
+                .collect(),
         }
     }
 }
@@ -935,7 +935,7 @@ fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     let stale_owner = live.ours().is_some_and(|o| {
         o.owner_uids
             .iter()
-            .any(|u| !w.owner_uids.iter().any(|w| w == u))
+            .any(|u| !want.owner_uids.contains(&u))
     });
     if missing_owner || stale_owner {
         out.push("ownerReferences");

@@ -209,9 +209,12 @@ impl Syncer {
         let held: BTreeSet<String> = snap.holds.keys().cloned().collect();
         let started = Instant::now();
         let cached = self.engine(snap.rules, snap.holds, snap.allow);
-        let evaluation = cached
+        let mut evaluation = cached
             .engine
             .evaluate_incremental(snap.observed, &mut cached.memo);
+        // Nothing here reads it, and after a first evaluation it names
+        // every output: not held through the write pass.
+        evaluation.changed = Vec::new();
         let renders = cached.memo.renders();
         self.metrics.renders.inc_by(renders as u64);
         self.metrics

@@ -120,8 +120,9 @@ pub enum Outcome {
     Blocked(String),
     /// The object changed or vanished under a precondition: re-plan later.
     Raced,
-    /// The API server refused or could not be reached.
-    Failed(Error),
+    /// The API server refused or could not be reached (boxed: an outcome
+    /// is kept per write of a pass, and most are small).
+    Failed(Box<Error>),
     /// Not sent: the gate closed.
     Skipped,
 }
@@ -136,15 +137,29 @@ impl Outcome {
     }
 }
 
-/// One planned write and its outcome.
-#[derive(Debug)]
-pub struct Written {
+/// One planned write and its outcome, borrowed from a pass's report (see
+/// `SyncReport::written`): the object and rule are the plan's.
+#[derive(Clone, Copy, Debug)]
+pub struct Written<'a> {
     /// The object.
-    pub id: ObjectId,
+    pub id: &'a ObjectId,
     /// The rule that wanted (or owned) it.
-    pub rule: String,
+    pub rule: &'a str,
     /// What happened.
-    pub outcome: Outcome,
+    pub outcome: &'a Outcome,
+}
+
+impl<'a> Written<'a> {
+    /// Each write of `plan` (applies, then deletes) with its outcome in
+    /// `outcomes` (the same order).
+    pub fn of(plan: &'a Plan, outcomes: &'a [Outcome]) -> impl Iterator<Item = Written<'a>> {
+        plan.applies
+            .iter()
+            .map(|a| (&a.id, a.rule.as_str()))
+            .chain(plan.deletes.iter().map(|d| (&d.id, d.rule.as_str())))
+            .zip(outcomes)
+            .map(|((id, rule), outcome)| Written { id, rule, outcome })
+    }
 }
 
 /// What a write teaches the cache, handed over as soon as the API server
@@ -257,7 +272,7 @@ impl Applied {
 }
 
 /// Sends the plan's writes and reports each outcome, in plan order
-/// (applies, then deletes). A failed write does not stop the others.
+/// (applies, then deletes; see [`Written::of`]). A failed write does not stop the others.
 ///
 /// Writes go out up to `options.max_concurrent` at a time, in four waves
 /// whose order matters: role applies, then binding applies (a binding
@@ -277,7 +292,7 @@ pub async fn execute(
     plan: &Plan,
     memo: &mut ConflictMemo,
     writes: &Writes<'_>,
-) -> Vec<Written> {
+) -> Vec<Outcome> {
     memo.retain(plan, writes.foreign);
     let limit = writes.options.max_concurrent.max(1);
     let writer = Writer {
@@ -290,26 +305,19 @@ pub async fn execute(
         learn: writes.learn,
     };
     let writer = &writer;
-    // The report in plan order, each outcome filled in place as its answer
-    // comes (whatever the order): no list of answers beside it.
-    let mut out: Vec<Written> = plan
-        .applies
-        .iter()
-        .map(|a| (&a.id, &a.rule))
-        .chain(plan.deletes.iter().map(|d| (&d.id, &d.rule)))
-        .map(|(id, rule)| Written {
-            id: id.clone(),
-            rule: rule.clone(),
-            outcome: Outcome::Skipped,
-        })
+    // The outcomes in plan order, each filled in place as its answer comes
+    // (whatever the order): no list of answers beside it, and no copy of
+    // the plan's ids and rule names.
+    let mut out: Vec<Outcome> = std::iter::repeat_with(|| Outcome::Skipped)
+        .take(plan.applies.len() + plan.deletes.len())
         .collect();
     // Newly found conflicts, by position, remembered once the pass is done.
     let mut conflicts: Vec<(usize, String)> = Vec::new();
-    let mut answer = |i: usize, r: Applied, out: &mut [Written]| {
+    let mut answer = |i: usize, r: Applied, out: &mut [Outcome]| {
         if let Some(message) = r.conflict {
             conflicts.push((i, message));
         }
-        out[i].outcome = r.outcome;
+        out[i] = r.outcome;
     };
     // Roles first: bindings wait for the roles they name.
     let roles = indices(&plan.applies, |a| a.id.kind.is_role());
@@ -320,7 +328,7 @@ pub async fn execute(
         .applies
         .iter()
         .zip(&out)
-        .filter(|(a, w)| a.id.kind.is_role() && !w.outcome.is_applied())
+        .filter(|(a, o)| a.id.kind.is_role() && !o.is_applied())
         .map(|(a, _)| &a.id)
         .collect();
     let bindings = indices(&plan.applies, |a| !a.id.kind.is_role());
@@ -344,7 +352,7 @@ pub async fn execute(
         let deletes = indices(&plan.deletes, |d| d.id.kind.is_role() == wave);
         let delete = |i: usize| async move { (i, writer.delete(&plan.deletes[i]).await) };
         bounded(limit, deletes, delete, |(i, o)| {
-            out[first_delete + i].outcome = o;
+            out[first_delete + i] = o;
         })
         .await;
     }
@@ -352,8 +360,8 @@ pub async fn execute(
         memo.seen
             .insert(plan.applies[i].id.clone(), (Instant::now(), message));
     }
-    for w in &out {
-        log_outcome(&w.id, &w.outcome);
+    for w in Written::of(plan, &out) {
+        log_outcome(w.id, w.outcome);
     }
     out
 }
@@ -420,7 +428,7 @@ impl Writer<'_> {
                 }
             }
             Err(e) if e.is_gone_or_changed() => Outcome::Raced,
-            Err(e) => Outcome::Failed(e),
+            Err(e) => Outcome::Failed(Box::new(e)),
         }
     }
 }
@@ -487,7 +495,7 @@ async fn apply_one(
                         source: kube::Error::Api(s),
                         ..
                     }) if s.code == 409 => {}
-                    Err(e) => return Outcome::Failed(e),
+                    Err(e) => return Outcome::Failed(Box::new(e)),
                 }
                 if !w.gate.open() {
                     return Outcome::Skipped;
@@ -511,7 +519,7 @@ async fn apply_one(
                             adopted.keep_helm |= is_helm_released(&existing);
                             match send_apply(&wire, w.metrics, &adopted, true, learned).await {
                                 Ok(()) => Outcome::Adopted(why),
-                                Err(e) => Outcome::Failed(e),
+                                Err(e) => Outcome::Failed(Box::new(e)),
                             }
                         }
                         Err(message) => {
@@ -530,19 +538,19 @@ async fn apply_one(
                     }
                     match send_apply(&wire, w.metrics, a, true, learned).await {
                         Ok(()) => Outcome::Created,
-                        Err(e) => Outcome::Failed(e),
+                        Err(e) => Outcome::Failed(Box::new(e)),
                     }
                 }
-                Err(source) => Outcome::Failed(Error::Api {
+                Err(source) => Outcome::Failed(Box::new(Error::Api {
                     action: "get",
                     object: a.id.to_string(),
                     source,
-                }),
+                })),
             }
         }
         ApplyAction::Update(parts) => match send_apply(&wire, w.metrics, a, true, learned).await {
             Ok(()) => Outcome::Updated(parts.clone()),
-            Err(e) => Outcome::Failed(e),
+            Err(e) => Outcome::Failed(Box::new(e)),
         },
         ApplyAction::Recreate {
             uid,
@@ -564,13 +572,13 @@ async fn apply_one(
                     ..
                 }) if s.code == 404 => {}
                 Err(e) if e.is_gone_or_changed() => return Outcome::Raced,
-                Err(e) => return Outcome::Failed(e),
+                Err(e) => return Outcome::Failed(Box::new(e)),
             }
             // No gate check between the two: a lost lease must not leave
             // the subjects without their binding.
             match send_apply(&wire, w.metrics, a, true, learned).await {
                 Ok(()) => Outcome::Recreated,
-                Err(e) => Outcome::Failed(e),
+                Err(e) => Outcome::Failed(Box::new(e)),
             }
         }
     }
@@ -639,9 +647,16 @@ async fn send_apply(
     let params = PatchParams::apply(FIELD_MANAGER);
     let params = if force { params.force() } else { params };
     metrics.write(a.id.kind.as_str(), "apply");
-    api.patch(&a.id.name, &params, &Patch::Apply(&a.body()))
-        .await
-        .map(|o| *learned = Some(o.into_live(&api_resource(a.id.kind))))
+    let sent = if a.keep_helm {
+        api.patch(&a.id.name, &params, &Patch::Apply(&a.body()))
+            .await
+    } else {
+        // The manifest serializes itself (the same bytes as its JSON
+        // value): no tree of the body is held while the write is in flight.
+        api.patch(&a.id.name, &params, &Patch::Apply(&a.object))
+            .await
+    };
+    sent.map(|o| *learned = Some(o.into_live(&api_resource(a.id.kind))))
         .map_err(|source| Error::Api {
             action: "apply",
             object: a.id.to_string(),

@@ -932,11 +932,9 @@ fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     }
     let (w, l) = (&want.content, &live.content);
     let missing_owner = w.owner_refs.iter().any(|r| !l.owner_refs.contains(r));
-    let stale_owner = live.ours().is_some_and(|o| {
-        o.owner_uids
-            .iter()
-            .any(|u| !want.owner_uids.contains(&u))
-    });
+    let stale_owner = live
+        .ours()
+        .is_some_and(|o| o.owner_uids.iter().any(|u| !want.owner_uids.contains(&u)));
     if missing_owner || stale_owner {
         out.push("ownerReferences");
     }
@@ -997,8 +995,6 @@ pub struct Apply {
     pub id: ObjectId,
     /// Rule that wants it.
     pub rule: String,
-    /// Trigger it was rendered for.
-    pub trigger: Option<String>,
     /// The manifest to send, shared with the evaluation: its JSON body is
     /// built only when it is sent ([`Apply::body`]), so a pass of thousands
     /// of writes never holds them all as JSON at once.
@@ -1137,7 +1133,6 @@ pub fn plan(
         out.applies.push(Apply {
             id,
             rule: d.rule.clone(),
-            trigger: d.trigger.clone(),
             object: d.object.clone(),
             keep_helm,
             action,

@@ -1052,6 +1052,38 @@ pub enum KeepReason {
     PruneDeferred,
 }
 
+/// How many desired objects are already equal to the live ones, per rule:
+/// counts, not a list (on a resync or a restart, every object is one).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unchanged(BTreeMap<String, usize>);
+
+impl Unchanged {
+    /// Counts one more of `rule`'s objects.
+    fn add(&mut self, rule: &str) {
+        match self.0.get_mut(rule) {
+            Some(n) => *n += 1,
+            None => {
+                self.0.insert(rule.to_string(), 1);
+            }
+        }
+    }
+
+    /// How many in all.
+    pub fn len(&self) -> usize {
+        self.0.values().sum()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many per rule, by rule name.
+    pub fn per_rule(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.0.iter().map(|(r, n)| (r.as_str(), *n))
+    }
+}
+
 /// The writes one reconcile makes, in order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
@@ -1059,8 +1091,8 @@ pub struct Plan {
     pub applies: Vec<Apply>,
     /// Deletes, after every apply: bindings before roles.
     pub deletes: Vec<Delete>,
-    /// Desired objects already equal to the live ones, with their rule.
-    pub unchanged: Vec<(ObjectId, String)>,
+    /// Desired objects already equal to the live ones, counted by rule.
+    pub unchanged: Unchanged,
     /// Live managed objects left alone, with their rule (if any).
     pub kept: Vec<(ObjectId, Option<String>, KeepReason)>,
 }
@@ -1103,7 +1135,7 @@ pub fn plan(
                     .get()
                     .is_some_and(|e| Manifest::ptr_eq(&e, &d.object)) =>
             {
-                out.unchanged.push((id, d.rule.clone()));
+                out.unchanged.add(&d.rule);
                 continue;
             }
             Some(l) => {
@@ -1116,7 +1148,7 @@ pub fn plan(
                 let diff = differences(&object, l);
                 if diff.is_empty() {
                     l.equal.set(Some(&d.object));
-                    out.unchanged.push((id, d.rule.clone()));
+                    out.unchanged.add(&d.rule);
                     continue;
                 }
                 l.equal.set(None);
@@ -1142,7 +1174,6 @@ pub fn plan(
     // Held for the whole write pass: no spare half of a doubled capacity
     // (thousands of entries on a first sync or a restart).
     out.applies.shrink_to_fit();
-    out.unchanged.shrink_to_fit();
 
     for (id, l) in live {
         if wanted.contains(&(id.kind, id.namespace.as_str(), id.name.as_str())) || !l.is_managed() {

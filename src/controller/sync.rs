@@ -411,8 +411,8 @@ fn managed_counts(report: &SyncReport) -> BTreeMap<String, i64> {
     fn bump<'a>(counts: &mut BTreeMap<&'a str, i64>, rule: &'a str) {
         *counts.entry(rule).or_insert(0) += 1;
     }
-    for (_, rule) in &report.plan.unchanged {
-        bump(&mut counts, rule);
+    for (rule, n) in report.plan.unchanged.per_rule() {
+        *counts.entry(rule).or_insert(0) += n as i64;
     }
     for (_, rule, _) in &report.plan.kept {
         if let Some(r) = rule {

@@ -484,7 +484,6 @@ mod tests {
         Apply {
             id: id(name),
             rule: "r".into(),
-            trigger: None,
             object: crate::engine::Manifest::from_value(&role(name, ours(), rules)).unwrap(),
             keep_helm: false,
             action,

@@ -186,7 +186,7 @@ async fn sync_once(
 
 fn outcomes(report: &SyncReport) -> Vec<(String, String)> {
     report
-        .written
+        .written()
         .iter()
         .map(|w| (w.id.to_string(), format!("{:?}", w.outcome)))
         .collect()
@@ -221,7 +221,7 @@ async fn a_409_on_apply_holds_the_binding_back_and_the_next_pass_converges() {
     // The binding waits for its role: it never binds a role we failed to write.
     assert_eq!(script.rbac(), vec![format!("PATCH {}", role_path())]);
     assert!(
-        matches!(first.written[1].outcome, Outcome::Blocked(_)),
+        matches!(first.written()[1].outcome, Outcome::Blocked(_)),
         "{:?}",
         outcomes(&first)
     );
@@ -308,7 +308,7 @@ async fn a_dropped_response_is_a_transport_error_retried_next_pass() {
     let first = sync_once(&mut s, &rules, &live).await;
     assert!(first.retry);
     assert!(
-        matches!(&first.written[0].outcome, Outcome::Failed(_)),
+        matches!(&first.written()[0].outcome, Outcome::Failed(_)),
         "{:?}",
         outcomes(&first)
     );
@@ -337,7 +337,7 @@ async fn a_429_is_retried_after_the_servers_delay_with_the_same_body() {
     let report = sync_once(&mut s, &rules, &live).await;
     assert!(!report.retry, "{:?}", outcomes(&report));
     assert!(
-        report.written.iter().all(|w| w.outcome.is_applied()),
+        report.written().iter().all(|w| w.outcome.is_applied()),
         "{:?}",
         outcomes(&report)
     );
@@ -383,7 +383,7 @@ async fn a_restart_mid_pass_finishes_the_work_without_writing_twice() {
     let first = sync_once(&mut stopping, &rules, &live).await;
     assert_eq!(script.rbac(), vec![format!("PATCH {}", role_path())]);
     assert!(
-        matches!(first.written[1].outcome, Outcome::Skipped),
+        matches!(first.written()[1].outcome, Outcome::Skipped),
         "{:?}",
         outcomes(&first)
     );

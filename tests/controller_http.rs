@@ -188,8 +188,8 @@ async fn creates_role_then_binding_with_server_side_apply_then_status_and_event(
     let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
-    assert!(matches!(report.written[0].outcome, Outcome::Created));
-    assert!(matches!(report.written[1].outcome, Outcome::Created));
+    assert!(matches!(report.written()[0].outcome, Outcome::Created));
+    assert!(matches!(report.written()[1].outcome, Outcome::Created));
     assert!(!report.retry);
 }
 
@@ -253,7 +253,7 @@ async fn drift_is_repaired_with_one_apply() {
     drop(s);
     scenario.await.expect("scenario");
     assert_eq!(report.plan.applies.len(), 1);
-    assert!(matches!(&report.written[0].outcome, Outcome::Updated(p) if p == &vec!["rules"]));
+    assert!(matches!(&report.written()[0].outcome, Outcome::Updated(p) if p == &vec!["rules"]));
 }
 
 #[tokio::test]
@@ -443,7 +443,7 @@ async fn a_changed_role_ref_deletes_then_applies_the_binding() {
     let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
     drop(s);
     scenario.await.expect("scenario");
-    assert!(matches!(report.written[1].outcome, Outcome::Recreated));
+    assert!(matches!(report.written()[1].outcome, Outcome::Recreated));
 }
 
 #[tokio::test]
@@ -503,10 +503,10 @@ async fn an_unmanaged_object_of_the_same_name_is_left_alone_and_reported() {
     drop(s);
     scenario.await.expect("scenario");
     assert!(matches!(
-        report.written[0].outcome,
+        report.written()[0].outcome,
         Outcome::Conflict { fresh: true, .. }
     ));
-    assert!(matches!(report.written[1].outcome, Outcome::Blocked(_)));
+    assert!(matches!(report.written()[1].outcome, Outcome::Blocked(_)));
 }
 
 #[tokio::test]
@@ -569,7 +569,7 @@ async fn a_known_conflict_is_not_looked_up_again() {
         })
         .await;
     assert!(matches!(
-        report.written[0].outcome,
+        report.written()[0].outcome,
         Outcome::Conflict { fresh: false, .. }
     ));
     assert_eq!(report.status_patches, 0);
@@ -601,7 +601,7 @@ async fn nothing_is_written_without_the_lease() {
     // Planned, not sent.
     assert_eq!(report.plan.applies.len(), 2);
     assert_eq!(report.plan.deletes.len(), 1);
-    assert!(report.written.is_empty());
+    assert!(report.written().is_empty());
     drop(s);
     scenario.await.expect("scenario");
 }
@@ -1153,8 +1153,8 @@ async fn adopt_scenario(
         .await;
     drop(s);
     let notes = scenario.await.expect("scenario");
-    assert!(matches!(report.written[0].outcome, Outcome::Adopted(_)));
-    assert!(matches!(report.written[1].outcome, Outcome::Created));
+    assert!(matches!(report.written()[0].outcome, Outcome::Adopted(_)));
+    assert!(matches!(report.written()[1].outcome, Outcome::Created));
     assert!(!report.retry);
     notes
 }
@@ -1232,10 +1232,10 @@ async fn conflict_scenario(existing: Value, adopt_flag: bool) -> String {
     drop(s);
     let message = scenario.await.expect("scenario");
     assert!(matches!(
-        report.written[0].outcome,
+        report.written()[0].outcome,
         Outcome::Conflict { fresh: true, .. }
     ));
-    assert!(matches!(report.written[1].outcome, Outcome::Blocked(_)));
+    assert!(matches!(report.written()[1].outcome, Outcome::Blocked(_)));
     message
 }
 
@@ -1430,7 +1430,7 @@ async fn a_live_object_policy_refuses_is_revoked_even_when_its_trigger_is_kept()
         "the allowed binding is left alone: {seen:?}"
     );
     let revoked: Vec<_> = report
-        .written
+        .written()
         .iter()
         .filter_map(|w| match &w.outcome {
             Outcome::Revoked(why) => Some((w.id.to_string(), why.clone())),
@@ -1495,8 +1495,8 @@ async fn an_unseen_foreign_object_conflicts_instead_of_being_taken_over() {
     drop(s);
     scenario.await.expect("scenario");
     assert!(matches!(
-        report.written[0].outcome,
+        report.written()[0].outcome,
         Outcome::Conflict { fresh: true, .. }
     ));
-    assert!(matches!(report.written[1].outcome, Outcome::Blocked(_)));
+    assert!(matches!(report.written()[1].outcome, Outcome::Blocked(_)));
 }

@@ -120,8 +120,9 @@ pub enum Outcome {
     Blocked(String),
     /// The object changed or vanished under a precondition: re-plan later.
     Raced,
-    /// The API server refused or could not be reached.
-    Failed(Error),
+    /// The API server refused or could not be reached (boxed: an outcome
+    /// is kept per write of a pass, and most are small).
+    Failed(Box<Error>),
     /// Not sent: the gate closed.
     Skipped,
 }
@@ -136,15 +137,29 @@ impl Outcome {
     }
 }
 
-/// One planned write and its outcome.
-#[derive(Debug)]
-pub struct Written {
+/// One planned write and its outcome, borrowed from a pass's report (see
+/// `SyncReport::written`): the object and rule are the plan's.
+#[derive(Clone, Copy, Debug)]
+pub struct Written<'a> {
     /// The object.
-    pub id: ObjectId,
+    pub id: &'a ObjectId,
     /// The rule that wanted (or owned) it.
-    pub rule: String,
+    pub rule: &'a str,
     /// What happened.
-    pub outcome: Outcome,
+    pub outcome: &'a Outcome,
+}
+
+impl<'a> Written<'a> {
+    /// Each write of `plan` (applies, then deletes) with its outcome in
+    /// `outcomes` (the same order).
+    pub fn of(plan: &'a Plan, outcomes: &'a [Outcome]) -> impl Iterator<Item = Written<'a>> {
+        plan.applies
+            .iter()
+            .map(|a| (&a.id, a.rule.as_str()))
+            .chain(plan.deletes.iter().map(|d| (&d.id, d.rule.as_str())))
+            .zip(outcomes)
+            .map(|((id, rule), outcome)| Written { id, rule, outcome })
+    }
 }
 
 /// What a write teaches the cache, handed over as soon as the API server
@@ -257,7 +272,7 @@ impl Applied {
 }
 
 /// Sends the plan's writes and reports each outcome, in plan order
-/// (applies, then deletes). A failed write does not stop the others.
+/// (applies, then deletes; see [`Written::of`]). A failed write does not stop the others.
 ///
 /// Writes go out up to `options.max_concurrent` at a time, in four waves
 /// whose order matters: role applies, then binding applies (a binding
@@ -277,7 +292,7 @@ pub async fn execute(
     plan: &Plan,
     memo: &mut ConflictMemo,
     writes: &Writes<'_>,
-) -> Vec<Written> {
+) -> Vec<Outcome> {
     memo.retain(plan, writes.foreign);
     let limit = writes.options.max_concurrent.max(1);
     let writer = Writer {
@@ -290,16 +305,31 @@ pub async fn execute(
         learn: writes.learn,
     };
     let writer = &writer;
-    let mut applied: Vec<(usize, Applied)> = Vec::with_capacity(plan.applies.len());
+    // The outcomes in plan order, each filled in place as its answer comes
+    // (whatever the order): no list of answers beside it, and no copy of
+    // the plan's ids and rule names.
+    let mut out: Vec<Outcome> = std::iter::repeat_with(|| Outcome::Skipped)
+        .take(plan.applies.len() + plan.deletes.len())
+        .collect();
+    // Newly found conflicts, by position, remembered once the pass is done.
+    let mut conflicts: Vec<(usize, String)> = Vec::new();
+    let mut answer = |i: usize, r: Applied, out: &mut [Outcome]| {
+        if let Some(message) = r.conflict {
+            conflicts.push((i, message));
+        }
+        out[i] = r.outcome;
+    };
     // Roles first: bindings wait for the roles they name.
     let roles = indices(&plan.applies, |a| a.id.kind.is_role());
     let apply = |i: usize| async move { (i, writer.apply(&plan.applies[i]).await) };
-    applied.extend(bounded(limit, roles, apply).await);
+    bounded(limit, roles, apply, |(i, r)| answer(i, r, &mut out)).await;
     // Roles planned but not written: bindings naming them wait.
-    let unwritten: BTreeSet<&ObjectId> = applied
+    let unwritten: BTreeSet<&ObjectId> = plan
+        .applies
         .iter()
-        .filter(|(_, r)| !r.outcome.is_applied())
-        .map(|(i, _)| &plan.applies[*i].id)
+        .zip(&out)
+        .filter(|(a, o)| a.id.kind.is_role() && !o.is_applied())
+        .map(|(a, _)| &a.id)
         .collect();
     let bindings = indices(&plan.applies, |a| !a.id.kind.is_role());
     let unwritten = &unwritten;
@@ -315,39 +345,23 @@ pub async fn execute(
         };
         (i, result)
     };
-    applied.extend(bounded(limit, bindings, apply).await);
+    bounded(limit, bindings, apply, |(i, r)| answer(i, r, &mut out)).await;
     // Bindings go before the roles they name (the plan sorts them so).
-    let mut deleted: Vec<(usize, Outcome)> = Vec::with_capacity(plan.deletes.len());
+    let first_delete = plan.applies.len();
     for wave in [false, true] {
         let deletes = indices(&plan.deletes, |d| d.id.kind.is_role() == wave);
         let delete = |i: usize| async move { (i, writer.delete(&plan.deletes[i]).await) };
-        deleted.extend(bounded(limit, deletes, delete).await);
+        bounded(limit, deletes, delete, |(i, o)| {
+            out[first_delete + i] = o;
+        })
+        .await;
     }
-
-    // Deterministic report: plan order, whatever order the answers came in.
-    applied.sort_by_key(|(i, _)| *i);
-    deleted.sort_by_key(|(i, _)| *i);
-    let mut out = Vec::with_capacity(applied.len() + deleted.len());
-    for (i, r) in applied {
-        let a = &plan.applies[i];
-        if let Some(message) = r.conflict {
-            memo.seen.insert(a.id.clone(), (Instant::now(), message));
-        }
-        log_outcome(&a.id, &r.outcome);
-        out.push(Written {
-            id: a.id.clone(),
-            rule: a.rule.clone(),
-            outcome: r.outcome,
-        });
+    for (i, message) in conflicts {
+        memo.seen
+            .insert(plan.applies[i].id.clone(), (Instant::now(), message));
     }
-    for (i, outcome) in deleted {
-        let d = &plan.deletes[i];
-        log_outcome(&d.id, &outcome);
-        out.push(Written {
-            id: d.id.clone(),
-            rule: d.rule.clone(),
-            outcome,
-        });
+    for w in Written::of(plan, &out) {
+        log_outcome(w.id, w.outcome);
     }
     out
 }
@@ -357,18 +371,23 @@ fn indices<T>(items: &[T], keep: impl Fn(&T) -> bool) -> Vec<usize> {
     (0..items.len()).filter(|i| keep(&items[*i])).collect()
 }
 
-/// Runs `job` for each index, at most `limit` at once; results in
-/// completion order. Each job is made only when it starts: a pass of
-/// thousands of writes holds `limit` requests in memory, not one per write.
+/// Runs `job` for each index, at most `limit` at once, handing each
+/// result to `done` in completion order. Each job is made only when it
+/// starts: a pass of thousands of writes holds `limit` requests in memory,
+/// not one per write.
 async fn bounded<F: Future>(
     limit: usize,
     jobs: Vec<usize>,
     job: impl FnMut(usize) -> F,
-) -> Vec<F::Output> {
+    mut done: impl FnMut(F::Output),
+) {
     stream::iter(jobs)
         .map(job)
         .buffer_unordered(limit)
-        .collect()
+        .for_each(|out| {
+            done(out);
+            std::future::ready(())
+        })
         .await
 }
 
@@ -409,7 +428,7 @@ impl Writer<'_> {
                 }
             }
             Err(e) if e.is_gone_or_changed() => Outcome::Raced,
-            Err(e) => Outcome::Failed(e),
+            Err(e) => Outcome::Failed(Box::new(e)),
         }
     }
 }
@@ -476,7 +495,7 @@ async fn apply_one(
                         source: kube::Error::Api(s),
                         ..
                     }) if s.code == 409 => {}
-                    Err(e) => return Outcome::Failed(e),
+                    Err(e) => return Outcome::Failed(Box::new(e)),
                 }
                 if !w.gate.open() {
                     return Outcome::Skipped;
@@ -500,7 +519,7 @@ async fn apply_one(
                             adopted.keep_helm |= is_helm_released(&existing);
                             match send_apply(&wire, w.metrics, &adopted, true, learned).await {
                                 Ok(()) => Outcome::Adopted(why),
-                                Err(e) => Outcome::Failed(e),
+                                Err(e) => Outcome::Failed(Box::new(e)),
                             }
                         }
                         Err(message) => {
@@ -519,19 +538,19 @@ async fn apply_one(
                     }
                     match send_apply(&wire, w.metrics, a, true, learned).await {
                         Ok(()) => Outcome::Created,
-                        Err(e) => Outcome::Failed(e),
+                        Err(e) => Outcome::Failed(Box::new(e)),
                     }
                 }
-                Err(source) => Outcome::Failed(Error::Api {
+                Err(source) => Outcome::Failed(Box::new(Error::Api {
                     action: "get",
                     object: a.id.to_string(),
                     source,
-                }),
+                })),
             }
         }
         ApplyAction::Update(parts) => match send_apply(&wire, w.metrics, a, true, learned).await {
             Ok(()) => Outcome::Updated(parts.clone()),
-            Err(e) => Outcome::Failed(e),
+            Err(e) => Outcome::Failed(Box::new(e)),
         },
         ApplyAction::Recreate {
             uid,
@@ -553,13 +572,13 @@ async fn apply_one(
                     ..
                 }) if s.code == 404 => {}
                 Err(e) if e.is_gone_or_changed() => return Outcome::Raced,
-                Err(e) => return Outcome::Failed(e),
+                Err(e) => return Outcome::Failed(Box::new(e)),
             }
             // No gate check between the two: a lost lease must not leave
             // the subjects without their binding.
             match send_apply(&wire, w.metrics, a, true, learned).await {
                 Ok(()) => Outcome::Recreated,
-                Err(e) => Outcome::Failed(e),
+                Err(e) => Outcome::Failed(Box::new(e)),
             }
         }
     }
@@ -628,9 +647,16 @@ async fn send_apply(
     let params = PatchParams::apply(FIELD_MANAGER);
     let params = if force { params.force() } else { params };
     metrics.write(a.id.kind.as_str(), "apply");
-    api.patch(&a.id.name, &params, &Patch::Apply(&a.body()))
-        .await
-        .map(|o| *learned = Some(o.into_live(&api_resource(a.id.kind))))
+    let sent = if a.keep_helm {
+        api.patch(&a.id.name, &params, &Patch::Apply(&a.body()))
+            .await
+    } else {
+        // The manifest serializes itself (the same bytes as its JSON
+        // value): no tree of the body is held while the write is in flight.
+        api.patch(&a.id.name, &params, &Patch::Apply(&a.object))
+            .await
+    };
+    sent.map(|o| *learned = Some(o.into_live(&api_resource(a.id.kind))))
         .map_err(|source| Error::Api {
             action: "apply",
             object: a.id.to_string(),

@@ -452,20 +452,11 @@ async fn control_loop(
 type RunningPass = tokio::task::JoinHandle<(Syncer, sync::SyncReport, usize)>;
 
 fn log_report(report: &sync::SyncReport, held: usize) {
-    let applied = report
-        .written
-        .iter()
-        .filter(|w| w.outcome.is_applied())
-        .count();
+    let applied = report.outcomes.iter().filter(|o| o.is_applied()).count();
     let deleted = report
-        .written
+        .outcomes
         .iter()
-        .filter(|w| {
-            matches!(
-                w.outcome,
-                apply::Outcome::Deleted | apply::Outcome::Revoked(_)
-            )
-        })
+        .filter(|o| matches!(o, apply::Outcome::Deleted | apply::Outcome::Revoked(_)))
         .count();
     if report.plan.is_empty() && report.status_patches == 0 {
         tracing::debug!(

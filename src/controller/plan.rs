@@ -205,8 +205,6 @@ pub struct Content {
     subjects: Option<Digest>,
     /// One digest per ownerReference.
     owner_refs: Box<[Digest]>,
-    /// The uids of the ownerReferences.
-    owner_uids: Box<[String]>,
     /// Labels and annotations, all of them (what tells one version of a
     /// live object from another when the server gives no resourceVersion).
     meta: Digest,
@@ -238,10 +236,6 @@ impl Content {
                 d.dedup();
                 d.into()
             },
-            owner_uids: refs
-                .iter()
-                .filter_map(|r| r["uid"].as_str().map(str::to_string))
-                .collect(),
             meta: digest(&json!([
                 obj["metadata"]["labels"],
                 obj["metadata"]["annotations"]
@@ -488,10 +482,7 @@ impl Live {
 
     fn summarise(object: Value, ours: Option<OwnedFields>) -> Live {
         let meta = &object["metadata"];
-        let mut content = Content::of(&object);
-        // Read on the desired side only: the digests of the references
-        // already tell one live version from another.
-        content.owner_uids = Box::default();
+        let content = Content::of(&object);
         Live {
             id: ObjectId::of(&object),
             uid: meta["uid"].as_str().map(Box::from),
@@ -873,6 +864,9 @@ pub struct Wanted<'a> {
     labels: Option<&'a Map<String, Value>>,
     annotations: Option<&'a Map<String, Value>>,
     content: Content,
+    /// The uids of the ownerReferences (read on the desired side only: the
+    /// digests of the references tell one live version from another).
+    owner_uids: Vec<&'a str>,
 }
 
 impl<'a> Wanted<'a> {
@@ -884,6 +878,12 @@ impl<'a> Wanted<'a> {
             labels: meta["labels"].as_object(),
             annotations: meta["annotations"].as_object(),
             content: Content::of(desired),
+            owner_uids: meta["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["uid"].as_str())
+                .collect(),
         }
     }
 }
@@ -932,11 +932,9 @@ fn differences_of(want: &Wanted<'_>, live: &Live) -> Vec<&'static str> {
     }
     let (w, l) = (&want.content, &live.content);
     let missing_owner = w.owner_refs.iter().any(|r| !l.owner_refs.contains(r));
-    let stale_owner = live.ours().is_some_and(|o| {
-        o.owner_uids
-            .iter()
-            .any(|u| !w.owner_uids.iter().any(|w| w == u))
-    });
+    let stale_owner = live
+        .ours()
+        .is_some_and(|o| o.owner_uids.iter().any(|u| !want.owner_uids.contains(&u)));
     if missing_owner || stale_owner {
         out.push("ownerReferences");
     }
@@ -997,8 +995,6 @@ pub struct Apply {
     pub id: ObjectId,
     /// Rule that wants it.
     pub rule: String,
-    /// Trigger it was rendered for.
-    pub trigger: Option<String>,
     /// The manifest to send, shared with the evaluation: its JSON body is
     /// built only when it is sent ([`Apply::body`]), so a pass of thousands
     /// of writes never holds them all as JSON at once.
@@ -1056,6 +1052,38 @@ pub enum KeepReason {
     PruneDeferred,
 }
 
+/// How many desired objects are already equal to the live ones, per rule:
+/// counts, not a list (on a resync or a restart, every object is one).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unchanged(BTreeMap<String, usize>);
+
+impl Unchanged {
+    /// Counts one more of `rule`'s objects.
+    fn add(&mut self, rule: &str) {
+        match self.0.get_mut(rule) {
+            Some(n) => *n += 1,
+            None => {
+                self.0.insert(rule.to_string(), 1);
+            }
+        }
+    }
+
+    /// How many in all.
+    pub fn len(&self) -> usize {
+        self.0.values().sum()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many per rule, by rule name.
+    pub fn per_rule(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.0.iter().map(|(r, n)| (r.as_str(), *n))
+    }
+}
+
 /// The writes one reconcile makes, in order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
@@ -1063,8 +1091,8 @@ pub struct Plan {
     pub applies: Vec<Apply>,
     /// Deletes, after every apply: bindings before roles.
     pub deletes: Vec<Delete>,
-    /// Desired objects already equal to the live ones, with their rule.
-    pub unchanged: Vec<(ObjectId, String)>,
+    /// Desired objects already equal to the live ones, counted by rule.
+    pub unchanged: Unchanged,
     /// Live managed objects left alone, with their rule (if any).
     pub kept: Vec<(ObjectId, Option<String>, KeepReason)>,
 }
@@ -1107,7 +1135,7 @@ pub fn plan(
                     .get()
                     .is_some_and(|e| Manifest::ptr_eq(&e, &d.object)) =>
             {
-                out.unchanged.push((id, d.rule.clone()));
+                out.unchanged.add(&d.rule);
                 continue;
             }
             Some(l) => {
@@ -1120,7 +1148,7 @@ pub fn plan(
                 let diff = differences(&object, l);
                 if diff.is_empty() {
                     l.equal.set(Some(&d.object));
-                    out.unchanged.push((id, d.rule.clone()));
+                    out.unchanged.add(&d.rule);
                     continue;
                 }
                 l.equal.set(None);
@@ -1137,13 +1165,15 @@ pub fn plan(
         out.applies.push(Apply {
             id,
             rule: d.rule.clone(),
-            trigger: d.trigger.clone(),
             object: d.object.clone(),
             keep_helm,
             action,
         });
     }
     out.applies.sort_by(|a, b| a.id.cmp(&b.id));
+    // Held for the whole write pass: no spare half of a doubled capacity
+    // (thousands of entries on a first sync or a restart).
+    out.applies.shrink_to_fit();
 
     for (id, l) in live {
         if wanted.contains(&(id.kind, id.namespace.as_str(), id.name.as_str())) || !l.is_managed() {

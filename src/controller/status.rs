@@ -81,7 +81,7 @@ pub struct RuleInputs<'a> {
     /// Why the rule was held, if it was.
     pub hold: Option<&'a Hold>,
     /// This reconcile's writes for the rule.
-    pub writes: &'a [&'a Written],
+    pub writes: &'a [Written<'a>],
     /// Objects of the rule that exist now.
     pub managed: i64,
     /// The controller's `--manage` level.
@@ -124,7 +124,7 @@ pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<R
         (None, None) => {}
     }
     for w in inputs.writes {
-        match &w.outcome {
+        match w.outcome {
             Outcome::Conflict { message, .. } => problems.push(("Conflict", message.clone())),
             Outcome::Failed(e) => problems.push((e.reason(), e.to_string())),
             Outcome::Blocked(why) => problems.push(("RoleNotWritten", why.clone())),
@@ -225,12 +225,12 @@ pub async fn patch(
 /// new.
 pub fn events(
     rule: &RbacRule,
-    writes: &[&Written],
+    writes: &[Written<'_>],
     new_status: Option<&RbacRuleStatus>,
 ) -> Vec<Event> {
     let mut groups: BTreeMap<(&'static str, &'static str, bool), Vec<String>> = BTreeMap::new();
     for w in writes {
-        let key = match &w.outcome {
+        let key = match w.outcome {
             Outcome::Created | Outcome::Updated(_) | Outcome::Recreated => {
                 ("Applied", "Apply", false)
             }
@@ -244,7 +244,7 @@ pub fn events(
             | Outcome::Raced
             | Outcome::Skipped => continue,
         };
-        let text = match &w.outcome {
+        let text = match w.outcome {
             Outcome::Created => format!("{} (created)", w.id),
             Outcome::Updated(parts) => format!("{} ({})", w.id, parts.join(", ")),
             Outcome::Recreated => format!("{} (re-created: roleRef changed)", w.id),

@@ -53,8 +53,9 @@ pub struct Snapshot<'a> {
 pub struct SyncReport {
     /// The writes planned.
     pub plan: Plan,
-    /// Their outcomes, in order.
-    pub written: Vec<Written>,
+    /// Their outcomes, in plan order (applies, then deletes); see
+    /// [`SyncReport::written`].
+    pub outcomes: Vec<Outcome>,
     /// Status patches sent.
     pub status_patches: usize,
     /// Whether something should be retried soon (a failed or raced write).
@@ -209,9 +210,12 @@ impl Syncer {
         let held: BTreeSet<String> = snap.holds.keys().cloned().collect();
         let started = Instant::now();
         let cached = self.engine(snap.rules, snap.holds, snap.allow);
-        let evaluation = cached
+        let mut evaluation = cached
             .engine
             .evaluate_incremental(snap.observed, &mut cached.memo);
+        // Nothing here reads it, and after a first evaluation it names
+        // every output: not held through the write pass.
+        evaluation.changed = Vec::new();
         let renders = cached.memo.renders();
         self.metrics.renders.inc_by(renders as u64);
         self.metrics
@@ -271,7 +275,7 @@ impl Syncer {
         } = pass;
         let mut report = SyncReport {
             plan,
-            written: Vec::new(),
+            outcomes: Vec::new(),
             status_patches: 0,
             retry: false,
         };
@@ -296,7 +300,7 @@ impl Syncer {
             foreign: &foreign,
             learn,
         };
-        report.written = apply::execute(
+        report.outcomes = apply::execute(
             &self.client,
             &self.gate,
             &self.metrics,
@@ -305,8 +309,8 @@ impl Syncer {
             &writes,
         )
         .await;
-        for w in &report.written {
-            match &w.outcome {
+        for outcome in &report.outcomes {
+            match outcome {
                 Outcome::Failed(e) => {
                     self.metrics.error(e.metric_label());
                     report.retry = true;
@@ -324,7 +328,9 @@ impl Syncer {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         self.warned.retain(|n, _| rules.contains_key(n));
         for (name, rule) in &rules {
-            let writes: Vec<&Written> = report.written.iter().filter(|w| &w.rule == name).collect();
+            let writes: Vec<Written> = Written::of(&report.plan, &report.outcomes)
+                .filter(|w| w.rule == name)
+                .collect();
             let inputs = RuleInputs {
                 report: evaluation.reports.get(name),
                 hold: holds.get(name),
@@ -356,6 +362,13 @@ impl Syncer {
             status::publish(&self.recorder, rule, &events).await;
         }
         report
+    }
+}
+
+impl SyncReport {
+    /// Each planned write with its outcome, in plan order.
+    pub fn written(&self) -> Vec<Written<'_>> {
+        Written::of(&self.plan, &self.outcomes).collect()
     }
 }
 
@@ -398,18 +411,19 @@ fn managed_counts(report: &SyncReport) -> BTreeMap<String, i64> {
     fn bump<'a>(counts: &mut BTreeMap<&'a str, i64>, rule: &'a str) {
         *counts.entry(rule).or_insert(0) += 1;
     }
-    for (_, rule) in &report.plan.unchanged {
-        bump(&mut counts, rule);
+    for (rule, n) in report.plan.unchanged.per_rule() {
+        *counts.entry(rule).or_insert(0) += n as i64;
     }
     for (_, rule, _) in &report.plan.kept {
         if let Some(r) = rule {
             bump(&mut counts, r);
         }
     }
-    let outcome: BTreeMap<&ObjectId, &Outcome> =
-        report.written.iter().map(|w| (&w.id, &w.outcome)).collect();
-    for a in &report.plan.applies {
-        let now_ours = match outcome.get(&a.id) {
+    // In plan order: applies, then deletes (none when nothing was sent).
+    let applies = report.plan.applies.len();
+    let outcome = |i: usize| report.outcomes.get(i);
+    for (i, a) in report.plan.applies.iter().enumerate() {
+        let now_ours = match outcome(i) {
             Some(o) if o.is_applied() => true,
             // Not written: it still exists if it existed (planned as an
             // update or re-creation, not a create).
@@ -421,9 +435,8 @@ fn managed_counts(report: &SyncReport) -> BTreeMap<String, i64> {
             bump(&mut counts, &a.rule);
         }
     }
-    for d in &report.plan.deletes {
-        if !outcome
-            .get(&d.id)
+    for (i, d) in report.plan.deletes.iter().enumerate() {
+        if !outcome(applies + i)
             .is_some_and(|o| matches!(o, Outcome::Deleted | Outcome::Revoked(_)))
         {
             bump(&mut counts, &d.rule);

@@ -91,8 +91,12 @@ pub struct ObjectStore {
     id: u64,
     /// Generation: counts the changes.
     generation: u64,
-    /// Changed objects, oldest first, with the generation of the change.
-    journal: Vec<(u64, GroupKind, ObjectKey)>,
+    /// Changed objects, oldest first, with the generation of the change;
+    /// kinds by their place in `journal_kinds` (a few kinds, thousands of
+    /// entries: no copy of the kind's strings per entry).
+    journal: Vec<(u64, u32, ObjectKey)>,
+    /// The kinds the journal names.
+    journal_kinds: Vec<GroupKind>,
     /// Generations up to this one were dropped from the journal.
     floor: u64,
 }
@@ -106,6 +110,7 @@ impl Default for ObjectStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             generation: 0,
             journal: Vec::new(),
+            journal_kinds: Vec::new(),
             floor: 0,
         }
     }
@@ -158,15 +163,22 @@ impl ObjectStore {
             .is_some_and(|old| Arc::ptr_eq(old, &obj) || same_version(old, &obj));
         objects.insert(key.clone(), obj);
         if !same {
-            self.journal_change(gk, key);
+            self.journal_change(&gk, key);
         }
         Ok(())
     }
 
     /// Records a change to one object.
-    fn journal_change(&mut self, gk: GroupKind, key: ObjectKey) {
+    fn journal_change(&mut self, gk: &GroupKind, key: ObjectKey) {
         self.generation += 1;
-        self.journal.push((self.generation, gk, key));
+        let kind = match self.journal_kinds.iter().position(|k| k == gk) {
+            Some(i) => i,
+            None => {
+                self.journal_kinds.push(gk.clone());
+                self.journal_kinds.len() - 1
+            }
+        };
+        self.journal.push((self.generation, kind as u32, key));
         // Bounded: a reader that fell this far behind starts over.
         let bound = 4096 + 2 * self.len();
         if self.journal.len() > bound {
@@ -194,13 +206,18 @@ impl ObjectStore {
             return None;
         }
         let start = self.journal.partition_point(|(g, _, _)| *g <= generation);
-        Some(self.journal[start..].iter().map(|(_, gk, key)| (gk, key)))
+        let kinds = &self.journal_kinds;
+        Some(
+            self.journal[start..]
+                .iter()
+                .map(|(_, kind, key)| (&kinds[*kind as usize], key)),
+        )
     }
 
     /// Removes an object; returns it if it was there.
     pub fn remove(&mut self, gk: &GroupKind, key: &ObjectKey) -> Option<Value> {
         let gone = self.kinds.get_mut(gk).and_then(|m| m.remove(key))?;
-        self.journal_change(gk.clone(), key.clone());
+        self.journal_change(gk, key.clone());
         Some(Arc::unwrap_or_clone(gone))
     }
 
@@ -208,7 +225,7 @@ impl ObjectStore {
     pub fn clear_kind(&mut self, gk: &GroupKind) {
         if let Some(gone) = self.kinds.remove(gk) {
             for key in gone.into_keys() {
-                self.journal_change(gk.clone(), key);
+                self.journal_change(gk, key);
             }
         }
     }
@@ -242,7 +259,7 @@ impl ObjectStore {
             self.kinds.insert(gk.clone(), fresh);
         }
         for key in changed {
-            self.journal_change(gk.clone(), key);
+            self.journal_change(gk, key);
         }
         errors
     }

@@ -943,7 +943,7 @@ impl Evaluator<'_> {
                 } else {
                     None
                 },
-                hits: BTreeSet::new(),
+                hits: Arc::default(),
             };
             // The same lookup by another trigger of this rule finds the
             // same objects: kept for this evaluation (the view does not
@@ -1019,7 +1019,8 @@ impl Evaluator<'_> {
             drop(inputs);
             let found: Vec<&Arc<Value>> = found.iter().collect();
             if self.record {
-                read.hits = found.iter().filter_map(|o| key_of(o)).collect();
+                let hits = found.iter().filter_map(|o| key_of(o)).collect();
+                read.hits = view.interner.borrow_mut().hits(hits);
                 self.reads.borrow_mut().push(read);
             }
             if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {
@@ -1991,6 +1992,7 @@ impl Evaluator<'_> {
         let mut shared = view.interner.borrow_mut();
         let names = shared.names(names);
         let selector = selector.map(|s| shared.selector(s));
+        let hits = shared.hits(hits);
         drop(shared);
         self.reads.borrow_mut().push(Read {
             gk,

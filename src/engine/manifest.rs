@@ -95,6 +95,7 @@ pub(crate) struct Interner {
     strings: HashSet<Arc<str>>,
     maps: HashSet<StrMap>,
     names: HashSet<Arc<BTreeSet<String>>>,
+    hits: HashSet<Arc<BTreeSet<(String, String)>>>,
     selectors: HashMap<String, Arc<LabelSelector>>,
 }
 
@@ -130,6 +131,16 @@ impl Interner {
         let names = Arc::new(names);
         self.names.insert(Arc::clone(&names));
         names
+    }
+
+    /// The shared copy of a set of objects found (namespace, name).
+    pub fn hits(&mut self, hits: BTreeSet<(String, String)>) -> Arc<BTreeSet<(String, String)>> {
+        if let Some(hit) = self.hits.get(&hits) {
+            return Arc::clone(hit);
+        }
+        let hits = Arc::new(hits);
+        self.hits.insert(Arc::clone(&hits));
+        hits
     }
 
     /// The shared copy of a selector.

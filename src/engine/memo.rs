@@ -567,7 +567,9 @@ pub(super) struct Read {
     /// Names *or* selector (rulesFrom) rather than names *and* selector.
     pub either: bool,
     pub owner: Option<Owner>,
-    pub hits: BTreeSet<ObjectKey>,
+    /// Shared: the triggers of a rule often find the same objects (a
+    /// selector on cluster-scoped roles finds the same for every one).
+    pub hits: Arc<BTreeSet<ObjectKey>>,
 }
 
 impl Read {
@@ -666,7 +668,7 @@ impl ReadIndex {
         let t = Arc::new(t.clone());
         for r in reads {
             let hits = self.hits.entry(r.gk.clone()).or_default();
-            for k in &r.hits {
+            for k in r.hits.iter() {
                 // Most keys are known: no copy of the key for those.
                 match hits.get_mut(k) {
                     Some(ts) => {
@@ -693,7 +695,7 @@ impl ReadIndex {
             if !Self::names_only(r) {
                 let proto = Read {
                     names: None,
-                    hits: BTreeSet::new(),
+                    hits: Arc::default(),
                     ..r.clone()
                 };
                 self.groups
@@ -710,7 +712,7 @@ impl ReadIndex {
     pub fn remove(&mut self, t: &TKey, reads: &[Read]) {
         for r in reads {
             if let Some(hits) = self.hits.get_mut(&r.gk) {
-                for k in &r.hits {
+                for k in r.hits.iter() {
                     if let Some(ts) = hits.get_mut(k) {
                         ts.remove(t);
                         if ts.is_empty() {

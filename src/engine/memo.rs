@@ -648,8 +648,14 @@ type Triggers = HashSet<Arc<TKey>>;
 /// affect.
 #[derive(Default)]
 pub(super) struct ReadIndex {
-    /// Objects a read found.
-    hits: HashMap<GroupKind, HashMap<ObjectKey, Triggers>>,
+    /// Objects a read found, to the found sets holding them (by address):
+    /// triggers that found the same share one set, so an object is not
+    /// listed once per trigger.
+    hits: HashMap<GroupKind, HashMap<ObjectKey, Vec<usize>>>,
+    /// A found set (kept alive here, so its address stays its own) and
+    /// the triggers whose reads found it.
+    /// By kind: two kinds may find sets of the same names (one set).
+    found: HashMap<GroupKind, HashMap<usize, (Arc<BTreeSet<ObjectKey>>, Triggers)>>,
     /// Names a read looked for (in any namespace).
     names: HashMap<GroupKind, HashMap<String, Triggers>>,
     /// Reads that any object passing their filters can affect, by kind and
@@ -667,17 +673,23 @@ impl ReadIndex {
         // One shared copy of the trigger's key for all its entries.
         let t = Arc::new(t.clone());
         for r in reads {
-            let hits = self.hits.entry(r.gk.clone()).or_default();
-            for k in r.hits.iter() {
-                // Most keys are known: no copy of the key for those.
-                match hits.get_mut(k) {
-                    Some(ts) => {
-                        ts.insert(Arc::clone(&t));
+            if !r.hits.is_empty() {
+                let id = Arc::as_ptr(&r.hits) as usize;
+                let found = self.found.entry(r.gk.clone()).or_default();
+                let (_, ts) = found.entry(id).or_insert_with(|| {
+                    let hits = self.hits.entry(r.gk.clone()).or_default();
+                    for k in r.hits.iter() {
+                        // Most keys are known: no copy of the key for those.
+                        match hits.get_mut(k) {
+                            Some(ids) => ids.push(id),
+                            None => {
+                                hits.insert(k.clone(), vec![id]);
+                            }
+                        }
                     }
-                    None => {
-                        hits.insert(k.clone(), HashSet::from_iter([Arc::clone(&t)]));
-                    }
-                }
+                    (Arc::clone(&r.hits), HashSet::default())
+                });
+                ts.insert(Arc::clone(&t));
             }
             if let Some(names) = &r.names {
                 let by_name = self.names.entry(r.gk.clone()).or_default();
@@ -711,12 +723,21 @@ impl ReadIndex {
 
     pub fn remove(&mut self, t: &TKey, reads: &[Read]) {
         for r in reads {
-            if let Some(hits) = self.hits.get_mut(&r.gk) {
-                for k in r.hits.iter() {
-                    if let Some(ts) = hits.get_mut(k) {
-                        ts.remove(t);
-                        if ts.is_empty() {
-                            hits.remove(k);
+            let id = Arc::as_ptr(&r.hits) as usize;
+            if let Some(found) = self.found.get_mut(&r.gk)
+                && let Some((_, ts)) = found.get_mut(&id)
+            {
+                ts.remove(t);
+                if ts.is_empty() {
+                    found.remove(&id);
+                    if let Some(hits) = self.hits.get_mut(&r.gk) {
+                        for k in r.hits.iter() {
+                            if let Some(ids) = hits.get_mut(k) {
+                                ids.retain(|i| *i != id);
+                                if ids.is_empty() {
+                                    hits.remove(k);
+                                }
+                            }
                         }
                     }
                 }
@@ -749,8 +770,11 @@ impl ReadIndex {
     /// kind `gk`) can affect: those that found it, looked for its name, or
     /// whose filters it now passes.
     pub fn affected(&self, gk: &GroupKind, key: &ObjectKey, view: &View, out: &mut BTreeSet<TKey>) {
-        if let Some(ts) = self.hits.get(gk).and_then(|h| h.get(key)) {
-            out.extend(ts.iter().map(|t| (**t).clone()));
+        if let Some(ids) = self.hits.get(gk).and_then(|h| h.get(key)) {
+            let found = self.found.get(gk);
+            for (_, ts) in ids.iter().filter_map(|id| found?.get(id)) {
+                out.extend(ts.iter().map(|t| (**t).clone()));
+            }
         }
         if let Some(ts) = self.names.get(gk).and_then(|n| n.get(&key.1)) {
             out.extend(ts.iter().map(|t| (**t).clone()));

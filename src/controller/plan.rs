@@ -1107,7 +1107,7 @@ pub fn plan(
                     .get()
                     .is_some_and(|e| Manifest::ptr_eq(&e, &d.object)) =>
             {
-                out.unchanged.push((id, d.rule.clone()));
+                out.unchanged.push((id, d.rule.to_string()));
                 continue;
             }
             Some(l) => {
@@ -1120,7 +1120,7 @@ pub fn plan(
                 let diff = differences(&object, l);
                 if diff.is_empty() {
                     l.equal.set(Some(&d.object));
-                    out.unchanged.push((id, d.rule.clone()));
+                    out.unchanged.push((id, d.rule.to_string()));
                     continue;
                 }
                 l.equal.set(None);
@@ -1136,8 +1136,8 @@ pub fn plan(
         };
         out.applies.push(Apply {
             id,
-            rule: d.rule.clone(),
-            trigger: d.trigger.clone(),
+            rule: d.rule.to_string(),
+            trigger: d.trigger.as_deref().map(str::to_string),
             object: d.object.clone(),
             keep_helm,
             action,

@@ -605,7 +605,7 @@ fn settle_conflicts(
         let parts: Vec<(usize, Option<String>)> = match memo.emitters.get(key) {
             Some(es) if es.len() >= 2 => es
                 .iter()
-                .map(|e| (e.rule, e.desired.trigger.clone()))
+                .map(|e| (e.rule, e.desired.trigger.as_deref().map(str::to_string)))
                 .collect(),
             _ => Vec::new(),
         };
@@ -708,9 +708,11 @@ impl<'a> Policy<'a> {
                     )),
                     None => judge
                         .refusal_of(&d.object)
-                        .map(|why| (d.field.clone(), why)),
+                        .map(|why| (d.field.to_string(), why)),
                 };
-                why.map(|(field, why)| Box::new((e.rule, d.trigger.clone(), field, why)))
+                why.map(|(field, why)| {
+                    Box::new((e.rule, d.trigger.as_deref().map(str::to_string), field, why))
+                })
             });
             let desired = cand
                 .filter(|_| refused.is_none())

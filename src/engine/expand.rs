@@ -1858,6 +1858,10 @@ impl Evaluator<'_> {
             }
         };
         let mut shared = view.interner.borrow_mut();
+        // Shared by the objects of a rule, an output, a trigger.
+        let rule = shared.string(self.rule.name.clone());
+        let field = shared.string(f.to_string());
+        let trigger_ref = trigger.map(|t| shared.string(object_ref(t)));
         let meta = Meta {
             name: name.clone(),
             namespace: namespace.clone(),
@@ -1871,9 +1875,9 @@ impl Evaluator<'_> {
             kind: o.kind,
             namespace: namespace.unwrap_or_default(),
             name,
-            rule: self.rule.name.clone(),
-            trigger: trigger.map(object_ref),
-            field: f.to_string(),
+            rule,
+            trigger: trigger_ref,
+            field,
             refusal,
             object,
         })

@@ -100,7 +100,8 @@ pub(crate) struct Interner {
 }
 
 impl Interner {
-    fn string(&mut self, s: String) -> Arc<str> {
+    /// The shared copy of a text.
+    pub fn string(&mut self, s: String) -> Arc<str> {
         if let Some(hit) = self.strings.get(s.as_str()) {
             return Arc::clone(hit);
         }

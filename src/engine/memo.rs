@@ -950,9 +950,9 @@ spec:
                 kind: OutputKind::Role,
                 namespace: ns.to_string(),
                 name: name.to_string(),
-                rule: "r".to_string(),
+                rule: "r".into(),
                 trigger: None,
-                field: "spec.outputs[0]".to_string(),
+                field: "spec.outputs[0]".into(),
                 refusal: None,
                 object: super::super::manifest::Manifest::from_value(&json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -927,11 +927,22 @@ impl Evaluator<'_> {
                 Some(s) => Some(self.selector(&format!("{f}.objects.selector"), s, ctx)?),
                 None => None,
             };
+            // Kept reads share their names and selector with the other
+            // triggers' (the same for most triggers of a rule).
+            let (names, selector) = if self.record {
+                let mut shared = view.interner.borrow_mut();
+                (
+                    names.map(|n| shared.names(n)),
+                    selector.map(|s| shared.selector(s)),
+                )
+            } else {
+                (names.map(Arc::new), selector.map(Arc::new))
+            };
             let mut read = Read {
                 gk: gk.clone(),
                 namespace: ns.clone(),
-                names: names.map(Arc::new),
-                selector: selector.map(Arc::new),
+                names,
+                selector,
                 either: false,
                 owner: if q.controlled_by_trigger {
                     // Without a trigger nothing is controlled by it.

@@ -359,6 +359,14 @@ fn run_rule(
     deltas
 }
 
+/// The reads a render made, without the spare room of their growth (kept
+/// per trigger until it renders again).
+fn kept_reads(evaluator: &Evaluator) -> Vec<super::memo::Read> {
+    let mut reads = evaluator.reads.take();
+    reads.shrink_to_fit();
+    reads
+}
+
 /// Triggers of one rule a one-shot render splits between two threads.
 const SPLIT_MIN: usize = 64;
 
@@ -473,7 +481,7 @@ fn render_trigger(
                 None,
                 TriggerMemo {
                     outcome,
-                    reads: evaluator.reads.take(),
+                    reads: kept_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             ))
@@ -486,7 +494,7 @@ fn render_trigger(
                 Some(object_ref(obj)),
                 TriggerMemo {
                     outcome,
-                    reads: evaluator.reads.take(),
+                    reads: kept_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             )

@@ -644,6 +644,9 @@ fn filter_key(r: &Read) -> String {
 /// Triggers, each key shared by all the index entries of its trigger.
 type Triggers = HashSet<Arc<TKey>>;
 
+/// A set of objects reads found, and the triggers whose reads found it.
+type FoundSet = (Arc<BTreeSet<ObjectKey>>, Triggers);
+
 /// From what a changed object is, to the triggers whose reads it can
 /// affect.
 #[derive(Default)]
@@ -655,7 +658,7 @@ pub(super) struct ReadIndex {
     /// A found set (kept alive here, so its address stays its own) and
     /// the triggers whose reads found it.
     /// By kind: two kinds may find sets of the same names (one set).
-    found: HashMap<GroupKind, HashMap<usize, (Arc<BTreeSet<ObjectKey>>, Triggers)>>,
+    found: HashMap<GroupKind, HashMap<usize, FoundSet>>,
     /// Names a read looked for (in any namespace).
     names: HashMap<GroupKind, HashMap<String, Triggers>>,
     /// Reads that any object passing their filters can affect, by kind and

@@ -929,18 +929,25 @@ impl Evaluator<'_> {
             };
             // Kept reads share their names and selector with the other
             // triggers' (the same for most triggers of a rule).
-            let (names, selector) = if self.record {
+            let (read_gk, namespace, names, selector) = if self.record {
                 let mut shared = view.interner.borrow_mut();
                 (
+                    shared.kind(&gk),
+                    ns.clone().map(|n| shared.string(n)),
                     names.map(|n| shared.names(n)),
                     selector.map(|s| shared.selector(s)),
                 )
             } else {
-                (names.map(Arc::new), selector.map(Arc::new))
+                (
+                    Arc::new(gk.clone()),
+                    ns.as_deref().map(Arc::from),
+                    names.map(Arc::new),
+                    selector.map(Arc::new),
+                )
             };
             let mut read = Read {
-                gk: gk.clone(),
-                namespace: ns.clone(),
+                gk: read_gk,
+                namespace,
                 names,
                 selector,
                 either: false,
@@ -2008,6 +2015,7 @@ impl Evaluator<'_> {
         let names = shared.names(names);
         let selector = selector.map(|s| shared.selector(s));
         let hits = shared.hits(hits);
+        let gk = shared.kind(&gk);
         drop(shared);
         self.reads.borrow_mut().push(Read {
             gk,

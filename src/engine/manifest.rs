@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::fast_hash::{HashMap, HashSet};
 use super::output::{RBAC_API_VERSION, RBAC_GROUP};
 use crate::api::OutputKind;
+use crate::engine::GroupKind;
 
 /// A small map of text (labels, annotations), sorted by key and shared:
 /// the outputs of one template usually carry the same labels, and the
@@ -96,6 +97,7 @@ pub(crate) struct Interner {
     maps: HashSet<StrMap>,
     names: HashSet<Arc<BTreeSet<String>>>,
     hits: HashSet<Arc<BTreeSet<(String, String)>>>,
+    kinds: HashSet<Arc<GroupKind>>,
     selectors: HashMap<String, Arc<LabelSelector>>,
 }
 
@@ -142,6 +144,16 @@ impl Interner {
         let hits = Arc::new(hits);
         self.hits.insert(Arc::clone(&hits));
         hits
+    }
+
+    /// The shared copy of a kind.
+    pub fn kind(&mut self, gk: &GroupKind) -> Arc<GroupKind> {
+        if let Some(hit) = self.kinds.get(gk) {
+            return Arc::clone(hit);
+        }
+        let gk = Arc::new(gk.clone());
+        self.kinds.insert(Arc::clone(&gk));
+        gk
     }
 
     /// The shared copy of a selector.

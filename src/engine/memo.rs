@@ -559,8 +559,10 @@ impl Owner {
 /// by names, a selector and an owner, and the objects it found.
 #[derive(Clone, Debug)]
 pub(super) struct Read {
-    pub gk: GroupKind,
-    pub namespace: Option<String>,
+    /// Shared: most reads of a rule are of the same few kinds.
+    pub gk: Arc<GroupKind>,
+    /// Shared with the rule's other reads in the namespace.
+    pub namespace: Option<Arc<str>>,
     /// Shared: the triggers of a rule often look for the same names.
     pub names: Option<Arc<BTreeSet<String>>>,
     pub selector: Option<Arc<LabelSelector>>,
@@ -678,9 +680,9 @@ impl ReadIndex {
         for r in reads {
             if !r.hits.is_empty() {
                 let id = Arc::as_ptr(&r.hits) as usize;
-                let found = self.found.entry(r.gk.clone()).or_default();
+                let found = self.found.entry((*r.gk).clone()).or_default();
                 let (_, ts) = found.entry(id).or_insert_with(|| {
-                    let hits = self.hits.entry(r.gk.clone()).or_default();
+                    let hits = self.hits.entry((*r.gk).clone()).or_default();
                     for k in r.hits.iter() {
                         // Most keys are known: no copy of the key for those.
                         match hits.get_mut(k) {
@@ -695,7 +697,7 @@ impl ReadIndex {
                 ts.insert(Arc::clone(&t));
             }
             if let Some(names) = &r.names {
-                let by_name = self.names.entry(r.gk.clone()).or_default();
+                let by_name = self.names.entry((*r.gk).clone()).or_default();
                 for n in names.iter() {
                     match by_name.get_mut(n) {
                         Some(ts) => {
@@ -714,7 +716,7 @@ impl ReadIndex {
                     ..r.clone()
                 };
                 self.groups
-                    .entry(r.gk.clone())
+                    .entry((*r.gk).clone())
                     .or_default()
                     .entry(filter_key(r))
                     .or_insert_with(|| (proto, HashSet::default()))
@@ -727,13 +729,13 @@ impl ReadIndex {
     pub fn remove(&mut self, t: &TKey, reads: &[Read]) {
         for r in reads {
             let id = Arc::as_ptr(&r.hits) as usize;
-            if let Some(found) = self.found.get_mut(&r.gk)
+            if let Some(found) = self.found.get_mut(&*r.gk)
                 && let Some((_, ts)) = found.get_mut(&id)
             {
                 ts.remove(t);
                 if ts.is_empty() {
                     found.remove(&id);
-                    if let Some(hits) = self.hits.get_mut(&r.gk) {
+                    if let Some(hits) = self.hits.get_mut(&*r.gk) {
                         for k in r.hits.iter() {
                             if let Some(ids) = hits.get_mut(k) {
                                 ids.retain(|i| *i != id);
@@ -745,7 +747,7 @@ impl ReadIndex {
                     }
                 }
             }
-            if let (Some(names), Some(by_name)) = (&r.names, self.names.get_mut(&r.gk)) {
+            if let (Some(names), Some(by_name)) = (&r.names, self.names.get_mut(&*r.gk)) {
                 for n in names.iter() {
                     if let Some(ts) = by_name.get_mut(n) {
                         ts.remove(t);
@@ -756,7 +758,7 @@ impl ReadIndex {
                 }
             }
             if !Self::names_only(r)
-                && let Some(groups) = self.groups.get_mut(&r.gk)
+                && let Some(groups) = self.groups.get_mut(&*r.gk)
             {
                 let fk = filter_key(r);
                 if let Some((_, ts)) = groups.get_mut(&fk) {
@@ -792,7 +794,7 @@ impl ReadIndex {
         // a selector reads its labels.
         let mut json = None;
         for (proto, ts) in groups.values() {
-            if proto.namespace.as_ref().is_some_and(|ns| *ns != key.0) {
+            if proto.namespace.as_deref().is_some_and(|ns| ns != key.0) {
                 continue;
             }
             let passes = match seen {

@@ -127,7 +127,7 @@ pub fn entries(
         let entry = |change, note, before: Option<Value>, after| Entry {
             change,
             id: a.id.clone(),
-            rule: a.rule.clone(),
+            rule: a.rule.to_string(),
             note,
             before: before.map(|b| clean(&b)),
             after,

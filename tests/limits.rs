@@ -104,10 +104,10 @@ fn evaluate(rules: &str, options: Options) -> Evaluation {
 /// The good rule rendered; the bad one has one error of `kind` whose
 /// message has `needle`, and its trigger's live objects are kept.
 fn assert_isolated(eval: &Evaluation, kind: ErrorKind, needle: &str, at_trigger: bool) {
-    let good: Vec<_> = eval.desired.iter().filter(|d| d.rule == "good").collect();
+    let good: Vec<_> = eval.desired.iter().filter(|d| &*d.rule == "good").collect();
     assert_eq!(good.len(), 1, "the good rule still renders");
     assert_eq!(good[0].name, "reader");
-    assert!(eval.desired.iter().all(|d| d.rule != "bad"));
+    assert!(eval.desired.iter().all(|d| &*d.rule != "bad"));
     let report = &eval.reports["bad"];
     assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
     let e = &report.errors[0];
@@ -394,7 +394,7 @@ async fn the_controller_evaluates_off_the_runtime_and_keeps_the_bad_rules_object
         .plan
         .applies
         .iter()
-        .map(|a| (a.rule.as_str(), a.id.name.as_str()))
+        .map(|a| (&*a.rule, a.id.name.as_str()))
         .collect();
     assert_eq!(planned, vec![("good", "reader")]);
     assert!(report.plan.deletes.is_empty(), "{:?}", report.plan.deletes);

@@ -301,7 +301,7 @@ fn repo_sync_tenants_bind_only_the_allow_set() {
     let bound: BTreeSet<String> = eval
         .desired
         .iter()
-        .filter(|d| d.rule == "configsync-repo-sync")
+        .filter(|d| &*d.rule == "configsync-repo-sync")
         .map(|d| {
             let (kind, name) = d.object.role_ref().unwrap_or_default();
             format!("{kind}/{name}")

@@ -155,7 +155,7 @@ impl<'a> Written<'a> {
     pub fn of(plan: &'a Plan, outcomes: &'a [Outcome]) -> impl Iterator<Item = Written<'a>> {
         plan.applies
             .iter()
-            .map(|a| (&a.id, a.rule.as_str()))
+            .map(|a| (&a.id, &*a.rule))
             .chain(plan.deletes.iter().map(|d| (&d.id, d.rule.as_str())))
             .zip(outcomes)
             .map(|((id, rule), outcome)| Written { id, rule, outcome })

@@ -993,8 +993,8 @@ pub enum ApplyAction {
 pub struct Apply {
     /// The object.
     pub id: ObjectId,
-    /// Rule that wants it.
-    pub rule: String,
+    /// Rule that wants it (the desired object's shared text).
+    pub rule: std::sync::Arc<str>,
     /// The manifest to send, shared with the evaluation: its JSON body is
     /// built only when it is sent ([`Apply::body`]), so a pass of thousands
     /// of writes never holds them all as JSON at once.

@@ -359,6 +359,14 @@ fn run_rule(
     deltas
 }
 
+/// The reads a render made, without the spare room of their growth (kept
+/// per trigger until it renders again).
+fn kept_reads(evaluator: &Evaluator) -> Vec<super::memo::Read> {
+    let mut reads = evaluator.reads.take();
+    reads.shrink_to_fit();
+    reads
+}
+
 /// Triggers of one rule a one-shot render splits between two threads.
 const SPLIT_MIN: usize = 64;
 
@@ -473,7 +481,7 @@ fn render_trigger(
                 None,
                 TriggerMemo {
                     outcome,
-                    reads: evaluator.reads.take(),
+                    reads: kept_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             ))
@@ -486,7 +494,7 @@ fn render_trigger(
                 Some(object_ref(obj)),
                 TriggerMemo {
                     outcome,
-                    reads: evaluator.reads.take(),
+                    reads: kept_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             )
@@ -605,7 +613,7 @@ fn settle_conflicts(
         let parts: Vec<(usize, Option<String>)> = match memo.emitters.get(key) {
             Some(es) if es.len() >= 2 => es
                 .iter()
-                .map(|e| (e.rule, e.desired.trigger.clone()))
+                .map(|e| (e.rule, e.desired.trigger.as_deref().map(str::to_string)))
                 .collect(),
             _ => Vec::new(),
         };
@@ -708,9 +716,11 @@ impl<'a> Policy<'a> {
                     )),
                     None => judge
                         .refusal_of(&d.object)
-                        .map(|why| (d.field.clone(), why)),
+                        .map(|why| (d.field.to_string(), why)),
                 };
-                why.map(|(field, why)| Box::new((e.rule, d.trigger.clone(), field, why)))
+                why.map(|(field, why)| {
+                    Box::new((e.rule, d.trigger.as_deref().map(str::to_string), field, why))
+                })
             });
             let desired = cand
                 .filter(|_| refused.is_none())

@@ -927,11 +927,29 @@ impl Evaluator<'_> {
                 Some(s) => Some(self.selector(&format!("{f}.objects.selector"), s, ctx)?),
                 None => None,
             };
+            // Kept reads share their names and selector with the other
+            // triggers' (the same for most triggers of a rule).
+            let (read_gk, namespace, names, selector) = if self.record {
+                let mut shared = view.interner.borrow_mut();
+                (
+                    shared.kind(&gk),
+                    ns.clone().map(|n| shared.string(n)),
+                    names.map(|n| shared.names(n)),
+                    selector.map(|s| shared.selector(s)),
+                )
+            } else {
+                (
+                    Arc::new(gk.clone()),
+                    ns.as_deref().map(Arc::from),
+                    names.map(Arc::new),
+                    selector.map(Arc::new),
+                )
+            };
             let mut read = Read {
-                gk: gk.clone(),
-                namespace: ns.clone(),
-                names: names.map(Arc::new),
-                selector: selector.map(Arc::new),
+                gk: read_gk,
+                namespace,
+                names,
+                selector,
                 either: false,
                 owner: if q.controlled_by_trigger {
                     // Without a trigger nothing is controlled by it.
@@ -943,7 +961,7 @@ impl Evaluator<'_> {
                 } else {
                     None
                 },
-                hits: BTreeSet::new(),
+                hits: Arc::default(),
             };
             // The same lookup by another trigger of this rule finds the
             // same objects: kept for this evaluation (the view does not
@@ -1019,7 +1037,8 @@ impl Evaluator<'_> {
             drop(inputs);
             let found: Vec<&Arc<Value>> = found.iter().collect();
             if self.record {
-                read.hits = found.iter().filter_map(|o| key_of(o)).collect();
+                let hits = found.iter().filter_map(|o| key_of(o)).collect();
+                read.hits = view.interner.borrow_mut().hits(hits);
                 self.reads.borrow_mut().push(read);
             }
             if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {
@@ -1857,6 +1876,10 @@ impl Evaluator<'_> {
             }
         };
         let mut shared = view.interner.borrow_mut();
+        // Shared by the objects of a rule, an output, a trigger.
+        let rule = shared.string(self.rule.name.clone());
+        let field = shared.string(f.to_string());
+        let trigger_ref = trigger.map(|t| shared.string(object_ref(t)));
         let meta = Meta {
             name: name.clone(),
             namespace: namespace.clone(),
@@ -1870,9 +1893,9 @@ impl Evaluator<'_> {
             kind: o.kind,
             namespace: namespace.unwrap_or_default(),
             name,
-            rule: self.rule.name.clone(),
-            trigger: trigger.map(object_ref),
-            field: f.to_string(),
+            rule,
+            trigger: trigger_ref,
+            field,
             refusal,
             object,
         })
@@ -1991,6 +2014,8 @@ impl Evaluator<'_> {
         let mut shared = view.interner.borrow_mut();
         let names = shared.names(names);
         let selector = selector.map(|s| shared.selector(s));
+        let hits = shared.hits(hits);
+        let gk = shared.kind(&gk);
         drop(shared);
         self.reads.borrow_mut().push(Read {
             gk,

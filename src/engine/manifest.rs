@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::fast_hash::{HashMap, HashSet};
 use super::output::{RBAC_API_VERSION, RBAC_GROUP};
 use crate::api::OutputKind;
+use crate::engine::GroupKind;
 
 /// A small map of text (labels, annotations), sorted by key and shared:
 /// the outputs of one template usually carry the same labels, and the
@@ -95,11 +96,14 @@ pub(crate) struct Interner {
     strings: HashSet<Arc<str>>,
     maps: HashSet<StrMap>,
     names: HashSet<Arc<BTreeSet<String>>>,
+    hits: HashSet<Arc<BTreeSet<(String, String)>>>,
+    kinds: HashSet<Arc<GroupKind>>,
     selectors: HashMap<String, Arc<LabelSelector>>,
 }
 
 impl Interner {
-    fn string(&mut self, s: String) -> Arc<str> {
+    /// The shared copy of a text.
+    pub fn string(&mut self, s: String) -> Arc<str> {
         if let Some(hit) = self.strings.get(s.as_str()) {
             return Arc::clone(hit);
         }
@@ -130,6 +134,26 @@ impl Interner {
         let names = Arc::new(names);
         self.names.insert(Arc::clone(&names));
         names
+    }
+
+    /// The shared copy of a set of objects found (namespace, name).
+    pub fn hits(&mut self, hits: BTreeSet<(String, String)>) -> Arc<BTreeSet<(String, String)>> {
+        if let Some(hit) = self.hits.get(&hits) {
+            return Arc::clone(hit);
+        }
+        let hits = Arc::new(hits);
+        self.hits.insert(Arc::clone(&hits));
+        hits
+    }
+
+    /// The shared copy of a kind.
+    pub fn kind(&mut self, gk: &GroupKind) -> Arc<GroupKind> {
+        if let Some(hit) = self.kinds.get(gk) {
+            return Arc::clone(hit);
+        }
+        let gk = Arc::new(gk.clone());
+        self.kinds.insert(Arc::clone(&gk));
+        gk
     }
 
     /// The shared copy of a selector.

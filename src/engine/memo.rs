@@ -559,15 +559,19 @@ impl Owner {
 /// by names, a selector and an owner, and the objects it found.
 #[derive(Clone, Debug)]
 pub(super) struct Read {
-    pub gk: GroupKind,
-    pub namespace: Option<String>,
+    /// Shared: most reads of a rule are of the same few kinds.
+    pub gk: Arc<GroupKind>,
+    /// Shared with the rule's other reads in the namespace.
+    pub namespace: Option<Arc<str>>,
     /// Shared: the triggers of a rule often look for the same names.
     pub names: Option<Arc<BTreeSet<String>>>,
     pub selector: Option<Arc<LabelSelector>>,
     /// Names *or* selector (rulesFrom) rather than names *and* selector.
     pub either: bool,
     pub owner: Option<Owner>,
-    pub hits: BTreeSet<ObjectKey>,
+    /// Shared: the triggers of a rule often find the same objects (a
+    /// selector on cluster-scoped roles finds the same for every one).
+    pub hits: Arc<BTreeSet<ObjectKey>>,
 }
 
 impl Read {
@@ -642,12 +646,21 @@ fn filter_key(r: &Read) -> String {
 /// Triggers, each key shared by all the index entries of its trigger.
 type Triggers = HashSet<Arc<TKey>>;
 
+/// A set of objects reads found, and the triggers whose reads found it.
+type FoundSet = (Arc<BTreeSet<ObjectKey>>, Triggers);
+
 /// From what a changed object is, to the triggers whose reads it can
 /// affect.
 #[derive(Default)]
 pub(super) struct ReadIndex {
-    /// Objects a read found.
-    hits: HashMap<GroupKind, HashMap<ObjectKey, Triggers>>,
+    /// Objects a read found, to the found sets holding them (by address):
+    /// triggers that found the same share one set, so an object is not
+    /// listed once per trigger.
+    hits: HashMap<GroupKind, HashMap<ObjectKey, Vec<usize>>>,
+    /// A found set (kept alive here, so its address stays its own) and
+    /// the triggers whose reads found it.
+    /// By kind: two kinds may find sets of the same names (one set).
+    found: HashMap<GroupKind, HashMap<usize, FoundSet>>,
     /// Names a read looked for (in any namespace).
     names: HashMap<GroupKind, HashMap<String, Triggers>>,
     /// Reads that any object passing their filters can affect, by kind and
@@ -665,20 +678,26 @@ impl ReadIndex {
         // One shared copy of the trigger's key for all its entries.
         let t = Arc::new(t.clone());
         for r in reads {
-            let hits = self.hits.entry(r.gk.clone()).or_default();
-            for k in &r.hits {
-                // Most keys are known: no copy of the key for those.
-                match hits.get_mut(k) {
-                    Some(ts) => {
-                        ts.insert(Arc::clone(&t));
+            if !r.hits.is_empty() {
+                let id = Arc::as_ptr(&r.hits) as usize;
+                let found = self.found.entry((*r.gk).clone()).or_default();
+                let (_, ts) = found.entry(id).or_insert_with(|| {
+                    let hits = self.hits.entry((*r.gk).clone()).or_default();
+                    for k in r.hits.iter() {
+                        // Most keys are known: no copy of the key for those.
+                        match hits.get_mut(k) {
+                            Some(ids) => ids.push(id),
+                            None => {
+                                hits.insert(k.clone(), vec![id]);
+                            }
+                        }
                     }
-                    None => {
-                        hits.insert(k.clone(), HashSet::from_iter([Arc::clone(&t)]));
-                    }
-                }
+                    (Arc::clone(&r.hits), HashSet::default())
+                });
+                ts.insert(Arc::clone(&t));
             }
             if let Some(names) = &r.names {
-                let by_name = self.names.entry(r.gk.clone()).or_default();
+                let by_name = self.names.entry((*r.gk).clone()).or_default();
                 for n in names.iter() {
                     match by_name.get_mut(n) {
                         Some(ts) => {
@@ -693,11 +712,11 @@ impl ReadIndex {
             if !Self::names_only(r) {
                 let proto = Read {
                     names: None,
-                    hits: BTreeSet::new(),
+                    hits: Arc::default(),
                     ..r.clone()
                 };
                 self.groups
-                    .entry(r.gk.clone())
+                    .entry((*r.gk).clone())
                     .or_default()
                     .entry(filter_key(r))
                     .or_insert_with(|| (proto, HashSet::default()))
@@ -709,17 +728,26 @@ impl ReadIndex {
 
     pub fn remove(&mut self, t: &TKey, reads: &[Read]) {
         for r in reads {
-            if let Some(hits) = self.hits.get_mut(&r.gk) {
-                for k in &r.hits {
-                    if let Some(ts) = hits.get_mut(k) {
-                        ts.remove(t);
-                        if ts.is_empty() {
-                            hits.remove(k);
+            let id = Arc::as_ptr(&r.hits) as usize;
+            if let Some(found) = self.found.get_mut(&*r.gk)
+                && let Some((_, ts)) = found.get_mut(&id)
+            {
+                ts.remove(t);
+                if ts.is_empty() {
+                    found.remove(&id);
+                    if let Some(hits) = self.hits.get_mut(&*r.gk) {
+                        for k in r.hits.iter() {
+                            if let Some(ids) = hits.get_mut(k) {
+                                ids.retain(|i| *i != id);
+                                if ids.is_empty() {
+                                    hits.remove(k);
+                                }
+                            }
                         }
                     }
                 }
             }
-            if let (Some(names), Some(by_name)) = (&r.names, self.names.get_mut(&r.gk)) {
+            if let (Some(names), Some(by_name)) = (&r.names, self.names.get_mut(&*r.gk)) {
                 for n in names.iter() {
                     if let Some(ts) = by_name.get_mut(n) {
                         ts.remove(t);
@@ -730,7 +758,7 @@ impl ReadIndex {
                 }
             }
             if !Self::names_only(r)
-                && let Some(groups) = self.groups.get_mut(&r.gk)
+                && let Some(groups) = self.groups.get_mut(&*r.gk)
             {
                 let fk = filter_key(r);
                 if let Some((_, ts)) = groups.get_mut(&fk) {
@@ -747,8 +775,11 @@ impl ReadIndex {
     /// kind `gk`) can affect: those that found it, looked for its name, or
     /// whose filters it now passes.
     pub fn affected(&self, gk: &GroupKind, key: &ObjectKey, view: &View, out: &mut BTreeSet<TKey>) {
-        if let Some(ts) = self.hits.get(gk).and_then(|h| h.get(key)) {
-            out.extend(ts.iter().map(|t| (**t).clone()));
+        if let Some(ids) = self.hits.get(gk).and_then(|h| h.get(key)) {
+            let found = self.found.get(gk);
+            for (_, ts) in ids.iter().filter_map(|id| found?.get(id)) {
+                out.extend(ts.iter().map(|t| (**t).clone()));
+            }
         }
         if let Some(ts) = self.names.get(gk).and_then(|n| n.get(&key.1)) {
             out.extend(ts.iter().map(|t| (**t).clone()));
@@ -763,7 +794,7 @@ impl ReadIndex {
         // a selector reads its labels.
         let mut json = None;
         for (proto, ts) in groups.values() {
-            if proto.namespace.as_ref().is_some_and(|ns| *ns != key.0) {
+            if proto.namespace.as_deref().is_some_and(|ns| ns != key.0) {
                 continue;
             }
             let passes = match seen {
@@ -787,6 +818,24 @@ impl ReadIndex {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A Widget of family `f` listing `refs` in its status.
+    fn widget(name: &str, refs: &[&str]) -> Value {
+        let refs: Vec<Value> = refs.iter().map(|r| json!({"name": r})).collect();
+        json!({
+            "apiVersion": "example.io/v1", "kind": "Widget",
+            "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
+            "status": {"refs": refs},
+        })
+    }
+
+    /// Widgets w-1 and w-2 of one family, each listing one type.
+    fn two_widgets() -> crate::engine::store::ObjectStore {
+        let mut store = crate::engine::store::ObjectStore::new();
+        assert!(store.insert(widget("w-1", &["as.example.org"])).is_ok());
+        assert!(store.insert(widget("w-2", &["bs.example.org"])).is_ok());
+        store
+    }
 
     /// Two rules on one trigger kind that list a family's types alike;
     /// only the first reads `extra`.
@@ -870,15 +919,7 @@ spec:
         assert_eq!(derived_from(&engine.rules, b).map(|(_, c)| c), Some((2, 1)));
         assert_eq!((from(a), from(b)), (Some(b), Some(a)));
 
-        let mut store = crate::engine::store::ObjectStore::new();
-        for (name, r) in [("w-1", "as.example.org"), ("w-2", "bs.example.org")] {
-            let w = json!({
-                "apiVersion": "example.io/v1", "kind": "Widget",
-                "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
-                "status": {"refs": [{"name": r}]},
-            });
-            assert!(store.insert(w).is_ok());
-        }
+        let store = two_widgets();
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(e.desired.len(), 4);
@@ -924,9 +965,9 @@ spec:
                 kind: OutputKind::Role,
                 namespace: ns.to_string(),
                 name: name.to_string(),
-                rule: "r".to_string(),
+                rule: "r".into(),
                 trigger: None,
-                field: "spec.outputs[0]".to_string(),
+                field: "spec.outputs[0]".into(),
                 refusal: None,
                 object: super::super::manifest::Manifest::from_value(&json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -971,17 +1012,7 @@ spec:
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
             .unwrap_or_default();
         let engine = super::super::Engine::new(&sources, super::super::Options::default());
-        let widget = |name: &str, refs: &[&str]| {
-            let refs: Vec<Value> = refs.iter().map(|r| json!({"name": r})).collect();
-            json!({
-                "apiVersion": "example.io/v1", "kind": "Widget",
-                "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
-                "status": {"refs": refs},
-            })
-        };
-        let mut store = crate::engine::store::ObjectStore::new();
-        assert!(store.insert(widget("w-1", &["as.example.org"])).is_ok());
-        assert!(store.insert(widget("w-2", &["bs.example.org"])).is_ok());
+        let mut store = two_widgets();
         let mut memo = Memo::new();
         let _ = engine.evaluate_incremental(&store, &mut memo);
         // The rule that ran last keeps them: entries by source address.
@@ -1057,15 +1088,7 @@ spec:
         let sources = crate::rules::parse_text(std::path::Path::new("failing.yaml"), &text)
             .unwrap_or_default();
         let engine = super::super::Engine::new(&sources, super::super::Options::default());
-        let mut store = crate::engine::store::ObjectStore::new();
-        for (name, r) in [("w-1", "as.example.org"), ("w-2", "bs.example.org")] {
-            let w = json!({
-                "apiVersion": "example.io/v1", "kind": "Widget",
-                "metadata": {"name": name, "uid": name, "labels": {"example.io/family": "f"}},
-                "status": {"refs": [{"name": r}]},
-            });
-            assert!(store.insert(w).is_ok());
-        }
+        let store = two_widgets();
         let errors = |e: &Evaluation| -> Vec<String> {
             e.reports
                 .get("widget-a")

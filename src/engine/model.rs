@@ -173,12 +173,14 @@ pub struct Desired {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// The rule that emitted it.
-    pub rule: String,
-    /// The trigger it was rendered for (`Kind.group/[ns/]name`).
-    pub trigger: Option<String>,
-    /// The output of the rule that emitted it, e.g. `spec.outputs[0]`.
-    pub field: String,
+    /// The rule that emitted it (shared by its objects).
+    pub rule: Arc<str>,
+    /// The trigger it was rendered for (`Kind.group/[ns/]name`; shared by
+    /// the trigger's outputs).
+    pub trigger: Option<Arc<str>>,
+    /// The output of the rule that emitted it, e.g. `spec.outputs[0]`
+    /// (shared by its objects).
+    pub field: Arc<str>,
     /// Set when rendering found it must be refused (a `*` from data): the
     /// field and why. Policy then drops and revokes it.
     pub refusal: Option<error::FieldError>,
@@ -351,7 +353,7 @@ mod tests {
         set.insert(Arc::new(desired(OutputKind::Role, "b", "x", "other")));
         assert_eq!(set.len(), 4);
         let got = set.get(&key(OutputKind::Role, "b", "x")).expect("kept");
-        assert_eq!(got.rule, "other");
+        assert_eq!(&*got.rule, "other");
 
         set.remove(&key(OutputKind::Role, "b", "x"));
         assert_eq!(set.len(), 3);

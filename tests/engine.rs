@@ -171,12 +171,9 @@ fn widget(name: &str) -> Value {
     json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name, "uid": format!("w-{name}")}})
 }
 
+/// The rules of Role `name`.
 fn role_rules(eval: &rbac_rules::engine::Evaluation, name: &str) -> Value {
-    eval.desired
-        .iter()
-        .find(|d| d.kind == OutputKind::Role && d.name == name)
-        .map(|d| d.object.to_value()["rules"].clone())
-        .unwrap_or(Value::Null)
+    engine_support::rules_of(eval, OutputKind::Role, name)
 }
 
 #[test]

@@ -33,12 +33,9 @@ fn thing(name: &str, group: &str) -> Value {
            "spec": {"group": group}})
 }
 
+/// The rules of ClusterRole `name`.
 fn rules_of(eval: &Evaluation, name: &str) -> Value {
-    eval.desired
-        .iter()
-        .find(|d| d.kind == OutputKind::ClusterRole && d.name == name)
-        .map(|d| d.object.to_value()["rules"].clone())
-        .unwrap_or(Value::Null)
+    engine_support::rules_of(eval, OutputKind::ClusterRole, name)
 }
 
 #[test]

@@ -3,7 +3,8 @@
 
 #![allow(dead_code)]
 
-use rbac_rules::engine::{ObjectStore, RuleSource};
+use rbac_rules::api::OutputKind;
+use rbac_rules::engine::{Evaluation, ObjectStore, RuleSource};
 use serde_json::{Value, json};
 
 /// Rules parsed from `yaml` (named `test.yaml` in messages).
@@ -23,6 +24,16 @@ pub fn store(objects: &[Value]) -> ObjectStore {
         s.insert(o.clone()).expect("object inserts");
     }
     s
+}
+
+/// The `rules` of the desired `kind` object `name`, as JSON; null if there
+/// is none.
+pub fn rules_of(eval: &Evaluation, kind: OutputKind, name: &str) -> Value {
+    eval.desired
+        .iter()
+        .find(|d| d.kind == kind && d.name == name)
+        .map(|d| d.object.to_value()["rules"].clone())
+        .unwrap_or(Value::Null)
 }
 
 /// A CompositeResourceDefinition `xthings<i>.example.org`, with a claim

@@ -84,6 +84,51 @@ fn kept_entries_check_as_the_whole_list_does() {
     }
 }
 
+#[test]
+fn triggers_whose_entries_expand_alike_share_one_rule_list() {
+    let engine = Engine::new(&rules(ENTRIES), Options::default());
+    let mut objects = vec![
+        thing("a", "ok.example.org"),
+        thing("b", "other.example.org"),
+        thing("c", "ok.example.org"),
+    ];
+    let mut memo = Memo::new();
+    let shared = |eval: &Evaluation| {
+        let list = |name: &str| {
+            eval.desired
+                .get(&(
+                    OutputKind::ClusterRole,
+                    String::new(),
+                    format!("thing:{name}"),
+                ))
+                .and_then(|d| d.object.rules().cloned())
+        };
+        match (list("a"), list("b"), list("c")) {
+            (Some(a), Some(b), Some(c)) => (
+                std::sync::Arc::ptr_eq(&a, &c),
+                std::sync::Arc::ptr_eq(&a, &b),
+            ),
+            other => panic!("a role is missing: {other:?}"),
+        }
+    };
+    let first = engine.evaluate_incremental(&store(&objects), &mut memo);
+    // a and c render the same entries: one list; b its own.
+    assert_eq!(shared(&first), (true, false));
+    // Rendered again after a change, c still takes a's list; a list put
+    // together before is not a grant for other entries.
+    objects[2] = thing("c", "other.example.org");
+    objects.push(thing("d", "*"));
+    let second = engine.evaluate_incremental(&store(&objects), &mut memo);
+    assert_eq!(rules_of(&second, "thing:c"), rules_of(&second, "thing:b"));
+    assert_eq!(rules_of(&second, "thing:d"), Value::Null);
+    assert_eq!(second.errors().count(), 1);
+    assert_eq!(second.desired, engine.evaluate(&store(&objects)).desired);
+    objects[2] = thing("c", "ok.example.org");
+    let third = engine.evaluate_incremental(&store(&objects), &mut memo);
+    assert_eq!(shared(&third), (true, false));
+    assert_eq!(third.desired, engine.evaluate(&store(&objects)).desired);
+}
+
 const OWNED: &str = r#"
 apiVersion: rbacrules.io/v1alpha1
 kind: RbacRule

@@ -409,7 +409,8 @@ pub fn namespace_name(n: usize) -> String {
 }
 
 /// The kinds of change the incremental benchmark makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
 pub enum ChangeKind {
     /// A Namespace accepts claims of a different set of XRDs.
     NamespaceAnnotation,

@@ -17,7 +17,9 @@ use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::fast_hash::HashMap;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
-use super::memo::{Derived, ItemCache, ItemVerdict, ListEntry, Owner, Read, VarEntry};
+use super::memo::{
+    AssemblyPart, Derived, ItemCache, ItemVerdict, ListEntry, Owner, Read, VarEntry,
+};
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{FieldPath, Segment, scalar_text};
@@ -580,17 +582,20 @@ impl Evaluator<'_> {
                     let key = (self.depth.get() == 1)
                         .then(|| self.expansion_key(item, true))
                         .flatten();
+                    // Its policy rules were checked before: a list whose
+                    // rules are checked entry by entry needs no copy (and
+                    // keeps none: see below).
+                    let placeholder = key.as_ref().is_some_and(|key| {
+                        self.inputs.borrow().spans.is_some()
+                            && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
+                    });
                     if let Some(key) = &key
                         && let Some((Value::Array(kept), bytes)) =
                             self.derived.borrow().expansions.get(key)
+                        && (placeholder || !kept.iter().any(Value::is_null))
                         && limits::charge(*bytes).is_ok()
                     {
                         let start = out.len();
-                        // Its policy rules were checked before: a list whose
-                        // rules are checked entry by entry needs no copy.
-                        let placeholder = self.depth.get() == 1
-                            && self.inputs.borrow().spans.is_some()
-                            && matches!(self.derived.borrow().policies.get(key), Some((_, None)));
                         if placeholder {
                             out.resize(start + kept.len(), Value::Null);
                         } else {
@@ -618,10 +623,18 @@ impl Evaluator<'_> {
                     }
                     if let Some(key) = &key {
                         let bytes = limits::used().saturating_sub(before);
+                        // Checked entry by entry, it is read again only as
+                        // placeholders (with its checked rules): nulls, which
+                        // no other read takes for a copy (above).
+                        let kept = if self.inputs.borrow().spans.is_some() {
+                            vec![Value::Null; out.len() - start]
+                        } else {
+                            out[start..].to_vec()
+                        };
                         self.derived
                             .borrow_mut()
                             .expansions
-                            .insert(key.clone(), (Value::Array(out[start..].to_vec()), bytes));
+                            .insert(key.clone(), (Value::Array(kept), bytes));
                     }
                     self.span(key, start, out.len());
                 }
@@ -1928,6 +1941,24 @@ impl Evaluator<'_> {
             }
         };
         let kept: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(kept).collect();
+        // Put together before from the same parts: shared, not copied.
+        let parts: Vec<AssemblyPart> = spans
+            .iter()
+            .zip(&kept)
+            .map(|(s, k)| match (k, &s.key) {
+                (Some(_), Some(key)) => AssemblyPart::Kept(key.clone()),
+                _ => AssemblyPart::Text(
+                    items
+                        .get(s.start..s.end)
+                        .and_then(|part| serde_json::to_string(part).ok())
+                        .unwrap_or_default(),
+                ),
+            })
+            .collect();
+        let mut assembly = (namespaced, parts);
+        if let Some(rules) = self.derived.borrow().assembled.get(&assembly) {
+            return Some(Ok((Arc::clone(rules), None)));
+        }
         let mut refusal = None;
         let mut refused = vec![false; spans.len()];
         for (n, s) in spans.iter().enumerate() {
@@ -1964,7 +1995,23 @@ impl Evaluator<'_> {
             }
             rules.extend(checked);
         }
-        Some(Ok((Arc::new(rules), refusal)))
+        let rules = Arc::new(rules);
+        if refusal.is_none() {
+            // An entry whose checked rules were kept just now is named by
+            // its key, as the next trigger finds it.
+            for (part, s) in assembly.1.iter_mut().zip(spans) {
+                if let Some(key) = &s.key
+                    && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
+                {
+                    *part = AssemblyPart::Kept(key.clone());
+                }
+            }
+            self.derived
+                .borrow_mut()
+                .assembled
+                .insert(assembly, Arc::clone(&rules));
+        }
+        Some(Ok((rules, refusal)))
     }
 
     /// Rules of the ClusterRoles named or selected, in name order.

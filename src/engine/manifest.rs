@@ -258,7 +258,7 @@ pub struct Meta {
 }
 
 /// What an emitted object carries besides metadata.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum Body {
     /// A role's rules (empty for an aggregated ClusterRole), shared.
     Role {
@@ -276,6 +276,35 @@ pub enum Body {
         /// Its subjects.
         subjects: Vec<Subject>,
     },
+}
+
+/// Rule lists shared by the roles that render alike compare by address
+/// first (`PolicyRule` is not `Eq`, so `Arc`'s own `==` never does).
+impl PartialEq for Body {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                Body::Role { rules, aggregation },
+                Body::Role {
+                    rules: r,
+                    aggregation: a,
+                },
+            ) => (Arc::ptr_eq(rules, r) || rules == r) && aggregation == a,
+            (
+                Body::Binding {
+                    role_kind,
+                    role_name,
+                    subjects,
+                },
+                Body::Binding {
+                    role_kind: k,
+                    role_name: n,
+                    subjects: s,
+                },
+            ) => role_kind == k && role_name == n && subjects == s,
+            _ => false,
+        }
+    }
 }
 
 struct Inner {

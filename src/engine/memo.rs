@@ -278,6 +278,10 @@ pub(super) struct Derived {
     /// shared by the outputs that render them: the rules, or the refusal
     /// of a `*` from data.
     pub policies: HashMap<(usize, bool, Vec<u64>), KeptPolicy>,
+    /// A role's rules put together entry by entry (see [`Assembly`]):
+    /// a family's revisions render the same entries, and share one list
+    /// (joined, and judged by policy, once) instead of a copy each.
+    pub assembled: HashMap<Assembly, Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>>,
     /// The objects whose addresses the keys name, held weakly: an
     /// address is not reused while held, and an object no one else holds
     /// is gone from the cluster (its entries go with it).
@@ -293,6 +297,22 @@ pub(super) struct Derived {
     pub verdicts: HashMap<(usize, usize, usize), Verdict>,
     /// The last token given: tokens are never reused.
     pub next: u64,
+}
+
+/// What a role's rule list was put together from: whether it is a
+/// namespaced role, and each entry of its template in order, as the key
+/// of a kept expansion with checked rules, or else as the JSON text of
+/// what the entry expanded to (data marks included). The same parts give
+/// the same rules, and put together without a refusal.
+pub(super) type Assembly = (bool, Vec<AssemblyPart>);
+
+/// One entry of an [`Assembly`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum AssemblyPart {
+    /// A kept expansion whose checked rules were reused.
+    Kept((usize, bool, Vec<u64>)),
+    /// An entry checked in this render, by its expanded JSON.
+    Text(String),
 }
 
 /// Policy rules checked once for a kept expansion (see
@@ -384,6 +404,15 @@ impl Derived {
         }
         let expansions = &self.expansions;
         self.policies.retain(|k, _| expansions.contains_key(k));
+        self.assembled.retain(|(_, parts), _| {
+            parts.iter().all(|p| match p {
+                AssemblyPart::Kept(k) => expansions.contains_key(k),
+                AssemblyPart::Text(_) => true,
+            })
+        });
+        if self.assembled.len() > DERIVED_MAX {
+            self.assembled.clear();
+        }
     }
 }
 

@@ -145,25 +145,38 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         keys.sort_by_key(|k| k.0);
         keys
     } else {
-        let mut candidates: BTreeSet<OutKey> = touched;
-        candidates.extend(judged.into_iter().map(Arc::unwrap_or_clone));
         if changes.all {
+            let mut candidates: BTreeSet<OutKey> = touched;
+            candidates.extend(judged.into_iter().map(|(k, _)| Arc::unwrap_or_clone(k)));
             candidates.extend(
                 previous
                     .iter()
                     .map(|d| (d.kind, d.namespace.clone(), d.name.clone())),
             );
+            candidates
+                .into_iter()
+                .filter(
+                    |k| match (previous.get_shared(k), memo.desired.get_shared(k)) {
+                        (None, None) => false,
+                        (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
+                        _ => true,
+                    },
+                )
+                .collect()
+        } else {
+            // Every output a rule touched was judged (in key order), and
+            // judging told which of them changed.
+            debug_assert!(
+                touched
+                    .iter()
+                    .all(|k| judged.binary_search_by(|(j, _)| (**j).cmp(k)).is_ok())
+            );
+            judged
+                .into_iter()
+                .filter(|(_, differs)| *differs)
+                .map(|(k, _)| Arc::unwrap_or_clone(k))
+                .collect()
         }
-        candidates
-            .into_iter()
-            .filter(
-                |k| match (previous.get_shared(k), memo.desired.get_shared(k)) {
-                    (None, None) => false,
-                    (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
-                    _ => true,
-                },
-            )
-            .collect()
     };
 
     prune_rules_cache(memo);
@@ -766,7 +779,8 @@ impl<'a> Policy<'a> {
 /// and, unlike a failed render, its trigger is *not* kept: the object is
 /// revoked. Live managed objects that policy now refuses are revoked too,
 /// whatever keeps them. Judges again only what changed and what depends
-/// on changed roles; returns the keys judged.
+/// on changed roles; returns the keys judged (in order), each with whether
+/// its desired object changed.
 fn apply_policy(
     engine: &Engine,
     observed: &ObjectStore,
@@ -774,7 +788,7 @@ fn apply_policy(
     touched: &BTreeSet<OutKey>,
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
-) -> Vec<Arc<OutKey>> {
+) -> Vec<(Arc<OutKey>, bool)> {
     let options = &engine.options;
     let role_kinds = [
         output_gk(OutputKind::ClusterRole),
@@ -873,21 +887,23 @@ fn apply_policy(
     // After everything changed the memo starts empty: nothing to replace
     // or remove.
     let fresh = changes.all;
+    let mut changed = Vec::with_capacity(keys_list.len());
     for (key, v) in keys_list.iter().copied().zip(verdicts) {
-        match v.desired {
-            Some(d) => {
-                if fresh
-                    || !memo
-                        .desired
-                        .get_shared(key)
-                        .is_some_and(|old| Arc::ptr_eq(old, &d))
-                {
-                    memo.desired.insert(d);
-                }
+        // What the key held before this evaluation (the memo's desired
+        // set changes only here, once per key): the change reported.
+        let differs = match v.desired {
+            Some(d) if fresh => {
+                memo.desired.insert(d);
+                true
             }
-            None if fresh => {}
-            None => memo.desired.remove(key),
-        }
+            Some(d) => match memo.desired.insert(Arc::clone(&d)) {
+                Some(old) => !Arc::ptr_eq(&old, &d) && *old != *d,
+                None => true,
+            },
+            None if fresh => false,
+            None => memo.desired.remove(key).is_some(),
+        };
+        changed.push(differs);
         let old = memo.refused.get(key).cloned();
         let new = v.refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
         if old != new {
@@ -938,7 +954,7 @@ fn apply_policy(
             }
         }
     }
-    keys
+    keys.into_iter().zip(changed).collect()
 }
 
 /// A rule's report from its remembered outcomes, conflicts and refusals,

@@ -118,12 +118,14 @@ impl DesiredSet {
         self.set.get(&parts(key) as &dyn SortParts).map(|e| &e.0)
     }
 
-    pub(super) fn insert(&mut self, d: Arc<Desired>) {
-        self.set.insert(Entry(d));
+    /// Puts `d` in, giving back the object it replaced.
+    pub(super) fn insert(&mut self, d: Arc<Desired>) -> Option<Arc<Desired>> {
+        self.set.insert(Entry(d)).map(|e| e.0)
     }
 
-    pub(super) fn remove(&mut self, key: &OutKey) {
-        self.set.remove(&parts(key) as &dyn SortParts);
+    /// Takes an object out, giving it back.
+    pub(super) fn remove(&mut self, key: &OutKey) -> Option<Arc<Desired>> {
+        self.set.remove(&parts(key) as &dyn SortParts).map(|e| e.0)
     }
 }
 

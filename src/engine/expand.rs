@@ -1942,8 +1942,12 @@ impl Evaluator<'_> {
         };
         let kept: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(kept).collect();
         // Put together before from the same parts: shared, not copied.
+        // Only a list with kept entries is worth keeping (its triggers
+        // share them); one whose entries all read the trigger is not.
+        let keyed = spans.iter().any(|s| s.key.is_some());
         let parts: Vec<AssemblyPart> = spans
             .iter()
+            .take(if keyed { spans.len() } else { 0 })
             .zip(&kept)
             .map(|(s, k)| match (k, &s.key) {
                 (Some(_), Some(key)) => AssemblyPart::Kept(key.clone()),
@@ -1956,7 +1960,7 @@ impl Evaluator<'_> {
             })
             .collect();
         let mut assembly = (namespaced, parts);
-        if let Some(rules) = self.derived.borrow().assembled.get(&assembly) {
+        if keyed && let Some(rules) = self.derived.borrow().assembled.get(&assembly) {
             return Some(Ok((Arc::clone(rules), None)));
         }
         let mut refusal = None;
@@ -1996,7 +2000,7 @@ impl Evaluator<'_> {
             rules.extend(checked);
         }
         let rules = Arc::new(rules);
-        if refusal.is_none() {
+        if keyed && refusal.is_none() {
             // An entry whose checked rules were kept just now is named by
             // its key, as the next trigger finds it.
             for (part, s) in assembly.1.iter_mut().zip(spans) {
@@ -2006,10 +2010,16 @@ impl Evaluator<'_> {
                     *part = AssemblyPart::Kept(key.clone());
                 }
             }
-            self.derived
-                .borrow_mut()
-                .assembled
-                .insert(assembly, Arc::clone(&rules));
+            if assembly
+                .1
+                .iter()
+                .any(|p| matches!(p, AssemblyPart::Kept(_)))
+            {
+                self.derived
+                    .borrow_mut()
+                    .assembled
+                    .insert(assembly, Arc::clone(&rules));
+            }
         }
         Some(Ok((rules, refusal)))
     }

@@ -1144,6 +1144,49 @@ spec:
     }
 
     #[test]
+    fn only_rule_lists_with_kept_entries_are_kept_put_together() {
+        let rule = |name: &str, first: &str| {
+            format!(
+                r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: {name}}}
+spec:
+  trigger: {{apiGroup: example.io, kind: Widget}}
+  outputs:
+  - kind: ClusterRole
+    name: "{name}:{{{{trigger.metadata.name}}}}"
+    rules:
+    - {first}
+    - {{apiGroups: [example.io], resources: ["{{{{trigger.metadata.name}}}}"], verbs: [get]}}
+"#
+            )
+        };
+        let text = [
+            rule("kept", "{apiGroups: [example.io], resources: [widgets], verbs: [get]}"),
+            rule(
+                "own",
+                r#"{apiGroups: [example.io], resources: ["{{trigger.metadata.uid}}"], verbs: [list]}"#,
+            ),
+        ]
+        .join("---\n");
+        let sources =
+            crate::rules::parse_text(std::path::Path::new("lists.yaml"), &text).unwrap_or_default();
+        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let mut memo = Memo::new();
+        let e = engine.evaluate_incremental(&two_widgets(), &mut memo);
+        assert_eq!(e.desired.len(), 4, "{:?}", e.reports);
+        let kept: Vec<usize> = memo
+            .rules
+            .iter()
+            .map(|r| r.derived.assembled.len())
+            .collect();
+        // One list per trigger for the rule with a kept entry (the other
+        // entry differs per trigger); none for the one without.
+        assert_eq!(kept, [2, 0]);
+    }
+
+    #[test]
     fn prune_drops_what_was_computed_from_objects_gone() {
         let mut d = Derived::default();
         let a = Arc::new(json!({"metadata": {"name": "a"}}));

@@ -279,7 +279,7 @@ pub(super) struct Derived {
     /// of a `*` from data.
     pub policies: HashMap<(usize, bool, Vec<u64>), KeptPolicy>,
     /// A role's rules put together entry by entry (see [`Assembly`]):
-    /// a family's revisions render the same entries, and share one list
+    /// triggers that render the same entries (a family's members) share one list
     /// (joined, and judged by policy, once) instead of a copy each.
     pub assembled: HashMap<Assembly, Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>>,
     /// The objects whose addresses the keys name, held weakly: an

@@ -1943,24 +1943,31 @@ impl Evaluator<'_> {
         let kept: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(kept).collect();
         // Put together before from the same parts: shared, not copied.
         // Only a list with kept entries is worth keeping (its triggers
-        // share them); one whose entries all read the trigger is not.
+        // share them); one whose entries all read the trigger is not. A
+        // list put together without a refusal had every kept entry's rules
+        // checked and kept: its parts are the entries' keys and the other
+        // entries' text (taken before the check strips its marks).
         let keyed = spans.iter().any(|s| s.key.is_some());
-        let parts: Vec<AssemblyPart> = spans
-            .iter()
-            .take(if keyed { spans.len() } else { 0 })
-            .zip(&kept)
-            .map(|(s, k)| match (k, &s.key) {
-                (Some(_), Some(key)) => AssemblyPart::Kept(key.clone()),
-                _ => AssemblyPart::Text(
+        let assembly = keyed.then(|| {
+            let parts = spans.iter().map(|s| match &s.key {
+                Some(key) => AssemblyPart::Kept(key.clone()),
+                None => AssemblyPart::Text(
                     items
                         .get(s.start..s.end)
                         .and_then(|part| serde_json::to_string(part).ok())
                         .unwrap_or_default(),
                 ),
-            })
-            .collect();
-        let mut assembly = (namespaced, parts);
-        if keyed && let Some(rules) = self.derived.borrow().assembled.get(&assembly) {
+            });
+            (namespaced, parts.collect::<Vec<_>>())
+        });
+        // Found only when every kept entry's checked rules are kept now.
+        let all_kept = spans
+            .iter()
+            .zip(&kept)
+            .all(|(s, k)| s.key.is_none() || k.is_some());
+        if let Some(a) = assembly.as_ref().filter(|_| all_kept)
+            && let Some(rules) = self.derived.borrow().assembled.get(a)
+        {
             return Some(Ok((Arc::clone(rules), None)));
         }
         let mut refusal = None;
@@ -2000,26 +2007,11 @@ impl Evaluator<'_> {
             rules.extend(checked);
         }
         let rules = Arc::new(rules);
-        if keyed && refusal.is_none() {
-            // An entry whose checked rules were kept just now is named by
-            // its key, as the next trigger finds it.
-            for (part, s) in assembly.1.iter_mut().zip(spans) {
-                if let Some(key) = &s.key
-                    && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
-                {
-                    *part = AssemblyPart::Kept(key.clone());
-                }
-            }
-            if assembly
-                .1
-                .iter()
-                .any(|p| matches!(p, AssemblyPart::Kept(_)))
-            {
-                self.derived
-                    .borrow_mut()
-                    .assembled
-                    .insert(assembly, Arc::clone(&rules));
-            }
+        if let Some(a) = assembly.filter(|_| refusal.is_none()) {
+            self.derived
+                .borrow_mut()
+                .assembled
+                .insert(a, Arc::clone(&rules));
         }
         Some(Ok((rules, refusal)))
     }

@@ -592,6 +592,39 @@ fn apply_delta(
         }
         return;
     }
+    let same_keys = |a: &Desired, b: &Desired| {
+        a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+    };
+    let mut set = |key: &OutKey, new: Option<&Arc<Desired>>| {
+        emitters.update(Cow::Borrowed(key), |list| {
+            place(list, rule, &d.trigger, new)
+        });
+        if !changes.all {
+            touched.insert(key.clone());
+            // Everything is read again anyway when everything changed.
+            changes.add(gk_of(key.0), (key.1.clone(), key.2.clone()));
+        }
+    };
+    // Most renders emit the same objects in the same order as before
+    // (and once each): paired in place, no maps built.
+    let distinct = |xs: &[Arc<Desired>]| {
+        xs.iter()
+            .enumerate()
+            .all(|(i, x)| xs[..i].iter().all(|y| !same_keys(x, y)))
+    };
+    if d.before.len() == d.after.len()
+        && d.before.len() <= PAIRED_MAX
+        && d.before.iter().zip(&d.after).all(|(a, b)| same_keys(a, b))
+        && distinct(&d.after)
+    {
+        for (a, b) in d.before.iter().zip(&d.after) {
+            if Arc::ptr_eq(a, b) || **a == **b {
+                continue;
+            }
+            set(&key_of_desired(b), Some(b));
+        }
+        return;
+    }
     let before: BTreeMap<OutKey, &Arc<Desired>> =
         d.before.iter().map(|x| (key_of_desired(x), x)).collect();
     let after: BTreeMap<OutKey, &Arc<Desired>> =
@@ -604,16 +637,13 @@ fn apply_delta(
         {
             continue;
         }
-        emitters.update(Cow::Borrowed(key), |list| {
-            place(list, rule, &d.trigger, new.copied())
-        });
-        if !changes.all {
-            touched.insert(key.clone());
-            // Everything is read again anyway when everything changed.
-            changes.add(gk_of(key.0), (key.1.clone(), key.2.clone()));
-        }
+        set(key, new.copied());
     }
 }
+
+/// Outputs of one trigger paired in place by [`apply_delta`] at most (the
+/// check that each is emitted once is quadratic).
+const PAIRED_MAX: usize = 16;
 
 /// Objects two emitters (rules or triggers) both emit: neither copy is
 /// desired; every emitter gets a Conflict error and keeps its trigger.

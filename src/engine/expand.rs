@@ -184,6 +184,9 @@ pub(super) struct Inputs {
 pub(super) struct Found {
     objects: Vec<Arc<Value>>,
     by_owner: Option<OwnerIndex>,
+    /// The interned keys of `objects`, when a read without an owner
+    /// filter recorded them (every trigger's read of it hits the same).
+    hits: Option<Arc<BTreeSet<(String, String)>>>,
 }
 
 type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
@@ -1017,9 +1020,21 @@ impl Evaluator<'_> {
                     Found {
                         objects,
                         by_owner: None,
+                        hits: None,
                     },
                 );
             }
+            // Unfiltered, the read hits what the lookup found: its keys
+            // interned once per lookup.
+            let hits = match (inputs.found.get_mut(&lookup), &read.owner) {
+                (Some(f), None) if self.record => {
+                    Some(Arc::clone(f.hits.get_or_insert_with(|| {
+                        let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
+                        view.interner.borrow_mut().hits(keys)
+                    })))
+                }
+                _ => None,
+            };
             let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
                 (None, _) => Vec::new(),
                 (Some(f), None) => f.objects.clone(),
@@ -1050,8 +1065,13 @@ impl Evaluator<'_> {
             drop(inputs);
             let found: Vec<&Arc<Value>> = found.iter().collect();
             if self.record {
-                let hits = found.iter().filter_map(|o| key_of(o)).collect();
-                read.hits = view.interner.borrow_mut().hits(hits);
+                read.hits = match hits {
+                    Some(h) => h,
+                    None => {
+                        let keys = found.iter().filter_map(|o| key_of(o)).collect();
+                        view.interner.borrow_mut().hits(keys)
+                    }
+                };
                 self.reads.borrow_mut().push(read);
             }
             if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {

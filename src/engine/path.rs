@@ -19,6 +19,11 @@ pub struct FieldPath {
 }
 
 impl FieldPath {
+    /// A path of these segments.
+    pub fn from_segments(segments: Vec<Segment>) -> FieldPath {
+        FieldPath { segments }
+    }
+
     /// Parses `a.b["c.d"][0].e`. Quoted keys take `"` or `'`; an empty
     /// path, an empty segment or an unclosed bracket is an error.
     pub fn parse(text: &str) -> Result<FieldPath, String> {

@@ -29,6 +29,11 @@ pub struct Templates {
     /// Templates made of text and plain paths only (`{{trigger.metadata.name}}`,
     /// most templates), by their text: rendered without handlebars.
     simple: HashMap<String, Vec<Part>>,
+    /// Expressions that are calls of the helpers below on paths, literals
+    /// and such calls (`groupBy (sortBy related.types "plural") "group"`),
+    /// by their text: evaluated without handlebars, a value built by an
+    /// inner call handed on, not copied.
+    calls: HashMap<String, Call>,
     /// Deepest nesting a template may have.
     depth: usize,
 }
@@ -95,6 +100,7 @@ impl Templates {
         Templates {
             hb,
             simple: HashMap::default(),
+            calls: HashMap::default(),
             depth: limits.template_depth,
         }
     }
@@ -118,7 +124,21 @@ impl Templates {
         if self.hb.has_template(&wrapped) {
             return Ok(());
         }
-        self.register(&wrapped)
+        self.register(&wrapped)?;
+        let call = self
+            .hb
+            .get_template(&wrapped)
+            .and_then(|t| match &t.elements[..] {
+                [TemplateElement::Expression(h)] => match &h.params[..] {
+                    [Parameter::Subexpression(sub)] => Call::of(sub.as_element()),
+                    _ => None,
+                },
+                _ => None,
+            });
+        if let Some(call) = call {
+            self.calls.insert(expr.to_string(), call);
+        }
+        Ok(())
     }
 
     /// Checks the nesting before parsing (the parser recurses), parses,
@@ -224,6 +244,15 @@ impl Templates {
                 // Lists and scalars on the way: handlebars' own rules apply.
                 Nav::Other => {}
             }
+        }
+        if let Some(call) = self.calls.get(expr)
+            && call.resolves(ctx.data())
+        {
+            let value = call.eval(ctx.data());
+            if let Some(t) = limits::tripped() {
+                return Err(t);
+            }
+            return value.map(|v| Cow::Owned(v.into_owned()));
         }
         let wrapped = wrap_expr(expr)?;
         CAPTURED.with(|c| c.borrow_mut().take());
@@ -694,6 +723,121 @@ pub fn truthy(value: &Value) -> bool {
 
 static NULL: Value = Value::Null;
 
+/// A helper call evaluated without handlebars, as [`ValueHelper`] would:
+/// the same ticks, charges, limits and errors. Only calls whose every path
+/// is found (or may be missing) are evaluated so; handlebars evaluates the
+/// others, to fail with its own messages.
+struct Call {
+    name: &'static str,
+    allow_missing: bool,
+    f: HelperFn,
+    args: Vec<Arg>,
+}
+
+/// An argument of a [`Call`].
+enum Arg {
+    /// Object keys from the context's root.
+    Path(FieldPath),
+    Literal(Value),
+    Call(Call),
+}
+
+impl Call {
+    /// The call an expression element is, when it is a call of a helper
+    /// below on plain paths, literals and such calls (no hash arguments).
+    fn of(e: &TemplateElement) -> Option<Call> {
+        let TemplateElement::Expression(h) = e else {
+            return None;
+        };
+        let Parameter::Name(name) = &h.name else {
+            return None;
+        };
+        let (name, allow_missing, f) = HELPERS.iter().find(|(n, _, _)| n == name)?;
+        if !h.hash.is_empty() || h.block || h.template.is_some() || h.block_param.is_some() {
+            return None;
+        }
+        let args = h
+            .params
+            .iter()
+            .map(|p| match p {
+                Parameter::Literal(v) => Some(Arg::Literal(v.clone())),
+                Parameter::Path(Path::Relative((segs, _))) => segs
+                    .iter()
+                    .map(|s| match s {
+                        PathSeg::Named(k) => Some(Segment::Key(k.clone())),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<Segment>>>()
+                    .map(|segs| Arg::Path(FieldPath::from_segments(segs))),
+                Parameter::Subexpression(sub) => Call::of(sub.as_element()).map(Arg::Call),
+                _ => None,
+            })
+            .collect::<Option<Vec<Arg>>>()?;
+        Some(Call {
+            name,
+            allow_missing: *allow_missing,
+            f: *f,
+            args,
+        })
+    }
+
+    /// Whether every path leads to a value (or may be missing): then
+    /// [`Call::eval`] says what handlebars would.
+    fn resolves(&self, data: &Value) -> bool {
+        self.args.iter().all(|a| match a {
+            Arg::Literal(_) => true,
+            Arg::Path(p) => match navigate(data, p) {
+                Nav::Found(_) => true,
+                Nav::Missing => self.allow_missing,
+                Nav::Other => false,
+            },
+            Arg::Call(c) => c.resolves(data),
+        })
+    }
+
+    /// The call's value; the caller checked [`Call::resolves`].
+    fn eval<'c>(&'c self, data: &'c Value) -> Result<Cow<'c, Value>, String> {
+        let mut args: Vec<Cow<'c, Value>> = Vec::with_capacity(self.args.len());
+        for a in &self.args {
+            args.push(match a {
+                Arg::Literal(v) => Cow::Borrowed(v),
+                Arg::Path(p) => match navigate(data, p) {
+                    Nav::Found(v) => Cow::Borrowed(v),
+                    _ => Cow::Borrowed(&NULL),
+                },
+                Arg::Call(c) => c.eval(data)?,
+            });
+        }
+        limits::tick()?;
+        let v = match (self.name, args.first_mut()) {
+            // A list no one else holds is sorted or grouped in place.
+            ("sortBy" | "groupBy", Some(Cow::Owned(Value::Array(items)))) => {
+                let items = std::mem::take(items);
+                // The list's place is held (by null) for the messages'
+                // argument numbers.
+                let rest: Vec<&Value> = std::iter::once(&NULL)
+                    .chain(args[1..].iter().map(|a| &**a))
+                    .collect();
+                if self.name == "sortBy" {
+                    sort_by_owned(items, &rest)
+                } else {
+                    group_by_owned(items, &rest)
+                }
+            }
+            _ => {
+                let refs: Vec<&Value> = args.iter().map(|a| &**a).collect();
+                (self.f)(&refs)
+            }
+        }
+        .map_err(|m| format!("helper {}: {m}", self.name))?;
+        if let Value::Array(a) = &v {
+            limits::check_list(a.len(), &format!("the list {} returns", self.name))?;
+        }
+        limits::charge_value(&v)?;
+        Ok(Cow::Owned(v))
+    }
+}
+
 type HelperFn = fn(&[&Value]) -> Result<Value, String>;
 
 /// A helper that maps argument values to a value.
@@ -1058,32 +1202,77 @@ fn h_sort(args: &[&Value]) -> Result<Value, String> {
 /// `sortBy list "path"`: stable sort by a field (items without it last).
 fn h_sort_by(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
-    let path = FieldPath::parse(&text(args, 1)?)?;
-    // Sorted by reference, string keys borrowed: each item copied once.
-    let mut keyed: Vec<((u8, Cow<'_, str>), &Value)> = list(args, 0)?
+    let items = list(args, 0)?;
+    let order = sort_order(items, &FieldPath::parse(&text(args, 1)?)?);
+    Ok(Value::Array(
+        order.into_iter().map(|i| items[i].clone()).collect(),
+    ))
+}
+
+/// [`h_sort_by`] of a list it may take apart (`args[0]` stands in for it).
+fn sort_by_owned(items: Vec<Value>, args: &[&Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let order = sort_order(&items, &FieldPath::parse(&text(args, 1)?)?);
+    Ok(Value::Array(take_in_order(items, order.into_iter())))
+}
+
+/// The positions of `items` in a stable sort by the field at `path`
+/// (items without it last); keys borrowed, nothing copied.
+fn sort_order(items: &[Value], path: &FieldPath) -> Vec<usize> {
+    let mut keyed: Vec<((u8, Cow<'_, str>), usize)> = items
         .iter()
-        .map(|v| {
+        .enumerate()
+        .map(|(i, v)| {
             let key = match path.get(v) {
                 Some(Value::String(s)) => (0, Cow::Borrowed(s.as_str())),
                 Some(x) => (0, Cow::Owned(sort_key(x))),
                 None => (1, Cow::Borrowed("")),
             };
-            (key, v)
+            (key, i)
         })
         .collect();
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Value::Array(
-        keyed.into_iter().map(|(_, v)| v.clone()).collect(),
-    ))
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+/// The items at `order`'s positions (each once), moved out.
+fn take_in_order(items: Vec<Value>, order: impl Iterator<Item = usize>) -> Vec<Value> {
+    let mut slots: Vec<Option<Value>> = items.into_iter().map(Some).collect();
+    order
+        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+        .collect()
 }
 
 /// `groupBy list "path"`: `[{key, items}]` sorted by key; items keep their
 /// order. Items without the field are skipped.
 fn h_group_by(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
-    let path = FieldPath::parse(&text(args, 1)?)?;
-    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for item in list(args, 0)? {
+    let items = list(args, 0)?;
+    let groups = group_order(items, &FieldPath::parse(&text(args, 1)?)?);
+    Ok(grouped(groups.into_iter().map(|(key, at)| {
+        (key, at.into_iter().map(|i| items[i].clone()).collect())
+    })))
+}
+
+/// [`h_group_by`] of a list it may take apart (`args[0]` stands in for it).
+fn group_by_owned(items: Vec<Value>, args: &[&Value]) -> Result<Value, String> {
+    arity(args, 2, 2)?;
+    let groups = group_order(&items, &FieldPath::parse(&text(args, 1)?)?);
+    let mut slots: Vec<Option<Value>> = items.into_iter().map(Some).collect();
+    Ok(grouped(groups.into_iter().map(|(key, at)| {
+        let items = at
+            .into_iter()
+            .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+            .collect();
+        (key, items)
+    })))
+}
+
+/// The positions of `items` by the text of the field at `path`, keys
+/// sorted, positions in order; items without it are left out.
+fn group_order(items: &[Value], path: &FieldPath) -> BTreeMap<String, Vec<usize>> {
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
         let key = match path.get(item) {
             Some(Value::String(s)) => Cow::Borrowed(s.as_str()),
             Some(x) => match scalar_text(x) {
@@ -1094,15 +1283,19 @@ fn h_group_by(args: &[&Value]) -> Result<Value, String> {
         };
         // The key is copied only for a new group.
         match groups.get_mut(key.as_ref()) {
-            Some(g) => g.push(item.clone()),
+            Some(g) => g.push(i),
             None => {
-                groups.insert(key.into_owned(), vec![item.clone()]);
+                groups.insert(key.into_owned(), vec![i]);
             }
         }
     }
-    Ok(Value::Array(
+    groups
+}
+
+/// `[{key, items}]` of groups in order.
+fn grouped(groups: impl Iterator<Item = (String, Vec<Value>)>) -> Value {
+    Value::Array(
         groups
-            .into_iter()
             .map(|(key, items)| {
                 let mut m = Map::new();
                 m.insert("key".to_string(), Value::String(key));
@@ -1110,7 +1303,7 @@ fn h_group_by(args: &[&Value]) -> Result<Value, String> {
                 Value::Object(m)
             })
             .collect(),
-    ))
+    )
 }
 
 /// `keys map`: sorted keys.
@@ -1233,6 +1426,120 @@ mod tests {
         let mut tpl = Templates::new();
         tpl.compile_expr(e).map_err(|e| e.1)?;
         tpl.eval_ref(e, &Context::from(ctx)).map(Cow::into_owned)
+    }
+
+    /// An expression's value through handlebars alone and through the
+    /// direct evaluation of calls, each with its own budget.
+    fn both_ways(e: &str, ctx: &Value) -> (Result<Value, String>, Result<Value, String>) {
+        let mut tpl = Templates::new();
+        if let Err(err) = tpl.compile_expr(e) {
+            return (Err(err.1.clone()), Err(err.1));
+        }
+        let ctx = Context::from(ctx.clone());
+        let direct = {
+            let _budget = limits::start(&Limits::default());
+            tpl.eval_ref(e, &ctx).map(Cow::into_owned)
+        };
+        assert!(tpl.calls.contains_key(e), "{e} is not a direct call");
+        tpl.calls.clear();
+        let _budget = limits::start(&Limits::default());
+        let hb = tpl.eval_ref(e, &ctx).map(Cow::into_owned);
+        (direct, hb)
+    }
+
+    #[test]
+    fn calls_evaluate_as_handlebars_does() {
+        let ctx = json!({
+            "related": {"types": [
+                {"plural": "bs", "group": "g2"}, {"plural": "as", "group": "g1"},
+                {"plural": "cs", "group": "g2"}, {"group": "g3"}, {"plural": 7, "group": 1},
+            ]},
+            "trigger": {"metadata": {"name": "Name-1", "labels": {"a.b/c": "x"}},
+                        "spec": {"image": "reg.io/org/pkg:v1"}, "status": {"capabilities": ["safe-start"]}},
+            "n": null, "s": "text", "m": {"k": "v"},
+        });
+        let cases = [
+            r#"groupBy (sortBy related.types "plural") "group""#,
+            r#"sortBy related.types "plural""#,
+            r#"groupBy related.types "group""#,
+            r#"groupBy (sortBy related.types "plural") "missing""#,
+            r#"sortBy (sortBy related.types "group") "plural""#,
+            r#"containsLoose (get trigger "status.capabilities") "safe-start""#,
+            r#"imageOrg (get trigger "spec.image" "")"#,
+            r#"shorten trigger.metadata.name 3"#,
+            r#"default (get trigger "spec.nothing") "fallback""#,
+            r#"lower trigger.metadata.name"#,
+            r#"get trigger.metadata.labels "a.b/c""#,
+            r#"pluck (sortBy related.types "plural") "plural""#,
+            r#"keys m"#,
+            r#"list s n 1 true"#,
+            r#"get n "x""#,
+            r#"lower this.s"#,
+            // Errors: arity, argument types, missing paths, the helper's own.
+            r#"sortBy related.types"#,
+            r#"sortBy related.types "plural" "extra""#,
+            r#"groupBy (sortBy related.types "plural")"#,
+            r#"groupBy (sortBy related.types "plural") m"#,
+            r#"sortBy s "plural""#,
+            r#"sortBy related.nothing "plural""#,
+            r#"lower trigger.nothing"#,
+            r#"lower (get trigger "nothing.deeper")"#,
+            r#"regexMatch s "(""#,
+            r#"keys s"#,
+            r#"shorten trigger.metadata.name "x""#,
+        ];
+        for e in cases {
+            let (direct, hb) = both_ways(e, &ctx);
+            assert_eq!(direct, hb, "{e}");
+        }
+        // Paths handlebars resolves by its own rules are left to it.
+        let mut tpl = Templates::new();
+        for e in [r#"lower related.types.0.plural"#, r#"lower @root.s"#] {
+            tpl.compile_expr(e).ok();
+        }
+        let data = Context::from(ctx.clone());
+        assert!(
+            !tpl.calls
+                .get(r#"lower related.types.0.plural"#)
+                .is_some_and(|c| c.resolves(data.data()))
+        );
+        assert!(!tpl.calls.contains_key(r#"lower @root.s"#));
+    }
+
+    #[test]
+    fn calls_charge_as_handlebars_does() {
+        let items: Vec<Value> = (0..200)
+            .map(|i| json!({"plural": format!("p{i}"), "group": format!("g{}", i % 7)}))
+            .collect();
+        let ctx = json!({"xs": items});
+        let e = r#"groupBy (sortBy xs "plural") "group""#;
+        let mut tpl = Templates::new();
+        tpl.compile_expr(e).unwrap();
+        let data = Context::from(ctx);
+        let charged = |tpl: &Templates| {
+            let _budget = limits::start(&Limits::default());
+            tpl.eval_ref(e, &data).unwrap();
+            limits::used()
+        };
+        let direct = charged(&tpl);
+        tpl.calls.clear();
+        assert_eq!(direct, charged(&tpl));
+        assert!(direct > 0);
+        // Over a budget both fail alike.
+        let mut tpl = Templates::new();
+        tpl.compile_expr(e).unwrap();
+        let small = Limits {
+            bytes_per_trigger: direct / 2,
+            ..Limits::default()
+        };
+        let over = |tpl: &Templates| {
+            let _budget = limits::start(&small);
+            tpl.eval_ref(e, &data).map(Cow::into_owned)
+        };
+        let direct = over(&tpl);
+        tpl.calls.clear();
+        assert!(direct.is_err());
+        assert_eq!(direct, over(&tpl));
     }
 
     #[test]

@@ -18,7 +18,8 @@ use super::fast_hash::HashMap;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
-    AssemblyPart, Derived, ItemCache, ItemVerdict, ListEntry, Owner, Read, VarEntry,
+    AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, Owner, Read,
+    VarEntry,
 };
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
@@ -920,6 +921,8 @@ impl Evaluator<'_> {
         }
         // A listField item's JSON text, by position (empty otherwise).
         let mut keys: Vec<String> = Vec::new();
+        // Whether the listField's conditions were judged already.
+        let mut judged = false;
         // The related objects as the store holds them, by position.
         let mut arcs: Option<Vec<Arc<Value>>> = None;
         // Where a listField result computed here is kept: its key, and
@@ -1162,7 +1165,10 @@ impl Evaluator<'_> {
                 )),
                 None => None,
             };
-            let mut seen = BTreeMap::new();
+            // Each source's entries (kept ones shared, not copied), then
+            // their union by text, read in place: only the items judged
+            // afresh and those the list keeps are copied.
+            let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
             // One source's list is kept whole (by its address) already.
             let several = sources.len() > 1;
             for (src, addr) in sources {
@@ -1170,14 +1176,11 @@ impl Evaluator<'_> {
                 if let Some(key) = &cache
                     && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
                 {
-                    for (text, item) in entries.iter() {
-                        seen.insert(text.clone(), item.clone());
-                    }
+                    parts.push(Arc::clone(entries));
                     self.warnings.borrow_mut().extend(warned.iter().cloned());
                     continue;
                 }
-                // Entries gathered apart only when they are kept.
-                let mut mine: Option<Vec<(String, Value)>> = cache.map(|_| Vec::new());
+                let mut mine: Vec<(String, Value)> = Vec::new();
                 let warned = self.warnings.borrow().len();
                 for entry in path
                     .get(src)
@@ -1194,7 +1197,7 @@ impl Evaluator<'_> {
                                 match unmatched {
                                     Unmatched::Drop => {}
                                     Unmatched::Keep => {
-                                        keep_entry(&mut seen, &mut mine, entry.clone());
+                                        mine.push((entry.to_string(), entry.clone()))
                                     }
                                     Unmatched::Warn => {
                                         let shown = match (entry, text) {
@@ -1220,26 +1223,47 @@ impl Evaluator<'_> {
                             Value::Object(m)
                         }
                     };
-                    keep_entry(&mut seen, &mut mine, item);
+                    mine.push((item.to_string(), item));
                 }
-                if let (Some(key), Some(mine)) = (cache, mine) {
-                    for (text, item) in &mine {
-                        seen.insert(text.clone(), item.clone());
-                    }
+                let mine = Arc::new(mine);
+                if let Some(key) = cache {
                     let warnings = self.warnings.borrow()[warned..].to_vec();
                     self.derived
                         .borrow_mut()
                         .extracts
-                        .insert(key, (Arc::new(mine), warnings));
+                        .insert(key, (Arc::clone(&mine), warnings));
                 }
+                parts.push(mine);
             }
-            let (texts, items): (Vec<String>, Vec<Value>) = seen.into_iter().unzip();
-            keys = texts;
-            items
+            let mut union: Vec<(&str, &Value)> = parts
+                .iter()
+                .flat_map(|p| p.iter().map(|(t, v)| (t.as_str(), v)))
+                .collect();
+            union.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            union.dedup_by(|a, b| a.0 == b.0);
+            let item_only = rel
+                .filter
+                .iter()
+                .chain(&rel.require)
+                .all(|c| self.item_only(c));
+            if item_only {
+                // Judged by text, as below, without binding a copy of an
+                // item whose verdicts are kept.
+                let items = self.judge_entries(i, rel, &f, &union, ctx)?;
+                judged = true;
+                items
+            } else {
+                let (texts, items): (Vec<String>, Vec<Value>) = union
+                    .into_iter()
+                    .map(|(t, v)| (t.to_string(), v.clone()))
+                    .unzip();
+                keys = texts;
+                items
+            }
         } else {
             Vec::new()
         };
-        if !rel.filter.is_empty() {
+        if !judged && !rel.filter.is_empty() {
             // Conditions of the item alone are judged once per entry text.
             let cached = !keys.is_empty() && rel.filter.iter().all(|c| self.item_only(c));
             let mut kept = Vec::with_capacity(items.len());
@@ -1276,7 +1300,7 @@ impl Evaluator<'_> {
                 arcs = Some(kept_arcs);
             }
         }
-        if !rel.require.is_empty() {
+        if !judged && !rel.require.is_empty() {
             let cached = !keys.is_empty() && rel.require.iter().all(|c| self.item_only(c));
             let mut kept = Vec::with_capacity(items.len());
             for (n, item) in items.into_iter().enumerate() {
@@ -1469,6 +1493,96 @@ impl Evaluator<'_> {
             .objects
             .insert(rel.name.clone(), kept);
         Some(Ok(items))
+    }
+
+    /// The entries of a listField (its union, by text) its conditions keep,
+    /// copied; judged as the stages below judge them (all `where`
+    /// verdicts, then `require` on those kept), each verdict by the entry's
+    /// text, and an entry bound to `item` only to be judged afresh.
+    fn judge_entries(
+        &self,
+        i: usize,
+        rel: &Related,
+        f: &str,
+        union: &[(&str, &Value)],
+        ctx: &mut Context,
+    ) -> Result<Vec<Value>> {
+        let mut kept: Vec<(&str, &Value)> = Vec::with_capacity(union.len());
+        if rel.filter.is_empty() {
+            kept.extend_from_slice(union);
+        } else {
+            for &(text, item) in union {
+                let verdict = self.verdict_by_text((i, false), text, item, ctx, |ctx, item| {
+                    let mut ok = Ok(true);
+                    for (j, c) in rel.filter.iter().enumerate() {
+                        ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
+                        if !matches!(ok, Ok(true)) {
+                            break;
+                        }
+                    }
+                    ok.map(ItemVerdict::Where)
+                })?;
+                if matches!(verdict, ItemVerdict::Where(true)) {
+                    kept.push((text, item));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(kept.len());
+        for (text, item) in kept {
+            if rel.require.is_empty() {
+                out.push(item.clone());
+                continue;
+            }
+            let verdict = self.verdict_by_text((i, true), text, item, ctx, |ctx, item| {
+                let mut verdict = Ok(None);
+                for (j, c) in rel.require.iter().enumerate() {
+                    verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
+                    if !matches!(verdict, Ok(None)) {
+                        break;
+                    }
+                }
+                verdict.map(ItemVerdict::Require)
+            })?;
+            match verdict {
+                ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
+                _ => out.push(item.clone()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Evaluator::item_verdict`] for an entry read in place: bound to
+    /// `item` (a copy) only when judged afresh.
+    fn verdict_by_text(
+        &self,
+        slot: (usize, bool),
+        text: &str,
+        item: &Value,
+        ctx: &mut Context,
+        run: impl FnOnce(&Context, &Value) -> Result<ItemVerdict>,
+    ) -> Result<ItemVerdict> {
+        let hit = self
+            .items
+            .borrow()
+            .get(&slot)
+            .and_then(|m| m.get(text))
+            .cloned();
+        // Over budget: judged again, to fail where and as a full render does.
+        if let Some((verdict, bytes)) = hit
+            && limits::charge(bytes).is_ok()
+        {
+            return Ok(verdict);
+        }
+        let before = limits::used();
+        let (_, verdict) = with_item(ctx, item.clone(), run);
+        let verdict = verdict?;
+        let bytes = limits::used().saturating_sub(before);
+        self.items
+            .borrow_mut()
+            .entry(slot)
+            .or_default()
+            .insert(text.to_string(), (verdict.clone(), bytes));
+        Ok(verdict)
     }
 
     /// One stage's verdict on an item: from the cache when `key` (the
@@ -2096,22 +2210,6 @@ impl Evaluator<'_> {
             owner: None,
         });
         Ok(roles)
-    }
-}
-
-/// One extracted listField entry, by its JSON text: into `mine` when the
-/// source's entries are kept (merged into `seen` after), else into `seen`.
-fn keep_entry(
-    seen: &mut BTreeMap<String, Value>,
-    mine: &mut Option<Vec<(String, Value)>>,
-    item: Value,
-) {
-    let text = item.to_string();
-    match mine {
-        Some(m) => m.push((text, item)),
-        None => {
-            seen.insert(text, item);
-        }
     }
 }
 

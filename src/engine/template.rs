@@ -34,6 +34,10 @@ pub struct Templates {
     /// by their text: evaluated without handlebars, a value built by an
     /// inner call handed on, not copied.
     calls: HashMap<String, Call>,
+    /// Templates of text, paths and such calls (`{{shorten
+    /// trigger.metadata.name 63}}`), by their text: rendered without
+    /// handlebars.
+    called: HashMap<String, Vec<Piece>>,
     /// Deepest nesting a template may have.
     depth: usize,
 }
@@ -101,6 +105,7 @@ impl Templates {
             hb,
             simple: HashMap::default(),
             calls: HashMap::default(),
+            called: HashMap::default(),
             depth: limits.template_depth,
         }
     }
@@ -169,6 +174,8 @@ impl Templates {
         }
         if let Some(parts) = simple_parts(&tpl.elements) {
             self.simple.insert(text.to_string(), parts);
+        } else if let Some(pieces) = called_pieces(&tpl.elements) {
+            self.called.insert(text.to_string(), pieces);
         }
         self.hb.register_template(text, tpl);
         Ok(())
@@ -188,6 +195,11 @@ impl Templates {
             .and_then(|parts| render_simple(parts, ctx.data()))
         {
             return out;
+        }
+        if let Some(pieces) = self.called.get(text)
+            && pieces.iter().all(|p| p.resolves(ctx.data()))
+        {
+            return render_pieces(pieces, ctx.data()).map_err(|m| limits::tripped().unwrap_or(m));
         }
         let mut out = Charged(Vec::new());
         let rendered = self.hb.render_with_context_to_write(text, ctx, &mut out);
@@ -325,6 +337,98 @@ fn render_simple(parts: &[Part], data: &Value) -> Option<Result<String, String>>
         out.push_str(t);
     }
     Some(Ok(out))
+}
+
+/// A piece of a template rendered without handlebars.
+enum Piece {
+    /// Text written as is.
+    Text(String),
+    /// A path of object keys from the context's root, leading to text.
+    Path(FieldPath),
+    /// A helper call, its value written as handlebars writes values.
+    Call(Call),
+}
+
+impl Piece {
+    /// Whether the piece renders as handlebars would render it here: paths
+    /// lead to text, calls resolve (see [`Call::resolves`]).
+    fn resolves(&self, data: &Value) -> bool {
+        match self {
+            Piece::Text(_) => true,
+            Piece::Path(p) => matches!(navigate(data, p), Nav::Found(Value::String(_))),
+            Piece::Call(c) => c.resolves(data),
+        }
+    }
+}
+
+/// The pieces of a template of text, plain paths and calls of the helpers
+/// below, with at least one call; `None` for anything else.
+fn called_pieces(elements: &[TemplateElement]) -> Option<Vec<Piece>> {
+    let pieces = elements
+        .iter()
+        .map(|e| match e {
+            TemplateElement::RawString(t) => Some(Piece::Text(t.clone())),
+            TemplateElement::Expression(h) => match (&h.name, h.params.is_empty()) {
+                (Parameter::Path(path), true) if h.hash.is_empty() && !h.block => {
+                    path_keys(path).map(Piece::Path)
+                }
+                _ => Call::of(e).map(Piece::Call),
+            },
+            _ => None,
+        })
+        .collect::<Option<Vec<Piece>>>()?;
+    pieces
+        .iter()
+        .any(|p| matches!(p, Piece::Call(_)))
+        .then_some(pieces)
+}
+
+/// Renders pieces that resolve, charging what it writes as handlebars
+/// would (each piece once).
+fn render_pieces(pieces: &[Piece], data: &Value) -> Result<String, String> {
+    let mut out = String::new();
+    for p in pieces {
+        let text: Cow<'_, str> = match p {
+            Piece::Text(t) => Cow::Borrowed(t),
+            Piece::Path(path) => match navigate(data, path) {
+                Nav::Found(v) => Cow::Owned(json_render(v)),
+                _ => Cow::Borrowed(""),
+            },
+            Piece::Call(c) => Cow::Owned(json_render(&*c.eval(data)?)),
+        };
+        limits::charge(text.len())?;
+        out.push_str(&text);
+    }
+    Ok(out)
+}
+
+/// A value as handlebars writes it (its `JsonRender`).
+fn json_render(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => String::new(),
+        Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(json_render).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(_) => "[object]".to_string(),
+    }
+}
+
+/// The object keys of a plain relative path (no `this`, `../` or `@`).
+fn path_keys(path: &Path) -> Option<FieldPath> {
+    let Path::Relative((segs, _)) = path else {
+        return None;
+    };
+    segs.iter()
+        .map(|s| match s {
+            PathSeg::Named(k) => Some(Segment::Key(k.clone())),
+            _ => None,
+        })
+        .collect::<Option<Vec<Segment>>>()
+        .map(FieldPath::from_segments)
 }
 
 /// A writer that charges what it is given to the trigger's budget.
@@ -761,14 +865,7 @@ impl Call {
             .iter()
             .map(|p| match p {
                 Parameter::Literal(v) => Some(Arg::Literal(v.clone())),
-                Parameter::Path(Path::Relative((segs, _))) => segs
-                    .iter()
-                    .map(|s| match s {
-                        PathSeg::Named(k) => Some(Segment::Key(k.clone())),
-                        _ => None,
-                    })
-                    .collect::<Option<Vec<Segment>>>()
-                    .map(|segs| Arg::Path(FieldPath::from_segments(segs))),
+                Parameter::Path(path) => path_keys(path).map(Arg::Path),
                 Parameter::Subexpression(sub) => Call::of(sub.as_element()).map(Arg::Call),
                 _ => None,
             })
@@ -1504,6 +1601,49 @@ mod tests {
                 .is_some_and(|c| c.resolves(data.data()))
         );
         assert!(!tpl.calls.contains_key(r#"lower @root.s"#));
+    }
+
+    #[test]
+    fn templates_with_calls_render_as_handlebars_does() {
+        let ctx = json!({
+            "item": {"kind": "CustomResourceDefinition", "apiVersion": "apiextensions.k8s.io/v1",
+                     "spec": {"image": "reg.io/org/pkg:v1"}, "n": 3, "b": false, "z": null},
+            "trigger": {"metadata": {"name": "a-very-long-name-that-goes-on-and-on"}},
+            "d": {"spec": {}},
+            "xs": [1, "two", {"k": "v"}, [3, null]],
+        });
+        let cases = [
+            r#"{{get item "kind" ""}}.{{apiGroup (get item "apiVersion" "")}}"#,
+            r#"{{imageOrg item.spec.image}}"#,
+            r#"x-{{shorten trigger.metadata.name 10}}-y"#,
+            r#"{{default (get d "spec.template.spec.serviceAccountName") "default"}}"#,
+            r#"{{item.kind}}/{{lower item.kind}}"#,
+            r#"{{get item "n"}} {{get item "b"}} [{{get item "z"}}] {{get item "spec"}}"#,
+            r#"{{list 1 "a" xs}}"#,
+            r#"{{sortBy xs "k"}}"#,
+            // Errors and paths handlebars answers alone.
+            r#"{{lower item.nothing}}"#,
+            r#"{{item.nothing}}-{{lower item.kind}}"#,
+            r#"{{item.n}}-{{lower item.kind}}"#,
+            r#"{{shorten trigger.metadata.name "x"}}"#,
+            r#"{{regexMatch item.kind "("}}"#,
+        ];
+        for t in cases {
+            let mut tpl = Templates::new();
+            tpl.compile(t).unwrap();
+            let data = Context::from(ctx.clone());
+            let run = |tpl: &Templates| {
+                let _budget = limits::start(&Limits::default());
+                let out = tpl.render(t, &data);
+                (out, limits::used())
+            };
+            let direct = run(&tpl);
+            tpl.called.clear();
+            assert_eq!(direct, run(&tpl), "{t}");
+        }
+        let mut tpl = Templates::new();
+        tpl.compile(r#"{{imageOrg item.spec.image}}"#).unwrap();
+        assert!(tpl.called.contains_key(r#"{{imageOrg item.spec.image}}"#));
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //!
 //! Templates render to plain strings: no HTML escaping, and a missing
 //! variable is an error. An *expression* (`forEach`, `when`) is a handlebars
-//! expression — a path or a helper call — evaluated to a JSON value by
-//! rendering it through the `json` helper and parsing the result, so the
-//! expression language is exactly the template language.
+//! expression — a path or a helper call — evaluated to a JSON value by a
+//! capture helper that keeps its argument, so the expression language is
+//! exactly the template language. Paths, and calls of the helpers below on
+//! paths and literals, are evaluated without handlebars (the same charges,
+//! limits and messages); handlebars evaluates everything else.
 
 use std::borrow::Cow;
 use std::cell::RefCell;

@@ -1273,16 +1273,7 @@ impl Evaluator<'_> {
                 let key = keys.get(n).filter(|_| cached);
                 // Bound by move, taken back after: no copy per item.
                 let (item, ok) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, false), key, || {
-                        let mut ok = Ok(true);
-                        for (j, c) in rel.filter.iter().enumerate() {
-                            ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
-                            if !matches!(ok, Ok(true)) {
-                                break;
-                            }
-                        }
-                        ok.map(ItemVerdict::Where)
-                    })
+                    self.item_verdict((i, false), key, || self.where_verdict(&f, rel, item, ctx))
                 });
                 if matches!(ok?, ItemVerdict::Where(true)) {
                     kept.push(item);
@@ -1306,16 +1297,7 @@ impl Evaluator<'_> {
             for (n, item) in items.into_iter().enumerate() {
                 let key = keys.get(n).filter(|_| cached);
                 let (item, verdict) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, true), key, || {
-                        let mut verdict = Ok(None);
-                        for (j, c) in rel.require.iter().enumerate() {
-                            verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
-                            if !matches!(verdict, Ok(None)) {
-                                break;
-                            }
-                        }
-                        verdict.map(ItemVerdict::Require)
-                    })
+                    self.item_verdict((i, true), key, || self.require_verdict(&f, rel, item, ctx))
                 });
                 match verdict? {
                     ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
@@ -1513,14 +1495,7 @@ impl Evaluator<'_> {
         } else {
             for &(text, item) in union {
                 let verdict = self.verdict_by_text((i, false), text, item, ctx, |ctx, item| {
-                    let mut ok = Ok(true);
-                    for (j, c) in rel.filter.iter().enumerate() {
-                        ok = self.condition(&format!("{f}.where[{j}]"), c, item, ctx);
-                        if !matches!(ok, Ok(true)) {
-                            break;
-                        }
-                    }
-                    ok.map(ItemVerdict::Where)
+                    self.where_verdict(f, rel, item, ctx)
                 })?;
                 if matches!(verdict, ItemVerdict::Where(true)) {
                     kept.push((text, item));
@@ -1534,14 +1509,7 @@ impl Evaluator<'_> {
                 continue;
             }
             let verdict = self.verdict_by_text((i, true), text, item, ctx, |ctx, item| {
-                let mut verdict = Ok(None);
-                for (j, c) in rel.require.iter().enumerate() {
-                    verdict = self.check(&format!("{f}.require[{j}]"), c, item, ctx);
-                    if !matches!(verdict, Ok(None)) {
-                        break;
-                    }
-                }
-                verdict.map(ItemVerdict::Require)
+                self.require_verdict(f, rel, item, ctx)
             })?;
             match verdict {
                 ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
@@ -1561,21 +1529,35 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         run: impl FnOnce(&Context, &Value) -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
-        let hit = self
-            .items
-            .borrow()
-            .get(&slot)
-            .and_then(|m| m.get(text))
-            .cloned();
-        // Over budget: judged again, to fail where and as a full render does.
-        if let Some((verdict, bytes)) = hit
-            && limits::charge(bytes).is_ok()
-        {
+        if let Some(verdict) = self.kept_verdict(slot, text) {
             return Ok(verdict);
         }
         let before = limits::used();
         let (_, verdict) = with_item(ctx, item.clone(), run);
-        let verdict = verdict?;
+        self.keep_verdict(slot, text, verdict?, before)
+    }
+
+    /// An item's verdict kept from before, charging the budget what
+    /// judging it charged; `None` over budget (judged again, to fail where
+    /// and as a full render does).
+    fn kept_verdict(&self, slot: (usize, bool), text: &str) -> Option<ItemVerdict> {
+        let (verdict, bytes) = self
+            .items
+            .borrow()
+            .get(&slot)
+            .and_then(|m| m.get(text))
+            .cloned()?;
+        limits::charge(bytes).is_ok().then_some(verdict)
+    }
+
+    /// Keeps a verdict judged since `before` (the budget used then).
+    fn keep_verdict(
+        &self,
+        slot: (usize, bool),
+        text: &str,
+        verdict: ItemVerdict,
+        before: usize,
+    ) -> Result<ItemVerdict> {
         let bytes = limits::used().saturating_sub(before);
         self.items
             .borrow_mut()
@@ -1583,6 +1565,39 @@ impl Evaluator<'_> {
             .or_default()
             .insert(text.to_string(), (verdict.clone(), bytes));
         Ok(verdict)
+    }
+
+    /// A related set's `where` conditions on one item, in order.
+    fn where_verdict(
+        &self,
+        f: &str,
+        rel: &Related,
+        item: &Value,
+        ctx: &Context,
+    ) -> Result<ItemVerdict> {
+        for (j, c) in rel.filter.iter().enumerate() {
+            if !self.condition(&format!("{f}.where[{j}]"), c, item, ctx)? {
+                return Ok(ItemVerdict::Where(false));
+            }
+        }
+        Ok(ItemVerdict::Where(true))
+    }
+
+    /// A related set's `require` conditions on one item: the warning of
+    /// the first it fails.
+    fn require_verdict(
+        &self,
+        f: &str,
+        rel: &Related,
+        item: &Value,
+        ctx: &Context,
+    ) -> Result<ItemVerdict> {
+        for (j, c) in rel.require.iter().enumerate() {
+            if let Some(w) = self.check(&format!("{f}.require[{j}]"), c, item, ctx)? {
+                return Ok(ItemVerdict::Require(Some(w)));
+            }
+        }
+        Ok(ItemVerdict::Require(None))
     }
 
     /// One stage's verdict on an item: from the cache when `key` (the
@@ -1595,27 +1610,11 @@ impl Evaluator<'_> {
         run: impl FnOnce() -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
         let Some(key) = key else { return run() };
-        let hit = self
-            .items
-            .borrow()
-            .get(&slot)
-            .and_then(|m| m.get(key.as_str()))
-            .cloned();
-        // Over budget: judged again, to fail where and as a full render does.
-        if let Some((verdict, bytes)) = hit
-            && limits::charge(bytes).is_ok()
-        {
+        if let Some(verdict) = self.kept_verdict(slot, key) {
             return Ok(verdict);
         }
         let before = limits::used();
-        let verdict = run()?;
-        let bytes = limits::used().saturating_sub(before);
-        self.items
-            .borrow_mut()
-            .entry(slot)
-            .or_default()
-            .insert(key.clone(), (verdict.clone(), bytes));
-        Ok(verdict)
+        self.keep_verdict(slot, key, run()?, before)
     }
 
     /// Renders every output for one trigger (or the static set), then

@@ -1273,7 +1273,9 @@ impl Evaluator<'_> {
                 let key = keys.get(n).filter(|_| cached);
                 // Bound by move, taken back after: no copy per item.
                 let (item, ok) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, false), key, || self.where_verdict(&f, rel, item, ctx))
+                    self.item_verdict((i, false), key, || {
+                        self.stage_verdict(false, &f, rel, item, ctx)
+                    })
                 });
                 if matches!(ok?, ItemVerdict::Where(true)) {
                     kept.push(item);
@@ -1297,7 +1299,9 @@ impl Evaluator<'_> {
             for (n, item) in items.into_iter().enumerate() {
                 let key = keys.get(n).filter(|_| cached);
                 let (item, verdict) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, true), key, || self.require_verdict(&f, rel, item, ctx))
+                    self.item_verdict((i, true), key, || {
+                        self.stage_verdict(true, &f, rel, item, ctx)
+                    })
                 });
                 match verdict? {
                     ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
@@ -1495,7 +1499,7 @@ impl Evaluator<'_> {
         } else {
             for &(text, item) in union {
                 let verdict = self.verdict_by_text((i, false), text, item, ctx, |ctx, item| {
-                    self.where_verdict(f, rel, item, ctx)
+                    self.stage_verdict(false, f, rel, item, ctx)
                 })?;
                 if matches!(verdict, ItemVerdict::Where(true)) {
                     kept.push((text, item));
@@ -1509,7 +1513,7 @@ impl Evaluator<'_> {
                 continue;
             }
             let verdict = self.verdict_by_text((i, true), text, item, ctx, |ctx, item| {
-                self.require_verdict(f, rel, item, ctx)
+                self.stage_verdict(true, f, rel, item, ctx)
             })?;
             match verdict {
                 ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
@@ -1567,37 +1571,30 @@ impl Evaluator<'_> {
         Ok(verdict)
     }
 
-    /// A related set's `where` conditions on one item, in order.
-    fn where_verdict(
+    /// A related set's `where` conditions on one item (in order), or with
+    /// `require` its `require` conditions: the warning of the first failed.
+    fn stage_verdict(
         &self,
+        require: bool,
         f: &str,
         rel: &Related,
         item: &Value,
         ctx: &Context,
     ) -> Result<ItemVerdict> {
+        if require {
+            for (j, c) in rel.require.iter().enumerate() {
+                if let Some(w) = self.check(&format!("{f}.require[{j}]"), c, item, ctx)? {
+                    return Ok(ItemVerdict::Require(Some(w)));
+                }
+            }
+            return Ok(ItemVerdict::Require(None));
+        }
         for (j, c) in rel.filter.iter().enumerate() {
             if !self.condition(&format!("{f}.where[{j}]"), c, item, ctx)? {
                 return Ok(ItemVerdict::Where(false));
             }
         }
         Ok(ItemVerdict::Where(true))
-    }
-
-    /// A related set's `require` conditions on one item: the warning of
-    /// the first it fails.
-    fn require_verdict(
-        &self,
-        f: &str,
-        rel: &Related,
-        item: &Value,
-        ctx: &Context,
-    ) -> Result<ItemVerdict> {
-        for (j, c) in rel.require.iter().enumerate() {
-            if let Some(w) = self.check(&format!("{f}.require[{j}]"), c, item, ctx)? {
-                return Ok(ItemVerdict::Require(Some(w)));
-            }
-        }
-        Ok(ItemVerdict::Require(None))
     }
 
     /// One stage's verdict on an item: from the cache when `key` (the

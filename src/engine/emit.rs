@@ -83,6 +83,10 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // those all anyway, and only contested keys need settling. Tracked per
     // output only for an incremental evaluation.
     let mut touched: BTreeSet<OutKey> = BTreeSet::new();
+    // Outputs found to differ from the ones they replace, by the two
+    // objects' addresses (both alive until policy has judged): policy
+    // need not compare them again.
+    let mut differing: HashSet<(usize, usize)> = HashSet::default();
 
     for (idx, rule) in engine.rules.iter().enumerate() {
         if engine.options.held.contains(&rule.name) {
@@ -99,7 +103,14 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         }
         memo.renders += deltas.len();
         for d in deltas {
-            apply_delta(idx, d, &mut memo.emitters, &mut touched, &mut changes);
+            apply_delta(
+                idx,
+                d,
+                &mut memo.emitters,
+                &mut touched,
+                &mut differing,
+                &mut changes,
+            );
         }
         if rm.signature != before {
             // Which live objects of this rule are hidden changed.
@@ -119,6 +130,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         observed,
         memo,
         &touched,
+        &differing,
         &changes,
         &mut report_dirty,
     );
@@ -218,6 +230,7 @@ fn run_rule(
         std::mem::take(&mut rm.items),
         std::mem::take(&mut rm.derived),
     );
+    *evaluator.deps.borrow_mut() = std::mem::take(&mut rm.deps);
     let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
         .spec
@@ -321,16 +334,25 @@ fn run_rule(
         if old.is_none() && new.is_none() {
             continue;
         }
+        // Read as before (a family member re-rendered for another's
+        // change): the index already says so, and keeps the old reads.
+        let mut same_reads = None;
         let mut before = Vec::new();
-        if let Some((tref, m)) = old {
-            rm.index.remove(&t, &m.reads);
+        if let Some((tref, mut m)) = old {
+            if new.as_ref().is_some_and(|(_, n)| n.reads == m.reads) {
+                same_reads = Some(std::mem::take(&mut m.reads));
+            } else {
+                rm.index.remove(&t, &m.reads);
+            }
             count(rm, &t, tref.as_deref(), &m, false);
             before = m.outcome.outputs().to_vec();
         }
         let mut after = Vec::new();
-        if let Some((tref, m)) = new {
-            // A one-shot evaluator records no reads: nothing to index.
-            if !one_shot {
+        if let Some((tref, mut m)) = new {
+            if let Some(reads) = same_reads {
+                m.reads = reads;
+            } else if !one_shot {
+                // A one-shot evaluator records no reads: nothing to index.
                 rm.index.add(&t, &m.reads);
             }
             count(rm, &t, tref.as_deref(), &m, true);
@@ -355,6 +377,7 @@ fn run_rule(
         rm.triggers = fresh_triggers.into_iter().collect();
     }
     rm.items = evaluator.items.take();
+    rm.deps = evaluator.deps.take();
     evaluator.inputs.take();
     if one_shot {
         // Never read again: freed now for the rules after this one.
@@ -575,6 +598,7 @@ fn apply_delta(
     d: Delta,
     emitters: &mut Emitters,
     touched: &mut BTreeSet<OutKey>,
+    differing: &mut HashSet<(usize, usize)>,
     changes: &mut Changes,
 ) {
     let key_of_desired = |x: &Desired| (x.kind, x.namespace.clone(), x.name.clone());
@@ -621,6 +645,7 @@ fn apply_delta(
             if Arc::ptr_eq(a, b) || **a == **b {
                 continue;
             }
+            differing.insert((Arc::as_ptr(a) as usize, Arc::as_ptr(b) as usize));
             set(&key_of_desired(b), Some(b));
         }
         return;
@@ -632,10 +657,11 @@ fn apply_delta(
     let keys: BTreeSet<&OutKey> = before.keys().chain(after.keys()).collect();
     for key in keys {
         let new = after.get(key);
-        if let (Some(a), Some(b)) = (before.get(key), new)
-            && ***a == ***b
-        {
-            continue;
+        if let (Some(a), Some(b)) = (before.get(key), new) {
+            if ***a == ***b {
+                continue;
+            }
+            differing.insert((Arc::as_ptr(a) as usize, Arc::as_ptr(b) as usize));
         }
         set(key, new.copied());
     }
@@ -816,6 +842,7 @@ fn apply_policy(
     observed: &ObjectStore,
     memo: &mut Memo,
     touched: &BTreeSet<OutKey>,
+    differing: &HashSet<(usize, usize)>,
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
 ) -> Vec<(Arc<OutKey>, bool)> {
@@ -927,7 +954,12 @@ fn apply_policy(
                 true
             }
             Some(d) => match memo.desired.insert(Arc::clone(&d)) {
-                Some(old) => !Arc::ptr_eq(&old, &d) && *old != *d,
+                Some(old) => {
+                    !Arc::ptr_eq(&old, &d)
+                        && (differing
+                            .contains(&(Arc::as_ptr(&old) as usize, Arc::as_ptr(&d) as usize))
+                            || *old != *d)
+                }
                 None => true,
             },
             None if fresh => false,

@@ -256,6 +256,10 @@ pub(super) struct RuleMemo {
     /// listField lists and vars shared by the triggers that compute them
     /// from the same inputs (see [`Derived`]).
     pub derived: Derived,
+    /// The vars each of the rule's template values reads, by its address
+    /// (see `Evaluator::deps`): the rule's templates do not change while
+    /// the memo is its engine's.
+    pub deps: HashMap<usize, Option<Vec<String>>>,
 }
 
 /// Values a render derives from its inputs, kept for the next render with
@@ -540,7 +544,7 @@ impl Outcome {
 }
 
 /// The controller ownerReference a related-object query required.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Owner {
     pub uid: String,
     pub gk: Option<GroupKind>,
@@ -601,6 +605,30 @@ pub(super) struct Read {
     /// Shared: the triggers of a rule often find the same objects (a
     /// selector on cluster-scoped roles finds the same for every one).
     pub hits: Arc<BTreeSet<ObjectKey>>,
+}
+
+/// Reads are alike when they look up the same way and found the same
+/// objects; shared parts compare by address first.
+impl PartialEq for Read {
+    fn eq(&self, other: &Self) -> bool {
+        fn same<T: PartialEq + ?Sized>(a: &Arc<T>, b: &Arc<T>) -> bool {
+            Arc::ptr_eq(a, b) || a == b
+        }
+        fn same_opt<T: PartialEq + ?Sized>(a: &Option<Arc<T>>, b: &Option<Arc<T>>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => same(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+        }
+        same(&self.gk, &other.gk)
+            && same_opt(&self.namespace, &other.namespace)
+            && same_opt(&self.names, &other.names)
+            && same_opt(&self.selector, &other.selector)
+            && self.either == other.either
+            && self.owner == other.owner
+            && same(&self.hits, &other.hits)
+    }
 }
 
 impl Read {

@@ -49,6 +49,54 @@ pub(super) fn visible(obj: &Value, metadata_only: bool) -> Value {
     v
 }
 
+/// The part of [`visible`]`(obj)` at `paths` (lists of object keys): each
+/// path's value copied whole where it ends or meets a non-map, missing
+/// where `obj` has none. Templates and conditions that read `obj` only by
+/// these paths see the same values in it.
+pub(super) fn project(obj: &Value, paths: &[Vec<String>], metadata_only: bool) -> Value {
+    let Value::Object(src) = obj else {
+        return visible(obj, metadata_only);
+    };
+    let mut sorted: Vec<&Vec<String>> = paths.iter().collect();
+    sorted.sort_by_key(|p| p.len());
+    let mut out = Map::new();
+    // Paths copied whole: a longer path below one is in it already.
+    let mut whole: Vec<&[String]> = Vec::new();
+    for p in sorted {
+        let Some(first) = p.first() else {
+            return visible(obj, metadata_only);
+        };
+        if whole.iter().any(|w| p.starts_with(w))
+            || (metadata_only && !matches!(first.as_str(), "apiVersion" | "kind" | "metadata"))
+        {
+            continue;
+        }
+        let (mut from, mut to) = (src, &mut out);
+        for (n, k) in p.iter().enumerate() {
+            let Some(v) = from.get(k) else { break };
+            match v {
+                Value::Object(m) if n + 1 < p.len() => {
+                    let next = to
+                        .entry(k.clone())
+                        .or_insert_with(|| Value::Object(Map::new()));
+                    let Value::Object(next) = next else { break };
+                    from = m;
+                    to = next;
+                }
+                _ => {
+                    to.insert(k.clone(), v.clone());
+                    whole.push(&p[..=n]);
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(m) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    Value::Object(out)
+}
+
 pub(super) fn bind(ctx: &mut Context, name: &str, v: Value) -> Option<Value> {
     ctx.data_mut()
         .as_object_mut()
@@ -1423,6 +1471,7 @@ impl Evaluator<'_> {
             .as_ref()
             .map_or(0, |t| self.derived.borrow_mut().pin(t));
         let f = format!("spec.related[{i}]");
+        let paths = self.item_paths(&rel.filter);
         let mut kept: Vec<Arc<Value>> = Vec::with_capacity(found.len());
         for o in found {
             let key = (i, self.derived.borrow_mut().pin(o), t_addr);
@@ -1431,14 +1480,28 @@ impl Evaluator<'_> {
                 Some((ok, bytes)) if limits::charge(bytes).is_ok() => ok,
                 _ => {
                     let before = limits::used();
-                    let (_, ok) = with_item(ctx, visible(o, metadata_only), |ctx, item| {
+                    // Only what the conditions read of it is copied.
+                    let item = match &paths {
+                        Some(paths) => project(o, paths, metadata_only),
+                        None => visible(o, metadata_only),
+                    };
+                    let judge = |ctx: &Context, item: &Value| {
                         for (j, c) in rel.filter.iter().enumerate() {
                             if !self.condition(&format!("{f}.where[{j}]"), c, item, ctx)? {
                                 return Ok(false);
                             }
                         }
                         Ok(true)
-                    });
+                    };
+                    let (_, ok) = with_item(ctx, item, judge);
+                    #[cfg(debug_assertions)]
+                    if paths.is_some() {
+                        // The projection judges as the whole object does
+                        // (on a budget of its own).
+                        let _budget = limits::start(&self.engine.options.limits);
+                        let (_, whole) = with_item(ctx, visible(o, metadata_only), judge);
+                        debug_assert_eq!(ok, whole, "a projection of {} judged apart", o);
+                    }
                     let ok = match ok {
                         Ok(ok) => ok,
                         Err(e) => return Some(Err(e)),
@@ -1595,6 +1658,42 @@ impl Evaluator<'_> {
             }
         }
         Ok(ItemVerdict::Where(true))
+    }
+
+    /// The paths of `item` these conditions read, when they read it only by
+    /// paths of object keys (see [`project`]); `None` otherwise.
+    fn item_paths(&self, conditions: &[Condition]) -> Option<Vec<Vec<String>>> {
+        let t = &self.engine.templates;
+        let mut paths = Vec::new();
+        for c in conditions {
+            if let Some(p) = &c.path {
+                let path = FieldPath::parse(p).ok()?;
+                let keys: Vec<String> = path
+                    .segments()
+                    .iter()
+                    .map_while(|s| match s {
+                        Segment::Key(k) => Some(k.clone()),
+                        Segment::Index(_) => None,
+                    })
+                    .collect();
+                if keys.is_empty() {
+                    return None;
+                }
+                paths.push(keys);
+            }
+            let templates = [&c.value, &c.equals, &c.not_equals, &c.regex, &c.not_regex];
+            for text in templates
+                .into_iter()
+                .flatten()
+                .chain(c.one_of.iter().flatten())
+            {
+                paths.extend(t.paths_under(text, "item")?);
+            }
+            if let Some(e) = &c.in_list {
+                paths.extend(t.expr_paths_under(e, "item")?);
+            }
+        }
+        Some(paths)
     }
 
     /// One stage's verdict on an item: from the cache when `key` (the
@@ -2287,4 +2386,51 @@ fn owner_reference(
             "blockOwnerDeletion": true,
         }))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_projection_holds_what_its_paths_read_and_no_more() {
+        let obj = json!({
+            "apiVersion": "v1", "kind": "K",
+            "metadata": {"name": "n", "labels": {"a": "1"}, "managedFields": [{"x": 1}]},
+            "spec": {"image": "i", "list": [{"a": 1}], "text": "t", "other": {"deep": 1}},
+            "status": {"big": [1, 2, 3]},
+        });
+        let p = |paths: &[&[&str]], m: bool| {
+            let paths: Vec<Vec<String>> = paths
+                .iter()
+                .map(|p| p.iter().map(|k| k.to_string()).collect())
+                .collect();
+            project(&obj, &paths, m)
+        };
+        assert_eq!(
+            p(&[&["spec", "image"], &["spec", "missing", "x"]], false),
+            json!({"spec": {"image": "i"}})
+        );
+        // A list, a text or the end of a path is copied whole; a longer
+        // path below it adds nothing.
+        assert_eq!(
+            p(
+                &[
+                    &["spec", "list", "0", "a"],
+                    &["spec", "text", "x"],
+                    &["spec", "other"],
+                    &["spec", "other", "deep"]
+                ],
+                false
+            ),
+            json!({"spec": {"list": [{"a": 1}], "text": "t", "other": {"deep": 1}}})
+        );
+        // As `visible`: managedFields gone, only metadata when asked.
+        assert_eq!(
+            p(&[&["metadata"], &["spec", "image"]], true),
+            json!({"metadata": {"name": "n", "labels": {"a": "1"}}})
+        );
+        assert_eq!(p(&[], false), json!({}));
+        assert_eq!(p(&[&[]], false), visible(&obj, false));
+    }
 }

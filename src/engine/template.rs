@@ -236,6 +236,23 @@ impl Templates {
             .is_some_and(|t| elements_read_only(&t.elements, roots))
     }
 
+    /// The paths below `root` a template compiled before reads (`item.spec.image`
+    /// → `["spec", "image"]`), when it reads `root` only by such paths of
+    /// object keys; `None` when it reads it whole or any other way (blocks,
+    /// `this`, `../`, `@` paths), or is not compiled.
+    pub fn paths_under(&self, text: &str, root: &str) -> Option<Vec<Vec<String>>> {
+        if Self::is_literal(text) {
+            return Some(Vec::new());
+        }
+        let mut paths = Vec::new();
+        element_paths(&self.hb.get_template(text)?.elements, root, &mut paths).then_some(paths)
+    }
+
+    /// [`Templates::paths_under`] for an expression compiled before.
+    pub fn expr_paths_under(&self, expr: &str, root: &str) -> Option<Vec<Vec<String>>> {
+        self.paths_under(&wrap_expr(expr).ok()?, root)
+    }
+
     /// [`Templates::reads_within`] for an expression compiled before.
     pub fn expr_reads_within(&self, expr: &str, roots: &[&str]) -> bool {
         wrap_expr(expr).is_ok_and(|w| self.reads_within(&w, roots))
@@ -583,6 +600,55 @@ fn elements_read_only(elements: &[TemplateElement], root: &[&str]) -> bool {
         }
         _ => false,
     })
+}
+
+/// Gathers into `paths` the paths below `root` these elements read; false
+/// when they read `root` whole or any way but by plain key paths.
+fn element_paths(elements: &[TemplateElement], root: &str, paths: &mut Vec<Vec<String>>) -> bool {
+    elements.iter().all(|e| match e {
+        TemplateElement::RawString(_) | TemplateElement::Comment(_) => true,
+        TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
+            let name_ok = match &h.name {
+                Parameter::Name(n) => n != root,
+                Parameter::Path(p) => param_paths(&Parameter::Path(p.clone()), root, paths),
+                _ => false,
+            };
+            name_ok
+                && h.params
+                    .iter()
+                    .chain(h.hash.values())
+                    .all(|p| param_paths(p, root, paths))
+        }
+        _ => false,
+    })
+}
+
+fn param_paths(p: &Parameter, root: &str, paths: &mut Vec<Vec<String>>) -> bool {
+    match p {
+        Parameter::Literal(_) => true,
+        Parameter::Name(n) => n != root,
+        Parameter::Path(Path::Relative((segs, _))) => {
+            let keys: Option<Vec<&str>> = segs
+                .iter()
+                .map(|s| match s {
+                    PathSeg::Named(k) => Some(k.as_str()),
+                    _ => None,
+                })
+                .collect();
+            match keys.as_deref() {
+                Some([first, rest @ ..]) if *first == root => {
+                    paths.push(rest.iter().map(|k| k.to_string()).collect());
+                    !rest.is_empty()
+                }
+                Some(_) => true,
+                None => false,
+            }
+        }
+        Parameter::Subexpression(s) => {
+            element_paths(std::slice::from_ref(s.as_element()), root, paths)
+        }
+        _ => false,
+    }
 }
 
 fn param_read_only(p: &Parameter, root: &[&str]) -> bool {
@@ -1646,6 +1712,44 @@ mod tests {
         let mut tpl = Templates::new();
         tpl.compile(r#"{{imageOrg item.spec.image}}"#).unwrap();
         assert!(tpl.called.contains_key(r#"{{imageOrg item.spec.image}}"#));
+    }
+
+    #[test]
+    fn paths_under_a_root_are_its_key_paths_or_none() {
+        let mut tpl = Templates::new();
+        let paths = |tpl: &mut Templates, t: &str| {
+            tpl.compile(t).unwrap();
+            tpl.paths_under(t, "item")
+        };
+        assert_eq!(
+            paths(&mut tpl, r#"{{imageOrg item.spec.image}}-{{trigger.x}}"#),
+            Some(vec![vec!["spec".to_string(), "image".to_string()]])
+        );
+        assert_eq!(
+            paths(&mut tpl, r#"{{get item.metadata.labels.[a.b/c] "x"}}"#),
+            Some(vec![vec![
+                "metadata".to_string(),
+                "labels".to_string(),
+                "a.b/c".to_string()
+            ]])
+        );
+        assert_eq!(paths(&mut tpl, "plain"), Some(Vec::new()));
+        // An index is a key handlebars looks up in a list: the list is
+        // copied whole where the path meets it.
+        assert_eq!(
+            paths(&mut tpl, r#"{{item.spec.[0]}}"#),
+            Some(vec![vec!["spec".to_string(), "0".to_string()]])
+        );
+        // Read whole, or in a way a projection cannot follow.
+        for t in [
+            r#"{{json item}}"#,
+            r#"{{get item "spec.image"}}"#,
+            r#"{{#with item}}{{spec.image}}{{/with}}"#,
+            r#"{{#each item.spec}}{{this}}{{/each}}"#,
+            r#"{{@root.item.x}}"#,
+        ] {
+            assert_eq!(paths(&mut tpl, t), None, "{t}");
+        }
     }
 
     #[test]

@@ -84,8 +84,10 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // output only for an incremental evaluation.
     let mut touched: BTreeSet<OutKey> = BTreeSet::new();
     // Outputs found to differ from the ones they replace, by the two
-    // objects' addresses (both alive until policy has judged): policy
-    // need not compare them again.
+    // objects' addresses: policy need not compare them again. Each address
+    // named a live object when the pair was made, and policy looks pairs up
+    // with objects alive since then (the old desired one) or held by the
+    // emitters (the new one), so a match is those same two objects.
     let mut differing: HashSet<(usize, usize)> = HashSet::default();
 
     for (idx, rule) in engine.rules.iter().enumerate() {

@@ -702,17 +702,12 @@ impl Evaluator<'_> {
     fn expand_string(&self, s: &str, ctx: &Context, field: &dyn Fn() -> String) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         limits::charge_node().map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field(), m))?;
+        let mark = (self.mark.get() && s.contains("{{")).then_some(output::DATA_MARK);
         let text = self
             .engine
             .templates
-            .render(s, ctx)
+            .render_after(mark, s, ctx)
             .map_err(|e| template_error(&field(), e))?;
-        if self.mark.get() && s.contains("{{") {
-            let mut marked = String::with_capacity(text.len() + 1);
-            marked.push(output::DATA_MARK);
-            marked.push_str(&text);
-            return Ok(Value::String(marked));
-        }
         Ok(Value::String(text))
     }
 

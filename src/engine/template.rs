@@ -187,29 +187,47 @@ impl Templates {
     /// serialized per call: contexts carry whole related sets. What it
     /// writes is charged to the trigger's budget.
     pub fn render(&self, text: &str, ctx: &Context) -> Result<String, String> {
+        self.render_after(None, text, ctx)
+    }
+
+    /// [`Templates::render`] into a string that starts with `mark` (not
+    /// charged): one string built, not a second to mark the first.
+    pub fn render_after(
+        &self,
+        mark: Option<char>,
+        text: &str,
+        ctx: &Context,
+    ) -> Result<String, String> {
+        let mut out = String::new();
+        out.extend(mark);
         if Self::is_literal(text) {
             limits::charge(text.len())?;
-            return Ok(text.to_string());
+            out.push_str(text);
+            return Ok(out);
         }
-        if let Some(out) = self
+        if let Some(rendered) = self
             .simple
             .get(text)
-            .and_then(|parts| render_simple(parts, ctx.data()))
+            .and_then(|parts| render_simple(parts, ctx.data(), &mut out))
         {
-            return out;
+            return rendered.map(|()| out);
         }
         if let Some(pieces) = self.called.get(text)
             && pieces.iter().all(|p| p.resolves(ctx.data()))
         {
-            return render_pieces(pieces, ctx.data()).map_err(|m| limits::tripped().unwrap_or(m));
+            return render_pieces(pieces, ctx.data(), &mut out)
+                .map(|()| out)
+                .map_err(|m| limits::tripped().unwrap_or(m));
         }
-        let mut out = Charged(Vec::new());
-        let rendered = self.hb.render_with_context_to_write(text, ctx, &mut out);
+        let mut written = Charged(out.into_bytes());
+        let rendered = self
+            .hb
+            .render_with_context_to_write(text, ctx, &mut written);
         if let Some(t) = limits::tripped() {
             return Err(t);
         }
         rendered.map_err(|e| render_error_text(&e))?;
-        String::from_utf8(out.0).map_err(|e| e.to_string())
+        String::from_utf8(written.0).map_err(|e| e.to_string())
     }
 
     /// The path of an expression that is a bare path of object keys (read
@@ -334,7 +352,7 @@ fn simple_parts(elements: &[TemplateElement]) -> Option<Vec<Part>> {
 /// Renders a simple template when every path leads to text, charging what
 /// it writes as handlebars would; `None` (nothing charged) otherwise, for
 /// handlebars to render with its own rules and messages.
-fn render_simple(parts: &[Part], data: &Value) -> Option<Result<String, String>> {
+fn render_simple(parts: &[Part], data: &Value, out: &mut String) -> Option<Result<(), String>> {
     let mut texts: Vec<&str> = Vec::with_capacity(parts.len());
     for p in parts {
         texts.push(match p {
@@ -348,14 +366,14 @@ fn render_simple(parts: &[Part], data: &Value) -> Option<Result<String, String>>
             }
         });
     }
-    let mut out = String::with_capacity(texts.iter().map(|t| t.len()).sum());
+    out.reserve(texts.iter().map(|t| t.len()).sum());
     for t in texts {
         if let Err(e) = limits::charge(t.len()) {
             return Some(Err(e));
         }
         out.push_str(t);
     }
-    Some(Ok(out))
+    Some(Ok(()))
 }
 
 /// A piece of a template rendered without handlebars.
@@ -404,8 +422,7 @@ fn called_pieces(elements: &[TemplateElement]) -> Option<Vec<Piece>> {
 
 /// Renders pieces that resolve, charging what it writes as handlebars
 /// would (each piece once).
-fn render_pieces(pieces: &[Piece], data: &Value) -> Result<String, String> {
-    let mut out = String::new();
+fn render_pieces(pieces: &[Piece], data: &Value, out: &mut String) -> Result<(), String> {
     for p in pieces {
         let text: Cow<'_, str> = match p {
             Piece::Text(t) => Cow::Borrowed(t),
@@ -418,7 +435,7 @@ fn render_pieces(pieces: &[Piece], data: &Value) -> Result<String, String> {
         limits::charge(text.len())?;
         out.push_str(&text);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A value as handlebars writes it (its `JsonRender`).

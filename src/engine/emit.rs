@@ -490,6 +490,8 @@ fn new_evaluator<'a>(
         inputs: RefCell::default(),
         depth: Cell::new(0),
         deps: RefCell::default(),
+        loops: RefCell::default(),
+        nested: RefCell::default(),
     }
 }
 

@@ -18,8 +18,8 @@ use super::fast_hash::HashMap;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
-    AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, Owner, Read,
-    VarEntry,
+    AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, NestedKey, Owner,
+    Read, VarEntry,
 };
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
@@ -204,7 +204,22 @@ pub(super) struct Evaluator<'a> {
     /// Per template value (by address): the vars it reads, when it reads
     /// nothing else (its expansion can then be kept).
     pub deps: RefCell<HashMap<usize, Option<Vec<String>>>>,
+    /// The loop variables bound around the value being expanded, innermost
+    /// last: each with the token of the kept var its `forEach` runs over
+    /// (`vars.<name>`) and the index it is bound to, when it does.
+    pub loops: RefCell<Vec<Bound>>,
+    /// Per nested list template (by address): its JSON text and the vars it
+    /// reads, when it reads nothing but vars and the loop variables bound
+    /// around it (see [`Evaluator::nested_key`]).
+    pub nested: RefCell<HashMap<usize, Option<NestedReads>>>,
 }
+
+/// A loop variable bound around a value: its name, and the token of the
+/// kept var its `forEach` runs over with its index there, when it does.
+pub(super) type Bound = (String, Option<(u64, usize)>);
+
+/// A nested list template's JSON text and the vars it reads.
+pub(super) type NestedReads = (Arc<str>, Vec<String>);
 
 /// The current render's inputs, for the keys of [`Derived`] values.
 #[derive(Default)]
@@ -457,10 +472,28 @@ impl Evaluator<'_> {
         {
             return Ok(kept.clone());
         }
+        let nested = if key.is_none() && self.depth.get() >= 1 {
+            self.nested_key(v)
+        } else {
+            None
+        };
+        if let Some(nk) = &nested
+            && let Some((kept, bytes)) = self.derived.borrow().nested.get(nk)
+            && limits::charge(*bytes).is_ok()
+        {
+            return Ok(kept.clone());
+        }
         let before = limits::used();
         self.depth.set(self.depth.get() + 1);
         let out = self.expand_value(v, ctx, field);
         self.depth.set(self.depth.get() - 1);
+        if let (Some(nk), Ok(value)) = (nested, &out) {
+            let bytes = limits::used().saturating_sub(before);
+            self.derived
+                .borrow_mut()
+                .nested
+                .insert(nk, (value.clone(), bytes));
+        }
         if let (Some(key), Ok(value)) = (key, &out) {
             let bytes = limits::used().saturating_sub(before);
             let kept = if self.checked_only.get() {
@@ -474,6 +507,56 @@ impl Evaluator<'_> {
                 .insert(key, (kept, bytes));
         }
         out
+    }
+
+    /// The key of a nested list built by a `forEach` (the `resources` of
+    /// each API group's rule) in the cache: when it reads nothing but vars
+    /// (each kept) and loop variables that each run over a kept var. Keyed
+    /// by its text, not its place, so the roles that render the same list
+    /// (edit, system, view) build it once.
+    fn nested_key(&self, v: &Value) -> Option<NestedKey> {
+        let Value::Array(items) = v else { return None };
+        if !items.iter().any(|x| x.get("forEach").is_some()) {
+            return None;
+        }
+        let loops = self.loops.borrow();
+        if loops.is_empty() || loops.iter().any(|(n, _)| n == "vars") {
+            return None;
+        }
+        let bound: Vec<(String, u64, usize)> = loops
+            .iter()
+            .map(|(n, id)| id.map(|(t, i)| (n.clone(), t, i)))
+            .collect::<Option<_>>()?;
+        let addr = v as *const Value as usize;
+        let (text, vars) = self
+            .nested
+            .borrow_mut()
+            .entry(addr)
+            .or_insert_with(|| {
+                let names: Vec<String> = loops.iter().map(|(n, _)| n.clone()).collect();
+                let mut roots: Vec<&str> = vec!["vars"];
+                roots.extend(names.iter().map(String::as_str));
+                let mut texts: Vec<&str> = Vec::new();
+                if !self.collect_texts(v, &mut roots, &mut texts) {
+                    return None;
+                }
+                let vars: Vec<&str> = self
+                    .rule
+                    .spec
+                    .vars
+                    .iter()
+                    .map(|v| v.name.as_str())
+                    .collect();
+                let read = named_reads(&texts, "vars", &vars)?;
+                Some((Arc::from(serde_json::to_string(v).ok()?), read))
+            })
+            .clone()?;
+        let inputs = self.inputs.borrow();
+        let tokens = vars
+            .iter()
+            .map(|d| inputs.tokens.get(&format!("vars.{d}")).copied())
+            .collect::<Option<Vec<u64>>>()?;
+        Some((text, self.mark.get(), tokens, bound))
     }
 
     /// An output's policy rules checked before from the same kept
@@ -855,12 +938,23 @@ impl Evaluator<'_> {
             }
             _ => (owned_list(field, v.into_owned())?, None),
         };
+        // Over a kept var: each item is named by the var's token and its
+        // index (for the keys of nested lists, see `nested_key`).
+        let token = e
+            .trim()
+            .strip_prefix("vars.")
+            .filter(|n| self.rule.spec.vars.iter().any(|v| v.name == *n))
+            .and_then(|_| self.inputs.borrow().tokens.get(e.trim()).copied());
         let mut back = Vec::with_capacity(if path.is_some() { list.len() } else { 0 });
         let mut items = list.into_iter();
         let mut result = Ok(());
-        for x in items.by_ref() {
+        for (n, x) in items.by_ref().enumerate() {
             let old = bind(ctx, var, x);
+            self.loops
+                .borrow_mut()
+                .push((var.to_string(), token.map(|t| (t, n))));
             let r = each(ctx);
+            self.loops.borrow_mut().pop();
             let x = rebind(ctx, var, old);
             if path.is_some() {
                 back.push(x);

@@ -278,6 +278,11 @@ pub(super) struct Derived {
     /// the template's address, whether data is marked, and the vars'
     /// tokens; with the bytes expanding charged.
     pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
+    /// Nested lists built by a `forEach` that read only kept vars and loop
+    /// variables over kept vars (see [`NestedKey`]), with the bytes
+    /// expanding charged: the roles of a family that render the same
+    /// `resources` list for a group share one.
+    pub nested: HashMap<NestedKey, (Value, usize)>,
     /// An output's policy rules checked from a kept expansion (same key),
     /// shared by the outputs that render them: the rules, or the refusal
     /// of a `*` from data.
@@ -318,6 +323,11 @@ pub(super) enum AssemblyPart {
     /// An entry checked in this render, by its expanded JSON.
     Text(String),
 }
+
+/// A nested list's key: its template's JSON text, whether data is marked,
+/// the tokens of the vars it reads, and each loop variable bound around it
+/// with the token of the var it runs over and its index there.
+pub(super) type NestedKey = (Arc<str>, bool, Vec<u64>, Vec<(String, u64, usize)>);
 
 /// Policy rules checked once for a kept expansion (see
 /// [`Derived::policies`]).
@@ -403,6 +413,12 @@ impl Derived {
         let live: HashSet<u64> = self.vars.values().map(|e| e.token).collect();
         self.expansions
             .retain(|(_, _, deps), _| deps.iter().all(|d| live.contains(d)));
+        self.nested.retain(|(_, _, deps, bound), _| {
+            deps.iter().all(|d| live.contains(d)) && bound.iter().all(|(_, t, _)| live.contains(t))
+        });
+        if self.nested.len() > 16 * DERIVED_MAX {
+            self.nested.clear();
+        }
         if self.expansions.len() > DERIVED_MAX {
             self.expansions.clear();
         }
@@ -1169,6 +1185,34 @@ spec:
                 .iter()
                 .all(|r| r.derived.expansions.values().all(|e| !e.0.is_null()))
         );
+    }
+
+    #[test]
+    fn a_nested_list_rendered_alike_is_built_once_for_every_role() {
+        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
+            .unwrap_or_default();
+        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let mut store = two_widgets();
+        assert!(store.insert(widget("w-3", &["cs.other.org"])).is_ok());
+        let mut memo = Memo::new();
+        let e = engine.evaluate_incremental(&store, &mut memo);
+        let resources = |name: &str| {
+            let role = e
+                .desired
+                .get(&(OutputKind::ClusterRole, String::new(), name.to_string()))
+                .and_then(|d| serde_json::from_slice::<Value>(&d.object.to_json()).ok());
+            role.map(|r| r["rules"].clone()).unwrap_or_default()
+        };
+        let want = json!([
+            {"apiGroups": ["example.org"], "resources": ["as", "bs"], "verbs": ["get"]},
+            {"apiGroups": ["other.org"], "resources": ["cs"], "verbs": ["get"]},
+        ]);
+        assert_eq!(resources("widget:w-3:a"), want);
+        assert_eq!(resources("widget:w-1:b")[1]["resources"], json!(["cs"]));
+        // Both rules' roles, for all three triggers, render the same two
+        // `resources` lists: each is built once and kept by its text.
+        let nested: usize = memo.rules.iter().map(|r| r.derived.nested.len()).sum();
+        assert_eq!(nested, 2);
     }
 
     #[test]

@@ -536,27 +536,11 @@ impl Evaluator<'_> {
                 let names: Vec<String> = loops.iter().map(|(n, _)| n.clone()).collect();
                 let mut roots: Vec<&str> = vec!["vars"];
                 roots.extend(names.iter().map(String::as_str));
-                let mut texts: Vec<&str> = Vec::new();
-                if !self.collect_texts(v, &mut roots, &mut texts) {
-                    return None;
-                }
-                let vars: Vec<&str> = self
-                    .rule
-                    .spec
-                    .vars
-                    .iter()
-                    .map(|v| v.name.as_str())
-                    .collect();
-                let read = named_reads(&texts, "vars", &vars)?;
+                let read = self.vars_read(v, false, &mut roots)?;
                 Some((Arc::from(serde_json::to_string(v).ok()?), read))
             })
             .clone()?;
-        let inputs = self.inputs.borrow();
-        let tokens = vars
-            .iter()
-            .map(|d| inputs.tokens.get(&format!("vars.{d}")).copied())
-            .collect::<Option<Vec<u64>>>()?;
-        Some((text, self.mark.get(), tokens, bound))
+        Some((text, self.mark.get(), self.var_tokens(&vars)?, bound))
     }
 
     /// An output's policy rules checked before from the same kept
@@ -584,12 +568,15 @@ impl Evaluator<'_> {
             .entry(addr)
             .or_insert_with(|| self.vars_read(v, entry, &mut vec!["vars"]))
             .clone()?;
+        Some((addr, self.mark.get(), self.var_tokens(&deps)?))
+    }
+
+    /// The tokens of these kept vars, when each is kept.
+    fn var_tokens(&self, vars: &[String]) -> Option<Vec<u64>> {
         let inputs = self.inputs.borrow();
-        let tokens = deps
-            .iter()
+        vars.iter()
             .map(|d| inputs.tokens.get(&format!("vars.{d}")).copied())
-            .collect::<Option<Vec<u64>>>()?;
-        Some((addr, self.mark.get(), tokens))
+            .collect()
     }
 
     /// The vars a template value (`entry`: an entry of a list, maybe a

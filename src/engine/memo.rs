@@ -976,6 +976,13 @@ spec:
         verbs: [list]
 "#;
 
+    /// An engine of [`SHARING_RULES`].
+    fn sharing_engine() -> super::super::Engine {
+        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
+            .unwrap_or_default();
+        super::super::Engine::new(&sources, super::super::Options::default())
+    }
+
     #[test]
     fn rules_of_the_same_derivation_share_their_kept_values() {
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
@@ -1082,9 +1089,7 @@ spec:
 
     #[test]
     fn a_changed_member_s_list_entries_are_extracted_again_the_others_kept() {
-        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
-            .unwrap_or_default();
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = sharing_engine();
         let mut store = two_widgets();
         let mut memo = Memo::new();
         let _ = engine.evaluate_incremental(&store, &mut memo);
@@ -1189,9 +1194,7 @@ spec:
 
     #[test]
     fn a_nested_list_rendered_alike_is_built_once_for_every_role() {
-        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
-            .unwrap_or_default();
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = sharing_engine();
         let mut store = two_widgets();
         assert!(store.insert(widget("w-3", &["cs.other.org"])).is_ok());
         let mut memo = Memo::new();

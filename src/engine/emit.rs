@@ -492,6 +492,7 @@ fn new_evaluator<'a>(
         deps: RefCell::default(),
         loops: RefCell::default(),
         nested: RefCell::default(),
+        item_paths: RefCell::default(),
     }
 }
 

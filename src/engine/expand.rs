@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use handlebars::Context;
@@ -212,7 +213,13 @@ pub(super) struct Evaluator<'a> {
     /// reads, when it reads nothing but vars and the loop variables bound
     /// around it (see [`Evaluator::nested_key`]).
     pub nested: RefCell<HashMap<usize, Option<NestedReads>>>,
+    /// Per related set: the paths of `item` its `where` conditions read
+    /// (see [`Evaluator::item_paths`]).
+    pub item_paths: RefCell<HashMap<usize, ItemPaths>>,
 }
+
+/// The paths of `item` a related set's conditions read, if only by paths.
+pub(super) type ItemPaths = Rc<Option<Vec<Vec<String>>>>;
 
 /// A loop variable bound around a value: its name, and the token of the
 /// kept var its `forEach` runs over with its index there, when it does.
@@ -1153,18 +1160,18 @@ impl Evaluator<'_> {
             }
             // Unfiltered, the read hits what the lookup found: its keys
             // interned once per lookup.
-            let hits = match (inputs.found.get_mut(&lookup), &read.owner) {
-                (Some(f), None) if self.record => {
-                    Some(Arc::clone(f.hits.get_or_insert_with(|| {
-                        let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
-                        view.interner.borrow_mut().hits(keys)
-                    })))
-                }
-                _ => None,
-            };
+            let mut hits = None;
             let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
                 (None, _) => Vec::new(),
-                (Some(f), None) => f.objects.clone(),
+                (Some(f), None) => {
+                    if self.record {
+                        hits = Some(Arc::clone(f.hits.get_or_insert_with(|| {
+                            let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
+                            view.interner.borrow_mut().hits(keys)
+                        })));
+                    }
+                    f.objects.clone()
+                }
                 (Some(f), Some(owner)) if !owner.uid.is_empty() => {
                     let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
                     let mut at: Vec<usize> = by_uid
@@ -1547,7 +1554,6 @@ impl Evaluator<'_> {
             .as_ref()
             .map_or(0, |t| self.derived.borrow_mut().pin(t));
         let f = format!("spec.related[{i}]");
-        let paths = self.item_paths(&rel.filter);
         let mut kept: Vec<Arc<Value>> = Vec::with_capacity(found.len());
         for o in found {
             let key = (i, self.derived.borrow_mut().pin(o), t_addr);
@@ -1557,7 +1563,8 @@ impl Evaluator<'_> {
                 _ => {
                     let before = limits::used();
                     // Only what the conditions read of it is copied.
-                    let item = match &paths {
+                    let projected = self.item_paths(i, &rel.filter);
+                    let item = match &*projected {
                         Some(paths) => project(o, paths, metadata_only),
                         None => visible(o, metadata_only),
                     };
@@ -1571,7 +1578,7 @@ impl Evaluator<'_> {
                     };
                     let (_, ok) = with_item(ctx, item, judge);
                     #[cfg(debug_assertions)]
-                    if paths.is_some() {
+                    if projected.is_some() {
                         // The projection judges as the whole object does
                         // (on a budget of its own).
                         let _budget = limits::start(&self.engine.options.limits);
@@ -1736,9 +1743,19 @@ impl Evaluator<'_> {
         Ok(ItemVerdict::Where(true))
     }
 
-    /// The paths of `item` these conditions read, when they read it only by
-    /// paths of object keys (see [`project`]); `None` otherwise.
-    fn item_paths(&self, conditions: &[Condition]) -> Option<Vec<Vec<String>>> {
+    /// The paths of `item` related set `i`'s conditions read, when they
+    /// read it only by paths of object keys (see [`project`]); `None`
+    /// otherwise. Found once per rule run.
+    fn item_paths(&self, i: usize, conditions: &[Condition]) -> ItemPaths {
+        if let Some(p) = self.item_paths.borrow().get(&i) {
+            return Rc::clone(p);
+        }
+        let p = Rc::new(self.condition_paths(conditions));
+        self.item_paths.borrow_mut().insert(i, Rc::clone(&p));
+        p
+    }
+
+    fn condition_paths(&self, conditions: &[Condition]) -> Option<Vec<Vec<String>>> {
         let t = &self.engine.templates;
         let mut paths = Vec::new();
         for c in conditions {

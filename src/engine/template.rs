@@ -627,7 +627,7 @@ fn element_paths(elements: &[TemplateElement], root: &str, paths: &mut Vec<Vec<S
         TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
             let name_ok = match &h.name {
                 Parameter::Name(n) => n != root,
-                Parameter::Path(p) => param_paths(&Parameter::Path(p.clone()), root, paths),
+                Parameter::Path(p) => path_reads(p, root, paths),
                 _ => false,
             };
             name_ok
@@ -644,27 +644,33 @@ fn param_paths(p: &Parameter, root: &str, paths: &mut Vec<Vec<String>>) -> bool 
     match p {
         Parameter::Literal(_) => true,
         Parameter::Name(n) => n != root,
-        Parameter::Path(Path::Relative((segs, _))) => {
-            let keys: Option<Vec<&str>> = segs
-                .iter()
-                .map(|s| match s {
-                    PathSeg::Named(k) => Some(k.as_str()),
-                    _ => None,
-                })
-                .collect();
-            match keys.as_deref() {
-                Some([first, rest @ ..]) if *first == root => {
-                    paths.push(rest.iter().map(|k| k.to_string()).collect());
-                    !rest.is_empty()
-                }
-                Some(_) => true,
-                None => false,
-            }
-        }
+        Parameter::Path(p) => path_reads(p, root, paths),
         Parameter::Subexpression(s) => {
             element_paths(std::slice::from_ref(s.as_element()), root, paths)
         }
         _ => false,
+    }
+}
+
+/// Gathers the path below `root` that `p` reads, if under it; false when
+/// it reads `root` whole or through anything but object keys.
+fn path_reads(p: &Path, root: &str, paths: &mut Vec<Vec<String>>) -> bool {
+    let Some(keys) = path_keys(p) else {
+        return false;
+    };
+    match keys.segments() {
+        [Segment::Key(first), rest @ ..] if first == root => {
+            paths.push(
+                rest.iter()
+                    .filter_map(|s| match s {
+                        Segment::Key(k) => Some(k.clone()),
+                        Segment::Index(_) => None,
+                    })
+                    .collect(),
+            );
+            !rest.is_empty()
+        }
+        _ => true,
     }
 }
 

@@ -35,6 +35,73 @@ pub struct CompiledRule {
     /// What its kept lists and vars are computed from, as JSON: rules
     /// that agree on some share those values (see [`Derivation::common`]).
     pub derivation: Derivation,
+    /// Related object sets no template or expression reads (only a
+    /// listField's `of` names them): their objects are read where the
+    /// store holds them, never copied into the render's context.
+    pub unread: BTreeSet<String>,
+}
+
+/// The related object sets of `spec` nothing reads but a listField's
+/// `of`: none when any text could read `related` as a whole, by an
+/// unknown name, or the whole context (`this`, `@root`, `../`).
+fn unread_related(spec: &RbacRuleSpec) -> BTreeSet<String> {
+    let sets: Vec<&str> = spec
+        .related
+        .iter()
+        .filter(|r| r.objects.is_some())
+        .map(|r| r.name.as_str())
+        .collect();
+    let Ok(mut v) = serde_json::to_value(spec) else {
+        return BTreeSet::new();
+    };
+    if sets.is_empty() {
+        return BTreeSet::new();
+    }
+    // Names, not templates: each set's own and a listField's sources.
+    for r in v
+        .get_mut("related")
+        .and_then(serde_json::Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(m) = r.as_object_mut() {
+            m.remove("name");
+        }
+        if let Some(m) = r
+            .get_mut("listField")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            m.remove("of");
+        }
+    }
+    fn texts<'v>(v: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+        match v {
+            serde_json::Value::String(s) => out.push(s),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| texts(x, out)),
+            serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| {
+                out.push(k);
+                texts(x, out);
+            }),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    // The spec's own field names are not texts (one is `related`).
+    for x in v.as_object().into_iter().flat_map(|m| m.values()) {
+        texts(x, &mut all);
+    }
+    if all.iter().any(|t| super::expand::mentions_text(t, "\u{0}")) {
+        return BTreeSet::new();
+    }
+    let names: Vec<&str> = spec.related.iter().map(|r| r.name.as_str()).collect();
+    match super::expand::named_reads(&all, "related", &names) {
+        Some(read) => sets
+            .into_iter()
+            .filter(|n| !read.iter().any(|r| r == n))
+            .map(str::to_string)
+            .collect(),
+        None => BTreeSet::new(),
+    }
 }
 
 /// A rule's trigger, related sets and vars, each as JSON text.
@@ -742,6 +809,7 @@ pub fn compile(
         let interests = interests_of(spec);
         Ok(CompiledRule {
             derivation: Derivation::of(spec),
+            unread: unread_related(spec),
             name: name.to_string(),
             spec: spec.clone(),
             regexes: c.regexes,

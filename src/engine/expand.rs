@@ -143,7 +143,7 @@ fn mentions(v: &Value, root: &str) -> bool {
     }
 }
 
-fn mentions_text(s: &str, root: &str) -> bool {
+pub(super) fn mentions_text(s: &str, root: &str) -> bool {
     s.contains(root)
         || s.contains("this")
         || s.contains("@root")
@@ -281,6 +281,14 @@ fn owner_index(objects: &[Arc<Value>]) -> OwnerIndex {
         }
     }
     (by_uid, loose)
+}
+
+/// A listField's source: a value in the render's context, or a related
+/// object as the store holds it (with whether templates see only its
+/// metadata), copied only when its entries are extracted.
+enum Source<'a> {
+    Seen(&'a Value),
+    Held(&'a Arc<Value>, bool),
 }
 
 /// Where one entry of an expanded list landed (see [`Inputs::spans`]).
@@ -942,14 +950,30 @@ impl Evaluator<'_> {
         let mut back = Vec::with_capacity(if path.is_some() { list.len() } else { 0 });
         let mut items = list.into_iter();
         let mut result = Ok(());
+        // Bound once for the whole loop: each item is moved into the slot
+        // and back out, not inserted and removed under a new key.
+        let old = bind(ctx, var, Value::Null);
+        let at = {
+            let mut loops = self.loops.borrow_mut();
+            loops.push((var.to_string(), None));
+            loops.len() - 1
+        };
         for (n, x) in items.by_ref().enumerate() {
-            let old = bind(ctx, var, x);
-            self.loops
-                .borrow_mut()
-                .push((var.to_string(), token.map(|t| (t, n))));
+            match ctx.data_mut().get_mut(var) {
+                Some(slot) => *slot = x,
+                // No object to bind into (never so): read unbound, as
+                // `with_item` does.
+                None => drop(x),
+            }
+            if let Some(l) = self.loops.borrow_mut().get_mut(at) {
+                l.1 = token.map(|t| (t, n));
+            }
             let r = each(ctx);
-            self.loops.borrow_mut().pop();
-            let x = rebind(ctx, var, old);
+            let x = ctx
+                .data_mut()
+                .get_mut(var)
+                .map(std::mem::take)
+                .unwrap_or_default();
             if path.is_some() {
                 back.push(x);
             }
@@ -958,6 +982,8 @@ impl Evaluator<'_> {
                 break;
             }
         }
+        self.loops.borrow_mut().truncate(at);
+        rebind(ctx, var, old);
         if let Some(path) = path {
             back.extend(items);
             if let Some(slot) = path.get_mut(ctx.data_mut()) {
@@ -1248,7 +1274,20 @@ impl Evaluator<'_> {
             // much of it templates see (a trigger in its own family shares
             // them).
             let data = ctx.data();
-            let mut sources: Vec<(&Value, Option<(usize, usize)>)> = Vec::new();
+            // The objects of sets no template reads, as the store holds
+            // them: copied (as templates would see them) only when their
+            // entries are extracted afresh.
+            let held: Vec<(&String, Vec<Arc<Value>>, bool)> = {
+                let inputs = self.inputs.borrow();
+                of.iter()
+                    .filter(|name| self.rule.unread.contains(*name))
+                    .filter_map(|name| {
+                        let q = self.related_query(name)?;
+                        Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
+                    })
+                    .collect()
+            };
+            let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
             // A one-shot render keeps nothing: no addresses.
             let record = self.record;
             {
@@ -1260,16 +1299,14 @@ impl Evaluator<'_> {
                         let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
                         let addr = inputs.trigger.as_ref().and_then(&mut pin);
                         let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                        sources.extend(data.get("trigger").map(|v| (v, addr)));
+                        sources.extend(data.get("trigger").map(|v| (Source::Seen(v), addr)));
+                    } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
+                        for o in objs {
+                            let addr = pin(o).map(|a| (usize::from(*seen), a));
+                            sources.push((Source::Held(o, *seen), addr));
+                        }
                     } else {
-                        let seen = self
-                            .rule
-                            .spec
-                            .related
-                            .iter()
-                            .find(|r| r.name == *name)
-                            .and_then(|r| r.objects.as_ref())
-                            .map(|q| q.metadata_only);
+                        let seen = self.related_query(name).map(|q| q.metadata_only);
                         let values = data["related"][name.as_str()].as_array();
                         let objs = inputs.objects.get(name).filter(|o| {
                             seen.is_some() && values.is_some_and(|v| v.len() == o.len())
@@ -1277,7 +1314,7 @@ impl Evaluator<'_> {
                         for (n, v) in values.into_iter().flatten().enumerate() {
                             let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
                             let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                            sources.push((v, addr));
+                            sources.push((Source::Seen(v), addr));
                         }
                     }
                 }
@@ -1313,8 +1350,12 @@ impl Evaluator<'_> {
                 }
                 let mut mine: Vec<(String, Value)> = Vec::new();
                 let warned = self.warnings.borrow().len();
+                let src: Cow<Value> = match src {
+                    Source::Seen(v) => Cow::Borrowed(v),
+                    Source::Held(o, seen) => Cow::Owned(visible(o, seen)),
+                };
                 for entry in path
-                    .get(src)
+                    .get(&src)
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
@@ -1459,6 +1500,7 @@ impl Evaluator<'_> {
                     warnings,
                     bytes: limits::used().saturating_sub(bytes),
                     token,
+                    hollow: false,
                 },
             );
             let mut inputs = self.inputs.borrow_mut();
@@ -1492,10 +1534,23 @@ impl Evaluator<'_> {
     /// A kept listField list, lent to the render, with what computing it
     /// warned and charged; `None` when there is none (or the budget
     /// cannot pay for it: computed again, to fail as a full render does).
+    /// The `objects` query of the related set `name`, if it is one.
+    fn related_query(&self, name: &str) -> Option<&crate::api::ObjectQuery> {
+        self.rule
+            .spec
+            .related
+            .iter()
+            .find(|r| r.name == name)
+            .and_then(|r| r.objects.as_ref())
+    }
+
     fn kept_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
         let mut derived = self.derived.borrow_mut();
         let e = derived.lists.get_mut(key)?;
-        if e.value.is_none() || limits::charge(e.bytes).is_err() {
+        if e.value.is_none()
+            || (e.hollow && !self.rule.unread.contains(name))
+            || limits::charge(e.bytes).is_err()
+        {
             return None;
         }
         let Some(Value::Array(v)) = e.value.take() else {
@@ -1600,6 +1655,8 @@ impl Evaluator<'_> {
         }
         // Kept objects are pinned (each was judged above).
         let key = (i, kept.iter().map(|a| Arc::as_ptr(a) as usize).collect());
+        // Read only by reference (a listField's source): not copied.
+        let hollow = self.rule.unread.contains(&rel.name);
         let items = match self.kept_list(&rel.name, &key) {
             Some(v) => v,
             None => {
@@ -1612,12 +1669,17 @@ impl Evaluator<'_> {
                         warnings: Vec::new(),
                         bytes: 0,
                         token,
+                        hollow,
                     },
                 );
                 let mut inputs = self.inputs.borrow_mut();
                 inputs.tokens.insert(format!("related.{}", rel.name), token);
                 inputs.lent.push(Lent::List(rel.name.clone(), key));
-                kept.iter().map(|o| visible(o, metadata_only)).collect()
+                if hollow {
+                    Vec::new()
+                } else {
+                    kept.iter().map(|o| visible(o, metadata_only)).collect()
+                }
             }
         };
         self.inputs
@@ -2007,8 +2069,10 @@ impl Evaluator<'_> {
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Desired> {
-        let name = self.tpl(&format!("{f}.name"), &o.name, ctx)?;
-        output::validate_name(&format!("{f}.name"), &name)?;
+        // Field names are built once: most are read only by an error.
+        let name_field = format!("{f}.name");
+        let name = self.tpl(&name_field, &o.name, ctx)?;
+        output::validate_name(&name_field, &name)?;
         let namespace = if o.kind.namespaced() {
             let ns = match &o.namespace {
                 Some(t) => self.tpl(&format!("{f}.namespace"), t, ctx)?,
@@ -2029,35 +2093,37 @@ impl Evaluator<'_> {
             None
         };
 
+        let labels_field = format!("{f}.labels");
+        let annotations_field = format!("{f}.annotations");
         let mut labels = BTreeMap::new();
         if let Some(l) = &o.labels {
-            labels = output::string_map(
-                &format!("{f}.labels"),
-                &self.expand(l, ctx, &format!("{f}.labels"))?,
-            )?;
+            labels = output::string_map(&labels_field, &self.expand(l, ctx, &labels_field)?)?;
         }
         let mut annotations = BTreeMap::new();
         if let Some(a) = &o.annotations {
             annotations = output::string_map(
-                &format!("{f}.annotations"),
-                &self.expand(a, ctx, &format!("{f}.annotations"))?,
+                &annotations_field,
+                &self.expand(a, ctx, &annotations_field)?,
             )?;
         }
         for k in labels.keys().chain(annotations.keys()) {
-            if k.starts_with(&format!("{GROUP}/")) || k == MANAGED_BY_LABEL {
+            let reserved = k
+                .strip_prefix(GROUP)
+                .is_some_and(|rest| rest.starts_with('/'));
+            if reserved || k == MANAGED_BY_LABEL {
                 return Err(FieldError::new(
                     ErrorKind::InvalidRule,
-                    format!("{f}.labels"),
+                    labels_field,
                     format!("key {k:?} is reserved for provenance"),
                 ));
             }
         }
         for (k, v) in &labels {
-            output::validate_key(&format!("{f}.labels"), k)?;
-            output::validate_label_value(&format!("{f}.labels"), k, v)?;
+            output::validate_key(&labels_field, k)?;
+            output::validate_label_value(&labels_field, k, v)?;
         }
         for k in annotations.keys() {
-            output::validate_key(&format!("{f}.annotations"), k)?;
+            output::validate_key(&annotations_field, k)?;
         }
         labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
         labels.insert(
@@ -2113,7 +2179,7 @@ impl Evaluator<'_> {
                             } else {
                                 let checked = output::check_marked_rules(&field, &mut expanded)
                                     .and_then(|r| {
-                                        output::policy_rules(&field, &expanded, namespaced)
+                                        output::policy_rules(&field, expanded, namespaced)
                                             .map(|rules| (Arc::new(rules), r))
                                     });
                                 let (rules, r) = match checked {
@@ -2405,7 +2471,7 @@ impl Evaluator<'_> {
 /// `names`), sorted; `None` when one reads `root` any other way (whole,
 /// or by a name not in `names`). A word that merely ends in `root`
 /// (`myvars`) is not a read of it.
-fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<Vec<String>> {
+pub(super) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<Vec<String>> {
     let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '@';
     let mut out = BTreeSet::new();
     for t in texts {

@@ -356,6 +356,10 @@ pub(super) struct ListEntry {
     pub bytes: usize,
     /// Names this value for the vars computed from it.
     pub token: u64,
+    /// Kept without its objects' copies (an empty list): the rules that
+    /// computed it read them by reference only (see
+    /// `CompiledRule::unread`); one that reads it computes it again.
+    pub hollow: bool,
 }
 
 /// A kept var.
@@ -983,6 +987,99 @@ spec:
         super::super::Engine::new(&sources, super::super::Options::default())
     }
 
+    /// [`SHARING_RULES`] and a third rule, ordered between them by name,
+    /// that lists the family's members by name: it reads `related.family`.
+    fn family_reading_engine() -> super::super::Engine {
+        let reader = SHARING_RULES
+            .split("\n---\n")
+            .next()
+            .unwrap_or_default()
+            .replace("name: widget-a}", "name: widget-aa}")
+            .replace("widget:{{trigger.metadata.name}}:a", "widget:{{trigger.metadata.name}}:aa")
+            .replace(
+                "resources: [{forEach: g.items, as: t, item: \"{{t.plural}}\"}]",
+                "resources: [{forEach: g.items, as: t, item: \"{{t.plural}}\"}]\n        resourceNames: [{forEach: related.family, as: m, item: \"{{m.metadata.name}}\"}]",
+            );
+        let text = format!("{SHARING_RULES}\n---\n{reader}");
+        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), &text)
+            .unwrap_or_default();
+        super::super::Engine::new(&sources, super::super::Options::default())
+    }
+
+    #[test]
+    fn a_set_only_a_list_field_reads_is_not_copied_and_a_rule_that_reads_it_sees_it_whole() {
+        let engine = family_reading_engine();
+        let unread = |name: &str| {
+            engine
+                .rules
+                .iter()
+                .find(|r| r.name == name)
+                .map(|r| r.unread.iter().cloned().collect::<Vec<_>>())
+        };
+        // `family` is read by reference only (a listField's source);
+        // `extra` by nothing at all.
+        assert_eq!(
+            unread("widget-a"),
+            Some(vec!["extra".to_string(), "family".to_string()])
+        );
+        assert_eq!(unread("widget-aa"), Some(vec!["extra".to_string()]));
+        assert_eq!(unread("widget-b"), Some(vec!["family".to_string()]));
+        let names_of = |e: &Evaluation, w: &str| {
+            let key = (
+                crate::api::OutputKind::ClusterRole,
+                String::new(),
+                format!("widget:{w}:aa"),
+            );
+            e.desired
+                .get(&key)
+                .and_then(|d| d.object.rules().cloned())
+                .and_then(|r| r.first().and_then(|r| r.resource_names.clone()))
+        };
+        let both = Some(vec!["w-1".to_string(), "w-2".to_string()]);
+        let mut store = two_widgets();
+        let mut memo = Memo::new();
+        let e = engine.evaluate_incremental(&store, &mut memo);
+        // The rules that read no member share kept lists with the one that
+        // does (it runs between them): it sees every member, whichever ran first.
+        assert_eq!(e.desired.len(), 6);
+        assert_eq!(names_of(&e, "w-1"), both);
+        assert_eq!(names_of(&e, "w-2"), both);
+        // A changed member: the lists kept hollow are not lent to it.
+        assert!(store.insert(widget("w-2", &["cs.example.org"])).is_ok());
+        let e = engine.evaluate_incremental(&store, &mut memo);
+        assert_eq!(names_of(&e, "w-1"), both);
+        let full = engine.evaluate_incremental(&store, &mut Memo::new());
+        let texts = |e: &Evaluation| -> Vec<String> {
+            e.desired
+                .iter()
+                .map(|d| serde_json::to_string(&d.object.to_value()).unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(texts(&e), texts(&full));
+        // w-2's new type is listed: its entries were read from the store.
+        assert!(texts(&e).iter().any(|t| t.contains("\"cs\"")));
+    }
+
+    #[test]
+    fn a_rule_that_may_read_the_whole_context_copies_every_set() {
+        // `@root`, `this` or `../` could reach any set: none is left out.
+        for text in ["{{@root.related.family.length}}", "{{#with this}}{{/with}}"] {
+            let rule = SHARING_RULES
+                .split("\n---\n")
+                .next()
+                .unwrap_or_default()
+                .replace(
+                    "    when: related.types\n",
+                    &format!("    when: related.types\n    labels: {{n: \"{text}\"}}\n"),
+                );
+            let sources =
+                crate::rules::parse_text(std::path::Path::new("r.yaml"), &rule).unwrap_or_default();
+            let engine = super::super::Engine::new(&sources, super::super::Options::default());
+            let unread = engine.rules.first().map(|r| r.unread.len());
+            assert_eq!(unread, Some(0), "{text}");
+        }
+    }
+
     #[test]
     fn rules_of_the_same_derivation_share_their_kept_values() {
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
@@ -1272,6 +1369,7 @@ spec:
             warnings: Vec::new(),
             bytes: 0,
             token: d.token(),
+            hollow: false,
         };
         let only_a = list(&mut d);
         let both = list(&mut d);

@@ -175,8 +175,21 @@ pub fn string_map(field: &str, v: &Value) -> Result<BTreeMap<String, String>, Fi
 /// Deserializes a rendered value into a Kubernetes type, refusing unknown
 /// fields (a typo like `resource:` must not silently widen or narrow a role).
 pub fn strict<T: DeserializeOwned>(field: &str, v: &Value) -> Result<T, FieldError> {
-    let mut unknown = Vec::new();
     // Read in place: `&Value` is a deserializer, no copy of the value.
+    strict_from(field, v)
+}
+
+/// [`strict`] from a value given up: its strings are moved into the
+/// result, not copied.
+pub fn strict_owned<T: DeserializeOwned>(field: &str, v: Value) -> Result<T, FieldError> {
+    strict_from(field, v)
+}
+
+fn strict_from<'de, T: DeserializeOwned, D>(field: &str, v: D) -> Result<T, FieldError>
+where
+    D: serde::Deserializer<'de, Error = serde_json::Error>,
+{
+    let mut unknown = Vec::new();
     let parsed: Result<T, _> = serde_ignored::deserialize(v, |p| unknown.push(p.to_string()));
     let parsed = parsed.map_err(|e| invalid(field, e.to_string()))?;
     if let Some(u) = unknown.first() {
@@ -277,10 +290,9 @@ fn data_value_problem(key: &str, value: &str) -> Option<String> {
 
 fn strip_marks(v: &mut Value) {
     match v {
-        Value::String(s) => {
-            if let Some(rest) = s.strip_prefix(DATA_MARK) {
-                *s = rest.to_string();
-            }
+        // In place: the mark is one byte.
+        Value::String(s) if s.starts_with(DATA_MARK) => {
+            s.remove(0);
         }
         Value::Array(a) => a.iter_mut().for_each(strip_marks),
         Value::Object(m) => m.values_mut().for_each(strip_marks),
@@ -354,27 +366,27 @@ pub fn strip_marked_items(items: &mut [Value]) {
 /// Parses and validates rendered policy rules.
 pub fn policy_rules(
     field: &str,
-    v: &Value,
+    v: Value,
     namespaced: bool,
 ) -> Result<Vec<PolicyRule>, FieldError> {
-    let Value::Array(items) = v else {
+    let Value::Array(mut items) = v else {
         return Err(invalid(field, "must render to a list"));
     };
-    policy_items(field, 0, items, namespaced)
+    policy_items(field, 0, &mut items, namespaced)
 }
 
 /// [`policy_rules`] for a run of the rendered list that starts at index
-/// `base` (named so in errors).
+/// `base` (named so in errors), taking the items (left null).
 pub fn policy_items(
     field: &str,
     base: usize,
-    items: &[Value],
+    items: &mut [Value],
     namespaced: bool,
 ) -> Result<Vec<PolicyRule>, FieldError> {
     let mut rules = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
+    for (i, item) in items.iter_mut().enumerate() {
         let f = format!("{field}[{}]", base + i);
-        let r: PolicyRule = strict(&f, item)?;
+        let r: PolicyRule = strict_owned(&f, std::mem::take(item))?;
         validate_policy_rule(&f, &r, namespaced)?;
         rules.push(r);
     }
@@ -518,20 +530,20 @@ mod tests {
     #[test]
     fn policy_rule_validation() {
         let v = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
-        assert!(policy_rules("f", &v, true).is_ok());
+        assert!(policy_rules("f", v.clone(), true).is_ok());
         let no_group = json!([{"resources": ["pods"], "verbs": ["get"]}]);
         assert!(
-            policy_rules("f", &no_group, false)
+            policy_rules("f", no_group, false)
                 .unwrap_err()
                 .field
                 .ends_with("apiGroups")
         );
         let typo = json!([{"apiGroups": [""], "resource": ["pods"], "verbs": ["get"]}]);
-        let e = policy_rules("f", &typo, false).unwrap_err();
+        let e = policy_rules("f", typo, false).unwrap_err();
         assert!(e.message.contains("unknown field"), "{}", e.message);
         let url_in_role = json!([{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}]);
-        assert!(policy_rules("f", &url_in_role, true).is_err());
-        assert!(policy_rules("f", &url_in_role, false).is_ok());
+        assert!(policy_rules("f", url_in_role.clone(), true).is_err());
+        assert!(policy_rules("f", url_in_role, false).is_ok());
     }
 
     #[test]

@@ -51,12 +51,12 @@ fn unread_related(spec: &RbacRuleSpec) -> BTreeSet<String> {
         .filter(|r| r.objects.is_some())
         .map(|r| r.name.as_str())
         .collect();
-    let Ok(mut v) = serde_json::to_value(spec) else {
-        return BTreeSet::new();
-    };
     if sets.is_empty() {
         return BTreeSet::new();
     }
+    let Ok(mut v) = serde_json::to_value(spec) else {
+        return BTreeSet::new();
+    };
     // Names, not templates: each set's own and a listField's sources.
     for r in v
         .get_mut("related")

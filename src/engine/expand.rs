@@ -1531,9 +1531,6 @@ impl Evaluator<'_> {
         Some(addrs)
     }
 
-    /// A kept listField list, lent to the render, with what computing it
-    /// warned and charged; `None` when there is none (or the budget
-    /// cannot pay for it: computed again, to fail as a full render does).
     /// The `objects` query of the related set `name`, if it is one.
     fn related_query(&self, name: &str) -> Option<&crate::api::ObjectQuery> {
         self.rule
@@ -1544,6 +1541,10 @@ impl Evaluator<'_> {
             .and_then(|r| r.objects.as_ref())
     }
 
+    /// A kept related list, lent to the render, with what computing it
+    /// warned and charged; `None` when there is none, when it was kept
+    /// hollow and this rule reads it, or when the budget cannot pay for
+    /// it (computed again, to fail as a full render does).
     fn kept_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
         let mut derived = self.derived.borrow_mut();
         let e = derived.lists.get_mut(key)?;

@@ -39,46 +39,41 @@ pub struct CompiledRule {
     /// listField's `of` names them): their objects are read where the
     /// store holds them, never copied into the render's context.
     pub unread: BTreeSet<String>,
+    /// The paths below `trigger` its texts read, when they read it only by
+    /// such paths: the trigger is bound to templates as those parts of it
+    /// (see [`super::expand::project`]), not copied whole.
+    pub trigger_paths: Option<Vec<Vec<String>>>,
 }
 
-/// The related object sets of `spec` nothing reads but a listField's
-/// `of`: none when any text could read `related` as a whole, by an
-/// unknown name, or the whole context (`this`, `@root`, `../`).
-fn unread_related(spec: &RbacRuleSpec) -> BTreeSet<String> {
-    let sets: Vec<&str> = spec
-        .related
-        .iter()
-        .filter(|r| r.objects.is_some())
-        .map(|r| r.name.as_str())
-        .collect();
-    if sets.is_empty() {
-        return BTreeSet::new();
-    }
-    let Ok(mut v) = serde_json::to_value(spec) else {
-        return BTreeSet::new();
-    };
-    // Names, not templates: each set's own and a listField's sources.
+/// The spec with the names that are not templates taken out: each related
+/// set's own, and a listField's sources (`of`).
+fn without_names(spec: &RbacRuleSpec) -> Option<Value> {
+    let mut v = serde_json::to_value(spec).ok()?;
     for r in v
         .get_mut("related")
-        .and_then(serde_json::Value::as_array_mut)
+        .and_then(Value::as_array_mut)
         .into_iter()
         .flatten()
     {
         if let Some(m) = r.as_object_mut() {
             m.remove("name");
         }
-        if let Some(m) = r
-            .get_mut("listField")
-            .and_then(serde_json::Value::as_object_mut)
-        {
+        if let Some(m) = r.get_mut("listField").and_then(Value::as_object_mut) {
             m.remove("of");
         }
     }
-    fn texts<'v>(v: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+    Some(v)
+}
+
+/// Every text of `spec` (from [`without_names`]) a render could read the
+/// context by: each string and map key below the spec's fields (their own
+/// names are not texts: one is `related`).
+fn spec_texts(spec: &Value) -> Vec<&str> {
+    fn texts<'v>(v: &'v Value, out: &mut Vec<&'v str>) {
         match v {
-            serde_json::Value::String(s) => out.push(s),
-            serde_json::Value::Array(a) => a.iter().for_each(|x| texts(x, out)),
-            serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| {
+            Value::String(s) => out.push(s),
+            Value::Array(a) => a.iter().for_each(|x| texts(x, out)),
+            Value::Object(m) => m.iter().for_each(|(k, x)| {
                 out.push(k);
                 texts(x, out);
             }),
@@ -86,22 +81,136 @@ fn unread_related(spec: &RbacRuleSpec) -> BTreeSet<String> {
         }
     }
     let mut all = Vec::new();
-    // The spec's own field names are not texts (one is `related`).
-    for x in v.as_object().into_iter().flat_map(|m| m.values()) {
+    for x in spec.as_object().into_iter().flat_map(|m| m.values()) {
         texts(x, &mut all);
     }
-    if all.iter().any(|t| super::expand::mentions_text(t, "\u{0}")) {
-        return BTreeSet::new();
-    }
+    all
+}
+
+/// The related object sets nothing reads but a listField's `of`: none
+/// when any text could read `related` as a whole or by an unknown name
+/// (`texts` from [`spec_texts`], none of which reads the whole context).
+fn unread_related(spec: &RbacRuleSpec, texts: &[&str]) -> BTreeSet<String> {
+    let sets = spec
+        .related
+        .iter()
+        .filter(|r| r.objects.is_some())
+        .map(|r| r.name.as_str());
     let names: Vec<&str> = spec.related.iter().map(|r| r.name.as_str()).collect();
-    match super::expand::named_reads(&all, "related", &names) {
+    match super::expand::named_reads(texts, "related", &names) {
         Some(read) => sets
-            .into_iter()
             .filter(|n| !read.iter().any(|r| r == n))
             .map(str::to_string)
             .collect(),
         None => BTreeSet::new(),
     }
+}
+
+/// Whether `c` may continue a handlebars name (anything but whitespace and
+/// the punctuation its grammar gives a meaning).
+fn name_char(c: char) -> bool {
+    !c.is_whitespace() && !"!\"#%&'()*+,./;<=>@[\\]^`{|}~".contains(c)
+}
+
+/// The paths below `trigger` the texts read (`trigger.metadata.name`,
+/// `get trigger "spec.image"`): `None` when one reads it whole or any
+/// other way (a computed path, a literal segment at the root, `/`). A
+/// path may stop above what is read (`trigger.metadata.labels.[a/b]` is
+/// read as `metadata.labels`): the value there is copied whole.
+fn trigger_paths(texts: &[&str]) -> Option<Vec<Vec<String>>> {
+    const ROOT: &str = "trigger";
+    let mut paths = Vec::new();
+    for t in texts {
+        for (at, _) in t.match_indices(ROOT) {
+            let before = &t[..at];
+            match before.chars().next_back() {
+                // The tail of another name or path (`vars.trigger`).
+                Some(c) if name_char(c) || matches!(c, '.' | '/' | '@') => continue,
+                // A literal segment could name the root (`[trigger]`).
+                Some('[') => return None,
+                _ => {}
+            }
+            let rest = &t[at + ROOT.len()..];
+            let path = match rest.chars().next() {
+                // A longer name (`triggers`).
+                Some(c) if name_char(c) => continue,
+                Some('.') => dotted_keys(&rest[1..]),
+                Some(c) if !ends_name(c) => None,
+                _ => get_literal(before, rest),
+            };
+            paths.push(path.filter(|p| !p.is_empty())?);
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Some(paths)
+}
+
+/// Whether `c` ends a name read whole (`{{x}}`, `(f x)`, `{{x~}}`, `x y`).
+fn ends_name(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '}' | ')' | '~')
+}
+
+/// The keys of a path after `trigger.`, up to the first that is not a
+/// plain name (the rest is read below them); a key that does not end the
+/// way a name does is left out.
+fn dotted_keys(mut rest: &str) -> Option<Vec<String>> {
+    let mut keys = Vec::new();
+    loop {
+        let end = rest.find(|c: char| !name_char(c)).unwrap_or(rest.len());
+        if end == 0 {
+            return Some(keys);
+        }
+        let (key, after) = rest.split_at(end);
+        match after.chars().next() {
+            Some('.') => {
+                keys.push(key.to_string());
+                rest = &after[1..];
+            }
+            Some('/') => {
+                keys.push(key.to_string());
+                return Some(keys);
+            }
+            Some(c) if !ends_name(c) => return Some(keys),
+            _ => {
+                keys.push(key.to_string());
+                return Some(keys);
+            }
+        }
+    }
+}
+
+/// The keys of `get trigger "<path>"`'s path (`before` ends with `get `,
+/// `rest` starts after `trigger`), up to its first index; `None` for any
+/// other use of `trigger` as a whole.
+fn get_literal(before: &str, rest: &str) -> Option<Vec<String>> {
+    let head = before.trim_end();
+    if head.len() == before.len() {
+        return None;
+    }
+    let helper = head.strip_suffix("get")?;
+    if helper
+        .chars()
+        .next_back()
+        .is_some_and(|c| name_char(c) || matches!(c, '.' | '/' | '@'))
+    {
+        return None;
+    }
+    let lit = rest.trim_start().strip_prefix('"')?;
+    let lit = &lit[..lit.find('"')?];
+    if lit.contains('\\') {
+        return None;
+    }
+    let path = FieldPath::parse(lit).ok()?;
+    Some(
+        path.segments()
+            .iter()
+            .map_while(|s| match s {
+                super::path::Segment::Key(k) => Some(k.clone()),
+                super::path::Segment::Index(_) => None,
+            })
+            .collect(),
+    )
 }
 
 /// A rule's trigger, related sets and vars, each as JSON text.
@@ -807,9 +916,21 @@ pub fn compile(
 
     if c.errors.is_empty() {
         let interests = interests_of(spec);
+        let stripped = without_names(spec);
+        let texts = stripped.as_ref().map(spec_texts);
+        // A text that could read the whole context reads every set and
+        // the whole trigger.
+        let texts =
+            texts.filter(|all| !all.iter().any(|t| super::expand::mentions_text(t, "\u{0}")));
+        let unread = texts
+            .as_deref()
+            .map(|t| unread_related(spec, t))
+            .unwrap_or_default();
+        let trigger_paths = texts.as_deref().and_then(trigger_paths);
         Ok(CompiledRule {
             derivation: Derivation::of(spec),
-            unread: unread_related(spec),
+            unread,
+            trigger_paths,
             name: name.to_string(),
             spec: spec.clone(),
             regexes: c.regexes,
@@ -865,4 +986,90 @@ pub fn order(rules: &[CompiledRule]) -> (Vec<usize>, BTreeMap<usize, Vec<String>
         cycles.insert(i, waits);
     }
     (out, cycles)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(texts: &[&str]) -> Option<Vec<String>> {
+        trigger_paths(texts).map(|ps| ps.iter().map(|p| p.join(".")).collect())
+    }
+
+    #[test]
+    fn the_trigger_is_read_by_paths_of_keys_and_get_with_a_literal_path() {
+        let read = paths(&[
+            "example:{{trigger.metadata.name}}:edit",
+            "{{shorten trigger.metadata.name 63}}",
+            "trigger.metadata.labels.[example.org/family]",
+            r#"{{imageOrg (get trigger "spec.image" "")}}"#,
+            r#"containsLoose (get trigger "status.items[0].name") "x""#,
+            "{{#each trigger.status.refs}}{{name}}{{/each}}",
+            "{{trigger.metadata/namespace}}",
+            "{{~trigger.spec.a~}}",
+            // Other names: not the trigger.
+            "{{vars.trigger}} {{triggers.a}} {{@trigger}} {{x-trigger}} a trigger-b",
+        ]);
+        assert_eq!(
+            read,
+            Some(
+                [
+                    "metadata",
+                    "metadata.labels",
+                    "metadata.name",
+                    "spec.a",
+                    "spec.image",
+                    "status.items",
+                    "status.refs",
+                ]
+                .map(String::from)
+                .to_vec()
+            )
+        );
+    }
+
+    #[test]
+    fn the_trigger_read_whole_or_by_a_computed_path_is_bound_whole() {
+        for text in [
+            "{{json trigger}}",
+            "trigger",
+            "{{#with trigger}}{{metadata.name}}{{/with}}",
+            r#"{{get trigger (concat "spec." "a")}}"#,
+            r#"{{get trigger 'spec.a'}}"#,
+            r#"{{lookup trigger "metadata"}}"#,
+            "{{[trigger].metadata.name}}",
+            "{{trigger.[metadata].name}}",
+            r#"{{default x "trigger"}}"#,
+        ] {
+            assert_eq!(paths(&[text]), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn builtin_rules_see_only_what_they_read_of_their_triggers() {
+        let sources = crate::rules::builtin().expect("built-in rules");
+        let mut templates = Templates::new();
+        let mut read = BTreeMap::new();
+        for s in &sources {
+            let rule = compile(&s.name, &s.spec, &mut templates).expect("compiles");
+            if rule.spec.trigger.is_some() {
+                let paths = rule
+                    .trigger_paths
+                    .map(|ps| ps.iter().map(|p| p.join(".")).collect::<Vec<_>>());
+                read.insert(s.name.clone(), paths);
+            }
+        }
+        // Every built-in rule with a trigger reads it only by paths (some
+        // by none: templates then see an empty trigger).
+        assert!(!read.is_empty());
+        for (name, paths) in &read {
+            assert!(paths.is_some(), "{name}: {paths:?}");
+        }
+        // A rule that reads `get trigger "spec.image"` sees that path.
+        assert!(
+            read.values()
+                .flatten()
+                .any(|p| p.iter().any(|x| x == "spec.image"))
+        );
+    }
 }

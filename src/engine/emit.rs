@@ -493,6 +493,7 @@ fn new_evaluator<'a>(
         loops: RefCell::default(),
         nested: RefCell::default(),
         item_paths: RefCell::default(),
+        unseen: RefCell::default(),
     }
 }
 

@@ -50,6 +50,23 @@ pub(super) fn visible(obj: &Value, metadata_only: bool) -> Value {
     v
 }
 
+/// [`visible`]`(obj)`, borrowed when that is `obj` itself (no
+/// managedFields, and only metadata when only metadata is seen): the
+/// controller's store holds objects so.
+pub(super) fn shown(obj: &Value, metadata_only: bool) -> Cow<'_, Value> {
+    let bare = obj["metadata"].get("managedFields").is_none()
+        && (!metadata_only
+            || obj.as_object().is_some_and(|m| {
+                m.keys()
+                    .all(|k| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+            }));
+    if bare {
+        Cow::Borrowed(obj)
+    } else {
+        Cow::Owned(visible(obj, metadata_only))
+    }
+}
+
 /// The part of [`visible`]`(obj)` at `paths` (lists of object keys): each
 /// path's value copied whole where it ends or meets a non-map, missing
 /// where `obj` has none. Templates and conditions that read `obj` only by
@@ -105,13 +122,13 @@ pub(super) fn bind(ctx: &mut Context, name: &str, v: Value) -> Option<Value> {
 }
 
 /// A `forEach` result as a list (null is empty).
-fn owned_list(field: &str, v: Value) -> Result<Vec<Value>> {
+fn owned_list(field: impl std::fmt::Display, v: Value) -> Result<Vec<Value>> {
     match v {
         Value::Array(a) => Ok(a),
         Value::Null => Ok(Vec::new()),
         other => Err(FieldError::new(
             ErrorKind::Template,
-            field,
+            field.to_string(),
             format!("forEach must yield a list, got {other}"),
         )),
     }
@@ -149,7 +166,7 @@ pub(super) fn mentions_text(s: &str, root: &str) -> bool {
         || s.contains("@root")
         || s.contains("..")
         || s.starts_with('.')
-        || [" .", "{.", "(.", "=."].iter().any(|p| s.contains(p))
+        || [" .", "{.", "(.", "=.", "~."].iter().any(|p| s.contains(p))
 }
 
 /// Runs `f` with `item` bound as `item` (moved into the context, not
@@ -216,6 +233,9 @@ pub(super) struct Evaluator<'a> {
     /// Per related set: the paths of `item` its `where` conditions read
     /// (see [`Evaluator::item_paths`]).
     pub item_paths: RefCell<HashMap<usize, ItemPaths>>,
+    /// Per `forEach` directive (by address) and name: whether nothing in
+    /// its loop names it (the list it runs over can then be lent).
+    pub unseen: RefCell<HashMap<(usize, String), bool>>,
 }
 
 /// The paths of `item` a related set's conditions read, if only by paths.
@@ -235,9 +255,11 @@ pub(super) struct Inputs {
     pub trigger: Option<Arc<Value>>,
     /// Each related object set's objects, as the store holds them.
     pub objects: HashMap<String, Vec<Arc<Value>>>,
-    /// Tokens of the related lists and vars taken from (or put into)
-    /// the cache, by `related.<name>` and `vars.<name>`.
-    pub tokens: HashMap<String, u64>,
+    /// Tokens of the related lists taken from (or put into) the cache,
+    /// by name.
+    pub list_tokens: HashMap<String, u64>,
+    /// Tokens of the vars taken from (or put into) the cache, by name.
+    pub var_tokens: HashMap<String, u64>,
     /// Kept values lent to the context, to take back after the render.
     pub lent: Vec<Lent>,
     /// When set, the entries of the next whole list expanded: where each
@@ -291,6 +313,31 @@ enum Source<'a> {
     Held(&'a Arc<Value>, bool),
 }
 
+/// A field of a rule's spec as expansion reaches it, spelled (by
+/// `Display`) only when an error names it: most values expand without one.
+#[derive(Clone, Copy)]
+pub(super) enum At<'a> {
+    /// A field spelled out.
+    Field(&'a str),
+    /// `parent[i]`.
+    Index(&'a At<'a>, usize),
+    /// `parent.key`.
+    Key(&'a At<'a>, &'a str),
+    /// `parent["key"]`: a map's key as written.
+    Quoted(&'a At<'a>, &'a str),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Field(s) => f.write_str(s),
+            At::Index(p, i) => write!(f, "{p}[{i}]"),
+            At::Key(p, k) => write!(f, "{p}.{k}"),
+            At::Quoted(p, k) => write!(f, "{p}[{k:?}]"),
+        }
+    }
+}
+
 /// Where one entry of an expanded list landed (see [`Inputs::spans`]).
 pub(super) struct Span {
     pub key: Option<(usize, bool, Vec<u64>)>,
@@ -314,7 +361,8 @@ impl Inputs {
     pub fn start(&mut self, trigger: Option<Arc<Value>>) {
         self.trigger = trigger;
         self.objects.clear();
-        self.tokens.clear();
+        self.list_tokens.clear();
+        self.var_tokens.clear();
         self.lent.clear();
         self.spans = None;
     }
@@ -333,27 +381,32 @@ impl Evaluator<'_> {
         Context::from(json!({"rule": {"name": self.rule.name}, "related": {}}))
     }
 
-    pub(super) fn regex(&self, field: &str, text: &str) -> Result<regex::Regex> {
+    pub(super) fn regex(&self, field: At<'_>, text: &str) -> Result<regex::Regex> {
         match self.rule.regexes.get(text) {
             Some(r) => Ok(r.clone()),
             None => anchored(text).map_err(|e| {
                 FieldError::new(
                     ErrorKind::Regex,
-                    field,
+                    field.to_string(),
                     format!("invalid regular expression {text:?}: {e}"),
                 )
             }),
         }
     }
 
-    fn tpl(&self, field: &str, text: &str, ctx: &Context) -> Result<String> {
+    fn tpl(&self, field: impl std::fmt::Display, text: &str, ctx: &Context) -> Result<String> {
         self.engine
             .templates
             .render(text, ctx)
             .map_err(|e| template_error(field, e))
     }
 
-    fn expr<'c>(&self, field: &str, text: &str, ctx: &'c Context) -> Result<Cow<'c, Value>> {
+    fn expr<'c>(
+        &self,
+        field: impl std::fmt::Display,
+        text: &str,
+        ctx: &'c Context,
+    ) -> Result<Cow<'c, Value>> {
         self.engine
             .templates
             .eval_ref(text, ctx)
@@ -362,7 +415,7 @@ impl Evaluator<'_> {
 
     pub(super) fn condition(
         &self,
-        field: &str,
+        field: At<'_>,
         c: &Condition,
         subject: &Value,
         ctx: &Context,
@@ -373,7 +426,7 @@ impl Evaluator<'_> {
     /// A `require` condition: `Some(warning)` when it fails.
     pub(super) fn check(
         &self,
-        field: &str,
+        field: At<'_>,
         c: &Condition,
         subject: &Value,
         ctx: &Context,
@@ -387,14 +440,14 @@ impl Evaluator<'_> {
             (None, Some(f)) => format!("not a valid {}", f.as_str()),
             (None, None) => "does not pass the condition".to_string(),
         };
-        Ok(Some(FieldWarning::new(field, &shown, message)))
+        Ok(Some(FieldWarning::new(field.to_string(), &shown, message)))
     }
 
     /// Whether the condition holds, and the tested value as a warning
     /// shows it.
     fn test(
         &self,
-        field: &str,
+        field: At<'_>,
         c: &Condition,
         subject: &Value,
         ctx: &Context,
@@ -418,7 +471,7 @@ impl Evaluator<'_> {
                 }
                 v.and_then(scalar_text)
             }
-            (None, Some(t)) => Some(self.tpl(&format!("{field}.value"), t, ctx)?),
+            (None, Some(t)) => Some(self.tpl(At::Key(&field, "value"), t, ctx)?),
             (None, None) => None,
         };
         let shown = actual.clone().unwrap_or_else(|| MISSING.to_string());
@@ -429,22 +482,23 @@ impl Evaluator<'_> {
     /// Whether the operator holds for the tested text (None: missing).
     fn holds(
         &self,
-        field: &str,
+        field: At<'_>,
         c: &Condition,
         actual: Option<&str>,
         ctx: &Context,
     ) -> Result<bool> {
         if let Some(e) = &c.equals {
-            let want = self.tpl(&format!("{field}.equals"), e, ctx)?;
+            let want = self.tpl(At::Key(&field, "equals"), e, ctx)?;
             return Ok(actual == Some(want.as_str()));
         }
         if let Some(e) = &c.not_equals {
-            let want = self.tpl(&format!("{field}.notEquals"), e, ctx)?;
+            let want = self.tpl(At::Key(&field, "notEquals"), e, ctx)?;
             return Ok(actual != Some(want.as_str()));
         }
         if let Some(list) = &c.one_of {
+            let one_of = At::Key(&field, "oneOf");
             for (i, e) in list.iter().enumerate() {
-                let want = self.tpl(&format!("{field}.oneOf[{i}]"), e, ctx)?;
+                let want = self.tpl(At::Index(&one_of, i), e, ctx)?;
                 if actual == Some(want.as_str()) {
                     return Ok(true);
                 }
@@ -452,18 +506,20 @@ impl Evaluator<'_> {
             return Ok(false);
         }
         if let Some(r) = &c.regex {
-            let text = self.tpl(&format!("{field}.regex"), r, ctx)?;
-            let re = self.regex(&format!("{field}.regex"), &text)?;
+            let at = At::Key(&field, "regex");
+            let text = self.tpl(at, r, ctx)?;
+            let re = self.regex(at, &text)?;
             return Ok(actual.is_some_and(|a| re.is_match(a)));
         }
         if let Some(r) = &c.not_regex {
-            let text = self.tpl(&format!("{field}.notRegex"), r, ctx)?;
-            let re = self.regex(&format!("{field}.notRegex"), &text)?;
+            let at = At::Key(&field, "notRegex");
+            let text = self.tpl(at, r, ctx)?;
+            let re = self.regex(at, &text)?;
             return Ok(!actual.is_some_and(|a| re.is_match(a)));
         }
         if let Some(e) = &c.in_list {
             let Some(a) = actual else { return Ok(false) };
-            let list = self.list_of(&format!("{field}.in"), e, ctx)?;
+            let list = self.list_of(At::Key(&field, "in"), e, ctx)?;
             return Ok(list.iter().any(|x| scalar_text(x).as_deref() == Some(a)));
         }
         if let Some(f) = c.format {
@@ -474,7 +530,7 @@ impl Evaluator<'_> {
 
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
-    fn expand(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
+    fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
         let key = match v {
             Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => {
                 self.expansion_key(v, false)
@@ -590,7 +646,7 @@ impl Evaluator<'_> {
     fn var_tokens(&self, vars: &[String]) -> Option<Vec<u64>> {
         let inputs = self.inputs.borrow();
         vars.iter()
-            .map(|d| inputs.tokens.get(&format!("vars.{d}")).copied())
+            .map(|d| inputs.var_tokens.get(d.as_str()).copied())
             .collect()
     }
 
@@ -704,7 +760,7 @@ impl Evaluator<'_> {
         }
     }
 
-    fn expand_value(&self, v: &Value, ctx: &mut Context, field: &str) -> Result<Value> {
+    fn expand_value(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         if let Value::String(s) = v {
             return self.expand_string(s, ctx, &|| field.to_string());
@@ -740,7 +796,7 @@ impl Evaluator<'_> {
                         }
                         if matches!(directive(item), Ok(Some(_))) {
                             limited(
-                                &format!("{field}[{i}]"),
+                                At::Index(&field, i),
                                 limits::check_list(out.len(), "the expanded list"),
                             )?;
                         }
@@ -792,7 +848,7 @@ impl Evaluator<'_> {
             .engine
             .templates
             .render_after(mark, s, ctx)
-            .map_err(|e| template_error(&field(), e))?;
+            .map_err(|e| template_error(field(), e))?;
         Ok(Value::String(text))
     }
 
@@ -802,30 +858,31 @@ impl Evaluator<'_> {
         &self,
         item: &Value,
         i: usize,
-        field: &str,
+        field: At<'_>,
         ctx: &mut Context,
         out: &mut Vec<Value>,
     ) -> Result<()> {
-        let f = format!("{field}[{i}]");
-        let d = directive(item).map_err(|m| FieldError::new(ErrorKind::InvalidRule, &f, m))?;
+        let f = At::Index(&field, i);
+        let d = directive(item)
+            .map_err(|m| FieldError::new(ErrorKind::InvalidRule, f.to_string(), m))?;
         let Some(d) = d else {
-            out.push(self.expand(item, ctx, &f)?);
+            out.push(self.expand(item, ctx, f)?);
             return Ok(());
         };
-        // Spelled once, not per item of a forEach.
-        let (f_when, f_body) = match d.body {
-            DirBody::Item(_) => (format!("{f}.when"), format!("{f}.item")),
-            DirBody::Items(_) => (format!("{f}.when"), format!("{f}.items")),
+        let f_when = At::Key(&f, "when");
+        let f_body = match d.body {
+            DirBody::Item(_) => At::Key(&f, "item"),
+            DirBody::Items(_) => At::Key(&f, "items"),
         };
         let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
             if let Some(w) = d.when
-                && !truthy(&*this.expr(&f_when, w, ctx)?)
+                && !truthy(&*this.expr(f_when, w, ctx)?)
             {
                 return Ok(());
             }
             match d.body {
-                DirBody::Item(b) => out.push(this.expand(b, ctx, &f_body)?),
-                DirBody::Items(b) => match this.expand(b, ctx, &f_body)? {
+                DirBody::Item(b) => out.push(this.expand(b, ctx, f_body)?),
+                DirBody::Items(b) => match this.expand(b, ctx, f_body)? {
                     Value::Array(xs) => out.extend(xs),
                     other => out.push(other),
                 },
@@ -839,15 +896,23 @@ impl Evaluator<'_> {
                 let body = match d.body {
                     DirBody::Item(b) | DirBody::Items(b) => b,
                 };
+                // Found once per directive and name, not per render.
                 let unseen = |root: &str| {
-                    !d.when.is_some_and(|w| mentions_text(w, root)) && !mentions(body, root)
+                    let key = (item as *const Value as usize, root.to_string());
+                    if let Some(u) = self.unseen.borrow().get(&key) {
+                        return *u;
+                    }
+                    let u =
+                        !d.when.is_some_and(|w| mentions_text(w, root)) && !mentions(body, root);
+                    self.unseen.borrow_mut().insert(key, u);
+                    u
                 };
-                self.for_each(&format!("{f}.forEach"), e, var, unseen, ctx, |ctx| {
+                self.for_each(At::Key(&f, "forEach"), e, var, unseen, ctx, |ctx| {
                     emit(self, ctx, out)
                 })?;
             }
         }
-        limited(&f, limits::check_list(out.len(), "the expanded list"))
+        limited(f, limits::check_list(out.len(), "the expanded list"))
     }
 
     /// Expands a map: keys rendered, `$merge` maps merged.
@@ -855,12 +920,12 @@ impl Evaluator<'_> {
         &self,
         map: &Map<String, Value>,
         ctx: &mut Context,
-        field: &str,
+        field: At<'_>,
     ) -> Result<Value> {
         let mut out = Map::new();
         for (k, val) in map {
             if k == "$merge" {
-                let merged = self.expand(val, ctx, &format!("{field}.$merge"))?;
+                let merged = self.expand(val, ctx, At::Key(&field, "$merge"))?;
                 for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
                     let Value::Object(pm) = part else {
                         return Err(FieldError::new(
@@ -884,12 +949,12 @@ impl Evaluator<'_> {
                 }
                 continue;
             }
-            let key = self.tpl(&format!("{field}[{k:?}]"), k, ctx)?;
-            let val = self.expand(val, ctx, &format!("{field}.{k}"))?;
+            let key = self.tpl(At::Quoted(&field, k), k, ctx)?;
+            let val = self.expand(val, ctx, At::Key(&field, k))?;
             if out.insert(key.clone(), val).is_some() {
                 return Err(FieldError::new(
                     ErrorKind::InvalidOutput,
-                    field,
+                    field.to_string(),
                     format!("key {key:?} is rendered twice"),
                 ));
             }
@@ -903,7 +968,7 @@ impl Evaluator<'_> {
     /// put back after, not copied.
     fn for_each(
         &self,
-        field: &str,
+        field: At<'_>,
         e: &str,
         var: &str,
         unseen: impl Fn(&str) -> bool,
@@ -946,7 +1011,7 @@ impl Evaluator<'_> {
             .trim()
             .strip_prefix("vars.")
             .filter(|n| self.rule.spec.vars.iter().any(|v| v.name == *n))
-            .and_then(|_| self.inputs.borrow().tokens.get(e.trim()).copied());
+            .and_then(|n| self.inputs.borrow().var_tokens.get(n).copied());
         let mut back = Vec::with_capacity(if path.is_some() { list.len() } else { 0 });
         let mut items = list.into_iter();
         let mut result = Ok(());
@@ -994,7 +1059,7 @@ impl Evaluator<'_> {
     }
 
     /// Evaluates a `forEach` expression: a list (null is empty).
-    fn list_of(&self, field: &str, e: &str, ctx: &Context) -> Result<Vec<Value>> {
+    fn list_of(&self, field: At<'_>, e: &str, ctx: &Context) -> Result<Vec<Value>> {
         let v = self.expr(field, e, ctx)?;
         // Checked before a borrowed list is copied.
         if let Value::Array(a) = &*v {
@@ -1003,7 +1068,7 @@ impl Evaluator<'_> {
         owned_list(field, v.into_owned())
     }
 
-    fn strings(&self, field: &str, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
+    fn strings(&self, field: At<'_>, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
         match self.expand(v, ctx, field)? {
             Value::Array(a) => a
                 .into_iter()
@@ -1020,37 +1085,40 @@ impl Evaluator<'_> {
                 .collect(),
             _ => Err(FieldError::new(
                 ErrorKind::InvalidOutput,
-                field,
+                field.to_string(),
                 "must render to a list",
             )),
         }
     }
 
-    fn selector(&self, field: &str, sel: &LabelSelector, ctx: &Context) -> Result<LabelSelector> {
+    fn selector(&self, field: At<'_>, sel: &LabelSelector, ctx: &Context) -> Result<LabelSelector> {
         let mut out = LabelSelector::default();
         if let Some(ml) = &sel.match_labels {
             let mut m = BTreeMap::new();
+            let labels = At::Key(&field, "matchLabels");
             for (k, v) in ml {
-                let f = format!("{field}.matchLabels[{k:?}]");
-                m.insert(self.tpl(&f, k, ctx)?, self.tpl(&f, v, ctx)?);
+                let f = At::Quoted(&labels, k);
+                m.insert(self.tpl(f, k, ctx)?, self.tpl(f, v, ctx)?);
             }
             out.match_labels = Some(m);
         }
         if let Some(exprs) = &sel.match_expressions {
             let mut rendered = Vec::new();
+            let exprs_at = At::Key(&field, "matchExpressions");
             for (i, e) in exprs.iter().enumerate() {
-                let f = format!("{field}.matchExpressions[{i}]");
+                let f = At::Index(&exprs_at, i);
+                let values_at = At::Key(&f, "values");
                 let values = match &e.values {
                     Some(vs) => Some(
                         vs.iter()
                             .enumerate()
-                            .map(|(j, v)| self.tpl(&format!("{f}.values[{j}]"), v, ctx))
+                            .map(|(j, v)| self.tpl(At::Index(&values_at, j), v, ctx))
                             .collect::<Result<Vec<_>>>()?,
                     ),
                     None => None,
                 };
                 rendered.push(LabelSelectorRequirement {
-                    key: self.tpl(&format!("{f}.key"), &e.key, ctx)?,
+                    key: self.tpl(At::Key(&f, "key"), &e.key, ctx)?,
                     operator: e.operator.clone(),
                     values,
                 });
@@ -1058,7 +1126,7 @@ impl Evaluator<'_> {
             out.match_expressions = Some(rendered);
         }
         crate::selector::validate(&out)
-            .map_err(|e| FieldError::new(ErrorKind::Selector, field, e.to_string()))?;
+            .map_err(|e| FieldError::new(ErrorKind::Selector, field.to_string(), e.to_string()))?;
         Ok(out)
     }
 
@@ -1070,9 +1138,10 @@ impl Evaluator<'_> {
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Vec<Value>> {
-        let f = format!("spec.related[{i}]");
+        let related_at = At::Field("spec.related");
+        let f = At::Index(&related_at, i);
         if let Some(w) = &rel.when
-            && !truthy(&*self.expr(&format!("{f}.when"), w, ctx)?)
+            && !truthy(&*self.expr(At::Key(&f, "when"), w, ctx)?)
         {
             return Ok(Vec::new());
         }
@@ -1088,19 +1157,19 @@ impl Evaluator<'_> {
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
             let gk = GroupKind::new(&q.api_group, &q.kind);
             let ns = match &q.namespace {
-                Some(t) => Some(self.tpl(&format!("{f}.objects.namespace"), t, ctx)?),
+                Some(t) => Some(self.tpl(At::Key(&f, "objects.namespace"), t, ctx)?),
                 None => None,
             };
             let names: Option<BTreeSet<String>> = match &q.names {
                 Some(n) => Some(
-                    self.strings(&format!("{f}.objects.names"), n, ctx)?
+                    self.strings(At::Key(&f, "objects.names"), n, ctx)?
                         .into_iter()
                         .collect(),
                 ),
                 None => None,
             };
             let selector = match &q.selector {
-                Some(s) => Some(self.selector(&format!("{f}.objects.selector"), s, ctx)?),
+                Some(s) => Some(self.selector(At::Key(&f, "objects.selector"), s, ctx)?),
                 None => None,
             };
             // Kept reads share their names and selector with the other
@@ -1287,6 +1356,7 @@ impl Evaluator<'_> {
                     })
                     .collect()
             };
+            let trigger = self.inputs.borrow().trigger.clone();
             let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
             // A one-shot render keeps nothing: no addresses.
             let record = self.record;
@@ -1296,10 +1366,13 @@ impl Evaluator<'_> {
                 let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
                 for name in of {
                     if name == "trigger" {
+                        // Read where the store holds it: templates may
+                        // see only the parts of it they read.
                         let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
-                        let addr = inputs.trigger.as_ref().and_then(&mut pin);
-                        let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                        sources.extend(data.get("trigger").map(|v| (Source::Seen(v), addr)));
+                        if let Some((o, m)) = trigger.as_ref().zip(seen) {
+                            let addr = pin(o).map(|a| (usize::from(m), a));
+                            sources.push((Source::Held(o, m), addr));
+                        }
                     } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
                         for o in objs {
                             let addr = pin(o).map(|a| (usize::from(*seen), a));
@@ -1328,7 +1401,7 @@ impl Evaluator<'_> {
                             e,
                         )
                     })?,
-                    self.regex(&format!("{f}.listField.extract.regex"), &x.regex)?,
+                    self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
                     x.unmatched,
                 )),
                 None => None,
@@ -1352,7 +1425,7 @@ impl Evaluator<'_> {
                 let warned = self.warnings.borrow().len();
                 let src: Cow<Value> = match src {
                     Source::Seen(v) => Cow::Borrowed(v),
-                    Source::Held(o, seen) => Cow::Owned(visible(o, seen)),
+                    Source::Held(o, seen) => shown(o, seen),
                 };
                 for entry in path
                     .get(&src)
@@ -1421,7 +1494,7 @@ impl Evaluator<'_> {
             if item_only {
                 // Judged by text, as below, without binding a copy of an
                 // item whose verdicts are kept.
-                let items = self.judge_entries(i, rel, &f, &union, ctx)?;
+                let items = self.judge_entries(i, rel, f, &union, ctx)?;
                 judged = true;
                 items
             } else {
@@ -1446,7 +1519,7 @@ impl Evaluator<'_> {
                 // Bound by move, taken back after: no copy per item.
                 let (item, ok) = with_item(ctx, item, |ctx, item| {
                     self.item_verdict((i, false), key, || {
-                        self.stage_verdict(false, &f, rel, item, ctx)
+                        self.stage_verdict(false, f, rel, item, ctx)
                     })
                 });
                 if matches!(ok?, ItemVerdict::Where(true)) {
@@ -1472,7 +1545,7 @@ impl Evaluator<'_> {
                 let key = keys.get(n).filter(|_| cached);
                 let (item, verdict) = with_item(ctx, item, |ctx, item| {
                     self.item_verdict((i, true), key, || {
-                        self.stage_verdict(true, &f, rel, item, ctx)
+                        self.stage_verdict(true, f, rel, item, ctx)
                     })
                 });
                 match verdict? {
@@ -1504,7 +1577,7 @@ impl Evaluator<'_> {
                 },
             );
             let mut inputs = self.inputs.borrow_mut();
-            inputs.tokens.insert(format!("related.{}", rel.name), token);
+            inputs.list_tokens.insert(rel.name.clone(), token);
             inputs.lent.push(Lent::List(rel.name.clone(), key));
         }
         Ok(items)
@@ -1561,7 +1634,7 @@ impl Evaluator<'_> {
             .borrow_mut()
             .extend(e.warnings.iter().cloned());
         let mut inputs = self.inputs.borrow_mut();
-        inputs.tokens.insert(format!("related.{name}"), e.token);
+        inputs.list_tokens.insert(name.to_string(), e.token);
         inputs.lent.push(Lent::List(name.to_string(), key.clone()));
         Some(v)
     }
@@ -1609,7 +1682,8 @@ impl Evaluator<'_> {
         let t_addr = trigger
             .as_ref()
             .map_or(0, |t| self.derived.borrow_mut().pin(t));
-        let f = format!("spec.related[{i}]");
+        let related_at = At::Field("spec.related");
+        let f = At::Index(&related_at, i);
         let mut kept: Vec<Arc<Value>> = Vec::with_capacity(found.len());
         for o in found {
             let key = (i, self.derived.borrow_mut().pin(o), t_addr);
@@ -1626,7 +1700,7 @@ impl Evaluator<'_> {
                     };
                     let judge = |ctx: &Context, item: &Value| {
                         for (j, c) in rel.filter.iter().enumerate() {
-                            if !self.condition(&format!("{f}.where[{j}]"), c, item, ctx)? {
+                            if !self.condition(At::Index(&At::Key(&f, "where"), j), c, item, ctx)? {
                                 return Ok(false);
                             }
                         }
@@ -1674,7 +1748,7 @@ impl Evaluator<'_> {
                     },
                 );
                 let mut inputs = self.inputs.borrow_mut();
-                inputs.tokens.insert(format!("related.{}", rel.name), token);
+                inputs.list_tokens.insert(rel.name.clone(), token);
                 inputs.lent.push(Lent::List(rel.name.clone(), key));
                 if hollow {
                     Vec::new()
@@ -1698,7 +1772,7 @@ impl Evaluator<'_> {
         &self,
         i: usize,
         rel: &Related,
-        f: &str,
+        f: At<'_>,
         union: &[(&str, &Value)],
         ctx: &mut Context,
     ) -> Result<Vec<Value>> {
@@ -1785,21 +1859,21 @@ impl Evaluator<'_> {
     fn stage_verdict(
         &self,
         require: bool,
-        f: &str,
+        f: At<'_>,
         rel: &Related,
         item: &Value,
         ctx: &Context,
     ) -> Result<ItemVerdict> {
         if require {
             for (j, c) in rel.require.iter().enumerate() {
-                if let Some(w) = self.check(&format!("{f}.require[{j}]"), c, item, ctx)? {
+                if let Some(w) = self.check(At::Index(&At::Key(&f, "require"), j), c, item, ctx)? {
                     return Ok(ItemVerdict::Require(Some(w)));
                 }
             }
             return Ok(ItemVerdict::Require(None));
         }
         for (j, c) in rel.filter.iter().enumerate() {
-            if !self.condition(&format!("{f}.where[{j}]"), c, item, ctx)? {
+            if !self.condition(At::Index(&At::Key(&f, "where"), j), c, item, ctx)? {
                 return Ok(ItemVerdict::Where(false));
             }
         }
@@ -1936,7 +2010,7 @@ impl Evaluator<'_> {
         // A list read that is not kept leaves the var uncached.
         let deps = read
             .iter()
-            .map(|n| inputs.tokens.get(&format!("related.{n}")).copied())
+            .map(|n| inputs.list_tokens.get(n.as_str()).copied())
             .collect::<Option<Vec<u64>>>()?;
         (!deps.is_empty()).then_some((i, deps))
     }
@@ -1953,7 +2027,7 @@ impl Evaluator<'_> {
                 && let Some(v) = e.value.take()
             {
                 let mut inputs = self.inputs.borrow_mut();
-                inputs.tokens.insert(format!("vars.{name}"), e.token);
+                inputs.var_tokens.insert(name.to_string(), e.token);
                 inputs.lent.push(Lent::Var(name.to_string(), key.clone()));
                 return Ok(v);
             }
@@ -1973,7 +2047,7 @@ impl Evaluator<'_> {
                 },
             );
             let mut inputs = self.inputs.borrow_mut();
-            inputs.tokens.insert(format!("vars.{name}"), token);
+            inputs.var_tokens.insert(name.to_string(), token);
             inputs.lent.push(Lent::Var(name.to_string(), key));
         }
         Ok(value)
@@ -2018,7 +2092,7 @@ impl Evaluator<'_> {
             let f = format!("spec.outputs[{i}]");
             let one = |this: &Self, ctx: &mut Context, out: &mut Vec<Desired>| -> Result<()> {
                 if let Some(w) = &o.when
-                    && !truthy(&*this.expr(&format!("{f}.when"), w, ctx)?)
+                    && !truthy(&*this.expr(format!("{f}.when"), w, ctx)?)
                 {
                     return Ok(());
                 }
@@ -2049,7 +2123,7 @@ impl Evaluator<'_> {
                     // An output is not one template value to search for
                     // the list's name: its list is always copied.
                     self.for_each(
-                        &format!("{f}.forEach"),
+                        At::Key(&At::Field(&f), "forEach"),
                         e,
                         var,
                         |_| false,
@@ -2071,12 +2145,13 @@ impl Evaluator<'_> {
         view: &View,
     ) -> Result<Desired> {
         // Field names are built once: most are read only by an error.
-        let name_field = format!("{f}.name");
-        let name = self.tpl(&name_field, &o.name, ctx)?;
-        output::validate_name(&name_field, &name)?;
+        let at = At::Field(f);
+        let name_field = At::Key(&at, "name");
+        let name = self.tpl(name_field, &o.name, ctx)?;
+        output::validate_name(name_field, &name)?;
         let namespace = if o.kind.namespaced() {
             let ns = match &o.namespace {
-                Some(t) => self.tpl(&format!("{f}.namespace"), t, ctx)?,
+                Some(t) => self.tpl(At::Key(&at, "namespace"), t, ctx)?,
                 None => default_namespace(trigger).ok_or_else(|| {
                     FieldError::new(
                         ErrorKind::InvalidRule,
@@ -2088,24 +2163,22 @@ impl Evaluator<'_> {
                     )
                 })?,
             };
-            output::validate_namespace(&format!("{f}.namespace"), &ns)?;
+            output::validate_namespace(At::Key(&at, "namespace"), &ns)?;
             Some(ns)
         } else {
             None
         };
 
-        let labels_field = format!("{f}.labels");
-        let annotations_field = format!("{f}.annotations");
+        let labels_field = At::Key(&at, "labels");
+        let annotations_field = At::Key(&at, "annotations");
         let mut labels = BTreeMap::new();
         if let Some(l) = &o.labels {
-            labels = output::string_map(&labels_field, &self.expand(l, ctx, &labels_field)?)?;
+            labels = output::string_map(labels_field, &self.expand(l, ctx, labels_field)?)?;
         }
         let mut annotations = BTreeMap::new();
         if let Some(a) = &o.annotations {
-            annotations = output::string_map(
-                &annotations_field,
-                &self.expand(a, ctx, &annotations_field)?,
-            )?;
+            annotations =
+                output::string_map(annotations_field, &self.expand(a, ctx, annotations_field)?)?;
         }
         for k in labels.keys().chain(annotations.keys()) {
             let reserved = k
@@ -2114,17 +2187,17 @@ impl Evaluator<'_> {
             if reserved || k == MANAGED_BY_LABEL {
                 return Err(FieldError::new(
                     ErrorKind::InvalidRule,
-                    labels_field,
+                    labels_field.to_string(),
                     format!("key {k:?} is reserved for provenance"),
                 ));
             }
         }
         for (k, v) in &labels {
-            output::validate_key(&labels_field, k)?;
-            output::validate_label_value(&labels_field, k, v)?;
+            output::validate_key(labels_field, k)?;
+            output::validate_label_value(labels_field, k, v)?;
         }
         for k in annotations.keys() {
-            output::validate_key(&annotations_field, k)?;
+            output::validate_key(annotations_field, k)?;
         }
         labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
         labels.insert(
@@ -2143,7 +2216,7 @@ impl Evaluator<'_> {
             let namespaced = o.kind.namespaced();
             let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
                 Some(r) => {
-                    let field = format!("{f}.rules");
+                    let field = At::Key(&at, "rules");
                     // Values rendered from templates are marked as data.
                     self.mark.set(true);
                     let kept = self.kept_policy(r);
@@ -2158,7 +2231,7 @@ impl Evaluator<'_> {
                     self.checked_only.set(key.is_some());
                     let expanded = match kept {
                         Some(_) => Ok(Value::Null),
-                        None => self.expand(r, ctx, &field),
+                        None => self.expand(r, ctx, field),
                     };
                     self.checked_only.set(false);
                     let spans = self.inputs.borrow_mut().spans.take();
@@ -2171,16 +2244,16 @@ impl Evaluator<'_> {
                         None => {
                             let mut expanded = expanded?;
                             let shared = spans.and_then(|spans| {
-                                self.entry_policies(&field, &mut expanded, &spans, namespaced)
+                                self.entry_policies(field, &mut expanded, &spans, namespaced)
                             });
                             if let Some(shared) = shared {
                                 let (rules, r) = shared?;
                                 refusal = r;
                                 rules
                             } else {
-                                let checked = output::check_marked_rules(&field, &mut expanded)
+                                let checked = output::check_marked_rules(field, &mut expanded)
                                     .and_then(|r| {
-                                        output::policy_rules(&field, expanded, namespaced)
+                                        output::policy_rules(field, expanded, namespaced)
                                             .map(|rules| (Arc::new(rules), r))
                                     });
                                 let (rules, r) = match checked {
@@ -2230,8 +2303,8 @@ impl Evaluator<'_> {
             }
             let aggregation = match &o.aggregation_rule {
                 Some(a) => Some(output::aggregation_rule(
-                    &format!("{f}.aggregationRule"),
-                    &self.expand(a, ctx, &format!("{f}.aggregationRule"))?,
+                    At::Key(&at, "aggregationRule"),
+                    &self.expand(a, ctx, At::Key(&at, "aggregationRule"))?,
                 )?),
                 None => None,
             };
@@ -2244,8 +2317,8 @@ impl Evaluator<'_> {
                     "a binding needs roleRef",
                 )
             })?;
-            let role_kind = self.tpl(&format!("{f}.roleRef.kind"), &rr.kind, ctx)?;
-            let role_name = self.tpl(&format!("{f}.roleRef.name"), &rr.name, ctx)?;
+            let role_kind = self.tpl(At::Key(&at, "roleRef.kind"), &rr.kind, ctx)?;
+            let role_name = self.tpl(At::Key(&at, "roleRef.name"), &rr.name, ctx)?;
             let allowed: &[&str] = if o.kind == OutputKind::ClusterRoleBinding {
                 &["ClusterRole"]
             } else {
@@ -2262,11 +2335,11 @@ impl Evaluator<'_> {
                     ),
                 ));
             }
-            output::validate_name(&format!("{f}.roleRef.name"), &role_name)?;
+            output::validate_name(At::Key(&at, "roleRef.name"), &role_name)?;
             let subjects = match &o.subjects {
                 Some(s) => output::subjects(
-                    &format!("{f}.subjects"),
-                    &self.expand(s, ctx, &format!("{f}.subjects"))?,
+                    At::Key(&at, "subjects"),
+                    &self.expand(s, ctx, At::Key(&at, "subjects"))?,
                     o.kind,
                 )?,
                 None => Vec::new(),
@@ -2311,7 +2384,7 @@ impl Evaluator<'_> {
     /// the spans do not cover the list (never so without a kept entry).
     fn entry_policies(
         &self,
-        field: &str,
+        field: At<'_>,
         expanded: &mut Value,
         spans: &[Span],
         namespaced: bool,
@@ -2415,13 +2488,15 @@ impl Evaluator<'_> {
     ) -> Result<Vec<Seen<'v>>> {
         let names: BTreeSet<String> = match &rf.cluster_role_names {
             Some(n) => self
-                .strings(&format!("{f}.clusterRoleNames"), n, ctx)?
+                .strings(At::Key(&At::Field(f), "clusterRoleNames"), n, ctx)?
                 .into_iter()
                 .collect(),
             None => BTreeSet::new(),
         };
         let selector = match &rf.cluster_role_selector {
-            Some(s) => Some(self.selector(&format!("{f}.clusterRoleSelector"), s, ctx)?),
+            Some(s) => {
+                Some(self.selector(At::Key(&At::Field(f), "clusterRoleSelector"), s, ctx)?)
+            }
             None => None,
         };
         let gk = output_gk(OutputKind::ClusterRole);
@@ -2496,16 +2571,16 @@ pub(super) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<
 
 /// A render error: `LimitExceeded` when the trigger ran over a limit
 /// (whatever failed first), else a template error.
-fn template_error(field: &str, message: String) -> FieldError {
+fn template_error(field: impl std::fmt::Display, message: String) -> FieldError {
     match limits::tripped() {
-        Some(t) => FieldError::new(ErrorKind::LimitExceeded, field, t),
-        None => FieldError::new(ErrorKind::Template, field, message),
+        Some(t) => FieldError::new(ErrorKind::LimitExceeded, field.to_string(), t),
+        None => FieldError::new(ErrorKind::Template, field.to_string(), message),
     }
 }
 
 /// A limit check's result as an error on `field`.
-fn limited(field: &str, r: std::result::Result<(), String>) -> Result<()> {
-    r.map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field, m))
+fn limited(field: impl std::fmt::Display, r: std::result::Result<(), String>) -> Result<()> {
+    r.map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field.to_string(), m))
 }
 
 /// Role and RoleBinding default to the trigger's namespace, or to the

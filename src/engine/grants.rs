@@ -75,7 +75,8 @@ impl Judge<'_, '_> {
     fn judge(&self, obj: Obj) -> Option<String> {
         let kind = obj.kind();
         let name = obj.name();
-        let what = format!("{kind} {name:?}");
+        // Spelled only when something is refused.
+        let what = super::error::lazy(|f| write!(f, "{kind} {name:?}"));
         let mut why: Vec<String> = Vec::new();
         if !self.waivers.system_names && policy::is_system_name(name) {
             why.push(format!(
@@ -90,11 +91,13 @@ impl Judge<'_, '_> {
         let aggregated = obj
             .json()
             .is_some_and(|o| o.get("aggregationRule").is_some());
-        let grants = if aggregated {
-            format!("{what} aggregates roles that grant")
-        } else {
-            format!("{what} grants")
-        };
+        let grants = super::error::lazy(|f| {
+            if aggregated {
+                write!(f, "{what} aggregates roles that grant")
+            } else {
+                write!(f, "{what} grants")
+            }
+        });
         if let Some((role_kind, role_name)) = obj.role_ref() {
             if !self.waivers.cluster_admin_bindings
                 && (role_name == "cluster-admin" || policy::is_system_name(role_name))
@@ -172,7 +175,12 @@ impl Judge<'_, '_> {
         (!why.is_empty()).then(|| why.join("; "))
     }
 
-    fn push_uncovered(&self, why: &mut Vec<String>, grants: &str, granted: &[PolicyRule]) {
+    fn push_uncovered(
+        &self,
+        why: &mut Vec<String>,
+        grants: &dyn std::fmt::Display,
+        granted: &[PolicyRule],
+    ) {
         if let Some((allow, effective)) = self.allow
             && !granted.is_empty()
         {
@@ -234,7 +242,7 @@ impl Judge<'_, '_> {
 }
 
 /// The denials a grant breaks, the first three shown.
-fn push_denials(why: &mut Vec<String>, grants: &str, denied: &[String]) {
+fn push_denials(why: &mut Vec<String>, grants: &dyn std::fmt::Display, denied: &[String]) {
     if !denied.is_empty() {
         let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
         why.push(format!("{grants} {}", shown.join("; ")));

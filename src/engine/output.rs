@@ -42,24 +42,24 @@ pub fn trigger_annotation() -> String {
     format!("{GROUP}/trigger")
 }
 
-fn invalid(field: &str, msg: impl Into<String>) -> FieldError {
-    FieldError::new(ErrorKind::InvalidOutput, field, msg)
+fn invalid(field: impl std::fmt::Display, msg: impl Into<String>) -> FieldError {
+    FieldError::new(ErrorKind::InvalidOutput, field.to_string(), msg)
 }
 
 /// RBAC object names are path segments: not empty, `.` or `..`, no `/` or
 /// `%`. Kubernetes sets no length limit on them (unlike DNS names), and
 /// rules rely on that: roles named after a 253-character object (a CRD
 /// name, say) plus a prefix and suffix are longer than 253.
-pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
+pub fn validate_name(field: impl std::fmt::Display, name: &str) -> Result<(), FieldError> {
     if name.is_empty() {
-        return Err(invalid(field, "rendered name is empty"));
+        return Err(invalid(&field, "rendered name is empty"));
     }
     if name == "." || name == ".." {
-        return Err(invalid(field, format!("name {name:?} is not allowed")));
+        return Err(invalid(&field, format!("name {name:?} is not allowed")));
     }
     if let Some(c) = name.chars().find(|c| *c == '/' || *c == '%') {
         return Err(invalid(
-            field,
+            &field,
             format!("name {name:?} may not contain {c:?}"),
         ));
     }
@@ -67,7 +67,7 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), FieldError> {
 }
 
 /// Namespaces are DNS-1123 labels.
-pub fn validate_namespace(field: &str, ns: &str) -> Result<(), FieldError> {
+pub fn validate_namespace(field: impl std::fmt::Display, ns: &str) -> Result<(), FieldError> {
     let ok = !ns.is_empty()
         && ns.len() <= 63
         && ns
@@ -79,7 +79,7 @@ pub fn validate_namespace(field: &str, ns: &str) -> Result<(), FieldError> {
         Ok(())
     } else {
         Err(invalid(
-            field,
+            &field,
             format!(
                 "namespace {ns:?} is not a valid DNS label (lowercase, digits, '-', at most 63)"
             ),
@@ -110,7 +110,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// Label and annotation keys: optional DNS-subdomain prefix, `/`, name.
-pub fn validate_key(field: &str, key: &str) -> Result<(), FieldError> {
+pub fn validate_key(field: impl std::fmt::Display, key: &str) -> Result<(), FieldError> {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -119,13 +119,13 @@ pub fn validate_key(field: &str, key: &str) -> Result<(), FieldError> {
         && !is_dns_subdomain(p)
     {
         return Err(invalid(
-            field,
+            &field,
             format!("key {key:?}: prefix {p:?} is not a DNS subdomain of at most 253 characters"),
         ));
     }
     if !is_qualified_name_part(name) {
         return Err(invalid(
-            field,
+            &field,
             format!(
                 "key {key:?}: name part must be 1-63 characters, alphanumeric at both ends, '-', '_' or '.' inside (it is {})",
                 name.len()
@@ -136,12 +136,16 @@ pub fn validate_key(field: &str, key: &str) -> Result<(), FieldError> {
 }
 
 /// Label values: empty, or ≤ 63 with the name-part rules.
-pub fn validate_label_value(field: &str, key: &str, value: &str) -> Result<(), FieldError> {
+pub fn validate_label_value(
+    field: impl std::fmt::Display,
+    key: &str,
+    value: &str,
+) -> Result<(), FieldError> {
     if value.is_empty() || is_qualified_name_part(value) {
         return Ok(());
     }
     Err(invalid(
-        field,
+        &field,
         format!(
             "label {key:?}: value {value:?} is {} characters; values must be at most 63, alphanumeric at both ends, '-', '_' or '.' inside (use the shorten or hash helper)",
             value.len()
@@ -150,9 +154,12 @@ pub fn validate_label_value(field: &str, key: &str, value: &str) -> Result<(), F
 }
 
 /// Converts a rendered map of text to a string map.
-pub fn string_map(field: &str, v: &Value) -> Result<BTreeMap<String, String>, FieldError> {
+pub fn string_map(
+    field: impl std::fmt::Display,
+    v: &Value,
+) -> Result<BTreeMap<String, String>, FieldError> {
     let Value::Object(m) = v else {
-        return Err(invalid(field, "must render to a map"));
+        return Err(invalid(&field, "must render to a map"));
     };
     let mut out = BTreeMap::new();
     for (k, val) in m {
@@ -162,7 +169,7 @@ pub fn string_map(field: &str, v: &Value) -> Result<BTreeMap<String, String>, Fi
             Value::Number(n) => n.to_string(),
             other => {
                 return Err(invalid(
-                    &format!("{field}.{k}"),
+                    format!("{field}.{k}"),
                     format!("must be text, got {other}"),
                 ));
             }
@@ -174,27 +181,36 @@ pub fn string_map(field: &str, v: &Value) -> Result<BTreeMap<String, String>, Fi
 
 /// Deserializes a rendered value into a Kubernetes type, refusing unknown
 /// fields (a typo like `resource:` must not silently widen or narrow a role).
-pub fn strict<T: DeserializeOwned>(field: &str, v: &Value) -> Result<T, FieldError> {
+pub fn strict<T: DeserializeOwned>(
+    field: impl std::fmt::Display,
+    v: &Value,
+) -> Result<T, FieldError> {
     // Read in place: `&Value` is a deserializer, no copy of the value.
-    strict_from(field, v)
+    strict_from(&field, v)
 }
 
 /// [`strict`] from a value given up: its strings are moved into the
 /// result, not copied.
-pub fn strict_owned<T: DeserializeOwned>(field: &str, v: Value) -> Result<T, FieldError> {
-    strict_from(field, v)
+pub fn strict_owned<T: DeserializeOwned>(
+    field: impl std::fmt::Display,
+    v: Value,
+) -> Result<T, FieldError> {
+    strict_from(&field, v)
 }
 
-fn strict_from<'de, T: DeserializeOwned, D>(field: &str, v: D) -> Result<T, FieldError>
+fn strict_from<'de, T: DeserializeOwned, D>(
+    field: impl std::fmt::Display,
+    v: D,
+) -> Result<T, FieldError>
 where
     D: serde::Deserializer<'de, Error = serde_json::Error>,
 {
     let mut unknown = Vec::new();
     let parsed: Result<T, _> = serde_ignored::deserialize(v, |p| unknown.push(p.to_string()));
-    let parsed = parsed.map_err(|e| invalid(field, e.to_string()))?;
+    let parsed = parsed.map_err(|e| invalid(&field, e.to_string()))?;
     if let Some(u) = unknown.first() {
         return Err(invalid(
-            &format!("{field}.{u}"),
+            format!("{field}.{u}"),
             format!("unknown field {u:?}"),
         ));
     }
@@ -203,27 +219,24 @@ where
 
 /// Kubernetes' PolicyRule validation (pkg/apis/rbac/validation).
 pub fn validate_policy_rule(
-    field: &str,
+    field: impl std::fmt::Display,
     r: &PolicyRule,
     namespaced: bool,
 ) -> Result<(), FieldError> {
     let empty = |o: &Option<Vec<String>>| o.as_ref().is_none_or(Vec::is_empty);
     if r.verbs.is_empty() {
-        return Err(invalid(
-            &format!("{field}.verbs"),
-            "verbs must not be empty",
-        ));
+        return Err(invalid(format!("{field}.verbs"), "verbs must not be empty"));
     }
     if !empty(&r.non_resource_urls) {
         if namespaced {
             return Err(invalid(
-                &format!("{field}.nonResourceURLs"),
+                format!("{field}.nonResourceURLs"),
                 "namespaced Roles may not have nonResourceURLs",
             ));
         }
         if !empty(&r.api_groups) || !empty(&r.resources) {
             return Err(invalid(
-                field,
+                &field,
                 "a rule may not cover both resources and nonResourceURLs",
             ));
         }
@@ -231,13 +244,13 @@ pub fn validate_policy_rule(
     }
     if r.api_groups.is_none() || empty(&r.api_groups) {
         return Err(invalid(
-            &format!("{field}.apiGroups"),
+            format!("{field}.apiGroups"),
             "resource rules need at least one apiGroup (\"\" is the core group)",
         ));
     }
     if empty(&r.resources) {
         return Err(invalid(
-            &format!("{field}.resources"),
+            format!("{field}.resources"),
             "resource rules need at least one resource",
         ));
     }
@@ -306,10 +319,13 @@ fn strip_marks(v: &mut Value) {
 /// removes the marks. A malformed name is an error; a `*` from data is a
 /// refusal, returned (the first) for the caller to refuse the object with
 /// ([`ErrorKind::EscalationDenied`]).
-pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<Option<FieldError>, FieldError> {
+pub fn check_marked_rules(
+    field: impl std::fmt::Display,
+    v: &mut Value,
+) -> Result<Option<FieldError>, FieldError> {
     match v {
         Value::Array(items) => {
-            let refusal = check_marked_items(field, 0, items)?;
+            let refusal = check_marked_items(&field, 0, items)?;
             strip_marked_items(items);
             Ok(refusal)
         }
@@ -323,7 +339,7 @@ pub fn check_marked_rules(field: &str, v: &mut Value) -> Result<Option<FieldErro
 /// [`check_marked_rules`] for a run of the rendered list that starts at
 /// index `base` (named so in errors), leaving the marks in place.
 pub fn check_marked_items(
-    field: &str,
+    field: impl std::fmt::Display,
     base: usize,
     items: &[Value],
 ) -> Result<Option<FieldError>, FieldError> {
@@ -365,27 +381,27 @@ pub fn strip_marked_items(items: &mut [Value]) {
 
 /// Parses and validates rendered policy rules.
 pub fn policy_rules(
-    field: &str,
+    field: impl std::fmt::Display,
     v: Value,
     namespaced: bool,
 ) -> Result<Vec<PolicyRule>, FieldError> {
     let Value::Array(mut items) = v else {
-        return Err(invalid(field, "must render to a list"));
+        return Err(invalid(&field, "must render to a list"));
     };
-    policy_items(field, 0, &mut items, namespaced)
+    policy_items(&field, 0, &mut items, namespaced)
 }
 
 /// [`policy_rules`] for a run of the rendered list that starts at index
 /// `base` (named so in errors), taking the items (left null).
 pub fn policy_items(
-    field: &str,
+    field: impl std::fmt::Display,
     base: usize,
     items: &mut [Value],
     namespaced: bool,
 ) -> Result<Vec<PolicyRule>, FieldError> {
     let mut rules = Vec::with_capacity(items.len());
     for (i, item) in items.iter_mut().enumerate() {
-        let f = format!("{field}[{}]", base + i);
+        let f = super::error::lazy(|fm| write!(fm, "{field}[{}]", base + i));
         let r: PolicyRule = strict_owned(&f, std::mem::take(item))?;
         validate_policy_rule(&f, &r, namespaced)?;
         rules.push(r);
@@ -395,27 +411,31 @@ pub fn policy_items(
 
 /// Parses and validates subjects, filling the apiGroup Kubernetes expects
 /// for each kind and dropping exact duplicates.
-pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>, FieldError> {
+pub fn subjects(
+    field: impl std::fmt::Display,
+    v: &Value,
+    kind: OutputKind,
+) -> Result<Vec<Subject>, FieldError> {
     let Value::Array(items) = v else {
-        return Err(invalid(field, "must render to a list"));
+        return Err(invalid(&field, "must render to a list"));
     };
     let mut out: Vec<Subject> = Vec::new();
     let mut seen: BTreeSet<(String, String, String)> = BTreeSet::new();
     for (i, item) in items.iter().enumerate() {
-        let f = format!("{field}[{i}]");
+        let f = super::error::lazy(|fm| write!(fm, "{field}[{i}]"));
         let mut s: Subject = strict(&f, item)?;
         if s.name.is_empty() {
-            return Err(invalid(&format!("{f}.name"), "subject name is empty"));
+            return Err(invalid(format!("{f}.name"), "subject name is empty"));
         }
         if s.name.chars().any(char::is_control) {
             return Err(invalid(
-                &format!("{f}.name"),
+                format!("{f}.name"),
                 format!("subject name {:?} contains control characters", s.name),
             ));
         }
         if s.kind == "ServiceAccount" && !is_dns_subdomain(&s.name) {
             return Err(invalid(
-                &format!("{f}.name"),
+                format!("{f}.name"),
                 format!("ServiceAccount name {:?} is not a DNS subdomain", s.name),
             ));
         }
@@ -423,18 +443,16 @@ pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>
             "ServiceAccount" => {
                 if s.api_group.as_deref().is_some_and(|g| !g.is_empty()) {
                     return Err(invalid(
-                        &format!("{f}.apiGroup"),
+                        format!("{f}.apiGroup"),
                         "ServiceAccount subjects take apiGroup \"\"",
                     ));
                 }
                 s.api_group = Some(String::new());
                 match s.namespace.as_deref() {
-                    Some(ns) if !ns.is_empty() => {
-                        validate_namespace(&format!("{f}.namespace"), ns)?
-                    }
+                    Some(ns) if !ns.is_empty() => validate_namespace(format!("{f}.namespace"), ns)?,
                     _ if kind == OutputKind::ClusterRoleBinding => {
                         return Err(invalid(
-                            &format!("{f}.namespace"),
+                            format!("{f}.namespace"),
                             "ServiceAccount subjects of a ClusterRoleBinding need a namespace",
                         ));
                     }
@@ -444,14 +462,14 @@ pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>
             "User" | "Group" => {
                 if s.api_group.as_deref().is_some_and(|g| g != RBAC_GROUP) {
                     return Err(invalid(
-                        &format!("{f}.apiGroup"),
+                        format!("{f}.apiGroup"),
                         format!("{} subjects take apiGroup {RBAC_GROUP}", s.kind),
                     ));
                 }
                 s.api_group = Some(RBAC_GROUP.to_string());
                 if s.namespace.as_deref().is_some_and(|n| !n.is_empty()) {
                     return Err(invalid(
-                        &format!("{f}.namespace"),
+                        format!("{f}.namespace"),
                         format!("{} subjects have no namespace", s.kind),
                     ));
                 }
@@ -459,7 +477,7 @@ pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>
             }
             other => {
                 return Err(invalid(
-                    &format!("{f}.kind"),
+                    format!("{f}.kind"),
                     format!("subject kind {other:?} is not ServiceAccount, User or Group"),
                 ));
             }
@@ -477,8 +495,11 @@ pub fn subjects(field: &str, v: &Value, kind: OutputKind) -> Result<Vec<Subject>
 }
 
 /// Parses an aggregationRule and checks its selectors.
-pub fn aggregation_rule(field: &str, v: &Value) -> Result<AggregationRule, FieldError> {
-    let a: AggregationRule = strict(field, v)?;
+pub fn aggregation_rule(
+    field: impl std::fmt::Display,
+    v: &Value,
+) -> Result<AggregationRule, FieldError> {
+    let a: AggregationRule = strict(&field, v)?;
     for (i, sel) in a.cluster_role_selectors.iter().flatten().enumerate() {
         crate::selector::validate(sel).map_err(|e| {
             FieldError::new(
@@ -488,9 +509,9 @@ pub fn aggregation_rule(field: &str, v: &Value) -> Result<AggregationRule, Field
             )
         })?;
         for (k, val) in sel.match_labels.iter().flatten() {
-            validate_key(&format!("{field}.clusterRoleSelectors[{i}].matchLabels"), k)?;
+            validate_key(format!("{field}.clusterRoleSelectors[{i}].matchLabels"), k)?;
             validate_label_value(
-                &format!("{field}.clusterRoleSelectors[{i}].matchLabels"),
+                format!("{field}.clusterRoleSelectors[{i}].matchLabels"),
                 k,
                 val,
             )?;

@@ -27,6 +27,13 @@ impl FieldPath {
     /// Parses `a.b["c.d"][0].e`. Quoted keys take `"` or `'`; an empty
     /// path, an empty segment or an unclosed bracket is an error.
     pub fn parse(text: &str) -> Result<FieldPath, String> {
+        // Most paths are keys and dots: split, not walked char by char.
+        if !text.contains('[') && !text.is_empty() && text.split('.').all(|k| !k.is_empty()) {
+            let segments = text.split('.').map(|k| Segment::Key(k.to_string()));
+            return Ok(FieldPath {
+                segments: segments.collect(),
+            });
+        }
         let mut segments = Vec::new();
         let chars: Vec<char> = text.chars().collect();
         let mut i = 0;

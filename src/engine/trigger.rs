@@ -7,7 +7,7 @@ use handlebars::Context;
 use serde_json::{Map, Value, json};
 
 use super::error::FieldError;
-use super::expand::{Evaluator, bind, is_deleting, visible};
+use super::expand::{At, Evaluator, bind, is_deleting, project, shown, visible};
 use super::memo::Outcome;
 use super::view::View;
 use crate::api::{MetadataSource, Trigger};
@@ -26,8 +26,23 @@ impl Evaluator<'_> {
         self.warnings.borrow_mut().clear();
         self.inputs.borrow_mut().start(Some(Arc::clone(obj)));
         let mut ctx = self.base_context();
-        bind(&mut ctx, "trigger", visible(obj, trigger.metadata_only));
-        let seen = &ctx.data()["trigger"];
+        let whole;
+        let seen: &Value = match &self.rule.trigger_paths {
+            // Templates see the parts they read; matching reads it whole.
+            Some(paths) => {
+                bind(
+                    &mut ctx,
+                    "trigger",
+                    project(obj, paths, trigger.metadata_only),
+                );
+                whole = shown(obj, trigger.metadata_only);
+                &whole
+            }
+            None => {
+                bind(&mut ctx, "trigger", visible(obj, trigger.metadata_only));
+                &ctx.data()["trigger"]
+            }
+        };
         let matches = match self.trigger_matches(trigger, seen, &ctx) {
             Ok(None) => return Outcome::NoMatch,
             Ok(Some(m)) => m,
@@ -42,7 +57,12 @@ impl Evaluator<'_> {
         // A trigger whose data the rule does not believe renders nothing:
         // its earlier outputs go, with a warning rather than an error.
         for (i, c) in trigger.require.iter().enumerate() {
-            match self.check(&format!("spec.trigger.require[{i}]"), c, seen, &ctx) {
+            match self.check(
+                At::Index(&At::Field("spec.trigger.require"), i),
+                c,
+                seen,
+                &ctx,
+            ) {
                 Ok(None) => {}
                 Ok(Some(w)) => {
                     self.warnings.borrow_mut().push(w);
@@ -80,7 +100,12 @@ impl Evaluator<'_> {
             return Ok(None);
         }
         for (i, c) in t.conditions.iter().enumerate() {
-            if !self.condition(&format!("spec.trigger.conditions[{i}]"), c, obj, ctx)? {
+            if !self.condition(
+                At::Index(&At::Field("spec.trigger.conditions"), i),
+                c,
+                obj,
+                ctx,
+            )? {
                 return Ok(None);
             }
         }
@@ -91,9 +116,9 @@ impl Evaluator<'_> {
             MetadataSource::Annotations => "annotations",
             MetadataSource::Labels => "labels",
         };
-        let key_re = self.regex("spec.trigger.metadataMatch.key", &mm.key)?;
+        let key_re = self.regex(At::Field("spec.trigger.metadataMatch.key"), &mm.key)?;
         let val_re = match &mm.value {
-            Some(v) => Some(self.regex("spec.trigger.metadataMatch.value", v)?),
+            Some(v) => Some(self.regex(At::Field("spec.trigger.metadataMatch.value"), v)?),
             None => None,
         };
         let mut found = Vec::new();

@@ -488,7 +488,8 @@ impl<'a> View<'a> {
         };
         for k in keys {
             let obj = self.get_seen(gk, k);
-            let noisy = obj.is_some_and(|o| self.breaks_denials(o));
+            // Worked out for a role some selection holds, once.
+            let noisy = std::cell::OnceCell::new();
             let mut ids = mine.member_of.remove(k).unwrap_or_default();
             for (json, sel) in mine.by_json.iter_mut() {
                 let now = obj.is_some_and(|o| o.selected_by(&sel.selectors));
@@ -501,7 +502,7 @@ impl<'a> View<'a> {
                     sel.members.remove(k);
                     ids.retain(|i| *i != sel.id);
                 }
-                if now && noisy {
+                if now && *noisy.get_or_init(|| obj.is_some_and(|o| self.breaks_denials(o))) {
                     sel.noisy.insert(k.clone());
                 } else if was {
                     sel.noisy.remove(k);

@@ -901,19 +901,40 @@ fn apply_policy(
         keys.dedup();
         keys
     } else {
-        let mut keys: BTreeSet<OutKey> = touched.clone();
+        // The changed keys of the output kinds (every output a rule
+        // touched is one), shared with the emitters where one emits it;
+        // then the dependents a change reached. Sorted, as the kinds and
+        // each kind's keys come in order.
+        let mut keys: Vec<Arc<OutKey>> = Vec::new();
         for kind in OutputKind::ALL {
             if let Some(changed) = changes.keys.get(gk_of(kind)) {
-                keys.extend(changed.iter().map(|(ns, n)| (kind, ns.clone(), n.clone())));
+                keys.extend(
+                    changed
+                        .iter()
+                        .map(|k| match memo.emitters.shared_key(kind, k) {
+                            Some(shared) => Arc::clone(shared),
+                            None => Arc::new((kind, k.0.clone(), k.1.clone())),
+                        }),
+                );
             }
         }
+        // What a rule touched was added to the changes with it.
+        debug_assert!(touched.iter().all(|k| {
+            changes
+                .keys
+                .get(gk_of(k.0))
+                .is_some_and(|c| c.contains(&(k.1.clone(), k.2.clone())))
+        }));
         for (key, reads) in &memo.dependents {
             let bound = reads.is_empty() && roles_changed;
             if bound || reads.iter().any(|r| reached.contains(r)) {
-                keys.insert(key.clone());
+                keys.push(Arc::new(key.clone()));
             }
         }
-        keys.into_iter().map(Arc::new).collect()
+        // In order but for the dependents (a merge of sorted runs).
+        keys.sort();
+        keys.dedup();
+        keys
     };
 
     let keys_list: Vec<&OutKey> = keys.iter().map(|k| &**k).collect();

@@ -200,19 +200,26 @@ pub(crate) fn used() -> usize {
 
 /// One step of work: checks the clock now and then.
 pub(crate) fn tick() -> Result<(), String> {
-    with_budget(|b| {
-        b.ticks = b.ticks.wrapping_add(1);
-        if b.ticks % 32 == 0 && Instant::now() > b.deadline {
-            return Err(Limit::Time.message(&b.limits, "the trigger took too long to render"));
-        }
-        Ok(())
-    })
+    with_budget(step)
+}
+
+/// Steps between two reads of the clock: a step is a template rendered
+/// or a value expanded (microseconds at most), and a trigger's time limit
+/// is in seconds.
+const STEPS_PER_CLOCK_READ: u32 = 128;
+
+fn step(b: &mut Budget) -> Result<(), String> {
+    b.ticks = b.ticks.wrapping_add(1);
+    if b.ticks % STEPS_PER_CLOCK_READ == 0 && Instant::now() > b.deadline {
+        return Err(Limit::Time.message(&b.limits, "the trigger took too long to render"));
+    }
+    Ok(())
 }
 
 /// Charges `n` bytes to the trigger (and counts a step).
 pub(crate) fn charge(n: usize) -> Result<(), String> {
-    tick()?;
     with_budget(|b| {
+        step(b)?;
         b.bytes = b.bytes.saturating_add(n);
         if b.bytes > b.limits.bytes_per_trigger {
             return Err(Limit::Bytes.message(&b.limits, "the trigger renders too much"));

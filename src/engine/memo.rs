@@ -168,6 +168,15 @@ impl Emitters {
         self.by_key.get(&parts as &dyn KeyParts)
     }
 
+    /// The key of the object of `kind` with this key, shared, when
+    /// something emits it.
+    pub fn shared_key(&self, kind: OutputKind, key: &ObjectKey) -> Option<&Arc<OutKey>> {
+        let parts = (kind, key.0.as_str(), key.1.as_str());
+        self.by_key
+            .get_key_value(&parts as &dyn KeyParts)
+            .map(|(k, _)| k)
+    }
+
     /// The keys, shared.
     pub fn shared_keys(&self) -> impl Iterator<Item = &Arc<OutKey>> {
         self.by_key.keys()

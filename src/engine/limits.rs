@@ -210,7 +210,7 @@ const STEPS_PER_CLOCK_READ: u32 = 128;
 
 fn step(b: &mut Budget) -> Result<(), String> {
     b.ticks = b.ticks.wrapping_add(1);
-    if b.ticks % STEPS_PER_CLOCK_READ == 0 && Instant::now() > b.deadline {
+    if b.ticks.is_multiple_of(STEPS_PER_CLOCK_READ) && Instant::now() > b.deadline {
         return Err(Limit::Time.message(&b.limits, "the trigger took too long to render"));
     }
     Ok(())

@@ -233,6 +233,7 @@ fn run_rule(
         std::mem::take(&mut rm.derived),
     );
     *evaluator.deps.borrow_mut() = std::mem::take(&mut rm.deps);
+    *evaluator.unseen.borrow_mut() = std::mem::take(&mut rm.unseen);
     let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
         .spec
@@ -380,6 +381,7 @@ fn run_rule(
     }
     rm.items = evaluator.items.take();
     rm.deps = evaluator.deps.take();
+    rm.unseen = evaluator.unseen.take();
     evaluator.inputs.take();
     if one_shot {
         // Never read again: freed now for the rules after this one.

@@ -40,6 +40,9 @@ pub struct Templates {
     /// trigger.metadata.name 63}}`), by their text: rendered without
     /// handlebars.
     called: HashMap<String, Vec<Piece>>,
+    /// Expressions by their text: the path each is, when a bare path
+    /// (`related.types`), parsed once.
+    bare: HashMap<String, Option<FieldPath>>,
     /// Deepest nesting a template may have.
     depth: usize,
 }
@@ -108,6 +111,7 @@ impl Templates {
             simple: HashMap::default(),
             calls: HashMap::default(),
             called: HashMap::default(),
+            bare: HashMap::default(),
             depth: limits.template_depth,
         }
     }
@@ -127,6 +131,9 @@ impl Templates {
 
     /// Parses an expression once.
     pub fn compile_expr(&mut self, expr: &str) -> Result<(), CompileError> {
+        if !self.bare.contains_key(expr) {
+            self.bare.insert(expr.to_string(), bare_path(expr));
+        }
         let wrapped = wrap_expr(expr).map_err(|e| (ErrorKind::Template, e))?;
         if self.hb.has_template(&wrapped) {
             return Ok(());
@@ -233,7 +240,11 @@ impl Templates {
     /// The path of an expression that is a bare path of object keys (read
     /// in place by [`Templates::eval_ref`]), if it is one.
     pub fn key_path(&self, expr: &str) -> Option<FieldPath> {
-        bare_path(expr).filter(|p| p.segments().iter().all(|s| matches!(s, Segment::Key(_))))
+        let path = match self.bare.get(expr) {
+            Some(p) => p.clone(),
+            None => bare_path(expr),
+        };
+        path.filter(|p| p.segments().iter().all(|s| matches!(s, Segment::Key(_))))
     }
 
     /// Whether a template compiled before reads nothing but `root` (paths
@@ -286,8 +297,16 @@ impl Templates {
     /// in place, so `when` tests and loops over large related sets copy
     /// nothing they do not keep. A bare path that is missing yields null.
     pub fn eval_ref<'c>(&self, expr: &str, ctx: &'c Context) -> Result<Cow<'c, Value>, String> {
-        if let Some(path) = bare_path(expr) {
-            match navigate(ctx.data(), &path) {
+        let parsed;
+        let path = match self.bare.get(expr) {
+            Some(p) => p.as_ref(),
+            None => {
+                parsed = bare_path(expr);
+                parsed.as_ref()
+            }
+        };
+        if let Some(path) = path {
+            match navigate(ctx.data(), path) {
                 Nav::Found(v) => return Ok(Cow::Borrowed(v)),
                 Nav::Missing => return Ok(Cow::Owned(Value::Null)),
                 // Lists and scalars on the way: handlebars' own rules apply.

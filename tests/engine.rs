@@ -692,3 +692,69 @@ spec:
         ]
     );
 }
+
+/// Templates see the parts of the trigger they read (the engine binds only
+/// those): the same rule reading the trigger whole renders the same.
+#[test]
+fn templates_see_every_part_of_the_trigger_they_read() {
+    let rule = |name: &str, extra: &str| {
+        format!(
+            r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: {name}}}
+spec:
+  trigger: {{apiGroup: example.org, kind: Widget}}
+  related:
+  - name: refs
+    listField: {{path: status.refs}}
+  outputs:
+  - kind: ClusterRole
+    when: trigger.spec.on
+    name: '{name}:{{{{trigger.metadata.name}}}}:{{{{trigger.spec.a.b}}}}:{{{{get trigger "spec.c" "none"}}}}'
+    labels:
+      size: '{{{{trigger.metadata.labels.[example.org/size]}}}}'{extra}
+    rules:
+    - apiGroups: [example.org]
+      resources:
+      - forEach: trigger.spec.kinds
+        as: k
+        item: "{{{{k}}}}"
+      - forEach: related.refs
+        item: "{{{{item.name}}}}"
+      verbs: [get]
+"#
+        )
+    };
+    let whole = format!(
+        "{}---{}",
+        rule("parts", ""),
+        rule("whole", "\n    annotations:\n      all: '{{json trigger}}'")
+    );
+    let mut w = widget("w1");
+    w["metadata"]["labels"] = json!({"example.org/size": "xl"});
+    w["spec"] = json!({"on": true, "a": {"b": "deep"}, "c": "see", "kinds": ["gadgets", "gizmos"]});
+    w["status"] = json!({"refs": [{"name": "widgets"}, {"name": "sprockets"}]});
+    let eval = Engine::new(&rules(&whole), Options::default()).evaluate(&store(&[w]));
+    assert!(
+        eval.reports.values().all(|r| r.errors.is_empty()),
+        "{:?}",
+        eval.reports
+    );
+    let get = |name: &str| {
+        eval.desired
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| d.object.to_value())
+            .unwrap_or(Value::Null)
+    };
+    let parts = get("parts:w1:deep:see");
+    let whole = get("whole:w1:deep:see");
+    assert_eq!(parts["metadata"]["labels"]["size"], "xl");
+    assert_eq!(
+        parts["rules"],
+        json!([{"apiGroups": ["example.org"], "resources": ["gadgets", "gizmos", "sprockets", "widgets"], "verbs": ["get"]}])
+    );
+    assert_eq!(parts["rules"], whole["rules"]);
+    assert_eq!(whole["metadata"]["labels"]["size"], "xl");
+}

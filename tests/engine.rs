@@ -693,43 +693,39 @@ spec:
     );
 }
 
+/// A rule reading parts of its Widget trigger in every way templates can;
+/// `NAME` and `EXTRA` (more output fields) are filled in by the test.
+const TRIGGER_PARTS: &str = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: NAME}
+spec:
+  trigger: {apiGroup: example.org, kind: Widget}
+  related:
+  - {name: refs, listField: {path: status.refs}}
+  outputs:
+  - kind: ClusterRole
+    when: trigger.spec.on
+    name: 'NAME:{{trigger.metadata.name}}:{{trigger.spec.a.b}}:{{get trigger "spec.c" "none"}}'
+    labels: {size: '{{trigger.metadata.labels.[example.org/size]}}'}EXTRA
+    rules:
+    - apiGroups: [example.org]
+      resources:
+      - {forEach: trigger.spec.kinds, as: k, item: "{{k}}"}
+      - {forEach: related.refs, item: "{{item.name}}"}
+      verbs: [get]
+"#;
+
 /// Templates see the parts of the trigger they read (the engine binds only
 /// those): the same rule reading the trigger whole renders the same.
 #[test]
 fn templates_see_every_part_of_the_trigger_they_read() {
-    let rule = |name: &str, extra: &str| {
-        format!(
-            r#"
-apiVersion: rbacrules.io/v1alpha1
-kind: RbacRule
-metadata: {{name: {name}}}
-spec:
-  trigger: {{apiGroup: example.org, kind: Widget}}
-  related:
-  - name: refs
-    listField: {{path: status.refs}}
-  outputs:
-  - kind: ClusterRole
-    when: trigger.spec.on
-    name: '{name}:{{{{trigger.metadata.name}}}}:{{{{trigger.spec.a.b}}}}:{{{{get trigger "spec.c" "none"}}}}'
-    labels:
-      size: '{{{{trigger.metadata.labels.[example.org/size]}}}}'{extra}
-    rules:
-    - apiGroups: [example.org]
-      resources:
-      - forEach: trigger.spec.kinds
-        as: k
-        item: "{{{{k}}}}"
-      - forEach: related.refs
-        item: "{{{{item.name}}}}"
-      verbs: [get]
-"#
-        )
-    };
+    let rule =
+        |name: &str, extra: &str| TRIGGER_PARTS.replace("NAME", name).replace("EXTRA", extra);
     let whole = format!(
         "{}---{}",
         rule("parts", ""),
-        rule("whole", "\n    annotations:\n      all: '{{json trigger}}'")
+        rule("whole", "\n    annotations: {all: '{{json trigger}}'}")
     );
     let mut w = widget("w1");
     w["metadata"]["labels"] = json!({"example.org/size": "xl"});

@@ -112,6 +112,12 @@ fn name_char(c: char) -> bool {
     !c.is_whitespace() && !"!\"#%&'()*+,./;<=>@[\\]^`{|}~".contains(c)
 }
 
+/// Whether a name right after `c` is the tail of another name or path
+/// (`vars.trigger`, `@trigger`).
+fn continues_name(c: char) -> bool {
+    name_char(c) || matches!(c, '.' | '/' | '@')
+}
+
 /// The paths below `trigger` the texts read (`trigger.metadata.name`,
 /// `get trigger "spec.image"`): `None` when one reads it whole or any
 /// other way (a computed path, a literal segment at the root, `/`). A
@@ -124,8 +130,7 @@ fn trigger_paths(texts: &[&str]) -> Option<Vec<Vec<String>>> {
         for (at, _) in t.match_indices(ROOT) {
             let before = &t[..at];
             match before.chars().next_back() {
-                // The tail of another name or path (`vars.trigger`).
-                Some(c) if name_char(c) || matches!(c, '.' | '/' | '@') => continue,
+                Some(c) if continues_name(c) => continue,
                 // A literal segment could name the root (`[trigger]`).
                 Some('[') => return None,
                 _ => {}
@@ -167,11 +172,8 @@ fn dotted_keys(mut rest: &str) -> Option<Vec<String>> {
                 keys.push(key.to_string());
                 rest = &after[1..];
             }
-            Some('/') => {
-                keys.push(key.to_string());
-                return Some(keys);
-            }
-            Some(c) if !ends_name(c) => return Some(keys),
+            // A `/` separates keys too: what follows is read below this one.
+            Some(c) if c != '/' && !ends_name(c) => return Some(keys),
             _ => {
                 keys.push(key.to_string());
                 return Some(keys);
@@ -189,11 +191,7 @@ fn get_literal(before: &str, rest: &str) -> Option<Vec<String>> {
         return None;
     }
     let helper = head.strip_suffix("get")?;
-    if helper
-        .chars()
-        .next_back()
-        .is_some_and(|c| name_char(c) || matches!(c, '.' | '/' | '@'))
-    {
+    if helper.chars().next_back().is_some_and(continues_name) {
         return None;
     }
     let lit = rest.trim_start().strip_prefix('"')?;

@@ -319,6 +319,8 @@ enum Source<'a> {
 pub(super) enum At<'a> {
     /// A field spelled out.
     Field(&'a str),
+    /// A field spelled by whoever passed it.
+    Of(&'a dyn std::fmt::Display),
     /// `parent[i]`.
     Index(&'a At<'a>, usize),
     /// `parent.key`.
@@ -331,6 +333,7 @@ impl std::fmt::Display for At<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             At::Field(s) => f.write_str(s),
+            At::Of(d) => d.fmt(f),
             At::Index(p, i) => write!(f, "{p}[{i}]"),
             At::Key(p, k) => write!(f, "{p}.{k}"),
             At::Quoted(p, k) => write!(f, "{p}[{k:?}]"),

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::error::{ErrorKind, FieldError};
+use super::expand::At;
 use crate::api::{GROUP, OutputKind};
 
 /// The API group of RBAC objects.
@@ -401,9 +402,9 @@ pub fn policy_items(
 ) -> Result<Vec<PolicyRule>, FieldError> {
     let mut rules = Vec::with_capacity(items.len());
     for (i, item) in items.iter_mut().enumerate() {
-        let f = super::error::lazy(|fm| write!(fm, "{field}[{}]", base + i));
-        let r: PolicyRule = strict_owned(&f, std::mem::take(item))?;
-        validate_policy_rule(&f, &r, namespaced)?;
+        let f = At::Index(&At::Of(&field), base + i);
+        let r: PolicyRule = strict_owned(f, std::mem::take(item))?;
+        validate_policy_rule(f, &r, namespaced)?;
         rules.push(r);
     }
     Ok(rules)
@@ -422,8 +423,8 @@ pub fn subjects(
     let mut out: Vec<Subject> = Vec::new();
     let mut seen: BTreeSet<(String, String, String)> = BTreeSet::new();
     for (i, item) in items.iter().enumerate() {
-        let f = super::error::lazy(|fm| write!(fm, "{field}[{i}]"));
-        let mut s: Subject = strict(&f, item)?;
+        let f = At::Index(&At::Of(&field), i);
+        let mut s: Subject = strict(f, item)?;
         if s.name.is_empty() {
             return Err(invalid(format!("{f}.name"), "subject name is empty"));
         }

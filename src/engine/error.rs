@@ -191,24 +191,3 @@ impl FieldWarning {
         }
     }
 }
-
-/// Text spelled only when it is shown (a field name most values never
-/// need): `Display` by `f`.
-pub(crate) fn lazy<F>(f: F) -> Lazy<F>
-where
-    F: Fn(&mut std::fmt::Formatter<'_>) -> std::fmt::Result,
-{
-    Lazy(f)
-}
-
-/// See [`lazy`].
-pub(crate) struct Lazy<F>(F);
-
-impl<F> std::fmt::Display for Lazy<F>
-where
-    F: Fn(&mut std::fmt::Formatter<'_>) -> std::fmt::Result,
-{
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (self.0)(f)
-    }
-}

@@ -233,9 +233,10 @@ pub(super) struct Evaluator<'a> {
     /// Per related set: the paths of `item` its `where` conditions read
     /// (see [`Evaluator::item_paths`]).
     pub item_paths: RefCell<HashMap<usize, ItemPaths>>,
-    /// Per `forEach` directive (by address) and name: whether nothing in
-    /// its loop names it (the list it runs over can then be lent).
-    pub unseen: RefCell<HashMap<(usize, String), bool>>,
+    /// Per `forEach` directive (by address): whether nothing in its loop
+    /// names the root of the list it runs over (the list can then be
+    /// lent). The root is its expression's, so one per directive.
+    pub unseen: RefCell<HashMap<usize, bool>>,
 }
 
 /// The paths of `item` a related set's conditions read, if only by paths.
@@ -899,9 +900,10 @@ impl Evaluator<'_> {
                 let body = match d.body {
                     DirBody::Item(b) | DirBody::Items(b) => b,
                 };
-                // Found once per directive and name, not per render.
+                // Found once per directive, not per render: `root` is
+                // always its expression's.
                 let unseen = |root: &str| {
-                    let key = (item as *const Value as usize, root.to_string());
+                    let key = item as *const Value as usize;
                     if let Some(u) = self.unseen.borrow().get(&key) {
                         return *u;
                     }

@@ -76,7 +76,7 @@ impl Judge<'_, '_> {
         let kind = obj.kind();
         let name = obj.name();
         // Spelled only when something is refused.
-        let what = super::error::lazy(|f| write!(f, "{kind} {name:?}"));
+        let what = lazy(|f| write!(f, "{kind} {name:?}"));
         let mut why: Vec<String> = Vec::new();
         if !self.waivers.system_names && policy::is_system_name(name) {
             why.push(format!(
@@ -91,7 +91,7 @@ impl Judge<'_, '_> {
         let aggregated = obj
             .json()
             .is_some_and(|o| o.get("aggregationRule").is_some());
-        let grants = super::error::lazy(|f| {
+        let grants = lazy(|f| {
             if aggregated {
                 write!(f, "{what} aggregates roles that grant")
             } else {
@@ -362,4 +362,25 @@ pub(super) fn selectors_of(role: &Value) -> Vec<LabelSelector> {
 pub(super) fn selection_key(role: &Value) -> Option<String> {
     role.get("aggregationRule")?;
     serde_json::to_string(&selectors_of(role)).ok()
+}
+
+/// Text spelled only when it is shown (a verdict's wording, needed only
+/// for a refusal): `Display` by `f`.
+fn lazy<F>(f: F) -> Lazy<F>
+where
+    F: Fn(&mut std::fmt::Formatter<'_>) -> std::fmt::Result,
+{
+    Lazy(f)
+}
+
+/// See [`lazy`].
+struct Lazy<F>(F);
+
+impl<F> std::fmt::Display for Lazy<F>
+where
+    F: Fn(&mut std::fmt::Formatter<'_>) -> std::fmt::Result,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (self.0)(f)
+    }
 }

@@ -269,9 +269,9 @@ pub(super) struct RuleMemo {
     /// (see `Evaluator::deps`): the rule's templates do not change while
     /// the memo is its engine's.
     pub deps: HashMap<usize, Option<Vec<String>>>,
-    /// Per `forEach` directive (by address) and name: whether nothing in
-    /// its loop names it (see `Evaluator::unseen`).
-    pub unseen: HashMap<(usize, String), bool>,
+    /// Per `forEach` directive (by address): whether nothing in its loop
+    /// names its list's root (see `Evaluator::unseen`).
+    pub unseen: HashMap<usize, bool>,
 }
 
 /// Values a render derives from its inputs, kept for the next render with

@@ -5,8 +5,8 @@
 //! are a *budget* per trigger (or per static output set), kept in a
 //! thread-local while that trigger renders: helpers, `#each` iterations,
 //! rendered text and list expansion charge it, so even one render stops
-//! when it runs over. Evaluation itself runs on a thread of its own with a
-//! large stack ([`isolated`]), where a panic becomes an error.
+//! when it runs over. Evaluation itself runs on a kept thread with a large
+//! stack ([`isolated`]), where a panic becomes an error.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -297,25 +297,68 @@ pub fn weight(v: &Value) -> usize {
     total
 }
 
-/// Runs `f` on a thread of its own with a large stack, so that deep (but
+/// Runs `f` on an evaluation thread with a large stack, so that deep (but
 /// bounded) recursion cannot overflow the caller's stack, and a panic
 /// becomes an error instead of ending the process.
+///
+/// One such thread is kept for the process ([`kept_thread`]): a thread
+/// started per call cost a small incremental evaluation half its time or
+/// more (the start, first touches of its stack pages, the allocator's
+/// empty per-thread cache, and a core whose caches hold none of the
+/// engine's data). A call made while it is busy (tests evaluate side by
+/// side; an evaluation that calls this) starts a thread of its own.
 pub fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, String> {
+    if let Some((free, pool)) = kept_thread() {
+        let claimed = match free.try_lock() {
+            Ok(g) => Some(g),
+            // Never so (a panic is caught inside), and harmless.
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(_claimed) = claimed {
+            return pool.install(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                    .map_err(|p| panic_text(&*p))
+            });
+        }
+    }
     std::thread::scope(|s| {
         let handle = std::thread::Builder::new()
             .name("rbac-rules-eval".to_string())
             .stack_size(EVAL_STACK_BYTES)
             .spawn_scoped(s, f)
             .map_err(|e| format!("cannot start the evaluation thread: {e}"))?;
-        handle.join().map_err(|p| {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            format!("evaluation panicked: {msg}")
-        })
+        handle.join().map_err(|p| panic_text(&*p))
     })
+}
+
+/// The kept evaluation thread (a pool of one, which runs closures that
+/// borrow the caller's data and waits for them), with the lock that claims
+/// it; started on first use, `None` when it cannot start.
+fn kept_thread() -> Option<&'static (std::sync::Mutex<()>, rayon::ThreadPool)> {
+    static KEPT: std::sync::OnceLock<Option<(std::sync::Mutex<()>, rayon::ThreadPool)>> =
+        std::sync::OnceLock::new();
+    KEPT.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .stack_size(EVAL_STACK_BYTES)
+            .thread_name(|_| "rbac-rules-eval".to_string())
+            .build()
+            .inspect_err(|e| tracing::warn!(error = %e, "cannot keep an evaluation thread"))
+            .ok()
+            .map(|pool| (std::sync::Mutex::new(()), pool))
+    })
+    .as_ref()
+}
+
+/// A caught panic's message, as an error.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    let msg = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    format!("evaluation panicked: {msg}")
 }
 
 #[cfg(test)]
@@ -363,5 +406,21 @@ mod tests {
         let r: Result<(), String> = isolated(|| panic!("boom"));
         assert!(r.unwrap_err().contains("boom"));
         assert_eq!(isolated(|| 7).unwrap(), 7);
+        // The thread that panicked still evaluates, with a large stack.
+        let deep = isolated(|| {
+            fn down(n: usize) -> usize {
+                let pad = std::hint::black_box([n as u8; 1024]);
+                if n == 0 {
+                    pad[0] as usize
+                } else {
+                    down(n - 1) + usize::from(pad[1])
+                }
+            }
+            down(16 * 1024)
+        });
+        assert_eq!(
+            deep.unwrap(),
+            (1..=16 * 1024).map(|n| n % 256).sum::<usize>()
+        );
     }
 }

@@ -496,6 +496,8 @@ fn new_evaluator<'a>(
         nested: RefCell::default(),
         item_paths: RefCell::default(),
         unseen: RefCell::default(),
+        shapes: RefCell::default(),
+        var_reads: RefCell::default(),
     }
 }
 

@@ -237,6 +237,23 @@ pub(super) struct Evaluator<'a> {
     /// names the root of the list it runs over (the list can then be
     /// lent). The root is its expression's, so one per directive.
     pub unseen: RefCell<HashMap<usize, bool>>,
+    /// Per related set: what its conditions read (see [`Evaluator::reads_of`]).
+    pub shapes: RefCell<HashMap<usize, Shape>>,
+    /// Per var: the related lists it reads, when it reads nothing else
+    /// (see [`Evaluator::var_key`]).
+    pub var_reads: RefCell<HashMap<usize, Option<Vec<String>>>>,
+}
+
+/// What a related set's conditions read, found once per rule run (the
+/// rule's texts do not change).
+#[derive(Clone, Copy)]
+pub(super) struct Shape {
+    /// Its `where` conditions read nothing but `item`.
+    where_item: bool,
+    /// Its `require` conditions read nothing but `item`.
+    require_item: bool,
+    /// Its `where` conditions read nothing but `item` and `trigger`.
+    where_item_trigger: bool,
 }
 
 /// The paths of `item` a related set's conditions read, if only by paths.
@@ -269,7 +286,7 @@ pub(super) struct Inputs {
     /// Related objects found by a lookup, by the lookup's filters but its
     /// owner: the view does not change while one rule runs, and a rule's
     /// triggers look for the same objects.
-    pub found: HashMap<String, Found>,
+    pub found: HashMap<FoundKey, Found>,
 }
 
 /// The objects one lookup finds before its owner filter, in view order,
@@ -348,6 +365,15 @@ pub(super) struct Span {
     pub start: usize,
     pub end: usize,
 }
+
+/// A lookup of related objects: the related set and its rendered
+/// namespace, names and selector (as JSON).
+pub(super) type FoundKey = (
+    usize,
+    Option<String>,
+    Option<Arc<BTreeSet<String>>>,
+    Option<String>,
+);
 
 /// Lookups an [`Inputs::found`] keeps before it starts over.
 const FOUND_MAX: usize = 1_024;
@@ -1217,12 +1243,15 @@ impl Evaluator<'_> {
             // same objects: kept for this evaluation (the view does not
             // change while one rule runs), with an index by controller
             // for the lookups that filter on their trigger as owner.
-            let lookup = format!(
-                "{:?}|{:?}|{:?}|{}",
-                gk,
-                ns,
-                read.names,
-                serde_json::to_string(&read.selector.as_deref()).unwrap_or_default()
+            // By the set (its kind) and its rendered filters: no text
+            // of the kind built per render.
+            let lookup: FoundKey = (
+                i,
+                ns.clone(),
+                read.names.clone(),
+                read.selector
+                    .as_deref()
+                    .map(|s| serde_json::to_string(s).unwrap_or_default()),
             );
             let mut inputs = self.inputs.borrow_mut();
             if !inputs.found.contains_key(&lookup) {
@@ -1330,11 +1359,8 @@ impl Evaluator<'_> {
             // de-duplicated and sorted): kept for the next trigger that
             // reads them, when its conditions read only the item.
             let sources = self.list_sources(of);
-            let conditions_ok = rel
-                .filter
-                .iter()
-                .chain(&rel.require)
-                .all(|c| self.item_only(c));
+            let shape = self.reads_of(i, rel);
+            let conditions_ok = shape.where_item && shape.require_item;
             if let (Some(addrs), true) = (sources, conditions_ok) {
                 let key = (i, addrs);
                 if let Some(v) = self.kept_list(&rel.name, &key) {
@@ -1491,12 +1517,7 @@ impl Evaluator<'_> {
                 .collect();
             union.sort_unstable_by(|a, b| a.0.cmp(b.0));
             union.dedup_by(|a, b| a.0 == b.0);
-            let item_only = rel
-                .filter
-                .iter()
-                .chain(&rel.require)
-                .all(|c| self.item_only(c));
-            if item_only {
+            if conditions_ok {
                 // Judged by text, as below, without binding a copy of an
                 // item whose verdicts are kept.
                 let items = self.judge_entries(i, rel, f, &union, ctx)?;
@@ -1515,7 +1536,7 @@ impl Evaluator<'_> {
         };
         if !judged && !rel.filter.is_empty() {
             // Conditions of the item alone are judged once per entry text.
-            let cached = !keys.is_empty() && rel.filter.iter().all(|c| self.item_only(c));
+            let cached = !keys.is_empty() && self.reads_of(i, rel).where_item;
             let mut kept = Vec::with_capacity(items.len());
             let mut kept_keys = Vec::new();
             let mut kept_arcs = Vec::new();
@@ -1544,7 +1565,7 @@ impl Evaluator<'_> {
             }
         }
         if !judged && !rel.require.is_empty() {
-            let cached = !keys.is_empty() && rel.require.iter().all(|c| self.item_only(c));
+            let cached = !keys.is_empty() && self.reads_of(i, rel).require_item;
             let mut kept = Vec::with_capacity(items.len());
             for (n, item) in items.into_iter().enumerate() {
                 let key = keys.get(n).filter(|_| cached);
@@ -1644,10 +1665,21 @@ impl Evaluator<'_> {
         Some(v)
     }
 
-    /// Whether a condition reads nothing but `item`: its verdict on an
-    /// item then follows from the item's text alone.
-    fn item_only(&self, c: &Condition) -> bool {
-        self.reads_within(c, &["item"])
+    /// What related set `i`'s conditions read. A condition that reads
+    /// nothing but `item` has a verdict that follows from the item's text
+    /// alone.
+    fn reads_of(&self, i: usize, rel: &Related) -> Shape {
+        if let Some(s) = self.shapes.borrow().get(&i) {
+            return *s;
+        }
+        let all = |cs: &[Condition], roots: &[&str]| cs.iter().all(|c| self.reads_within(c, roots));
+        let shape = Shape {
+            where_item: all(&rel.filter, &["item"]),
+            require_item: all(&rel.require, &["item"]),
+            where_item_trigger: all(&rel.filter, &["item", "trigger"]),
+        };
+        self.shapes.borrow_mut().insert(i, shape);
+        shape
     }
 
     /// Whether a condition reads nothing but `roots`.
@@ -1675,12 +1707,7 @@ impl Evaluator<'_> {
         metadata_only: bool,
         ctx: &mut Context,
     ) -> Option<Result<Vec<Value>>> {
-        if !rel.require.is_empty()
-            || !rel
-                .filter
-                .iter()
-                .all(|c| self.reads_within(c, &["item", "trigger"]))
-        {
+        if !rel.require.is_empty() || !self.reads_of(i, rel).where_item_trigger {
             return None;
         }
         let trigger = self.inputs.borrow().trigger.clone();
@@ -2000,17 +2027,24 @@ impl Evaluator<'_> {
     /// A var's key in the cache: when its expression reads nothing but
     /// related lists, each of them kept (by its token).
     fn var_key(&self, i: usize, expr: &str) -> Option<(usize, Vec<u64>)> {
-        if !self.engine.templates.expr_reads_only(expr, "related") {
-            return None;
-        }
-        let names: Vec<&str> = self
-            .rule
-            .spec
-            .related
-            .iter()
-            .map(|r| r.name.as_str())
-            .collect();
-        let read = named_reads(&[expr], "related", &names)?;
+        let read = self
+            .var_reads
+            .borrow_mut()
+            .entry(i)
+            .or_insert_with(|| {
+                if !self.engine.templates.expr_reads_only(expr, "related") {
+                    return None;
+                }
+                let names: Vec<&str> = self
+                    .rule
+                    .spec
+                    .related
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect();
+                named_reads(&[expr], "related", &names)
+            })
+            .clone()?;
         let inputs = self.inputs.borrow();
         // A list read that is not kept leaves the var uncached.
         let deps = read

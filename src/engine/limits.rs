@@ -304,9 +304,8 @@ pub fn weight(v: &Value) -> usize {
 /// One such thread is kept for the process ([`kept_thread`]): a thread
 /// started per call cost a small incremental evaluation half its time or
 /// more (the start, first touches of its stack pages, the allocator's
-/// empty per-thread cache, and a core whose caches hold none of the
-/// engine's data). A call made while it is busy (tests evaluate side by
-/// side; an evaluation that calls this) starts a thread of its own.
+/// empty per-thread cache). A call made while it is busy (tests evaluate
+/// side by side; an evaluation that calls this) starts a thread of its own.
 pub fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, String> {
     if let Some((free, pool)) = kept_thread() {
         let claimed = match free.try_lock() {
@@ -406,7 +405,8 @@ mod tests {
         let r: Result<(), String> = isolated(|| panic!("boom"));
         assert!(r.unwrap_err().contains("boom"));
         assert_eq!(isolated(|| 7).unwrap(), 7);
-        // The thread that panicked still evaluates, with a large stack.
+        // After a panic, evaluations still run, with a large stack (deeper
+        // than a default thread's 2 or 8 MiB).
         let deep = isolated(|| {
             fn down(n: usize) -> usize {
                 let pad = std::hint::black_box([n as u8; 1024]);

@@ -574,7 +574,7 @@ impl Evaluator<'_> {
             return Ok(kept.clone());
         }
         let nested = if key.is_none() && self.depth.get() >= 1 {
-            self.nested_key(v)
+            self.nested_key(v, ctx.data())
         } else {
             None
         };
@@ -614,8 +614,12 @@ impl Evaluator<'_> {
     /// each API group's rule) in the cache: when it reads nothing but vars
     /// (each kept) and loop variables that each run over a kept var. Keyed
     /// by its text, not its place, so the roles that render the same list
-    /// (edit, system, view) build it once.
-    fn nested_key(&self, v: &Value) -> Option<NestedKey> {
+    /// (edit, system, view) build it once; and by the values of its loop
+    /// variables, not their places, so when a family's types change, only
+    /// the API groups whose types changed build theirs again. It can read
+    /// nothing else: a loop variable's index is an `@` path, which gives
+    /// no key.
+    fn nested_key(&self, v: &Value, data: &Value) -> Option<NestedKey> {
         let Value::Array(items) = v else { return None };
         if !items.iter().any(|x| x.get("forEach").is_some()) {
             return None;
@@ -624,10 +628,15 @@ impl Evaluator<'_> {
         if loops.is_empty() || loops.iter().any(|(n, _)| n == "vars") {
             return None;
         }
-        let bound: Vec<(String, u64, usize)> = loops
-            .iter()
-            .map(|(n, id)| id.map(|(t, i)| (n.clone(), t, i)))
-            .collect::<Option<_>>()?;
+        let mut bound = Vec::with_capacity(loops.len());
+        for (n, id) in loops.iter() {
+            let (token, index) = (*id)?;
+            let id = self
+                .derived
+                .borrow_mut()
+                .content_id(token, index, data.get(n)?);
+            bound.push((n.clone(), id));
+        }
         let addr = v as *const Value as usize;
         let (text, vars) = self
             .nested

@@ -13,7 +13,7 @@
 
 use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -316,7 +316,12 @@ pub(super) struct Derived {
     /// `where` verdicts on related objects, by related set and the
     /// addresses of the object and the trigger (0: none).
     pub verdicts: HashMap<(usize, usize, usize), Verdict>,
-    /// The last token given: tokens are never reused.
+    /// The values loops over kept vars bound, by the var's token and the
+    /// index: each value's id (see [`Derived::content_id`]).
+    pub bound: HashMap<(u64, usize), u64>,
+    /// Those values by a hash of their content, each with its id.
+    pub contents: HashMap<u64, Vec<(Value, u64)>>,
+    /// The last token or id given: neither is ever reused.
     pub next: u64,
 }
 
@@ -338,8 +343,43 @@ pub(super) enum AssemblyPart {
 
 /// A nested list's key: its template's JSON text, whether data is marked,
 /// the tokens of the vars it reads, and each loop variable bound around it
-/// with the token of the var it runs over and its index there.
-pub(super) type NestedKey = (Arc<str>, bool, Vec<u64>, Vec<(String, u64, usize)>);
+/// with the id of its value (see [`Derived::content_id`]).
+pub(super) type NestedKey = (Arc<str>, bool, Vec<u64>, Vec<(String, u64)>);
+
+/// A hash of a JSON value's content, for [`Derived::contents`] (values
+/// with one hash are compared whole).
+fn content_hash(v: &Value) -> u64 {
+    fn walk(v: &Value, h: &mut impl Hasher) {
+        match v {
+            Value::Null => h.write_u8(0),
+            Value::Bool(b) => h.write_u8(1 + u8::from(*b)),
+            Value::Number(n) => {
+                h.write_u8(3);
+                n.hash(h);
+            }
+            Value::String(s) => {
+                h.write_u8(4);
+                s.hash(h);
+            }
+            Value::Array(a) => {
+                h.write_u8(5);
+                h.write_usize(a.len());
+                a.iter().for_each(|x| walk(x, h));
+            }
+            Value::Object(m) => {
+                h.write_u8(6);
+                h.write_usize(m.len());
+                for (k, x) in m {
+                    k.hash(h);
+                    walk(x, h);
+                }
+            }
+        }
+    }
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    walk(v, &mut h);
+    h.finish()
+}
 
 /// Policy rules checked once for a kept expansion (see
 /// [`Derived::policies`]).
@@ -394,6 +434,28 @@ impl Derived {
         self.next
     }
 
+    /// The id of the value a loop over the kept var `token` bound at
+    /// `index` (`value`): equal values (compared whole, not by their hash
+    /// alone) get one id, whatever var or place they come from, so a
+    /// nested list built from one is built from all (a family's API groups
+    /// whose types did not change when the var was computed again).
+    pub fn content_id(&mut self, token: u64, index: usize, value: &Value) -> u64 {
+        if let Some(id) = self.bound.get(&(token, index)) {
+            return *id;
+        }
+        let bucket = self.contents.entry(content_hash(value)).or_default();
+        let id = match bucket.iter().find(|(v, _)| v == value) {
+            Some((_, id)) => *id,
+            None => {
+                self.next += 1;
+                bucket.push((value.clone(), self.next));
+                self.next
+            }
+        };
+        self.bound.insert((token, index), id);
+        id
+    }
+
     /// Holds `obj` and gives its address, for a key.
     pub fn pin(&mut self, obj: &Arc<Value>) -> usize {
         let addr = Arc::as_ptr(obj) as usize;
@@ -429,8 +491,14 @@ impl Derived {
         let live: HashSet<u64> = self.vars.values().map(|e| e.token).collect();
         self.expansions
             .retain(|(_, _, deps), _| deps.iter().all(|d| live.contains(d)));
+        self.bound.retain(|(t, _), _| live.contains(t));
+        let ids: HashSet<u64> = self.bound.values().copied().collect();
+        self.contents.retain(|_, bucket| {
+            bucket.retain(|(_, id)| ids.contains(id));
+            !bucket.is_empty()
+        });
         self.nested.retain(|(_, _, deps, bound), _| {
-            deps.iter().all(|d| live.contains(d)) && bound.iter().all(|(_, t, _)| live.contains(t))
+            deps.iter().all(|d| live.contains(d)) && bound.iter().all(|(_, id)| ids.contains(id))
         });
         if self.nested.len() > 16 * DERIVED_MAX {
             self.nested.clear();
@@ -1325,6 +1393,44 @@ spec:
         // `resources` lists: each is built once and kept by its text.
         let nested: usize = memo.rules.iter().map(|r| r.derived.nested.len()).sum();
         assert_eq!(nested, 2);
+
+        // One group's types change: the other group's list stays kept
+        // under its key (by its loop variable's value), the changed one is
+        // built anew and its old list dropped.
+        let lists = |memo: &Memo| -> Vec<(NestedKey, String)> {
+            memo.rules
+                .iter()
+                .flat_map(|r| r.derived.nested.iter())
+                .map(|(k, (v, _))| (k.clone(), v.to_string()))
+                .collect()
+        };
+        let before = lists(&memo);
+        assert!(
+            store
+                .insert(widget("w-3", &["cs.other.org", "ds.other.org"]))
+                .is_ok()
+        );
+        let e = engine.evaluate_incremental(&store, &mut memo);
+        let after = lists(&memo);
+        assert_eq!(after.len(), 2, "{after:?}");
+        let kept: Vec<&String> = after
+            .iter()
+            .filter(|a| before.iter().any(|b| b.0 == a.0))
+            .map(|a| &a.1)
+            .collect();
+        assert_eq!(kept.len(), 1, "{after:?}");
+        assert!(kept[0].contains("as") && kept[0].contains("bs"), "{kept:?}");
+        let role = e
+            .desired
+            .get(&(
+                OutputKind::ClusterRole,
+                String::new(),
+                "widget:w-1:b".into(),
+            ))
+            .and_then(|d| serde_json::from_slice::<Value>(&d.object.to_json()).ok())
+            .unwrap_or_default();
+        assert_eq!(role["rules"][0]["resources"], json!(["as", "bs"]));
+        assert_eq!(role["rules"][1]["resources"], json!(["cs", "ds"]));
     }
 
     #[test]

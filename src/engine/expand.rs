@@ -628,6 +628,15 @@ impl Evaluator<'_> {
         if loops.is_empty() || loops.iter().any(|(n, _)| n == "vars") {
             return None;
         }
+        // A name bound twice shows only its inner value: the outer one's
+        // value is not in the context to name.
+        if loops
+            .iter()
+            .enumerate()
+            .any(|(k, (n, _))| loops[..k].iter().any(|(m, _)| m == n))
+        {
+            return None;
+        }
         let mut bound = Vec::with_capacity(loops.len());
         for (n, id) in loops.iter() {
             let (token, index) = (*id)?;

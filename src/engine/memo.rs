@@ -376,7 +376,10 @@ fn content_hash(v: &Value) -> u64 {
             }
         }
     }
-    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    // Seeded once per process, as the engine's maps are (`fast_hash`):
+    // values from the cluster cannot aim at one bucket of a known function.
+    static STATE: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+    let mut h = STATE.get_or_init(Default::default).build_hasher();
     walk(v, &mut h);
     h.finish()
 }

@@ -1078,7 +1078,7 @@ mod tests {
         "?q",
         "---",
         "...",
-        "CompositeResourceDefinition.apiextensions.crossplane.io/xthing0s.platform.example.org/x",
+        "CompositeResourceDefinition.apiextensions.example.io/xthing0s.platform.example.org/x",
         "a long value with spaces that goes on past the eighty characters at which the printer folds text",
         "a long value with  double  spaces and a # hash that goes on past eighty characters, folded or quoted",
         "two\nlines",
@@ -1269,7 +1269,7 @@ mod tests {
                 texts.push(w);
             }
         }
-        texts.push("crossplane:provider:provider-aws-s3-1a2b3c:aggregate-to-edit".into());
+        texts.push("platform:provider:provider-aws-s3-1a2b3c:aggregate-to-edit".into());
         texts.push("x".repeat(80));
         texts.push("x".repeat(81));
         let mut plain = 0;

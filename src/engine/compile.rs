@@ -43,6 +43,9 @@ pub struct CompiledRule {
     /// such paths: the trigger is bound to templates as those parts of it
     /// (see [`super::expand::project`]), not copied whole.
     pub trigger_paths: Option<Vec<Vec<String>>>,
+    /// Each output's field (`spec.outputs[i]`), spelled once: every
+    /// object an output emits names it.
+    pub output_fields: Vec<std::sync::Arc<str>>,
 }
 
 /// The spec with the names that are not templates taken out: each related
@@ -929,6 +932,9 @@ pub fn compile(
             derivation: Derivation::of(spec),
             unread,
             trigger_paths,
+            output_fields: (0..spec.outputs.len())
+                .map(|i| format!("spec.outputs[{i}]").into())
+                .collect(),
             name: name.to_string(),
             spec: spec.clone(),
             regexes: c.regexes,

@@ -1490,9 +1490,7 @@ impl Evaluator<'_> {
                             let (Value::Object(m), Some(caps)) = (entry, caps) else {
                                 match unmatched {
                                     Unmatched::Drop => {}
-                                    Unmatched::Keep => {
-                                        mine.push((entry.to_string(), entry.clone()))
-                                    }
+                                    Unmatched::Keep => mine.push((json_text(entry), entry.clone())),
                                     Unmatched::Warn => {
                                         let shown = match (entry, text) {
                                             (Value::Object(_), Some(t)) => t.to_string(),
@@ -1517,7 +1515,7 @@ impl Evaluator<'_> {
                             Value::Object(m)
                         }
                     };
-                    mine.push((item.to_string(), item));
+                    mine.push((json_text(&item), item));
                 }
                 let mine = Arc::new(mine);
                 if let Some(key) = cache {
@@ -2074,7 +2072,9 @@ impl Evaluator<'_> {
 
     /// A var's value: kept, or evaluated (and kept when it has a key).
     fn var_value(&self, i: usize, name: &str, expr: &str, ctx: &Context) -> Result<Value> {
-        let field = format!("spec.vars[{i}].value");
+        let vars_at = At::Field("spec.vars");
+        let at = At::Index(&vars_at, i);
+        let field = At::Key(&at, "value");
         let key = self.var_key(i, expr);
         if let Some(key) = &key {
             let mut derived = self.derived.borrow_mut();
@@ -2090,7 +2090,7 @@ impl Evaluator<'_> {
             }
         }
         let before = limits::used();
-        let value = self.expr(&field, expr, ctx)?.into_owned();
+        let value = self.expr(field, expr, ctx)?.into_owned();
         if let Some(key) = key {
             let bytes = limits::used().saturating_sub(before);
             let mut derived = self.derived.borrow_mut();
@@ -2127,13 +2127,14 @@ impl Evaluator<'_> {
             }
         }
         bind(ctx, "vars", Value::Object(Map::new()));
+        let vars_at = At::Field("spec.vars");
         for (i, v) in self.rule.spec.vars.iter().enumerate() {
-            let field = format!("spec.vars[{i}].value");
+            let at = At::Index(&vars_at, i);
             let value = self.var_value(i, &v.name, &v.value, ctx)?;
             if let Value::Array(a) = &value {
                 limited(
-                    &field,
-                    limits::check_list(a.len(), &format!("var {:?}", v.name)),
+                    At::Key(&at, "value"),
+                    limits::check_list(a.len(), format_args!("var {:?}", v.name)),
                 )?;
             }
             if let Some(vars) = ctx
@@ -2146,14 +2147,19 @@ impl Evaluator<'_> {
         }
         let mut out: Vec<Desired> = Vec::new();
         for (i, o) in self.rule.spec.outputs.iter().enumerate() {
-            let f = format!("spec.outputs[{i}]");
+            // Spelled once per rule (never missing: one per output).
+            let field: Arc<str> = match self.rule.output_fields.get(i) {
+                Some(f) => Arc::clone(f),
+                None => format!("spec.outputs[{i}]").into(),
+            };
+            let f: &str = &field;
             let one = |this: &Self, ctx: &mut Context, out: &mut Vec<Desired>| -> Result<()> {
                 if let Some(w) = &o.when
-                    && !truthy(&*this.expr(format!("{f}.when"), w, ctx)?)
+                    && !truthy(&*this.expr(At::Key(&At::Field(f), "when"), w, ctx)?)
                 {
                     return Ok(());
                 }
-                let d = this.object(&f, o, ctx, trigger, view)?;
+                let d = this.object(&field, o, ctx, trigger, view)?;
                 if let Some(prev) = out
                     .iter()
                     .find(|p| p.kind == d.kind && p.namespace == d.namespace && p.name == d.name)
@@ -2161,7 +2167,7 @@ impl Evaluator<'_> {
                     if prev.object != d.object {
                         return Err(FieldError::new(
                             ErrorKind::Conflict,
-                            &f,
+                            f,
                             format!(
                                 "{} {:?} is emitted twice with different content",
                                 d.kind, d.name
@@ -2171,7 +2177,7 @@ impl Evaluator<'_> {
                     return Ok(());
                 }
                 out.push(d);
-                limited(&f, limits::check_objects(out.len()))
+                limited(f, limits::check_objects(out.len()))
             };
             match &o.for_each {
                 None => one(self, ctx, &mut out)?,
@@ -2180,7 +2186,7 @@ impl Evaluator<'_> {
                     // An output is not one template value to search for
                     // the list's name: its list is always copied.
                     self.for_each(
-                        At::Key(&At::Field(&f), "forEach"),
+                        At::Key(&At::Field(f), "forEach"),
                         e,
                         var,
                         |_| false,
@@ -2195,12 +2201,13 @@ impl Evaluator<'_> {
 
     fn object(
         &self,
-        f: &str,
+        field: &Arc<str>,
         o: &crate::api::Output,
         ctx: &mut Context,
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Desired> {
+        let f: &str = field;
         // Field names are built once: most are read only by an error.
         let at = At::Field(f);
         let name_field = At::Key(&at, "name");
@@ -2410,7 +2417,7 @@ impl Evaluator<'_> {
         let mut shared = view.interner.borrow_mut();
         // Shared by the objects of a rule, an output, a trigger.
         let rule = shared.string(self.rule.name.clone());
-        let field = shared.string(f.to_string());
+        let field = Arc::clone(field);
         let trigger_ref = trigger.map(|t| shared.string(object_ref(t)));
         let meta = Meta {
             name: name.clone(),
@@ -2628,6 +2635,12 @@ pub(super) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<
 
 /// A render error: `LimitExceeded` when the trigger ran over a limit
 /// (whatever failed first), else a template error.
+/// A value's compact JSON text, as its `Display` writes it but without
+/// the formatter in between (an entry's text is its key).
+fn json_text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
+}
+
 fn template_error(field: impl std::fmt::Display, message: String) -> FieldError {
     match limits::tripped() {
         Some(t) => FieldError::new(ErrorKind::LimitExceeded, field.to_string(), t),

@@ -250,7 +250,7 @@ pub(crate) fn charge_node() -> Result<(), String> {
 }
 
 /// Checks a list's length; `what` says which list.
-pub(crate) fn check_list(len: usize, what: &str) -> Result<(), String> {
+pub(crate) fn check_list(len: usize, what: impl std::fmt::Display) -> Result<(), String> {
     with_budget(|b| {
         if len > b.limits.list_length {
             return Err(Limit::ListLength.message(&b.limits, &format!("{what} has {len} items")));

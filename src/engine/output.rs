@@ -32,15 +32,15 @@ pub fn is_managed(obj: &Value) -> bool {
 
 /// Provenance keys, all under `rbacrules.io/`.
 pub fn rule_label() -> String {
-    format!("{GROUP}/rule")
+    [GROUP, "/rule"].concat()
 }
 /// Annotation with the full rule name (the label may be shortened).
 pub fn rule_annotation() -> String {
-    format!("{GROUP}/rule")
+    [GROUP, "/rule"].concat()
 }
 /// Annotation naming the trigger as `Kind.group/[namespace/]name`.
 pub fn trigger_annotation() -> String {
-    format!("{GROUP}/trigger")
+    [GROUP, "/trigger"].concat()
 }
 
 fn invalid(field: impl std::fmt::Display, msg: impl Into<String>) -> FieldError {
@@ -450,7 +450,7 @@ pub fn subjects(
                 }
                 s.api_group = Some(String::new());
                 match s.namespace.as_deref() {
-                    Some(ns) if !ns.is_empty() => validate_namespace(format!("{f}.namespace"), ns)?,
+                    Some(ns) if !ns.is_empty() => validate_namespace(At::Key(&f, "namespace"), ns)?,
                     _ if kind == OutputKind::ClusterRoleBinding => {
                         return Err(invalid(
                             format!("{f}.namespace"),

@@ -1038,7 +1038,7 @@ impl Call {
         }
         .map_err(|m| format!("helper {}: {m}", self.name))?;
         if let Value::Array(a) = &v {
-            limits::check_list(a.len(), &format!("the list {} returns", self.name))?;
+            limits::check_list(a.len(), format_args!("the list {} returns", self.name))?;
         }
         limits::charge_value(&v)?;
         Ok(Cow::Owned(v))
@@ -1086,7 +1086,7 @@ impl HelperDef for ValueHelper {
         // Results are charged: doubling a value in a chain of vars runs
         // into the byte limit long before memory does.
         if let Value::Array(a) = &v {
-            limits::check_list(a.len(), &format!("the list {} returns", self.name))
+            limits::check_list(a.len(), format_args!("the list {} returns", self.name))
                 .map_err(RenderErrorReason::Other)?;
         }
         limits::charge_value(&v).map_err(RenderErrorReason::Other)?;
@@ -1549,7 +1549,7 @@ pub fn split_image(image: &str) -> (String, String) {
     };
     // A tag is a `:` after the last `/`.
     let repo = match rest.rsplit_once('/') {
-        Some((head, last)) => format!("{head}/{}", last.split(':').next().unwrap_or(last)),
+        Some((head, last)) => [head, "/", last.split(':').next().unwrap_or(last)].concat(),
         None => rest.split(':').next().unwrap_or(&rest).to_string(),
     };
     (first, repo)
@@ -1567,7 +1567,7 @@ fn h_image_org(args: &[&Value]) -> Result<Value, String> {
     arity(args, 1, 1)?;
     let (registry, repo) = split_image(&text(args, 0)?);
     let org = repo.split('/').next().unwrap_or_default();
-    Ok(Value::String(format!("{registry}/{org}")))
+    Ok(Value::String([registry.as_str(), "/", org].concat()))
 }
 
 /// Lowercase hex SHA-256 of `s`, cut to `n` characters.

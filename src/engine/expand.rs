@@ -2269,8 +2269,10 @@ impl Evaluator<'_> {
             super::template::shorten(&self.rule.name, 63),
         );
         annotations.insert(output::rule_annotation(), self.rule.name.clone());
-        if let Some(t) = trigger {
-            annotations.insert(output::trigger_annotation(), object_ref(t));
+        // Spelled once: the annotation and the object's provenance.
+        let tref = trigger.map(object_ref);
+        if let Some(r) = &tref {
+            annotations.insert(output::trigger_annotation(), r.clone());
         }
 
         // A `*` from data: the object is refused (and revoked) after the
@@ -2418,7 +2420,7 @@ impl Evaluator<'_> {
         // Shared by the objects of a rule, an output, a trigger.
         let rule = shared.string(self.rule.name.clone());
         let field = Arc::clone(field);
-        let trigger_ref = trigger.map(|t| shared.string(object_ref(t)));
+        let trigger_ref = tref.map(|r| shared.string(r));
         let meta = Meta {
             name: name.clone(),
             namespace: namespace.clone(),

@@ -738,8 +738,10 @@ impl Read {
     /// Whether `obj` passes this lookup's filters (its `where` conditions
     /// aside: passing these is enough to re-render).
     pub fn passes(&self, obj: &Value) -> bool {
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-        let by_name = self.names.as_ref().map(|n| n.contains(name));
+        let by_name = self.names.as_ref().map(|n| {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            n.contains(name)
+        });
         if self.either {
             let by_selector = self
                 .selector

@@ -2635,14 +2635,14 @@ pub(super) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<
     Some(out.into_iter().collect())
 }
 
-/// A render error: `LimitExceeded` when the trigger ran over a limit
-/// (whatever failed first), else a template error.
 /// A value's compact JSON text, as its `Display` writes it but without
 /// the formatter in between (an entry's text is its key).
 fn json_text(v: &Value) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
 }
 
+/// A render error: `LimitExceeded` when the trigger ran over a limit
+/// (whatever failed first), else a template error.
 fn template_error(field: impl std::fmt::Display, message: String) -> FieldError {
     match limits::tripped() {
         Some(t) => FieldError::new(ErrorKind::LimitExceeded, field.to_string(), t),

@@ -519,26 +519,59 @@ impl Serialize for KubeOrdered<'_> {
     }
 }
 
-/// YAML of rule lists printed on this thread, by the address of the shared
-/// list (weakly held, so the address is not reused while cached).
-type RulesYaml = HashMap<usize, (std::sync::Weak<Vec<PolicyRule>>, Arc<str>)>;
+/// YAML printed on this thread, by a key, with what keeps the key's
+/// meaning while it is cached (a weak hold on the shared value whose
+/// address it is, so the address is not reused).
+type KeptYaml<K, H> = HashMap<K, (H, Arc<str>)>;
 
-/// YAML of labels (`true`) and annotations (`false`) printed on this
-/// thread, by the shared map's address (weakly held), as in `metadata`.
-type MapsYaml = HashMap<(usize, bool), (std::sync::Weak<[(Arc<str>, Arc<str>)]>, Arc<str>)>;
-
-/// YAML of controller references printed on this thread, by their
-/// apiVersion, kind, name and uid, as in `metadata`.
-type OwnersYaml = HashMap<[Arc<str>; 4], Arc<str>>;
+/// A weak hold on a shared [`StrMap`]'s entries.
+type HeldMap = std::sync::Weak<[(Arc<str>, Arc<str>)]>;
 
 thread_local! {
-    static RULES_YAML: std::cell::RefCell<RulesYaml> = std::cell::RefCell::default();
-    static MAPS_YAML: std::cell::RefCell<MapsYaml> = std::cell::RefCell::default();
-    static OWNERS_YAML: std::cell::RefCell<OwnersYaml> = std::cell::RefCell::default();
+    /// Shared rule lists, by address.
+    static RULES_YAML: std::cell::RefCell<KeptYaml<usize, std::sync::Weak<Vec<PolicyRule>>>> =
+        std::cell::RefCell::default();
+    /// Labels (`true`) and annotations (`false`), by the shared map's
+    /// address, as in `metadata`.
+    static MAPS_YAML: std::cell::RefCell<KeptYaml<(usize, bool), HeldMap>> =
+        std::cell::RefCell::default();
+    /// Controller references, by their apiVersion, kind, name and uid, as
+    /// in `metadata`.
+    static OWNERS_YAML: std::cell::RefCell<KeptYaml<[Arc<str>; 4], ()>> =
+        std::cell::RefCell::default();
 }
 
 /// Entries kept per thread and cache before it starts over.
-const RULES_YAML_MAX: usize = 4096;
+const KEPT_YAML_MAX: usize = 4096;
+
+/// The YAML kept under `key` while `holds` its entry, else made (`None`
+/// from `make`: not to be printed in parts) and kept.
+fn kept_yaml<K: std::hash::Hash + Eq, H>(
+    cache: &'static std::thread::LocalKey<std::cell::RefCell<KeptYaml<K, H>>>,
+    key: K,
+    holds: impl Fn(&H) -> bool,
+    make: impl FnOnce() -> Result<Option<(H, String)>, String>,
+) -> Result<Option<Arc<str>>, String> {
+    let hit = cache.with_borrow(|c| {
+        c.get(&key)
+            .filter(|(held, _)| holds(held))
+            .map(|(_, y)| Arc::clone(y))
+    });
+    if hit.is_some() {
+        return Ok(hit);
+    }
+    let Some((held, y)) = make()? else {
+        return Ok(None);
+    };
+    let y: Arc<str> = y.into();
+    cache.with_borrow_mut(|c| {
+        if c.len() >= KEPT_YAML_MAX {
+            c.clear();
+        }
+        c.insert(key, (held, Arc::clone(&y)));
+    });
+    Ok(Some(y))
+}
 
 /// Appends `text` (YAML of a top-level map) as it prints nested `spaces`
 /// deep: each line indented, empty lines left empty. Exact for text with
@@ -650,29 +683,18 @@ impl Manifest {
                 continue;
             }
             let key = (Arc::as_ptr(&map.0) as *const u8 as usize, labels);
-            let hit = MAPS_YAML.with_borrow(|c| {
-                c.get(&key)
-                    .filter(|(held, _)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(&map.0)))
-                    .map(|(_, y)| Arc::clone(y))
-            });
-            let yaml = match hit {
-                Some(y) => y,
-                None => {
-                    if !one_line(map.iter().flat_map(|(k, v)| [k, v])) {
-                        return Ok(false);
-                    }
-                    let field = if labels { "labels" } else { "annotations" };
-                    let mut y = String::new();
-                    push_indented(&mut y, &entry_yaml(field, map)?, "  ");
-                    let y: Arc<str> = y.into();
-                    MAPS_YAML.with_borrow_mut(|c| {
-                        if c.len() >= RULES_YAML_MAX {
-                            c.clear();
-                        }
-                        c.insert(key, (Arc::downgrade(&map.0), Arc::clone(&y)));
-                    });
-                    y
+            let held = |h: &std::sync::Weak<_>| std::ptr::eq(h.as_ptr(), Arc::as_ptr(&map.0));
+            let yaml = kept_yaml(&MAPS_YAML, key, held, || {
+                if !one_line(map.iter().flat_map(|(k, v)| [k, v])) {
+                    return Ok(None);
                 }
+                let field = if labels { "labels" } else { "annotations" };
+                let mut y = String::new();
+                push_indented(&mut y, &entry_yaml(field, map)?, "  ");
+                Ok(Some((Arc::downgrade(&map.0), y)))
+            })?;
+            let Some(yaml) = yaml else {
+                return Ok(false);
             };
             out.push_str(&yaml);
         }
@@ -687,25 +709,22 @@ impl Manifest {
                 },
             ) => {
                 let key = [api_version, kind, name, uid].map(Arc::clone);
-                let hit = OWNERS_YAML.with_borrow(|c| c.get(&key).cloned());
-                let yaml = match hit {
-                    Some(y) => y,
-                    None => {
+                let yaml = kept_yaml(
+                    &OWNERS_YAML,
+                    key.clone(),
+                    |()| true,
+                    || {
                         if !one_line(key.iter().map(|s| &**s)) {
-                            return Ok(false);
+                            return Ok(None);
                         }
                         let mut y = String::new();
                         let owners = std::slice::from_ref(o);
                         push_indented(&mut y, &entry_yaml("ownerReferences", owners)?, "  ");
-                        let y: Arc<str> = y.into();
-                        OWNERS_YAML.with_borrow_mut(|c| {
-                            if c.len() >= RULES_YAML_MAX {
-                                c.clear();
-                            }
-                            c.insert(key, Arc::clone(&y));
-                        });
-                        y
-                    }
+                        Ok(Some(((), y)))
+                    },
+                )?;
+                let Some(yaml) = yaml else {
+                    return Ok(false);
                 };
                 out.push_str(&yaml);
             }
@@ -732,27 +751,16 @@ impl Manifest {
         };
         out.push_str("rules:\n");
         let at = Arc::as_ptr(rules) as usize;
-        let hit = RULES_YAML.with_borrow(|c| {
-            c.get(&at)
-                .filter(|(held, _)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules)))
-                .map(|(_, y)| Arc::clone(y))
-        });
-        let yaml = match hit {
-            Some(y) => y,
-            None => {
-                let mut y = String::new();
-                serde_saphyr::to_fmt_writer(&mut y, &**rules).map_err(text)?;
-                let y: Arc<str> = y.into();
-                RULES_YAML.with_borrow_mut(|c| {
-                    if c.len() >= RULES_YAML_MAX {
-                        c.clear();
-                    }
-                    c.insert(at, (Arc::downgrade(rules), Arc::clone(&y)));
-                });
-                y
-            }
-        };
-        out.push_str(&yaml);
+        let held = |h: &std::sync::Weak<_>| std::ptr::eq(h.as_ptr(), Arc::as_ptr(rules));
+        let yaml = kept_yaml(&RULES_YAML, at, held, || {
+            let mut y = String::new();
+            serde_saphyr::to_fmt_writer(&mut y, &**rules).map_err(text)?;
+            Ok(Some((Arc::downgrade(rules), y)))
+        })?;
+        // Always made: a rule list prints at the top level, as is.
+        if let Some(y) = yaml {
+            out.push_str(&y);
+        }
         Ok(())
     }
 

@@ -891,7 +891,8 @@ impl Evaluator<'_> {
     fn expand_string(&self, s: &str, ctx: &Context, field: &dyn Fn() -> String) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         limits::charge_node().map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field(), m))?;
-        let mark = (self.mark.get() && s.contains("{{")).then_some(output::DATA_MARK);
+        let mark = (self.mark.get() && !super::template::Templates::is_literal(s))
+            .then_some(output::DATA_MARK);
         let text = self
             .engine
             .templates

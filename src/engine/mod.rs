@@ -17,6 +17,7 @@ mod memo;
 mod model;
 pub mod output;
 pub mod path;
+mod reclaim;
 pub mod store;
 pub mod template;
 mod trigger;

@@ -117,8 +117,13 @@ impl Templates {
     }
 
     /// Whether `text` needs handlebars at all.
-    fn is_literal(text: &str) -> bool {
-        !text.contains("{{")
+    pub fn is_literal(text: &str) -> bool {
+        // A byte scan: `str::contains("{{")` sets up a substring searcher
+        // per call, and this runs on every string a render expands.
+        let b = text.as_bytes();
+        !b.iter()
+            .zip(&b[1.min(b.len())..])
+            .any(|(x, y)| *x == b'{' && *y == b'{')
     }
 
     /// Parses a template once; later renders reuse it.
@@ -1622,6 +1627,23 @@ fn h_shorten(args: &[&Value]) -> Result<Value, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn literal_exactly_when_no_opening_braces() {
+        let mut texts = vec![String::new()];
+        for len in 1..=6 {
+            let longer: Vec<String> = texts
+                .iter()
+                .filter(|t| t.chars().count() == len - 1)
+                .flat_map(|t| ["{", "}", "a", "é"].map(|c| format!("{t}{c}")))
+                .collect();
+            texts.extend(longer);
+        }
+        assert_eq!(texts.len(), 5461);
+        for t in &texts {
+            assert_eq!(Templates::is_literal(t), !t.contains("{{"), "{t:?}");
+        }
+    }
 
     fn render(t: &str, ctx: Value) -> Result<String, String> {
         let mut tpl = Templates::new();

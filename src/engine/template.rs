@@ -377,24 +377,39 @@ fn simple_parts(elements: &[TemplateElement]) -> Option<Vec<Part>> {
 /// it writes as handlebars would; `None` (nothing charged) otherwise, for
 /// handlebars to render with its own rules and messages.
 fn render_simple(parts: &[Part], data: &Value, out: &mut String) -> Option<Result<(), String>> {
-    let mut texts: Vec<&str> = Vec::with_capacity(parts.len());
-    for p in parts {
-        texts.push(match p {
-            Part::Text(t) => t,
+    fn text<'a>(p: &'a Part, data: &'a Value) -> Option<&'a str> {
+        match p {
+            Part::Text(t) => Some(t),
             Part::Path(keys) => {
                 let mut cur = data;
                 for k in keys {
                     cur = cur.as_object()?.get(k)?;
                 }
-                cur.as_str()?
+                cur.as_str()
             }
-        });
-    }
-    out.reserve(texts.iter().map(|t| t.len()).sum());
-    for t in texts {
-        if let Err(e) = limits::charge(t.len()) {
-            return Some(Err(e));
         }
+    }
+    // Most simple templates have a few parts: their texts are found on
+    // the stack, then written with one reservation and one charge (the
+    // charge fails exactly when charging part by part would).
+    let mut inline = [""; 8];
+    let mut spilled = Vec::new();
+    let texts: &mut [&str] = match inline.get_mut(..parts.len()) {
+        Some(t) => t,
+        None => {
+            spilled.resize(parts.len(), "");
+            &mut spilled
+        }
+    };
+    for (slot, p) in texts.iter_mut().zip(parts) {
+        *slot = text(p, data)?;
+    }
+    let total = texts.iter().map(|t| t.len()).sum();
+    if let Err(e) = limits::charge(total) {
+        return Some(Err(e));
+    }
+    out.reserve(total);
+    for t in texts.iter() {
         out.push_str(t);
     }
     Some(Ok(()))

@@ -23,7 +23,6 @@ use serde_json::Value;
 use super::error::{FieldError, FieldWarning};
 use super::fast_hash::{HashMap, HashSet};
 use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
-use super::reclaim::Discarded;
 use super::store::{GroupKind, ObjectKey, group_of};
 use super::view::{Caches, View};
 use crate::api::OutputKind;
@@ -427,18 +426,6 @@ pub(super) struct VarEntry {
     pub token: u64,
 }
 
-/// Empties `map` (into `dead`) when it holds more than `max` entries: an
-/// unbounded cache starts over.
-fn start_over<K: Send + 'static, V: Send + 'static>(
-    dead: &mut Discarded,
-    map: &mut HashMap<K, V>,
-    max: usize,
-) {
-    if map.len() > max {
-        dead.push(std::mem::take(map));
-    }
-}
-
 /// Derived values a rule keeps at most (lists and vars each); past it
 /// the cache starts over.
 pub(super) const DERIVED_MAX: usize = 1_024;
@@ -482,52 +469,57 @@ impl Derived {
     /// Drops what was computed from objects gone from the cluster (only
     /// this cache holds them), and what was computed from that.
     pub fn prune(&mut self) {
-        let mut dead = Discarded::default();
-        dead.retain(&mut self.pins, |_, o| o.strong_count() > 0);
+        self.pins.retain(|_, o| o.strong_count() > 0);
         let pins = &self.pins;
-        dead.retain(&mut self.verdicts, |(_, o, t), _| {
-            pins.contains_key(o) && (*t == 0 || pins.contains_key(t))
-        });
-        dead.retain(&mut self.extracts, |(_, _, a), _| pins.contains_key(a));
-        dead.retain(&mut self.lists, |(_, addrs), _| {
-            addrs.iter().all(|a| pins.contains_key(a))
-        });
-        start_over(&mut dead, &mut self.verdicts, 16 * DERIVED_MAX);
-        start_over(&mut dead, &mut self.extracts, 16 * DERIVED_MAX);
-        start_over(&mut dead, &mut self.lists, DERIVED_MAX);
-        let live: HashSet<u64> = self.lists.values().map(|e| e.token).collect();
-        dead.retain(&mut self.vars, |(_, deps), _| {
-            deps.iter().all(|d| live.contains(d))
-        });
-        start_over(&mut dead, &mut self.vars, DERIVED_MAX);
-        let live: HashSet<u64> = self.vars.values().map(|e| e.token).collect();
-        dead.retain(&mut self.expansions, |(_, _, deps), _| {
-            deps.iter().all(|d| live.contains(d))
-        });
-        dead.retain(&mut self.bound, |(t, _), _| live.contains(t));
-        let ids: HashSet<u64> = self.bound.values().copied().collect();
-        for bucket in self.contents.values_mut() {
-            let gone: Vec<_> = bucket.extract_if(.., |(_, id)| !ids.contains(id)).collect();
-            if !gone.is_empty() {
-                dead.push(gone);
-            }
+        self.verdicts
+            .retain(|(_, o, t), _| pins.contains_key(o) && (*t == 0 || pins.contains_key(t)));
+        if self.verdicts.len() > 16 * DERIVED_MAX {
+            self.verdicts.clear();
         }
-        dead.retain(&mut self.contents, |_, bucket| !bucket.is_empty());
-        dead.retain(&mut self.nested, |(_, _, deps, bound), _| {
+        self.extracts.retain(|(_, _, a), _| pins.contains_key(a));
+        if self.extracts.len() > 16 * DERIVED_MAX {
+            self.extracts.clear();
+        }
+        self.lists
+            .retain(|(_, addrs), _| addrs.iter().all(|a| pins.contains_key(a)));
+        if self.lists.len() > DERIVED_MAX {
+            self.lists.clear();
+        }
+        let live: HashSet<u64> = self.lists.values().map(|e| e.token).collect();
+        self.vars
+            .retain(|(_, deps), _| deps.iter().all(|d| live.contains(d)));
+        if self.vars.len() > DERIVED_MAX {
+            self.vars.clear();
+        }
+        let live: HashSet<u64> = self.vars.values().map(|e| e.token).collect();
+        self.expansions
+            .retain(|(_, _, deps), _| deps.iter().all(|d| live.contains(d)));
+        self.bound.retain(|(t, _), _| live.contains(t));
+        let ids: HashSet<u64> = self.bound.values().copied().collect();
+        self.contents.retain(|_, bucket| {
+            bucket.retain(|(_, id)| ids.contains(id));
+            !bucket.is_empty()
+        });
+        self.nested.retain(|(_, _, deps, bound), _| {
             deps.iter().all(|d| live.contains(d)) && bound.iter().all(|(_, id)| ids.contains(id))
         });
-        start_over(&mut dead, &mut self.nested, 16 * DERIVED_MAX);
-        start_over(&mut dead, &mut self.expansions, DERIVED_MAX);
+        if self.nested.len() > 16 * DERIVED_MAX {
+            self.nested.clear();
+        }
+        if self.expansions.len() > DERIVED_MAX {
+            self.expansions.clear();
+        }
         let expansions = &self.expansions;
-        dead.retain(&mut self.policies, |k, _| expansions.contains_key(k));
-        dead.retain(&mut self.assembled, |(_, parts), _| {
+        self.policies.retain(|k, _| expansions.contains_key(k));
+        self.assembled.retain(|(_, parts), _| {
             parts.iter().all(|p| match p {
                 AssemblyPart::Kept(k) => expansions.contains_key(k),
                 AssemblyPart::Text(_) => true,
             })
         });
-        start_over(&mut dead, &mut self.assembled, DERIVED_MAX);
-        dead.free_later();
+        if self.assembled.len() > DERIVED_MAX {
+            self.assembled.clear();
+        }
     }
 }
 

@@ -17,7 +17,6 @@ mod memo;
 mod model;
 pub mod output;
 pub mod path;
-mod reclaim;
 pub mod store;
 pub mod template;
 mod trigger;

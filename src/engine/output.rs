@@ -584,10 +584,10 @@ mod tests {
         };
         let alphabet = ["a", "9", "-", ".", "A", "_", "é"];
         let mut strings = vec![String::new()];
-        for _ in 0..5 {
+        for len in 1..=5 {
             let longer: Vec<String> = strings
                 .iter()
-                .filter(|s| s.chars().count() == strings.last().map_or(0, |l| l.chars().count()))
+                .filter(|s| s.chars().count() == len - 1)
                 .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
                 .collect();
             strings.extend(longer);

@@ -122,7 +122,7 @@ impl Templates {
         // per call, and this runs on every string a render expands.
         let b = text.as_bytes();
         !b.iter()
-            .zip(&b[1.min(b.len())..])
+            .zip(b.iter().skip(1))
             .any(|(x, y)| *x == b'{' && *y == b'{')
     }
 

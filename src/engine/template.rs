@@ -1381,8 +1381,49 @@ fn h_contains_loose(args: &[&Value]) -> Result<Value, String> {
 /// `regexMatch s re`: whether the whole of `s` matches.
 fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
     arity(args, 2, 2)?;
-    let re = regex::Regex::new(&format!("^(?:{})$", text(args, 1)?)).map_err(|e| e.to_string())?;
-    Ok(Value::Bool(re.is_match(&text(args, 0)?)))
+    let (subject, pattern) = (text(args, 0)?, text(args, 1)?);
+    let matched = |re: &Result<regex::Regex, String>| match re {
+        Ok(re) => Ok(Value::Bool(re.is_match(&subject))),
+        Err(e) => Err(e.clone()),
+    };
+    RECENT_REGEXES.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if let Some(at) = recent.iter().position(|(p, _)| *p == pattern) {
+            // Kept in front: the pattern of a loop matches every item.
+            recent[..=at].rotate_right(1);
+            return matched(&recent[0].1);
+        }
+        let re = compile_regex_match(&pattern);
+        let out = matched(&re);
+        recent.truncate(RECENT_REGEXES_MAX - 1);
+        recent.insert(0, (pattern, re));
+        out
+    })
+}
+
+/// How many `regexMatch` patterns each evaluation thread keeps compiled.
+/// Few: each may take up to the `regex` crate's size limit (10 MiB).
+const RECENT_REGEXES_MAX: usize = 4;
+
+thread_local! {
+    /// The `regexMatch` patterns last used on this thread, most recent
+    /// first, compiled (or their error): a template matching each item of
+    /// a list against one pattern compiles it once, not per item.
+    static RECENT_REGEXES: RefCell<Vec<(String, Result<regex::Regex, String>)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+/// A `regexMatch` pattern compiled to match whole strings.
+fn compile_regex_match(pattern: &str) -> Result<regex::Regex, String> {
+    #[cfg(test)]
+    REGEX_COMPILES.with(|n| n.set(n.get() + 1));
+    regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// `regexMatch` patterns compiled on this thread (tests count them).
+    static REGEX_COMPILES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// `pluck list "path"`: the field of each item (items without it skipped).
@@ -1748,6 +1789,52 @@ mod tests {
                 .is_some_and(|c| c.resolves(data.data()))
         );
         assert!(!tpl.calls.contains_key(r#"lower @root.s"#));
+    }
+
+    #[test]
+    fn a_regex_match_pattern_is_compiled_once_for_a_loop() {
+        let compiles = || REGEX_COMPILES.with(std::cell::Cell::get);
+        let t = r#"{{#each xs}}{{#if (regexMatch this "ab+c")}}y{{else}}n{{/if}}{{/each}}"#;
+        let mut tpl = Templates::new();
+        tpl.compile(t).unwrap();
+        let data = Context::from(json!({"xs": ["abc", "abbbc", "ac", "xabc", "abcx", "abc"]}));
+        let _budget = limits::start(&Limits::default());
+        let before = compiles();
+        assert_eq!(tpl.render(t, &data).ok().as_deref(), Some("yynnny"));
+        assert_eq!(compiles() - before, 1);
+        // Patterns used in turn stay compiled; an invalid one fails each
+        // time, compiled once.
+        let u = r#"{{#each xs}}{{regexMatch this "a.*"}}{{regexMatch this "b"}}{{/each}}"#;
+        tpl.compile(u).unwrap();
+        let before = compiles();
+        assert_eq!(
+            tpl.render(u, &data).ok().as_deref(),
+            Some("truefalsetruefalsetruefalsefalsefalsetruefalsetruefalse")
+        );
+        assert_eq!(compiles() - before, 2);
+        let bad = r#"{{#each xs}}{{regexMatch this "("}}{{/each}}"#;
+        tpl.compile(bad).unwrap();
+        let before = compiles();
+        for _ in 0..3 {
+            let err = tpl.render(bad, &data).err().map(|e| e.to_string());
+            assert!(
+                err.as_deref()
+                    .is_some_and(|e| e.contains("regex parse error")),
+                "{err:?}"
+            );
+        }
+        assert_eq!(compiles() - before, 1);
+        // More patterns than are kept: the oldest is compiled again.
+        let before = compiles();
+        for p in ["p1", "p2", "p3", "p4", "p5", "p1"] {
+            let t = format!(r#"{{{{regexMatch "p1" "{p}"}}}}"#);
+            tpl.compile(&t).unwrap();
+            assert_eq!(
+                tpl.render(&t, &data).ok().as_deref() == Some("true"),
+                p == "p1"
+            );
+        }
+        assert_eq!(compiles() - before, 6);
     }
 
     #[test]

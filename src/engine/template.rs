@@ -1393,7 +1393,13 @@ fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
             recent[..=at].rotate_right(1);
             return matched(&recent[0].1);
         }
-        let re = compile_regex_match(&pattern);
+        let re = match compile_regex_match(&pattern, Some(KEPT_REGEX_BYTES)) {
+            // Larger ones are compiled per call, as before, and not kept.
+            Err(regex::Error::CompiledTooBig(_)) => {
+                return matched(&compile_regex_match(&pattern, None).map_err(|e| e.to_string()));
+            }
+            other => other.map_err(|e| e.to_string()),
+        };
         let out = matched(&re);
         recent.truncate(RECENT_REGEXES_MAX - 1);
         recent.insert(0, (pattern, re));
@@ -1402,8 +1408,11 @@ fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
 }
 
 /// How many `regexMatch` patterns each evaluation thread keeps compiled.
-/// Few: each may take up to the `regex` crate's size limit (10 MiB).
 const RECENT_REGEXES_MAX: usize = 4;
+
+/// The compiled size up to which a `regexMatch` pattern is kept (the
+/// `regex` crate allows 10 MiB): what the kept ones hold stays small.
+const KEPT_REGEX_BYTES: usize = 256 * 1024;
 
 thread_local! {
     /// The `regexMatch` patterns last used on this thread, most recent
@@ -1413,11 +1422,19 @@ thread_local! {
         const { RefCell::new(Vec::new()) };
 }
 
-/// A `regexMatch` pattern compiled to match whole strings.
-fn compile_regex_match(pattern: &str) -> Result<regex::Regex, String> {
+/// A `regexMatch` pattern compiled to match whole strings, within
+/// `size_limit` bytes compiled (the `regex` crate's default if `None`).
+fn compile_regex_match(
+    pattern: &str,
+    size_limit: Option<usize>,
+) -> Result<regex::Regex, regex::Error> {
     #[cfg(test)]
     REGEX_COMPILES.with(|n| n.set(n.get() + 1));
-    regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())
+    let mut builder = regex::RegexBuilder::new(&format!("^(?:{pattern})$"));
+    if let Some(limit) = size_limit {
+        builder.size_limit(limit);
+    }
+    builder.build()
 }
 
 #[cfg(test)]
@@ -1835,6 +1852,15 @@ mod tests {
             );
         }
         assert_eq!(compiles() - before, 6);
+        // A pattern too large to keep is compiled per call, as before.
+        let big = r#"{{#each xs}}{{regexMatch this "\\w{8}abc|abc"}}{{/each}}"#;
+        tpl.compile(big).unwrap();
+        let before = compiles();
+        assert_eq!(
+            tpl.render(big, &data).ok().as_deref(),
+            Some("truefalsefalsefalsefalsetrue")
+        );
+        assert_eq!(compiles() - before, 12);
     }
 
     #[test]

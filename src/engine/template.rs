@@ -1813,57 +1813,44 @@ mod tests {
     #[test]
     fn a_regex_match_pattern_is_compiled_once_for_a_loop() {
         let compiles = || REGEX_COMPILES.with(std::cell::Cell::get);
-        let t = r#"{{#each xs}}{{#if (regexMatch this "ab+c")}}y{{else}}n{{/if}}{{/each}}"#;
         let mut tpl = Templates::new();
-        tpl.compile(t).unwrap();
         let data = Context::from(json!({"xs": ["abc", "abbbc", "ac", "xabc", "abcx", "abc"]}));
         let _budget = limits::start(&Limits::default());
-        let before = compiles();
-        assert_eq!(tpl.render(t, &data).ok().as_deref(), Some("yynnny"));
-        assert_eq!(compiles() - before, 1);
-        // Patterns used in turn stay compiled; an invalid one fails each
-        // time, compiled once.
-        let u = r#"{{#each xs}}{{regexMatch this "a.*"}}{{regexMatch this "b"}}{{/each}}"#;
-        tpl.compile(u).unwrap();
-        let before = compiles();
-        assert_eq!(
-            tpl.render(u, &data).ok().as_deref(),
-            Some("truefalsetruefalsetruefalsefalsefalsetruefalsetruefalse")
+        // What a template renders (its error's text), and how many
+        // patterns rendering it compiled.
+        let mut run = |t: &str| {
+            tpl.compile(t).unwrap();
+            let before = compiles();
+            let out = tpl.render(t, &data).map_err(|e| e.to_string());
+            (out, compiles() - before)
+        };
+        let t = r#"{{#each xs}}{{#if (regexMatch this "ab+c")}}y{{else}}n{{/if}}{{/each}}"#;
+        assert_eq!(run(t), (Ok("yynnny".to_string()), 1));
+        // Patterns used in turn stay compiled.
+        let t = r#"{{#each xs}}{{regexMatch this "a.*"}}{{regexMatch this "b"}}{{/each}}"#;
+        let want = "truefalsetruefalsetruefalsefalsefalsetruefalsetruefalse";
+        assert_eq!(run(t), (Ok(want.to_string()), 2));
+        // An invalid one fails each time, compiled once.
+        let t = r#"{{#each xs}}{{regexMatch this "("}}{{/each}}"#;
+        let runs = [run(t), run(t), run(t)];
+        let err = &runs[0].0;
+        assert!(
+            err.as_ref().is_err_and(|e| e.contains("regex parse error")),
+            "{err:?}"
         );
-        assert_eq!(compiles() - before, 2);
-        let bad = r#"{{#each xs}}{{regexMatch this "("}}{{/each}}"#;
-        tpl.compile(bad).unwrap();
-        let before = compiles();
-        for _ in 0..3 {
-            let err = tpl.render(bad, &data).err().map(|e| e.to_string());
-            assert!(
-                err.as_deref()
-                    .is_some_and(|e| e.contains("regex parse error")),
-                "{err:?}"
-            );
-        }
-        assert_eq!(compiles() - before, 1);
+        assert!(runs.iter().all(|r| r.0 == *err));
+        assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 1);
         // More patterns than are kept: the oldest is compiled again.
-        let before = compiles();
-        for p in ["p1", "p2", "p3", "p4", "p5", "p1"] {
-            let t = format!(r#"{{{{regexMatch "p1" "{p}"}}}}"#);
-            tpl.compile(&t).unwrap();
-            assert_eq!(
-                tpl.render(&t, &data).ok().as_deref() == Some("true"),
-                p == "p1"
-            );
-        }
-        assert_eq!(compiles() - before, 6);
+        let n: usize = ["p1", "p2", "p3", "p4", "p5", "p1"]
+            .iter()
+            .map(|p| run(&format!(r#"{{{{regexMatch "p1" "{p}"}}}}"#)).1)
+            .sum();
+        assert_eq!(n, 6);
         // A pattern too large to keep is compiled per call, as before
         // (and tried within the limit once).
-        let big = r#"{{#each xs}}{{regexMatch this "\\w{8}abc|abc"}}{{/each}}"#;
-        tpl.compile(big).unwrap();
-        let before = compiles();
-        assert_eq!(
-            tpl.render(big, &data).ok().as_deref(),
-            Some("truefalsefalsefalsefalsetrue")
-        );
-        assert_eq!(compiles() - before, 7);
+        let t = r#"{{#each xs}}{{regexMatch this "\\w{8}abc|abc"}}{{/each}}"#;
+        let want = "truefalsefalsefalsefalsetrue";
+        assert_eq!(run(t), (Ok(want.to_string()), 7));
     }
 
     #[test]

@@ -304,7 +304,7 @@ fn collect_strings(v: &Value, field: &str, in_vars: bool, out: &mut Vec<Source>)
             let key = field.rsplit('.').next().unwrap_or_default();
             let expr =
                 matches!(key, "forEach" | "when") || (in_vars && key == "value" && !s.is_empty());
-            if expr || s.contains("{{") {
+            if expr || !Templates::is_literal(s) {
                 // Label values of outputs (selectors match, they emit nothing).
                 let limited = field.starts_with("spec.outputs[")
                     && field.contains(".labels.")
@@ -337,7 +337,7 @@ fn collect_strings(v: &Value, field: &str, in_vars: bool, out: &mut Vec<Source>)
 fn verbs(spec: &Value) -> Vec<(String, String)> {
     fn walk(v: &Value, field: &str, in_verbs: bool, out: &mut Vec<(String, String)>) {
         match v {
-            Value::String(s) if in_verbs && !s.contains("{{") => {
+            Value::String(s) if in_verbs && Templates::is_literal(s) => {
                 out.push((field.to_string(), s.clone()))
             }
             Value::Array(items) => {

@@ -359,7 +359,7 @@ impl Compiler<'_> {
     /// A regex given literally is compiled now; a templated one is checked
     /// as a template and compiled after rendering.
     fn regex(&mut self, field: &str, text: &str) {
-        if text.contains("{{") {
+        if !Templates::is_literal(text) {
             self.template(field, text);
             return;
         }
@@ -624,7 +624,7 @@ pub fn compile(
         }
         if let Some(m) = &t.metadata_match {
             c.regex("spec.trigger.metadataMatch.key", &m.key);
-            if m.key.contains("{{") {
+            if !Templates::is_literal(&m.key) {
                 c.err(
                     ErrorKind::InvalidRule,
                     "spec.trigger.metadataMatch.key",
@@ -633,7 +633,7 @@ pub fn compile(
             }
             if let Some(v) = &m.value {
                 c.regex("spec.trigger.metadataMatch.value", v);
-                if v.contains("{{") {
+                if !Templates::is_literal(v) {
                     c.err(
                         ErrorKind::InvalidRule,
                         "spec.trigger.metadataMatch.value",
@@ -719,7 +719,7 @@ pub fn compile(
                 if let Some(x) = &l.extract {
                     c.path(&format!("{f}.listField.extract.path"), &x.path);
                     c.regex(&format!("{f}.listField.extract.regex"), &x.regex);
-                    if x.regex.contains("{{") {
+                    if !Templates::is_literal(&x.regex) {
                         c.err(
                             ErrorKind::InvalidRule,
                             format!("{f}.listField.extract.regex"),

@@ -341,6 +341,14 @@ pub struct ObjectQuery {
     /// Only objects whose controller ownerReference points at the trigger.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub controlled_by_trigger: bool,
+    /// Only objects with an ownerReference (controller or not, matched by
+    /// uid) to one of these: `trigger` and/or names of earlier related sets
+    /// of objects (any of their objects). Proof of lineage: an
+    /// ownerReference is written by whoever may write the object, not by
+    /// whoever writes the owner, so a type a trigger merely names is
+    /// believed only when its CustomResourceDefinition is owned by it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owned_by: Vec<String>,
     /// Template: only objects in this namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,

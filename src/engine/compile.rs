@@ -683,6 +683,31 @@ pub fn compile(
                         "needs a trigger",
                     );
                 }
+                if q.controlled_by_trigger && !q.owned_by.is_empty() {
+                    c.err(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.objects.ownedBy"),
+                        "give at most one of controlledByTrigger and ownedBy",
+                    );
+                }
+                for (j, of) in q.owned_by.iter().enumerate() {
+                    let known = if of == "trigger" {
+                        spec.trigger.is_some()
+                    } else {
+                        spec.related[..i]
+                            .iter()
+                            .any(|p| &p.name == of && p.objects.is_some())
+                    };
+                    if !known {
+                        c.err(
+                            ErrorKind::InvalidRule,
+                            format!("{f}.objects.ownedBy[{j}]"),
+                            format!(
+                                "{of:?} is neither the trigger nor an earlier related set of objects"
+                            ),
+                        );
+                    }
+                }
                 if let Some(ns) = &q.namespace {
                     c.template(&format!("{f}.objects.namespace"), ns);
                 }

@@ -20,6 +20,7 @@ use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
     AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, NestedKey, Owner,
+    OwnerFilter,
     Read, VarEntry,
 };
 use super::model::Desired;
@@ -295,6 +296,8 @@ pub(super) struct Inputs {
 pub(super) struct Found {
     objects: Vec<Arc<Value>>,
     by_owner: Option<OwnerIndex>,
+    /// Positions of `objects` by the uid of each of their ownerReferences.
+    by_any_owner: Option<HashMap<String, Vec<usize>>>,
     /// The interned keys of `objects`, when a read without an owner
     /// filter recorded them (every trigger's read of it hits the same).
     hits: Option<Arc<BTreeSet<(String, String)>>>,
@@ -321,6 +324,18 @@ fn owner_index(objects: &[Arc<Value>]) -> OwnerIndex {
         }
     }
     (by_uid, loose)
+}
+
+/// Positions of `objects` by the uid of each of their ownerReferences
+/// (controller or not).
+fn any_owner_index(objects: &[Arc<Value>]) -> HashMap<String, Vec<usize>> {
+    let mut by_uid: HashMap<String, Vec<usize>> = HashMap::default();
+    for (n, o) in objects.iter().enumerate() {
+        for uid in super::memo::owner_uids(o) {
+            by_uid.entry(uid.to_string()).or_default().push(n);
+        }
+    }
+    by_uid
 }
 
 /// A listField's source: a value in the render's context, or a related
@@ -1251,11 +1266,17 @@ impl Evaluator<'_> {
                 either: false,
                 owner: if q.controlled_by_trigger {
                     // Without a trigger nothing is controlled by it.
-                    Some(trigger.map(Owner::of).unwrap_or(Owner {
-                        uid: "\u{0}none".into(),
-                        gk: None,
-                        name: String::new(),
-                    }))
+                    Some(OwnerFilter::Controller(trigger.map(Owner::of).unwrap_or(
+                        Owner {
+                            uid: "\u{0}none".into(),
+                            gk: None,
+                            name: String::new(),
+                        },
+                    )))
+                } else if !q.owned_by.is_empty() {
+                    Some(OwnerFilter::AnyOf(Arc::new(
+                        self.owner_uids(&q.owned_by, trigger, ctx),
+                    )))
                 } else {
                     None
                 },
@@ -1305,6 +1326,7 @@ impl Evaluator<'_> {
                     Found {
                         objects,
                         by_owner: None,
+                        by_any_owner: None,
                         hits: None,
                     },
                 );
@@ -1323,7 +1345,23 @@ impl Evaluator<'_> {
                     }
                     f.objects.clone()
                 }
-                (Some(f), Some(owner)) if !owner.uid.is_empty() => {
+                (Some(f), Some(OwnerFilter::AnyOf(uids))) => {
+                    let by_uid = f.by_any_owner.get_or_insert_with(|| any_owner_index(&f.objects));
+                    let mut at: Vec<usize> = uids
+                        .iter()
+                        .filter_map(|u| by_uid.get(u.as_str()))
+                        .flatten()
+                        .copied()
+                        .collect();
+                    at.sort_unstable();
+                    at.dedup();
+                    at.into_iter()
+                        .filter_map(|n| f.objects.get(n))
+                        .filter(|o| read.passes(o))
+                        .cloned()
+                        .collect()
+                }
+                (Some(f), Some(OwnerFilter::Controller(owner))) if !owner.uid.is_empty() => {
                     let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
                     let mut at: Vec<usize> = by_uid
                         .get(owner.uid.as_str())
@@ -1480,12 +1518,14 @@ impl Evaluator<'_> {
                     Source::Seen(v) => Cow::Borrowed(v),
                     Source::Held(o, seen) => shown(o, seen),
                 };
-                for entry in path
-                    .get(&src)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
+                // A list's items are its entries; a map at the path is
+                // one entry (e.g. the `metadata` of each related object).
+                let entries: &[Value] = match path.get(&src) {
+                    Some(Value::Array(a)) => a,
+                    Some(m @ Value::Object(_)) => std::slice::from_ref(m),
+                    _ => &[],
+                };
+                for entry in entries {
                     let item = match &extract {
                         None => entry.clone(),
                         Some((xp, re, unmatched)) => {
@@ -1648,6 +1688,29 @@ impl Evaluator<'_> {
         addrs.sort_unstable();
         addrs.dedup();
         Some(addrs)
+    }
+
+    /// The uids `ownedBy` names: the trigger's and those of the objects of
+    /// the named earlier sets (as kept after their conditions).
+    fn owner_uids(&self, of: &[String], trigger: Option<&Value>, ctx: &Context) -> BTreeSet<String> {
+        let uid = |o: &Value| {
+            o["metadata"]["uid"]
+                .as_str()
+                .filter(|u| !u.is_empty())
+                .map(str::to_string)
+        };
+        let inputs = self.inputs.borrow();
+        let mut uids = BTreeSet::new();
+        for name in of {
+            if name == "trigger" {
+                uids.extend(trigger.and_then(uid));
+            } else if let Some(objs) = inputs.objects.get(name) {
+                uids.extend(objs.iter().filter_map(|o| uid(o)));
+            } else if let Some(items) = ctx.data()["related"][name.as_str()].as_array() {
+                uids.extend(items.iter().filter_map(uid));
+            }
+        }
+        uids
     }
 
     /// The `objects` query of the related set `name`, if it is one.

@@ -691,6 +691,43 @@ impl Owner {
     }
 }
 
+/// The ownership a related-object query requires of the objects it finds.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum OwnerFilter {
+    /// A controller ownerReference to this object (`controlledByTrigger`).
+    Controller(Owner),
+    /// Any ownerReference whose uid is one of these (`ownedBy`).
+    AnyOf(Arc<BTreeSet<String>>),
+}
+
+impl OwnerFilter {
+    /// Whether `obj` carries the ownership this filter requires.
+    pub fn passes(&self, obj: &Value) -> bool {
+        match self {
+            OwnerFilter::Controller(o) => o.controls(obj),
+            OwnerFilter::AnyOf(uids) => owner_uids(obj).any(|u| uids.contains(u)),
+        }
+    }
+
+    /// Text that tells filters apart (the read index's shared-filter key).
+    fn key(&self) -> String {
+        match self {
+            OwnerFilter::Controller(o) => format!("{}|{:?}|{}", o.uid, o.gk, o.name),
+            OwnerFilter::AnyOf(uids) => format!("any:{uids:?}"),
+        }
+    }
+}
+
+/// The non-empty uids of `obj`'s ownerReferences.
+pub(super) fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["uid"].as_str())
+        .filter(|u| !u.is_empty())
+}
+
 /// One lookup a render made: objects of a kind (in a namespace), narrowed
 /// by names, a selector and an owner, and the objects it found.
 #[derive(Clone, Debug)]
@@ -704,7 +741,7 @@ pub(super) struct Read {
     pub selector: Option<Arc<LabelSelector>>,
     /// Names *or* selector (rulesFrom) rather than names *and* selector.
     pub either: bool,
-    pub owner: Option<Owner>,
+    pub owner: Option<OwnerFilter>,
     /// Shared: the triggers of a rule often find the same objects (a
     /// selector on cluster-scoped roles finds the same for every one).
     pub hits: Arc<BTreeSet<ObjectKey>>,
@@ -763,7 +800,7 @@ impl Read {
     }
 
     fn owner_ok(&self, obj: &Value) -> bool {
-        self.owner.as_ref().is_none_or(|o| o.controls(obj))
+        self.owner.as_ref().is_none_or(|o| o.passes(obj))
     }
 }
 
@@ -798,10 +835,7 @@ fn filter_key(r: &Read) -> String {
         "{:?}|{}|{}",
         r.namespace,
         serde_json::to_string(&r.selector.as_deref()).unwrap_or_default(),
-        r.owner
-            .as_ref()
-            .map(|o| format!("{}|{:?}|{}", o.uid, o.gk, o.name))
-            .unwrap_or_default()
+        r.owner.as_ref().map(OwnerFilter::key).unwrap_or_default()
     )
 }
 

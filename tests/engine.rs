@@ -428,6 +428,11 @@ fn interests_name_every_kind_the_rules_read() {
                 "CompositeResourceDefinition.apiextensions.crossplane.io".to_string(),
                 false
             ),
+            // Lineage: only CRDs' metadata (ownerReferences) is read.
+            (
+                "CustomResourceDefinition.apiextensions.k8s.io".to_string(),
+                true
+            ),
             ("Deployment.apps".to_string(), false),
             ("ProviderRevision.pkg.crossplane.io".to_string(), false),
             ("ClusterRole.rbac.authorization.k8s.io".to_string(), false),
@@ -534,8 +539,9 @@ fn an_xrd_with_the_longest_possible_name_gets_its_roles() {
     let xrd = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
         "metadata": {"name": name, "uid": "xrd-long"},
         "spec": {"group": group, "names": {"kind": "XLong", "plural": "x".repeat(253 - group.len() - 1)}}});
+    let crd = engine_support::crd(&name, "CompositeResourceDefinition", "xrd-long", true);
     let builtin = rbac_rules::rules::builtin().expect("built-in rules");
-    let eval = Engine::new(&builtin, Options::default()).evaluate(&store(&[xrd]));
+    let eval = Engine::new(&builtin, Options::default()).evaluate(&store(&[xrd, crd]));
     assert_eq!(
         eval.errors().count(),
         0,

@@ -5,7 +5,7 @@ use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use serde_json::{Value, json};
 
 mod engine_support;
-use engine_support::{deployment, namespace, revision, xrd};
+use engine_support::{deployment, namespace, revision, revision_crds, xrd, xrd_crds};
 
 /// A small deterministic generator (xorshift), so failures replay.
 struct Rng(u64);
@@ -54,9 +54,11 @@ fn initial() -> Cluster {
     };
     for i in 0..XRDS {
         c.put(xrd(i, i % 2 == 0, false));
+        xrd_crds(i, true).into_iter().for_each(|o| c.put(o));
     }
     for p in 0..PROVIDERS {
         c.put(revision(p, p % 3, "org", 3));
+        revision_crds(p, 3).into_iter().for_each(|o| c.put(o));
         c.put(deployment(p, &format!("sa-{p}")));
     }
     for n in 0..NAMESPACES {
@@ -118,7 +120,32 @@ fn incremental_equals_full_on_random_changes() {
     apply(&mut c, &first);
 
     for step in 1..=300 {
-        let what = match rng.below(11) {
+        let what = match rng.below(12) {
+            11 => {
+                // Lineage: a type's CRD comes, goes or changes owner.
+                let (mut crds, uids) = if rng.chance(50) {
+                    let p = rng.below(PROVIDERS);
+                    (revision_crds(p, 4), ["pr-0", "pr-1"])
+                } else {
+                    let i = rng.below(XRDS);
+                    (xrd_crds(i, true), ["xrd-0", "xrd-1"])
+                };
+                let mut crd = crds.swap_remove(rng.below(crds.len()));
+                if rng.chance(30) {
+                    let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                    c.remove("apiextensions.k8s.io", "CustomResourceDefinition", "", &name);
+                    "CRD deleted"
+                } else if rng.chance(30) {
+                    let other = uids[rng.below(2)];
+                    crd["metadata"]["ownerReferences"][0]["uid"] = json!(other);
+                    crd["metadata"]["ownerReferences"][0]["controller"] = json!(rng.chance(50));
+                    c.put(crd);
+                    "CRD owner changed"
+                } else {
+                    c.put(crd);
+                    "CRD added"
+                }
+            }
             0 => {
                 let n = rng.below(NAMESPACES);
                 let accepted: Vec<usize> = (0..rng.below(4)).map(|_| rng.below(XRDS + 2)).collect();
@@ -281,6 +308,10 @@ fn a_change_re_renders_only_what_depends_on_it() {
     c.put(namespace(7, &[10, 3]));
     engine.evaluate_incremental(&c.store, &mut memo);
     assert_eq!(memo.renders(), 2, "the two annotated namespaces");
+    // Its CRDs first: no trigger names them yet, nothing renders.
+    xrd_crds(10, true).into_iter().for_each(|o| c.put(o));
+    engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 0, "CRDs of no XRD yet");
     c.put(xrd(10, true, false));
     let e = engine.evaluate_incremental(&c.store, &mut memo);
     assert_eq!(

@@ -471,7 +471,9 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         // would leave the next one to start on caches it evicted.
         let mut evaluations = Vec::with_capacity(args.changes);
         for i in 0..args.changes {
-            let _ = store.insert(plane.change(kind, i, &mut versions));
+            for o in plane.change(kind, i, &mut versions) {
+                let _ = store.insert(o);
+            }
             let started = Instant::now();
             let e = engine.evaluate_incremental(&store, &mut memo);
             times.push(ms(started.elapsed()));
@@ -776,8 +778,9 @@ async fn controller_phases(
     let mut per_change = 0;
     for i in 0..5 {
         let before = api.counts().rbac_writes();
-        api.put(plane.change(ChangeKind::NamespaceAnnotation, i, &mut versions))
-            .map_err(BenchError::Other)?;
+        for o in plane.change(ChangeKind::NamespaceAnnotation, i, &mut versions) {
+            api.put(o).map_err(BenchError::Other)?;
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         wait_until(&mut ctl, deadline, async |_| {
             api.counts().rbac_writes() > before

@@ -8,6 +8,9 @@
 //! - package revisions in families (the family label, one image org per
 //!   family), whose `status.objectRefs` list the scenario's CRDs, spread
 //!   evenly;
+//! - the CRDs themselves, as a real cluster holds them: each revision's
+//!   owned by it, each XRD's (its types and claims) controlled by it (the
+//!   proof of lineage the built-in rules require);
 //! - one Deployment per revision in the system namespace, controlled by its
 //!   revision (ownerReference with `controller: true`);
 //! - XRDs, every even-numbered one with claimNames;
@@ -161,9 +164,10 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// Objects in: revisions, Deployments, XRDs and Namespaces.
+    /// Objects in: revisions, Deployments, CRDs (the revisions', each
+    /// XRD's and each claim's), XRDs and Namespaces.
     pub fn objects_in(&self) -> usize {
-        2 * self.revisions + self.xrds + self.namespaces
+        2 * self.revisions + self.crds + 2 * self.xrds + self.claim_xrds() + self.namespaces
     }
 
     /// XRDs with claimNames (the even-numbered ones).
@@ -282,6 +286,36 @@ impl Plane<'_> {
         format!("xthing{i}s.{}", self.names.definition.type_group)
     }
 
+    /// The CRDs of an XRD of types `x<stem>s` (and claims `<stem>s`),
+    /// controlled by it.
+    fn xrd_crds(&self, stem: &str, claims: bool, uid: &str, versions: &mut Versions) -> Vec<Value> {
+        let d = &self.names.definition;
+        let owner = json!({
+            "apiVersion": d.api_version, "kind": d.kind,
+            "name": format!("x{stem}s.{}", d.type_group), "uid": uid,
+            "controller": true, "blockOwnerDeletion": true,
+        });
+        let mut out = vec![crd(&format!("x{stem}s"), &d.type_group, &owner, versions.bump())];
+        if claims {
+            out.push(crd(&format!("{stem}s"), &d.type_group, &owner, versions.bump()));
+        }
+        out
+    }
+
+    /// The CRDs revision `p` owns: one per name in `refs`.
+    fn revision_crds(&self, p: usize, refs: &[Value], versions: &mut Versions) -> Vec<Value> {
+        let r = &self.names.revision;
+        let owner = json!({
+            "apiVersion": r.api_version, "kind": r.kind,
+            "name": self.revision_name(p), "uid": revision_uid(p),
+            "controller": true, "blockOwnerDeletion": true,
+        });
+        refs.iter()
+            .filter_map(|r| r["name"].as_str()?.split_once('.'))
+            .map(|(plural, group)| crd(plural, group, &owner, versions.bump()))
+            .collect()
+    }
+
     /// An XRD of types `x<stem>s` (and claims `<stem>s` when `claims`).
     fn xrd(&self, stem: &str, claims: bool, uid: String, rv: String) -> Value {
         let d = &self.names.definition;
@@ -337,8 +371,8 @@ impl Plane<'_> {
         })
     }
 
-    /// Every object, in a fixed order: revisions, Deployments, XRDs,
-    /// Namespaces.
+    /// Every object, in a fixed order: revisions, Deployments, the
+    /// revisions' CRDs, XRDs and their CRDs, Namespaces.
     pub fn objects(&self, versions: &mut Versions) -> Vec<Value> {
         let s = &self.sizes;
         let mut out = Vec::with_capacity(s.objects_in());
@@ -348,13 +382,15 @@ impl Plane<'_> {
         for p in 0..s.revisions {
             out.push(self.deployment(p, versions.bump()));
         }
+        for p in 0..s.revisions {
+            let crds = self.revision_crds(p, &self.revision_refs(p), versions);
+            out.extend(crds);
+        }
         for i in 0..s.xrds {
-            out.push(self.xrd(
-                &format!("thing{i}"),
-                i % 2 == 0,
-                format!("00000000-0000-4000-b000-{i:012}"),
-                versions.bump(),
-            ));
+            let (stem, uid) = (format!("thing{i}"), format!("00000000-0000-4000-b000-{i:012}"));
+            out.push(self.xrd(&stem, i % 2 == 0, uid.clone(), versions.bump()));
+            let crds = self.xrd_crds(&stem, i % 2 == 0, &uid, versions);
+            out.extend(crds);
         }
         for n in 0..s.namespaces {
             out.push(self.namespace(n, &self.accepted(n, 0), versions.bump()));
@@ -362,23 +398,25 @@ impl Plane<'_> {
         out
     }
 
-    /// The `i`-th change of a kind: the object as it is after the change (a
-    /// new or replacing object). Changes of one kind apply in order `0, 1,
-    /// …`: namespaces are each changed once while `i` < namespaces (a
-    /// stride prime to common sizes); revision changes accumulate refs.
-    pub fn change(&self, kind: ChangeKind, i: usize, versions: &mut Versions) -> Value {
+    /// The `i`-th change of a kind: the objects as they are after the
+    /// change (new or replacing objects). Changes of one kind apply in
+    /// order `0, 1, …`: namespaces are each changed once while `i` <
+    /// namespaces (a stride prime to common sizes); revision changes
+    /// accumulate refs. An added XRD comes with its CRDs, a revision's new
+    /// ref with the CRD it owns, as the package manager makes them.
+    pub fn change(&self, kind: ChangeKind, i: usize, versions: &mut Versions) -> Vec<Value> {
         match kind {
             ChangeKind::NamespaceAnnotation => {
                 let count = self.sizes.namespaces.max(1);
                 let n = (i * 7919) % count;
-                self.namespace(n, &self.accepted(n, 1 + i / count), versions.bump())
+                vec![self.namespace(n, &self.accepted(n, 1 + i / count), versions.bump())]
             }
-            ChangeKind::XrdAdded => self.xrd(
-                &format!("added{i}"),
-                true,
-                format!("00000000-0000-4000-c000-{i:012}"),
-                versions.bump(),
-            ),
+            ChangeKind::XrdAdded => {
+                let (stem, uid) = (format!("added{i}"), format!("00000000-0000-4000-c000-{i:012}"));
+                let mut out = self.xrd_crds(&stem, true, &uid, versions);
+                out.push(self.xrd(&stem, true, uid, versions.bump()));
+                out
+            }
             ChangeKind::RevisionObjectRefs => {
                 let r = self.sizes.revisions.max(1);
                 let p = i % r;
@@ -388,7 +426,9 @@ impl Plane<'_> {
                 for k in (p..=i).step_by(r) {
                     refs.push(crd_ref(&format!("added{k}s.{group}")));
                 }
-                self.revision(p, refs, versions.bump())
+                let mut out = self.revision_crds(p, &refs[refs.len() - 1..], versions);
+                out.push(self.revision(p, refs, versions.bump()));
+                out
             }
         }
     }
@@ -396,6 +436,27 @@ impl Plane<'_> {
 
 fn revision_uid(p: usize) -> String {
     format!("00000000-0000-4000-8000-{p:012}")
+}
+
+/// A CRD `<plural>.<group>` owned by `owner`, as a cluster holds it (the
+/// schema aside: the built-in rules read only a CRD's metadata).
+fn crd(plural: &str, group: &str, owner: &Value, rv: String) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{plural}.{group}"),
+            "uid": format!("crd-{plural}.{group}"),
+            "resourceVersion": rv,
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "group": group,
+            "names": {"plural": plural, "kind": plural},
+            "scope": "Cluster",
+            "versions": [{"name": "v1", "served": true, "storage": true}],
+        },
+    })
 }
 
 /// An objectRef of a CRD.
@@ -453,9 +514,10 @@ mod tests {
     fn large_has_the_issue_sizes() {
         let pl = plane(Scenario::Large);
         let objs = pl.objects(&mut Versions::default());
-        assert_eq!(objs.len(), 2_640);
-        assert_eq!(pl.sizes.objects_in(), 2_640);
-        assert_eq!(Scenario::Xl.sizes().objects_in(), 25_140);
+        // 2,640 objects and the 1,750 CRDs a real cluster holds for them.
+        assert_eq!(objs.len(), 4_390);
+        assert_eq!(pl.sizes.objects_in(), 4_390);
+        assert_eq!(Scenario::Xl.sizes().objects_in(), 33_640);
         let kind = |o: &Value, k: &str| o["kind"] == k;
         let refs: usize = objs
             .iter()
@@ -493,7 +555,10 @@ mod tests {
         let a = pl.objects(&mut Versions::default());
         let b = pl.objects(&mut Versions::default());
         assert_eq!(a, b);
-        let change = |i| pl.change(ChangeKind::RevisionObjectRefs, i, &mut Versions::default());
+        let change = |i| {
+            let mut objs = pl.change(ChangeKind::RevisionObjectRefs, i, &mut Versions::default());
+            objs.pop().unwrap_or_default()
+        };
         assert_eq!(change(9), change(9));
         // Revision 2's second change keeps its first added ref.
         assert_eq!(change(9)["metadata"]["name"], pl.revision_name(2));

@@ -64,6 +64,10 @@ fn without_names(spec: &RbacRuleSpec) -> Option<Value> {
         if let Some(m) = r.get_mut("listField").and_then(Value::as_object_mut) {
             m.remove("of");
         }
+        // Names of sets, not texts: the engine reads their uids itself.
+        if let Some(m) = r.get_mut("objects").and_then(Value::as_object_mut) {
+            m.remove("ownedBy");
+        }
     }
     Some(v)
 }

@@ -82,6 +82,42 @@ pub fn revision(p: usize, family: usize, org: &str, types: usize) -> Value {
         "status": {"objectRefs": refs}})
 }
 
+/// A CustomResourceDefinition `<plural>.<group>` with an ownerReference
+/// (uid `owner_uid`, a controller one when `controller`), as Crossplane's
+/// package manager and XRD controller make them.
+pub fn crd(name: &str, owner_kind: &str, owner_uid: &str, controller: bool) -> Value {
+    let (plural, group) = name.split_once('.').unwrap_or((name, ""));
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "uid": format!("crd-{name}"),
+                     "ownerReferences": [{"apiVersion": "example.org/v1", "kind": owner_kind,
+                                          "name": owner_uid, "uid": owner_uid, "controller": controller}]},
+        "spec": {"group": group, "names": {"plural": plural}}})
+}
+
+/// The CRDs of XRD `i` (see [`xrd`]): its type's and, with `claim`, its
+/// claim's, controlled by it.
+pub fn xrd_crds(i: usize, claim: bool) -> Vec<Value> {
+    let uid = format!("xrd-{i}");
+    let mut out = vec![crd(&format!("xthings{i}.example.org"), "CompositeResourceDefinition", &uid, true)];
+    if claim {
+        out.push(crd(&format!("things{i}.example.org"), "CompositeResourceDefinition", &uid, true));
+    }
+    out
+}
+
+/// The CRDs revision `p` (see [`revision`]) owns: its `types`, and with 3
+/// one in a Kubernetes group too (skipped with a warning).
+pub fn revision_crds(p: usize, types: usize) -> Vec<Value> {
+    let uid = format!("pr-{p}");
+    let mut out: Vec<Value> = (0..types)
+        .map(|t| crd(&format!("kind{t}s.p{p}.example.org"), "ProviderRevision", &uid, true))
+        .collect();
+    if types == 3 {
+        out.push(crd(&format!("nodes.p{p}.k8s.io"), "ProviderRevision", &uid, true));
+    }
+    out
+}
+
 /// The Deployment of revision `p` in crossplane-system, running as `sa`.
 pub fn deployment(p: usize, sa: &str) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment",

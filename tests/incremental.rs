@@ -132,8 +132,16 @@ fn incremental_equals_full_on_random_changes() {
                 };
                 let mut crd = crds.swap_remove(rng.below(crds.len()));
                 if rng.chance(30) {
-                    let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                    c.remove("apiextensions.k8s.io", "CustomResourceDefinition", "", &name);
+                    let name = crd["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    c.remove(
+                        "apiextensions.k8s.io",
+                        "CustomResourceDefinition",
+                        "",
+                        &name,
+                    );
                     "CRD deleted"
                 } else if rng.chance(30) {
                     let other = uids[rng.below(2)];

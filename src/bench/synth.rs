@@ -295,9 +295,19 @@ impl Plane<'_> {
             "name": format!("x{stem}s.{}", d.type_group), "uid": uid,
             "controller": true, "blockOwnerDeletion": true,
         });
-        let mut out = vec![crd(&format!("x{stem}s"), &d.type_group, &owner, versions.bump())];
+        let mut out = vec![crd(
+            &format!("x{stem}s"),
+            &d.type_group,
+            &owner,
+            versions.bump(),
+        )];
         if claims {
-            out.push(crd(&format!("{stem}s"), &d.type_group, &owner, versions.bump()));
+            out.push(crd(
+                &format!("{stem}s"),
+                &d.type_group,
+                &owner,
+                versions.bump(),
+            ));
         }
         out
     }
@@ -387,7 +397,10 @@ impl Plane<'_> {
             out.extend(crds);
         }
         for i in 0..s.xrds {
-            let (stem, uid) = (format!("thing{i}"), format!("00000000-0000-4000-b000-{i:012}"));
+            let (stem, uid) = (
+                format!("thing{i}"),
+                format!("00000000-0000-4000-b000-{i:012}"),
+            );
             out.push(self.xrd(&stem, i % 2 == 0, uid.clone(), versions.bump()));
             let crds = self.xrd_crds(&stem, i % 2 == 0, &uid, versions);
             out.extend(crds);
@@ -412,7 +425,10 @@ impl Plane<'_> {
                 vec![self.namespace(n, &self.accepted(n, 1 + i / count), versions.bump())]
             }
             ChangeKind::XrdAdded => {
-                let (stem, uid) = (format!("added{i}"), format!("00000000-0000-4000-c000-{i:012}"));
+                let (stem, uid) = (
+                    format!("added{i}"),
+                    format!("00000000-0000-4000-c000-{i:012}"),
+                );
                 let mut out = self.xrd_crds(&stem, true, &uid, versions);
                 out.push(self.xrd(&stem, true, uid, versions.bump()));
                 out

@@ -20,8 +20,7 @@ use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
     AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, NestedKey, Owner,
-    OwnerFilter,
-    Read, VarEntry,
+    OwnerFilter, Read, VarEntry,
 };
 use super::model::Desired;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
@@ -1274,9 +1273,11 @@ impl Evaluator<'_> {
                         },
                     )))
                 } else if !q.owned_by.is_empty() {
-                    Some(OwnerFilter::AnyOf(Arc::new(
-                        self.owner_uids(&q.owned_by, trigger, ctx),
-                    )))
+                    Some(OwnerFilter::AnyOf(Arc::new(self.owner_uids(
+                        &q.owned_by,
+                        trigger,
+                        ctx,
+                    ))))
                 } else {
                     None
                 },
@@ -1346,7 +1347,9 @@ impl Evaluator<'_> {
                     f.objects.clone()
                 }
                 (Some(f), Some(OwnerFilter::AnyOf(uids))) => {
-                    let by_uid = f.by_any_owner.get_or_insert_with(|| any_owner_index(&f.objects));
+                    let by_uid = f
+                        .by_any_owner
+                        .get_or_insert_with(|| any_owner_index(&f.objects));
                     let mut at: Vec<usize> = uids
                         .iter()
                         .filter_map(|u| by_uid.get(u.as_str()))
@@ -1692,7 +1695,12 @@ impl Evaluator<'_> {
 
     /// The uids `ownedBy` names: the trigger's and those of the objects of
     /// the named earlier sets (as kept after their conditions).
-    fn owner_uids(&self, of: &[String], trigger: Option<&Value>, ctx: &Context) -> BTreeSet<String> {
+    fn owner_uids(
+        &self,
+        of: &[String],
+        trigger: Option<&Value>,
+        ctx: &Context,
+    ) -> BTreeSet<String> {
         let uid = |o: &Value| {
             o["metadata"]["uid"]
                 .as_str()

@@ -295,6 +295,13 @@ impl RuleList {
     ];
 }
 
+/// Whether `group` is the controller's own API group or a subgroup of it.
+fn is_own_group(group: &str) -> bool {
+    group
+        .strip_suffix(crate::api::GROUP)
+        .is_some_and(|rest| rest.is_empty() || rest.ends_with('.'))
+}
+
 /// Whether `value`, rendered from data into the policy-rule list `list`,
 /// is a plain name of its kind. Never a wildcard.
 fn data_value_problem(list: RuleList, value: &str) -> Option<String> {
@@ -392,10 +399,23 @@ pub fn check_marked_items(
                 let Some(data) = x.as_str().and_then(|s| s.strip_prefix(DATA_MARK)) else {
                     continue;
                 };
+                let at = format!("{field}[{}].{key}[{j}]", base + i);
+                if matches!(list, RuleList::ApiGroups) && is_own_group(data) {
+                    // A grant on RbacRules makes its holder a rule author:
+                    // only a rule's own literal text may give it.
+                    let problem = format!(
+                        "{data:?} from data is the controller's own API group, never granted from data"
+                    );
+                    refusal.get_or_insert(FieldError::new(
+                        ErrorKind::EscalationDenied,
+                        at,
+                        problem,
+                    ));
+                    continue;
+                }
                 let Some(problem) = data_value_problem(list, data) else {
                     continue;
                 };
-                let at = format!("{field}[{}].{key}[{j}]", base + i);
                 if !data.contains('*') {
                     return Err(FieldError::new(ErrorKind::InvalidOutput, at, problem));
                 }

@@ -98,9 +98,19 @@ pub fn crd(name: &str, owner_kind: &str, owner_uid: &str, controller: bool) -> V
 /// claim's, controlled by it.
 pub fn xrd_crds(i: usize, claim: bool) -> Vec<Value> {
     let uid = format!("xrd-{i}");
-    let mut out = vec![crd(&format!("xthings{i}.example.org"), "CompositeResourceDefinition", &uid, true)];
+    let mut out = vec![crd(
+        &format!("xthings{i}.example.org"),
+        "CompositeResourceDefinition",
+        &uid,
+        true,
+    )];
     if claim {
-        out.push(crd(&format!("things{i}.example.org"), "CompositeResourceDefinition", &uid, true));
+        out.push(crd(
+            &format!("things{i}.example.org"),
+            "CompositeResourceDefinition",
+            &uid,
+            true,
+        ));
     }
     out
 }
@@ -110,10 +120,22 @@ pub fn xrd_crds(i: usize, claim: bool) -> Vec<Value> {
 pub fn revision_crds(p: usize, types: usize) -> Vec<Value> {
     let uid = format!("pr-{p}");
     let mut out: Vec<Value> = (0..types)
-        .map(|t| crd(&format!("kind{t}s.p{p}.example.org"), "ProviderRevision", &uid, true))
+        .map(|t| {
+            crd(
+                &format!("kind{t}s.p{p}.example.org"),
+                "ProviderRevision",
+                &uid,
+                true,
+            )
+        })
         .collect();
     if types == 3 {
-        out.push(crd(&format!("nodes.p{p}.k8s.io"), "ProviderRevision", &uid, true));
+        out.push(crd(
+            &format!("nodes.p{p}.k8s.io"),
+            "ProviderRevision",
+            &uid,
+            true,
+        ));
     }
     out
 }

@@ -53,6 +53,14 @@ pub struct RbacRuleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related: Vec<Related>,
 
+    /// Settings of an installation this rule reads as `params.<name>`
+    /// (e.g. the namespace a product is installed in), each with its
+    /// default. The controller's and `render`'s `--param NAME=VALUE`
+    /// overrides a default for every rule that declares it. A value fills
+    /// fields like data: it is never a template, a wildcard or a structure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<Param>,
+
     /// Named values computed once per trigger, after `related`, and
     /// available to templates as `vars.<name>`: an expression used by
     /// several outputs is written and evaluated once.
@@ -61,6 +69,23 @@ pub struct RbacRuleSpec {
 
     /// The objects to emit for each trigger (or once, without a trigger).
     pub outputs: Vec<Output>,
+}
+
+/// A setting of the installation, read by templates as `params.<name>`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Param {
+    /// Name; templates read it as `params.<name>`.
+    pub name: String,
+    /// The value when `--param` does not give one.
+    pub default: String,
+    /// A format every value (the default and any `--param`) must have, e.g.
+    /// `dnsLabel` for a namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<ValueFormat>,
+    /// What the setting means, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// A named value: an expression (a path or a helper call, as in

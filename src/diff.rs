@@ -49,6 +49,9 @@ pub struct DiffArgs {
     /// Evaluation limits, as for `run`.
     #[command(flatten)]
     pub limits: crate::engine::Limits,
+    /// Settings rules read as `params.<name>`, as for `run`.
+    #[command(flatten)]
+    pub params: crate::params::ParamArgs,
 }
 
 /// Why `diff` could not tell.
@@ -405,7 +408,8 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
         None,
     )
     .with_waivers(args.waivers.clone())
-    .with_limits(args.limits.clone());
+    .with_limits(args.limits.clone())
+    .with_params(args.params.map());
     let allow = world.allow_rules();
     let holds = world.holds();
     let snap = world.snapshot(allow.as_ref(), &holds);

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod diff;
 pub mod engine;
 pub mod explain;
+pub mod params;
 pub mod policy;
 pub mod render;
 pub mod rules;

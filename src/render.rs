@@ -48,6 +48,9 @@ pub struct RenderArgs {
     /// Evaluation limits.
     #[command(flatten)]
     pub limits: crate::engine::Limits,
+    /// Settings rules read as `params.<name>`.
+    #[command(flatten)]
+    pub params: crate::params::ParamArgs,
     /// Read directories given to --rules and --objects recursively (like
     /// kubectl's -R); without it only a directory's own files are read.
     #[arg(short = 'R', long)]
@@ -144,6 +147,17 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         .map(|(o, r)| (r.name.clone(), o.clone()))
         .collect();
     let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
+    // A param no rule declares is a typo: its setting would be lost.
+    let params = args.params.map();
+    let unknown = crate::params::undeclared(&params, &rules);
+    if !unknown.is_empty() {
+        return Err(RenderError::Evaluation(
+            unknown
+                .iter()
+                .map(|k| format!("error: --param {k}: no rule declares a param of this name"))
+                .collect(),
+        ));
+    }
     // Documents go into the store as they are parsed: never all parsed
     // documents and the store at once.
     let mut store = ObjectStore::new();
@@ -173,6 +187,7 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
             allow,
             waivers: args.waivers.clone(),
             limits: args.limits.clone(),
+            params: args.params.map(),
             ..Options::default()
         },
     );

@@ -102,6 +102,9 @@ pub struct RunArgs {
     /// Evaluation limits.
     #[command(flatten)]
     pub limits: crate::engine::Limits,
+    /// Settings rules read as `params.<name>`.
+    #[command(flatten)]
+    pub params: crate::params::ParamArgs,
 }
 
 /// Longest wait before retrying failed writes.
@@ -275,6 +278,7 @@ async fn control_loop(
         .max_concurrent_writes(args.max_concurrent_writes)
         .with_waivers(args.waivers.clone())
         .with_limits(args.limits.clone())
+        .with_params(args.params.map())
     };
     // The syncer is lent to the running pass (a task of its own, beside
     // the loop) and comes back with its report.

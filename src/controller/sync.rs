@@ -93,6 +93,7 @@ pub struct Syncer {
     writes: WriteOptions,
     /// Default denials switched off.
     waivers: Waivers,
+    params: std::collections::BTreeMap<String, String>,
     limits: Limits,
 }
 
@@ -123,6 +124,7 @@ impl Syncer {
             warned: BTreeMap::new(),
             writes: WriteOptions::default(),
             waivers: Waivers::default(),
+            params: std::collections::BTreeMap::new(),
             limits: Limits::default(),
         }
     }
@@ -138,6 +140,13 @@ impl Syncer {
     /// Sends up to `n` writes at once (at least one).
     pub fn max_concurrent_writes(mut self, n: usize) -> Self {
         self.writes.max_concurrent = n.max(1);
+        self
+    }
+
+    /// The installation's settings rules read as `params.<name>`.
+    pub fn with_params(mut self, params: std::collections::BTreeMap<String, String>) -> Self {
+        self.params = params;
+        self.engine = None;
         self
     }
 
@@ -191,6 +200,7 @@ impl Syncer {
                         held: key.2.clone(),
                         waivers: self.waivers.clone(),
                         limits: self.limits.clone(),
+                        params: self.params.clone(),
                         ..Options::default()
                     },
                 );

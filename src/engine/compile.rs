@@ -16,7 +16,9 @@ use super::template::Templates;
 use crate::api::{Condition, OutputKind, RbacRuleSpec};
 
 /// Names templates may not use for loop variables or related sets.
-pub const RESERVED: &[&str] = &["rule", "trigger", "matches", "related", "vars", "item"];
+pub const RESERVED: &[&str] = &[
+    "rule", "trigger", "matches", "related", "vars", "item", "params",
+];
 
 /// A rule that passed validation.
 pub struct CompiledRule {
@@ -46,12 +48,44 @@ pub struct CompiledRule {
     /// Each output's field (`spec.outputs[i]`), spelled once: every
     /// object an output emits names it.
     pub output_fields: Vec<std::sync::Arc<str>>,
+    /// The values of the params it declares (`params.<name>`): defaults,
+    /// then [`CompiledRule::set_params`].
+    pub params: serde_json::Map<String, Value>,
+}
+
+impl CompiledRule {
+    /// Gives the declared params the installation's values (`--param`);
+    /// the others keep their defaults. A value without the declared
+    /// format is an error of the rule.
+    pub fn set_params(&mut self, given: &BTreeMap<String, String>) -> Result<(), FieldError> {
+        for (i, p) in self.spec.params.iter().enumerate() {
+            let Some(v) = given.get(&p.name) else {
+                continue;
+            };
+            if let Some(f) = p.format
+                && !super::format::check(f, v)
+            {
+                return Err(FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("spec.params[{i}]"),
+                    format!("--param {}={v:?} is not a valid {}", p.name, f.as_str()),
+                ));
+            }
+            self.params.insert(p.name.clone(), Value::String(v.clone()));
+        }
+        self.derivation = Derivation::of(&self.spec, &self.params);
+        Ok(())
+    }
 }
 
 /// The spec with the names that are not templates taken out: each related
 /// set's own, and a listField's sources (`of`).
 fn without_names(spec: &RbacRuleSpec) -> Option<Value> {
     let mut v = serde_json::to_value(spec).ok()?;
+    // Param declarations are not texts (their values are data).
+    if let Some(m) = v.as_object_mut() {
+        m.remove("params");
+    }
     for r in v
         .get_mut("related")
         .and_then(Value::as_array_mut)
@@ -227,12 +261,14 @@ pub struct Derivation {
 }
 
 impl Derivation {
-    fn of(spec: &RbacRuleSpec) -> Derivation {
+    /// With the values of its params: two rules share kept values only
+    /// when their params agree too.
+    fn of(spec: &RbacRuleSpec, params: &serde_json::Map<String, Value>) -> Derivation {
         fn text<T: serde::Serialize>(v: &T) -> String {
             serde_json::to_string(v).unwrap_or_default()
         }
         Derivation {
-            trigger: text(&spec.trigger),
+            trigger: format!("{}|{}", text(&spec.trigger), text(params)),
             related: spec.related.iter().map(text).collect(),
             vars: spec.vars.iter().map(text).collect(),
         }
@@ -771,6 +807,28 @@ pub fn compile(
         }
     }
 
+    let mut param_names: BTreeSet<&str> = BTreeSet::new();
+    for (i, p) in spec.params.iter().enumerate() {
+        let f = format!("spec.params[{i}]");
+        c.identifier(&format!("{f}.name"), &p.name);
+        if !param_names.insert(p.name.as_str()) {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.name"),
+                format!("duplicate param name {:?}", p.name),
+            );
+        }
+        if let Some(fmt) = p.format
+            && !super::format::check(fmt, &p.default)
+        {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.default"),
+                format!("{:?} is not a valid {}", p.default, fmt.as_str()),
+            );
+        }
+    }
+
     let mut var_names: BTreeSet<&str> = BTreeSet::new();
     for (i, v) in spec.vars.iter().enumerate() {
         let f = format!("spec.vars[{i}]");
@@ -957,13 +1015,19 @@ pub fn compile(
             .map(|t| unread_related(spec, t))
             .unwrap_or_default();
         let trigger_paths = texts.as_deref().and_then(trigger_paths);
+        let params: serde_json::Map<String, Value> = spec
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), Value::String(p.default.clone())))
+            .collect();
         Ok(CompiledRule {
-            derivation: Derivation::of(spec),
+            derivation: Derivation::of(spec, &params),
             unread,
             trigger_paths,
             output_fields: (0..spec.outputs.len())
                 .map(|i| format!("spec.outputs[{i}]").into())
                 .collect(),
+            params,
             name: name.to_string(),
             spec: spec.clone(),
             regexes: c.regexes,

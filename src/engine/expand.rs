@@ -422,7 +422,9 @@ impl Evaluator<'_> {
     }
 
     pub(super) fn base_context(&self) -> Context {
-        Context::from(json!({"rule": {"name": self.rule.name}, "related": {}}))
+        Context::from(
+            json!({"rule": {"name": self.rule.name}, "related": {}, "params": self.rule.params}),
+        )
     }
 
     /// The regex of `text`: the rule's compiled one, borrowed (a clone of a

@@ -74,6 +74,9 @@ pub struct Options {
     pub held: BTreeSet<String>,
     /// Bounds on template nesting, lists, bytes, objects and time.
     pub limits: Limits,
+    /// The installation's settings (`--param NAME=VALUE`): each overrides
+    /// the default of the param of that name in every rule declaring it.
+    pub params: BTreeMap<String, String>,
 }
 
 impl Default for Options {
@@ -85,6 +88,7 @@ impl Default for Options {
             protected: vec![controller_aggregation_selector()],
             held: BTreeSet::new(),
             limits: Limits::default(),
+            params: BTreeMap::new(),
         }
     }
 }
@@ -163,7 +167,10 @@ impl Engine {
                 fixed_reports.insert(src.name.clone(), RuleReport::new(RuleState::Inactive));
                 continue;
             }
-            match compile::compile(&src.name, &src.spec, &mut templates) {
+            match compile::compile(&src.name, &src.spec, &mut templates).and_then(|mut c| {
+                c.set_params(&options.params).map_err(|e| vec![e])?;
+                Ok(c)
+            }) {
                 Ok(c) => compiled.push(c),
                 Err(errs) => {
                     let mut rep = RuleReport::new(RuleState::Failed);

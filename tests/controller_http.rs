@@ -913,6 +913,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         max_concurrent_writes: 4,
         waivers: Default::default(),
         limits: Default::default(),
+        params: Default::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let controller = tokio::spawn(run_with(client, args, stop_rx));
@@ -1340,6 +1341,7 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
         timeout_seconds: 10,
         waivers: Default::default(),
         limits: Default::default(),
+        params: Default::default(),
     };
     let (entries, unchanged) = diff(client, &args).await.expect("diff");
     scenario.abort();

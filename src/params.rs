@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 pub struct ParamArgs {
     /// A setting rules read as `params.NAME`, overriding the default each
     /// declaring rule gives (repeatable; the environment variable takes
-    /// a comma-separated list). Example: `--param
-    /// crossplaneNamespace=xp-system`.
+    /// a comma-separated list). Example: `--param appNamespace=tools`.
     #[arg(
         long = "param",
         value_name = "NAME=VALUE",

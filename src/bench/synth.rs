@@ -454,8 +454,46 @@ fn revision_uid(p: usize) -> String {
     format!("00000000-0000-4000-8000-{p:012}")
 }
 
-/// A CRD `<plural>.<group>` owned by `owner`, as a cluster holds it (the
-/// schema aside: the built-in rules read only a CRD's metadata).
+/// A CRD's schema as providers generate them: a spec with `forProvider`
+/// and `initProvider` of some twenty typed, described fields each, and a
+/// status with `atProvider` and conditions (about 5 KB of JSON).
+fn schema(plural: &str) -> Value {
+    let fields: serde_json::Map<String, Value> = (0..20)
+        .map(|i| {
+            let kind = ["string", "integer", "boolean", "number"][i % 4];
+            (
+                format!("field{i}"),
+                json!({"type": kind, "description": format!("Field {i} of a {plural} resource, as the provider's API documents it.")}),
+            )
+        })
+        .collect();
+    let params = json!({"type": "object", "properties": fields});
+    json!({"openAPIV3Schema": {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "properties": {
+                "forProvider": params.clone(),
+                "initProvider": params.clone(),
+                "deletionPolicy": {"type": "string", "enum": ["Orphan", "Delete"]},
+                "providerConfigRef": {"type": "object", "properties": {"name": {"type": "string"}}},
+            }},
+            "status": {"type": "object", "properties": {
+                "atProvider": params,
+                "conditions": {"type": "array", "items": {"type": "object", "properties": {
+                    "type": {"type": "string"}, "status": {"type": "string"},
+                    "reason": {"type": "string"}, "message": {"type": "string"},
+                    "lastTransitionTime": {"type": "string", "format": "date-time"},
+                }}},
+            }},
+        },
+    }})
+}
+
+/// A CRD `<plural>.<group>` owned by `owner`, as a cluster holds it, with
+/// a realistic schema (the built-in rules read only its metadata).
 fn crd(plural: &str, group: &str, owner: &Value, rv: String) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -470,7 +508,7 @@ fn crd(plural: &str, group: &str, owner: &Value, rv: String) -> Value {
             "group": group,
             "names": {"plural": plural, "kind": plural},
             "scope": "Cluster",
-            "versions": [{"name": "v1", "served": true, "storage": true}],
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": schema(plural)}],
         },
     })
 }

@@ -162,11 +162,13 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
     // documents and the store at once.
     let mut store = ObjectStore::new();
     let mut refused: Option<RenderError> = None;
+    // Each object is cut to what the rules read as it is loaded.
+    let shaper = crate::engine::shape::Shaper::new(crate::engine::shape::interests(&rules));
     yaml::for_each_in_tree(&args.objects, args.recursive, |path, index, value| {
         if refused.is_some() {
             return;
         }
-        if let Err(message) = store.insert(value) {
+        if let Err(message) = store.insert(shaper.shape(value)) {
             refused = Some(RenderError::Object {
                 origin: format!("{}#{index}", path.display()),
                 message,

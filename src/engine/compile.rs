@@ -298,7 +298,7 @@ pub struct Interest {
 
 /// The kinds a rule's spec reads — the trigger, related object queries,
 /// the ClusterRoles of rulesFrom — merged per kind.
-fn interests_of(spec: &RbacRuleSpec) -> Vec<Interest> {
+pub(super) fn interests_of(spec: &RbacRuleSpec) -> Vec<Interest> {
     let mut out = Vec::new();
     if let Some(t) = &spec.trigger {
         out.push(Interest {

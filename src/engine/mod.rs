@@ -17,6 +17,7 @@ mod memo;
 mod model;
 pub mod output;
 pub mod path;
+pub mod shape;
 pub mod store;
 pub mod template;
 mod trigger;

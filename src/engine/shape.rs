@@ -1,0 +1,99 @@
+//! What of an observed object the engine keeps: only what some rule may
+//! read. Memory follows the rules, not the cluster: a CRD's schema (tens to
+//! hundreds of KB) is dropped as it is loaded when every rule reads only
+//! CRDs' metadata.
+
+use serde_json::Value;
+
+use super::RuleSource;
+use super::compile::{Interest, interests_of, merge_interests, output_gk};
+use super::store::GroupKind;
+use crate::api::OutputKind;
+
+/// Every kind the rules read, and whether only metadata: the same answer
+/// [`super::Engine::interests`] gives, from the rules alone.
+pub fn interests(rules: &[RuleSource]) -> Vec<Interest> {
+    merge_interests(rules.iter().flat_map(|r| interests_of(&r.spec)))
+}
+
+/// Shapes objects to what rules read, by kind.
+pub struct Shaper {
+    interests: Vec<Interest>,
+}
+
+impl Shaper {
+    /// A shaper for rules with these interests.
+    pub fn new(interests: Vec<Interest>) -> Shaper {
+        Shaper { interests }
+    }
+
+    /// `obj` as the engine needs it: RBAC objects whole (policy, aggregation
+    /// and the live objects rules keep read them); a kind some rule reads
+    /// whole, whole; any other kind as its `apiVersion`, `kind` and
+    /// `metadata`. Never `metadata.managedFields`, which no rule sees.
+    pub fn shape(&self, mut obj: Value) -> Value {
+        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        let Some(gk) = GroupKind::of(&obj) else {
+            return obj;
+        };
+        if OutputKind::ALL.iter().any(|k| output_gk(*k) == gk) {
+            return obj;
+        }
+        let whole = self
+            .interests
+            .iter()
+            .any(|i| i.gk == gk && !i.metadata_only);
+        if whole {
+            return obj;
+        }
+        match obj {
+            Value::Object(mut m) => {
+                m.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
+                Value::Object(m)
+            }
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn interest(group: &str, kind: &str, metadata_only: bool) -> Interest {
+        Interest {
+            gk: GroupKind::new(group, kind),
+            version: None,
+            metadata_only,
+        }
+    }
+
+    #[test]
+    fn keeps_what_rules_read() {
+        let s = Shaper::new(vec![
+            interest("apiextensions.k8s.io", "CustomResourceDefinition", true),
+            interest("apps", "Deployment", false),
+        ]);
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "a.b.c", "managedFields": [{}], "ownerReferences": [{"uid": "u"}]},
+            "spec": {"versions": [{"schema": {}}]}});
+        assert_eq!(
+            s.shape(crd),
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "metadata": {"name": "a.b.c", "ownerReferences": [{"uid": "u"}]}})
+        );
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "managedFields": [{}]}, "spec": {"replicas": 1}});
+        assert_eq!(s.shape(d)["spec"]["replicas"], 1);
+        // Nobody reads Secrets: metadata only (still named, still checked).
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "dg=="}});
+        assert!(s.shape(secret).get("data").is_none());
+        // RBAC objects stay whole.
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "r"}, "rules": [{"verbs": ["get"]}]});
+        assert!(s.shape(role).get("rules").is_some());
+    }
+}

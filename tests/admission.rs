@@ -265,7 +265,10 @@ fn update_and_delete_check_the_old_object() {
     for theirs in [&unlabelled, &helm] {
         // A benign, labelled new version over someone else's object.
         refused(admit("UPDATE", CONTROLLER, &ours, theirs), "managed-by");
-        refused(admit("DELETE", CONTROLLER, &Value::Null, theirs), "managed-by");
+        refused(
+            admit("DELETE", CONTROLLER, &Value::Null, theirs),
+            "managed-by",
+        );
         // Giving up its own label is refused too.
         refused(admit("UPDATE", CONTROLLER, theirs, &ours), "managed-by");
     }
@@ -286,10 +289,16 @@ fn protected() -> Vec<Value> {
         "system:controller:clusterrole-aggregation-controller",
         "system:basic-user",
     ] {
-        out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": name}, "rules": []}));
+        out.push(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": []}),
+        );
     }
-    for name in ["cluster-admin", "system:basic-user", "system:public-info-viewer"] {
+    for name in [
+        "cluster-admin",
+        "system:basic-user",
+        "system:public-info-viewer",
+    ] {
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "widgets"},
@@ -300,16 +309,19 @@ fn protected() -> Vec<Value> {
         "metadata": {"name": "extension-apiserver-authentication-reader", "namespace": "kube-system",
                      "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
         "rules": []}));
-    out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    out.push(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "widgets", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
-        "rules": []}));
+        "rules": []}),
+    );
     // The controller's own, by name, as deploy/ installs them.
     for file in [
         "deploy/controller/rbac.yaml",
         "deploy/controller/allow-list.yaml",
     ] {
-        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
-            .expect(file);
+        let text =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+                .expect(file);
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
         assert!(!docs.is_empty(), "{file}");
         out.extend(docs);
@@ -356,7 +368,10 @@ fn protected_objects_are_never_written_nor_deleted_whatever_their_labels() {
         "rbac-rules:allow-list",
         "rbac-rules:leader-election",
     ] {
-        assert!(names.contains(&own), "{own} in deploy/controller: {names:?}");
+        assert!(
+            names.contains(&own),
+            "{own} in deploy/controller: {names:?}"
+        );
     }
     let needle = "protected objects";
     for live in &objects {

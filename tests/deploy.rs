@@ -867,7 +867,10 @@ fn the_fence_follows_the_controllers_namespace() {
     let dir = tempfile::tempdir().expect("temp dir");
     // The base itself.
     let base = rendered();
-    assert_eq!(controller_user(base), format!("system:serviceaccount:{NAMESPACE}:rbac-rules"));
+    assert_eq!(
+        controller_user(base),
+        format!("system:serviceaccount:{NAMESPACE}:rbac-rules")
+    );
     let mut installs: Vec<(String, Vec<Value>)> = vec![("deploy/".into(), base.to_vec())];
     // An overlay (kustomize refuses absolute paths: the base is copied
     // beside it).
@@ -880,7 +883,10 @@ fn the_fence_follows_the_controllers_namespace() {
          namespace: platform-rbac\nresources:\n- ../base\n",
     )
     .expect("write overlay");
-    installs.push(("an overlay with namespace: platform-rbac".into(), kustomize(&overlay)));
+    installs.push((
+        "an overlay with namespace: platform-rbac".into(),
+        kustomize(&overlay),
+    ));
     // The documented edit.
     let edited = dir.path().join("edited");
     copy_tree(&root().join("deploy"), &edited);
@@ -889,12 +895,18 @@ fn the_fence_follows_the_controllers_namespace() {
     let needle = format!("namespace: {NAMESPACE}\n");
     assert!(text.contains(&needle), "{text}");
     std::fs::write(&k, text.replace(&needle, "namespace: team-rbac\n")).expect("write");
-    installs.push(("deploy/controller with namespace: team-rbac".into(), kustomize(&edited)));
+    installs.push((
+        "deploy/controller with namespace: team-rbac".into(),
+        kustomize(&edited),
+    ));
 
     for (how, objects) in &installs {
         let user = controller_user(objects);
         if how != "deploy/" {
-            assert!(!user.contains(NAMESPACE), "{how}: still in {NAMESPACE}: {user}");
+            assert!(
+                !user.contains(NAMESPACE),
+                "{how}: still in {NAMESPACE}: {user}"
+            );
         }
         assert!(
             fence_matches(objects, &user),
@@ -908,7 +920,10 @@ fn the_fence_follows_the_controllers_namespace() {
             "admin".to_string(),
             "system:kube-controller-manager".to_string(),
         ] {
-            assert!(!fence_matches(objects, &other), "{how}: the fence matches {other}");
+            assert!(
+                !fence_matches(objects, &other),
+                "{how}: the fence matches {other}"
+            );
         }
     }
 }

@@ -543,6 +543,21 @@ fn no_aggregation_into_the_controller_or_of_everything() {
         json!({"matchLabels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}),
         json!({"matchExpressions": [{"key": "kubernetes.io/bootstrapping", "operator": "Exists"}]}),
         json!({"matchLabels": {"rbacrules.io/aggregate-to-controller": "true"}}),
+        // Negative requirements alone match cluster-admin and every other
+        // role without that label.
+        json!({"matchExpressions": [{"key": "example.org/x", "operator": "DoesNotExist"}]}),
+        json!({"matchExpressions": [{"key": "example.org/x", "operator": "NotIn", "values": ["a"]}]}),
+        json!({"matchExpressions": []}),
+        // The labels the bootstrap roles carry to aggregate into admin,
+        // edit and view (system:aggregate-to-edit grants impersonate on
+        // ServiceAccounts).
+        json!({"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}}),
+        json!({"matchExpressions": [{"key": "rbac.authorization.k8s.io/aggregate-to-admin", "operator": "Exists"}]}),
+        // The controller's own roles.
+        json!({"matchLabels": {"app.kubernetes.io/name": "rbac-rules"}}),
+        json!({"matchLabels": {"app.kubernetes.io/part-of": "rbac-rules", "example.org/x": "y"}}),
+        json!({"matchExpressions": [{"key": "app.kubernetes.io/part-of", "operator": "Exists"}]}),
+        json!({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["crossplane", "rbac-rules"]}]}),
     ] {
         refused(
             write(&managed(
@@ -552,6 +567,22 @@ fn no_aggregation_into_the_controller_or_of_everything() {
             )),
             "aggregate into its own role",
         );
+    }
+    // Positive requirements on other labels are fine, negative ones beside
+    // them too.
+    for selector in [
+        json!({"matchExpressions": [{"key": "example.org/aggregate-to-admin", "operator": "Exists"}]}),
+        json!({"matchExpressions": [
+            {"key": "example.org/aggregate-to-admin", "operator": "In", "values": ["true"]},
+            {"key": "example.org/legacy", "operator": "DoesNotExist"}]}),
+        json!({"matchLabels": {"app.kubernetes.io/name": "crossplane"}}),
+    ] {
+        write(&as_served(&managed(
+            "ClusterRole",
+            "widgets-admin",
+            json!({"aggregationRule": {"clusterRoleSelectors": [selector.clone()]}}),
+        )))
+        .unwrap_or_else(|e| panic!("{selector}: {e:?}"));
     }
     // Turning a benign aggregated role of its own into one that selects the
     // bootstrap roles is refused as well.

@@ -19,7 +19,11 @@
 //!    Crossplane's and the manager's Deployments, an XRD and the four roles
 //!    the manager made for it, a ProviderRevision with its Deployment and
 //!    the three roles and system binding the manager made for it (each with
-//!    a controller ownerReference to its owner, no rbac-rules provenance),
+//!    a controller ownerReference to its owner, no rbac-rules provenance;
+//!    the binding names the provider's ServiceAccount in the run's
+//!    namespace, as the manager binds a revision's Deployment wherever it
+//!    runs), the CRDs Crossplane made for the XRD and the revision (with
+//!    ownerReferences to them: the rules' proof of lineage),
 //!    an editor and a viewer bound to
 //!    `crossplane-edit` and `crossplane-view`; the built-in RbacRules
 //!    installed, no controller running.

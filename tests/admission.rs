@@ -25,23 +25,81 @@ fn env() -> Arc<Env> {
     Arc::new(Env::stdlib())
 }
 
-/// Evaluates `expr` for a request; `None` where CEL errs (the API server
-/// then applies failurePolicy Fail, i.e. refuses).
-fn eval(expr: &str, op: &str, user: &str, object: &Value, old: &Value) -> Option<bool> {
-    let env = env();
-    let program = env
-        .compile(expr)
-        .unwrap_or_else(|e| panic!("{expr}: {e:?}"));
-    let mut ctx = Context::with_env(env);
-    ctx.add_variable_from_value(
-        "request",
-        cel::to_value(json!({"operation": op, "userInfo": {"username": user}})).expect("request"),
-    );
-    ctx.add_variable_from_value("object", cel::to_value(object).expect("object"));
-    ctx.add_variable_from_value("oldObject", cel::to_value(old).expect("oldObject"));
-    match program.execute(&ctx) {
-        Ok(Cel::Bool(b)) => Some(b),
-        _ => None,
+/// The resource a request addresses, from the object's kind.
+fn resource_of(object: &Value, old: &Value) -> &'static str {
+    let kind = if object.is_null() {
+        &old["kind"]
+    } else {
+        &object["kind"]
+    };
+    match kind.as_str() {
+        Some("ClusterRole") => "clusterroles",
+        Some("Role") => "roles",
+        Some("ClusterRoleBinding") => "clusterrolebindings",
+        Some("RoleBinding") => "rolebindings",
+        k => panic!("not an RBAC kind: {k:?}"),
+    }
+}
+
+/// One admission request as the API server hands it to CEL: `request`,
+/// `object` (null on DELETE), `oldObject` (null on CREATE) and the policy's
+/// `variables`, evaluated in order (one that errs is left out, so any
+/// expression reading it errs too, as on the server).
+struct Request {
+    env: Arc<Env>,
+    vars: Vec<(&'static str, cel::Value)>,
+    variables: std::collections::HashMap<String, Cel>,
+}
+
+impl Request {
+    fn new(policy: &Value, op: &str, user: &str, object: &Value, old: &Value) -> Request {
+        let resource = resource_of(object, old);
+        let mut r = Request {
+            env: env(),
+            vars: vec![
+                (
+                    "request",
+                    cel::to_value(json!({
+                        "operation": op,
+                        "userInfo": {"username": user},
+                        "resource": {"group": "rbac.authorization.k8s.io", "version": "v1", "resource": resource},
+                    }))
+                    .expect("request"),
+                ),
+                ("object", cel::to_value(object).expect("object")),
+                ("oldObject", cel::to_value(old).expect("oldObject")),
+            ],
+            variables: Default::default(),
+        };
+        for v in policy["spec"]["variables"].as_array().into_iter().flatten() {
+            let name = v["name"].as_str().expect("variable name");
+            if let Some(value) = r.value(v["expression"].as_str().expect("expression")) {
+                r.variables.insert(name.to_string(), value);
+            }
+        }
+        r
+    }
+
+    fn value(&self, expr: &str) -> Option<Cel> {
+        let program = self
+            .env
+            .compile(expr)
+            .unwrap_or_else(|e| panic!("{expr}: {e:?}"));
+        let mut ctx = Context::with_env(self.env.clone());
+        for (name, value) in &self.vars {
+            ctx.add_variable_from_value(*name, value.clone());
+        }
+        ctx.add_variable_from_value("variables", self.variables.clone());
+        program.execute(&ctx).ok()
+    }
+
+    /// `None` where CEL errs (the API server then applies failurePolicy
+    /// Fail, i.e. refuses).
+    fn eval(&self, expr: &str) -> Option<bool> {
+        match self.value(expr) {
+            Some(Cel::Bool(b)) => Some(b),
+            _ => None,
+        }
     }
 }
 
@@ -50,28 +108,15 @@ fn eval(expr: &str, op: &str, user: &str, object: &Value, old: &Value) -> Option
 /// Returns the messages of the failed validations.
 fn admit(op: &str, user: &str, object: &Value, old: &Value) -> Result<(), Vec<String>> {
     let p = policy();
-    for m in p["spec"]["matchConditions"]
-        .as_array()
-        .expect("matchConditions")
-    {
-        let e = m["expression"].as_str().expect("expression");
-        if eval(e, op, user, object, old) != Some(true) {
-            return Ok(());
-        }
+    let request = Request::new(&p, op, user, object, old);
+    if !matched(&p, &request) {
+        return Ok(());
     }
     let failed: Vec<String> = p["spec"]["validations"]
         .as_array()
         .expect("validations")
         .iter()
-        .filter(|v| {
-            eval(
-                v["expression"].as_str().expect("expression"),
-                op,
-                user,
-                object,
-                old,
-            ) != Some(true)
-        })
+        .filter(|v| request.eval(v["expression"].as_str().expect("expression")) != Some(true))
         .map(|v| v["message"].as_str().unwrap_or_default().to_string())
         .collect();
     if failed.is_empty() {
@@ -79,6 +124,26 @@ fn admit(op: &str, user: &str, object: &Value, old: &Value) -> Result<(), Vec<St
     } else {
         Err(failed)
     }
+}
+
+/// Whether every match condition holds.
+fn matched(p: &Value, request: &Request) -> bool {
+    p["spec"]["matchConditions"]
+        .as_array()
+        .expect("matchConditions")
+        .iter()
+        .all(|m| request.eval(m["expression"].as_str().expect("expression")) == Some(true))
+}
+
+/// `o` as the API server hands it to admission: Role and ClusterRole carry
+/// `rules` without omitempty, so a role without rules (an aggregated one)
+/// arrives as `rules: null`.
+fn as_served(o: &Value) -> Value {
+    let mut o = o.clone();
+    if matches!(o["kind"].as_str(), Some("ClusterRole" | "Role")) && o.get("rules").is_none() {
+        o["rules"] = Value::Null;
+    }
+    o
 }
 
 fn write(object: &Value) -> Result<(), Vec<String>> {
@@ -118,14 +183,14 @@ fn every_expression_compiles() {
     let p = policy();
     let env = env();
     let mut n = 0;
-    for list in ["matchConditions", "validations"] {
+    for list in ["matchConditions", "variables", "validations"] {
         for v in p["spec"][list].as_array().expect("list") {
             let e = v["expression"].as_str().expect("expression");
             env.compile(e).unwrap_or_else(|err| panic!("{e}: {err:?}"));
             n += 1;
         }
     }
-    assert!(n >= 7, "{n} expressions");
+    assert!(n >= 9, "{n} expressions");
 }
 
 #[test]
@@ -161,21 +226,235 @@ fn what_the_controller_writes_is_admitted() {
 }
 
 #[test]
-fn other_users_are_not_matched() {
+fn only_the_controllers_service_account_is_matched_in_any_namespace() {
     let cluster_admin_binding = json!({
         "kind": "ClusterRoleBinding",
         "metadata": {"name": "someone"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
     });
-    admit("CREATE", "admin", &cluster_admin_binding, &Value::Null).expect("not the controller");
-    admit(
-        "CREATE",
-        "system:serviceaccount:other:rbac-rules",
-        &cluster_admin_binding,
-        &Value::Null,
-    )
-    .expect("another namespace's account");
+    for user in [
+        "admin",
+        "system:admin",
+        "system:serviceaccount:rbac-rules-system:default",
+        "system:serviceaccount:rbac-rules-system:rbac-rules-other",
+        "system:serviceaccount:rbac-rules-system:other-rbac-rules",
+        "system:serviceaccount:rbac-rules:crossplane",
+        "rbac-rules",
+    ] {
+        admit("CREATE", user, &cluster_admin_binding, &Value::Null)
+            .unwrap_or_else(|e| panic!("{user} is not the controller, yet refused: {e:?}"));
+    }
     refused(write(&cluster_admin_binding), "managed-by");
+    // Installed in another namespace, the controller is fenced there too.
+    for ns in ["other", "platform-rbac", "kube-system"] {
+        refused(
+            admit(
+                "CREATE",
+                &format!("system:serviceaccount:{ns}:rbac-rules"),
+                &cluster_admin_binding,
+                &Value::Null,
+            ),
+            "managed-by",
+        );
+    }
+}
+
+/// UPDATE and DELETE are judged by the old object as well: the controller
+/// may not take, relabel, overwrite or delete what it did not make.
+#[test]
+fn update_and_delete_check_the_old_object() {
+    let ours = role(json!([]));
+    let mut unlabelled = ours.clone();
+    unlabelled["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("labels");
+    let mut helm = ours.clone();
+    helm["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "Helm"});
+    admit("UPDATE", CONTROLLER, &ours, &ours).expect("updating its own object");
+    admit("DELETE", CONTROLLER, &Value::Null, &ours).expect("deleting its own object");
+    for theirs in [&unlabelled, &helm] {
+        // A benign, labelled new version over someone else's object.
+        refused(admit("UPDATE", CONTROLLER, &ours, theirs), "managed-by");
+        refused(
+            admit("DELETE", CONTROLLER, &Value::Null, theirs),
+            "managed-by",
+        );
+        // Giving up its own label is refused too.
+        refused(admit("UPDATE", CONTROLLER, theirs, &ours), "managed-by");
+    }
+    // Other users still may do all of that.
+    admit("UPDATE", "admin", &ours, &unlabelled).expect("not the controller");
+    admit("DELETE", "admin", &Value::Null, &unlabelled).expect("not the controller");
+}
+
+/// What no version of the object may be, whatever labels it carries.
+fn protected() -> Vec<Value> {
+    let mut out = Vec::new();
+    for name in [
+        "cluster-admin",
+        "admin",
+        "edit",
+        "view",
+        "system:aggregate-to-edit",
+        "system:controller:clusterrole-aggregation-controller",
+        "system:basic-user",
+    ] {
+        out.push(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": []}),
+        );
+    }
+    for name in [
+        "cluster-admin",
+        "system:basic-user",
+        "system:public-info-viewer",
+    ] {
+        out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "widgets"},
+            "subjects": []}));
+    }
+    // Bootstrap objects by their label, whatever their name.
+    out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "extension-apiserver-authentication-reader", "namespace": "kube-system",
+                     "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+        "rules": []}));
+    out.push(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "widgets", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+        "rules": []}),
+    );
+    // The controller's own, by name, as deploy/ installs them.
+    for file in [
+        "deploy/controller/rbac.yaml",
+        "deploy/controller/allow-list.yaml",
+    ] {
+        let text =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+                .expect(file);
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+        assert!(!docs.is_empty(), "{file}");
+        out.extend(docs);
+    }
+    out
+}
+
+/// Benign writes of `o`: no rules, no aggregation, the controller's label
+/// beside its own labels and (unless a label is what protects it) instead
+/// of them.
+fn labelled_benign(o: &Value) -> Vec<Value> {
+    let mut o = o.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("aggregationRule");
+        if m.contains_key("rules") {
+            m.insert("rules".into(), json!([]));
+        }
+    }
+    let mut out = Vec::new();
+    let by_label = o["metadata"]["labels"]
+        .get("kubernetes.io/bootstrapping")
+        .is_some();
+    if !by_label {
+        let mut only = o.clone();
+        only["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "rbac-rules"});
+        out.push(only);
+    }
+    o["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("rbac-rules");
+    out.push(o);
+    out
+}
+
+#[test]
+fn protected_objects_are_never_written_nor_deleted_whatever_their_labels() {
+    let objects = protected();
+    let names: Vec<&str> = objects
+        .iter()
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect();
+    for own in [
+        "rbac-rules",
+        "rbac-rules:controller",
+        "rbac-rules:builtin-rules",
+        "rbac-rules:allow-list",
+        "rbac-rules:leader-election",
+    ] {
+        assert!(
+            names.contains(&own),
+            "{own} in deploy/controller: {names:?}"
+        );
+    }
+    let needle = "protected objects";
+    for live in &objects {
+        let what = format!("{} {}", live["kind"], live["metadata"]["name"]);
+        for ours in labelled_benign(live) {
+            for (op, new, old) in [
+                ("CREATE", &ours, &Value::Null),
+                // A benign new version over the live one, as it is ...
+                ("UPDATE", &ours, live),
+                // ... or as if the controller had labelled it before.
+                ("UPDATE", &ours, &ours),
+                ("DELETE", &Value::Null, live),
+                ("DELETE", &Value::Null, &ours),
+            ] {
+                match admit(op, CONTROLLER, new, old) {
+                    Ok(()) => panic!("{op} of {what} admitted: {new} over {old}"),
+                    Err(m) => assert!(
+                        m.iter().any(|m| m.contains(needle)),
+                        "{op} of {what} refused, but not as protected: {m:?}"
+                    ),
+                }
+            }
+            admit("UPDATE", "admin", &ours, live).expect("other users are not fenced");
+        }
+    }
+}
+
+#[test]
+fn near_names_are_not_protected() {
+    // Cluster-wide names only: a namespaced Role may be called `edit`.
+    write(&managed("Role", "edit", json!({"rules": []}))).expect("a Role named edit");
+    write(&managed(
+        "RoleBinding",
+        "admin",
+        json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "edit"}}),
+    ))
+    .expect("a RoleBinding named admin");
+    for name in [
+        "crossplane-edit",
+        "crossplane:rbac-rules",
+        "rbac-rules-widgets",
+        "widgets:system",
+        "editor",
+    ] {
+        write(&managed("ClusterRole", name, json!({"rules": []})))
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    }
+}
+
+#[test]
+fn no_binding_to_everyone() {
+    for subject in [
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}),
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}),
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:anonymous"}),
+    ] {
+        let binding = managed(
+            "RoleBinding",
+            "tenant",
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "widgets-view"},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}, subject]}),
+        );
+        refused(write(&binding), "everyone");
+    }
+    write(&managed(
+        "RoleBinding",
+        "tenant",
+        json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "widgets-view"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a"},
+                            {"kind": "ServiceAccount", "name": "default", "namespace": "a"}]}),
+    ))
+    .expect("named subjects");
 }
 
 #[test]
@@ -264,6 +543,21 @@ fn no_aggregation_into_the_controller_or_of_everything() {
         json!({"matchLabels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}),
         json!({"matchExpressions": [{"key": "kubernetes.io/bootstrapping", "operator": "Exists"}]}),
         json!({"matchLabels": {"rbacrules.io/aggregate-to-controller": "true"}}),
+        // Negative requirements alone match cluster-admin and every other
+        // role without that label.
+        json!({"matchExpressions": [{"key": "example.org/x", "operator": "DoesNotExist"}]}),
+        json!({"matchExpressions": [{"key": "example.org/x", "operator": "NotIn", "values": ["a"]}]}),
+        json!({"matchExpressions": []}),
+        // The labels the bootstrap roles carry to aggregate into admin,
+        // edit and view (system:aggregate-to-edit grants impersonate on
+        // ServiceAccounts).
+        json!({"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}}),
+        json!({"matchExpressions": [{"key": "rbac.authorization.k8s.io/aggregate-to-admin", "operator": "Exists"}]}),
+        // The controller's own roles.
+        json!({"matchLabels": {"app.kubernetes.io/name": "rbac-rules"}}),
+        json!({"matchLabels": {"app.kubernetes.io/part-of": "rbac-rules", "example.org/x": "y"}}),
+        json!({"matchExpressions": [{"key": "app.kubernetes.io/part-of", "operator": "Exists"}]}),
+        json!({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["crossplane", "rbac-rules"]}]}),
     ] {
         refused(
             write(&managed(
@@ -274,6 +568,37 @@ fn no_aggregation_into_the_controller_or_of_everything() {
             "aggregate into its own role",
         );
     }
+    // Positive requirements on other labels are fine, negative ones beside
+    // them too.
+    for selector in [
+        json!({"matchExpressions": [{"key": "example.org/aggregate-to-admin", "operator": "Exists"}]}),
+        json!({"matchExpressions": [
+            {"key": "example.org/aggregate-to-admin", "operator": "In", "values": ["true"]},
+            {"key": "example.org/legacy", "operator": "DoesNotExist"}]}),
+        json!({"matchLabels": {"app.kubernetes.io/name": "crossplane"}}),
+    ] {
+        write(&as_served(&managed(
+            "ClusterRole",
+            "widgets-admin",
+            json!({"aggregationRule": {"clusterRoleSelectors": [selector.clone()]}}),
+        )))
+        .unwrap_or_else(|e| panic!("{selector}: {e:?}"));
+    }
+    // Turning a benign aggregated role of its own into one that selects the
+    // bootstrap roles is refused as well.
+    let benign = managed(
+        "ClusterRole",
+        "widgets-admin",
+        json!({"aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.org/aggregate-to-admin": "true"}}]}}),
+    );
+    let mut bad = benign.clone();
+    bad["aggregationRule"]["clusterRoleSelectors"] =
+        json!([{"matchLabels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}]);
+    refused(
+        admit("UPDATE", CONTROLLER, &bad, &benign),
+        "aggregate into its own role",
+    );
+    admit("UPDATE", CONTROLLER, &benign, &bad).expect("repairing its own role");
 }
 
 /// Everything the built-in rules emit — on the shipped example and on a
@@ -294,13 +619,37 @@ fn every_builtin_output_is_admitted() {
         .expect("the built-in rules render");
         let outputs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
         assert!(outputs.len() > 10, "{objects}: {} objects", outputs.len());
-        for o in &outputs {
-            if let Err(refused) = write(o) {
-                panic!(
-                    "{objects}: {} {} refused by the fence: {refused:?}",
-                    o["kind"], o["metadata"]["name"]
-                );
+        for o in &outputs.iter().map(as_served).collect::<Vec<_>>() {
+            // Created, re-applied, deleted.
+            for (op, new, old) in [
+                ("CREATE", o, &Value::Null),
+                ("UPDATE", o, o),
+                ("DELETE", &Value::Null, o),
+            ] {
+                if let Err(refused) = admit(op, CONTROLLER, new, old) {
+                    panic!(
+                        "{objects}: {op} {} {} refused by the fence: {refused:?}",
+                        o["kind"], o["metadata"]["name"]
+                    );
+                }
             }
         }
     }
+}
+
+/// Seen on a real API server: an aggregated ClusterRole reaches CEL with
+/// `rules: null`, and a validation iterating over it erred, refusing every
+/// aggregated role the controller wrote.
+#[test]
+fn a_role_without_rules_as_the_server_presents_it() {
+    let aggregated = as_served(&managed(
+        "ClusterRole",
+        "widgets-admin",
+        json!({"aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.org/aggregate-to-admin": "true"}}]}}),
+    ));
+    assert!(aggregated["rules"].is_null() && aggregated.get("rules").is_some());
+    write(&aggregated).expect("created");
+    admit("UPDATE", CONTROLLER, &aggregated, &aggregated).expect("re-applied");
+    admit("DELETE", CONTROLLER, &Value::Null, &aggregated).expect("deleted");
+    write(&as_served(&managed("Role", "empty", json!({})))).expect("a Role without rules");
 }

@@ -121,34 +121,36 @@ fn update_copies_if_asked() {
     });
 }
 
+/// `kubectl kustomize <dir>`, parsed.
+fn kustomize(dir: &Path) -> Vec<Value> {
+    let out = match Command::new("kubectl").arg("kustomize").arg(dir).output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "kubectl not found on PATH: tests/deploy.rs renders deploy/ with \
+             `kubectl kustomize`; install kubectl (.ci/run does)"
+        ),
+        Err(e) => panic!("cannot run kubectl: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "`kubectl kustomize {}` failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("kustomize output is UTF-8");
+    rbac_rules::yaml::parse_documents(Path::new("kubectl kustomize"), &text)
+        .expect("kustomize output is YAML")
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
 /// The rendered base, parsed: `kubectl kustomize deploy/`, run once.
 fn rendered() -> &'static [Value] {
     static RENDERED: OnceLock<Vec<Value>> = OnceLock::new();
     RENDERED.get_or_init(|| {
         update_copies_if_asked();
-        let out = match Command::new("kubectl")
-            .arg("kustomize")
-            .arg(root().join("deploy"))
-            .output()
-        {
-            Ok(out) => out,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-                "kubectl not found on PATH: tests/deploy.rs renders deploy/ with \
-                 `kubectl kustomize`; install kubectl (.ci/run does)"
-            ),
-            Err(e) => panic!("cannot run kubectl: {e}"),
-        };
-        assert!(
-            out.status.success(),
-            "`kubectl kustomize deploy/` failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).expect("kustomize output is UTF-8");
-        rbac_rules::yaml::parse_documents(Path::new("kubectl kustomize deploy/"), &text)
-            .expect("kustomize output is YAML")
-            .into_iter()
-            .map(|d| d.value)
-            .collect()
+        kustomize(&root().join("deploy"))
     })
 }
 
@@ -775,4 +777,153 @@ fn the_allow_list_is_on_and_bounds_the_builtin_rules() {
         refused.contains("EscalationDenied") || refused.contains("allow-list"),
         "{refused}"
     );
+}
+
+/// Copies the directory tree `from` to `to` (regular files only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read dir") {
+        let p = e.expect("entry").path();
+        let target = to.join(p.file_name().expect("name"));
+        if p.is_dir() {
+            copy_tree(&p, &target);
+        } else {
+            std::fs::copy(&p, &target).expect("copy");
+        }
+    }
+}
+
+/// Whether the fence in `objects` matches requests of `user`: every
+/// matchCondition of its ValidatingAdmissionPolicy holds (CEL, as the API
+/// server evaluates it), and its binding names that policy.
+fn fence_matches(objects: &[Value], user: &str) -> bool {
+    use cel::{Context, Env, Value as Cel};
+    let policy = objects
+        .iter()
+        .find(|o| kind(o) == "ValidatingAdmissionPolicy")
+        .expect("the fence's ValidatingAdmissionPolicy");
+    let binding = objects
+        .iter()
+        .find(|o| kind(o) == "ValidatingAdmissionPolicyBinding")
+        .expect("the fence's ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    let env = std::sync::Arc::new(Env::stdlib());
+    let conditions = policy["spec"]["matchConditions"]
+        .as_array()
+        .expect("matchConditions");
+    assert!(!conditions.is_empty(), "the fence matches someone");
+    conditions.iter().all(|c| {
+        let expr = c["expression"].as_str().expect("expression");
+        let program = env
+            .compile(expr)
+            .unwrap_or_else(|e| panic!("{expr}: {e:?}"));
+        let mut ctx = Context::with_env(env.clone());
+        ctx.add_variable_from_value(
+            "request",
+            cel::to_value(serde_json::json!({
+                "operation": "UPDATE",
+                "userInfo": {"username": user},
+                "resource": {"group": "rbac.authorization.k8s.io", "version": "v1", "resource": "clusterroles"},
+            }))
+            .expect("request"),
+        );
+        matches!(program.execute(&ctx), Ok(Cel::Bool(true)))
+    })
+}
+
+/// The user the controller runs as in `objects`: its Deployment's
+/// ServiceAccount, which must exist there and be what the ClusterRoleBinding
+/// binds.
+fn controller_user(objects: &[Value]) -> String {
+    let d = objects
+        .iter()
+        .find(|o| kind(o) == "Deployment")
+        .expect("the Deployment");
+    let ns = d["metadata"]["namespace"].as_str().expect("namespace");
+    let sa = d["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("serviceAccountName");
+    assert!(
+        objects.iter().any(|o| kind(o) == "ServiceAccount"
+            && name(o) == sa
+            && o["metadata"]["namespace"] == ns),
+        "ServiceAccount {ns}/{sa}"
+    );
+    let bound = objects
+        .iter()
+        .filter(|o| kind(o) == "ClusterRoleBinding")
+        .flat_map(|b| b["subjects"].as_array().into_iter().flatten())
+        .any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == ns);
+    assert!(bound, "a ClusterRoleBinding binds {ns}/{sa}");
+    format!("system:serviceaccount:{ns}:{sa}")
+}
+
+/// The fence follows the namespace the controller is installed in, both
+/// ways of moving it: an overlay with `namespace:` over deploy/, and an edit
+/// of `namespace:` in deploy/controller/kustomization.yaml. It still matches
+/// no one else there.
+#[test]
+fn the_fence_follows_the_controllers_namespace() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The base itself.
+    let base = rendered();
+    assert_eq!(
+        controller_user(base),
+        format!("system:serviceaccount:{NAMESPACE}:rbac-rules")
+    );
+    let mut installs: Vec<(String, Vec<Value>)> = vec![("deploy/".into(), base.to_vec())];
+    // An overlay (kustomize refuses absolute paths: the base is copied
+    // beside it).
+    copy_tree(&root().join("deploy"), &dir.path().join("base"));
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir_all(&overlay).expect("mkdir");
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         namespace: platform-rbac\nresources:\n- ../base\n",
+    )
+    .expect("write overlay");
+    installs.push((
+        "an overlay with namespace: platform-rbac".into(),
+        kustomize(&overlay),
+    ));
+    // The documented edit.
+    let edited = dir.path().join("edited");
+    copy_tree(&root().join("deploy"), &edited);
+    let k = edited.join("controller/kustomization.yaml");
+    let text = std::fs::read_to_string(&k).expect("read");
+    let needle = format!("namespace: {NAMESPACE}\n");
+    assert!(text.contains(&needle), "{text}");
+    std::fs::write(&k, text.replace(&needle, "namespace: team-rbac\n")).expect("write");
+    installs.push((
+        "deploy/controller with namespace: team-rbac".into(),
+        kustomize(&edited),
+    ));
+
+    for (how, objects) in &installs {
+        let user = controller_user(objects);
+        if how != "deploy/" {
+            assert!(
+                !user.contains(NAMESPACE),
+                "{how}: still in {NAMESPACE}: {user}"
+            );
+        }
+        assert!(
+            fence_matches(objects, &user),
+            "{how}: the fence does not match the controller's ServiceAccount {user}: \
+             it would let every write of the controller through"
+        );
+        let ns = user.split(':').nth(2).expect("namespace");
+        for other in [
+            format!("system:serviceaccount:{ns}:default"),
+            format!("system:serviceaccount:{ns}:rbac-rules-metrics"),
+            "admin".to_string(),
+            "system:kube-controller-manager".to_string(),
+        ] {
+            assert!(
+                !fence_matches(objects, &other),
+                "{how}: the fence matches {other}"
+            );
+        }
+    }
 }

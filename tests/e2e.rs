@@ -30,7 +30,10 @@
 //! built-in rules (`crossplane`, `crossplane-admin`, ...).
 //!
 //! Per run, with a random suffix, and deleted at the end even on failure:
-//! two namespaces, an XRD, a ProviderRevision and its Deployment, a
+//! two namespaces, an XRD, a ProviderRevision and its Deployment, the CRDs
+//! a real Crossplane makes for them (ownerReferences to the XRD and the
+//! revision: the built-in rules believe a type only with that lineage), a
+//! ValidatingAdmissionPolicy and its binding, ClusterRoles, a
 //! ClusterRoleBinding and a RoleBinding. What the controller generated for
 //! them goes with them (ownerReferences).
 //!
@@ -41,10 +44,14 @@
 //! bound only to deploy/'s ClusterRole: every step below also proves that
 //! the RBAC in deploy/ is enough.
 //!
-//! 0. the admission fence (deploy/admission.yaml, installed for this run's
-//!    ServiceAccount) refuses an unlabelled ClusterRole and a binding to
-//!    cluster-admin written as the controller, and lets every write of the
-//!    steps below through;
+//! 0. the admission fence (deploy/admission.yaml as shipped, matching the
+//!    ServiceAccount `rbac-rules` in this run's namespace) refuses an
+//!    unlabelled ClusterRole and a binding to cluster-admin written as the
+//!    controller; as the controller, which RBAC allows to patch, escalate and
+//!    delete ClusterRoles, rewriting, relabelling or deleting `cluster-admin`
+//!    (dry run) or an unlabelled ClusterRole someone else made is refused by
+//!    the fence and leaves them unchanged; every write of the steps below
+//!    passes;
 //! 1. the static outputs appear and every built-in rule turns Ready;
 //! 2. an XRD gets its four ClusterRoles (provenance, owner, rules), the
 //!    aggregated `crossplane-edit` picks them up, and the rule gets an
@@ -632,6 +639,7 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Kubeconfig, controller: &mut Option<Co
     controller.as_mut().expect("controller").wait_ready().await;
 
     fence_refuses(ctx, &sa_kubeconfig).await;
+    fence_protects(ctx, &sa_kubeconfig).await;
     static_outputs(ctx).await;
     let xrd_uid = xrd(ctx).await;
     let (pr_uid, deployment) = provider_revision(ctx).await;
@@ -779,23 +787,16 @@ fn vap_binding_ar() -> ApiResource {
     )
 }
 
-/// deploy/admission.yaml, named for this run and matching this run's
-/// controller ServiceAccount: every write of the controller in the steps
-/// that follow passes the fence on a real API server.
+/// deploy/admission.yaml, named for this run: it matches the ServiceAccount
+/// `rbac-rules` in any namespace, so this run's controller (in this run's
+/// namespace) is fenced as installed, with no edit. Every write of the
+/// controller in the steps that follow passes the fence on a real API
+/// server.
 async fn install_fence(ctx: &Ctx) {
-    const DEPLOYED_USER: &str = "system:serviceaccount:rbac-rules-system:rbac-rules";
-    let name = format!("rbac-rules-fence-{}", ctx.ns);
+    let name = fence_name(ctx);
     for mut doc in read_yaml("deploy/admission.yaml") {
         doc["metadata"]["name"] = json!(name);
         if doc["kind"] == "ValidatingAdmissionPolicy" {
-            let conditions = doc["spec"]["matchConditions"]
-                .as_array_mut()
-                .expect("matchConditions");
-            for c in conditions {
-                let e = c["expression"].as_str().expect("expression");
-                assert!(e.contains(DEPLOYED_USER), "{e}");
-                c["expression"] = json!(e.replace(DEPLOYED_USER, &ctx.controller_user()));
-            }
             ctx.create(&vap_ar(), None, doc).await;
         } else {
             doc["spec"]["policyName"] = json!(name);
@@ -804,11 +805,13 @@ async fn install_fence(ctx: &Ctx) {
     }
 }
 
-/// As the controller's ServiceAccount (which RBAC allows to create and
-/// bind any role), writes the fence must refuse: an unlabelled ClusterRole
-/// and a labelled binding to cluster-admin.
-async fn fence_refuses(ctx: &Ctx, sa_kubeconfig: &Path) {
-    let client = Client::try_from(
+fn fence_name(ctx: &Ctx) -> String {
+    format!("rbac-rules-fence-{}", ctx.ns)
+}
+
+/// A client acting as the controller's ServiceAccount.
+async fn controller_client(sa_kubeconfig: &Path) -> Client {
+    Client::try_from(
         Config::from_custom_kubeconfig(
             Kubeconfig::read_from(sa_kubeconfig).expect("the controller's kubeconfig"),
             &KubeConfigOptions::default(),
@@ -816,7 +819,14 @@ async fn fence_refuses(ctx: &Ctx, sa_kubeconfig: &Path) {
         .await
         .expect("config"),
     )
-    .expect("client");
+    .expect("client")
+}
+
+/// As the controller's ServiceAccount (which RBAC allows to create and
+/// bind any role), writes the fence must refuse: an unlabelled ClusterRole
+/// and a labelled binding to cluster-admin.
+async fn fence_refuses(ctx: &Ctx, sa_kubeconfig: &Path) {
+    let client = controller_client(sa_kubeconfig).await;
     let probe = format!("{}-fence-probe", ctx.ns);
     let cases = [
         (
@@ -850,6 +860,102 @@ async fn fence_refuses(ctx: &Ctx, sa_kubeconfig: &Path) {
             },
         )
         .await;
+    }
+}
+
+/// As the controller's ServiceAccount, which RBAC allows to patch, escalate
+/// and delete any ClusterRole: rewriting (server-side apply with the
+/// controller's label and benign rules, or a patch adding the label only)
+/// and deleting `cluster-admin` or an unlabelled ClusterRole someone else
+/// made are refused by the fence, and both stay as they were.
+/// `cluster-admin` is tried with dryRun (admission runs all the same), so a
+/// fence that failed would not break the cluster.
+async fn fence_protects(ctx: &Ctx, sa_kubeconfig: &Path) {
+    let client = controller_client(sa_kubeconfig).await;
+    let user = ctx.controller_user();
+    let groups = ["system:serviceaccounts", "system:authenticated"];
+    for verb in ["patch", "delete", "escalate"] {
+        assert!(
+            ctx.may(
+                &user,
+                &groups,
+                None,
+                verb,
+                "rbac.authorization.k8s.io",
+                "clusterroles"
+            )
+            .await
+            .expect("SubjectAccessReview"),
+            "RBAC lets the controller {verb} ClusterRoles: only the fence stands in the way"
+        );
+    }
+    let theirs = format!("{}-theirs", ctx.ns);
+    ctx.create(
+        &cr_ar(),
+        None,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": theirs},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+    )
+    .await;
+    let fence = fence_name(ctx);
+    let api: Api<DynamicObject> = Api::all_with(client, &cr_ar());
+    for (name, dry_run) in [(theirs.as_str(), false), ("cluster-admin", true)] {
+        let before = ctx.must_get(&cr_ar(), None, name).await.expect("the role");
+        let fenced = |what: &str, r: Result<String, kube::Error>| match r {
+            Ok(out) => panic!("the controller's identity may {what} ClusterRole {name}: {out}"),
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(&fence) => {}
+            Err(e) => panic!("{what} ClusterRole {name}: refused, but not by the fence: {e}"),
+        };
+        let rewrite = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "rbac-rules"}},
+            "rules": [{"apiGroups": ["example.org"], "resources": ["widgets"], "verbs": ["get"]}]});
+        let mut apply = PatchParams::apply("rbac-rules").force();
+        apply.dry_run = dry_run;
+        fenced(
+            "rewrite",
+            api.patch(name, &apply, &Patch::Apply(&rewrite))
+                .await
+                .map(|o| format!("{:?}", o.metadata.labels)),
+        );
+        let label_only = PatchParams {
+            dry_run,
+            ..PatchParams::default()
+        };
+        fenced(
+            "label",
+            api.patch(
+                name,
+                &label_only,
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "rbac-rules"}}}),
+                ),
+            )
+            .await
+            .map(|o| format!("{:?}", o.metadata.labels)),
+        );
+        let delete = DeleteParams {
+            dry_run,
+            ..DeleteParams::default()
+        };
+        fenced(
+            "delete",
+            api.delete(name, &delete)
+                .await
+                .map(|_| "deleted".to_string()),
+        );
+        let after = ctx.must_get(&cr_ar(), None, name).await.expect("the role");
+        assert_eq!(
+            (
+                &before["metadata"]["uid"],
+                &before["metadata"]["resourceVersion"]
+            ),
+            (
+                &after["metadata"]["uid"],
+                &after["metadata"]["resourceVersion"]
+            ),
+            "ClusterRole {name} changed"
+        );
     }
 }
 
@@ -973,6 +1079,26 @@ async fn xrd(ctx: &Ctx) -> String {
         )
         .await;
     let uid = xrd["metadata"]["uid"].as_str().expect("uid").to_string();
+    // The CRDs Crossplane's XRD controller makes, controlled by the XRD.
+    let types = [
+        TypeDef {
+            kind: "Widget",
+            plural: "widgets",
+            namespaced: false,
+        },
+        TypeDef {
+            kind: "WidgetClaim",
+            plural: "widgetclaims",
+            namespaced: true,
+        },
+    ];
+    for crd in lineage_crds(&ctx.client, MANAGER, &xrd, &ctx.group, &types, true).await {
+        ctx.remember(
+            crd_ar(),
+            None,
+            crd["metadata"]["name"].as_str().expect("name"),
+        );
+    }
     let g = ctx.group.as_str();
     let all = ["*"];
     let read = ["get", "list", "watch"];
@@ -1124,6 +1250,27 @@ async fn provider_revision(ctx: &Ctx) -> (String, String) {
         )
         .await
         .expect("patch the ProviderRevision's status");
+    // The CRDs Crossplane's package manager installs, owned by the active
+    // revision.
+    let types = [
+        TypeDef {
+            kind: "Gadget",
+            plural: "gadgets",
+            namespaced: false,
+        },
+        TypeDef {
+            kind: "ProviderConfig",
+            plural: "providerconfigs",
+            namespaced: false,
+        },
+    ];
+    for crd in lineage_crds(&ctx.client, MANAGER, &pr, &ctx.pr_group, &types, true).await {
+        ctx.remember(
+            crd_ar(),
+            None,
+            crd["metadata"]["name"].as_str().expect("name"),
+        );
+    }
     let deployment = format!("provider-e2e-{}", ctx.pr);
     let labels = json!({"app": "provider-e2e"});
     ctx.create(

@@ -19,7 +19,11 @@
 //!    Crossplane's and the manager's Deployments, an XRD and the four roles
 //!    the manager made for it, a ProviderRevision with its Deployment and
 //!    the three roles and system binding the manager made for it (each with
-//!    a controller ownerReference to its owner, no rbac-rules provenance),
+//!    a controller ownerReference to its owner, no rbac-rules provenance;
+//!    the binding names the provider's ServiceAccount in the run's
+//!    namespace, as the manager binds a revision's Deployment wherever it
+//!    runs), the CRDs Crossplane made for the XRD and the revision (with
+//!    ownerReferences to them: the rules' proof of lineage),
 //!    an editor and a viewer bound to
 //!    `crossplane-edit` and `crossplane-view`; the built-in RbacRules
 //!    installed, no controller running.
@@ -457,18 +461,29 @@ fn name_of(obj: &Value) -> String {
 }
 
 /// The roles and bindings Crossplane's RBAC manager makes for `objects`:
-/// the output of the built-in rules in `rules` (they match it), without
-/// rbac-rules' provenance.
-fn manager_roles(dir: &Path, objects: &[Value], rules: &str) -> Vec<Value> {
+/// the output of the built-in rules `rules` (they match it), without
+/// rbac-rules' provenance. The rules must be pointed at the namespace the
+/// run's Deployments live in: the manager binds the ServiceAccount of a
+/// revision's Deployment in whatever namespace it finds it, and the rules
+/// as shipped look in crossplane-system only (rendered as shipped, the
+/// provider's system binding had no subject, and the provider's
+/// ServiceAccount no access before the switch).
+fn manager_roles(dir: &Path, objects: &[Value], rules: &[Value]) -> Vec<Value> {
     let input = dir.join("objects.yaml");
     let docs: Vec<String> = objects
         .iter()
         .map(|o| serde_json::to_string(o).expect("json"))
         .collect();
     std::fs::write(&input, docs.join("\n---\n")).expect("write objects");
+    let rules_file = dir.join("manager-rules.yaml");
+    let docs: Vec<String> = rules
+        .iter()
+        .map(|o| serde_json::to_string(o).expect("json"))
+        .collect();
+    std::fs::write(&rules_file, docs.join("\n---\n")).expect("write rules");
     let text = render(&RenderArgs {
         objects: vec![input],
-        rules: vec![root().join(rules)],
+        rules: vec![rules_file],
         flatten: false,
         manage: ManageLevel::All,
         allow: None,
@@ -619,7 +634,33 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
     )
     .await;
     run.remember(xrd_ar(), None, &run.xrd);
-    let mut made = manager_roles(run.dir.path(), &[xrd], "rules/crossplane-xrd.yaml");
+    // The CRDs Crossplane's XRD controller makes, controlled by the XRD.
+    let types = [
+        TypeDef {
+            kind: "Widget",
+            plural: "widgets",
+            namespaced: false,
+        },
+        TypeDef {
+            kind: "WidgetClaim",
+            plural: "widgetclaims",
+            namespaced: true,
+        },
+    ];
+    let mut inputs = vec![xrd.clone()];
+    for crd in lineage_crds(client, CROSSPLANE, &xrd, &run.group, &types, true).await {
+        run.remember(
+            crd_ar(),
+            None,
+            crd["metadata"]["name"].as_str().expect("name"),
+        );
+        inputs.push(crd);
+    }
+    let mut made = manager_roles(
+        run.dir.path(),
+        &inputs,
+        &read_yaml("rules/crossplane-xrd.yaml"),
+    );
     assert_eq!(made.len(), 4, "the manager's four XRD roles");
     // A provider: a revision with two types and the Deployment it controls.
     create_fresh(
@@ -659,15 +700,58 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
             "template": {"metadata": {"labels": {"app": "provider-mig"}},
                 "spec": {"serviceAccountName": "provider-mig",
                     "containers": [{"name": "p", "image": "xpkg.example.org/mig/provider-mig:v0.1.0"}]}}}})).await;
+    // The CRDs Crossplane's package manager installs, owned by the active
+    // revision.
+    let types = [
+        TypeDef {
+            kind: "Gadget",
+            plural: "gadgets",
+            namespaced: false,
+        },
+        TypeDef {
+            kind: "ProviderConfig",
+            plural: "providerconfigs",
+            namespaced: false,
+        },
+    ];
+    let mut inputs = vec![pr.clone(), deployment];
+    for crd in lineage_crds(client, CROSSPLANE, &pr, &run.pr_group, &types, true).await {
+        run.remember(
+            crd_ar(),
+            None,
+            crd["metadata"]["name"].as_str().expect("name"),
+        );
+        inputs.push(crd);
+    }
     let provider = manager_roles(
         run.dir.path(),
-        &[pr, deployment],
-        "rules/crossplane-provider.yaml",
+        &inputs,
+        &rules_pointed_at_namespace(
+            "crossplane-provider.yaml",
+            "crossplane-provider-system",
+            "deployments",
+            ns,
+        ),
     );
     assert_eq!(
         provider.len(),
         4,
         "edit, view and system roles and the system binding"
+    );
+    let system = provider
+        .iter()
+        .find(|o| o["kind"] == "ClusterRoleBinding")
+        .expect("the system binding");
+    let subjects: Vec<(&Value, &Value, &Value)> = system["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| (&s["kind"], &s["name"], &s["namespace"]))
+        .collect();
+    assert_eq!(
+        subjects,
+        [(&json!("ServiceAccount"), &json!("provider-mig"), &json!(ns))],
+        "the manager binds the provider's ServiceAccount"
     );
     made.extend(provider);
     for r in &made {

@@ -208,19 +208,13 @@ pub async fn install_crds_and_rules(client: &Client, manager: &str) {
     apply_builtin_rules(client, manager).await;
 }
 
-/// Points the related set `related` of built-in rule `rule` (in
-/// `rules/<file>`) at namespace `ns`, as docs/migrating-from-crossplane.md
+/// The documents of `rules/<file>`, with the related set `related` of rule
+/// `rule` pointed at namespace `ns`, as docs/migrating-from-crossplane.md
 /// tells a Crossplane installed outside crossplane-system to do.
-pub async fn point_rule_at_namespace(
-    client: &Client,
-    manager: &str,
-    file: &str,
-    rule: &str,
-    related: &str,
-    ns: &str,
-) {
-    let mut doc = read_yaml(&format!("rules/{file}"))
-        .into_iter()
+pub fn rules_pointed_at_namespace(file: &str, rule: &str, related: &str, ns: &str) -> Vec<Value> {
+    let mut docs = read_yaml(&format!("rules/{file}"));
+    let doc = docs
+        .iter_mut()
         .find(|d| d["metadata"]["name"] == rule)
         .unwrap_or_else(|| panic!("rule {rule} in rules/{file}"));
     let sets = doc["spec"]["related"]
@@ -231,6 +225,23 @@ pub async fn point_rule_at_namespace(
         .find(|r| r["name"] == related)
         .unwrap_or_else(|| panic!("rule {rule} has no related set {related}"));
     set["objects"]["namespace"] = Value::from(ns);
+    docs
+}
+
+/// Points the related set `related` of built-in rule `rule` (in
+/// `rules/<file>`) at namespace `ns` on the cluster.
+pub async fn point_rule_at_namespace(
+    client: &Client,
+    manager: &str,
+    file: &str,
+    rule: &str,
+    related: &str,
+    ns: &str,
+) {
+    let doc = rules_pointed_at_namespace(file, rule, related, ns)
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == rule)
+        .unwrap_or_else(|| panic!("rule {rule} in rules/{file}"));
     Api::<RbacRule>::all(client.clone())
         .patch(
             rule,
@@ -239,4 +250,80 @@ pub async fn point_rule_at_namespace(
         )
         .await
         .unwrap_or_else(|e| panic!("point {rule} at {ns}: {e}"));
+}
+
+/// One type a lineage CRD defines: kind, plural and whether it is
+/// namespaced.
+pub struct TypeDef<'a> {
+    pub kind: &'a str,
+    pub plural: &'a str,
+    pub namespaced: bool,
+}
+
+/// Creates (server-side apply as `manager`) the CRDs a real Crossplane
+/// makes for `owner` (a live ProviderRevision or XRD): one per type in
+/// `group`, each with an ownerReference to the owner's uid (`controller`
+/// as given: Crossplane's XRD controller and the active revision set it),
+/// waits until they are established and returns them as they are live.
+/// The built-in rules believe a type only with this proof of lineage.
+pub async fn lineage_crds(
+    client: &Client,
+    manager: &str,
+    owner: &Value,
+    group: &str,
+    types: &[TypeDef<'_>],
+    controller: bool,
+) -> Vec<Value> {
+    let reference = serde_json::json!({
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": true,
+    });
+    assert!(
+        reference["uid"].is_string(),
+        "the owner is a live object: {owner}"
+    );
+    let crds: Vec<Value> = types
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("{}.{group}", t.plural), "ownerReferences": [reference]},
+                "spec": {
+                    "group": group,
+                    "scope": if t.namespaced { "Namespaced" } else { "Cluster" },
+                    "names": {"kind": t.kind, "listKind": format!("{}List", t.kind),
+                              "plural": t.plural, "singular": t.kind.to_lowercase()},
+                    "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                        "subresources": {"status": {}},
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true}}}],
+                },
+            })
+        })
+        .collect();
+    apply_crds(client, manager, &crds).await;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut live = Vec::new();
+    for crd in &crds {
+        let name = crd["metadata"]["name"].as_str().expect("name");
+        let got = api
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("get CRD {name}: {e}"));
+        let mut v = serde_json::to_value(got).expect("json");
+        v["apiVersion"] = Value::from("apiextensions.k8s.io/v1");
+        v["kind"] = Value::from("CustomResourceDefinition");
+        live.push(v);
+    }
+    live
+}
+
+/// The API resource of CustomResourceDefinitions.
+pub fn crd_ar() -> ApiResource {
+    ApiResource::erase::<CustomResourceDefinition>(&())
 }

@@ -189,7 +189,10 @@ struct Controller {
 }
 
 impl Controller {
-    fn start(kubeconfig: &Path, log: PathBuf) -> Controller {
+    /// Starts `rbac-rules run` with Crossplane's namespace set to
+    /// `crossplane_ns` (`--param crossplaneNamespace`): this run's, never
+    /// the default `crossplane-system`.
+    fn start(kubeconfig: &Path, log: PathBuf, crossplane_ns: &str) -> Controller {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -203,6 +206,8 @@ impl Controller {
             &format!("127.0.0.1:{port}"),
             "--identity",
             "rbac-rules-e2e",
+            "--param",
+            &format!("crossplaneNamespace={crossplane_ns}"),
         ]);
         // Only what this test sets: no stray RBAC_RULES_* setting or kube-rs
         // debug override from the caller's environment.
@@ -635,6 +640,7 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Kubeconfig, controller: &mut Option<Co
     *controller = Some(Controller::start(
         &sa_kubeconfig,
         ctx.dir.path().join("controller-1.log"),
+        &ctx.ns,
     ));
     controller.as_mut().expect("controller").wait_ready().await;
 
@@ -654,17 +660,10 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Kubeconfig, controller: &mut Option<Co
 /// CRDs (ours and the stand-ins), the built-in rules, the controller's
 /// ClusterRoles from deploy/, and this run's namespaces.
 async fn install(ctx: &Ctx) {
+    // The provider's Deployment lives in this run's namespace: Crossplane
+    // in a namespace other than crossplane-system, one setting
+    // (`Controller::start`), the rules as shipped.
     install_crds_and_rules(&ctx.client, MANAGER).await;
-    // The provider's Deployment lives in this run's namespace.
-    point_rule_at_namespace(
-        &ctx.client,
-        MANAGER,
-        "crossplane-provider.yaml",
-        "crossplane-provider-system",
-        "deployments",
-        &ctx.ns,
-    )
-    .await;
 
     for ns in [&ctx.ns, &ctx.claims_ns] {
         ctx.create(
@@ -1531,7 +1530,11 @@ async fn restart_writes_nothing(ctx: &Ctx, controller: &mut Option<Controller>, 
     if let Some(mut c) = controller.take() {
         c.stop();
     }
-    let mut c = Controller::start(kubeconfig, ctx.dir.path().join("controller-2.log"));
+    let mut c = Controller::start(
+        kubeconfig,
+        ctx.dir.path().join("controller-2.log"),
+        &ctx.ns,
+    );
     c.wait_ready().await;
     eventually("the restarted controller's first reconcile", async || {
         let m = c.metrics().await;

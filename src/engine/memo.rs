@@ -254,6 +254,8 @@ pub(super) struct RuleMemo {
     pub matched: usize,
     /// Objects rendered, before conflicts and policy.
     pub emitted: usize,
+    /// Bytes those objects hold (see `limits::held`).
+    pub held: usize,
     /// Triggers with an error, a warning or kept: what the report lists.
     pub noted: BTreeSet<ObjectKey>,
     /// Objects of this rule that another emitter contests, by trigger.
@@ -590,6 +592,8 @@ pub(super) enum ItemVerdict {
 #[derive(Clone, Debug)]
 pub(super) struct TriggerMemo {
     pub outcome: Outcome,
+    /// Bytes its outputs hold (see `limits::held`).
+    pub bytes: usize,
     pub reads: Vec<Read>,
     /// What the render skipped with a warning, sorted and de-duplicated.
     pub warnings: Vec<FieldWarning>,

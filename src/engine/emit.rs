@@ -564,6 +564,10 @@ fn render_trigger(
             let outcome = evaluator.trigger_outcome(trigger, obj, view);
             drop(budget);
             let (outcome, bytes) = admitted(outcome);
+            if matches!(outcome, Outcome::Failed(_)) {
+                // Its text, interned for outputs now gone, goes too.
+                view.interner.borrow_mut().forget_unused();
+            }
             (
                 Some(object_ref(obj)),
                 TriggerMemo {

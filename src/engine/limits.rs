@@ -132,6 +132,19 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// These limits with the per-rule and per-evaluation bytes and objects
+    /// `factor` times higher: for runs that knowingly go past what the
+    /// shipped Deployment's memory holds (the bench's `xl` scenario).
+    pub fn with_totals_times(mut self, factor: usize) -> Limits {
+        self.bytes_per_rule = self.bytes_per_rule.saturating_mul(factor);
+        self.bytes_per_evaluation = self.bytes_per_evaluation.saturating_mul(factor);
+        self.objects_per_rule = self.objects_per_rule.saturating_mul(factor);
+        self.objects_per_evaluation = self.objects_per_evaluation.saturating_mul(factor);
+        self
+    }
+}
+
 fn parse_depth(s: &str) -> Result<usize, String> {
     let v: usize = s.parse().map_err(|e| format!("{e}"))?;
     if !(1..=MAX_TEMPLATE_DEPTH).contains(&v) {

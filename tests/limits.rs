@@ -757,3 +757,39 @@ fn the_new_limits_are_flags_with_environment_variables() {
         assert!(help.contains(env), "run --help names {env}");
     }
 }
+
+#[test]
+fn which_triggers_fit_a_total_is_the_same_every_time_in_trigger_order() {
+    // 100 triggers: a one-shot render shares them between two threads;
+    // what fits is still decided in trigger order, the same every run.
+    let limits = Limits {
+        bytes_per_rule: 1_000_000,
+        ..Limits::default()
+    };
+    let mut store = ObjectStore::new();
+    for i in 0..100 {
+        store
+            .insert(json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": format!("ns-{i:03}"), "uid": format!("u-{i}")}}))
+            .expect("insert");
+    }
+    let sources = vec![big_rule("big", 10, 20_000), small_rule("good")];
+    let engine = Engine::new(&sources, with_limits(limits));
+    let fitted = |eval: &Evaluation| {
+        let mut ns: Vec<String> = eval
+            .desired
+            .iter()
+            .filter(|d| &*d.rule == "big")
+            .map(|d| d.namespace.clone())
+            .collect();
+        ns.dedup();
+        ns
+    };
+    let first = fitted(&engine.evaluate(&store));
+    assert!(!first.is_empty() && first.len() < 100, "{}", first.len());
+    let expected: Vec<String> = (0..first.len()).map(|i| format!("ns-{i:03}")).collect();
+    assert_eq!(first, expected, "the first triggers in order fit");
+    for _ in 0..3 {
+        assert_eq!(fitted(&engine.evaluate(&store)), first);
+    }
+}

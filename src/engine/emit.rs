@@ -316,8 +316,9 @@ fn run_rule(
     let scope = limits::current();
     let tgk = trigger_gk.as_ref();
     let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, tgk, ev, v, t);
-    let rendered: Vec<Option<(Option<String>, TriggerMemo)>> =
-        if one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN {
+    type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
+    let split: Option<Rendered> = (one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN)
+        .then(|| {
             // A one-shot render's triggers read only the store and earlier
             // rules: another thread, with its own view and caches, shares
             // them out chunk by chunk, merged back in trigger order.
@@ -347,9 +348,24 @@ fn run_rule(
                 let mine = chunks.run(|t| one(&evaluator, &view, t));
                 merge_chunks(mine, joined(other))
             })
-        } else {
+        });
+    let rendered: Rendered = match split {
+        Some(split) if limits::rule_refused() => {
+            // Which triggers fit the rule's or the evaluation's total
+            // depends on the order they come in, and two threads' order is
+            // not the triggers': rendered again on one thread, in order.
+            limits::give_back(
+                split
+                    .iter()
+                    .flatten()
+                    .map(|(_, m)| (m.bytes, m.outcome.outputs().len())),
+            );
+            drop(split);
             dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
-        };
+        }
+        Some(split) => split,
+        None => dirty.iter().map(|t| one(&evaluator, &view, t)).collect(),
+    };
 
     let mut deltas = Vec::with_capacity(dirty.len());
     let mut fresh_triggers = Vec::new();

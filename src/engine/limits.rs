@@ -405,6 +405,9 @@ struct Totals {
     bytes: AtomicUsize,
     objects: AtomicUsize,
     deadline: Instant,
+    /// Whether a trigger's outputs were refused for a total (of this rule,
+    /// or of the evaluation while this rule rendered).
+    refused: std::sync::atomic::AtomicBool,
 }
 
 impl Totals {
@@ -413,6 +416,7 @@ impl Totals {
             bytes: AtomicUsize::new(bytes),
             objects: AtomicUsize::new(objects),
             deadline: Instant::now() + Duration::from_secs_f64(seconds),
+            refused: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -551,6 +555,11 @@ pub(crate) fn admit(outputs: &[Arc<Desired>]) -> Result<usize, String> {
     }
     let bytes = held(outputs);
     let objects = outputs.len();
+    let refused = || {
+        if let Some(rule) = &scope.rule {
+            rule.refused.store(true, Ordering::SeqCst);
+        }
+    };
     if let Some(rule) = &scope.rule
         && let Err(which) = rule.take(
             bytes,
@@ -558,6 +567,7 @@ pub(crate) fn admit(outputs: &[Arc<Desired>]) -> Result<usize, String> {
             (limits.bytes_per_rule, limits.objects_per_rule),
         )
     {
+        refused();
         return Err(if which == 0 {
             Limit::BytesPerRule.message(
                 limits,
@@ -578,6 +588,7 @@ pub(crate) fn admit(outputs: &[Arc<Desired>]) -> Result<usize, String> {
         if let Some(rule) = &scope.rule {
             rule.give_back(bytes, objects);
         }
+        refused();
         return Err(if which == 0 {
             Limit::BytesPerEvaluation.message(
                 limits,
@@ -593,6 +604,29 @@ pub(crate) fn admit(outputs: &[Arc<Desired>]) -> Result<usize, String> {
         });
     }
     Ok(bytes)
+}
+
+/// Whether the rule rendering on this thread had a trigger refused for
+/// a total (bytes or objects, of the rule or of the evaluation).
+pub(crate) fn rule_refused() -> bool {
+    SCOPE.with(|s| {
+        s.borrow()
+            .as_ref()
+            .and_then(|s| s.rule.as_ref())
+            .is_some_and(|r| r.refused.load(Ordering::SeqCst))
+    })
+}
+
+/// Gives back to the rule's and the evaluation's totals what admitted
+/// outputs held (bytes, objects each), as they are dropped unused.
+pub(crate) fn give_back(admitted: impl Iterator<Item = (usize, usize)>) {
+    let Some(scope) = current() else { return };
+    for (bytes, objects) in admitted {
+        if let Some(rule) = &scope.rule {
+            rule.give_back(bytes, objects);
+        }
+        scope.evaluation.give_back(bytes, objects);
+    }
 }
 
 /// What emitted objects hold in memory, as [`weight`] counts a value:

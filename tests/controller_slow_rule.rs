@@ -103,7 +103,10 @@ fn fast_writes(log: &[Seen]) -> Vec<(String, Duration)> {
 async fn a_slow_rule_does_not_hold_back_the_fast_rules_writes() {
     // The slow rule sorts first, so it is evaluated first: unbounded, it
     // would take NAMESPACES × PER_TRIGGER = 12 s before anything is written.
-    let rules = rules(vec![rule("a-slow", slow(), None), rule("fast", fast(), None)]);
+    let rules = rules(vec![
+        rule("a-slow", slow(), None),
+        rule("fast", fast(), None),
+    ]);
     let mut objects: Vec<Value> = (0..NAMESPACES)
         .map(|i| namespace(&format!("ns-{i:02}"), json!({})))
         .collect();
@@ -117,9 +120,7 @@ async fn a_slow_rule_does_not_hold_back_the_fast_rules_writes() {
     serve(server, start, log.clone());
     let mut s: Syncer = syncer(client).with_limits(limits());
 
-    let report = s
-        .sync(&snapshot(&rules, &observed, &no_live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &no_live, &holds)).await;
     let took = start.elapsed();
 
     // Every fast Role was written, each well before the slow rule alone

@@ -598,8 +598,16 @@ fn a_rule_slow_on_every_trigger_stops_at_its_rule_time() {
     assert!(took < 4.0, "the rule's time bounds it: {took}s");
     let per_trigger = limit_errors(&eval, "slow", "--max-seconds-per-trigger");
     let per_rule = limit_errors(&eval, "slow", "--max-seconds-per-rule");
-    assert_eq!(per_trigger + per_rule, 12, "{:?}", eval.reports["slow"].errors);
-    assert!(per_rule >= 8, "cut off once the rule's time is up: {per_rule}");
+    assert_eq!(
+        per_trigger + per_rule,
+        12,
+        "{:?}",
+        eval.reports["slow"].errors
+    );
+    assert!(
+        per_rule >= 8,
+        "cut off once the rule's time is up: {per_rule}"
+    );
     assert_eq!(
         eval.desired.iter().filter(|d| &*d.rule == "good").count(),
         12
@@ -614,7 +622,11 @@ fn slow_rules_together_stop_at_the_evaluation_time() {
         seconds_per_evaluation: 1.0,
         ..Limits::default()
     };
-    let sources = vec![small_rule("a-good"), slow_rule("b-slow"), slow_rule("c-slow")];
+    let sources = vec![
+        small_rule("a-good"),
+        slow_rule("b-slow"),
+        slow_rule("c-slow"),
+    ];
     let engine = Engine::new(&sources, with_limits(limits));
     let started = std::time::Instant::now();
     let eval = engine.evaluate(&namespaces(6));

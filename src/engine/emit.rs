@@ -305,7 +305,9 @@ fn run_rule(
             None => rm.static_set.as_ref(),
             Some(k) => rm.triggers.get(k).map(|(_, m)| m),
         })
-        .fold((0, 0), |(b, o), m| (b + m.bytes, o + m.outcome.outputs().len()));
+        .fold((0, 0), |(b, o), m| {
+            (b + m.bytes, o + m.outcome.outputs().len())
+        });
     let _rule_scope = limits::rule(
         (
             rm.held.saturating_sub(replaced.0),

@@ -263,10 +263,10 @@ pub(crate) fn start(limits: &Limits) -> BudgetGuard {
     let now = Instant::now();
     let mut deadline = now + Duration::from_secs_f64(limits.seconds_per_trigger);
     let mut deadline_of = Limit::Time;
-    if let Some((at, of)) = scope_deadline() {
-        if at < deadline {
-            (deadline, deadline_of) = (at, of);
-        }
+    if let Some((at, of)) = scope_deadline()
+        && at < deadline
+    {
+        (deadline, deadline_of) = (at, of);
     }
     let tripped = (now > deadline).then(|| time_message(limits, deadline_of));
     let budget = Budget {
@@ -592,9 +592,7 @@ pub(crate) fn admit(outputs: &[Arc<Desired>]) -> Result<usize, String> {
         return Err(if which == 0 {
             Limit::BytesPerEvaluation.message(
                 limits,
-                &format!(
-                    "all rules' outputs would hold more bytes with this trigger's {bytes}"
-                ),
+                &format!("all rules' outputs would hold more bytes with this trigger's {bytes}"),
             )
         } else {
             Limit::ObjectsPerEvaluation.message(
@@ -642,9 +640,9 @@ pub fn held(outputs: &[Arc<Desired>]) -> usize {
 /// [`held`] of one object.
 pub fn manifest_weight(m: &Manifest) -> usize {
     let strs = |xs: &Option<Vec<String>>| {
-        xs.iter().flatten().fold(NODE_BYTES, |n, x| {
-            n.saturating_add(NODE_BYTES + x.len())
-        })
+        xs.iter()
+            .flatten()
+            .fold(NODE_BYTES, |n, x| n.saturating_add(NODE_BYTES + x.len()))
     };
     let meta = m.meta();
     let mut n = 8 * NODE_BYTES + meta.name.len() + meta.namespace.as_ref().map_or(0, String::len);

@@ -819,6 +819,68 @@ mod tests {
     }
 
     #[test]
+    fn totals_refuse_what_would_go_over_and_keep_what_fits() {
+        let limits = Limits {
+            bytes_per_rule: 100,
+            objects_per_rule: 3,
+            bytes_per_evaluation: 150,
+            ..Limits::default()
+        };
+        let _e = evaluation(&limits, 40, 0);
+        let _r = rule((0, 0), (0, 0));
+        let scope = current().expect("a scope");
+        let rule_totals = scope.rule.as_ref().expect("a rule");
+        assert!(!rule_refused());
+        assert_eq!(rule_totals.take(60, 1, (100, 3)), Ok(()));
+        // Over the rule's bytes: nothing added.
+        assert_eq!(rule_totals.take(60, 1, (100, 3)), Err(0));
+        assert_eq!(rule_totals.bytes.load(Ordering::SeqCst), 60);
+        // Over its objects.
+        assert_eq!(rule_totals.take(1, 3, (100, 3)), Err(1));
+        assert_eq!(rule_totals.objects.load(Ordering::SeqCst), 1);
+        rule_totals.give_back(100, 100);
+        assert_eq!(
+            rule_totals.bytes.load(Ordering::SeqCst),
+            0,
+            "never below zero"
+        );
+        // Nothing emitted is always admitted, and holds nothing.
+        assert_eq!(admit(&[]), Ok(0));
+    }
+
+    #[test]
+    fn a_trigger_started_after_its_rules_time_is_up_fails_at_once() {
+        let limits = Limits {
+            seconds_per_rule: 0.001,
+            ..Limits::default()
+        };
+        let _e = evaluation(&limits, 0, 0);
+        let _r = rule((0, 0), (0, 0));
+        std::thread::sleep(Duration::from_millis(5));
+        let _t = start(&limits);
+        let e = charge(1).unwrap_err();
+        assert!(e.contains("--max-seconds-per-rule"), "{e}");
+        let e = admit(&[]).unwrap_err();
+        assert!(e.contains("--max-seconds-per-rule"), "{e}");
+    }
+
+    #[test]
+    fn scopes_restore_and_outside_one_nothing_is_limited() {
+        assert!(current().is_none());
+        {
+            let _e = evaluation(&Limits::default(), 0, 0);
+            assert!(current().is_some_and(|s| s.rule.is_none()));
+            {
+                let _r = rule((0, 0), (0, 0));
+                assert!(current().is_some_and(|s| s.rule.is_some()));
+            }
+            assert!(current().is_some_and(|s| s.rule.is_none()));
+        }
+        assert!(current().is_none());
+        assert!(!rule_refused());
+    }
+
+    #[test]
     fn weight_counts_nodes_and_text() {
         assert_eq!(weight(&json!("abc")), NODE_BYTES + 3);
         assert_eq!(weight(&json!({"k": [1, 2]})), 4 * NODE_BYTES + 1);

@@ -1318,4 +1318,25 @@ mod tests {
         assert!(plain > 10_000, "{plain} of {}", texts.len());
         assert!(!plain_value("true") && !plain_value("a:") && !plain_value(&"x".repeat(81)));
     }
+
+    #[test]
+    fn the_interner_forgets_what_only_it_holds_once_a_mib_came_in() {
+        let mut i = Interner::default();
+        let kept = i.map(BTreeMap::from([("k".to_string(), "v".repeat(10))]));
+        // A refused render's text: nothing but the interner holds it.
+        drop(i.map(BTreeMap::from([("k".to_string(), "x".repeat(600_000))])));
+        i.forget_unused();
+        assert_eq!(
+            i.strings.len(),
+            3,
+            "under a MiB since: nothing forgotten yet"
+        );
+        drop(i.string("y".repeat(600_000)));
+        i.forget_unused();
+        // What the kept map holds stays shared; the rest is gone.
+        assert_eq!(i.maps.len(), 1);
+        assert_eq!(i.strings.len(), 2);
+        let again = i.map(BTreeMap::from([("k".to_string(), "v".repeat(10))]));
+        assert!(StrMap::ptr_eq(&kept, &again));
+    }
 }

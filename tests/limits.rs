@@ -805,3 +805,97 @@ fn which_triggers_fit_a_total_is_the_same_every_time_in_trigger_order() {
         assert_eq!(fitted(&engine.evaluate(&store)), first);
     }
 }
+
+// ---- Peak memory of `render` on hostile inputs ----
+
+/// Runs `rbac-rules render` with these rules and objects files and
+/// `extra` flags; its exit code and its peak resident memory in MiB, read
+/// from /proc while it runs (None where there is no /proc).
+fn render_peak(rules: &str, objects: &str, extra: &[&str]) -> (Option<i32>, Option<f64>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules_path = dir.path().join("rules.yaml");
+    let objects_path = dir.path().join("objects.yaml");
+    std::fs::write(&rules_path, rules).expect("write rules");
+    std::fs::write(&objects_path, objects).expect("write objects");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .arg("render")
+        .arg("--rules")
+        .arg(&rules_path)
+        .arg("--objects")
+        .arg(&objects_path)
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run rbac-rules");
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak: Option<f64> = None;
+    loop {
+        // VmHWM only grows: the last one read is the highest seen.
+        if let Ok(text) = std::fs::read_to_string(&status)
+            && let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        {
+            peak = Some(kib / 1024.0);
+        }
+        if let Some(exit) = child.try_wait().expect("wait") {
+            return (exit.code(), peak);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn triggers_that_each_keep_a_big_var_do_not_pile_it_up() {
+    // 60 objects, each with its own list, from which a var of 5 MB is
+    // computed and kept per trigger: 300 MB kept without a bound.
+    let rule = format!(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: cachey}}\nspec:\n  trigger: {{apiGroup: example.org, kind: Thing}}\n  related:\n  - name: items\n    listField: {{path: spec.list}}\n  vars:\n  - name: big\n    value: 'replace (json related.items) \"a\" \"{}\"'\n  outputs:\n  - kind: ClusterRole\n    name: 'thing-{{{{trigger.metadata.name}}}}'\n    rules:\n    - {{apiGroups: [''], resources: [pods], verbs: [get]}}\n---\n{GOOD}",
+        "b".repeat(1000)
+    );
+    let mut objects = String::from(NAMESPACE);
+    for i in 0..60 {
+        objects.push_str(&format!(
+            "---\napiVersion: example.org/v1\nkind: Thing\nmetadata: {{name: t{i}, uid: t-{i}}}\nspec:\n  list: ['{}{i}']\n",
+            "a".repeat(5000)
+        ));
+    }
+    let (code, peak) = render_peak(&rule, &objects, &[]);
+    assert_eq!(code, Some(0), "rendered, not killed");
+    if let Some(peak) = peak {
+        eprintln!("peak {peak:.0} MiB");
+        assert!(peak < 160.0, "peak {peak:.0} MiB");
+    }
+}
+
+#[test]
+fn big_distinct_outputs_on_many_triggers_stay_within_the_totals_in_memory() {
+    // 40 Namespaces × 10 Roles × 100 KB annotations, distinct: 40 MB of
+    // outputs unbounded; the rule may hold 4 MB.
+    let xs: Vec<String> = (0..10).map(|i| format!("i{i}")).collect();
+    let rule = format!(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: big}}\nspec:\n  trigger: {{kind: Namespace}}\n  vars:\n  - name: a\n    value: '\"{}\"'\n  - name: xs\n    value: 'split \"{}\" \",\"'\n  outputs:\n  - kind: Role\n    forEach: vars.xs\n    name: 'big-{{{{item}}}}'\n    annotations:\n      example.org/big: '{{{{replace @root.vars.a \"a\" \"{}\"}}}}{{{{item}}}}{{{{@root.trigger.metadata.name}}}}'\n---\n{GOOD}",
+        "a".repeat(1000),
+        xs.join(","),
+        "b".repeat(100)
+    );
+    let objects: String = (0..40)
+        .map(|i| {
+            format!(
+                "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ns-{i}, uid: u-{i}}}\n"
+            )
+        })
+        .collect();
+    let limits = ["--max-bytes-per-rule", "4000000"];
+    let (code, bounded) = render_peak(&rule, &objects, &limits);
+    assert_eq!(code, Some(1), "the rule's later triggers fail, no crash");
+    let (code, unbounded) = render_peak(&rule, &objects, &["--max-bytes-per-rule", "1000000000"]);
+    assert_eq!(code, Some(0));
+    if let (Some(b), Some(u)) = (bounded, unbounded) {
+        eprintln!("bounded {b:.0} MiB, unbounded {u:.0} MiB");
+        // Unbounded holds 40 MB of outputs more than the bounded run's 4.
+        assert!(b + 25.0 < u, "bounded {b:.0} MiB, unbounded {u:.0} MiB");
+    }
+}

@@ -580,7 +580,14 @@ fn render_trigger(
         (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
             let budget = limits::start(&engine.options.limits);
             let outcome = evaluator.trigger_outcome(trigger, obj, view);
+            let rendered = limits::used();
             drop(budget);
+            if limits::caches_may_have_grown(rendered) {
+                evaluator
+                    .derived
+                    .borrow_mut()
+                    .bound_bytes(super::memo::DERIVED_BYTES_MAX);
+            }
             let (outcome, bytes) = admitted(outcome);
             if matches!(outcome, Outcome::Failed(_)) {
                 // Its text, interned for outputs now gone, goes too.

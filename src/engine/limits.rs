@@ -627,6 +627,27 @@ pub(crate) fn give_back(admitted: impl Iterator<Item = (usize, usize)>) {
     }
 }
 
+thread_local! {
+    /// Bytes rendered on this thread since a rule's kept values were last
+    /// measured ([`caches_may_have_grown`]).
+    static RENDERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Rendering between two measures of a rule's kept values: they can grow
+/// by no more than what was rendered (and charged) meanwhile.
+const RENDERED_PER_MEASURE: usize = 4 * 1024 * 1024;
+
+/// Notes that a trigger rendered `bytes`; true when the kept values may
+/// have grown by [`RENDERED_PER_MEASURE`] since they were last measured.
+pub(crate) fn caches_may_have_grown(bytes: usize) -> bool {
+    RENDERED.with(|r| {
+        let n = r.get().saturating_add(bytes);
+        let due = n >= RENDERED_PER_MEASURE;
+        r.set(if due { 0 } else { n });
+        due
+    })
+}
+
 /// What emitted objects hold in memory, as [`weight`] counts a value:
 /// per object its text (names, labels, annotations, rules, subjects) and
 /// a node cost per value. A rule list shared by several objects is

@@ -128,6 +128,15 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         memo.rules[idx] = rm;
     }
 
+    // What the rules keep for the next evaluation, bounded together.
+    if memo.rules.iter().map(|r| r.kept_bytes).sum::<usize>() > super::memo::DERIVED_BYTES_TOTAL_MAX
+    {
+        for rm in &mut memo.rules {
+            rm.derived.bound_bytes(0);
+            rm.kept_bytes = 0;
+        }
+    }
+
     if changes.all {
         let contested: BTreeSet<OutKey> = memo.emitters.contested().cloned().collect();
         settle_conflicts(memo, &contested, &mut report_dirty);
@@ -433,6 +442,7 @@ fn run_rule(
         rm.derived = evaluator.derived.take();
         if !deltas.is_empty() {
             rm.derived.prune();
+            rm.kept_bytes = rm.derived.kept_bytes();
         }
     }
     // Entries of items gone are never looked up again: bounded by starting over.

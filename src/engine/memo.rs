@@ -256,6 +256,9 @@ pub(super) struct RuleMemo {
     pub emitted: usize,
     /// Bytes those objects hold (see `limits::held`).
     pub held: usize,
+    /// Bytes its kept derived values held when it last rendered (see
+    /// [`Derived::kept_bytes`]).
+    pub kept_bytes: usize,
     /// Triggers with an error, a warning or kept: what the report lists.
     pub noted: BTreeSet<ObjectKey>,
     /// Objects of this rule that another emitter contests, by trigger.
@@ -436,6 +439,10 @@ pub(super) const DERIVED_MAX: usize = 1_024;
 /// when they were computed); past it they start over (see
 /// [`Derived::bound_bytes`]).
 pub(super) const DERIVED_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Bytes all rules' kept derived values may hold together between two
+/// evaluations; past it every rule's start over.
+pub(super) const DERIVED_BYTES_TOTAL_MAX: usize = 32 * 1024 * 1024;
 
 impl Derived {
     /// What the kept values hold, as charged when they were computed.

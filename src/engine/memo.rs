@@ -438,11 +438,11 @@ pub(super) const DERIVED_MAX: usize = 1_024;
 /// Bytes a rule's kept lists, vars and expansions may hold (as charged
 /// when they were computed); past it they start over (see
 /// [`Derived::bound_bytes`]).
-pub(super) const DERIVED_BYTES_MAX: usize = 16 * 1024 * 1024;
+pub(super) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 /// Bytes all rules' kept derived values may hold together between two
 /// evaluations; past it every rule's start over.
-pub(super) const DERIVED_BYTES_TOTAL_MAX: usize = 32 * 1024 * 1024;
+pub(super) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
 
 impl Derived {
     /// What the kept values hold, as charged when they were computed.

@@ -899,3 +899,70 @@ fn big_distinct_outputs_on_many_triggers_stay_within_the_totals_in_memory() {
         assert!(b + 25.0 < u, "bounded {b:.0} MiB, unbounded {u:.0} MiB");
     }
 }
+
+/// The controller's evaluations of 10 Namespaces with a rule whose outputs
+/// fit for 4 of them, then of the 6 left out alone (the 4 deleted): the
+/// Namespaces of the big rule's Roles each time.
+fn left_out_then_room(syncer: Syncer) -> (Vec<String>, Vec<String>) {
+    let big = json!({
+        "trigger": {"kind": "Namespace"},
+        "vars": [{"name": "a", "value": format!("\"{}\"", "a".repeat(200))},
+                 {"name": "xs", "value": "split \"i0,i1,i2,i3,i4,i5,i6,i7,i8,i9\" \",\""}],
+        "outputs": [{"kind": "Role", "forEach": "vars.xs", "name": "big-{{item}}",
+                     "annotations": {"example.org/big": format!(
+                         "{{{{replace @root.vars.a \"a\" \"{}\"}}}}{{{{item}}}}", "b".repeat(100))}}],
+    });
+    let rules = rules(vec![rule("big", big, None)]);
+    let mut observed = store(
+        (0..10)
+            .map(|i| namespace(&format!("ns-{i}"), json!({})))
+            .collect(),
+    );
+    let live = owned(vec![]);
+    let holds = BTreeMap::new();
+    let mut syncer = syncer.with_limits(Limits {
+        bytes_per_rule: 1_000_000,
+        ..Limits::default()
+    });
+    let namespaces = |e: &Evaluation| {
+        let mut ns: Vec<String> = e.desired.iter().map(|d| d.namespace.clone()).collect();
+        ns.dedup();
+        ns
+    };
+    let (first, _) = syncer.evaluate(&snapshot(&rules, &observed, &live, &holds));
+    let fitted = namespaces(&first);
+    let gk = rbac_rules::engine::GroupKind::new("", "Namespace");
+    for ns in &fitted {
+        observed.remove(&gk, &(String::new(), ns.clone()));
+    }
+    let (second, _) = syncer.evaluate(&snapshot(&rules, &observed, &live, &holds));
+    (fitted, namespaces(&second))
+}
+
+#[tokio::test]
+async fn triggers_left_out_by_a_total_are_tried_again_once_room_may_be_made() {
+    let (client, _server) = pair();
+    let new = || {
+        Syncer::new(
+            client.clone(),
+            rbac_rules::api::ManageLevel::All,
+            Metrics::new(),
+            Arc::new(Gate::new(false)),
+            None,
+        )
+    };
+    let (fitted, later) = left_out_then_room(new().retry_totals_after(std::time::Duration::ZERO));
+    assert_eq!(
+        fitted,
+        vec!["ns-0", "ns-1", "ns-2", "ns-3"],
+        "the first in order fit"
+    );
+    assert_eq!(
+        later,
+        vec!["ns-4", "ns-5", "ns-6", "ns-7"],
+        "tried again, in order"
+    );
+    // Before the retry is due, a trigger left out waits for its own change.
+    let (_, waiting) = left_out_then_room(new());
+    assert!(waiting.is_empty(), "{waiting:?}");
+}

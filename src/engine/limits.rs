@@ -206,6 +206,23 @@ impl Limit {
         }
     }
 
+    /// The limits on a rule's or the evaluation's totals of bytes and
+    /// objects: which triggers fit them depends on the others'.
+    pub const TOTALS: [Limit; 4] = [
+        Limit::BytesPerRule,
+        Limit::BytesPerEvaluation,
+        Limit::ObjectsPerRule,
+        Limit::ObjectsPerEvaluation,
+    ];
+
+    /// Whether an error is a trigger left out by one of [`Limit::TOTALS`].
+    pub fn left_out_by_a_total(e: &super::EngineError) -> bool {
+        e.kind == super::ErrorKind::LimitExceeded
+            && Limit::TOTALS
+                .iter()
+                .any(|l| e.message.contains(&format!("{})", l.flag())))
+    }
+
     /// The message of an error: what happened, the limit and its flag.
     pub fn message(self, limits: &Limits, what: &str) -> String {
         let value = match self {

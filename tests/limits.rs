@@ -408,3 +408,561 @@ async fn the_controller_evaluates_off_the_runtime_and_keeps_the_bad_rules_object
         report.plan.kept
     );
 }
+
+// ---- Bounds on a whole rule and a whole evaluation ----
+
+/// `n` Namespaces `ns-0` … `ns-{n-1}`.
+fn namespaces(n: usize) -> ObjectStore {
+    let mut store = ObjectStore::new();
+    for i in 0..n {
+        store
+            .insert(json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": format!("ns-{i}"), "uid": format!("u-{i}")}}))
+            .expect("insert");
+    }
+    store
+}
+
+/// A rule triggered by every Namespace emitting `per_trigger` Roles, each
+/// with an annotation of about `bytes` bytes (distinct per Role, so that
+/// nothing is shared between them).
+fn big_rule(name: &str, per_trigger: usize, bytes: usize) -> RuleSource {
+    let xs: Vec<String> = (0..per_trigger).map(|i| format!("i{i}")).collect();
+    let rule = format!(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: {name}}}\nspec:\n  trigger: {{kind: Namespace}}\n  vars:\n  - name: a\n    value: '\"{a}\"'\n  - name: xs\n    value: 'split \"{xs}\" \",\"'\n  outputs:\n  - kind: Role\n    forEach: vars.xs\n    name: '{name}-{{{{item}}}}'\n    annotations:\n      example.org/big: '{{{{replace @root.vars.a \"a\" \"{rep}\"}}}}{{{{item}}}}'\n    rules:\n    - {{apiGroups: [''], resources: [pods], verbs: [get]}}\n",
+        a = "a".repeat(bytes / 100),
+        xs = xs.join(","),
+        rep = "b".repeat(100),
+    );
+    parse_one(&rule)
+}
+
+/// A small rule triggered by every Namespace: one Role each.
+fn small_rule(name: &str) -> RuleSource {
+    parse_one(&GOOD.replace("{name: good}", &format!("{{name: {name}}}")))
+}
+
+fn parse_one(text: &str) -> RuleSource {
+    let mut rules = rbac_rules::rules::parse_text(std::path::Path::new("rules.yaml"), text)
+        .expect("rules parse");
+    assert_eq!(rules.len(), 1);
+    rules.remove(0)
+}
+
+fn with_limits(limits: Limits) -> Options {
+    Options {
+        limits,
+        ..Options::default()
+    }
+}
+
+/// What the emitted objects of `rule` hold, as the engine counts it.
+fn held_by(eval: &Evaluation, rule: &str) -> usize {
+    eval.desired
+        .iter()
+        .filter(|d| &*d.rule == rule)
+        .map(|d| rbac_rules::engine::limits::manifest_weight(&d.object))
+        .sum()
+}
+
+/// Every error of `rule` is a LimitExceeded on a trigger naming `flag`;
+/// returns how many there are.
+fn limit_errors(eval: &Evaluation, rule: &str, flag: &str) -> usize {
+    let errors = &eval.reports[rule].errors;
+    for e in errors {
+        assert_eq!(e.kind, ErrorKind::LimitExceeded, "{e}");
+        assert!(e.trigger.is_some(), "charged to a trigger: {e}");
+        assert!(
+            eval.keeps(rule, e.trigger.as_deref()),
+            "an error keeps: {e}"
+        );
+    }
+    errors.iter().filter(|e| e.message.contains(flag)).count()
+}
+
+#[test]
+fn many_triggers_with_big_values_stop_at_the_rule_budget() {
+    // 40 Namespaces × 10 Roles × ~20 KB: about 8 MB held without a bound.
+    let limits = Limits {
+        bytes_per_rule: 1_000_000,
+        ..Limits::default()
+    };
+    let sources = vec![big_rule("big", 10, 20_000), small_rule("good")];
+    let eval = Engine::new(&sources, with_limits(limits.clone())).evaluate(&namespaces(40));
+    let held = held_by(&eval, "big");
+    assert!(held <= limits.bytes_per_rule, "{held}");
+    assert!(held > 0, "the triggers that fit still render");
+    let over = limit_errors(&eval, "big", "--max-bytes-per-rule");
+    assert!(over >= 30, "the other triggers are charged: {over}");
+    assert_eq!(eval.reports["big"].errors.len(), over);
+    // The other rule: every Namespace, no error.
+    assert!(eval.reports["good"].errors.is_empty());
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "good").count(),
+        40
+    );
+}
+
+#[test]
+fn the_evaluation_budget_bounds_all_rules_together_and_charges_the_crossing_trigger() {
+    // Each big rule fits its own budget; together they do not.
+    let limits = Limits {
+        bytes_per_rule: 2_000_000,
+        bytes_per_evaluation: 1_500_000,
+        ..Limits::default()
+    };
+    let sources = vec![
+        small_rule("a-good"),
+        big_rule("b-big", 10, 20_000),
+        big_rule("c-big", 10, 20_000),
+    ];
+    let eval = Engine::new(&sources, with_limits(limits.clone())).evaluate(&namespaces(20));
+    let all: usize = ["a-good", "b-big", "c-big"]
+        .iter()
+        .map(|r| held_by(&eval, r))
+        .sum();
+    assert!(all <= limits.bytes_per_evaluation, "{all}");
+    assert!(eval.reports["a-good"].errors.is_empty());
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "a-good").count(),
+        20
+    );
+    let over = limit_errors(&eval, "b-big", "--max-bytes-per-evaluation")
+        + limit_errors(&eval, "c-big", "--max-bytes-per-evaluation");
+    assert!(over > 0);
+    assert!(held_by(&eval, "b-big") > 0, "what fits renders");
+}
+
+#[test]
+fn many_rules_stop_at_the_evaluation_object_budget() {
+    let limits = Limits {
+        objects_per_evaluation: 100,
+        ..Limits::default()
+    };
+    let mut sources = vec![small_rule("a-good")];
+    for i in 0..30 {
+        sources.push(big_rule(&format!("r{i:02}"), 2, 100));
+    }
+    let eval = Engine::new(&sources, with_limits(limits)).evaluate(&namespaces(5));
+    assert!(eval.desired.len() <= 100, "{}", eval.desired.len());
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "a-good").count(),
+        5
+    );
+    let over: usize = (0..30)
+        .map(|i| limit_errors(&eval, &format!("r{i:02}"), "--max-objects-per-evaluation"))
+        .sum();
+    // 5 + 30 rules × 5 triggers × 2 objects = 305 without a bound.
+    assert!(over >= (305 - 100) / 2, "{over}");
+}
+
+#[test]
+fn a_rule_stops_at_its_object_budget() {
+    let limits = Limits {
+        objects_per_rule: 25,
+        ..Limits::default()
+    };
+    let sources = vec![big_rule("big", 10, 100), small_rule("good")];
+    let eval = Engine::new(&sources, with_limits(limits)).evaluate(&namespaces(8));
+    let big = eval.desired.iter().filter(|d| &*d.rule == "big").count();
+    assert_eq!(big, 20, "two whole triggers fit, a third would not");
+    assert_eq!(limit_errors(&eval, "big", "--max-objects-per-rule"), 6);
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "good").count(),
+        8
+    );
+}
+
+/// A rule that spends its whole time limit on every trigger.
+fn slow_rule(name: &str) -> RuleSource {
+    let body = format!(
+        "{}  outputs:\n  - kind: Role\n    name: 'x{{{{#each vars.xs}}}}{{{{#each @root.vars.xs}}}}{{{{#each @root.vars.xs}}}}{{{{/each}}}}{{{{/each}}}}{{{{/each}}}}'\n",
+        items_var(1000)
+    );
+    parse_one(&bad(&body).replace("{name: bad}", &format!("{{name: {name}}}")))
+}
+
+#[test]
+fn a_rule_slow_on_every_trigger_stops_at_its_rule_time() {
+    // 12 triggers × 0.5 s: 6 s without a bound on the rule.
+    let limits = Limits {
+        seconds_per_trigger: 0.5,
+        seconds_per_rule: 1.0,
+        ..Limits::default()
+    };
+    let sources = vec![slow_rule("slow"), small_rule("good")];
+    let engine = Engine::new(&sources, with_limits(limits));
+    let started = std::time::Instant::now();
+    let eval = engine.evaluate(&namespaces(12));
+    let took = started.elapsed().as_secs_f64();
+    assert!(took < 4.0, "the rule's time bounds it: {took}s");
+    let per_trigger = limit_errors(&eval, "slow", "--max-seconds-per-trigger");
+    let per_rule = limit_errors(&eval, "slow", "--max-seconds-per-rule");
+    assert_eq!(
+        per_trigger + per_rule,
+        12,
+        "{:?}",
+        eval.reports["slow"].errors
+    );
+    assert!(
+        per_rule >= 8,
+        "cut off once the rule's time is up: {per_rule}"
+    );
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "good").count(),
+        12
+    );
+}
+
+#[test]
+fn slow_rules_together_stop_at_the_evaluation_time() {
+    let limits = Limits {
+        seconds_per_trigger: 0.5,
+        seconds_per_rule: 1000.0,
+        seconds_per_evaluation: 1.0,
+        ..Limits::default()
+    };
+    let sources = vec![
+        small_rule("a-good"),
+        slow_rule("b-slow"),
+        slow_rule("c-slow"),
+    ];
+    let engine = Engine::new(&sources, with_limits(limits));
+    let started = std::time::Instant::now();
+    let eval = engine.evaluate(&namespaces(6));
+    let took = started.elapsed().as_secs_f64();
+    // Without it: 2 rules × 6 triggers × 0.5 s.
+    assert!(took < 4.0, "{took}s");
+    let cut = limit_errors(&eval, "b-slow", "--max-seconds-per-evaluation")
+        + limit_errors(&eval, "c-slow", "--max-seconds-per-evaluation");
+    assert!(cut >= 8, "{cut}");
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "a-good").count(),
+        6
+    );
+}
+
+#[test]
+fn an_incremental_evaluation_counts_what_earlier_ones_kept() {
+    // Namespaces arrive one at a time: each evaluation renders one
+    // trigger, but the rule's outputs held before count.
+    let limits = Limits {
+        bytes_per_rule: 1_000_000,
+        ..Limits::default()
+    };
+    let sources = vec![big_rule("big", 10, 20_000), small_rule("good")];
+    let engine = Engine::new(&sources, with_limits(limits.clone()));
+    let mut memo = rbac_rules::engine::Memo::new();
+    let mut store = ObjectStore::new();
+    let mut eval = None;
+    for i in 0..20 {
+        store
+            .insert(json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": format!("ns-{i}"), "uid": format!("u-{i}")}}))
+            .expect("insert");
+        eval = Some(engine.evaluate_incremental(&store, &mut memo));
+    }
+    let eval = eval.expect("evaluated");
+    let held = held_by(&eval, "big");
+    assert!(held <= limits.bytes_per_rule, "{held}");
+    assert!(limit_errors(&eval, "big", "--max-bytes-per-rule") >= 10);
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "good").count(),
+        20
+    );
+    // As many triggers fit as in one evaluation of the whole store (the
+    // ones that fit differ: those rendered first).
+    let whole = engine.evaluate(&store);
+    assert!(held_by(&whole, "big") <= limits.bytes_per_rule);
+    let count = |e: &Evaluation| e.desired.iter().filter(|d| &*d.rule == "big").count();
+    assert_eq!(count(&whole), count(&eval));
+}
+
+// ---- Kubernetes' own limits on outputs ----
+
+#[test]
+fn annotations_over_kubernetes_total_are_an_error_of_the_trigger() {
+    // 300 KB in one annotation: under every byte budget, over the 256 KiB
+    // Kubernetes allows for all annotations of an object.
+    let body = format!(
+        "  vars:\n  - name: a\n    value: '\"{}\"'\n  outputs:\n  - kind: Role\n    name: x\n    annotations:\n      example.org/big: '{{{{replace vars.a \"a\" \"{}\"}}}}'\n",
+        "a".repeat(3000),
+        "b".repeat(100)
+    );
+    let text = rules_text(&bad(&body));
+    assert_cli_fails(
+        &render(&text, &[]),
+        &[
+            "rule \"bad\"",
+            "(trigger Namespace/team-a)",
+            "spec.outputs[0].annotations",
+            "262144",
+        ],
+    );
+    assert_isolated(
+        &evaluate(&text, Options::default()),
+        ErrorKind::InvalidOutput,
+        "262144",
+        true,
+    );
+}
+
+#[test]
+fn an_object_over_the_size_bound_is_an_error_of_the_trigger() {
+    // 9,000 resourceNames of 130 characters: about 1.2 MB as JSON, within
+    // the list length and the trigger's bytes.
+    let names: Vec<String> = (0..9000).map(|i| format!("{i:0130}")).collect();
+    let body = format!(
+        "  vars:\n  - name: names\n    value: 'split \"{}\" \",\"'\n  outputs:\n  - kind: Role\n    name: x\n    rules:\n    - apiGroups: ['']\n      resources: [configmaps]\n      verbs: [get]\n      resourceNames:\n      - forEach: vars.names\n        items: ['{{{{item}}}}']\n",
+        names.join(",")
+    );
+    let text = rules_text(&bad(&body));
+    assert_cli_fails(
+        &render(&text, &[]),
+        &[
+            "rule \"bad\"",
+            "(trigger Namespace/team-a)",
+            "spec.outputs[0]",
+            "1048576",
+        ],
+    );
+    assert_isolated(
+        &evaluate(&text, Options::default()),
+        ErrorKind::InvalidOutput,
+        "1048576",
+        true,
+    );
+}
+
+#[test]
+fn the_new_limits_are_flags_with_environment_variables() {
+    let text = rules_text(&bad(&format!(
+        "{}  outputs:\n  - kind: Role\n    forEach: vars.xs\n    name: 'r-{{{{item}}}}'\n",
+        items_var(3)
+    )));
+    // Two Namespaces' worth of objects in one evaluation: 1 good + 3 bad.
+    let r = render(&text, &["--max-objects-per-evaluation", "2"]);
+    assert_cli_fails(&r, &["rule \"bad\"", "--max-objects-per-evaluation"]);
+    let r = render(&text, &["--max-objects-per-rule", "2"]);
+    assert_cli_fails(&r, &["rule \"bad\"", "--max-objects-per-rule"]);
+    let r = render(&text, &["--max-bytes-per-rule", "100"]);
+    assert_cli_fails(&r, &["rule \"bad\"", "(limit 100, --max-bytes-per-rule)"]);
+    let r = render(&text, &["--max-bytes-per-evaluation", "100"]);
+    assert_cli_fails(&r, &["(limit 100, --max-bytes-per-evaluation)"]);
+    for flag in ["--max-seconds-per-rule", "--max-seconds-per-evaluation"] {
+        let bad_flag = render(&text, &[flag, "0"]);
+        assert_eq!(bad_flag.code, Some(2), "clap refuses {flag} 0");
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .args(["run", "--help"])
+        .output()
+        .expect("run --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for env in [
+        "RBAC_RULES_MAX_BYTES_PER_RULE",
+        "RBAC_RULES_MAX_BYTES_PER_EVALUATION",
+        "RBAC_RULES_MAX_OBJECTS_PER_RULE",
+        "RBAC_RULES_MAX_OBJECTS_PER_EVALUATION",
+        "RBAC_RULES_MAX_SECONDS_PER_RULE",
+        "RBAC_RULES_MAX_SECONDS_PER_EVALUATION",
+    ] {
+        assert!(help.contains(env), "run --help names {env}");
+    }
+}
+
+#[test]
+fn which_triggers_fit_a_total_is_the_same_every_time_in_trigger_order() {
+    // 100 triggers: a one-shot render shares them between two threads;
+    // what fits is still decided in trigger order, the same every run.
+    let limits = Limits {
+        bytes_per_rule: 1_000_000,
+        ..Limits::default()
+    };
+    let mut store = ObjectStore::new();
+    for i in 0..100 {
+        store
+            .insert(json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": format!("ns-{i:03}"), "uid": format!("u-{i}")}}))
+            .expect("insert");
+    }
+    let sources = vec![big_rule("big", 10, 20_000), small_rule("good")];
+    let engine = Engine::new(&sources, with_limits(limits));
+    let fitted = |eval: &Evaluation| {
+        let mut ns: Vec<String> = eval
+            .desired
+            .iter()
+            .filter(|d| &*d.rule == "big")
+            .map(|d| d.namespace.clone())
+            .collect();
+        ns.dedup();
+        ns
+    };
+    let first = fitted(&engine.evaluate(&store));
+    assert!(!first.is_empty() && first.len() < 100, "{}", first.len());
+    let expected: Vec<String> = (0..first.len()).map(|i| format!("ns-{i:03}")).collect();
+    assert_eq!(first, expected, "the first triggers in order fit");
+    for _ in 0..3 {
+        assert_eq!(fitted(&engine.evaluate(&store)), first);
+    }
+}
+
+// ---- Peak memory of `render` on hostile inputs ----
+
+/// Runs `rbac-rules render` with these rules and objects files and
+/// `extra` flags; its exit code and its peak resident memory in MiB, read
+/// from /proc while it runs (None where there is no /proc).
+fn render_peak(rules: &str, objects: &str, extra: &[&str]) -> (Option<i32>, Option<f64>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules_path = dir.path().join("rules.yaml");
+    let objects_path = dir.path().join("objects.yaml");
+    std::fs::write(&rules_path, rules).expect("write rules");
+    std::fs::write(&objects_path, objects).expect("write objects");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .arg("render")
+        .arg("--rules")
+        .arg(&rules_path)
+        .arg("--objects")
+        .arg(&objects_path)
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run rbac-rules");
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak: Option<f64> = None;
+    loop {
+        // VmHWM only grows: the last one read is the highest seen.
+        if let Ok(text) = std::fs::read_to_string(&status)
+            && let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        {
+            peak = Some(kib / 1024.0);
+        }
+        if let Some(exit) = child.try_wait().expect("wait") {
+            return (exit.code(), peak);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn triggers_that_each_keep_a_big_var_do_not_pile_it_up() {
+    // 60 objects, each with its own list, from which a var of 5 MB is
+    // computed and kept per trigger: 300 MB kept without a bound.
+    let rule = format!(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: cachey}}\nspec:\n  trigger: {{apiGroup: example.org, kind: Thing}}\n  related:\n  - name: items\n    listField: {{path: spec.list}}\n  vars:\n  - name: big\n    value: 'replace (json related.items) \"a\" \"{}\"'\n  outputs:\n  - kind: ClusterRole\n    name: 'thing-{{{{trigger.metadata.name}}}}'\n    rules:\n    - {{apiGroups: [''], resources: [pods], verbs: [get]}}\n---\n{GOOD}",
+        "b".repeat(1000)
+    );
+    let mut objects = String::from(NAMESPACE);
+    for i in 0..60 {
+        objects.push_str(&format!(
+            "---\napiVersion: example.org/v1\nkind: Thing\nmetadata: {{name: t{i}, uid: t-{i}}}\nspec:\n  list: ['{}{i}']\n",
+            "a".repeat(5000)
+        ));
+    }
+    let (code, peak) = render_peak(&rule, &objects, &[]);
+    assert_eq!(code, Some(0), "rendered, not killed");
+    if let Some(peak) = peak {
+        eprintln!("peak {peak:.0} MiB");
+        assert!(peak < 160.0, "peak {peak:.0} MiB");
+    }
+}
+
+#[test]
+fn big_distinct_outputs_on_many_triggers_stay_within_the_totals_in_memory() {
+    // 40 Namespaces × 10 Roles × 100 KB annotations, distinct: 40 MB of
+    // outputs unbounded; the rule may hold 4 MB.
+    let xs: Vec<String> = (0..10).map(|i| format!("i{i}")).collect();
+    let rule = format!(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: big}}\nspec:\n  trigger: {{kind: Namespace}}\n  vars:\n  - name: a\n    value: '\"{}\"'\n  - name: xs\n    value: 'split \"{}\" \",\"'\n  outputs:\n  - kind: Role\n    forEach: vars.xs\n    name: 'big-{{{{item}}}}'\n    annotations:\n      example.org/big: '{{{{replace @root.vars.a \"a\" \"{}\"}}}}{{{{item}}}}{{{{@root.trigger.metadata.name}}}}'\n---\n{GOOD}",
+        "a".repeat(1000),
+        xs.join(","),
+        "b".repeat(100)
+    );
+    let objects: String = (0..40)
+        .map(|i| {
+            format!(
+                "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ns-{i}, uid: u-{i}}}\n"
+            )
+        })
+        .collect();
+    let limits = ["--max-bytes-per-rule", "4000000"];
+    let (code, bounded) = render_peak(&rule, &objects, &limits);
+    assert_eq!(code, Some(1), "the rule's later triggers fail, no crash");
+    let (code, unbounded) = render_peak(&rule, &objects, &["--max-bytes-per-rule", "1000000000"]);
+    assert_eq!(code, Some(0));
+    if let (Some(b), Some(u)) = (bounded, unbounded) {
+        eprintln!("bounded {b:.0} MiB, unbounded {u:.0} MiB");
+        // Unbounded holds 40 MB of outputs more than the bounded run's 4.
+        assert!(b + 25.0 < u, "bounded {b:.0} MiB, unbounded {u:.0} MiB");
+    }
+}
+
+/// The controller's evaluations of 10 Namespaces with a rule whose outputs
+/// fit for 4 of them, then of the 6 left out alone (the 4 deleted): the
+/// Namespaces of the big rule's Roles each time.
+fn left_out_then_room(syncer: Syncer) -> (Vec<String>, Vec<String>) {
+    let big = json!({
+        "trigger": {"kind": "Namespace"},
+        "vars": [{"name": "a", "value": format!("\"{}\"", "a".repeat(200))},
+                 {"name": "xs", "value": "split \"i0,i1,i2,i3,i4,i5,i6,i7,i8,i9\" \",\""}],
+        "outputs": [{"kind": "Role", "forEach": "vars.xs", "name": "big-{{item}}",
+                     "annotations": {"example.org/big": format!(
+                         "{{{{replace @root.vars.a \"a\" \"{}\"}}}}{{{{item}}}}", "b".repeat(100))}}],
+    });
+    let rules = rules(vec![rule("big", big, None)]);
+    let mut observed = store(
+        (0..10)
+            .map(|i| namespace(&format!("ns-{i}"), json!({})))
+            .collect(),
+    );
+    let live = owned(vec![]);
+    let holds = BTreeMap::new();
+    let mut syncer = syncer.with_limits(Limits {
+        bytes_per_rule: 1_000_000,
+        ..Limits::default()
+    });
+    let namespaces = |e: &Evaluation| {
+        let mut ns: Vec<String> = e.desired.iter().map(|d| d.namespace.clone()).collect();
+        ns.dedup();
+        ns
+    };
+    let (first, _) = syncer.evaluate(&snapshot(&rules, &observed, &live, &holds));
+    let fitted = namespaces(&first);
+    let gk = rbac_rules::engine::GroupKind::new("", "Namespace");
+    for ns in &fitted {
+        observed.remove(&gk, &(String::new(), ns.clone()));
+    }
+    let (second, _) = syncer.evaluate(&snapshot(&rules, &observed, &live, &holds));
+    (fitted, namespaces(&second))
+}
+
+#[tokio::test]
+async fn triggers_left_out_by_a_total_are_tried_again_once_room_may_be_made() {
+    let (client, _server) = pair();
+    let new = || {
+        Syncer::new(
+            client.clone(),
+            rbac_rules::api::ManageLevel::All,
+            Metrics::new(),
+            Arc::new(Gate::new(false)),
+            None,
+        )
+    };
+    let (fitted, later) = left_out_then_room(new().retry_totals_after(std::time::Duration::ZERO));
+    assert_eq!(
+        fitted,
+        vec!["ns-0", "ns-1", "ns-2", "ns-3"],
+        "the first in order fit"
+    );
+    assert_eq!(
+        later,
+        vec!["ns-4", "ns-5", "ns-6", "ns-7"],
+        "tried again, in order"
+    );
+    // Before the retry is due, a trigger left out waits for its own change.
+    let (_, waiting) = left_out_then_room(new());
+    assert!(waiting.is_empty(), "{waiting:?}");
+}

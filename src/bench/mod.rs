@@ -345,6 +345,7 @@ fn render_phase(args: &BenchArgs, floor: bool) -> Result<Value, BenchError> {
     let render_args = crate::render::RenderArgs {
         objects: vec![file],
         rules,
+        limits: bench_limits(),
         ..crate::render::RenderArgs::default()
     };
     // As the CLI does: print through a buffer (here into a counter, not a
@@ -444,7 +445,13 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         let _ = store.insert(o);
     }
     let rules = crate::rules::builtin().unwrap_or_default();
-    let engine = Engine::new(&rules, Options::default());
+    let engine = Engine::new(
+        &rules,
+        Options {
+            limits: bench_limits(),
+            ..Options::default()
+        },
+    );
     let mut memo = Memo::new();
     let started = Instant::now();
     let mut last = engine.evaluate_incremental(&store, &mut memo);
@@ -562,7 +569,7 @@ fn run_args(metrics: &str) -> crate::controller::RunArgs {
         #[command(flatten)]
         run: crate::controller::RunArgs,
     }
-    Cli::parse_from([
+    let mut run = Cli::parse_from([
         "rbac-rules".to_string(),
         "--leader-election=false".into(),
         format!("--metrics-address={metrics}"),
@@ -570,7 +577,16 @@ fn run_args(metrics: &str) -> crate::controller::RunArgs {
         format!("--resync-seconds={}", RESYNC.as_secs()),
         "--identity=bench".into(),
     ])
-    .run
+    .run;
+    run.limits = bench_limits();
+    run
+}
+
+/// The default limits, with room for `xl` (80,295 outputs, about 284 MB
+/// as the engine counts what they hold): the bench measures speed at sizes
+/// past the shipped Deployment's memory limit.
+fn bench_limits() -> crate::engine::Limits {
+    crate::engine::Limits::default().with_totals_times(16)
 }
 
 /// A running controller child.

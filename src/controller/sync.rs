@@ -23,6 +23,7 @@ use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
 use crate::api::{ManageLevel, RbacRule, RbacRuleSpec};
+use crate::engine::limits::Limit;
 use crate::engine::{Engine, Evaluation, Limits, Memo, ObjectStore, Options, RuleSource};
 use crate::policy::{AllowList, Waivers};
 
@@ -76,7 +77,17 @@ struct CachedEngine {
     /// What the last evaluation rendered: the next renders only what the
     /// changes since touch.
     memo: Memo,
+    /// When the memo was last started afresh (see [`RETRY_TOTALS`]).
+    fresh: Instant,
 }
+
+/// How long a trigger left out by a rule's or the evaluation's total of
+/// bytes or objects waits, at least, before it is tried again with every
+/// other (the memo starts afresh): room may have been made since, by other
+/// triggers that went or shrank, and a failed trigger renders again
+/// otherwise only when what it reads changes. Every resync or watch event
+/// after it brings the retry.
+pub const RETRY_TOTALS: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Runs reconciles with one client. Keeps the compiled engine and the
 /// ownership-conflict memo between runs.
@@ -95,6 +106,8 @@ pub struct Syncer {
     waivers: Waivers,
     params: std::collections::BTreeMap<String, String>,
     limits: Limits,
+    /// See [`RETRY_TOTALS`].
+    retry_totals: std::time::Duration,
 }
 
 impl Syncer {
@@ -126,7 +139,15 @@ impl Syncer {
             waivers: Waivers::default(),
             params: std::collections::BTreeMap::new(),
             limits: Limits::default(),
+            retry_totals: RETRY_TOTALS,
         }
+    }
+
+    /// Tries triggers left out by a rule's or the evaluation's total again
+    /// `after` their evaluation at the soonest (default [`RETRY_TOTALS`]).
+    pub fn retry_totals_after(mut self, after: std::time::Duration) -> Self {
+        self.retry_totals = after;
+        self
     }
 
     /// Also adopts existing objects without a controller whose names equal
@@ -208,6 +229,7 @@ impl Syncer {
                     key,
                     engine,
                     memo: Memo::new(),
+                    fresh: Instant::now(),
                 }
             }
         };
@@ -219,10 +241,19 @@ impl Syncer {
     pub fn evaluate(&mut self, snap: &Snapshot<'_>) -> (Evaluation, Plan) {
         let held: BTreeSet<String> = snap.holds.keys().cloned().collect();
         let started = Instant::now();
+        let retry_totals = self.retry_totals;
         let cached = self.engine(snap.rules, snap.holds, snap.allow);
         let mut evaluation = cached
             .engine
             .evaluate_incremental(snap.observed, &mut cached.memo);
+        if cached.fresh.elapsed() >= retry_totals
+            && evaluation.errors().any(Limit::left_out_by_a_total)
+        {
+            // The next evaluation renders everything again, in order.
+            tracing::info!("triggers left out by a total: the next evaluation renders all again");
+            cached.memo = Memo::new();
+            cached.fresh = Instant::now();
+        }
         // Nothing here reads it, and after a first evaluation it names
         // every output: not held through the write pass.
         evaluation.changed = Vec::new();

@@ -78,6 +78,13 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         report_dirty.extend(0..engine.rules.len());
     }
     memo.renders = 0;
+    // What the outputs kept from earlier evaluations hold: the evaluation's
+    // totals start there (see `limits::Scope`).
+    let _scope = limits::evaluation(
+        &engine.options.limits,
+        memo.rules.iter().map(|r| r.held).sum(),
+        memo.rules.iter().map(|r| r.emitted).sum(),
+    );
     // After everything changed the memo starts empty, so every output is
     // new and what the outputs touched is every emitted key: policy judges
     // those all anyway, and only contested keys need settling. Tracked per
@@ -119,6 +126,15 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
             changes.whole.extend(rule.produces.iter().cloned());
         }
         memo.rules[idx] = rm;
+    }
+
+    // What the rules keep for the next evaluation, bounded together.
+    if memo.rules.iter().map(|r| r.kept_bytes).sum::<usize>() > super::memo::DERIVED_BYTES_TOTAL_MAX
+    {
+        for rm in &mut memo.rules {
+            rm.derived.bound_bytes(0);
+            rm.kept_bytes = 0;
+        }
     }
 
     if changes.all {
@@ -290,10 +306,30 @@ fn run_rule(
         Some(keys) => keys,
         None => dirty.into_iter().collect(),
     };
+    // The rule's totals: what its other triggers keep, and (given back to
+    // the evaluation) what the ones rendered again held.
+    let replaced = dirty
+        .iter()
+        .filter_map(|t| match t {
+            None => rm.static_set.as_ref(),
+            Some(k) => rm.triggers.get(k).map(|(_, m)| m),
+        })
+        .fold((0, 0), |(b, o), m| {
+            (b + m.bytes, o + m.outcome.outputs().len())
+        });
+    let _rule_scope = limits::rule(
+        (
+            rm.held.saturating_sub(replaced.0),
+            rm.emitted.saturating_sub(replaced.1),
+        ),
+        replaced,
+    );
+    let scope = limits::current();
     let tgk = trigger_gk.as_ref();
     let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, tgk, ev, v, t);
-    let rendered: Vec<Option<(Option<String>, TriggerMemo)>> =
-        if one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN {
+    type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
+    let split: Option<Rendered> = (one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN)
+        .then(|| {
             // A one-shot render's triggers read only the store and earlier
             // rules: another thread, with its own view and caches, shares
             // them out chunk by chunk, merged back in trigger order.
@@ -306,6 +342,7 @@ fn run_rule(
                     .name("rbac-rules-eval".to_string())
                     .stack_size(limits::EVAL_STACK_BYTES)
                     .spawn_scoped(s, move || {
+                        let _scope = limits::enter(scope);
                         let caches = Caches::default();
                         let view =
                             View::detached(observed, emitters, rules, engine, Some(idx), &caches);
@@ -322,9 +359,24 @@ fn run_rule(
                 let mine = chunks.run(|t| one(&evaluator, &view, t));
                 merge_chunks(mine, joined(other))
             })
-        } else {
+        });
+    let rendered: Rendered = match split {
+        Some(split) if limits::rule_refused() => {
+            // Which triggers fit the rule's or the evaluation's total
+            // depends on the order they come in, and two threads' order is
+            // not the triggers': rendered again on one thread, in order.
+            limits::give_back(
+                split
+                    .iter()
+                    .flatten()
+                    .map(|(_, m)| (m.bytes, m.outcome.outputs().len())),
+            );
+            drop(split);
             dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
-        };
+        }
+        Some(split) => split,
+        None => dirty.iter().map(|t| one(&evaluator, &view, t)).collect(),
+    };
 
     let mut deltas = Vec::with_capacity(dirty.len());
     let mut fresh_triggers = Vec::new();
@@ -390,6 +442,7 @@ fn run_rule(
         rm.derived = evaluator.derived.take();
         if !deltas.is_empty() {
             rm.derived.prune();
+            rm.kept_bytes = rm.derived.kept_bytes();
         }
     }
     // Entries of items gone are never looked up again: bounded by starting over.
@@ -523,10 +576,12 @@ fn render_trigger(
                 Err(e) => Outcome::Failed(e),
             };
             drop(budget);
+            let (outcome, bytes) = admitted(outcome);
             Some((
                 None,
                 TriggerMemo {
                     outcome,
+                    bytes,
                     reads: kept_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
@@ -535,11 +590,24 @@ fn render_trigger(
         (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
             let budget = limits::start(&engine.options.limits);
             let outcome = evaluator.trigger_outcome(trigger, obj, view);
+            let rendered = limits::used();
             drop(budget);
+            if limits::caches_may_have_grown(rendered) {
+                evaluator
+                    .derived
+                    .borrow_mut()
+                    .bound_bytes(super::memo::DERIVED_BYTES_MAX);
+            }
+            let (outcome, bytes) = admitted(outcome);
+            if matches!(outcome, Outcome::Failed(_)) {
+                // Its text, interned for outputs now gone, goes too.
+                view.interner.borrow_mut().forget_unused();
+            }
             (
                 Some(object_ref(obj)),
                 TriggerMemo {
                     outcome,
+                    bytes,
                     reads: kept_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
@@ -549,14 +617,36 @@ fn render_trigger(
     }
 }
 
+/// A rendered trigger's outputs admitted into its rule's and the
+/// evaluation's totals (`limits::admit`), with the bytes they hold; over
+/// a limit, the trigger fails (`LimitExceeded`) and its outputs go.
+fn admitted(outcome: Outcome) -> (Outcome, usize) {
+    let Outcome::Rendered(outputs) = outcome else {
+        return (outcome, 0);
+    };
+    match limits::admit(&outputs) {
+        Ok(bytes) => (Outcome::Rendered(outputs), bytes),
+        Err(m) => (
+            Outcome::Failed(super::error::FieldError::new(
+                ErrorKind::LimitExceeded,
+                "spec.outputs",
+                m,
+            )),
+            0,
+        ),
+    }
+}
+
 /// Adds (or, `add` false, takes away) one trigger's outcome to the rule's
 /// running counts.
 fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: bool) {
     let outputs = m.outcome.outputs().len();
     if add {
         rm.emitted += outputs;
+        rm.held = rm.held.saturating_add(m.bytes);
     } else {
         rm.emitted = rm.emitted.saturating_sub(outputs);
+        rm.held = rm.held.saturating_sub(m.bytes);
     }
     let Some(key) = t else {
         rm.signature.static_kept = add && m.kept();

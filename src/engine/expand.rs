@@ -2351,6 +2351,7 @@ impl Evaluator<'_> {
         if let Some(r) = &tref {
             annotations.insert(output::trigger_annotation(), r.clone());
         }
+        output::validate_annotations_size(annotations_field, &annotations)?;
 
         // A `*` from data: the object is refused (and revoked) after the
         // render, not failed.
@@ -2507,6 +2508,7 @@ impl Evaluator<'_> {
         };
         drop(shared);
         let object = Manifest::new(o.kind, meta, body);
+        output::validate_object_size(at, &object)?;
         Ok(Desired {
             kind: o.kind,
             namespace: namespace.unwrap_or_default(),

@@ -99,7 +99,13 @@ pub(crate) struct Interner {
     hits: HashSet<Arc<BTreeSet<(String, String)>>>,
     kinds: HashSet<Arc<GroupKind>>,
     selectors: HashMap<String, Arc<LabelSelector>>,
+    /// Bytes of text interned since [`Interner::forget_unused`] last ran.
+    fresh: usize,
 }
+
+/// Text interned between two passes of [`Interner::forget_unused`] at
+/// least: each pass walks every entry.
+const FORGET_AFTER_BYTES: usize = 1024 * 1024;
 
 impl Interner {
     /// The shared copy of a text.
@@ -107,9 +113,26 @@ impl Interner {
         if let Some(hit) = self.strings.get(s.as_str()) {
             return Arc::clone(hit);
         }
+        self.fresh = self.fresh.saturating_add(s.len());
         let s: Arc<str> = s.into();
         self.strings.insert(Arc::clone(&s));
         s
+    }
+
+    /// Drops the entries nothing but the interner holds any more (what a
+    /// failed or refused render interned), once more than a MiB of text was
+    /// interned since the last time: a rule's renders that fail must not
+    /// keep their text until the rule ends (bounded evaluation).
+    pub fn forget_unused(&mut self) {
+        if self.fresh < FORGET_AFTER_BYTES {
+            return;
+        }
+        self.fresh = 0;
+        // Maps first: they hold strings.
+        self.maps.retain(|m| Arc::strong_count(&m.0) > 1);
+        self.strings.retain(|s| Arc::strong_count(s) > 1);
+        self.names.retain(|n| Arc::strong_count(n) > 1);
+        self.hits.retain(|h| Arc::strong_count(h) > 1);
     }
 
     /// The shared copy of a map of text.
@@ -1294,5 +1317,26 @@ mod tests {
         // Most of them were compared (17,172 of 57,607).
         assert!(plain > 10_000, "{plain} of {}", texts.len());
         assert!(!plain_value("true") && !plain_value("a:") && !plain_value(&"x".repeat(81)));
+    }
+
+    #[test]
+    fn the_interner_forgets_what_only_it_holds_once_a_mib_came_in() {
+        let mut i = Interner::default();
+        let kept = i.map(BTreeMap::from([("k".to_string(), "v".repeat(10))]));
+        // A refused render's text: nothing but the interner holds it.
+        drop(i.map(BTreeMap::from([("k".to_string(), "x".repeat(600_000))])));
+        i.forget_unused();
+        assert_eq!(
+            i.strings.len(),
+            3,
+            "under a MiB since: nothing forgotten yet"
+        );
+        drop(i.string("y".repeat(600_000)));
+        i.forget_unused();
+        // What the kept map holds stays shared; the rest is gone.
+        assert_eq!(i.maps.len(), 1);
+        assert_eq!(i.strings.len(), 2);
+        let again = i.map(BTreeMap::from([("k".to_string(), "v".repeat(10))]));
+        assert!(StrMap::ptr_eq(&kept, &again));
     }
 }

@@ -254,6 +254,11 @@ pub(super) struct RuleMemo {
     pub matched: usize,
     /// Objects rendered, before conflicts and policy.
     pub emitted: usize,
+    /// Bytes those objects hold (see `limits::held`).
+    pub held: usize,
+    /// Bytes its kept derived values held when it last rendered (see
+    /// [`Derived::kept_bytes`]).
+    pub kept_bytes: usize,
     /// Triggers with an error, a warning or kept: what the report lists.
     pub noted: BTreeSet<ObjectKey>,
     /// Objects of this rule that another emitter contests, by trigger.
@@ -430,7 +435,44 @@ pub(super) struct VarEntry {
 /// the cache starts over.
 pub(super) const DERIVED_MAX: usize = 1_024;
 
+/// Bytes a rule's kept lists, vars and expansions may hold (as charged
+/// when they were computed); past it they start over (see
+/// [`Derived::bound_bytes`]).
+pub(super) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Bytes all rules' kept derived values may hold together between two
+/// evaluations; past it every rule's start over.
+pub(super) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
+
 impl Derived {
+    /// What the kept values hold, as charged when they were computed.
+    pub fn kept_bytes(&self) -> usize {
+        let lists: usize = self.lists.values().map(|e| e.bytes).sum();
+        let vars: usize = self.vars.values().map(|e| e.bytes).sum();
+        let expansions: usize = self.expansions.values().map(|(_, b)| *b).sum();
+        let nested: usize = self.nested.values().map(|(_, b)| *b).sum();
+        lists
+            .saturating_add(vars)
+            .saturating_add(expansions)
+            .saturating_add(nested)
+    }
+
+    /// Starts the kept values over when they hold more than `max` bytes:
+    /// triggers that each keep a large value of their own (a var built
+    /// from a related set only they select) would otherwise pile them up
+    /// until the rule ends (bounded evaluation). A miss only computes again.
+    pub fn bound_bytes(&mut self, max: usize) {
+        if self.kept_bytes() <= max {
+            return;
+        }
+        self.lists.clear();
+        self.vars.clear();
+        self.expansions.clear();
+        self.nested.clear();
+        // What depended on them goes too.
+        self.prune();
+    }
+
     /// A fresh token.
     pub fn token(&mut self) -> u64 {
         self.next += 1;
@@ -590,6 +632,8 @@ pub(super) enum ItemVerdict {
 #[derive(Clone, Debug)]
 pub(super) struct TriggerMemo {
     pub outcome: Outcome,
+    /// Bytes its outputs hold (see `limits::held`).
+    pub bytes: usize,
     pub reads: Vec<Read>,
     /// What the render skipped with a warning, sorted and de-duplicated.
     pub warnings: Vec<FieldWarning>,

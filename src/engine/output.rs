@@ -165,6 +165,74 @@ pub fn validate_label_value(
     ))
 }
 
+/// Kubernetes' limit on an object's annotations together: the sum of
+/// every key's and value's length (apimachinery's
+/// `TotalAnnotationSizeLimitB`).
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Largest object the engine emits, as JSON: 1 MiB. etcd refuses requests
+/// over 1.5 MiB by default (`--max-request-bytes`), and what the API
+/// server stores is more than what the controller sends (managedFields,
+/// its own metadata), so an object near 1.5 MiB would be refused at the
+/// API server on every try; 1 MiB leaves that room.
+pub const MAX_OBJECT_BYTES: usize = 1024 * 1024;
+
+/// An object's annotations (the provenance ones included, as the API
+/// server sees them) within [`MAX_ANNOTATIONS_BYTES`] together.
+pub fn validate_annotations_size<'a>(
+    field: impl std::fmt::Display,
+    annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Result<(), FieldError> {
+    let total = annotations
+        .into_iter()
+        .fold(0usize, |n, (k, v)| n.saturating_add(k.len() + v.len()));
+    if total > MAX_ANNOTATIONS_BYTES {
+        return Err(invalid(
+            &field,
+            format!(
+                "the annotations take {total} bytes together; Kubernetes allows at most {MAX_ANNOTATIONS_BYTES}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A whole object within [`MAX_OBJECT_BYTES`] as JSON. Most objects are
+/// far smaller than the bound [`super::limits::manifest_weight`] gives
+/// (a JSON character per byte of text, at most 6 for an escaped one):
+/// those are not serialized to be measured.
+pub fn validate_object_size(
+    field: impl std::fmt::Display,
+    m: &super::manifest::Manifest,
+) -> Result<(), FieldError> {
+    if super::limits::manifest_weight(m).saturating_mul(6) <= MAX_OBJECT_BYTES {
+        return Ok(());
+    }
+    /// Counts what is written, keeps nothing.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, m).map_err(|e| invalid(&field, e.to_string()))?;
+    if count.0 > MAX_OBJECT_BYTES {
+        return Err(invalid(
+            &field,
+            format!(
+                "the object is {} bytes as JSON; the engine emits at most {MAX_OBJECT_BYTES} (the API server's storage refuses objects much larger)",
+                count.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Converts a rendered map of text to a string map.
 pub fn string_map(
     field: impl std::fmt::Display,

@@ -1363,11 +1363,141 @@ pub struct Waivers {
     /// Allow `*` verbs on `*` resources in `*` API groups (cluster-admin).
     #[arg(long = "allow-wildcard-all", env = "RBAC_RULES_ALLOW_WILDCARD_ALL")]
     pub wildcard_all: bool,
+    /// Allow bindings to everyone: the groups `system:authenticated`,
+    /// `system:unauthenticated`, `system:serviceaccounts` and the user
+    /// `system:anonymous` ([`is_everyone`]).
+    #[arg(
+        long = "allow-everyone-bindings",
+        env = "RBAC_RULES_ALLOW_EVERYONE_BINDINGS"
+    )]
+    pub everyone_bindings: bool,
 }
 
 /// Names Kubernetes reserves for its own roles and bindings.
 pub fn is_system_name(name: &str) -> bool {
     name.starts_with("system:")
+}
+
+/// The subjects that name everyone, or every workload: every request,
+/// authenticated or not, or every ServiceAccount of the cluster. By name,
+/// for a `User` or a `Group` subject.
+const EVERYONE: &[&str] = &[
+    "system:authenticated",
+    "system:unauthenticated",
+    "system:anonymous",
+    "system:serviceaccounts",
+];
+
+/// Whether a subject of `kind` named `name` is everyone ([`EVERYONE`]):
+/// refused by default whatever wrote it ([`Waivers::everyone_bindings`]).
+pub fn is_everyone(kind: &str, name: &str) -> bool {
+    matches!(kind, "User" | "Group") && EVERYONE.contains(&name)
+}
+
+/// Whether a `User` or `Group` subject named `name` is one Kubernetes
+/// reserves (`system:`): a rule may write one literally, but a value from
+/// data never names one (ServiceAccount subjects are named without it).
+pub fn is_system_subject(kind: &str, name: &str) -> bool {
+    matches!(kind, "User" | "Group") && is_system_name(name)
+}
+
+/// The controller's own name: its ClusterRoles, bindings, leader-election
+/// Role and allow-list are named this or `rbac-rules:*`
+/// (deploy/controller/rbac.yaml, allow-list.yaml).
+pub const CONTROLLER_NAME: &str = "rbac-rules";
+
+/// The label Kubernetes puts on its bootstrap RBAC objects, and its value.
+pub const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
+
+/// Kubernetes' bootstrap ClusterRoles (and the ClusterRoleBinding
+/// `cluster-admin`) without a `system:` name.
+const BOOTSTRAP_NAMES: &[&str] = &["cluster-admin", "admin", "edit", "view"];
+
+/// Label keys by which Kubernetes' bootstrap roles aggregate into each
+/// other (`admin` ← `edit` ← `view`).
+const BOOTSTRAP_AGGREGATION_LABELS: &[&str] = &[
+    "rbac.authorization.k8s.io/aggregate-to-admin",
+    "rbac.authorization.k8s.io/aggregate-to-edit",
+    "rbac.authorization.k8s.io/aggregate-to-view",
+];
+
+/// Why an RBAC object of `kind` named `name` is protected: never emitted,
+/// adopted, aggregated, revoked or pruned, whatever the input and the
+/// flags. Kubernetes' bootstrap objects (`system:*`, and the ClusterRoles
+/// `cluster-admin`, `admin`, `edit`, `view`) and the controller's own
+/// ([`CONTROLLER_NAME`], `rbac-rules:*`). By name only; see
+/// [`protected_by_labels`] for the bootstrap label.
+pub fn protected_name(kind: &str, name: &str) -> Option<&'static str> {
+    if is_system_name(name) {
+        return Some("a name Kubernetes reserves for itself (system:)");
+    }
+    let cluster_scoped = matches!(kind, "ClusterRole" | "ClusterRoleBinding");
+    if cluster_scoped && BOOTSTRAP_NAMES.contains(&name) {
+        return Some("one of Kubernetes' bootstrap RBAC objects");
+    }
+    if name == CONTROLLER_NAME
+        || name
+            .strip_prefix(CONTROLLER_NAME)
+            .is_some_and(|rest| rest.starts_with(':'))
+    {
+        return Some("one of the controller's own RBAC objects (rbac-rules, rbac-rules:*)");
+    }
+    None
+}
+
+/// Why an object whose label `kubernetes.io/bootstrapping` is `value` is
+/// protected: Kubernetes made it (see [`protected_name`]).
+pub fn protected_by_labels(bootstrapping: Option<&str>) -> Option<&'static str> {
+    (bootstrapping == Some(BOOTSTRAP_LABEL.1))
+        .then_some("one of Kubernetes' bootstrap RBAC objects (kubernetes.io/bootstrapping: rbac-defaults)")
+}
+
+/// Why an RBAC object is protected, by kind, name and labels (read through
+/// `label`): [`protected_name`], then [`protected_by_labels`].
+pub fn protected_object<'l>(
+    kind: &str,
+    name: &str,
+    label: impl Fn(&str) -> Option<&'l str>,
+) -> Option<&'static str> {
+    protected_name(kind, name).or_else(|| protected_by_labels(label(BOOTSTRAP_LABEL.0)))
+}
+
+/// The labels protected ClusterRoles carry (those Kubernetes and
+/// deploy/controller give them): an aggregation selector that matches one
+/// of these sets would aggregate a protected role, whether or not the
+/// role exists where the selector is judged (offline, say).
+pub fn protected_label_sets() -> Vec<BTreeMap<String, String>> {
+    let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let mut out = vec![
+        set(&[BOOTSTRAP_LABEL]),
+        set(&[("app.kubernetes.io/name", CONTROLLER_NAME)]),
+        set(&[
+            ("app.kubernetes.io/name", CONTROLLER_NAME),
+            ("app.kubernetes.io/part-of", CONTROLLER_NAME),
+            ("rbacrules.io/aggregate-to-controller", "true"),
+        ]),
+    ];
+    for key in BOOTSTRAP_AGGREGATION_LABELS {
+        out.push(set(&[BOOTSTRAP_LABEL, (key, "true")]));
+    }
+    out
+}
+
+/// Whether any of these (validated) aggregation selectors would select a
+/// protected ClusterRole by the labels those carry
+/// ([`protected_label_sets`]): an empty selector, the bootstrap label, the
+/// bootstrap roles' aggregation labels, the controller's labels.
+pub fn selects_protected_labels(selectors: &[LabelSelector]) -> bool {
+    let sets = protected_label_sets();
+    selectors.iter().any(|s| {
+        sets.iter()
+            .any(|labels| crate::selector::matches_map(s, labels))
+    })
 }
 
 /// A permission that, once granted, lets the holder grant more than it

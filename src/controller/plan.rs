@@ -1050,6 +1050,16 @@ pub enum KeepReason {
     NoProvenance,
     /// Would be pruned, but the view is incomplete.
     PruneDeferred,
+    /// A protected object (Kubernetes' bootstrap RBAC, the controller's
+    /// own; see [`crate::policy::protected_object`]) that carries our label:
+    /// never written, pruned or revoked, whatever its labels say.
+    Protected,
+}
+
+/// Why the object `id` (with labels read through `label`) is protected:
+/// never written, adopted, pruned or revoked by the controller.
+pub fn protected<'l>(id: &ObjectId, label: impl Fn(&str) -> Option<&'l str>) -> Option<&'static str> {
+    crate::policy::protected_object(id.kind.as_str(), &id.name, label)
 }
 
 /// How many desired objects are already equal to the live ones, per rule:
@@ -1127,6 +1137,14 @@ pub fn plan(
     for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert((d.kind, d.namespace.as_str(), d.name.as_str()));
+        // Policy refuses these already; the writer never trusts that alone.
+        let live_label = |k: &str| live.get(&id).and_then(|l| l.label(k));
+        if let Some(why) = protected(&id, |k| d.object.labels().get(k))
+            .or_else(|| protected(&id, live_label))
+        {
+            tracing::error!(object = %id, reason = why, "a protected object is desired: not written");
+            continue;
+        }
         let mut keep_helm = false;
         let action = match live.get(&id) {
             None => ApplyAction::Create,
@@ -1180,6 +1198,11 @@ pub fn plan(
             continue;
         }
         let rule = l.rule().map(str::to_string);
+        // Someone labelled a protected object as ours: it is not.
+        if protected(id, |k| l.label(k)).is_some() {
+            out.kept.push((id.clone(), rule, KeepReason::Protected));
+            continue;
+        }
         // A refusal revokes: no keep reason saves an object policy refuses
         // (only an incomplete view defers it, like any prune).
         let key = (id.kind, id.namespace.clone(), id.name.clone());

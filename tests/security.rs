@@ -1654,3 +1654,70 @@ fn serde_yaml_spec(yaml: &str) -> Value {
     let docs = rbac_rules::yaml::parse_documents(std::path::Path::new("t.yaml"), yaml).expect("yaml");
     docs[0].value["spec"].clone()
 }
+
+/// Issue 27: the incremental path decides as the full one when what a
+/// bound live role grants changes, and when an unmanaged role is labelled
+/// into (or out of) a managed aggregated role.
+#[test]
+fn bound_roles_and_notices_follow_changes_incrementally() {
+    let gatherer = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: gatherer}
+spec:
+  outputs:
+  - kind: ClusterRole
+    name: gatherer
+    aggregationRule:
+      clusterRoleSelectors: [{matchLabels: {example.org/power: "true"}}]
+"#;
+    let mut all = rules(BINDER);
+    all.extend(rules(gatherer));
+    let benign = cluster_role(
+        "target",
+        json!({}),
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
+    );
+    let escalating = cluster_role(
+        "target",
+        json!({}),
+        json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["bind"]}]),
+    );
+    let powerful = cluster_role(
+        "powerful",
+        json!({"example.org/power": "true"}),
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+    );
+    let gk = rbac_rules::engine::GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
+    let engine = Engine::new(&all, Options::default());
+    let mut memo = rbac_rules::engine::Memo::new();
+    let mut s = store(&[ns("team-a", "target"), benign.clone()]);
+    let binding = key(OutputKind::RoleBinding, "team-a", "tenant");
+    // (step, binding desired, notices)
+    let steps: Vec<(&str, bool, usize)> = vec![
+        ("benign", true, 0),
+        ("escalating", false, 0),
+        ("powerful labelled in", false, 1),
+        ("powerful gone", false, 0),
+        ("benign again", true, 0),
+    ];
+    for (step, bound, notices) in steps {
+        match step {
+            "escalating" => s.insert(escalating.clone()).expect("insert"),
+            "powerful labelled in" => s.insert(powerful.clone()).expect("insert"),
+            "powerful gone" => {
+                s.remove(&gk, &(String::new(), "powerful".to_string()));
+            }
+            "benign again" => s.insert(benign.clone()).expect("insert"),
+            _ => {}
+        }
+        let inc = engine.evaluate_incremental(&s, &mut memo);
+        let full = engine.evaluate(&s);
+        assert_eq!(inc.desired, full.desired, "{step}");
+        assert_eq!(inc.revoked, full.revoked, "{step}");
+        assert_eq!(inc.reports, full.reports, "{step}");
+        assert_eq!(inc.desired.get(&binding).is_some(), bound, "{step}");
+        assert_eq!(inc.notices().count(), notices, "{step}");
+        assert!(inc.desired.get(&key(OutputKind::ClusterRole, "", "gatherer")).is_some());
+    }
+}

@@ -1448,8 +1448,9 @@ pub fn protected_name(kind: &str, name: &str) -> Option<&'static str> {
 /// Why an object whose label `kubernetes.io/bootstrapping` is `value` is
 /// protected: Kubernetes made it (see [`protected_name`]).
 pub fn protected_by_labels(bootstrapping: Option<&str>) -> Option<&'static str> {
-    (bootstrapping == Some(BOOTSTRAP_LABEL.1))
-        .then_some("one of Kubernetes' bootstrap RBAC objects (kubernetes.io/bootstrapping: rbac-defaults)")
+    (bootstrapping == Some(BOOTSTRAP_LABEL.1)).then_some(
+        "one of Kubernetes' bootstrap RBAC objects (kubernetes.io/bootstrapping: rbac-defaults)",
+    )
 }
 
 /// Why an RBAC object is protected, by kind, name and labels (read through

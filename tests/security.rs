@@ -520,7 +520,11 @@ spec:
         "metadata": {"name": "secrets-reader", "labels": {"example.org/power": "true"}},
         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]});
     for (options, labelled, needle) in [
-        (Options::default(), admin.clone(), "cluster-admin equivalent"),
+        (
+            Options::default(),
+            admin.clone(),
+            "cluster-admin equivalent",
+        ),
         (
             Options {
                 allow: Some(AllowList::from_cluster_role(&allow_role)),
@@ -547,7 +551,11 @@ spec:
             assert_eq!(notices.len(), 1, "{needle}");
             assert_eq!(notices[0].kind, ErrorKind::UnmanagedAggregation);
             assert_eq!(notices[0].rule, "gatherer");
-            assert!(notices[0].message.contains(needle), "{}", notices[0].message);
+            assert!(
+                notices[0].message.contains(needle),
+                "{}",
+                notices[0].message
+            );
             assert!(
                 notices[0].message.contains(&format!(
                     "ClusterRole {:?}",
@@ -998,8 +1006,8 @@ fn render_reports_live_objects_it_would_revoke() {
 
 /// The shipped allow-list (deploy/controller/allow-list.yaml).
 fn shipped_allow_list() -> AllowList {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy/controller/allow-list.yaml");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/controller/allow-list.yaml");
     let text = std::fs::read_to_string(&path).expect("allow-list");
     let docs = rbac_rules::yaml::parse_documents(&path, &text).expect("parses");
     let role = docs
@@ -1076,7 +1084,10 @@ fn a_refused_leaf_never_takes_its_aggregate_with_it() {
             .filter(|d| d.name.starts_with("crossplane"))
             .map(|d| d.object.to_value())
             .collect();
-        assert!(live.iter().any(|o| o["metadata"]["name"] == "crossplane-edit"));
+        assert!(
+            live.iter()
+                .any(|o| o["metadata"]["name"] == "crossplane-edit")
+        );
         let mut objects = live.clone();
         objects.push(trigger.clone());
         let full = engine.evaluate(&store(&objects));
@@ -1228,7 +1239,11 @@ fn subjects_from_data_never_name_system_users_or_groups() {
     let mut n = ns("team-a", "view");
     n["metadata"]["annotations"]["kind"] = json!("Group");
     n["metadata"]["annotations"]["subject"] = json!("masters");
-    assert!(evaluate(&rules(&partial), &[n], Options::default()).desired.is_empty());
+    assert!(
+        evaluate(&rules(&partial), &[n], Options::default())
+            .desired
+            .is_empty()
+    );
     // A literal system: group (not everyone) is the rule author's.
     let literal = rules(&BINDER_LITERAL.replace("SUBJECT", "system:serviceaccounts:team-a"));
     let mut n = ns("team-a", "view");
@@ -1249,8 +1264,12 @@ fn cluster_role(name: &str, labels: Value, rules: Value) -> Value {
 /// `edit` (aggregated) with a part of system:aggregate-to-edit, and `view`.
 fn live_cluster_roles() -> Vec<Value> {
     let bootstrap = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
-    let mut edit = cluster_role("edit", json!({"kubernetes.io/bootstrapping": "rbac-defaults",
-        "rbac.authorization.k8s.io/aggregate-to-admin": "true"}), json!([]));
+    let mut edit = cluster_role(
+        "edit",
+        json!({"kubernetes.io/bootstrapping": "rbac-defaults",
+        "rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
+        json!([]),
+    );
     edit["aggregationRule"] = json!({"clusterRoleSelectors": [
         {"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}}]});
     let mut controller_agg = cluster_role(
@@ -1356,7 +1375,8 @@ fn bindings_are_judged_by_what_a_live_role_grants() {
                     .find(|e| e.kind == ErrorKind::EscalationDenied)
                     .expect("refused");
                 assert!(
-                    e.message.contains(&format!("binds ClusterRole {role:?}, which grants")),
+                    e.message
+                        .contains(&format!("binds ClusterRole {role:?}, which grants")),
                     "{}",
                     e.message
                 );
@@ -1370,18 +1390,6 @@ fn bindings_are_judged_by_what_a_live_role_grants() {
 /// the flags; each is refused alone, with a message saying why.
 #[test]
 fn protected_objects_are_never_emitted() {
-    let rule = r#"
-apiVersion: rbacrules.io/v1alpha1
-kind: RbacRule
-metadata: {name: namer}
-spec:
-  trigger: {apiGroup: example.org, kind: Thing}
-  outputs:
-  - kind: "{{trigger.spec.kind}}"
-    name: "{{trigger.spec.name}}"
-    labels: {"{{trigger.spec.label}}": "{{trigger.spec.value}}"}
-    rules: [{apiGroups: [example.org], resources: [things], verbs: [get]}]
-"#;
     let kinds_rule = r#"
 apiVersion: rbacrules.io/v1alpha1
 kind: RbacRule
@@ -1407,7 +1415,6 @@ spec:
     labels: {"{{trigger.spec.label}}": "{{trigger.spec.value}}"}
     rules: [{apiGroups: [example.org], resources: [things], verbs: [get]}]
 "#;
-    let _ = rule;
     let all_waived = Options {
         waivers: Waivers {
             system_names: true,
@@ -1427,21 +1434,37 @@ spec:
         ("ClusterRole", "rbac-rules", "x", "y"),
         ("ClusterRole", "rbac-rules:allow-list", "x", "y"),
         ("ClusterRole", "rbac-rules:controller", "x", "y"),
-        ("ClusterRole", "looks-fine", "kubernetes.io/bootstrapping", "rbac-defaults"),
+        (
+            "ClusterRole",
+            "looks-fine",
+            "kubernetes.io/bootstrapping",
+            "rbac-defaults",
+        ),
         ("ClusterRoleBinding", "cluster-admin", "x", "y"),
         ("ClusterRoleBinding", "rbac-rules", "x", "y"),
         ("ClusterRoleBinding", "system:basic-user", "x", "y"),
         ("Role", "rbac-rules:leader-election", "x", "y"),
         ("Role", "system:controller:bootstrap-signer", "x", "y"),
-        ("Role", "reader", "kubernetes.io/bootstrapping", "rbac-defaults"),
+        (
+            "Role",
+            "reader",
+            "kubernetes.io/bootstrapping",
+            "rbac-defaults",
+        ),
     ];
     for options in [Options::default(), all_waived] {
         for (kind, name, label, value) in cases {
             let eval = evaluate(
                 &rules(kinds_rule),
                 &[
-                    thing("a", json!({"kind": kind, "name": name, "label": label, "value": value})),
-                    thing("b", json!({"kind": kind, "name": "fine", "label": "x", "value": "y"})),
+                    thing(
+                        "a",
+                        json!({"kind": kind, "name": name, "label": label, "value": value}),
+                    ),
+                    thing(
+                        "b",
+                        json!({"kind": kind, "name": "fine", "label": "x", "value": "y"}),
+                    ),
                 ],
                 options.clone(),
             );
@@ -1460,10 +1483,18 @@ spec:
     // A Role named like a bootstrap ClusterRole is an ordinary Role.
     let eval = evaluate(
         &rules(kinds_rule),
-        &[thing("a", json!({"kind": "Role", "name": "edit", "label": "x", "value": "y"}))],
+        &[thing(
+            "a",
+            json!({"kind": "Role", "name": "edit", "label": "x", "value": "y"}),
+        )],
         Options::default(),
     );
-    assert_eq!(eval.desired.len(), 1, "{:?}", eval.errors().collect::<Vec<_>>());
+    assert_eq!(
+        eval.desired.len(),
+        1,
+        "{:?}",
+        eval.errors().collect::<Vec<_>>()
+    );
 }
 
 /// Issue 27: no output aggregates a protected role: a selector that would
@@ -1491,20 +1522,35 @@ spec:
     };
     for (selector, refused) in [
         ("{}", true),
-        ("{matchLabels: {kubernetes.io/bootstrapping: rbac-defaults}}", true),
+        (
+            "{matchLabels: {kubernetes.io/bootstrapping: rbac-defaults}}",
+            true,
+        ),
         (
             "{matchExpressions: [{key: kubernetes.io/bootstrapping, operator: Exists}]}",
             true,
         ),
-        ("{matchLabels: {rbac.authorization.k8s.io/aggregate-to-edit: 'true'}}", true),
-        ("{matchLabels: {rbac.authorization.k8s.io/aggregate-to-admin: 'true'}}", true),
-        ("{matchLabels: {rbacrules.io/aggregate-to-controller: 'true'}}", true),
+        (
+            "{matchLabels: {rbac.authorization.k8s.io/aggregate-to-edit: 'true'}}",
+            true,
+        ),
+        (
+            "{matchLabels: {rbac.authorization.k8s.io/aggregate-to-admin: 'true'}}",
+            true,
+        ),
+        (
+            "{matchLabels: {rbacrules.io/aggregate-to-controller: 'true'}}",
+            true,
+        ),
         ("{matchLabels: {app.kubernetes.io/name: rbac-rules}}", true),
         (
             "{matchExpressions: [{key: example.org/x, operator: DoesNotExist}]}",
             true,
         ),
-        ("{matchLabels: {example.org/aggregate-to-gatherer: 'true'}}", false),
+        (
+            "{matchLabels: {example.org/aggregate-to-gatherer: 'true'}}",
+            false,
+        ),
         (
             "{matchLabels: {rbac.authorization.k8s.io/aggregate-to-edit: 'true'}, matchExpressions: [{key: kubernetes.io/bootstrapping, operator: DoesNotExist}]}",
             false,
@@ -1575,7 +1621,11 @@ fn protected_live_objects_are_never_revoked_pruned_or_adopted() {
     let existing = cluster_role("cluster-admin", json!({}), json!([]));
     let err = adoption(&id, &desired, &existing, true).expect_err("never adopted");
     assert!(err.contains("never adopted"), "{err}");
-    let id = ObjectId::new(OutputKind::Role, "kube-system", "extension-apiserver-authentication-reader");
+    let id = ObjectId::new(
+        OutputKind::Role,
+        "kube-system",
+        "extension-apiserver-authentication-reader",
+    );
     let existing = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "extension-apiserver-authentication-reader", "namespace": "kube-system",
                      "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}});
@@ -1639,7 +1689,11 @@ spec:
     let degraded = cond("Degraded");
     assert_eq!(degraded.status, "True");
     assert_eq!(degraded.reason, "UnmanagedAggregation");
-    assert!(degraded.message.contains("\"powerful\""), "{}", degraded.message);
+    assert!(
+        degraded.message.contains("\"powerful\""),
+        "{}",
+        degraded.message
+    );
     let evs = events(&crd, &[], Some(&status));
     assert!(
         evs.iter().any(|e| e.reason == "UnmanagedAggregation"
@@ -1651,7 +1705,8 @@ spec:
 
 /// The spec of the single RbacRule in `yaml`, as JSON.
 fn serde_yaml_spec(yaml: &str) -> Value {
-    let docs = rbac_rules::yaml::parse_documents(std::path::Path::new("t.yaml"), yaml).expect("yaml");
+    let docs =
+        rbac_rules::yaml::parse_documents(std::path::Path::new("t.yaml"), yaml).expect("yaml");
     docs[0].value["spec"].clone()
 }
 
@@ -1718,6 +1773,10 @@ spec:
         assert_eq!(inc.reports, full.reports, "{step}");
         assert_eq!(inc.desired.get(&binding).is_some(), bound, "{step}");
         assert_eq!(inc.notices().count(), notices, "{step}");
-        assert!(inc.desired.get(&key(OutputKind::ClusterRole, "", "gatherer")).is_some());
+        assert!(
+            inc.desired
+                .get(&key(OutputKind::ClusterRole, "", "gatherer"))
+                .is_some()
+        );
     }
 }

@@ -1058,7 +1058,10 @@ pub enum KeepReason {
 
 /// Why the object `id` (with labels read through `label`) is protected:
 /// never written, adopted, pruned or revoked by the controller.
-pub fn protected<'l>(id: &ObjectId, label: impl Fn(&str) -> Option<&'l str>) -> Option<&'static str> {
+pub fn protected<'l>(
+    id: &ObjectId,
+    label: impl Fn(&str) -> Option<&'l str>,
+) -> Option<&'static str> {
     crate::policy::protected_object(id.kind.as_str(), &id.name, label)
 }
 
@@ -1139,8 +1142,8 @@ pub fn plan(
         wanted.insert((d.kind, d.namespace.as_str(), d.name.as_str()));
         // Policy refuses these already; the writer never trusts that alone.
         let live_label = |k: &str| live.get(&id).and_then(|l| l.label(k));
-        if let Some(why) = protected(&id, |k| d.object.labels().get(k))
-            .or_else(|| protected(&id, live_label))
+        if let Some(why) =
+            protected(&id, |k| d.object.labels().get(k)).or_else(|| protected(&id, live_label))
         {
             tracing::error!(object = %id, reason = why, "a protected object is desired: not written");
             continue;

@@ -832,12 +832,12 @@ impl<'a> Policy<'a> {
             // An aggregated role a rule manages that collects roles nobody
             // manages: reported on its rule, never refused for them.
             let notice = match (&desired, live) {
-                (Some(d), _) if d.object.aggregation_rule().is_some() => judge
-                    .notice(d.object.shared_value())
-                    .map(|n| {
+                (Some(d), _) if d.object.aggregation_rule().is_some() => {
+                    judge.notice(d.object.shared_value()).map(|n| {
                         let trigger = d.trigger.as_deref().map(str::to_string);
                         (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
-                    }),
+                    })
+                }
                 (None, Some(l)) if live_why.is_none() && l.get("aggregationRule").is_some() => {
                     judge.notice(l).map(|n| {
                         let rule = l["metadata"]["annotations"][output::rule_annotation()]

@@ -128,9 +128,8 @@ impl Judge<'_, '_> {
                 .filter(|r| !output::is_managed(r))
             {
                 let rules = self.unmanaged_grants(role);
-                let bound = lazy(|f| {
-                    write!(f, "{what} binds {role_kind} {role_name:?}, which grants")
-                });
+                let bound =
+                    lazy(|f| write!(f, "{what} binds {role_kind} {role_name:?}, which grants"));
                 push_denials(
                     &mut why,
                     &bound,
@@ -356,12 +355,16 @@ impl Obj<'_> {
             policy::is_everyone(kind, name).then(|| format!("{kind} {name:?}"))
         };
         match self {
-            Obj::Json(o) => o["subjects"].as_array().into_iter().flatten().find_map(|s| {
-                hit(
-                    s["kind"].as_str().unwrap_or_default(),
-                    s["name"].as_str().unwrap_or_default(),
-                )
-            }),
+            Obj::Json(o) => o["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find_map(|s| {
+                    hit(
+                        s["kind"].as_str().unwrap_or_default(),
+                        s["name"].as_str().unwrap_or_default(),
+                    )
+                }),
             Obj::Compact(m) => match m.body() {
                 super::manifest::Body::Binding { subjects, .. } => {
                     subjects.iter().find_map(|s| hit(&s.kind, &s.name))

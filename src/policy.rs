@@ -1345,7 +1345,9 @@ mod tests {
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Waivers {
-    /// Allow outputs named `system:*` (reserved for Kubernetes itself).
+    /// Kept so that existing settings still parse; allows nothing: an
+    /// object named `system:*` is a protected object ([`protected_name`]),
+    /// refused whatever the flags.
     #[arg(long = "allow-system-names", env = "RBAC_RULES_ALLOW_SYSTEM_NAMES")]
     pub system_names: bool,
     /// Allow bindings to `cluster-admin` and to `system:*` roles.

@@ -1376,7 +1376,7 @@ fn bindings_are_judged_by_what_a_live_role_grants() {
                     .expect("refused");
                 assert!(
                     e.message
-                        .contains(&format!("binds ClusterRole {role:?}, which grants")),
+                        .contains(&format!("binds role {role:?}, which grants")),
                     "{}",
                     e.message
                 );

@@ -775,6 +775,7 @@ impl<'a> Policy<'a> {
             protected: self.protected,
             allow: options.allow.as_ref().map(|a| (a, self.allow_rules)),
             judged: Default::default(),
+            bound: Default::default(),
         };
         // What a verdict depends on besides the object: the selection an
         // aggregated role reads (its notice), or (empty) any role, for a

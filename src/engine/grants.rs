@@ -46,12 +46,18 @@ pub(super) fn allow_list_rules(
 pub(super) type JudgedRules =
     HashMap<usize, (Arc<Vec<PolicyRule>>, Arc<(Vec<String>, Option<String>)>)>;
 
+/// Verdicts on bound live roles (see [`Judge::bound`]).
+pub(super) type BoundRoles = HashMap<usize, (Arc<Value>, Arc<(Vec<String>, Option<String>)>)>;
+
 /// What policy judges objects with.
 pub(super) struct Judge<'v, 'a> {
     pub view: &'v View<'a>,
     /// Verdicts on rule lists (denials, what the allow-list misses), by
     /// the address of the shared list (held): copies are judged once.
     pub judged: RefCell<JudgedRules>,
+    /// Verdicts on live roles no rule manages that bindings name, by the
+    /// role's address (held).
+    pub bound: RefCell<BoundRoles>,
     pub waivers: &'v crate::policy::Waivers,
     pub protected: &'v [LabelSelector],
     pub allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
@@ -127,15 +133,17 @@ impl Judge<'_, '_> {
                 .get_shared(gk, &(ns, role_name.to_string()))
                 .filter(|r| !output::is_managed(r))
             {
-                let rules = self.unmanaged_grants(role);
-                let bound =
-                    lazy(|f| write!(f, "{what} binds {role_kind} {role_name:?}, which grants"));
-                push_denials(
-                    &mut why,
-                    &bound,
-                    &policy::denied_grants(&rules, self.waivers),
-                );
-                self.push_uncovered(&mut why, &bound, &rules);
+                let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
+                let verdict = self.bound_verdict(role);
+                // `cluster-admin` and `system:*` have their own denial and
+                // switch (above): the allow-list alone judges them here.
+                let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
+                if !named {
+                    push_denials(&mut why, &bound, &verdict.0);
+                }
+                if let Some(m) = &verdict.1 {
+                    why.push(format!("{bound} what the allow-list does not: {m}"));
+                }
             }
         } else if let (Obj::Json(o), true) = (&obj, aggregated) {
             let selectors = selectors_of(o);
@@ -273,6 +281,32 @@ impl Judge<'_, '_> {
                 ));
             }
         }
+    }
+
+    /// The denials and what the allow-list misses of a live role no rule
+    /// manages, worked out once per role and judge: many bindings name
+    /// the same role.
+    fn bound_verdict(&self, role: &Arc<Value>) -> Arc<(Vec<String>, Option<String>)> {
+        let at = Arc::as_ptr(role) as usize;
+        if let Some((held, v)) = self.bound.borrow().get(&at)
+            && Arc::ptr_eq(held, role)
+        {
+            return Arc::clone(v);
+        }
+        let rules = self.unmanaged_grants(role);
+        let denied = policy::denied_grants(&rules, self.waivers);
+        let missing = match self.allow {
+            Some((allow, effective)) if !rules.is_empty() => {
+                let missing = allow.uncovered(effective, &rules);
+                (!missing.is_empty()).then(|| shown(&missing))
+            }
+            _ => None,
+        };
+        let v = Arc::new((denied, missing));
+        self.bound
+            .borrow_mut()
+            .insert(at, (Arc::clone(role), Arc::clone(&v)));
+        v
     }
 
     /// What a live role no rule manages grants: its rules, or, aggregated,

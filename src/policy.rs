@@ -1346,8 +1346,7 @@ mod tests {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Waivers {
     /// Kept so that existing settings still parse; allows nothing: an
-    /// object named `system:*` is a protected object ([`protected_name`]),
-    /// refused whatever the flags.
+    /// object named `system:*` is protected, refused whatever the flags.
     #[arg(long = "allow-system-names", env = "RBAC_RULES_ALLOW_SYSTEM_NAMES")]
     pub system_names: bool,
     /// Allow bindings to `cluster-admin` and to `system:*` roles.
@@ -1367,7 +1366,7 @@ pub struct Waivers {
     pub wildcard_all: bool,
     /// Allow bindings to everyone: the groups `system:authenticated`,
     /// `system:unauthenticated`, `system:serviceaccounts` and the user
-    /// `system:anonymous` ([`is_everyone`]).
+    /// `system:anonymous`.
     #[arg(
         long = "allow-everyone-bindings",
         env = "RBAC_RULES_ALLOW_EVERYONE_BINDINGS"
@@ -1717,6 +1716,79 @@ mod denial_tests {
             ..Waivers::default()
         };
         assert!(denied_grants(&[rule(&["*"], &["*"], &["*"])], &all).is_empty());
+    }
+
+    #[test]
+    fn protected_objects_by_name_and_label() {
+        for (kind, name) in [
+            ("ClusterRole", "cluster-admin"),
+            ("ClusterRole", "admin"),
+            ("ClusterRole", "edit"),
+            ("ClusterRole", "view"),
+            ("ClusterRoleBinding", "cluster-admin"),
+            ("ClusterRole", "system:aggregate-to-edit"),
+            ("RoleBinding", "system:controller:bootstrap-signer"),
+            ("ClusterRole", "rbac-rules"),
+            ("ClusterRole", "rbac-rules:allow-list"),
+            ("ClusterRoleBinding", "rbac-rules"),
+            ("Role", "rbac-rules:leader-election"),
+        ] {
+            assert!(protected_name(kind, name).is_some(), "{kind} {name}");
+        }
+        for (kind, name) in [
+            ("Role", "edit"),
+            ("RoleBinding", "view"),
+            ("ClusterRole", "rbac-rules-extra"),
+            ("ClusterRole", "crossplane:rbac-rules"),
+            ("ClusterRole", "editor"),
+        ] {
+            assert!(protected_name(kind, name).is_none(), "{kind} {name}");
+        }
+        assert!(
+            protected_object("Role", "x", |k| (k == BOOTSTRAP_LABEL.0)
+                .then_some("rbac-defaults"))
+            .is_some()
+        );
+        assert!(
+            protected_object("Role", "x", |k| (k == BOOTSTRAP_LABEL.0).then_some("other"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn everyone_and_system_subjects() {
+        assert!(is_everyone("Group", "system:authenticated"));
+        assert!(is_everyone("Group", "system:unauthenticated"));
+        assert!(is_everyone("Group", "system:serviceaccounts"));
+        assert!(is_everyone("User", "system:anonymous"));
+        assert!(!is_everyone("Group", "system:serviceaccounts:team-a"));
+        assert!(!is_everyone("ServiceAccount", "system:authenticated"));
+        assert!(is_system_subject("Group", "system:masters"));
+        assert!(!is_system_subject("ServiceAccount", "system:x"));
+        assert!(!is_system_subject("User", "alice"));
+    }
+
+    #[test]
+    fn selectors_of_protected_roles() {
+        let sel = |v: serde_json::Value| -> LabelSelector {
+            serde_json::from_value(v).expect("selector")
+        };
+        for s in [
+            serde_json::json!({}),
+            serde_json::json!({"matchLabels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}),
+            serde_json::json!({"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}}),
+            serde_json::json!({"matchLabels": {"rbacrules.io/aggregate-to-controller": "true"}}),
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}),
+        ] {
+            assert!(selects_protected_labels(&[sel(s.clone())]), "{s}");
+        }
+        for s in [
+            serde_json::json!({"matchLabels": {"rbac.crossplane.io/aggregate-to-edit": "true"}}),
+            serde_json::json!({"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"},
+                "matchExpressions": [{"key": "kubernetes.io/bootstrapping", "operator": "DoesNotExist"}]}),
+        ] {
+            assert!(!selects_protected_labels(&[sel(s.clone())]), "{s}");
+        }
     }
 
     #[test]

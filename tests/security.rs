@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 mod engine_support;
 use engine_support::{builtin, rules, store};
+mod support;
 
 fn evaluate(rules: &[RuleSource], objects: &[Value], options: Options) -> Evaluation {
     Engine::new(rules, options).evaluate(&store(objects))
@@ -1779,4 +1780,84 @@ spec:
                 .is_some()
         );
     }
+}
+
+/// Issue 27, at the controller: a managed aggregated role that collects an
+/// unmanaged role someone labelled in is written, never deleted; the rule
+/// gets a Degraded condition (reason UnmanagedAggregation, still Ready) and
+/// a Warning Event.
+#[tokio::test]
+async fn the_controller_keeps_the_aggregate_and_warns() {
+    use http::Method;
+    let (client, mut server) = support::pair();
+    let spec = json!({"outputs": [{"kind": "ClusterRole", "name": "gatherer",
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.org/power": "true"}}]}}]});
+    let rules = support::rules(vec![support::rule("gatherer", spec.clone(), None)]);
+    let observed = support::store(vec![cluster_role(
+        "powerful",
+        json!({"example.org/power": "true"}),
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+    )]);
+    let live = support::owned(Vec::new());
+    let holds = std::collections::BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(r) = server.next_opt().await {
+            if r.path.ends_with("/rbacrules/gatherer/status") {
+                seen.push(format!("STATUS {}", r.body["status"]["conditions"]));
+                let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+                    "metadata": {"name": "gatherer"}, "spec": spec, "status": r.body["status"]});
+                r.respond(200, body);
+            } else if r.path.ends_with("/events") {
+                seen.push(format!(
+                    "EVENT {} {}",
+                    r.body["type"].as_str().unwrap_or_default(),
+                    r.body["reason"].as_str().unwrap_or_default()
+                ));
+                let body = r.body.clone();
+                r.respond(201, body);
+            } else {
+                seen.push(format!("{} {}", r.method, r.path));
+                assert_ne!(r.method, Method::DELETE, "{}", r.path);
+                r.echo();
+            }
+        }
+        seen
+    });
+    let mut s = support::syncer(client);
+    s.sync(&support::snapshot(&rules, &observed, &live, &holds))
+        .await;
+    drop(s);
+    let seen = scenario.await.expect("scenario");
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("PATCH") && l.ends_with("/clusterroles/gatherer")),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|l| l.starts_with("DELETE")), "{seen:?}");
+    let status = seen
+        .iter()
+        .find(|l| l.starts_with("STATUS"))
+        .expect("a status patch");
+    let conditions: Vec<Value> =
+        serde_json::from_str(status.trim_start_matches("STATUS ")).expect("conditions");
+    let cond = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(cond("Ready")["status"], "True", "{status}");
+    assert_eq!(cond("Degraded")["status"], "True", "{status}");
+    assert_eq!(
+        cond("Degraded")["reason"],
+        "UnmanagedAggregation",
+        "{status}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l == "EVENT Warning UnmanagedAggregation"),
+        "{seen:?}"
+    );
 }

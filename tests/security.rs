@@ -1861,3 +1861,32 @@ async fn the_controller_keeps_the_aggregate_and_warns() {
         "{seen:?}"
     );
 }
+
+/// Issue 27: labelling a protected role as ours does not make bindings to
+/// it pass unjudged: `edit` labelled managed is still judged by what it
+/// grants.
+#[test]
+fn a_protected_role_labelled_ours_is_still_judged_for_bindings() {
+    let mut objects = live_cluster_roles();
+    for o in objects.iter_mut() {
+        if o["metadata"]["name"] == "edit" {
+            o["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("rbac-rules");
+            o["metadata"]["annotations"] = json!({"rbacrules.io/rule": "gone"});
+        }
+    }
+    objects.push(ns("team-a", "edit"));
+    let eval = evaluate(&rules(BINDER), &objects, Options::default());
+    assert!(eval.desired.is_empty());
+    let e = eval.errors().next().expect("refused");
+    assert!(
+        e.message
+            .contains("binds role \"edit\", which grants [] serviceaccounts: impersonate"),
+        "{}",
+        e.message
+    );
+    assert!(
+        eval.revoked.keys().all(|k| k.2 != "edit"),
+        "{:?}",
+        eval.revoked
+    );
+}

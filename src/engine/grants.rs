@@ -131,7 +131,7 @@ impl Judge<'_, '_> {
                 .view
                 .observed
                 .get_shared(gk, &(ns, role_name.to_string()))
-                .filter(|r| !output::is_managed(r))
+                .filter(|r| !ours(r))
             {
                 let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
                 let verdict = self.bound_verdict(role);
@@ -223,7 +223,7 @@ impl Judge<'_, '_> {
         let mut count = 0;
         for m in members {
             let Seen::Observed(o) = m else { continue };
-            if output::is_managed(o) || m.name() == name {
+            if ours(o) || m.name() == name {
                 continue;
             }
             let rules = self.view.role_rules(m);
@@ -320,7 +320,7 @@ impl Judge<'_, '_> {
         let mut rules = Vec::new();
         for other in self.view.selected(&selectors_of(role)) {
             if let Seen::Observed(o) = other
-                && !output::is_managed(o)
+                && !ours(o)
                 && other.name() != name
             {
                 rules.extend(self.view.role_rules(other).iter().cloned());
@@ -328,6 +328,16 @@ impl Judge<'_, '_> {
         }
         rules
     }
+}
+
+/// Whether a live RBAC object is the controller's: it carries our label
+/// and is not protected (a protected object labelled ours is not, and is
+/// judged as anyone's).
+fn ours(o: &Value) -> bool {
+    let kind = o["kind"].as_str().unwrap_or_default();
+    let name = o["metadata"]["name"].as_str().unwrap_or_default();
+    output::is_managed(o)
+        && policy::protected_object(kind, name, |k| o["metadata"]["labels"][k].as_str()).is_none()
 }
 
 /// The denials a grant breaks, the first three shown.

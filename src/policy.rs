@@ -1739,7 +1739,7 @@ mod denial_tests {
             ("Role", "edit"),
             ("RoleBinding", "view"),
             ("ClusterRole", "rbac-rules-extra"),
-            ("ClusterRole", "crossplane:rbac-rules"),
+            ("ClusterRole", "example:rbac-rules"),
             ("ClusterRole", "editor"),
         ] {
             assert!(protected_name(kind, name).is_none(), "{kind} {name}");
@@ -1783,7 +1783,7 @@ mod denial_tests {
             assert!(selects_protected_labels(&[sel(s.clone())]), "{s}");
         }
         for s in [
-            serde_json::json!({"matchLabels": {"rbac.crossplane.io/aggregate-to-edit": "true"}}),
+            serde_json::json!({"matchLabels": {"rbac.example.org/aggregate-to-edit": "true"}}),
             serde_json::json!({"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"},
                 "matchExpressions": [{"key": "kubernetes.io/bootstrapping", "operator": "DoesNotExist"}]}),
         ] {

@@ -1490,6 +1490,34 @@ pub fn protected_label_sets() -> Vec<BTreeMap<String, String>> {
     out
 }
 
+/// Prefixes of the label keys protected objects are installed with (by
+/// Kubernetes, by deploy/ or its Helm chart): a selector that picks a
+/// protected role by these picks it by what it is; by any other label, by
+/// what someone added to it.
+const INSTALLED_LABEL_PREFIXES: &[&str] = &[
+    "kubernetes.io/",
+    "rbac.authorization.k8s.io/",
+    "app.kubernetes.io/",
+    "helm.sh/",
+    "rbacrules.io/",
+];
+
+/// Whether any of these (validated) aggregation selectors selects a
+/// protected role by the labels it was installed with (see
+/// [`INSTALLED_LABEL_PREFIXES`]), given its labels.
+pub fn selects_by_installed_labels<'l>(
+    selectors: &[LabelSelector],
+    labels: impl Iterator<Item = (&'l str, &'l str)>,
+) -> bool {
+    let installed: BTreeMap<String, String> = labels
+        .filter(|(k, _)| INSTALLED_LABEL_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    selectors
+        .iter()
+        .any(|s| crate::selector::matches_map(s, &installed))
+}
+
 /// Whether any of these (validated) aggregation selectors would select a
 /// protected ClusterRole by the labels those carry
 /// ([`protected_label_sets`]): an empty selector, the bootstrap label, the

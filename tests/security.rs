@@ -1890,3 +1890,61 @@ fn a_protected_role_labelled_ours_is_still_judged_for_bindings() {
         eval.revoked
     );
 }
+
+/// Issue 27: an aggregated output that selects a live protected role by the
+/// labels it was installed with (here a Helm chart label on the
+/// controller's own role) is refused; one that selects it only through a
+/// label someone added to it gets a notice, and is kept.
+#[test]
+fn a_protected_role_selected_by_its_installed_labels_is_refused() {
+    let rule = |selector: &str| {
+        rules(&format!(
+            r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: gatherer}}
+spec:
+  outputs:
+  - kind: ClusterRole
+    name: gatherer
+    aggregationRule:
+      clusterRoleSelectors: [{selector}]
+"#
+        ))
+    };
+    let mut objects = live_cluster_roles();
+    for o in objects.iter_mut() {
+        if o["metadata"]["name"] == "rbac-rules:controller" {
+            o["metadata"]["labels"]["helm.sh/chart"] = json!("rbac-rules-0.1.0");
+        }
+        if o["metadata"]["name"] == "cluster-admin" {
+            o["metadata"]["labels"]["example.org/power"] = json!("true");
+        }
+    }
+    let eval = evaluate(
+        &rule("{matchLabels: {helm.sh/chart: rbac-rules-0.1.0}}"),
+        &objects,
+        Options::default(),
+    );
+    assert!(eval.desired.is_empty());
+    let e = eval.errors().next().expect("refused");
+    assert!(
+        e.message
+            .contains("selects the protected ClusterRole \"rbac-rules:controller\""),
+        "{}",
+        e.message
+    );
+    let eval = evaluate(
+        &rule("{matchLabels: {example.org/power: 'true'}}"),
+        &objects,
+        Options::default(),
+    );
+    assert_eq!(
+        eval.desired.len(),
+        1,
+        "{:?}",
+        eval.errors().collect::<Vec<_>>()
+    );
+    let n = eval.notices().next().expect("a notice");
+    assert!(n.message.contains("\"cluster-admin\""), "{}", n.message);
+}

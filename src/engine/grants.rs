@@ -151,6 +151,10 @@ impl Judge<'_, '_> {
                 why.push(format!(
                     "{what} has an aggregationRule that selects Kubernetes' bootstrap roles or the controller's own (an empty selector, kubernetes.io/bootstrapping, rbac.authorization.k8s.io/aggregate-to-*, rbac-rules' labels)"
                 ));
+            } else if let Some(p) = self.protected_member(&selectors, name) {
+                why.push(format!(
+                    "{what} has an aggregationRule that selects the protected ClusterRole {p:?} by the labels it was installed with"
+                ));
             }
             // Its own rules, when a rule wrote them: the aggregation
             // controller replaces them, but they are the rule's. What it
@@ -281,6 +285,27 @@ impl Judge<'_, '_> {
                 ));
             }
         }
+    }
+
+    /// A live protected ClusterRole that `selectors` pick by the labels it
+    /// was installed with ([`policy::selects_by_installed_labels`]): the
+    /// rule's choice, unlike a label someone added to it.
+    fn protected_member(&self, selectors: &[LabelSelector], me: &str) -> Option<String> {
+        self.view.selected(selectors).into_iter().find_map(|m| {
+            let Seen::Observed(o) = m else { return None };
+            let labels = o["metadata"]["labels"].as_object();
+            let protected = m.name() != me
+                && policy::protected_object("ClusterRole", m.name(), |k| {
+                    labels.and_then(|l| l.get(k)).and_then(Value::as_str)
+                })
+                .is_some();
+            let installed = labels
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)));
+            (protected && policy::selects_by_installed_labels(selectors, installed))
+                .then(|| m.name().to_string())
+        })
     }
 
     /// The denials and what the allow-list misses of a live role no rule

@@ -1,5 +1,6 @@
-//! Issue 11: each finding, asserting the secure outcome. Offline, through
-//! the engine (and `render` for the CLI's refusal).
+//! Issue 11 and issue 27: each finding, asserting the secure outcome.
+//! Offline, through the engine (and `render` for the CLI's refusal), and
+//! at the controller where it decides (plan, adoption, status, Events).
 
 use rbac_rules::api::OutputKind;
 use rbac_rules::engine::{AllowList, Engine, ErrorKind, Evaluation, Options, RuleSource, Waivers};

@@ -1146,6 +1146,10 @@ pub fn plan(
             protected(&id, |k| d.object.labels().get(k)).or_else(|| protected(&id, live_label))
         {
             tracing::error!(object = %id, reason = why, "a protected object is desired: not written");
+            if live.contains_key(&id) {
+                out.kept
+                    .push((id, Some(d.rule.to_string()), KeepReason::Protected));
+            }
             continue;
         }
         let mut keep_helm = false;
@@ -1548,6 +1552,39 @@ mod plan_tests {
             .into_iter()
             .map(|o| (ObjectId::of(&o).expect("id"), Live::new(o)))
             .collect()
+    }
+
+    #[test]
+    fn protected_objects_are_never_written_or_deleted() {
+        let evaluation = Evaluation {
+            desired: vec![
+                desired(OutputKind::ClusterRole, "", "edit", "r", "T/a"),
+                desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
+            ]
+            .into(),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
+            changed: Vec::new(),
+        };
+        // `x` is ours, but someone gave it the bootstrap label; a managed
+        // `cluster-admin` of a rule that is gone.
+        let mut x = manifest(OutputKind::ClusterRole, "", "x", "r", "T/a");
+        x["metadata"]["labels"]["kubernetes.io/bootstrapping"] = json!("rbac-defaults");
+        let live = live_of(vec![
+            x,
+            manifest(OutputKind::ClusterRole, "", "cluster-admin", "gone", "T/a"),
+        ]);
+        let p = plan(&evaluation, &live, &BTreeSet::new(), true);
+        assert!(p.applies.is_empty(), "{:?}", p.applies);
+        assert!(p.deletes.is_empty(), "{:?}", p.deletes);
+        let kept: Vec<_> = p
+            .kept
+            .iter()
+            .filter(|k| k.2 == KeepReason::Protected)
+            .map(|k| k.0.name.as_str())
+            .collect();
+        assert_eq!(kept, ["x", "cluster-admin"]);
     }
 
     #[test]

@@ -1949,3 +1949,46 @@ spec:
     let n = eval.notices().next().expect("a notice");
     assert!(n.message.contains("\"cluster-admin\""), "{}", n.message);
 }
+
+/// Issue 27: a live managed aggregated role kept as it is (its trigger
+/// paused) is not revoked for an unmanaged role labelled into it either;
+/// its rule gets the notice, for that trigger.
+#[test]
+fn a_kept_live_aggregate_gets_a_notice_not_a_revocation() {
+    let rule = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: gatherer}
+spec:
+  trigger: {kind: Namespace, pause: {annotation: paused}}
+  outputs:
+  - kind: ClusterRole
+    name: "gatherer-{{trigger.metadata.name}}"
+    aggregationRule:
+      clusterRoleSelectors: [{matchLabels: {example.org/power: "true"}}]
+"#;
+    let live = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "gatherer-team-a",
+                     "labels": {"app.kubernetes.io/managed-by": "rbac-rules", "rbacrules.io/rule": "gatherer"},
+                     "annotations": {"rbacrules.io/rule": "gatherer", "rbacrules.io/trigger": "Namespace/team-a"}},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.org/power": "true"}}]},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]});
+    let powerful = cluster_role(
+        "powerful",
+        json!({"example.org/power": "true"}),
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+    );
+    let mut paused = ns("team-a", "view");
+    paused["metadata"]["annotations"]["paused"] = json!("true");
+    let eval = evaluate(&rules(rule), &[paused, live, powerful], Options::default());
+    assert!(eval.keeps("gatherer", Some("Namespace/team-a")));
+    assert!(eval.revoked.is_empty(), "{:?}", eval.revoked);
+    let notices: Vec<_> = eval.notices().collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].trigger.as_deref(), Some("Namespace/team-a"));
+    assert!(
+        notices[0].message.contains("\"powerful\""),
+        "{}",
+        notices[0].message
+    );
+}

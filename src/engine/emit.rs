@@ -839,7 +839,12 @@ impl<'a> Policy<'a> {
                         (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
                     })
                 }
-                (None, Some(l)) if live_why.is_none() && l.get("aggregationRule").is_some() => {
+                // Kept live (no output refused in its place).
+                (None, Some(l))
+                    if refused.is_none()
+                        && live_why.is_none()
+                        && l.get("aggregationRule").is_some() =>
+                {
                     judge.notice(l).map(|n| {
                         let rule = l["metadata"]["annotations"][output::rule_annotation()]
                             .as_str()

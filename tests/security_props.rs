@@ -2,7 +2,10 @@
 //! built-in rules and a rule that copies trigger fields into every policy
 //! field never panic, never yield a wildcard from data, and never pass an
 //! output outside the allow-list; the covers check is reflexive and a rule
-//! covers its breakdown.
+//! covers its breakdown. Issue 27: names, labels, selectors and subjects
+//! from data never yield a protected object, a protected aggregation, a
+//! `system:` User or Group subject, or (unless waived) a binding to
+//! everyone.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use proptest::prelude::*;

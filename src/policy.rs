@@ -1345,7 +1345,8 @@ mod tests {
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Waivers {
-    /// Allow outputs named `system:*` (reserved for Kubernetes itself).
+    /// Kept so that existing settings still parse; allows nothing: an
+    /// object named `system:*` is protected, refused whatever the flags.
     #[arg(long = "allow-system-names", env = "RBAC_RULES_ALLOW_SYSTEM_NAMES")]
     pub system_names: bool,
     /// Allow bindings to `cluster-admin` and to `system:*` roles.
@@ -1363,11 +1364,170 @@ pub struct Waivers {
     /// Allow `*` verbs on `*` resources in `*` API groups (cluster-admin).
     #[arg(long = "allow-wildcard-all", env = "RBAC_RULES_ALLOW_WILDCARD_ALL")]
     pub wildcard_all: bool,
+    /// Allow bindings to everyone: the groups `system:authenticated`,
+    /// `system:unauthenticated`, `system:serviceaccounts` and the user
+    /// `system:anonymous`.
+    #[arg(
+        long = "allow-everyone-bindings",
+        env = "RBAC_RULES_ALLOW_EVERYONE_BINDINGS"
+    )]
+    pub everyone_bindings: bool,
 }
 
 /// Names Kubernetes reserves for its own roles and bindings.
 pub fn is_system_name(name: &str) -> bool {
     name.starts_with("system:")
+}
+
+/// The subjects that name everyone, or every workload: every request,
+/// authenticated or not, or every ServiceAccount of the cluster. By name,
+/// for a `User` or a `Group` subject.
+const EVERYONE: &[&str] = &[
+    "system:authenticated",
+    "system:unauthenticated",
+    "system:anonymous",
+    "system:serviceaccounts",
+];
+
+/// Whether a subject of `kind` named `name` is everyone ([`EVERYONE`]):
+/// refused by default whatever wrote it ([`Waivers::everyone_bindings`]).
+pub fn is_everyone(kind: &str, name: &str) -> bool {
+    matches!(kind, "User" | "Group") && EVERYONE.contains(&name)
+}
+
+/// Whether a `User` or `Group` subject named `name` is one Kubernetes
+/// reserves (`system:`): a rule may write one literally, but a value from
+/// data never names one (ServiceAccount subjects are named without it).
+pub fn is_system_subject(kind: &str, name: &str) -> bool {
+    matches!(kind, "User" | "Group") && is_system_name(name)
+}
+
+/// The controller's own name: its ClusterRoles, bindings, leader-election
+/// Role and allow-list are named this or `rbac-rules:*`
+/// (deploy/controller/rbac.yaml, allow-list.yaml).
+pub const CONTROLLER_NAME: &str = "rbac-rules";
+
+/// The label Kubernetes puts on its bootstrap RBAC objects, and its value.
+pub const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
+
+/// Kubernetes' bootstrap ClusterRoles (and the ClusterRoleBinding
+/// `cluster-admin`) without a `system:` name.
+const BOOTSTRAP_NAMES: &[&str] = &["cluster-admin", "admin", "edit", "view"];
+
+/// Label keys by which Kubernetes' bootstrap roles aggregate into each
+/// other (`admin` ← `edit` ← `view`).
+const BOOTSTRAP_AGGREGATION_LABELS: &[&str] = &[
+    "rbac.authorization.k8s.io/aggregate-to-admin",
+    "rbac.authorization.k8s.io/aggregate-to-edit",
+    "rbac.authorization.k8s.io/aggregate-to-view",
+];
+
+/// Why an RBAC object of `kind` named `name` is protected: never emitted,
+/// adopted, aggregated, revoked or pruned, whatever the input and the
+/// flags. Kubernetes' bootstrap objects (`system:*`, and the ClusterRoles
+/// `cluster-admin`, `admin`, `edit`, `view`) and the controller's own
+/// ([`CONTROLLER_NAME`], `rbac-rules:*`). By name only; see
+/// [`protected_by_labels`] for the bootstrap label.
+pub fn protected_name(kind: &str, name: &str) -> Option<&'static str> {
+    if is_system_name(name) {
+        return Some("a name Kubernetes reserves for itself (system:)");
+    }
+    let cluster_scoped = matches!(kind, "ClusterRole" | "ClusterRoleBinding");
+    if cluster_scoped && BOOTSTRAP_NAMES.contains(&name) {
+        return Some("one of Kubernetes' bootstrap RBAC objects");
+    }
+    if name == CONTROLLER_NAME
+        || name
+            .strip_prefix(CONTROLLER_NAME)
+            .is_some_and(|rest| rest.starts_with(':'))
+    {
+        return Some("one of the controller's own RBAC objects (rbac-rules, rbac-rules:*)");
+    }
+    None
+}
+
+/// Why an object whose label `kubernetes.io/bootstrapping` is `value` is
+/// protected: Kubernetes made it (see [`protected_name`]).
+pub fn protected_by_labels(bootstrapping: Option<&str>) -> Option<&'static str> {
+    (bootstrapping == Some(BOOTSTRAP_LABEL.1)).then_some(
+        "one of Kubernetes' bootstrap RBAC objects (kubernetes.io/bootstrapping: rbac-defaults)",
+    )
+}
+
+/// Why an RBAC object is protected, by kind, name and labels (read through
+/// `label`): [`protected_name`], then [`protected_by_labels`].
+pub fn protected_object<'l>(
+    kind: &str,
+    name: &str,
+    label: impl Fn(&str) -> Option<&'l str>,
+) -> Option<&'static str> {
+    protected_name(kind, name).or_else(|| protected_by_labels(label(BOOTSTRAP_LABEL.0)))
+}
+
+/// The labels protected ClusterRoles carry (those Kubernetes and
+/// deploy/controller give them): an aggregation selector that matches one
+/// of these sets would aggregate a protected role, whether or not the
+/// role exists where the selector is judged (offline, say).
+pub fn protected_label_sets() -> Vec<BTreeMap<String, String>> {
+    let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let mut out = vec![
+        set(&[BOOTSTRAP_LABEL]),
+        set(&[("app.kubernetes.io/name", CONTROLLER_NAME)]),
+        set(&[
+            ("app.kubernetes.io/name", CONTROLLER_NAME),
+            ("app.kubernetes.io/part-of", CONTROLLER_NAME),
+            ("rbacrules.io/aggregate-to-controller", "true"),
+        ]),
+    ];
+    for key in BOOTSTRAP_AGGREGATION_LABELS {
+        out.push(set(&[BOOTSTRAP_LABEL, (key, "true")]));
+    }
+    out
+}
+
+/// Prefixes of the label keys protected objects are installed with (by
+/// Kubernetes, by deploy/ or its Helm chart): a selector that picks a
+/// protected role by these picks it by what it is; by any other label, by
+/// what someone added to it.
+const INSTALLED_LABEL_PREFIXES: &[&str] = &[
+    "kubernetes.io/",
+    "rbac.authorization.k8s.io/",
+    "app.kubernetes.io/",
+    "helm.sh/",
+    "rbacrules.io/",
+];
+
+/// Whether any of these (validated) aggregation selectors selects a
+/// protected role by the labels it was installed with (see
+/// [`INSTALLED_LABEL_PREFIXES`]), given its labels.
+pub fn selects_by_installed_labels<'l>(
+    selectors: &[LabelSelector],
+    labels: impl Iterator<Item = (&'l str, &'l str)>,
+) -> bool {
+    let installed: BTreeMap<String, String> = labels
+        .filter(|(k, _)| INSTALLED_LABEL_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    selectors
+        .iter()
+        .any(|s| crate::selector::matches_map(s, &installed))
+}
+
+/// Whether any of these (validated) aggregation selectors would select a
+/// protected ClusterRole by the labels those carry
+/// ([`protected_label_sets`]): an empty selector, the bootstrap label, the
+/// bootstrap roles' aggregation labels, the controller's labels.
+pub fn selects_protected_labels(selectors: &[LabelSelector]) -> bool {
+    let sets = protected_label_sets();
+    selectors.iter().any(|s| {
+        sets.iter()
+            .any(|labels| crate::selector::matches_map(s, labels))
+    })
 }
 
 /// A permission that, once granted, lets the holder grant more than it
@@ -1584,6 +1744,79 @@ mod denial_tests {
             ..Waivers::default()
         };
         assert!(denied_grants(&[rule(&["*"], &["*"], &["*"])], &all).is_empty());
+    }
+
+    #[test]
+    fn protected_objects_by_name_and_label() {
+        for (kind, name) in [
+            ("ClusterRole", "cluster-admin"),
+            ("ClusterRole", "admin"),
+            ("ClusterRole", "edit"),
+            ("ClusterRole", "view"),
+            ("ClusterRoleBinding", "cluster-admin"),
+            ("ClusterRole", "system:aggregate-to-edit"),
+            ("RoleBinding", "system:controller:bootstrap-signer"),
+            ("ClusterRole", "rbac-rules"),
+            ("ClusterRole", "rbac-rules:allow-list"),
+            ("ClusterRoleBinding", "rbac-rules"),
+            ("Role", "rbac-rules:leader-election"),
+        ] {
+            assert!(protected_name(kind, name).is_some(), "{kind} {name}");
+        }
+        for (kind, name) in [
+            ("Role", "edit"),
+            ("RoleBinding", "view"),
+            ("ClusterRole", "rbac-rules-extra"),
+            ("ClusterRole", "example:rbac-rules"),
+            ("ClusterRole", "editor"),
+        ] {
+            assert!(protected_name(kind, name).is_none(), "{kind} {name}");
+        }
+        assert!(
+            protected_object("Role", "x", |k| (k == BOOTSTRAP_LABEL.0)
+                .then_some("rbac-defaults"))
+            .is_some()
+        );
+        assert!(
+            protected_object("Role", "x", |k| (k == BOOTSTRAP_LABEL.0).then_some("other"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn everyone_and_system_subjects() {
+        assert!(is_everyone("Group", "system:authenticated"));
+        assert!(is_everyone("Group", "system:unauthenticated"));
+        assert!(is_everyone("Group", "system:serviceaccounts"));
+        assert!(is_everyone("User", "system:anonymous"));
+        assert!(!is_everyone("Group", "system:serviceaccounts:team-a"));
+        assert!(!is_everyone("ServiceAccount", "system:authenticated"));
+        assert!(is_system_subject("Group", "system:masters"));
+        assert!(!is_system_subject("ServiceAccount", "system:x"));
+        assert!(!is_system_subject("User", "alice"));
+    }
+
+    #[test]
+    fn selectors_of_protected_roles() {
+        let sel = |v: serde_json::Value| -> LabelSelector {
+            serde_json::from_value(v).expect("selector")
+        };
+        for s in [
+            serde_json::json!({}),
+            serde_json::json!({"matchLabels": {"kubernetes.io/bootstrapping": "rbac-defaults"}}),
+            serde_json::json!({"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}}),
+            serde_json::json!({"matchLabels": {"rbacrules.io/aggregate-to-controller": "true"}}),
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}),
+        ] {
+            assert!(selects_protected_labels(&[sel(s.clone())]), "{s}");
+        }
+        for s in [
+            serde_json::json!({"matchLabels": {"rbac.example.org/aggregate-to-edit": "true"}}),
+            serde_json::json!({"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"},
+                "matchExpressions": [{"key": "kubernetes.io/bootstrapping", "operator": "DoesNotExist"}]}),
+        ] {
+            assert!(!selects_protected_labels(&[sel(s.clone())]), "{s}");
+        }
     }
 
     #[test]

@@ -227,13 +227,19 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
     if !errors.is_empty() {
         return Err(RenderError::Evaluation(errors));
     }
-    let warnings: Vec<String> = eval
+    let mut warnings: Vec<String> = eval
         .warnings()
         .map(|w| match origins.get(&w.rule) {
             Some(origin) => format!("warning: {origin}: {w}"),
             None => format!("warning: {w}"),
         })
         .collect();
+    // Notices (an unmanaged role labelled into an emitted aggregated
+    // role): no error, but said.
+    warnings.extend(eval.notices().map(|n| match origins.get(&n.rule) {
+        Some(origin) => format!("warning: {origin}: {n}"),
+        None => format!("warning: {n}"),
+    }));
     let filled = if args.flatten {
         flatten(&store, &eval)?
     } else {

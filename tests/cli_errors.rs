@@ -447,20 +447,29 @@ fn allow_list_refuses_a_binding_to_a_powerful_role() {
 }
 
 #[test]
-fn allow_list_refuses_an_aggregation_that_selects_a_powerful_role() {
+fn an_aggregation_that_selects_an_unmanaged_powerful_role_is_a_warning() {
     let dir = tempfile::tempdir().expect("tempdir");
     let allow = narrow_allow(dir.path());
     let body = "  outputs:\n  - kind: ClusterRole\n    name: gatherer\n    aggregationRule:\n      clusterRoleSelectors:\n      - matchLabels: {example.org/power: \"true\"}\n";
     let objects = format!("{NAMESPACE}---\n{CLUSTER_ADMIN}");
+    // Issue 27: a role no rule manages labelled into an emitted aggregated
+    // role is not the rule's doing: a warning (a notice), not a refusal.
     let r = render(&rule("aggregator", body), &objects, &["--allow", &allow]);
-    assert_fails(
-        &r,
-        &[
-            "rule \"aggregator\"",
-            "ClusterRole \"gatherer\" aggregates roles that grant",
-            "allow-list",
-        ],
-    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("name: gatherer"), "{}", r.stdout);
+    for needle in [
+        "warning: ",
+        "rule \"aggregator\"",
+        "ClusterRole \"gatherer\" aggregates roles no rule manages",
+        "ClusterRole \"cluster-admin\", which grants",
+        "cluster-admin equivalent",
+    ] {
+        assert!(
+            r.stderr.contains(needle),
+            "stderr lacks {needle:?}:\n{}",
+            r.stderr
+        );
+    }
 }
 
 #[test]

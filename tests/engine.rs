@@ -436,6 +436,8 @@ fn interests_name_every_kind_the_rules_read() {
             ("Deployment.apps".to_string(), false),
             ("ProviderRevision.pkg.crossplane.io".to_string(), false),
             ("ClusterRole.rbac.authorization.k8s.io".to_string(), false),
+            // Policy judges the bindings by what a live role grants.
+            ("Role.rbac.authorization.k8s.io".to_string(), false),
         ]
     );
 }

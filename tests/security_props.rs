@@ -2,7 +2,10 @@
 //! built-in rules and a rule that copies trigger fields into every policy
 //! field never panic, never yield a wildcard from data, and never pass an
 //! output outside the allow-list; the covers check is reflexive and a rule
-//! covers its breakdown.
+//! covers its breakdown. Issue 27: names, labels, selectors and subjects
+//! from data never yield a protected object, a protected aggregation, a
+//! `system:` User or Group subject, or (unless waived) a binding to
+//! everyone.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use proptest::prelude::*;
@@ -284,6 +287,121 @@ proptest! {
             && !policy::escalating_grants(std::slice::from_ref(&r)).is_empty()
         {
             prop_assert!(!policy::escalating_grants(std::slice::from_ref(&s)).is_empty(), "{s:?} covers {r:?}");
+        }
+    }
+}
+
+/// A rule that takes every name, label, subject and selector from its
+/// trigger (issue 27).
+const NAMER: &str = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: namer}
+spec:
+  trigger: {apiGroup: example.org, kind: Named}
+  outputs:
+  - kind: ClusterRole
+    name: "{{trigger.spec.name}}"
+    labels: {"{{trigger.spec.key}}": "{{trigger.spec.value}}"}
+    rules: [{apiGroups: [example.org], resources: [things], verbs: [get]}]
+  - kind: ClusterRole
+    name: "agg-{{trigger.metadata.name}}"
+    aggregationRule:
+      clusterRoleSelectors: [{matchLabels: {"{{trigger.spec.key}}": "{{trigger.spec.value}}"}}]
+  - kind: Role
+    namespace: kube-system
+    name: "{{trigger.spec.name}}"
+    labels: {"{{trigger.spec.key}}": "{{trigger.spec.value}}"}
+    rules: [{apiGroups: [example.org], resources: [things], verbs: [get]}]
+  - kind: ClusterRoleBinding
+    name: "{{trigger.spec.name}}"
+    roleRef: {kind: ClusterRole, name: "{{trigger.spec.role}}"}
+    subjects:
+    - {kind: "{{trigger.spec.kind}}", name: "{{trigger.spec.subject}}"}
+    - {kind: Group, name: "{{trigger.spec.name}}"}
+"#;
+
+/// Names, label keys and values an attacker would try.
+fn protected_ish() -> impl Strategy<Value = String> {
+    prop_oneof![
+        proptest::sample::select(vec![
+            "cluster-admin",
+            "admin",
+            "edit",
+            "view",
+            "system:masters",
+            "system:authenticated",
+            "system:unauthenticated",
+            "system:anonymous",
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:serviceaccount:kube-system:default",
+            "system:controller:x",
+            "system:aggregate-to-edit",
+            "rbac-rules",
+            "rbac-rules:allow-list",
+            "rbac-rules:controller",
+            "rbac-rules-x",
+            "kubernetes.io/bootstrapping",
+            "rbac-defaults",
+            "rbac.authorization.k8s.io/aggregate-to-edit",
+            "rbacrules.io/aggregate-to-controller",
+            "app.kubernetes.io/name",
+            "true",
+            "fine",
+        ])
+        .prop_map(str::to_string),
+        proptest::string::string_regex("(system:|rbac-rules:)?[a-z:.\\-]{1,10}").expect("regex"),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Whatever the data and the flags: no protected object (by name or
+    /// bootstrap label), no aggregation of a protected role, no `system:`
+    /// User or Group subject from data, and (unless waived) no binding to
+    /// everyone.
+    #[test]
+    fn data_never_names_a_system_subject_or_a_protected_object(
+        name in protected_ish(), key in protected_ish(), value in protected_ish(),
+        role in protected_ish(), subject in protected_ish(),
+        kind in proptest::sample::select(vec!["User", "Group", "ServiceAccount"]),
+        waived in any::<bool>(),
+    ) {
+        let rules = rbac_rules::rules::parse_text(std::path::Path::new("namer.yaml"), NAMER)
+            .expect("namer parses");
+        let waivers = rbac_rules::engine::Waivers {
+            system_names: waived,
+            cluster_admin_bindings: waived,
+            escalation_verbs: waived,
+            wildcard_all: waived,
+            everyone_bindings: waived,
+        };
+        let engine = Engine::new(&rules, Options { waivers, ..Options::default() });
+        let trigger = json!({"apiVersion": "example.org/v1", "kind": "Named",
+            "metadata": {"name": "n", "uid": "uid-n"},
+            "spec": {"name": name, "key": key, "value": value, "role": role,
+                     "subject": subject, "kind": kind}});
+        let eval = evaluate(&engine, &[trigger]);
+        for d in &eval.desired {
+            let o = d.object.to_value();
+            let kind_name = o["kind"].as_str().unwrap_or_default();
+            prop_assert!(
+                policy::protected_object(kind_name, &d.name, |k| o["metadata"]["labels"][k].as_str()).is_none(),
+                "{} {} {:?}", d.kind, d.name, o["metadata"]["labels"]
+            );
+            if let Some(selectors) = o["aggregationRule"]["clusterRoleSelectors"].as_array() {
+                let selectors: Vec<_> = selectors.iter()
+                    .map(|s| serde_json::from_value(s.clone()).expect("selector"))
+                    .collect();
+                prop_assert!(!policy::selects_protected_labels(&selectors), "{}: {selectors:?}", d.name);
+            }
+            for s in o["subjects"].as_array().into_iter().flatten() {
+                let (k, n) = (s["kind"].as_str().unwrap_or_default(), s["name"].as_str().unwrap_or_default());
+                prop_assert!(!policy::is_system_subject(k, n), "{}: {k} {n}", d.name);
+                prop_assert!(waived || !policy::is_everyone(k, n), "{}: {k} {n}", d.name);
+            }
         }
     }
 }

@@ -605,6 +605,9 @@ pub fn adoption(
     existing: &Value,
     adopt_existing: bool,
 ) -> Result<String, String> {
+    if let Some(why) = super::plan::protected(id, |k| existing["metadata"]["labels"][k].as_str()) {
+        return Err(format!("{id} is {why}: never adopted"));
+    }
     let theirs = controller_of(existing);
     let ours = controller_of(desired).and_then(|o| o["uid"].as_str());
     match theirs {

@@ -1050,6 +1050,19 @@ pub enum KeepReason {
     NoProvenance,
     /// Would be pruned, but the view is incomplete.
     PruneDeferred,
+    /// A protected object (Kubernetes' bootstrap RBAC, the controller's
+    /// own; see [`crate::policy::protected_object`]) that carries our label:
+    /// never written, pruned or revoked, whatever its labels say.
+    Protected,
+}
+
+/// Why the object `id` (with labels read through `label`) is protected:
+/// never written, adopted, pruned or revoked by the controller.
+pub fn protected<'l>(
+    id: &ObjectId,
+    label: impl Fn(&str) -> Option<&'l str>,
+) -> Option<&'static str> {
+    crate::policy::protected_object(id.kind.as_str(), &id.name, label)
 }
 
 /// How many desired objects are already equal to the live ones, per rule:
@@ -1127,6 +1140,18 @@ pub fn plan(
     for d in evaluation.desired.iter() {
         let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert((d.kind, d.namespace.as_str(), d.name.as_str()));
+        // Policy refuses these already; the writer never trusts that alone.
+        let live_label = |k: &str| live.get(&id).and_then(|l| l.label(k));
+        if let Some(why) =
+            protected(&id, |k| d.object.labels().get(k)).or_else(|| protected(&id, live_label))
+        {
+            tracing::error!(object = %id, reason = why, "a protected object is desired: not written");
+            if live.contains_key(&id) {
+                out.kept
+                    .push((id, Some(d.rule.to_string()), KeepReason::Protected));
+            }
+            continue;
+        }
         let mut keep_helm = false;
         let action = match live.get(&id) {
             None => ApplyAction::Create,
@@ -1180,6 +1205,11 @@ pub fn plan(
             continue;
         }
         let rule = l.rule().map(str::to_string);
+        // Someone labelled a protected object as ours: it is not.
+        if protected(id, |k| l.label(k)).is_some() {
+            out.kept.push((id.clone(), rule, KeepReason::Protected));
+            continue;
+        }
         // A refusal revokes: no keep reason saves an object policy refuses
         // (only an incomplete view defers it, like any prune).
         let key = (id.kind, id.namespace.clone(), id.name.clone());
@@ -1522,6 +1552,39 @@ mod plan_tests {
             .into_iter()
             .map(|o| (ObjectId::of(&o).expect("id"), Live::new(o)))
             .collect()
+    }
+
+    #[test]
+    fn protected_objects_are_never_written_or_deleted() {
+        let evaluation = Evaluation {
+            desired: vec![
+                desired(OutputKind::ClusterRole, "", "edit", "r", "T/a"),
+                desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
+            ]
+            .into(),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            contested: BTreeSet::new(),
+            revoked: BTreeMap::new(),
+            changed: Vec::new(),
+        };
+        // `x` is ours, but someone gave it the bootstrap label; a managed
+        // `cluster-admin` of a rule that is gone.
+        let mut x = manifest(OutputKind::ClusterRole, "", "x", "r", "T/a");
+        x["metadata"]["labels"]["kubernetes.io/bootstrapping"] = json!("rbac-defaults");
+        let live = live_of(vec![
+            x,
+            manifest(OutputKind::ClusterRole, "", "cluster-admin", "gone", "T/a"),
+        ]);
+        let p = plan(&evaluation, &live, &BTreeSet::new(), true);
+        assert!(p.applies.is_empty(), "{:?}", p.applies);
+        assert!(p.deletes.is_empty(), "{:?}", p.deletes);
+        let kept: Vec<_> = p
+            .kept
+            .iter()
+            .filter(|k| k.2 == KeepReason::Protected)
+            .map(|k| k.0.name.as_str())
+            .collect();
+        assert_eq!(kept, ["x", "cluster-admin"]);
     }
 
     #[test]

@@ -131,7 +131,18 @@ pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<R
             _ => {}
         }
     }
-    let (ready_cond, degraded_cond) = if let Some((reason, message)) = problems.first() {
+    // Notices need a person but are no failure: Degraded, not un-Ready.
+    let notices: Vec<Problem> = match (inputs.hold, inputs.report) {
+        (None, Some(r)) => r
+            .notices
+            .iter()
+            .map(|e| (e.kind.reason(), describe(e)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let ready_problem = problems.first().cloned();
+    problems.extend(notices);
+    let (ready_cond, degraded_cond) = if let Some((reason, _)) = problems.first() {
         let mut text = problems
             .iter()
             .take(5)
@@ -142,7 +153,12 @@ pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<R
             text.push_str(&format!("; and {} more", problems.len() - 5));
         }
         let text = truncate(&text, MAX_MESSAGE);
-        (("False", *reason, message.clone()), ("True", *reason, text))
+        let ready = match (&ready_problem, ready) {
+            (Some((r, m)), _) => ("False", *r, m.clone()),
+            (None, Some((r, m))) => ("False", r, m),
+            (None, None) => ("True", "Reconciled", "every output is applied".to_string()),
+        };
+        (ready, ("True", *reason, text))
     } else if let Some((reason, message)) = ready {
         (
             ("False", reason, message),

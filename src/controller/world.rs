@@ -664,8 +664,9 @@ impl World {
 
     /// Recomputes the kinds each rule reads and the merged interests.
     pub(super) fn interests(&mut self, manage: ManageLevel) -> BTreeMap<GroupKind, Interest> {
-        // With an allow-list, the engine checks what bindings and
-        // aggregations grant against every ClusterRole and Role: the
+        // The engine checks what bindings and aggregations grant against
+        // every ClusterRole and Role (with or without an allow-list, when
+        // a rule emits either); with an allow-list, every output: the
         // (empty) placeholder makes the interests include them.
         let options = Options {
             manage,
@@ -921,6 +922,7 @@ mod tests {
         let rbac = |k: &str| GroupKind::new("rbac.authorization.k8s.io", k);
         let mut without = base_world();
         let kinds = without.interests(ManageLevel::All);
+        // Its rule emits neither a binding nor an aggregated role.
         assert!(!kinds.contains_key(&rbac("ClusterRole")));
 
         let mut with = World::new(Some("limits".into()));

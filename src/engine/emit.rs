@@ -819,7 +819,13 @@ struct Verdict {
     /// replaces it.
     live: Option<String>,
     dependent: Option<BTreeSet<String>>,
+    /// An aggregated role's notice (see [`Judge::notice`]): its rule (when
+    /// it runs), trigger, field and text. Boxed: rare.
+    notice: Option<Box<Notice>>,
 }
+
+/// A notice on a managed aggregated role: rule, trigger, field, text.
+type Notice = (Option<usize>, Option<String>, String, String);
 
 /// What judging objects reads, shareable between threads.
 struct Policy<'a> {
@@ -859,14 +865,15 @@ impl<'a> Policy<'a> {
             protected: self.protected,
             allow: options.allow.as_ref().map(|a| (a, self.allow_rules)),
             judged: Default::default(),
+            bound: Default::default(),
         };
         // What a verdict depends on besides the object: the selection an
-        // aggregated role reads, or (empty) any role, for a binding under
-        // an allow-list.
+        // aggregated role reads (its notice), or (empty) any role, for a
+        // binding (judged by what a live role grants).
         let depends = |o: &Value, reads: &mut Option<BTreeSet<String>>| {
             if let Some(k) = selection_key(o) {
                 reads.get_or_insert_with(BTreeSet::new).insert(k);
-            } else if options.allow.is_some() && o.get("roleRef").is_some() {
+            } else if o.get("roleRef").is_some() {
                 reads.get_or_insert_with(BTreeSet::new);
             }
         };
@@ -906,18 +913,46 @@ impl<'a> Policy<'a> {
                 let m = &e.desired.object;
                 if m.aggregation_rule().is_some() {
                     depends(m.shared_value(), &mut dependent);
-                } else if options.allow.is_some() && m.role_ref().is_some() {
+                } else if m.role_ref().is_some() {
                     dependent.get_or_insert_with(BTreeSet::new);
                 }
             }
             if let Some(l) = live {
                 depends(l, &mut dependent);
             }
+            // An aggregated role a rule manages that collects roles nobody
+            // manages: reported on its rule, never refused for them.
+            let notice = match (&desired, live) {
+                (Some(d), _) if d.object.aggregation_rule().is_some() => {
+                    judge.notice(d.object.shared_value()).map(|n| {
+                        let trigger = d.trigger.as_deref().map(str::to_string);
+                        (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
+                    })
+                }
+                // Kept live (no output refused in its place).
+                (None, Some(l))
+                    if refused.is_none()
+                        && live_why.is_none()
+                        && l.get("aggregationRule").is_some() =>
+                {
+                    judge.notice(l).map(|n| {
+                        let rule = l["metadata"]["annotations"][output::rule_annotation()]
+                            .as_str()
+                            .and_then(|r| self.engine.rule_index(r));
+                        let trigger = l["metadata"]["annotations"][output::trigger_annotation()]
+                            .as_str()
+                            .map(str::to_string);
+                        (rule, trigger, "spec.outputs".to_string(), n)
+                    })
+                }
+                _ => None,
+            };
             Verdict {
                 refused,
                 desired,
                 live: live_why,
                 dependent,
+                notice: notice.map(Box::new),
             }
         }
     }
@@ -1128,6 +1163,30 @@ fn apply_policy(
                 memo.revoked.remove(key);
             }
         }
+        let old = memo.noticed.get(key).cloned();
+        let new = v.notice.map(|b| *b);
+        if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.0, &n.3)) {
+            if let Some((Some(r), _)) = old {
+                memo.rules[r].notices.remove(key);
+                report_dirty.insert(r);
+            }
+            match new {
+                Some((rule, trigger, field, text)) => {
+                    if let Some(r) = rule {
+                        memo.rules[r]
+                            .notices
+                            .insert(key.clone(), (trigger, field, text.clone()));
+                        report_dirty.insert(r);
+                    } else {
+                        tracing::warn!(object = ?key, notice = %text, "aggregated role of a rule that does not run");
+                    }
+                    memo.noticed.insert(key.clone(), (rule, text));
+                }
+                None => {
+                    memo.noticed.remove(key);
+                }
+            }
+        }
         match v.dependent {
             Some(reads) => {
                 memo.dependents.insert(key.clone(), reads);
@@ -1203,6 +1262,15 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
             field: field.clone(),
             trigger: trigger.clone(),
             message: why.clone(),
+        });
+    }
+    for (trigger, field, text) in rm.notices.values() {
+        report.notices.push(EngineError {
+            kind: ErrorKind::UnmanagedAggregation,
+            rule: rule.to_string(),
+            field: field.clone(),
+            trigger: trigger.clone(),
+            message: text.clone(),
         });
     }
     report.outputs = rm

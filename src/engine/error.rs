@@ -27,6 +27,10 @@ pub enum ErrorKind {
     EscalationDenied,
     /// A rule ran over an evaluation limit (see [`super::limits`]).
     LimitExceeded,
+    /// Not an error: an aggregated ClusterRole a rule manages collects
+    /// roles no rule manages that policy would refuse (someone labelled
+    /// them in). Reported as a notice, never refused or revoked.
+    UnmanagedAggregation,
     /// Evaluation failed unexpectedly (a bug): nothing is changed.
     Internal,
 }
@@ -44,6 +48,7 @@ impl ErrorKind {
             ErrorKind::Cycle => "DependencyCycle",
             ErrorKind::EscalationDenied => "EscalationDenied",
             ErrorKind::LimitExceeded => "LimitExceeded",
+            ErrorKind::UnmanagedAggregation => "UnmanagedAggregation",
             ErrorKind::Internal => "InternalError",
         }
     }

@@ -2481,11 +2481,16 @@ impl Evaluator<'_> {
             }
             output::validate_name(At::Key(&at, "roleRef.name"), &role_name)?;
             let subjects = match &o.subjects {
-                Some(s) => output::subjects(
-                    At::Key(&at, "subjects"),
-                    &self.expand(s, ctx, At::Key(&at, "subjects"))?,
-                    o.kind,
-                )?,
+                Some(s) => {
+                    // Names from data are marked: never a `system:` one.
+                    self.mark.set(true);
+                    let expanded = self.expand(s, ctx, At::Key(&at, "subjects"));
+                    self.mark.set(false);
+                    let (subjects, r) =
+                        output::marked_subjects(At::Key(&at, "subjects"), expanded?, o.kind)?;
+                    refusal = refusal.or(r);
+                    subjects
+                }
                 None => Vec::new(),
             };
             Body::Binding {

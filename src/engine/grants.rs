@@ -46,12 +46,18 @@ pub(super) fn allow_list_rules(
 pub(super) type JudgedRules =
     HashMap<usize, (Arc<Vec<PolicyRule>>, Arc<(Vec<String>, Option<String>)>)>;
 
+/// Verdicts on bound live roles (see [`Judge::bound`]).
+pub(super) type BoundRoles = HashMap<usize, (Arc<Value>, Arc<(Vec<String>, Option<String>)>)>;
+
 /// What policy judges objects with.
 pub(super) struct Judge<'v, 'a> {
     pub view: &'v View<'a>,
     /// Verdicts on rule lists (denials, what the allow-list misses), by
     /// the address of the shared list (held): copies are judged once.
     pub judged: RefCell<JudgedRules>,
+    /// Verdicts on live roles no rule manages that bindings name, by the
+    /// role's address (held).
+    pub bound: RefCell<BoundRoles>,
     pub waivers: &'v crate::policy::Waivers,
     pub protected: &'v [LabelSelector],
     pub allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
@@ -62,25 +68,30 @@ impl Judge<'_, '_> {
     pub fn refusal_of(&self, m: &Manifest) -> Option<String> {
         match m.aggregation_rule() {
             // What it aggregates is read through the view, as JSON.
-            Some(_) => self.refusal(m.shared_value()),
-            None => self.judge(Obj::Compact(m)),
+            Some(_) => self.judge(Obj::Json(m.shared_value()), true),
+            None => self.judge(Obj::Compact(m), true),
         }
     }
 
-    /// Why policy refuses `obj` (an RBAC object), in compact form.
+    /// Why policy refuses `obj`, a live managed RBAC object, in compact
+    /// form. A protected object is never refused (nor revoked): no rule
+    /// made it, whatever its labels say.
     pub fn refusal(&self, obj: &Arc<Value>) -> Option<String> {
-        self.judge(Obj::Json(obj))
+        self.judge(Obj::Json(obj), false)
     }
 
-    fn judge(&self, obj: Obj) -> Option<String> {
+    fn judge(&self, obj: Obj, emitted: bool) -> Option<String> {
         let kind = obj.kind();
         let name = obj.name();
         // Spelled only when something is refused.
         let what = lazy(|f| write!(f, "{kind} {name:?}"));
         let mut why: Vec<String> = Vec::new();
-        if !self.waivers.system_names && policy::is_system_name(name) {
+        if let Some(p) = policy::protected_object(kind, name, |k| obj.label(k)) {
+            if !emitted {
+                return None;
+            }
             why.push(format!(
-                "{what} has a name reserved for Kubernetes (system:)"
+                "{what} is {p}: never written by a rule, whatever the flags"
             ));
         }
         if obj.protected(self.protected) {
@@ -91,55 +102,76 @@ impl Judge<'_, '_> {
         let aggregated = obj
             .json()
             .is_some_and(|o| o.get("aggregationRule").is_some());
-        let grants = lazy(|f| {
-            if aggregated {
-                write!(f, "{what} aggregates roles that grant")
-            } else {
-                write!(f, "{what} grants")
-            }
-        });
         if let Some((role_kind, role_name)) = obj.role_ref() {
             if !self.waivers.cluster_admin_bindings
                 && (role_name == "cluster-admin" || policy::is_system_name(role_name))
             {
                 why.push(format!("{what} binds {role_name:?}"));
             }
-            // Only the allow-list judges what a bound role grants: the
-            // denials judge roles where they are written.
-            if let Some((allow, effective)) = self.allow {
-                let role = match role_kind {
-                    "Role" => self.view.get_seen(
-                        gk_of(OutputKind::Role),
-                        &(obj.namespace().to_string(), role_name.to_string()),
-                    ),
-                    _ => self.view.get_seen(
-                        gk_of(OutputKind::ClusterRole),
-                        &(String::new(), role_name.to_string()),
-                    ),
-                };
-                let rules = role.map(|r| self.grants(r)).unwrap_or_default();
-                let missing = allow.uncovered(effective, &rules);
-                if !missing.is_empty() {
-                    why.push(format!(
-                        "{what} binds role {role_name:?}, which grants what the allow-list does not: {}",
-                        shown(&missing)
-                    ));
+            if !self.waivers.everyone_bindings
+                && let Some(s) = obj.everyone_subject()
+            {
+                why.push(format!(
+                    "{what} binds everyone: {s} (switch: --allow-everyone-bindings)"
+                ));
+            }
+            // What the bound role grants, with or without an allow-list,
+            // when it is a live role no rule manages: a managed or emitted
+            // role is judged itself (and refused alone).
+            let gk = match role_kind {
+                "Role" => gk_of(OutputKind::Role),
+                _ => gk_of(OutputKind::ClusterRole),
+            };
+            let ns = if role_kind == "Role" {
+                obj.namespace().to_string()
+            } else {
+                String::new()
+            };
+            if let Some(role) = self
+                .view
+                .observed
+                .get_shared(gk, &(ns, role_name.to_string()))
+                .filter(|r| !ours(r))
+            {
+                let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
+                let verdict = self.bound_verdict(role);
+                // `cluster-admin` and `system:*` have their own denial and
+                // switch (above): the allow-list alone judges them here.
+                let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
+                if !named {
+                    push_denials(&mut why, &bound, &verdict.0);
+                }
+                if let Some(m) = &verdict.1 {
+                    why.push(format!("{bound} what the allow-list does not: {m}"));
                 }
             }
         } else if let (Obj::Json(o), true) = (&obj, aggregated) {
-            if self.allow.is_none() {
-                // Judged by the kept denials of each role below.
-                push_denials(&mut why, &grants, &self.aggregated_denials(o));
-            } else {
-                let granted = self.grants(Seen::Observed(o));
+            let selectors = selectors_of(o);
+            if policy::selects_protected_labels(&selectors) {
+                why.push(format!(
+                    "{what} has an aggregationRule that selects Kubernetes' bootstrap roles or the controller's own (an empty selector, kubernetes.io/bootstrapping, rbac.authorization.k8s.io/aggregate-to-*, rbac-rules' labels)"
+                ));
+            } else if let Some(p) = self.protected_member(&selectors, name) {
+                why.push(format!(
+                    "{what} has an aggregationRule that selects the protected ClusterRole {p:?} by the labels it was installed with"
+                ));
+            }
+            // Its own rules, when a rule wrote them: the aggregation
+            // controller replaces them, but they are the rule's. What it
+            // aggregates is judged role by role where it is written; an
+            // unmanaged role labelled in is a notice ([`Judge::notice`]).
+            if emitted {
+                let own = self.view.rules_of_transient(o);
+                let grants = lazy(|f| write!(f, "{what} grants"));
                 push_denials(
                     &mut why,
                     &grants,
-                    &policy::denied_grants(&granted, self.waivers),
+                    &policy::denied_grants(&own, self.waivers),
                 );
-                self.push_uncovered(&mut why, &grants, &granted);
+                self.push_uncovered(&mut why, &grants, &own);
             }
         } else {
+            let grants = lazy(|f| write!(f, "{what} grants"));
             // A role's own rules: judged once per shared rule list.
             let rules = match &obj {
                 Obj::Json(o) => self.view.rules_of_transient(o),
@@ -175,6 +207,67 @@ impl Judge<'_, '_> {
         (!why.is_empty()).then(|| why.join("; "))
     }
 
+    /// For an aggregated ClusterRole a rule manages: the roles no rule
+    /// manages that it aggregates and that policy would refuse (someone
+    /// labelled them in). Not a refusal — the role's rule did not write
+    /// that grant, and Kubernetes' aggregation controller would aggregate
+    /// them anyway — but reported, in compact form.
+    pub fn notice(&self, role: &Arc<Value>) -> Option<String> {
+        role.get("aggregationRule")?;
+        let name = role["metadata"]["name"].as_str().unwrap_or_default();
+        let selectors = selectors_of(role);
+        // Without an allow-list only the roles that break a denial can
+        // matter: the kept selection knows them.
+        let members = if self.allow.is_some() {
+            self.view.selected(&selectors)
+        } else {
+            self.view.noisy_selected(&selectors)
+        };
+        let mut found: Vec<String> = Vec::new();
+        let mut count = 0;
+        for m in members {
+            let Seen::Observed(o) = m else { continue };
+            if ours(o) || m.name() == name {
+                continue;
+            }
+            let rules = self.view.role_rules(m);
+            let mut why = self.view.denials_of(&rules, self.waivers).0.clone();
+            why.extend(self.view.denials_of(&rules, self.waivers).1.iter().cloned());
+            if let Some((allow, effective)) = self.allow
+                && !rules.is_empty()
+            {
+                let missing = allow.uncovered(effective, &rules);
+                if !missing.is_empty() {
+                    why.push(format!("what the allow-list does not: {}", shown(&missing)));
+                }
+            }
+            if why.is_empty() {
+                continue;
+            }
+            count += 1;
+            if found.len() < 3 {
+                let shown: Vec<&str> = why.iter().take(3).map(String::as_str).collect();
+                found.push(format!(
+                    "ClusterRole {:?}, which grants {}",
+                    m.name(),
+                    shown.join("; ")
+                ));
+            }
+        }
+        if count == 0 {
+            return None;
+        }
+        let more = if count > found.len() {
+            format!(" (and {} more)", count - found.len())
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "ClusterRole {name:?} aggregates roles no rule manages that policy would refuse: {}{more}; kept, not revoked: whoever labelled them into it holds what they grant, and Kubernetes aggregates them regardless — remove the label or the role",
+            found.join("; ")
+        ))
+    }
+
     fn push_uncovered(
         &self,
         why: &mut Vec<String>,
@@ -194,51 +287,82 @@ impl Judge<'_, '_> {
         }
     }
 
-    /// What a role grants: its rules, and for an aggregated ClusterRole the
-    /// rules of the roles it selects now.
-    fn grants(&self, role: Seen<'_>) -> Vec<PolicyRule> {
-        let mut rules = match role {
-            Seen::Observed(o) => self.view.rules_of_transient(o).to_vec(),
-            emitted => self.view.role_rules(emitted).to_vec(),
+    /// A live protected ClusterRole that `selectors` pick by the labels it
+    /// was installed with ([`policy::selects_by_installed_labels`]): the
+    /// rule's choice, unlike a label someone added to it.
+    fn protected_member(&self, selectors: &[LabelSelector], me: &str) -> Option<String> {
+        self.view.selected(selectors).into_iter().find_map(|m| {
+            let Seen::Observed(o) = m else { return None };
+            let labels = o["metadata"]["labels"].as_object();
+            let protected = m.name() != me
+                && policy::protected_object("ClusterRole", m.name(), |k| {
+                    labels.and_then(|l| l.get(k)).and_then(Value::as_str)
+                })
+                .is_some();
+            let installed = labels
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)));
+            (protected && policy::selects_by_installed_labels(selectors, installed))
+                .then(|| m.name().to_string())
+        })
+    }
+
+    /// The denials and what the allow-list misses of a live role no rule
+    /// manages, worked out once per role and judge: many bindings name
+    /// the same role.
+    fn bound_verdict(&self, role: &Arc<Value>) -> Arc<(Vec<String>, Option<String>)> {
+        let at = Arc::as_ptr(role) as usize;
+        if let Some((held, v)) = self.bound.borrow().get(&at)
+            && Arc::ptr_eq(held, role)
+        {
+            return Arc::clone(v);
+        }
+        let rules = self.unmanaged_grants(role);
+        let denied = policy::denied_grants(&rules, self.waivers);
+        let missing = match self.allow {
+            Some((allow, effective)) if !rules.is_empty() => {
+                let missing = allow.uncovered(effective, &rules);
+                (!missing.is_empty()).then(|| shown(&missing))
+            }
+            _ => None,
         };
-        if let Some(selectors) = role.aggregation_selectors() {
-            let name = role.name();
-            for other in self.view.selected(&selectors) {
-                if other.name() != name {
-                    rules.extend(self.view.role_rules(other).iter().cloned());
-                }
+        let v = Arc::new((denied, missing));
+        self.bound
+            .borrow_mut()
+            .insert(at, (Arc::clone(role), Arc::clone(&v)));
+        v
+    }
+
+    /// What a live role no rule manages grants: its rules, or, aggregated,
+    /// those of the unmanaged roles it selects (managed and emitted ones
+    /// are judged themselves, and what they grant passes).
+    fn unmanaged_grants(&self, role: &Arc<Value>) -> Vec<PolicyRule> {
+        if role.get("aggregationRule").is_none() {
+            return self.view.rules_of_transient(role).to_vec();
+        }
+        let name = role["metadata"]["name"].as_str().unwrap_or_default();
+        let mut rules = Vec::new();
+        for other in self.view.selected(&selectors_of(role)) {
+            if let Seen::Observed(o) = other
+                && !ours(o)
+                && other.name() != name
+            {
+                rules.extend(self.view.role_rules(other).iter().cloned());
             }
         }
         rules
     }
+}
 
-    /// The default denials an aggregated role breaks, from those of its
-    /// own rules and of each role it aggregates (kept per role): the same
-    /// as [`policy::denied_grants`] over all their rules.
-    fn aggregated_denials(&self, role: &Arc<Value>) -> Vec<String> {
-        let mut wildcards = Vec::new();
-        let mut escalating: Vec<String> = Vec::new();
-        // Roles that break no denial add nothing: only the others are
-        // visited.
-        let name = role["metadata"]["name"].as_str().unwrap_or_default();
-        let others = self
-            .view
-            .noisy_selected(&selectors_of(role))
-            .into_iter()
-            .filter(|o| o.name() != name)
-            .map(|o| self.view.role_rules(o));
-        for rules in std::iter::once(self.view.rules_of(role)).chain(others) {
-            let d = self.view.denials_of(&rules, self.waivers);
-            wildcards.extend(d.0.iter().cloned());
-            for e in &d.1 {
-                if !escalating.contains(e) {
-                    escalating.push(e.clone());
-                }
-            }
-        }
-        wildcards.extend(escalating);
-        wildcards
-    }
+/// Whether a live RBAC object is the controller's: it carries our label
+/// and is not protected (a protected object labelled ours is not, and is
+/// judged as anyone's).
+fn ours(o: &Value) -> bool {
+    let kind = o["kind"].as_str().unwrap_or_default();
+    let name = o["metadata"]["name"].as_str().unwrap_or_default();
+    output::is_managed(o)
+        && policy::protected_object(kind, name, |k| o["metadata"]["labels"][k].as_str()).is_none()
 }
 
 /// The denials a grant breaks, the first three shown.
@@ -282,6 +406,40 @@ impl Obj<'_> {
         match self {
             Obj::Json(o) => o["metadata"]["namespace"].as_str().unwrap_or_default(),
             Obj::Compact(m) => m.meta().namespace.as_deref().unwrap_or_default(),
+        }
+    }
+
+    /// The value of one of its labels.
+    fn label(&self, key: &str) -> Option<&str> {
+        match self {
+            Obj::Json(o) => o["metadata"]["labels"][key].as_str(),
+            Obj::Compact(m) => m.labels().get(key),
+        }
+    }
+
+    /// A binding's first subject that is everyone
+    /// ([`policy::is_everyone`]), as `Kind "name"`.
+    fn everyone_subject(&self) -> Option<String> {
+        let hit = |kind: &str, name: &str| {
+            policy::is_everyone(kind, name).then(|| format!("{kind} {name:?}"))
+        };
+        match self {
+            Obj::Json(o) => o["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find_map(|s| {
+                    hit(
+                        s["kind"].as_str().unwrap_or_default(),
+                        s["name"].as_str().unwrap_or_default(),
+                    )
+                }),
+            Obj::Compact(m) => match m.body() {
+                super::manifest::Body::Binding { subjects, .. } => {
+                    subjects.iter().find_map(|s| hit(&s.kind, &s.name))
+                }
+                super::manifest::Body::Role { .. } => None,
+            },
         }
     }
 

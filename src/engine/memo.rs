@@ -55,6 +55,9 @@ pub struct Memo {
     pub(super) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
     /// Outputs policy refused: the emitting rule, the field, why.
     pub(super) refused: BTreeMap<OutKey, (usize, String, String)>,
+    /// Notices on aggregated roles (see [`RuleMemo::notices`]): the rule
+    /// (when it runs) and the text.
+    pub(super) noticed: BTreeMap<OutKey, (Option<usize>, String)>,
     /// Live managed objects policy refuses, with why.
     pub(super) live_revoked: BTreeMap<OutKey, String>,
     /// Everything revoked: refused outputs, else refused live objects.
@@ -265,6 +268,9 @@ pub(super) struct RuleMemo {
     pub conflicts: BTreeSet<(OutKey, Option<String>)>,
     /// Outputs of this rule that policy refused: the trigger, the field, why.
     pub refused: BTreeMap<OutKey, (Option<String>, String, String)>,
+    /// Aggregated roles of this rule that collect roles no rule manages
+    /// and policy would refuse: the trigger, the field, the notice.
+    pub notices: BTreeMap<OutKey, (Option<String>, String, String)>,
     /// Verdicts on listField items (see [`ItemCache`]).
     pub items: ItemCache,
     /// listField lists and vars shared by the triggers that compute them

@@ -57,9 +57,9 @@ pub struct Options {
     /// Rules above this level are inactive.
     pub manage: ManageLevel,
     /// The allow-list: when set, every emitted policy rule must be covered
-    /// by it, and so must what an emitted aggregated ClusterRole currently
-    /// aggregates and what the role an emitted binding references grants;
-    /// otherwise the output is refused ([`ErrorKind::EscalationDenied`]).
+    /// by it, and so must what a live role no rule manages that an emitted
+    /// binding references grants; otherwise the output is refused
+    /// ([`ErrorKind::EscalationDenied`]).
     /// An aggregated allow-list is read through its selectors, over the
     /// live ClusterRoles no rule manages.
     pub allow: Option<AllowList>,
@@ -228,9 +228,18 @@ impl Engine {
             .iter()
             .flat_map(|r| r.interests.iter().cloned())
             .collect();
-        if self.options.allow.is_some() {
-            // The allow-list check reads the roles that emitted
-            // aggregations select and emitted bindings reference.
+        // Policy reads the live roles, with or without an allow-list: what
+        // a role an emitted binding names grants, what an emitted
+        // aggregated role collects, and, under an allow-list, the list's
+        // own aggregation.
+        let reads_roles = self.options.allow.is_some()
+            || self.rules.iter().any(|r| {
+                r.spec
+                    .outputs
+                    .iter()
+                    .any(|o| !o.kind.is_role() || o.aggregation_rule.is_some())
+            });
+        if reads_roles {
             for kind in [OutputKind::ClusterRole, OutputKind::Role] {
                 all.push(Interest {
                     gk: compile::output_gk(kind),

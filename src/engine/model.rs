@@ -222,6 +222,11 @@ pub struct RuleReport {
     pub kept_triggers: BTreeSet<String>,
     /// Whether the static (trigger-less) output set failed and is kept.
     pub static_kept: bool,
+    /// What is not an error of the rule but needs a person: an aggregated
+    /// role of the rule collects roles no rule manages that policy would
+    /// refuse ([`ErrorKind::UnmanagedAggregation`]). Nothing is refused or
+    /// kept for it.
+    pub notices: Vec<EngineError>,
 }
 
 impl RuleReport {
@@ -235,6 +240,7 @@ impl RuleReport {
             warnings: Vec::new(),
             kept_triggers: BTreeSet::new(),
             static_kept: false,
+            notices: Vec::new(),
         }
     }
 }
@@ -272,6 +278,11 @@ impl Evaluation {
     /// Every error, in rule order.
     pub fn errors(&self) -> impl Iterator<Item = &EngineError> {
         self.reports.values().flat_map(|r| r.errors.iter())
+    }
+
+    /// Every notice, in rule order (see [`RuleReport::notices`]).
+    pub fn notices(&self) -> impl Iterator<Item = &EngineError> {
+        self.reports.values().flat_map(|r| r.notices.iter())
     }
 
     /// Every warning, in rule order.

@@ -529,6 +529,45 @@ pub fn policy_items(
     Ok(rules)
 }
 
+/// [`subjects`] of a rendered list whose templated strings carry
+/// [`DATA_MARK`]: a `User` or `Group` subject whose name came from data
+/// never names a `system:` user or group (a literal one is the rule
+/// author's); such a subject is a refusal, returned (the first) for the
+/// caller to refuse the object with ([`ErrorKind::EscalationDenied`]).
+pub fn marked_subjects(
+    field: impl std::fmt::Display,
+    mut v: Value,
+    kind: OutputKind,
+) -> Result<(Vec<Subject>, Option<FieldError>), FieldError> {
+    let mut refusal = None;
+    for (i, item) in v.as_array().into_iter().flatten().enumerate() {
+        let unmarked = |key: &str| {
+            item[key]
+                .as_str()
+                .map(|s| s.strip_prefix(DATA_MARK).unwrap_or(s))
+        };
+        let Some(name) = item["name"]
+            .as_str()
+            .and_then(|s| s.strip_prefix(DATA_MARK))
+        else {
+            continue;
+        };
+        let subject_kind = unmarked("kind").unwrap_or_default();
+        if refusal.is_none() && crate::policy::is_system_subject(subject_kind, name) {
+            refusal = Some(FieldError::new(
+                ErrorKind::EscalationDenied,
+                format!("{field}[{i}].name"),
+                format!(
+                    "{subject_kind} subject {name:?} comes from data and names a system: {}; only a rule may name one, literally",
+                    subject_kind.to_lowercase()
+                ),
+            ));
+        }
+    }
+    strip_marks(&mut v);
+    Ok((subjects(field, &v, kind)?, refusal))
+}
+
 /// Parses and validates subjects, filling the apiGroup Kubernetes expects
 /// for each kind and dropping exact duplicates.
 pub fn subjects(

@@ -120,18 +120,6 @@ impl<'a> Seen<'a> {
             Seen::Observed(o) => selects(selectors, o),
         }
     }
-
-    /// An aggregated ClusterRole's selectors; `None` for any other object.
-    pub fn aggregation_selectors(&self) -> Option<Vec<LabelSelector>> {
-        match self {
-            Seen::Emitted(m) => m
-                .aggregation_rule()
-                .map(|a| a.cluster_role_selectors.clone().unwrap_or_default()),
-            Seen::Observed(o) => o
-                .get("aggregationRule")
-                .map(|_| super::grants::selectors_of(o)),
-        }
-    }
 }
 
 /// Objects seen, by key.

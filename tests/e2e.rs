@@ -1530,11 +1530,7 @@ async fn restart_writes_nothing(ctx: &Ctx, controller: &mut Option<Controller>, 
     if let Some(mut c) = controller.take() {
         c.stop();
     }
-    let mut c = Controller::start(
-        kubeconfig,
-        ctx.dir.path().join("controller-2.log"),
-        &ctx.ns,
-    );
+    let mut c = Controller::start(kubeconfig, ctx.dir.path().join("controller-2.log"), &ctx.ns);
     c.wait_ready().await;
     eventually("the restarted controller's first reconcile", async || {
         let m = c.metrics().await;

@@ -90,6 +90,13 @@ fn xrd_wildcards_never_become_grants() {
             &[
                 xrd("evil", group, plural),
                 xrd("good", "storage.example.org", "xbuckets"),
+                // The good XRD's CRD, as Crossplane makes it (lineage).
+                engine_support::crd(
+                    "xbuckets.storage.example.org",
+                    "CompositeResourceDefinition",
+                    "uid-good",
+                    true,
+                ),
             ],
             Options::default(),
         );
@@ -117,10 +124,16 @@ fn provider_object_refs_never_become_wildcards() {
     ] {
         let eval = evaluate(
             &builtin(),
-            &[provider_revision(
-                "provider-evil-1",
-                &[crd, "widgets.example.org"],
-            )],
+            &[
+                provider_revision("provider-evil-1", &[crd, "widgets.example.org"]),
+                // The CRD the revision owns (lineage): only it is a type.
+                engine_support::crd(
+                    "widgets.example.org",
+                    "ProviderRevision",
+                    "uid-provider-evil-1",
+                    true,
+                ),
+            ],
             Options::default(),
         );
         let bad = wildcards_from(&eval, "provider-evil-1");

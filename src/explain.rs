@@ -41,17 +41,13 @@ pub struct ExplainArgs {
 
 /// Explains, returning the text to print or an error message.
 pub fn explain(args: &ExplainArgs) -> Result<String, String> {
-    let loaded = if args.rules.is_empty() {
-        rules::builtin_with_origins()
-    } else {
-        rules::load_tree_with_origins(&args.rules, args.recursive)
-    }
-    .map_err(|errs| {
-        errs.iter()
-            .map(|e| format!("error: {e}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })?;
+    let loaded =
+        rules::load_for_command("explain", &args.rules, args.recursive).map_err(|errs| {
+            errs.iter()
+                .map(|e| format!("error: {e}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })?;
     let inputs: Vec<Value> = yaml::load_tree(&args.objects, args.recursive)
         .map_err(|e| format!("error: {e}"))?
         .into_iter()

@@ -131,14 +131,10 @@ impl Rendered {
 /// Evaluates the rules on the objects; every error is returned, nothing
 /// is printed.
 pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
-    let loaded = if args.rules.is_empty() {
-        rules::builtin_with_origins()
-    } else {
-        rules::load_tree_with_origins(&args.rules, args.recursive)
-    }
-    .map_err(|errs| {
-        RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
-    })?;
+    let loaded =
+        rules::load_for_command("render", &args.rules, args.recursive).map_err(|errs| {
+            RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
+        })?;
     let origins: std::collections::BTreeMap<String, String> = loaded
         .iter()
         .map(|(o, r)| (r.name.clone(), o.clone()))

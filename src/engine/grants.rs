@@ -241,11 +241,10 @@ impl Judge<'_, '_> {
     }
 }
 
-/// The denials a grant breaks, the first three shown.
+/// The denials a grant breaks, every one.
 fn push_denials(why: &mut Vec<String>, grants: &dyn std::fmt::Display, denied: &[String]) {
     if !denied.is_empty() {
-        let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
-        why.push(format!("{grants} {}", shown.join("; ")));
+        why.push(format!("{grants} {}", denied.join("; ")));
     }
 }
 
@@ -314,14 +313,9 @@ impl Obj<'_> {
     }
 }
 
-/// The first few uncovered permissions, compact.
+/// Every uncovered permission, compact, with their count.
 fn shown(missing: &[PolicyRule]) -> String {
-    missing
-        .iter()
-        .take(3)
-        .map(policy::describe)
-        .collect::<Vec<_>>()
-        .join("; ")
+    policy::describe_all(missing)
 }
 
 /// A live or emitted role's rules. Live roles were validated by the API

@@ -281,8 +281,8 @@ fn parse_cluster_role(o: &Value) -> Result<ClusterRole, RenderError> {
 
 /// The allow-list file: the union of its ClusterRoles' rules or, when one
 /// is aggregated, that one (the others go into the object store, for its
-/// selectors to find).
-fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, RenderError> {
+/// selectors to find). `render --allow` and a rule test's `allow` read it.
+pub fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, RenderError> {
     let docs = yaml::load_paths(std::slice::from_ref(path))?;
     let mut roles = Vec::new();
     for d in docs {

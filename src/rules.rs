@@ -313,9 +313,14 @@ pub fn load_for_command(
 /// The note printed when a command runs the built-in rules because it was
 /// given none.
 pub fn builtin_note(command: &str) -> String {
+    let how = if command.starts_with("test ") {
+        "spec.rules"
+    } else {
+        "--rules FILE|DIR"
+    };
     format!(
         "note: {command}: no rules given: using the built-in rules (the Crossplane rule set, \
-         rules/*.yaml); give --rules FILE|DIR for your own"
+         rules/*.yaml); give {how} for your own"
     )
 }
 

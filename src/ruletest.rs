@@ -55,6 +55,12 @@ pub struct TestSpec {
     /// `wildcardAll`).
     #[serde(default)]
     pub waivers: crate::policy::Waivers,
+    /// An allow-list file (relative to the test file), read as `render
+    /// --allow` reads it: e.g. `deploy/controller/allow-list.yaml` with
+    /// the ClusterRoles that extend it, to test rules exactly as the
+    /// shipped Deployment runs them.
+    #[serde(default)]
+    pub allow: Option<String>,
     /// What must hold.
     #[serde(default)]
     pub expect: Expect,
@@ -104,6 +110,11 @@ pub struct Access {
     pub resource: String,
     /// A resource name, for rules with resourceNames.
     pub name: Option<String>,
+    /// The resource is on purpose one the test's world does not define (a
+    /// type the rules must not create grants for): it is not checked
+    /// against the known resources.
+    #[serde(default)]
+    pub undefined_resource: bool,
 }
 
 /// The outcome of one test.
@@ -136,7 +147,7 @@ pub fn run_one(doc: &Document) -> Outcome {
         .unwrap_or_default()
         .to_string();
     let failures = match serde_json::from_value::<TestSpec>(doc.value["spec"].clone()) {
-        Ok(spec) => check(&doc.path, &spec),
+        Ok(spec) => check(&doc.path, &name, &spec),
         Err(e) => vec![format!("invalid {TEST_KIND} spec: {e}")],
     };
     Outcome {
@@ -146,7 +157,7 @@ pub fn run_one(doc: &Document) -> Outcome {
     }
 }
 
-fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
+fn check(file: &Path, name: &str, spec: &TestSpec) -> Vec<String> {
     let base = file.parent().unwrap_or(Path::new("."));
     let mut failures = Vec::new();
     let manage = match spec.manage.as_deref().map(crate::parse_manage) {
@@ -154,14 +165,17 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
         Some(Ok(m)) => m,
         Some(Err(e)) => return vec![format!("manage: {e}")],
     };
-    let loaded = if spec.rules.is_empty() {
-        rules::builtin()
-    } else {
-        let paths: Vec<PathBuf> = spec.rules.iter().map(|r| base.join(r)).collect();
-        rules::load(&paths)
-    };
-    let rule_sources = match loaded {
-        Ok(r) => r,
+    let e = &spec.expect;
+    if e.objects.is_empty() && e.absent.is_empty() && e.access.is_empty() && e.errors.is_empty() {
+        failures.push(
+            "expect is empty: a test must expect objects, absent, access or errors \
+             (a test that expects nothing cannot fail)"
+                .to_string(),
+        );
+    }
+    let paths: Vec<PathBuf> = spec.rules.iter().map(|r| base.join(r)).collect();
+    let rule_sources = match rules::load_for_command(&format!("test {name}"), &paths, false) {
+        Ok(r) => r.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
         Err(errs) => return errs.iter().map(|e| e.to_string()).collect(),
     };
     let mut inputs: Vec<Value> = Vec::new();
@@ -180,10 +194,18 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
             return vec![format!("objects: {e}")];
         }
     }
+    let allow = match &spec.allow {
+        None => None,
+        Some(p) => match crate::render::load_allow(&base.join(p), &mut store) {
+            Ok(a) => Some(a),
+            Err(e) => return vec![format!("allow: {e}")],
+        },
+    };
     let engine = Engine::new(
         &rule_sources,
         Options {
             manage,
+            allow,
             waivers: spec.waivers.clone(),
             ..Options::default()
         },
@@ -226,13 +248,227 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
     }
     if !spec.expect.access.is_empty() {
         let world = World::new(&inputs, &output);
+        let known = KnownResources::new(&inputs, &output);
         for (i, a) in spec.expect.access.iter().enumerate() {
-            if let Err(e) = world.check(a) {
+            if let Err(e) = known.check(a).and_then(|()| world.check(a)) {
                 failures.push(format!("access[{i}]: {e}"));
             }
         }
     }
     failures
+}
+
+/// What an access statement may name: the verbs Kubernetes knows, the
+/// resources of its built-in API, of the CustomResourceDefinitions in the
+/// test's objects and of the roles in its input and output. A statement
+/// naming anything else is a typo that would make `cannot` pass for the
+/// wrong reason.
+pub(crate) struct KnownResources {
+    /// `plural` (core group) or `plural.group`.
+    names: std::collections::BTreeSet<String>,
+    /// Kind (lowercase) → `plural.group`, to answer `resource: Database`.
+    kinds: BTreeMap<String, String>,
+}
+
+/// Resources of Kubernetes' built-in API, by group.
+const BUILTIN_RESOURCES: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "bindings",
+            "componentstatuses",
+            "configmaps",
+            "endpoints",
+            "events",
+            "limitranges",
+            "namespaces",
+            "nodes",
+            "persistentvolumeclaims",
+            "persistentvolumes",
+            "pods",
+            "podtemplates",
+            "replicationcontrollers",
+            "resourcequotas",
+            "secrets",
+            "serviceaccounts",
+            "services",
+            "users",
+            "groups",
+            "userextras",
+            "uids",
+        ],
+    ),
+    (
+        "apps",
+        &[
+            "controllerrevisions",
+            "daemonsets",
+            "deployments",
+            "replicasets",
+            "statefulsets",
+        ],
+    ),
+    ("batch", &["cronjobs", "jobs"]),
+    ("autoscaling", &["horizontalpodautoscalers"]),
+    ("policy", &["poddisruptionbudgets"]),
+    (
+        "rbac.authorization.k8s.io",
+        &[
+            "clusterrolebindings",
+            "clusterroles",
+            "rolebindings",
+            "roles",
+        ],
+    ),
+    ("apiextensions.k8s.io", &["customresourcedefinitions"]),
+    ("apiregistration.k8s.io", &["apiservices"]),
+    (
+        "admissionregistration.k8s.io",
+        &[
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ],
+    ),
+    ("coordination.k8s.io", &["leases"]),
+    ("events.k8s.io", &["events"]),
+    ("discovery.k8s.io", &["endpointslices"]),
+    (
+        "networking.k8s.io",
+        &["ingressclasses", "ingresses", "networkpolicies"],
+    ),
+    ("node.k8s.io", &["runtimeclasses"]),
+    ("scheduling.k8s.io", &["priorityclasses"]),
+    (
+        "storage.k8s.io",
+        &[
+            "csidrivers",
+            "csinodes",
+            "csistoragecapacities",
+            "storageclasses",
+            "volumeattachments",
+        ],
+    ),
+    ("certificates.k8s.io", &["certificatesigningrequests"]),
+    (
+        "authentication.k8s.io",
+        &["tokenreviews", "userextras", "uids"],
+    ),
+    (
+        "authorization.k8s.io",
+        &[
+            "localsubjectaccessreviews",
+            "selfsubjectaccessreviews",
+            "selfsubjectrulesreviews",
+            "subjectaccessreviews",
+        ],
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        &["flowschemas", "prioritylevelconfigurations"],
+    ),
+];
+
+impl KnownResources {
+    pub(crate) fn new(inputs: &[Value], outputs: &[Value]) -> Self {
+        let mut names = std::collections::BTreeSet::new();
+        let mut kinds = BTreeMap::new();
+        let full = |plural: &str, group: &str| {
+            if group.is_empty() {
+                plural.to_string()
+            } else {
+                format!("{plural}.{group}")
+            }
+        };
+        for (group, plurals) in BUILTIN_RESOURCES {
+            for p in *plurals {
+                names.insert(full(p, group));
+            }
+        }
+        for o in inputs.iter().chain(outputs) {
+            match o["kind"].as_str() {
+                Some("CustomResourceDefinition") => {
+                    let n = &o["spec"]["names"];
+                    let group = o["spec"]["group"].as_str().unwrap_or_default();
+                    // A CRD's name is `<plural>.<group>`, even when the
+                    // test gives only its metadata.
+                    let name = o["metadata"]["name"]
+                        .as_str()
+                        .map(str::to_string)
+                        .or_else(|| n["plural"].as_str().map(|p| full(p, group)));
+                    if let Some(name) = name {
+                        if let Some(k) = n["kind"].as_str() {
+                            kinds.insert(k.to_lowercase(), name.clone());
+                        }
+                        if let Some(s) = n["singular"].as_str() {
+                            kinds.insert(s.to_lowercase(), name.clone());
+                        }
+                        names.insert(name);
+                    }
+                }
+                Some("ClusterRole" | "Role") => {
+                    let rules: Vec<PolicyRule> =
+                        serde_json::from_value(o["rules"].clone()).unwrap_or_default();
+                    for r in rules {
+                        for g in r.api_groups.iter().flatten() {
+                            for res in r.resources.iter().flatten() {
+                                let plural = res.split('/').next().unwrap_or(res);
+                                if g != "*" && plural != "*" {
+                                    names.insert(full(plural, g));
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        KnownResources { names, kinds }
+    }
+
+    /// Whether the statement's verb and resource are real.
+    pub(crate) fn check(&self, a: &Access) -> Result<(), String> {
+        if let Some(verb) = a.can.as_ref().or(a.cannot.as_ref())
+            && !crate::policy::is_known_verb(verb)
+        {
+            let hint = closest(verb, crate::policy::known_verbs())
+                .map(|v| format!(" (did you mean {v:?}?)"))
+                .unwrap_or_default();
+            return Err(format!(
+                "unknown verb {verb:?}{hint}: a statement about a verb Kubernetes does not know \
+                 holds for the wrong reason"
+            ));
+        }
+        let resource = a.resource.split('/').next().unwrap_or_default();
+        if resource == "*" || a.undefined_resource || self.names.contains(resource) {
+            return Ok(());
+        }
+        let hint = self
+            .kinds
+            .get(&resource.to_lowercase())
+            .map(String::as_str)
+            .or_else(|| closest(resource, self.names.iter().map(String::as_str)))
+            .map(|r| format!(" (did you mean {r:?}?)"))
+            .unwrap_or_default();
+        Err(format!(
+            "unknown resource {resource:?}{hint}: write `plural.group` (`plural` for the core \
+             group) of a built-in resource or of a CustomResourceDefinition in the test's \
+             objects (or mark a type that must not exist `undefinedResource: true`)"
+        ))
+    }
+}
+
+/// The closest of `candidates` to `word`, when close enough to be a typo.
+fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(2);
+    candidates
+        .map(|c| (strsim::levenshtein(&word.to_lowercase(), c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| c)
 }
 
 type Key = (String, String, String);

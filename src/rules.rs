@@ -397,3 +397,93 @@ pub fn builtin() -> Result<Vec<RuleSource>, Vec<LoadError>> {
         .map(|(_, r)| r)
         .collect())
 }
+
+/// The ClusterRole the controller needs to watch what `rules` read: list
+/// and watch of every kind they read (triggers, related objects, the
+/// ClusterRoles of rulesFrom), and update on the finalizers of trigger
+/// kinds (outputs are owned by their trigger with blockOwnerDeletion, which
+/// the OwnerReferencesPermissionEnforcement admission plugin checks). It is
+/// labelled to aggregate into the controller's own ClusterRole. A kind's
+/// plural comes from its CustomResourceDefinition among `objects`, else it
+/// is guessed as Kubernetes guesses it.
+pub fn controller_role(rules: &[RuleSource], name: &str, objects: &[Value]) -> Value {
+    use std::collections::BTreeMap;
+    let mut plurals: BTreeMap<(String, String), String> = BTreeMap::new();
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+    {
+        let s = &o["spec"];
+        if let (Some(g), Some(k), Some(p)) = (
+            s["group"].as_str(),
+            s["names"]["kind"].as_str(),
+            s["names"]["plural"].as_str(),
+        ) {
+            plurals.insert((g.to_string(), k.to_string()), p.to_string());
+        }
+    }
+    let plural = |group: &str, kind: &str| {
+        plurals
+            .get(&(group.to_string(), kind.to_string()))
+            .cloned()
+            .unwrap_or_else(|| guess_plural(kind))
+    };
+    let engine = crate::engine::Engine::new(rules, Default::default());
+    // By group: the resources to list and watch, and the finalizers.
+    let mut watch: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for i in engine.interests() {
+        watch
+            .entry(i.gk.group.clone())
+            .or_default()
+            .insert(plural(&i.gk.group, &i.gk.kind));
+    }
+    let mut finalizers: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for t in rules.iter().filter_map(|r| r.spec.trigger.as_ref()) {
+        finalizers
+            .entry(t.api_group.clone())
+            .or_default()
+            .insert(format!("{}/finalizers", plural(&t.api_group, &t.kind)));
+    }
+    let mut policy = Vec::new();
+    for (group, resources) in &watch {
+        policy.push(serde_json::json!({
+            "apiGroups": [group],
+            "resources": resources,
+            "verbs": ["list", "watch"],
+        }));
+    }
+    for (group, resources) in &finalizers {
+        policy.push(serde_json::json!({
+            "apiGroups": [group],
+            "resources": resources,
+            "verbs": ["update"],
+        }));
+    }
+    serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app.kubernetes.io/part-of": "rbac-rules",
+                format!("{GROUP}/aggregate-to-controller"): "true",
+            },
+        },
+        "rules": policy,
+    })
+}
+
+/// The resource (plural) of a kind, as Kubernetes guesses it for a CRD
+/// without an explicit plural (`UnsafeGuessKindToResource`).
+pub fn guess_plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with("sh") {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}

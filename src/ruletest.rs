@@ -25,6 +25,15 @@ pub const TEST_KIND: &str = "RbacRuleTest";
 
 /// Arguments of `test`.
 #[derive(clap::Args, Clone, Debug)]
+#[command(after_help = "Examples:
+  rbac-rules test rules/examples/any-crd/tests
+  rbac-rules test my-rules/ --junit results.xml
+  rbac-rules test docs/tutorial/first-hour/tests -o json
+
+A test's rules, objects and allow-list paths are relative to its file; a test
+without `spec.rules` runs the built-in rules (noted on stderr).
+
+Exit status: 0 every test passed, 1 a test failed or none was found.")]
 pub struct TestArgs {
     /// Test files or directories (searched recursively for documents of
     /// kind RbacRuleTest; other documents are skipped).
@@ -33,6 +42,9 @@ pub struct TestArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Output format: human lines, or the results as json or yaml data.
+    #[arg(short = 'o', long, value_enum, default_value_t = crate::validate::Format::Human)]
+    pub output: crate::validate::Format,
 }
 
 /// The spec of a test.
@@ -118,7 +130,7 @@ pub struct Access {
 }
 
 /// The outcome of one test.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Outcome {
     /// `file#document`.
     pub origin: String,
@@ -776,22 +788,41 @@ pub fn main(args: &TestArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    for o in &outcomes {
-        if o.failures.is_empty() {
-            println!("ok   {}: {}", o.origin, o.name);
-        } else {
-            println!("FAIL {}: {}", o.origin, o.name);
-            for f in &o.failures {
-                println!("       {f}");
+    let failed = outcomes.iter().filter(|o| !o.failures.is_empty()).count();
+    let data = match args.output {
+        crate::validate::Format::Human => {
+            for o in &outcomes {
+                if o.failures.is_empty() {
+                    println!("ok   {}: {}", o.origin, o.name);
+                } else {
+                    println!("FAIL {}: {}", o.origin, o.name);
+                    for f in &o.failures {
+                        println!("       {f}");
+                    }
+                }
             }
+            println!(
+                "{} passed, {failed} failed, {} total",
+                outcomes.len() - failed,
+                outcomes.len()
+            );
+            Ok(None)
+        }
+        crate::validate::Format::Json => serde_json::to_string_pretty(&outcomes)
+            .map(|t| Some(t + "\n"))
+            .map_err(|e| e.to_string()),
+        crate::validate::Format::Yaml => yaml::to_yaml(&outcomes)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+    };
+    match data {
+        Ok(Some(text)) => print!("{text}"),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
         }
     }
-    let failed = outcomes.iter().filter(|o| !o.failures.is_empty()).count();
-    println!(
-        "{} passed, {failed} failed, {} total",
-        outcomes.len() - failed,
-        outcomes.len()
-    );
     if let Some(p) = &args.junit
         && let Err(e) = std::fs::write(p, junit(&outcomes))
     {

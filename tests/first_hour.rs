@@ -102,7 +102,10 @@ fn explain_the_operator_and_an_owner_binding() {
         &rules,
     ]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(out.starts_with("ServiceAccount acme-system/db-operator\n"), "{out}");
+    assert!(
+        out.starts_with("ServiceAccount acme-system/db-operator\n"),
+        "{out}"
+    );
     assert!(
         out.contains("get,update,patch databases/status,caches/status (group \"data.acme.io\")"),
         "{out}"
@@ -118,16 +121,28 @@ fn explain_the_operator_and_an_owner_binding() {
         &rules,
     ]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("rule:     acme-data-owners (docs/tutorial/first-hour/rules.yaml#1)"), "{out}");
+    assert!(
+        out.contains("rule:     acme-data-owners (docs/tutorial/first-hour/rules.yaml#1)"),
+        "{out}"
+    );
     assert!(out.contains("trigger:  Namespace/team-a"), "{out}");
 }
 
 #[test]
 fn the_controller_role_for_the_rules() {
-    let (code, out, err) = run(&["controller-role", "--rules", &path("rules.yaml"), "--name", "rbac-rules:acme-data"]);
+    let (code, out, err) = run(&[
+        "controller-role",
+        "--rules",
+        &path("rules.yaml"),
+        "--name",
+        "rbac-rules:acme-data",
+    ]);
     assert_eq!(code, Some(0), "{err}");
     // The owners rule reads namespaces; the static rule reads nothing.
-    assert!(out.contains("  - namespaces\n") && out.contains("  - namespaces/finalizers\n"), "{out}");
+    assert!(
+        out.contains("  - namespaces\n") && out.contains("  - namespaces/finalizers\n"),
+        "{out}"
+    );
     assert!(!out.contains("data.acme.io"), "{out}");
 }
 
@@ -148,5 +163,8 @@ fn first_hour_mistakes_are_caught() {
     let (code, _, err) = run(&["validate", "--rules", typo.to_str().expect("utf-8")]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("path metadata.anotations[\"data.acme.io/owners\"]: Namespace has no field metadata.anotations (did you mean metadata.annotations?)"), "{err}");
-    assert!(err.contains("unknown roleRef kind \"Clusterrole\" (did you mean \"ClusterRole\"?)"), "{err}");
+    assert!(
+        err.contains("unknown roleRef kind \"Clusterrole\" (did you mean \"ClusterRole\"?)"),
+        "{err}"
+    );
 }

@@ -261,3 +261,90 @@ fn every_rule_snippet_of_the_docs_validates() {
         "only {checked} rule snippets found in the docs"
     );
 }
+
+/// The anchors of a Markdown file's headings, as GitHub makes them.
+fn anchors(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut code = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            code = !code;
+        }
+        if !code && line.starts_with('#') {
+            let h = line.trim_start_matches('#').trim().to_lowercase();
+            out.push(
+                h.chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '_' | '-'))
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+/// Every relative link of the README, CONTRIBUTING, the CHANGELOG, docs/
+/// and the chart's README points at a file that exists (and a heading
+/// that exists, for a `#anchor` into Markdown): moving a page breaks no
+/// link.
+#[test]
+fn relative_links_resolve() {
+    let mut files = vec![
+        root().join("README.md"),
+        root().join("CONTRIBUTING.md"),
+        root().join("CHANGELOG.md"),
+        root().join("deploy/helm/rbac-rules/README.md"),
+    ];
+    fn md(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("read dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                md(&p, out);
+            } else if p.extension().is_some_and(|e| e == "md") {
+                out.push(p);
+            }
+        }
+    }
+    md(&root().join("docs"), &mut files);
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").expect("regex");
+    let mut broken = Vec::new();
+    for f in files.iter().filter(|f| f.exists()) {
+        let text = std::fs::read_to_string(f).expect("read");
+        // Links inside code blocks are not links.
+        let mut prose = String::new();
+        let mut code = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                code = !code;
+                continue;
+            }
+            if !code {
+                prose.push_str(line);
+                prose.push('\n');
+            }
+        }
+        for c in link.captures_iter(&prose) {
+            let target = &c[1];
+            if target.starts_with("http") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let file = if path.is_empty() {
+                f.clone()
+            } else {
+                f.parent().expect("parent").join(path)
+            };
+            if !file.exists() {
+                broken.push(format!("{}: {target}", f.display()));
+                continue;
+            }
+            if !anchor.is_empty() && file.extension().is_some_and(|e| e == "md") {
+                let text = std::fs::read_to_string(&file).expect("read");
+                if !anchors(&text).iter().any(|a| a == anchor) {
+                    broken.push(format!("{}: {target} (no such heading)", f.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::api::ManageLevel;
 use crate::engine::{Engine, ObjectStore, Options};
@@ -19,7 +19,7 @@ use crate::{rules, yaml};
   rbac-rules explain --objects cluster.yaml --rules my-rules/ ClusterRole/databases.data.acme.io-edit
   rbac-rules explain --objects cluster.yaml --rules my-rules/ --as serviceaccount:acme-system:db-operator
   rbac-rules explain --objects cluster.yaml --rules my-rules/ --as system:serviceaccount:acme-system:db-operator
-  rbac-rules explain --objects cluster.yaml --rules my-rules/ --as group:team-a
+  rbac-rules explain --objects cluster.yaml --rules my-rules/ --as group:team-a -o json
 
 Exit status: 0 explained, 1 nothing matches or an input is invalid.")]
 pub struct ExplainArgs {
@@ -52,10 +52,18 @@ pub struct ExplainArgs {
     /// is that ServiceAccount, as Kubernetes authenticates it).
     #[arg(long = "as", id = "as_subject")]
     pub as_subject: Option<String>,
+    /// Output format: the explanation as text, or as json or yaml data.
+    #[arg(short = 'o', long, value_enum, default_value_t = crate::validate::Format::Human)]
+    pub output: crate::validate::Format,
 }
 
 /// Explains, returning the text to print or an error message.
 pub fn explain(args: &ExplainArgs) -> Result<String, String> {
+    explain_data(args).map(|(text, _)| text)
+}
+
+/// Explains: the text to print, and the same as data (`-o json|yaml`).
+pub fn explain_data(args: &ExplainArgs) -> Result<(String, Value), String> {
     let loaded =
         rules::load_for_command("explain", &args.rules, args.recursive).map_err(|errs| {
             errs.iter()
@@ -84,23 +92,33 @@ pub fn explain(args: &ExplainArgs) -> Result<String, String> {
     );
     let eval = engine.evaluate(&store);
     let mut text = String::new();
-    for e in eval.errors() {
+    let render_errors: Vec<String> = eval.errors().map(|e| e.to_string()).collect();
+    for e in &render_errors {
         text.push_str(&format!("note: render error: {e}\n"));
     }
     let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
-    if let Some(spec) = args.target.as_ref().or(args.object.as_ref()) {
+    let mut data = if let Some(spec) = args.target.as_ref().or(args.object.as_ref()) {
         let target = parse_target(spec, args.namespace.as_deref())?;
-        text.push_str(&explain_object(&target, &loaded, &inputs, &output)?);
+        let (t, d) = explain_object(&target, &loaded, &inputs, &output)?;
+        text.push_str(&t);
+        d
     } else if let Some(spec) = &args.as_subject {
-        text.push_str(&explain_subject(spec, &inputs, &output)?);
+        let (t, d) = explain_subject(spec, &inputs, &output)?;
+        text.push_str(&t);
+        d
     } else {
         return Err(
             "error: name an object (KIND/NAME, with -n for a namespaced one) or a subject \
              (--as)"
                 .to_string(),
         );
+    };
+    if !render_errors.is_empty()
+        && let Some(m) = data.as_object_mut()
+    {
+        m.insert("renderErrors".to_string(), json!(render_errors));
     }
-    Ok(text)
+    Ok((text, data))
 }
 
 /// An object to explain: kind as Kubernetes spells it, namespace, name.
@@ -254,7 +272,7 @@ fn explain_object(
     loaded: &[(String, crate::engine::RuleSource)],
     inputs: &[Value],
     output: &[Value],
-) -> Result<String, String> {
+) -> Result<(String, Value), String> {
     let (kind, ns, name) = (target.kind, target.namespace.as_str(), target.name.as_str());
     let spec = if ns.is_empty() {
         format!("{kind}/{name}")
@@ -274,6 +292,14 @@ fn explain_object(
     let trigger = ann["rbacrules.io/trigger"].as_str();
     let mut t = format!("{spec}\n  rule:     {rule}");
     let origin = loaded.iter().find(|(_, r)| r.name == rule);
+    let mut data = json!({
+        "object": {"kind": kind, "namespace": ns, "name": name},
+        "rule": rule,
+        "origin": origin.map(|(o, _)| o.as_str()),
+        "trigger": trigger,
+        "templates": [],
+        "aggregatedInto": [],
+    });
     if let Some((origin, _)) = origin {
         t.push_str(&format!(" ({origin})"));
     }
@@ -298,6 +324,13 @@ fn explain_object(
             t.push_str(&format!(
                 "  template: spec.outputs[{i}] name {tmpl:?}{line}\n"
             ));
+            if let Some(list) = data["templates"].as_array_mut() {
+                list.push(json!({
+                    "field": format!("spec.outputs[{i}]"),
+                    "name": tmpl,
+                    "line": template_line(origin, rule, tmpl),
+                }));
+            }
         }
     }
     if kind == "ClusterRole" {
@@ -330,8 +363,9 @@ fn explain_object(
         if !by.is_empty() {
             t.push_str(&format!("  aggregated into: {}\n", by.join(", ")));
         }
+        data["aggregatedInto"] = json!(by);
     }
-    Ok(t)
+    Ok((t, data))
 }
 
 /// Whether a name template can render `name`: its literal parts, in order,
@@ -365,12 +399,17 @@ fn template_line(origin: &str, rule: &str, template: &str) -> Option<usize> {
         .map(|i| start + i + 2)
 }
 
-fn explain_subject(spec: &str, inputs: &[Value], output: &[Value]) -> Result<String, String> {
+fn explain_subject(
+    spec: &str,
+    inputs: &[Value],
+    output: &[Value],
+) -> Result<(String, Value), String> {
     let a = parse_subject(spec)?;
     let subject = Subject::of(&a).map_err(|e| format!("error: --as {spec:?}: {e}"))?;
     let world = World::new(inputs, output);
     let mut t = format!("{}\n", subject.show);
     let mut any = false;
+    let mut bindings_data: Vec<Value> = Vec::new();
     for b in &world.bindings {
         let kind = b["kind"].as_str().unwrap_or_default();
         let bns = b["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -399,6 +438,18 @@ fn explain_subject(spec: &str, inputs: &[Value], output: &[Value]) -> Result<Str
         } else {
             world.cluster_roles.get(role)
         };
+        bindings_data.push(json!({
+            "binding": {"kind": kind, "namespace": bns, "name": bname},
+            "namespace": if kind == "RoleBinding" { Some(bns) } else { None },
+            "roleRef": {"kind": role_kind, "name": role},
+            "aggregates": if role_kind == "ClusterRole" {
+                aggregated_from(role, inputs, output)
+            } else {
+                Vec::new()
+            },
+            "rules": rules,
+            "roleFound": rules.is_some(),
+        }));
         match rules {
             None => t.push_str("    (role not found: grants nothing)\n"),
             Some(rs) => {
@@ -475,7 +526,12 @@ fn explain_subject(spec: &str, inputs: &[Value], output: &[Value]) -> Result<Str
             ));
         }
     }
-    Ok(t)
+    let (kind, name) = subject.show.split_once(' ').unwrap_or(("", &subject.show));
+    let data = json!({
+        "subject": {"kind": kind, "name": name},
+        "bindings": bindings_data,
+    });
+    Ok((t, data))
 }
 
 /// A subject as `--as` takes it. A user name `system:serviceaccount:NS:NAME`
@@ -556,9 +612,22 @@ fn aggregated_from(role: &str, inputs: &[Value], output: &[Value]) -> Vec<String
 
 /// The `explain` command.
 pub fn main(args: &ExplainArgs) -> ExitCode {
-    match explain(args) {
-        Ok(text) => {
-            print!("{text}");
+    match explain_data(args) {
+        Ok((text, data)) => {
+            let out = match args.output {
+                crate::validate::Format::Human => Ok(text),
+                crate::validate::Format::Json => serde_json::to_string_pretty(&data)
+                    .map(|t| t + "\n")
+                    .map_err(|e| e.to_string()),
+                crate::validate::Format::Yaml => yaml::to_yaml(&data).map_err(|e| e.to_string()),
+            };
+            match out {
+                Ok(t) => print!("{t}"),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

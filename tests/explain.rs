@@ -187,3 +187,25 @@ fn the_built_in_rules_are_noted() {
         "{err}"
     );
 }
+
+#[test]
+fn explanations_as_data() {
+    let (code, out, err) = explain(&[
+        "--as",
+        "system:serviceaccount:crossplane-system:crossplane-provider-7f63e3661",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["subject"]["kind"], "ServiceAccount");
+    assert_eq!(
+        v["bindings"][0]["roleRef"]["name"],
+        "crossplane:provider:7f63e3661:system"
+    );
+    assert!(v["bindings"][0]["rules"].is_array(), "{v}");
+    let (code, out, err) = explain(&["role/crossplane-edit", "-n", "example", "-o", "yaml"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("trigger: Namespace/example\n"), "{out}");
+    assert!(out.contains("rule: crossplane-namespace"), "{out}");
+}

@@ -29,7 +29,7 @@ const VERSION: &str = concat!(
     about,
     long_about,
     after_help = "Examples:
-  rbac-rules render --objects examples/crossplane-cluster.yaml
+  rbac-rules render --objects cluster.yaml
   rbac-rules validate --rules my-rules/ --objects crds.yaml
   rbac-rules test my-rules/tests
   rbac-rules explain rolebinding/db-owners -n team-a --objects cluster.yaml --rules my-rules/
@@ -65,7 +65,7 @@ enum Command {
     Crd,
     /// Run the engine offline on YAML files and print the objects it emits.
     #[command(after_help = "Examples:
-  rbac-rules render --objects examples/crossplane-cluster.yaml
+  rbac-rules render --objects examples/
   rbac-rules render --rules rules/examples/any-crd --objects cluster.yaml --flatten
   kubectl get namespaces,crds -o yaml | rbac-rules render --rules my-rules/ --objects -
   rbac-rules render --rules my-rules/ --objects cluster.yaml --allow deploy/controller/allow-list.yaml -o json

@@ -319,8 +319,8 @@ pub fn builtin_note(command: &str) -> String {
         "--rules FILE|DIR"
     };
     format!(
-        "note: {command}: no rules given: using the built-in rules (the Crossplane rule set, \
-         rules/*.yaml); give {how} for your own"
+        "note: {command}: no rules given: using the built-in rules (rules/*.yaml, embedded \
+         in the binary); give {how} for your own"
     )
 }
 

@@ -28,6 +28,7 @@ pub const TEST_KIND: &str = "RbacRuleTest";
 #[command(after_help = "Examples:
   rbac-rules test rules/examples/any-crd/tests
   rbac-rules test my-rules/ --junit results.xml
+  rbac-rules test my-rules/tests --allow deploy/controller/allow-list.yaml
   rbac-rules test docs/tutorial/first-hour/tests -o json
 
 A test's rules, objects and allow-list paths are relative to its file; a test
@@ -42,6 +43,11 @@ pub struct TestArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// An allow-list file applied to every test that names none of its own
+    /// (`spec.allow`), as `render --allow` applies it: e.g. the Deployment's
+    /// deploy/controller/allow-list.yaml.
+    #[arg(long, value_name = "FILE")]
+    pub allow: Option<PathBuf>,
     /// Output format: human lines, or the results as json or yaml data.
     #[arg(short = 'o', long, value_enum, default_value_t = crate::validate::Format::Human)]
     pub output: crate::validate::Format,
@@ -71,7 +77,7 @@ pub struct TestSpec {
     /// --allow` reads it: e.g. `deploy/controller/allow-list.yaml` with
     /// the ClusterRoles that extend it, to test rules exactly as the
     /// shipped Deployment runs them.
-    #[serde(default)]
+    #[serde(default, alias = "allowList")]
     pub allow: Option<String>,
     /// What must hold.
     #[serde(default)]
@@ -142,24 +148,38 @@ pub struct Outcome {
 
 /// Finds every test under `paths` and runs it.
 pub fn run_all(paths: &[PathBuf]) -> Result<Vec<Outcome>, yaml::YamlError> {
+    run_all_with(paths, None)
+}
+
+/// [`run_all`], applying the allow-list file `allow` to every test that
+/// names none of its own.
+pub fn run_all_with(
+    paths: &[PathBuf],
+    allow: Option<&Path>,
+) -> Result<Vec<Outcome>, yaml::YamlError> {
     let mut out = Vec::new();
     for doc in yaml::load_tree(paths, true)? {
         if doc.value["kind"] != TEST_KIND {
             continue;
         }
-        out.push(run_one(&doc));
+        out.push(run_one_with(&doc, allow));
     }
     Ok(out)
 }
 
 /// Runs one test document.
 pub fn run_one(doc: &Document) -> Outcome {
+    run_one_with(doc, None)
+}
+
+/// [`run_one`] with a default allow-list file.
+pub fn run_one_with(doc: &Document, allow: Option<&Path>) -> Outcome {
     let name = doc.value["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
         .to_string();
     let failures = match serde_json::from_value::<TestSpec>(doc.value["spec"].clone()) {
-        Ok(spec) => check(&doc.path, &name, &spec),
+        Ok(spec) => check(&doc.path, &name, &spec, allow),
         Err(e) => vec![format!("invalid {TEST_KIND} spec: {e}")],
     };
     Outcome {
@@ -169,7 +189,7 @@ pub fn run_one(doc: &Document) -> Outcome {
     }
 }
 
-fn check(file: &Path, name: &str, spec: &TestSpec) -> Vec<String> {
+fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>) -> Vec<String> {
     let base = file.parent().unwrap_or(Path::new("."));
     let mut failures = Vec::new();
     let manage = match spec.manage.as_deref().map(crate::parse_manage) {
@@ -206,9 +226,14 @@ fn check(file: &Path, name: &str, spec: &TestSpec) -> Vec<String> {
             return vec![format!("objects: {e}")];
         }
     }
-    let allow = match &spec.allow {
+    let allow_file = match (&spec.allow, default_allow) {
+        (Some(p), _) => Some(base.join(p)),
+        (None, Some(p)) => Some(p.to_path_buf()),
+        (None, None) => None,
+    };
+    let allow = match allow_file {
         None => None,
-        Some(p) => match crate::render::load_allow(&base.join(p), &mut store) {
+        Some(p) => match crate::render::load_allow(&p, &mut store) {
             Ok(a) => Some(a),
             Err(e) => return vec![format!("allow: {e}")],
         },
@@ -781,7 +806,7 @@ fn xml(s: &str) -> String {
 
 /// The `test` command: one line per test, a summary, exit 1 on failures.
 pub fn main(args: &TestArgs) -> ExitCode {
-    let outcomes = match run_all(&args.paths) {
+    let outcomes = match run_all_with(&args.paths, args.allow.as_deref()) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");

@@ -274,3 +274,28 @@ fn tests_apply_the_deployments_allow_list() {
     );
     assert_eq!(r.code, Some(0), "{}", r.stdout);
 }
+
+/// `test --allow FILE` applies the allow-list to every test without its
+/// own, as the Deployment applies it to every rule.
+#[test]
+fn the_allow_flag_applies_to_every_test() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let allow = root.join("deploy/controller/allow-list.yaml");
+    let rules = "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {name: jobs}\nspec:\n  trigger: {kind: Namespace}\n  outputs:\n  - kind: Role\n    name: jobs\n    rules: [{apiGroups: [batch], resources: [jobs], verbs: [create]}]\n";
+    let test = "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRuleTest\nmetadata: {name: t}\nspec:\n  rules: [rules.yaml]\n  objects: [{apiVersion: v1, kind: Namespace, metadata: {name: a, uid: u1}}]\n  expect:\n    objects: [{kind: Role, metadata: {name: jobs, namespace: a}}]\n";
+    let (r, dir) = run_one(rules, test);
+    assert_eq!(r.code, Some(0), "{}", r.stdout);
+    let file = dir.path().join("test.yaml");
+    let r = run_tests(&[
+        file.as_os_str(),
+        std::ffi::OsStr::new("--allow"),
+        allow.as_os_str(),
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("grants what the allow-list does not: [batch] jobs: create"),
+        "{}",
+        r.stdout
+    );
+}

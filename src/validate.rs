@@ -351,6 +351,24 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
         }
         s
     };
+    // A metadata-only trigger shows templates and conditions its
+    // apiVersion, kind and metadata only: a path elsewhere reads nothing.
+    let metadata_only = trigger["metadataOnly"] == true;
+    if metadata_only {
+        for list in ["conditions", "require"] {
+            for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
+                if let Some(text) = c["path"].as_str()
+                    && let Some(msg) = beyond_metadata(text, &["path ", text].concat())
+                {
+                    push(
+                        Severity::Warning,
+                        &format!("spec.trigger.{list}[{i}].path"),
+                        msg,
+                    );
+                }
+            }
+        }
+    }
     // Condition paths read the trigger itself.
     if let Some(schema) = &schema {
         for list in ["conditions", "require"] {
@@ -427,6 +445,16 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
         for (helper, argc) in &parsed.calls {
             if let Some(msg) = probe_helper(helper, *argc) {
                 push(Severity::Error, &s.field, msg);
+            }
+        }
+        if metadata_only {
+            for (raw, segs) in &parsed.paths {
+                if segs.first().map(String::as_str) == Some("trigger")
+                    && segs.len() > 1
+                    && let Some(msg) = beyond_metadata(&segs[1..].join("."), raw)
+                {
+                    push(Severity::Warning, &s.field, msg);
+                }
             }
         }
         if let Some(schema) = &schema {
@@ -991,6 +1019,20 @@ fn path_parts(path: &handlebars::Path) -> (String, Vec<String>) {
         ),
         _ => (String::new(), Vec::new()),
     }
+}
+
+/// With `metadataOnly: true`, a path of the trigger outside `apiVersion`,
+/// `kind` and `metadata` (`spec.group`) reads nothing.
+fn beyond_metadata(path: &str, shown: &str) -> Option<String> {
+    let first = crate::engine::path::FieldPath::parse(path)
+        .ok()
+        .and_then(|p| p.segments().first().map(segment_text))?;
+    (!matches!(first.as_str(), "apiVersion" | "kind" | "metadata")).then(|| {
+        format!(
+            "{shown}: the trigger is metadataOnly: rules see its apiVersion, kind and metadata \
+             only, so {first} is never there (read metadata, or drop metadataOnly)"
+        )
+    })
 }
 
 fn segment_text(s: &crate::engine::path::Segment) -> String {

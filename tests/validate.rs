@@ -532,3 +532,21 @@ fn omitted_rules_and_skipped_documents_are_noted() {
         "{err}"
     );
 }
+
+#[test]
+fn a_metadata_only_trigger_read_beyond_its_metadata_warns() {
+    let text = rule(
+        "mo",
+        "  trigger:\n    apiGroup: apiextensions.k8s.io\n    kind: CustomResourceDefinition\n    metadataOnly: true\n    conditions:\n    - {path: spec.group, equals: x.io}\n    - {path: 'metadata.labels[\"a/b\"]', exists: true}\n  outputs:\n  - kind: ClusterRole\n    name: \"a-{{trigger.spec.group}}-{{trigger.metadata.name}}\"\n",
+    );
+    let r = validate(&text, None, &[]);
+    assert_has(
+        &r,
+        0,
+        &[
+            "spec.trigger.conditions[0].path: path spec.group: the trigger is metadataOnly",
+            "spec.outputs[0].name: trigger.spec.group: the trigger is metadataOnly",
+            "0 error(s), 2 warning(s)",
+        ],
+    );
+}

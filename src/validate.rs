@@ -383,6 +383,33 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
             }
         }
     }
+    // A list field read from the trigger.
+    if let Some(schema) = &schema {
+        for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
+            let lf = &r["listField"];
+            let of: Vec<&str> = lf["of"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if let Some(text) = lf["path"].as_str()
+                && (of.is_empty() || of.contains(&"trigger"))
+                && let Some(msg) = check_condition_path(
+                    schema,
+                    trigger_group,
+                    trigger_kind,
+                    &json!({ "path": text }),
+                )
+            {
+                push(
+                    Severity::Warning,
+                    &format!("spec.related[{i}].listField.path"),
+                    msg.replace("the condition can never hold", "the list is always empty"),
+                );
+            }
+        }
+    }
     // A related set of objects: `where`/`require` paths and `item.` in
     // their templates read objects of its kind.
     let mut related_schemas: BTreeMap<usize, (String, String, Value)> = BTreeMap::new();

@@ -550,3 +550,20 @@ fn a_metadata_only_trigger_read_beyond_its_metadata_warns() {
         ],
     );
 }
+
+#[test]
+fn a_misspelt_list_field_path_of_the_trigger_warns() {
+    let text = rule(
+        "versions",
+        "  trigger: {apiGroup: apiextensions.k8s.io, kind: CustomResourceDefinition}\n  related:\n  - name: versions\n    listField: {path: spec.versoins}\n  - name: ok\n    listField: {path: spec.versions, of: [trigger]}\n  outputs:\n  - kind: ClusterRole\n    name: \"crd:{{trigger.metadata.name}}\"\n",
+    );
+    let r = validate(&text, None, &[]);
+    assert_has(
+        &r,
+        0,
+        &[
+            "spec.related[0].listField.path: path spec.versoins: CustomResourceDefinition.apiextensions.k8s.io has no field spec.versoins (did you mean spec.versions?); the list is always empty",
+            "0 error(s), 1 warning(s)",
+        ],
+    );
+}

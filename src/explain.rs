@@ -180,11 +180,6 @@ fn parse_target(spec: &str, namespace: Option<&str>) -> Result<Target, String> {
         ));
     };
     let namespaced = matches!(kind, "Role" | "RoleBinding");
-    if namespaced && ns.is_empty() {
-        return Err(format!(
-            "error: {spec:?}: a {kind} lives in a namespace: add -n NAMESPACE"
-        ));
-    }
     if !namespaced && !ns.is_empty() {
         return Err(format!(
             "error: {spec:?}: a {kind} is cluster-wide: it has no namespace (drop -n)"
@@ -279,6 +274,22 @@ fn explain_object(
     } else {
         format!("{kind}/{ns}/{name}")
     };
+    if ns.is_empty() && matches!(kind, "Role" | "RoleBinding") {
+        let mut at: Vec<&str> = output
+            .iter()
+            .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .filter_map(|o| o["metadata"]["namespace"].as_str())
+            .collect();
+        at.sort();
+        let hint = if at.is_empty() {
+            String::new()
+        } else {
+            format!(" ({kind} {name:?} is rendered in {})", at.join(", "))
+        };
+        return Err(format!(
+            "error: {kind}/{name}: a {kind} lives in a namespace: add -n NAMESPACE{hint}"
+        ));
+    }
     let found = output.iter().find(|o| {
         o["kind"] == kind
             && o["metadata"]["name"] == name

@@ -154,12 +154,9 @@ fn what_is_missing_when_nothing_matches() {
     let (code, _, err) = explain(&["role/crossplane-edit"]);
     assert_eq!(code, Some(1));
     assert!(
-    assert!(
         err.contains(
             "a Role lives in a namespace: add -n NAMESPACE (Role \"crossplane-edit\" is rendered in example)"
         ),
-        "{err}"
-    );
         "{err}"
     );
     let (code, _, err) = explain(&["rolebindng/x", "-n", "example"]);

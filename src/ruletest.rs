@@ -305,6 +305,9 @@ pub(crate) struct KnownResources {
     names: std::collections::BTreeSet<String>,
     /// Kind (lowercase) → `plural.group`, to answer `resource: Database`.
     kinds: BTreeMap<String, String>,
+    /// The subresources of the CRDs that declare their versions, and those
+    /// roles name: `plural.group` → `status`, `scale`, …
+    subresources: BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 /// Resources of Kubernetes' built-in API, by group.
@@ -413,6 +416,9 @@ impl KnownResources {
     pub(crate) fn new(inputs: &[Value], outputs: &[Value]) -> Self {
         let mut names = std::collections::BTreeSet::new();
         let mut kinds = BTreeMap::new();
+        let mut subresources: BTreeMap<String, std::collections::BTreeSet<String>> =
+            BTreeMap::new();
+        let mut role_subresources: Vec<(String, String)> = Vec::new();
         let full = |plural: &str, group: &str| {
             if group.is_empty() {
                 plural.to_string()
@@ -443,6 +449,16 @@ impl KnownResources {
                         if let Some(s) = n["singular"].as_str() {
                             kinds.insert(s.to_lowercase(), name.clone());
                         }
+                        // Only a CRD that lists its versions says which
+                        // subresources it has.
+                        if let Some(versions) = o["spec"]["versions"].as_array() {
+                            let subs = subresources.entry(name.clone()).or_default();
+                            for v in versions {
+                                if let Some(m) = v["subresources"].as_object() {
+                                    subs.extend(m.keys().cloned());
+                                }
+                            }
+                        }
                         names.insert(name);
                     }
                 }
@@ -452,9 +468,12 @@ impl KnownResources {
                     for r in rules {
                         for g in r.api_groups.iter().flatten() {
                             for res in r.resources.iter().flatten() {
-                                let plural = res.split('/').next().unwrap_or(res);
+                                let (plural, sub) = res.split_once('/').unwrap_or((res, ""));
                                 if g != "*" && plural != "*" {
                                     names.insert(full(plural, g));
+                                    if !sub.is_empty() {
+                                        role_subresources.push((full(plural, g), sub.to_string()));
+                                    }
                                 }
                             }
                         }
@@ -463,7 +482,16 @@ impl KnownResources {
                 _ => {}
             }
         }
-        KnownResources { names, kinds }
+        for (base, sub) in role_subresources {
+            if let Some(subs) = subresources.get_mut(&base) {
+                subs.insert(sub);
+            }
+        }
+        KnownResources {
+            names,
+            kinds,
+            subresources,
+        }
     }
 
     /// Whether the statement's verb and resource are real.
@@ -479,9 +507,33 @@ impl KnownResources {
                  holds for the wrong reason"
             ));
         }
-        let resource = a.resource.split('/').next().unwrap_or_default();
-        if resource == "*" || a.undefined_resource || self.names.contains(resource) {
+        let (resource, sub) = a
+            .resource
+            .split_once('/')
+            .unwrap_or((a.resource.as_str(), ""));
+        if resource == "*" || a.undefined_resource {
             return Ok(());
+        }
+        if self.names.contains(resource) {
+            let known = self.subresources.get(resource);
+            return match known {
+                Some(subs) if !sub.is_empty() && sub != "*" && !subs.contains(sub) => {
+                    let hint = closest(sub, subs.iter().map(String::as_str))
+                        .map(|s| format!(" (did you mean {s:?}?)"))
+                        .unwrap_or_default();
+                    let list: Vec<&str> = subs.iter().map(String::as_str).collect();
+                    Err(format!(
+                        "unknown subresource {sub:?} of {resource}{hint}: its \
+                         CustomResourceDefinition declares {}",
+                        if list.is_empty() {
+                            "none".to_string()
+                        } else {
+                            list.join(", ")
+                        }
+                    ))
+                }
+                _ => Ok(()),
+            };
         }
         let hint = self
             .kinds

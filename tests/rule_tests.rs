@@ -185,7 +185,7 @@ const DB_RULES: &str = "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetad
 
 fn db_test(access: &str) -> String {
     format!(
-        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRuleTest\nmetadata: {{name: t}}\nspec:\n  rules: [rules.yaml]\n  objects:\n  - {{apiVersion: v1, kind: Namespace, metadata: {{name: team-a, uid: u1}}}}\n  - apiVersion: apiextensions.k8s.io/v1\n    kind: CustomResourceDefinition\n    metadata: {{name: databases.data.acme.io}}\n    spec: {{group: data.acme.io, names: {{kind: Database, plural: databases, singular: database}}}}\n  expect:\n    access:\n{access}"
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRuleTest\nmetadata: {{name: t}}\nspec:\n  rules: [rules.yaml]\n  objects:\n  - {{apiVersion: v1, kind: Namespace, metadata: {{name: team-a, uid: u1}}}}\n  - apiVersion: apiextensions.k8s.io/v1\n    kind: CustomResourceDefinition\n    metadata: {{name: databases.data.acme.io}}\n    spec: {{group: data.acme.io, names: {{kind: Database, plural: databases, singular: database}}, versions: [{{name: v1, subresources: {{status: {{}}}}}}]}}\n  expect:\n    access:\n{access}"
     )
 }
 
@@ -212,6 +212,10 @@ fn access_statements_name_real_verbs_and_resources() {
         (
             "{user: bob, cannot: get, resource: secret}",
             "unknown resource \"secret\" (did you mean \"secrets\"?)",
+        ),
+        (
+            "{serviceAccount: 'acme-system:db-operator', namespace: team-a, cannot: update, resource: databases.data.acme.io/staus}",
+            "unknown subresource \"staus\" of databases.data.acme.io (did you mean \"status\"?)",
         ),
     ] {
         let (r, _d) = run_one(DB_RULES, &db_test(&format!("    - {statement}\n")));

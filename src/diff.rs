@@ -54,6 +54,49 @@ pub struct DiffArgs {
     pub params: crate::params::ParamArgs,
 }
 
+/// Which cluster a command talks to, as kubectl's flags say it.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ClusterArgs {
+    /// The kubeconfig file. Default: $KUBECONFIG, ~/.kube/config, or the
+    /// Pod's service account in a cluster.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use. Default: its current context.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// Whether neither flag is given (the client is then kube's default).
+    pub fn is_default(&self) -> bool {
+        self.kubeconfig.is_none() && self.context.is_none()
+    }
+
+    /// A client for the cluster these flags name.
+    pub async fn client(&self) -> Result<Client, DiffError> {
+        if self.is_default() {
+            return Client::try_default()
+                .await
+                .map_err(|e| DiffError::Controller(crate::controller::Error::Client(e)));
+        }
+        let options = kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| DiffError::Config(format!("{}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(file, &options).await
+            }
+            None => kube::Config::from_kubeconfig(&options).await,
+        }
+        .map_err(|e| DiffError::Config(e.to_string()))?;
+        Client::try_from(config)
+            .map_err(|e| DiffError::Controller(crate::controller::Error::Client(e)))
+    }
+}
+
 /// Why `diff` could not tell.
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
@@ -68,6 +111,9 @@ pub enum DiffError {
     /// An object could not be printed.
     #[error(transparent)]
     Yaml(#[from] crate::yaml::YamlError),
+    /// The kubeconfig or context given cannot be used.
+    #[error("kubeconfig: {0}")]
+    Config(String),
 }
 
 /// What `run` would do to one object.
@@ -443,11 +489,9 @@ fn report_problems(
 
 /// Runs `rbac-rules diff` against the current kubeconfig: prints the
 /// report and returns the exit code (errors on stderr, code 2).
-pub async fn run(args: &DiffArgs) -> u8 {
+pub async fn run(args: &DiffArgs, cluster: &ClusterArgs) -> u8 {
     let result = async {
-        let client = Client::try_default()
-            .await
-            .map_err(crate::controller::Error::Client)?;
+        let client = cluster.client().await?;
         let (entries, unchanged) = diff(client, args).await?;
         Ok::<_, DiffError>((format(&entries, unchanged)?, exit_code(&entries)))
     }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use rbac_rules::controller::RunArgs;
-use rbac_rules::diff::DiffArgs;
+use rbac_rules::diff::{ClusterArgs, DiffArgs};
 use rbac_rules::render::RenderArgs;
 
 /// `rbac-rules --version`: the crate version and the git revision built.
@@ -17,14 +17,37 @@ const VERSION: &str = concat!(
 );
 
 /// A rule-driven Kubernetes RBAC controller.
+///
+/// RbacRule objects say when (a trigger kind) and what (role and binding
+/// templates); `run` keeps a cluster's RBAC equal to them, the other
+/// commands work offline on YAML files. Data (YAML, JSON) goes to stdout;
+/// errors, warnings and notes go to stderr.
 #[derive(Parser, Debug)]
-#[command(name = "rbac-rules", version = VERSION, about)]
+#[command(
+    name = "rbac-rules",
+    version = VERSION,
+    about,
+    long_about,
+    after_help = "Examples:
+  rbac-rules render --objects cluster.yaml
+  rbac-rules validate --rules my-rules/ --objects crds.yaml
+  rbac-rules test my-rules/tests
+  rbac-rules explain rolebinding/db-owners -n team-a --objects cluster.yaml --rules my-rules/
+  rbac-rules completion bash > /etc/bash_completion.d/rbac-rules
+
+Docs: docs/cli.md (every command, flag and exit status)."
+)]
 struct Cli {
-    /// Log format.
-    #[arg(long, env = "RBAC_RULES_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
-    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Log format of the commands that log (`run`, `diff`, `bench`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct Logging {
+    /// Log format.
+    #[arg(long, env = "RBAC_RULES_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -36,23 +59,112 @@ enum LogFormat {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print the RbacRule CustomResourceDefinition as YAML.
+    #[command(after_help = "Examples:
+  rbac-rules crd > crds/rbacrules.rbacrules.io.yaml
+  rbac-rules crd | kubectl apply -f -")]
     Crd,
     /// Run the engine offline on YAML files and print the objects it emits.
+    #[command(after_help = "Examples:
+  rbac-rules render --objects examples/
+  rbac-rules render --rules rules/examples/any-crd --objects cluster.yaml --flatten
+  kubectl get namespaces,crds -o yaml | rbac-rules render --rules my-rules/ --objects -
+  rbac-rules render --rules my-rules/ --objects cluster.yaml --allow deploy/controller/allow-list.yaml -o json
+
+Exit status: 0 rendered (warnings on stderr), 1 an invalid rule or input, an
+evaluation error or a policy refusal (every error on stderr, nothing on stdout).")]
     Render(RenderArgs),
-    /// Run the controller against the cluster of the current kubeconfig.
-    Run(RunArgs),
-    /// Show what `run` would change in the cluster of the current
-    /// kubeconfig, without writing: exit 0 nothing, 1 something, 2 error.
-    Diff(DiffArgs),
-    /// Lint rule files offline: templates, helpers, verbs, trigger fields.
+    /// Run the controller against a cluster (the current kubeconfig, or
+    /// in-cluster config in a Pod).
+    #[command(after_help = "Examples:
+  rbac-rules run
+  rbac-rules run --kubeconfig ~/.kube/staging --context admin@staging --leader-election=false
+  rbac-rules run --allow-clusterrole rbac-rules:allow-list --log-format json
+
+Exit status: 0 stopped by SIGTERM or ctrl-c, 1 the controller could not start
+or stopped on an error. Every flag has an RBAC_RULES_* environment variable.")]
+    Run {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[command(flatten)]
+        logging: Logging,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Show what `run` would change in a cluster, without writing.
+    #[command(after_help = "Examples:
+  rbac-rules diff
+  rbac-rules diff --context admin@staging --allow-clusterrole rbac-rules:allow-list
+
+Exit status: 0 nothing would change, 1 something would, 2 error (as `diff`).")]
+    Diff {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        #[command(flatten)]
+        logging: Logging,
+        #[command(flatten)]
+        args: DiffArgs,
+    },
+    /// Lint rule files offline: shapes, templates, helpers, verbs, kinds,
+    /// field paths, duplicate names.
     Validate(rbac_rules::validate::ValidateArgs),
-    /// Run rule tests (kind RbacRuleTest): expected objects and access.
+    /// Run rule tests (kind RbacRuleTest): expected objects, errors and
+    /// access.
     Test(rbac_rules::ruletest::TestArgs),
     /// Explain a rendered object's origin, or what a subject may do.
     Explain(rbac_rules::explain::ExplainArgs),
+    /// Print the ClusterRole the controller needs to watch the kinds a rule
+    /// set reads (labelled to aggregate into the controller's role).
+    #[command(after_help = "Examples:
+  rbac-rules controller-role --rules my-rules/ --objects crds.yaml --name rbac-rules:acme-data
+  rbac-rules controller-role --rules my-rules/ | kubectl apply -f -
+
+Exit status: 0 printed, 1 a rule file is invalid.")]
+    ControllerRole(ControllerRoleArgs),
+    /// Print a shell completion script.
+    #[command(after_help = "Examples:
+  rbac-rules completion bash > ~/.local/share/bash-completion/completions/rbac-rules
+  rbac-rules completion zsh > \"${fpath[1]}/_rbac-rules\"
+  rbac-rules completion fish > ~/.config/fish/completions/rbac-rules.fish")]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Measure render, incremental and controller figures on a synthetic
     /// control plane of the built-in rules' kinds (build with --release).
-    Bench(rbac_rules::bench::BenchArgs),
+    #[command(after_help = "Examples:
+  rbac-rules bench --scenario small --json
+  cargo build --release && target/release/rbac-rules bench --scenario large
+
+docs/performance.md has the targets, the current figures and how to measure.")]
+    Bench {
+        #[command(flatten)]
+        logging: Logging,
+        #[command(flatten)]
+        args: rbac_rules::bench::BenchArgs,
+    },
+}
+
+/// Arguments of `controller-role`.
+#[derive(clap::Args, Debug)]
+struct ControllerRoleArgs {
+    /// Rule files or directories (`-`: stdin). Default: the built-in rules,
+    /// with a note on stderr.
+    #[arg(long, num_args = 1..)]
+    rules: Vec<std::path::PathBuf>,
+    /// YAML files or directories with the CustomResourceDefinitions of the
+    /// kinds read (their plurals; without one a plural is guessed).
+    #[arg(long, num_args = 1..)]
+    objects: Vec<std::path::PathBuf>,
+    /// Read directories recursively (like kubectl's -R).
+    #[arg(short = 'R', long)]
+    recursive: bool,
+    /// Name of the ClusterRole.
+    #[arg(long, default_value = "rbac-rules:rules")]
+    name: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = rbac_rules::render::DataFormat::Yaml)]
+    output: rbac_rules::render::DataFormat,
 }
 
 fn init_logging(format: LogFormat) {
@@ -88,7 +200,6 @@ static MALLOC_CONF: &[u8; 44] = b"dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1\0"
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
     match cli.command {
         Command::Crd => match rbac_rules::crd_yaml() {
             Ok(text) => {
@@ -100,19 +211,59 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Render(args) => rbac_rules::render::main(&args),
-        Command::Diff(args) => match runtime() {
-            Ok(rt) => ExitCode::from(rt.block_on(rbac_rules::diff::run(&args))),
-            Err(e) => {
-                eprintln!("error: cannot start the async runtime: {e}");
-                ExitCode::from(2)
+        Command::Render(args) => {
+            init_logging(LogFormat::Text);
+            rbac_rules::render::main(&args)
+        }
+        Command::Diff {
+            cluster,
+            logging,
+            args,
+        } => {
+            init_logging(logging.log_format);
+            match runtime() {
+                Ok(rt) => ExitCode::from(rt.block_on(rbac_rules::diff::run(&args, &cluster))),
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    ExitCode::from(2)
+                }
             }
-        },
+        }
         Command::Validate(args) => rbac_rules::validate::main(&args),
-        Command::Test(args) => rbac_rules::ruletest::main(&args),
-        Command::Explain(args) => rbac_rules::explain::main(&args),
-        Command::Bench(args) => rbac_rules::bench::main(&args),
-        Command::Run(args) => {
+        Command::Test(args) => {
+            init_logging(LogFormat::Text);
+            rbac_rules::ruletest::main(&args)
+        }
+        Command::Explain(args) => {
+            init_logging(LogFormat::Text);
+            rbac_rules::explain::main(&args)
+        }
+        Command::ControllerRole(args) => controller_role(&args),
+        Command::Completion { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "rbac-rules", &mut script);
+            use std::io::Write;
+            match std::io::stdout().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                // A closed pipe (`| head`) is not an error worth a message.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Bench { logging, args } => {
+            init_logging(logging.log_format);
+            rbac_rules::bench::main(&args)
+        }
+        Command::Run {
+            cluster,
+            logging,
+            args,
+        } => {
+            init_logging(logging.log_format);
             let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -120,13 +271,83 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(rbac_rules::controller::run(args)) {
+            match rt.block_on(run_controller(cluster, args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "controller stopped");
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// `run`: the controller on the client `--kubeconfig`/`--context` name,
+/// or on the default one (kubeconfig, else in-cluster) as before.
+async fn run_controller(
+    cluster: ClusterArgs,
+    args: RunArgs,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    if cluster.is_default() {
+        return rbac_rules::controller::run(args).await;
+    }
+    let client = cluster.client().await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let signals = tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+    let result = rbac_rules::controller::run_with(client, args, stop_rx).await;
+    signals.abort();
+    result.map_err(Into::into)
+}
+
+/// SIGTERM (the kubelet stopping the Pod) or ctrl-c.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// `controller-role`: the ClusterRole for the kinds the rules read.
+fn controller_role(args: &ControllerRoleArgs) -> ExitCode {
+    let loaded =
+        match rbac_rules::rules::load_for_command("controller-role", &args.rules, args.recursive) {
+            Ok(l) => l,
+            Err(errs) => {
+                for e in errs {
+                    eprintln!("error: {e}");
+                }
+                return ExitCode::FAILURE;
+            }
+        };
+    let objects = match rbac_rules::yaml::load_tree(&args.objects, args.recursive) {
+        Ok(d) => d.into_iter().map(|d| d.value).collect::<Vec<_>>(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
+    let role = rbac_rules::rules::controller_role(&rules, &args.name, &objects);
+    match args.output.write(std::slice::from_ref(&role)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }

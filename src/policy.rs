@@ -1563,6 +1563,7 @@ fn resource_reaches(entry: &str, target: &str) -> bool {
 
 /// Compact form of a permission: `[group] resource: verb`.
 fn compact_permission(group: &str, resource: &str, verb: &str) -> String {
+    let group = if group.is_empty() { "\"\"" } else { group };
     format!("[{group}] {resource}: {verb}")
 }
 
@@ -1604,16 +1605,46 @@ pub fn describe(rule: &PolicyRule) -> String {
     if let Some(urls) = rule.non_resource_urls.as_ref().filter(|u| !u.is_empty()) {
         return format!("{}: {}", urls.join(","), rule.verbs.join(","));
     }
-    let mut s = format!(
-        "[{}] {}",
-        list(&rule.api_groups).join(","),
-        list(&rule.resources).join(",")
-    );
+    // The core group is written `""`, as in YAML: `[]` would read as none.
+    let groups: Vec<&str> = list(&rule.api_groups)
+        .iter()
+        .map(|g| if g.is_empty() { "\"\"" } else { g.as_str() })
+        .collect();
+    let mut s = format!("[{}] {}", groups.join(","), list(&rule.resources).join(","));
     if let Some(names) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
         s.push_str(&format!(" (names {})", names.join(",")));
     }
     s.push_str(&format!(": {}", rule.verbs.join(",")));
     s
+}
+
+/// Every rule of `rules` in compact form, those differing only in verbs
+/// merged, preceded by how many there are when more than one: a refusal
+/// names everything it refuses.
+pub fn describe_all(rules: &[PolicyRule]) -> String {
+    let mut merged: Vec<PolicyRule> = Vec::new();
+    for r in rules {
+        match merged.iter_mut().find(|m| {
+            m.api_groups == r.api_groups
+                && m.resources == r.resources
+                && m.resource_names == r.resource_names
+                && m.non_resource_urls == r.non_resource_urls
+        }) {
+            Some(m) => {
+                for v in &r.verbs {
+                    if !m.verbs.contains(v) {
+                        m.verbs.push(v.clone());
+                    }
+                }
+            }
+            None => merged.push(r.clone()),
+        }
+    }
+    let text: Vec<String> = merged.iter().map(describe).collect();
+    match rules.len() {
+        0 | 1 => text.join("; "),
+        n => format!("{n} grants: {}", text.join("; ")),
+    }
 }
 
 /// Why `rules` (what an object grants) breaks a default denial, in compact

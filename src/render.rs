@@ -24,10 +24,11 @@ use crate::yaml::{self, YamlError};
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct RenderArgs {
     /// YAML files or directories with the cluster's objects (multi-document
-    /// or `kind: List`).
+    /// or `kind: List`; `-`: stdin, e.g. from `kubectl get -o yaml`).
     #[arg(long, required = true, num_args = 1..)]
     pub objects: Vec<PathBuf>,
-    /// Rule files or directories. Default: the built-in rules.
+    /// Rule files or directories (`-`: stdin). Default: the built-in
+    /// rules, with a note on stderr.
     #[arg(long, num_args = 1..)]
     pub rules: Vec<PathBuf>,
     /// Also fill each aggregated ClusterRole's rules as the Kubernetes
@@ -55,6 +56,41 @@ pub struct RenderArgs {
     /// kubectl's -R); without it only a directory's own files are read.
     #[arg(short = 'R', long)]
     pub recursive: bool,
+    /// Output format: a YAML stream, or JSON (a `kind: List`).
+    #[arg(short = 'o', long, value_enum, default_value_t = DataFormat::Yaml)]
+    pub output: DataFormat,
+}
+
+/// The format of a command's data on stdout (`-o`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DataFormat {
+    /// A multi-document YAML stream.
+    #[default]
+    Yaml,
+    /// JSON: one object, or a `kind: List` of several, as `kubectl -o json`.
+    Json,
+}
+
+impl DataFormat {
+    /// Kubernetes objects in this format.
+    pub fn write(&self, objects: &[Value]) -> Result<String, YamlError> {
+        match self {
+            DataFormat::Yaml => yaml::to_yaml_stream(objects),
+            DataFormat::Json => {
+                let v = match objects {
+                    [one] => one.clone(),
+                    many => serde_json::json!({
+                        "apiVersion": "v1",
+                        "kind": "List",
+                        "items": many,
+                    }),
+                };
+                serde_json::to_string_pretty(&v)
+                    .map(|t| t + "\n")
+                    .map_err(|e| YamlError::Write(e.to_string()))
+            }
+        }
+    }
 }
 
 /// Why a render failed.
@@ -131,17 +167,31 @@ impl Rendered {
     }
 }
 
+impl Rendered {
+    /// Writes every object, in the order of [`Rendered::write_to`], as one
+    /// JSON `kind: List`.
+    pub fn write_json(&self, out: &mut impl Write) -> Result<(), YamlError> {
+        let mut text = Vec::new();
+        self.write_to(&mut text)?;
+        let text = String::from_utf8(text).map_err(|e| YamlError::Write(e.to_string()))?;
+        let objects: Vec<Value> = yaml::parse_documents(std::path::Path::new("-"), &text)?
+            .into_iter()
+            .map(|d| d.value)
+            .collect();
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        serde_json::to_writer_pretty(&mut *out, &list)
+            .map_err(|e| YamlError::Write(e.to_string()))?;
+        writeln!(out).map_err(|e| YamlError::Write(e.to_string()))
+    }
+}
+
 /// Evaluates the rules on the objects; every error is returned, nothing
 /// is printed.
 pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
-    let loaded = if args.rules.is_empty() {
-        rules::builtin_with_origins()
-    } else {
-        rules::load_tree_with_origins(&args.rules, args.recursive)
-    }
-    .map_err(|errs| {
-        RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
-    })?;
+    let loaded =
+        rules::load_for_command("render", &args.rules, args.recursive).map_err(|errs| {
+            RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
+        })?;
     let origins: std::collections::BTreeMap<String, String> = loaded
         .iter()
         .map(|(o, r)| (r.name.clone(), o.clone()))
@@ -308,8 +358,8 @@ fn parse_cluster_role(o: &Value) -> Result<ClusterRole, RenderError> {
 
 /// The allow-list file: the union of its ClusterRoles' rules or, when one
 /// is aggregated, that one (the others go into the object store, for its
-/// selectors to find).
-fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, RenderError> {
+/// selectors to find). `render --allow` and a rule test's `allow` read it.
+pub fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, RenderError> {
     let docs = yaml::load_paths(std::slice::from_ref(path))?;
     let mut roles = Vec::new();
     for d in docs {
@@ -352,9 +402,11 @@ pub fn main(args: &RenderArgs) -> ExitCode {
             }
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            let written = rendered
-                .write_to(&mut out)
-                .and_then(|()| out.flush().map_err(|e| YamlError::Write(e.to_string())));
+            let written = match args.output {
+                DataFormat::Yaml => rendered.write_to(&mut out),
+                DataFormat::Json => rendered.write_json(&mut out),
+            }
+            .and_then(|()| out.flush().map_err(|e| YamlError::Write(e.to_string())));
             // The process ends here: freeing thousands of objects one by
             // one would only delay the exit.
             std::mem::forget(rendered);

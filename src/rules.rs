@@ -240,29 +240,143 @@ pub fn load_with_origins(paths: &[PathBuf]) -> Result<Vec<(String, RuleSource)>,
 }
 
 /// Like [`load_with_origins`], recursing into sub-directories when
-/// `recursive` (`-R`).
+/// `recursive` (`-R`). Documents of other kinds found in a directory are
+/// skipped (see [`load_tree_noted`] for the notes saying so).
 pub fn load_tree_with_origins(
     paths: &[PathBuf],
     recursive: bool,
 ) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
-    let docs = yaml::load_tree(paths, recursive).map_err(|e| vec![LoadError::from(e)])?;
-    with_origins(&docs)
+    load_tree_noted(paths, recursive).map(|(rules, _)| rules)
+}
+
+/// Rules read for a command, with the notes a user should see on stderr.
+pub type Noted = (Vec<(String, RuleSource)>, Vec<String>);
+
+/// Loads rule files and directories. A file named on the command line must
+/// hold only RbacRules (and RbacRuleTests); in a directory, documents of
+/// other kinds (a ClusterRole, a CRD kept beside the rules) are skipped,
+/// each with a note. A document of this project's group with another kind
+/// is an error either way: most likely a misspelt RbacRule.
+pub fn load_tree_noted(paths: &[PathBuf], recursive: bool) -> Result<Noted, Vec<LoadError>> {
+    let mut docs = Vec::new();
+    let mut notes = Vec::new();
+    for p in paths {
+        let in_dir = p.is_dir();
+        for d in yaml::load_tree(std::slice::from_ref(p), recursive)
+            .map_err(|e| vec![LoadError::from(e)])?
+        {
+            if in_dir && !is_ours(&d.value) {
+                notes.push(format!(
+                    "note: {}: skipped {} {:?}: not an RbacRule",
+                    d.origin(),
+                    d.value["kind"]
+                        .as_str()
+                        .unwrap_or("a document without kind"),
+                    d.value["metadata"]["name"].as_str().unwrap_or_default()
+                ));
+                continue;
+            }
+            docs.push(d);
+        }
+    }
+    Ok((with_origins(&docs)?, notes))
+}
+
+/// Whether a document claims to be one of this project's kinds: its
+/// apiVersion is of our group or its kind is RbacRule.
+pub fn is_ours(v: &Value) -> bool {
+    v["kind"] == "RbacRule"
+        || v["apiVersion"]
+            .as_str()
+            .is_some_and(|a| a.split('/').next() == Some(GROUP))
+}
+
+/// The rules a command runs: those of `paths`, or the built-in rules when
+/// none are given. Each note (the built-in rules used, documents skipped)
+/// is printed on stderr: nothing implicit is silent.
+pub fn load_for_command(
+    command: &str,
+    paths: &[PathBuf],
+    recursive: bool,
+) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
+    let (rules, notes) = if paths.is_empty() {
+        (builtin_with_origins()?, vec![builtin_note(command)])
+    } else {
+        load_tree_noted(paths, recursive)?
+    };
+    for n in notes {
+        eprintln!("{n}");
+    }
+    Ok(rules)
+}
+
+/// The note printed when a command runs the built-in rules because it was
+/// given none.
+pub fn builtin_note(command: &str) -> String {
+    let how = if command.starts_with("test ") {
+        "spec.rules"
+    } else {
+        "--rules FILE|DIR"
+    };
+    format!(
+        "note: {command}: no rules given: using the built-in rules (rules/*.yaml, embedded \
+         in the binary); give {how} for your own"
+    )
 }
 
 fn with_origins(docs: &[Document]) -> Result<Vec<(String, RuleSource)>, Vec<LoadError>> {
     let mut ok = Vec::new();
     let mut bad = Vec::new();
     // Rule tests (`rbac-rules test`) may sit beside rules under -R.
+    let mut seen = std::collections::HashSet::new();
     for d in docs
         .iter()
         .filter(|d| d.value["kind"] != crate::ruletest::TEST_KIND)
     {
+        // A file named twice is read once.
+        if !seen.insert(d.origin()) {
+            continue;
+        }
         match parse_rule_all(d) {
             Ok(r) => ok.push((d.origin(), r)),
             Err(e) => bad.extend(e),
         }
     }
+    bad.extend(duplicates(docs));
     if bad.is_empty() { Ok(ok) } else { Err(bad) }
+}
+
+/// One error per RbacRule whose name an earlier document already used: a
+/// cluster holds one object per name, so one would silently replace the
+/// other. The same document read twice (a file named twice) is not a
+/// duplicate.
+pub fn duplicates(docs: &[Document]) -> Vec<LoadError> {
+    let mut first: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for d in docs.iter().filter(|d| d.value["kind"] == "RbacRule") {
+        let Some(name) = d.value["metadata"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+        else {
+            continue;
+        };
+        match first.get(name) {
+            None => {
+                first.insert(name, d.origin());
+            }
+            Some(origin) if *origin == d.origin() => {}
+            Some(origin) => out.push(invalid(
+                d,
+                name,
+                "metadata.name",
+                format!(
+                    "duplicate rule name: {origin} defines an RbacRule {name:?} too; \
+                     rule names are unique in a cluster (rename one)"
+                ),
+            )),
+        }
+    }
+    out
 }
 
 /// The built-in rules with their origins (`rules/<file>#document`).
@@ -282,4 +396,94 @@ pub fn builtin() -> Result<Vec<RuleSource>, Vec<LoadError>> {
         .into_iter()
         .map(|(_, r)| r)
         .collect())
+}
+
+/// The ClusterRole the controller needs to watch what `rules` read: list
+/// and watch of every kind they read (triggers, related objects, the
+/// ClusterRoles of rulesFrom), and update on the finalizers of trigger
+/// kinds (outputs are owned by their trigger with blockOwnerDeletion, which
+/// the OwnerReferencesPermissionEnforcement admission plugin checks). It is
+/// labelled to aggregate into the controller's own ClusterRole. A kind's
+/// plural comes from its CustomResourceDefinition among `objects`, else it
+/// is guessed as Kubernetes guesses it.
+pub fn controller_role(rules: &[RuleSource], name: &str, objects: &[Value]) -> Value {
+    use std::collections::BTreeMap;
+    let mut plurals: BTreeMap<(String, String), String> = BTreeMap::new();
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+    {
+        let s = &o["spec"];
+        if let (Some(g), Some(k), Some(p)) = (
+            s["group"].as_str(),
+            s["names"]["kind"].as_str(),
+            s["names"]["plural"].as_str(),
+        ) {
+            plurals.insert((g.to_string(), k.to_string()), p.to_string());
+        }
+    }
+    let plural = |group: &str, kind: &str| {
+        plurals
+            .get(&(group.to_string(), kind.to_string()))
+            .cloned()
+            .unwrap_or_else(|| guess_plural(kind))
+    };
+    let engine = crate::engine::Engine::new(rules, Default::default());
+    // By group: the resources to list and watch, and the finalizers.
+    let mut watch: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for i in engine.interests() {
+        watch
+            .entry(i.gk.group.clone())
+            .or_default()
+            .insert(plural(&i.gk.group, &i.gk.kind));
+    }
+    let mut finalizers: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for t in rules.iter().filter_map(|r| r.spec.trigger.as_ref()) {
+        finalizers
+            .entry(t.api_group.clone())
+            .or_default()
+            .insert(format!("{}/finalizers", plural(&t.api_group, &t.kind)));
+    }
+    let mut policy = Vec::new();
+    for (group, resources) in &watch {
+        policy.push(serde_json::json!({
+            "apiGroups": [group],
+            "resources": resources,
+            "verbs": ["list", "watch"],
+        }));
+    }
+    for (group, resources) in &finalizers {
+        policy.push(serde_json::json!({
+            "apiGroups": [group],
+            "resources": resources,
+            "verbs": ["update"],
+        }));
+    }
+    serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app.kubernetes.io/part-of": "rbac-rules",
+                format!("{GROUP}/aggregate-to-controller"): "true",
+            },
+        },
+        "rules": policy,
+    })
+}
+
+/// The resource (plural) of a kind, as Kubernetes guesses it for a CRD
+/// without an explicit plural (`UnsafeGuessKindToResource`).
+pub fn guess_plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with("sh") {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
 }

@@ -25,6 +25,16 @@ pub const TEST_KIND: &str = "RbacRuleTest";
 
 /// Arguments of `test`.
 #[derive(clap::Args, Clone, Debug)]
+#[command(after_help = "Examples:
+  rbac-rules test rules/examples/any-crd/tests
+  rbac-rules test my-rules/ --junit results.xml
+  rbac-rules test my-rules/tests --allow deploy/controller/allow-list.yaml
+  rbac-rules test docs/tutorial/first-hour/tests -o json
+
+A test's rules, objects and allow-list paths are relative to its file; a test
+without `spec.rules` runs the built-in rules (noted on stderr).
+
+Exit status: 0 every test passed, 1 a test failed or none was found.")]
 pub struct TestArgs {
     /// Test files or directories (searched recursively for documents of
     /// kind RbacRuleTest; other documents are skipped).
@@ -33,6 +43,14 @@ pub struct TestArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// An allow-list file applied to every test that names none of its own
+    /// (`spec.allow`), as `render --allow` applies it: e.g. the Deployment's
+    /// deploy/controller/allow-list.yaml.
+    #[arg(long, value_name = "FILE")]
+    pub allow: Option<PathBuf>,
+    /// Output format: human lines, or the results as json or yaml data.
+    #[arg(short = 'o', long, value_enum, default_value_t = crate::validate::Format::Human)]
+    pub output: crate::validate::Format,
 }
 
 /// The spec of a test.
@@ -55,6 +73,12 @@ pub struct TestSpec {
     /// `wildcardAll`).
     #[serde(default)]
     pub waivers: crate::policy::Waivers,
+    /// An allow-list file (relative to the test file), read as `render
+    /// --allow` reads it: e.g. `deploy/controller/allow-list.yaml` with
+    /// the ClusterRoles that extend it, to test rules exactly as the
+    /// shipped Deployment runs them.
+    #[serde(default, alias = "allowList")]
+    pub allow: Option<String>,
     /// What must hold.
     #[serde(default)]
     pub expect: Expect,
@@ -104,10 +128,15 @@ pub struct Access {
     pub resource: String,
     /// A resource name, for rules with resourceNames.
     pub name: Option<String>,
+    /// The resource is on purpose one the test's world does not define (a
+    /// type the rules must not create grants for): it is not checked
+    /// against the known resources.
+    #[serde(default)]
+    pub undefined_resource: bool,
 }
 
 /// The outcome of one test.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Outcome {
     /// `file#document`.
     pub origin: String,
@@ -119,24 +148,38 @@ pub struct Outcome {
 
 /// Finds every test under `paths` and runs it.
 pub fn run_all(paths: &[PathBuf]) -> Result<Vec<Outcome>, yaml::YamlError> {
+    run_all_with(paths, None)
+}
+
+/// [`run_all`], applying the allow-list file `allow` to every test that
+/// names none of its own.
+pub fn run_all_with(
+    paths: &[PathBuf],
+    allow: Option<&Path>,
+) -> Result<Vec<Outcome>, yaml::YamlError> {
     let mut out = Vec::new();
     for doc in yaml::load_tree(paths, true)? {
         if doc.value["kind"] != TEST_KIND {
             continue;
         }
-        out.push(run_one(&doc));
+        out.push(run_one_with(&doc, allow));
     }
     Ok(out)
 }
 
 /// Runs one test document.
 pub fn run_one(doc: &Document) -> Outcome {
+    run_one_with(doc, None)
+}
+
+/// [`run_one`] with a default allow-list file.
+pub fn run_one_with(doc: &Document, allow: Option<&Path>) -> Outcome {
     let name = doc.value["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
         .to_string();
     let failures = match serde_json::from_value::<TestSpec>(doc.value["spec"].clone()) {
-        Ok(spec) => check(&doc.path, &spec),
+        Ok(spec) => check(&doc.path, &name, &spec, allow),
         Err(e) => vec![format!("invalid {TEST_KIND} spec: {e}")],
     };
     Outcome {
@@ -146,7 +189,7 @@ pub fn run_one(doc: &Document) -> Outcome {
     }
 }
 
-fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
+fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>) -> Vec<String> {
     let base = file.parent().unwrap_or(Path::new("."));
     let mut failures = Vec::new();
     let manage = match spec.manage.as_deref().map(crate::parse_manage) {
@@ -154,14 +197,17 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
         Some(Ok(m)) => m,
         Some(Err(e)) => return vec![format!("manage: {e}")],
     };
-    let loaded = if spec.rules.is_empty() {
-        rules::builtin()
-    } else {
-        let paths: Vec<PathBuf> = spec.rules.iter().map(|r| base.join(r)).collect();
-        rules::load(&paths)
-    };
-    let rule_sources = match loaded {
-        Ok(r) => r,
+    let e = &spec.expect;
+    if e.objects.is_empty() && e.absent.is_empty() && e.access.is_empty() && e.errors.is_empty() {
+        failures.push(
+            "expect is empty: a test must expect objects, absent, access or errors \
+             (a test that expects nothing cannot fail)"
+                .to_string(),
+        );
+    }
+    let paths: Vec<PathBuf> = spec.rules.iter().map(|r| base.join(r)).collect();
+    let rule_sources = match rules::load_for_command(&format!("test {name}"), &paths, false) {
+        Ok(r) => r.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
         Err(errs) => return errs.iter().map(|e| e.to_string()).collect(),
     };
     let mut inputs: Vec<Value> = Vec::new();
@@ -180,10 +226,23 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
             return vec![format!("objects: {e}")];
         }
     }
+    let allow_file = match (&spec.allow, default_allow) {
+        (Some(p), _) => Some(base.join(p)),
+        (None, Some(p)) => Some(p.to_path_buf()),
+        (None, None) => None,
+    };
+    let allow = match allow_file {
+        None => None,
+        Some(p) => match crate::render::load_allow(&p, &mut store) {
+            Ok(a) => Some(a),
+            Err(e) => return vec![format!("allow: {e}")],
+        },
+    };
     let engine = Engine::new(
         &rule_sources,
         Options {
             manage,
+            allow,
             waivers: spec.waivers.clone(),
             ..Options::default()
         },
@@ -226,13 +285,279 @@ fn check(file: &Path, spec: &TestSpec) -> Vec<String> {
     }
     if !spec.expect.access.is_empty() {
         let world = World::new(&inputs, &output);
+        let known = KnownResources::new(&inputs, &output);
         for (i, a) in spec.expect.access.iter().enumerate() {
-            if let Err(e) = world.check(a) {
+            if let Err(e) = known.check(a).and_then(|()| world.check(a)) {
                 failures.push(format!("access[{i}]: {e}"));
             }
         }
     }
     failures
+}
+
+/// What an access statement may name: the verbs Kubernetes knows, the
+/// resources of its built-in API, of the CustomResourceDefinitions in the
+/// test's objects and of the roles in its input and output. A statement
+/// naming anything else is a typo that would make `cannot` pass for the
+/// wrong reason.
+pub(crate) struct KnownResources {
+    /// `plural` (core group) or `plural.group`.
+    names: std::collections::BTreeSet<String>,
+    /// Kind (lowercase) → `plural.group`, to answer `resource: Database`.
+    kinds: BTreeMap<String, String>,
+    /// The subresources of the CRDs that declare their versions, and those
+    /// roles name: `plural.group` → `status`, `scale`, …
+    subresources: BTreeMap<String, std::collections::BTreeSet<String>>,
+}
+
+/// Resources of Kubernetes' built-in API, by group.
+const BUILTIN_RESOURCES: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "bindings",
+            "componentstatuses",
+            "configmaps",
+            "endpoints",
+            "events",
+            "limitranges",
+            "namespaces",
+            "nodes",
+            "persistentvolumeclaims",
+            "persistentvolumes",
+            "pods",
+            "podtemplates",
+            "replicationcontrollers",
+            "resourcequotas",
+            "secrets",
+            "serviceaccounts",
+            "services",
+            "users",
+            "groups",
+            "userextras",
+            "uids",
+        ],
+    ),
+    (
+        "apps",
+        &[
+            "controllerrevisions",
+            "daemonsets",
+            "deployments",
+            "replicasets",
+            "statefulsets",
+        ],
+    ),
+    ("batch", &["cronjobs", "jobs"]),
+    ("autoscaling", &["horizontalpodautoscalers"]),
+    ("policy", &["poddisruptionbudgets"]),
+    (
+        "rbac.authorization.k8s.io",
+        &[
+            "clusterrolebindings",
+            "clusterroles",
+            "rolebindings",
+            "roles",
+        ],
+    ),
+    ("apiextensions.k8s.io", &["customresourcedefinitions"]),
+    ("apiregistration.k8s.io", &["apiservices"]),
+    (
+        "admissionregistration.k8s.io",
+        &[
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ],
+    ),
+    ("coordination.k8s.io", &["leases"]),
+    ("events.k8s.io", &["events"]),
+    ("discovery.k8s.io", &["endpointslices"]),
+    (
+        "networking.k8s.io",
+        &["ingressclasses", "ingresses", "networkpolicies"],
+    ),
+    ("node.k8s.io", &["runtimeclasses"]),
+    ("scheduling.k8s.io", &["priorityclasses"]),
+    (
+        "storage.k8s.io",
+        &[
+            "csidrivers",
+            "csinodes",
+            "csistoragecapacities",
+            "storageclasses",
+            "volumeattachments",
+        ],
+    ),
+    ("certificates.k8s.io", &["certificatesigningrequests"]),
+    (
+        "authentication.k8s.io",
+        &["tokenreviews", "userextras", "uids"],
+    ),
+    (
+        "authorization.k8s.io",
+        &[
+            "localsubjectaccessreviews",
+            "selfsubjectaccessreviews",
+            "selfsubjectrulesreviews",
+            "subjectaccessreviews",
+        ],
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        &["flowschemas", "prioritylevelconfigurations"],
+    ),
+];
+
+impl KnownResources {
+    pub(crate) fn new(inputs: &[Value], outputs: &[Value]) -> Self {
+        let mut names = std::collections::BTreeSet::new();
+        let mut kinds = BTreeMap::new();
+        let mut subresources: BTreeMap<String, std::collections::BTreeSet<String>> =
+            BTreeMap::new();
+        let mut role_subresources: Vec<(String, String)> = Vec::new();
+        let full = |plural: &str, group: &str| {
+            if group.is_empty() {
+                plural.to_string()
+            } else {
+                format!("{plural}.{group}")
+            }
+        };
+        for (group, plurals) in BUILTIN_RESOURCES {
+            for p in *plurals {
+                names.insert(full(p, group));
+            }
+        }
+        for o in inputs.iter().chain(outputs) {
+            match o["kind"].as_str() {
+                Some("CustomResourceDefinition") => {
+                    let n = &o["spec"]["names"];
+                    let group = o["spec"]["group"].as_str().unwrap_or_default();
+                    // A CRD's name is `<plural>.<group>`, even when the
+                    // test gives only its metadata.
+                    let name = o["metadata"]["name"]
+                        .as_str()
+                        .map(str::to_string)
+                        .or_else(|| n["plural"].as_str().map(|p| full(p, group)));
+                    if let Some(name) = name {
+                        if let Some(k) = n["kind"].as_str() {
+                            kinds.insert(k.to_lowercase(), name.clone());
+                        }
+                        if let Some(s) = n["singular"].as_str() {
+                            kinds.insert(s.to_lowercase(), name.clone());
+                        }
+                        // Only a CRD that lists its versions says which
+                        // subresources it has.
+                        if let Some(versions) = o["spec"]["versions"].as_array() {
+                            let subs = subresources.entry(name.clone()).or_default();
+                            for v in versions {
+                                if let Some(m) = v["subresources"].as_object() {
+                                    subs.extend(m.keys().cloned());
+                                }
+                            }
+                        }
+                        names.insert(name);
+                    }
+                }
+                Some("ClusterRole" | "Role") => {
+                    let rules: Vec<PolicyRule> =
+                        serde_json::from_value(o["rules"].clone()).unwrap_or_default();
+                    for r in rules {
+                        for g in r.api_groups.iter().flatten() {
+                            for res in r.resources.iter().flatten() {
+                                let (plural, sub) = res.split_once('/').unwrap_or((res, ""));
+                                if g != "*" && plural != "*" {
+                                    names.insert(full(plural, g));
+                                    if !sub.is_empty() {
+                                        role_subresources.push((full(plural, g), sub.to_string()));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (base, sub) in role_subresources {
+            if let Some(subs) = subresources.get_mut(&base) {
+                subs.insert(sub);
+            }
+        }
+        KnownResources {
+            names,
+            kinds,
+            subresources,
+        }
+    }
+
+    /// Whether the statement's verb and resource are real.
+    pub(crate) fn check(&self, a: &Access) -> Result<(), String> {
+        if let Some(verb) = a.can.as_ref().or(a.cannot.as_ref())
+            && !crate::policy::is_known_verb(verb)
+        {
+            let hint = closest(verb, crate::policy::known_verbs())
+                .map(|v| format!(" (did you mean {v:?}?)"))
+                .unwrap_or_default();
+            return Err(format!(
+                "unknown verb {verb:?}{hint}: a statement about a verb Kubernetes does not know \
+                 holds for the wrong reason"
+            ));
+        }
+        let (resource, sub) = a
+            .resource
+            .split_once('/')
+            .unwrap_or((a.resource.as_str(), ""));
+        if resource == "*" || a.undefined_resource {
+            return Ok(());
+        }
+        if self.names.contains(resource) {
+            let known = self.subresources.get(resource);
+            return match known {
+                Some(subs) if !sub.is_empty() && sub != "*" && !subs.contains(sub) => {
+                    let hint = closest(sub, subs.iter().map(String::as_str))
+                        .map(|s| format!(" (did you mean {s:?}?)"))
+                        .unwrap_or_default();
+                    let list: Vec<&str> = subs.iter().map(String::as_str).collect();
+                    Err(format!(
+                        "unknown subresource {sub:?} of {resource}{hint}: its \
+                         CustomResourceDefinition declares {}",
+                        if list.is_empty() {
+                            "none".to_string()
+                        } else {
+                            list.join(", ")
+                        }
+                    ))
+                }
+                _ => Ok(()),
+            };
+        }
+        let hint = self
+            .kinds
+            .get(&resource.to_lowercase())
+            .map(String::as_str)
+            .or_else(|| closest(resource, self.names.iter().map(String::as_str)))
+            .map(|r| format!(" (did you mean {r:?}?)"))
+            .unwrap_or_default();
+        Err(format!(
+            "unknown resource {resource:?}{hint}: write `plural.group` (`plural` for the core \
+             group) of a built-in resource or of a CustomResourceDefinition in the test's \
+             objects (or mark a type that must not exist `undefinedResource: true`)"
+        ))
+    }
+}
+
+/// The closest of `candidates` to `word`, when close enough to be a typo.
+fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(2);
+    candidates
+        .map(|c| (strsim::levenshtein(&word.to_lowercase(), c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| c)
 }
 
 type Key = (String, String, String);
@@ -533,29 +858,48 @@ fn xml(s: &str) -> String {
 
 /// The `test` command: one line per test, a summary, exit 1 on failures.
 pub fn main(args: &TestArgs) -> ExitCode {
-    let outcomes = match run_all(&args.paths) {
+    let outcomes = match run_all_with(&args.paths, args.allow.as_deref()) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    for o in &outcomes {
-        if o.failures.is_empty() {
-            println!("ok   {}: {}", o.origin, o.name);
-        } else {
-            println!("FAIL {}: {}", o.origin, o.name);
-            for f in &o.failures {
-                println!("       {f}");
+    let failed = outcomes.iter().filter(|o| !o.failures.is_empty()).count();
+    let data = match args.output {
+        crate::validate::Format::Human => {
+            for o in &outcomes {
+                if o.failures.is_empty() {
+                    println!("ok   {}: {}", o.origin, o.name);
+                } else {
+                    println!("FAIL {}: {}", o.origin, o.name);
+                    for f in &o.failures {
+                        println!("       {f}");
+                    }
+                }
             }
+            println!(
+                "{} passed, {failed} failed, {} total",
+                outcomes.len() - failed,
+                outcomes.len()
+            );
+            Ok(None)
+        }
+        crate::validate::Format::Json => serde_json::to_string_pretty(&outcomes)
+            .map(|t| Some(t + "\n"))
+            .map_err(|e| e.to_string()),
+        crate::validate::Format::Yaml => yaml::to_yaml(&outcomes)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+    };
+    match data {
+        Ok(Some(text)) => print!("{text}"),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
         }
     }
-    let failed = outcomes.iter().filter(|o| !o.failures.is_empty()).count();
-    println!(
-        "{} passed, {failed} failed, {} total",
-        outcomes.len() - failed,
-        outcomes.len()
-    );
     if let Some(p) = &args.junit
         && let Err(e) = std::fs::write(p, junit(&outcomes))
     {

@@ -27,24 +27,34 @@ pub const CUSTOM_VERBS_ANNOTATION: &str = "rbacrules.io/custom-verbs";
 /// Label values: at most 63 characters.
 const LABEL_LIMIT: usize = 63;
 
-/// Output format of `validate`.
+/// Output format of `validate`: findings are diagnostics (stderr) unless
+/// asked for as data (stdout).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// One line per finding.
+    /// One line per finding, on stderr, as `render` reports errors.
     #[default]
     Human,
-    /// A JSON array of findings.
+    /// A JSON array of findings, on stdout.
     Json,
+    /// A YAML list of findings, on stdout.
+    Yaml,
 }
 
 /// Arguments of `validate`.
 #[derive(clap::Args, Clone, Debug)]
+#[command(after_help = "Examples:
+  rbac-rules validate --rules rules/examples/any-crd
+  rbac-rules validate --rules my-rules/ --objects crds.yaml --strict
+  cat rule.yaml | rbac-rules validate --rules - -o json
+
+Exit status: 0 no errors (warnings allowed unless --strict), 1 errors found.")]
 pub struct ValidateArgs {
-    /// Rule files or directories. Default: the built-in rules.
+    /// Rule files or directories (`-`: standard input). Default: the
+    /// built-in rules, with a note on stderr.
     #[arg(long, num_args = 1..)]
     pub rules: Vec<PathBuf>,
     /// YAML files or directories with objects; the CustomResourceDefinitions
-    /// among them give the schemas of custom trigger kinds.
+    /// among them give the schemas of custom trigger and related kinds.
     #[arg(long, num_args = 1..)]
     pub objects: Vec<PathBuf>,
     /// Read directories recursively (like kubectl's -R).
@@ -53,8 +63,8 @@ pub struct ValidateArgs {
     /// Treat warnings as errors.
     #[arg(long)]
     pub strict: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Human)]
+    /// Output format: human (stderr), json or yaml (stdout).
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Human)]
     pub output: Format,
 }
 
@@ -100,65 +110,173 @@ impl std::fmt::Display for Finding {
     }
 }
 
-/// Lints the rules of `args`; `Err` only when a file cannot be read.
+/// Lints the rules of `args`. A file that cannot be read or parsed is a
+/// finding like any other: the other files are still linted.
 pub fn validate(args: &ValidateArgs) -> Result<Vec<Finding>, YamlError> {
+    Ok(validate_noted(args).0)
+}
+
+/// [`validate`], with the notes (built-in rules used, documents skipped)
+/// a user sees on stderr.
+pub fn validate_noted(args: &ValidateArgs) -> (Vec<Finding>, Vec<String>) {
+    let mut findings = Vec::new();
+    let mut notes = Vec::new();
     let docs: Vec<Document> = if args.rules.is_empty() {
+        notes.push(rules::builtin_note("validate"));
         let mut docs = Vec::new();
         for (file, text) in rules::BUILTIN {
-            docs.extend(yaml::parse_documents(std::path::Path::new(file), text)?);
+            match yaml::parse_documents(std::path::Path::new(file), text) {
+                Ok(d) => docs.extend(d),
+                Err(e) => findings.push(load_finding(file, &e)),
+            }
         }
         docs
     } else {
-        yaml::load_tree(&args.rules, args.recursive)?
+        read_documents(&args.rules, args.recursive, true, &mut findings, &mut notes)
     };
-    let objects = yaml::load_tree(&args.objects, args.recursive)?;
+    let objects = read_documents(
+        &args.objects,
+        args.recursive,
+        false,
+        &mut findings,
+        &mut notes,
+    );
     let schemas = Schemas::new(&objects);
-    let mut findings = Vec::new();
     // Rule tests (`rbac-rules test`) are not rules.
-    for doc in docs
-        .iter()
+    let docs: Vec<Document> = docs
+        .into_iter()
         .filter(|d| d.value["kind"] != crate::ruletest::TEST_KIND)
-    {
+        .collect();
+    for doc in &docs {
         lint_document(doc, &schemas, &mut findings);
+    }
+    for e in rules::duplicates(&docs) {
+        if let rules::LoadError::Invalid {
+            origin,
+            rule,
+            field,
+            message,
+        } = e
+        {
+            findings.push(Finding {
+                severity: Severity::Error,
+                origin,
+                rule: rule
+                    .trim_start_matches("RbacRule ")
+                    .trim_matches('"')
+                    .to_string(),
+                field: field.trim_start_matches(": ").to_string(),
+                message,
+            });
+        }
     }
     findings.sort_by(|a, b| {
         (&a.origin, &a.field, a.severity, &a.message)
             .cmp(&(&b.origin, &b.field, b.severity, &b.message))
     });
     findings.dedup();
-    Ok(findings)
+    (findings, notes)
 }
 
-/// The `validate` command: prints findings, exit 1 on errors (or warnings
+/// The documents under `paths`, file by file: an unreadable file or
+/// invalid YAML becomes an error finding. With `rules`, documents of other
+/// kinds found in a directory are skipped with a note.
+fn read_documents(
+    paths: &[PathBuf],
+    recursive: bool,
+    rules: bool,
+    findings: &mut Vec<Finding>,
+    notes: &mut Vec<String>,
+) -> Vec<Document> {
+    let mut out = Vec::new();
+    for p in paths {
+        let in_dir = p.is_dir();
+        let files = match yaml::expand_paths(std::slice::from_ref(p), recursive) {
+            Ok(f) => f,
+            Err(e) => {
+                findings.push(load_finding(&p.display().to_string(), &e));
+                continue;
+            }
+        };
+        for f in files {
+            let docs = match yaml::read_text(&f).and_then(|t| yaml::parse_documents(&f, &t)) {
+                Ok(d) => d,
+                Err(e) => {
+                    findings.push(load_finding(&f.display().to_string(), &e));
+                    continue;
+                }
+            };
+            for d in docs {
+                if rules && in_dir && !rules::is_ours(&d.value) {
+                    notes.push(format!(
+                        "note: {}: skipped {} {:?}: not an RbacRule",
+                        d.origin(),
+                        d.value["kind"]
+                            .as_str()
+                            .unwrap_or("a document without kind"),
+                        d.value["metadata"]["name"].as_str().unwrap_or_default()
+                    ));
+                    continue;
+                }
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// A file that cannot be read or parsed, as a finding.
+fn load_finding(origin: &str, e: &YamlError) -> Finding {
+    let text = e.to_string();
+    let message = text
+        .strip_prefix(&format!("{origin}: "))
+        .unwrap_or(&text)
+        .to_string();
+    Finding {
+        severity: Severity::Error,
+        origin: origin.to_string(),
+        rule: String::new(),
+        field: String::new(),
+        message,
+    }
+}
+
+/// The `validate` command: findings (on stderr, or as data on stdout with
+/// `-o json|yaml`), a summary on stderr; exit 1 on errors (or warnings
 /// under `--strict`).
 pub fn main(args: &ValidateArgs) -> ExitCode {
-    let findings = match validate(args) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let (findings, notes) = validate_noted(args);
+    for n in &notes {
+        eprintln!("{n}");
+    }
     let errors = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .count();
     let warnings = findings.len() - errors;
-    match args.output {
+    let data = match args.output {
         Format::Human => {
             for f in &findings {
-                println!("{f}");
+                eprintln!("{f}");
             }
-            println!("{errors} error(s), {warnings} warning(s)");
+            Ok(None)
         }
-        Format::Json => match serde_json::to_string_pretty(&findings) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
+        Format::Json => serde_json::to_string_pretty(&findings)
+            .map(|t| Some(t + "\n"))
+            .map_err(|e| e.to_string()),
+        Format::Yaml => yaml::to_yaml(&findings)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+    };
+    match data {
+        Ok(Some(text)) => print!("{text}"),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
     }
+    eprintln!("{errors} error(s), {warnings} warning(s)");
     if errors > 0 || (args.strict && warnings > 0) {
         ExitCode::FAILURE
     } else {
@@ -216,18 +334,126 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
             trigger["version"].as_str().unwrap_or_default(),
         );
         if s.is_none() {
+            let hint = schemas
+                .suggest_kind(trigger_group, trigger_kind)
+                .map(|h| format!(" (did you mean {h}?)"))
+                .unwrap_or_default();
             push(
                 Severity::Warning,
                 "spec.trigger.kind",
                 format!(
-                    "unknown trigger kind {}: not built in, and no CustomResourceDefinition in \
-                     --objects defines it; its fields are not checked (a typo here matches nothing)",
+                    "unknown trigger kind {}{hint}: not built in, and no CustomResourceDefinition \
+                     in --objects defines it; its fields are not checked (a typo here matches \
+                     nothing)",
                     kind_ref(trigger_group, trigger_kind)
                 ),
             );
         }
         s
     };
+    // A metadata-only trigger shows templates and conditions its
+    // apiVersion, kind and metadata only: a path elsewhere reads nothing.
+    let metadata_only = trigger["metadataOnly"] == true;
+    if metadata_only {
+        for list in ["conditions", "require"] {
+            for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
+                if let Some(text) = c["path"].as_str()
+                    && let Some(msg) = beyond_metadata(text, &["path ", text].concat())
+                {
+                    push(
+                        Severity::Warning,
+                        &format!("spec.trigger.{list}[{i}].path"),
+                        msg,
+                    );
+                }
+            }
+        }
+    }
+    // Condition paths read the trigger itself.
+    if let Some(schema) = &schema {
+        for list in ["conditions", "require"] {
+            for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
+                if let Some(msg) = check_condition_path(schema, trigger_group, trigger_kind, c) {
+                    push(
+                        Severity::Warning,
+                        &format!("spec.trigger.{list}[{i}].path"),
+                        msg,
+                    );
+                }
+            }
+        }
+    }
+    // A list field read from the trigger.
+    if let Some(schema) = &schema {
+        for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
+            let lf = &r["listField"];
+            let of: Vec<&str> = lf["of"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if let Some(text) = lf["path"].as_str()
+                && (of.is_empty() || of.contains(&"trigger"))
+                && let Some(msg) = check_condition_path(
+                    schema,
+                    trigger_group,
+                    trigger_kind,
+                    &json!({ "path": text }),
+                )
+            {
+                push(
+                    Severity::Warning,
+                    &format!("spec.related[{i}].listField.path"),
+                    msg.replace("the condition can never hold", "the list is always empty"),
+                );
+            }
+        }
+    }
+    // A related set of objects: `where`/`require` paths and `item.` in
+    // their templates read objects of its kind.
+    let mut related_schemas: BTreeMap<usize, (String, String, Value)> = BTreeMap::new();
+    for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
+        let q = &r["objects"];
+        let (Some(kind), group) = (
+            q["kind"].as_str(),
+            q["apiGroup"].as_str().unwrap_or_default(),
+        ) else {
+            continue;
+        };
+        let Some(rs) = schemas.get(group, kind, q["version"].as_str().unwrap_or_default()) else {
+            if !Templates::is_literal(kind) || kind.is_empty() {
+                continue;
+            }
+            let hint = schemas
+                .suggest_kind(group, kind)
+                .map(|h| format!(" (did you mean {h}?)"))
+                .unwrap_or_default();
+            push(
+                Severity::Warning,
+                &format!("spec.related[{i}].objects.kind"),
+                format!(
+                    "unknown kind {}{hint}: not built in, and no CustomResourceDefinition in \
+                     --objects defines it; its fields are not checked",
+                    kind_ref(group, kind)
+                ),
+            );
+            continue;
+        };
+        for list in ["where", "require"] {
+            for (j, c) in r[list].as_array().into_iter().flatten().enumerate() {
+                if let Some(msg) = check_condition_path(&rs, group, kind, c) {
+                    push(
+                        Severity::Warning,
+                        &format!("spec.related[{i}].{list}[{j}].path"),
+                        msg,
+                    );
+                }
+            }
+        }
+        related_schemas.insert(i, (group.to_string(), kind.to_string(), rs));
+    }
+    lint_binding_kinds(spec, &mut push);
     let custom: BTreeSet<String> = doc.value["metadata"]["annotations"][CUSTOM_VERBS_ANNOTATION]
         .as_str()
         .unwrap_or_default()
@@ -248,12 +474,45 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
                 push(Severity::Error, &s.field, msg);
             }
         }
+        if metadata_only {
+            for (raw, segs) in &parsed.paths {
+                if segs.first().map(String::as_str) == Some("trigger")
+                    && segs.len() > 1
+                    && let Some(msg) = beyond_metadata(&segs[1..].join("."), raw)
+                {
+                    push(Severity::Warning, &s.field, msg);
+                }
+            }
+        }
         if let Some(schema) = &schema {
             for (raw, segs) in &parsed.paths {
                 if let Some(msg) =
                     check_trigger_path(schema, trigger_group, trigger_kind, raw, segs)
                 {
                     push(Severity::Error, &s.field, msg);
+                }
+            }
+        }
+        if let Some((group, kind, rs)) = related_index(&s.field)
+            .filter(|_| s.field.contains(".where[") || s.field.contains(".require["))
+            .and_then(|i| related_schemas.get(&i))
+        {
+            for (raw, segs) in &parsed.paths {
+                if segs.first().map(String::as_str) != Some("item") {
+                    continue;
+                }
+                if let Some((missing, fix)) = missing_field(rs, &segs[1..]) {
+                    let hint = fix
+                        .map(|f| format!(" (did you mean item.{f}?)"))
+                        .unwrap_or_default();
+                    push(
+                        Severity::Warning,
+                        &s.field,
+                        format!(
+                            "{raw}: {} has no field {missing}{hint}",
+                            kind_ref(group, kind)
+                        ),
+                    );
                 }
             }
         }
@@ -449,14 +708,13 @@ fn walk_helper(h: &HelperTemplate, top: bool, p: &mut Parsed) {
             (h.params.first(), h.params.get(1))
         && path_raw(obj) == "trigger"
     {
-        let mut segs = vec!["trigger".to_string()];
-        segs.extend(
-            f.split('.')
-                .flat_map(|s| s.split('['))
-                .map(|s| s.trim_end_matches(']').to_string())
-                .filter(|s| !s.is_empty()),
-        );
-        p.paths.push((format!("trigger.{f}"), segs));
+        // Parsed as the helper parses it: `a.[x.y/z]` and `a["x.y/z"]` are
+        // one key; a malformed path is the engine's compile error.
+        if let Ok(path) = crate::engine::path::FieldPath::parse(f) {
+            let mut segs = vec!["trigger".to_string()];
+            segs.extend(path.segments().iter().map(segment_text));
+            p.paths.push((format!("trigger.{f}"), segs));
+        }
     }
     p.calls.push((name, h.params.len()));
     for a in h.params.iter().chain(h.hash.values()) {
@@ -601,11 +859,36 @@ type CrdVersion = (String, bool, Value);
 struct Schemas {
     /// (group, kind) → every version of the CRD seen.
     crds: BTreeMap<(String, String), Vec<CrdVersion>>,
+    /// (group, kind) → the CRD's plural and singular names.
+    names: BTreeMap<(String, String), Vec<String>>,
 }
+
+/// The built-in kinds whose schemas [`builtin_schema`] knows.
+const BUILTIN_KINDS: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "ServiceAccount"),
+    ("", "Service"),
+    ("", "Pod"),
+    ("", "Node"),
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("apps", "ReplicaSet"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+];
 
 impl Schemas {
     fn new(objects: &[Document]) -> Self {
         let mut crds: BTreeMap<(String, String), Vec<CrdVersion>> = BTreeMap::new();
+        let mut names: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
         for d in objects {
             let o = &d.value;
             if o["kind"] != "CustomResourceDefinition" {
@@ -616,6 +899,15 @@ impl Schemas {
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
+            names
+                .entry((group.clone(), kind.clone()))
+                .or_default()
+                .extend(
+                    ["plural", "singular"]
+                        .iter()
+                        .filter_map(|n| o["spec"]["names"][n].as_str())
+                        .map(str::to_string),
+                );
             for v in o["spec"]["versions"].as_array().into_iter().flatten() {
                 let schema = v["schema"]["openAPIV3Schema"].clone();
                 crds.entry((group.clone(), kind.clone()))
@@ -627,7 +919,57 @@ impl Schemas {
                     ));
             }
         }
-        Schemas { crds }
+        Schemas { crds, names }
+    }
+
+    /// The known kind closest to `kind` (a typo, the wrong case, a plural,
+    /// the right kind in another group), as the fields to write.
+    fn suggest_kind(&self, group: &str, kind: &str) -> Option<String> {
+        let mut known: Vec<(String, String)> = BUILTIN_KINDS
+            .iter()
+            .map(|(g, k)| (g.to_string(), k.to_string()))
+            .collect();
+        known.extend(self.crds.keys().cloned());
+        let show = |g: &str, k: &str| {
+            if g.is_empty() {
+                format!("kind {k} (core group)")
+            } else {
+                format!("kind {k}, apiGroup {g}")
+            }
+        };
+        // The kind exists, in another group (or in another case).
+        if let Some((g, k)) = known
+            .iter()
+            .find(|(g, k)| k.eq_ignore_ascii_case(kind) && (g != group || k != kind))
+        {
+            return Some(show(g, k));
+        }
+        // A plural or singular resource name of a CRD.
+        for ((g, k), names) in &self.names {
+            if names.iter().any(|n| n.eq_ignore_ascii_case(kind)) {
+                return Some(show(g, k));
+            }
+        }
+        let in_group: Vec<&str> = known
+            .iter()
+            .filter(|(g, _)| g == group)
+            .map(|(_, k)| k.as_str())
+            .collect();
+        if let Some(k) = suggest(kind, in_group.iter().copied()) {
+            return Some(show(group, k));
+        }
+        // A built-in kind with the group left out or wrong (a custom
+        // group's unknown kind is not likened to a built-in one).
+        let builtin_group = !group.contains('.') || group.ends_with(".k8s.io");
+        if !builtin_group {
+            return None;
+        }
+        suggest(kind, BUILTIN_KINDS.iter().map(|(_, k)| *k)).and_then(|k| {
+            BUILTIN_KINDS
+                .iter()
+                .find(|(_, kk)| *kk == k)
+                .map(|(g, k)| show(g, k))
+        })
     }
 
     /// The schema of a kind (root holding `$defs` for references), CRDs
@@ -703,6 +1045,146 @@ fn path_parts(path: &handlebars::Path) -> (String, Vec<String>) {
                 .collect(),
         ),
         _ => (String::new(), Vec::new()),
+    }
+}
+
+/// With `metadataOnly: true`, a path of the trigger outside `apiVersion`,
+/// `kind` and `metadata` (`spec.group`) reads nothing.
+fn beyond_metadata(path: &str, shown: &str) -> Option<String> {
+    let first = crate::engine::path::FieldPath::parse(path)
+        .ok()
+        .and_then(|p| p.segments().first().map(segment_text))?;
+    (!matches!(first.as_str(), "apiVersion" | "kind" | "metadata")).then(|| {
+        format!(
+            "{shown}: the trigger is metadataOnly: rules see its apiVersion, kind and metadata \
+             only, so {first} is never there (read metadata, or drop metadataOnly)"
+        )
+    })
+}
+
+fn segment_text(s: &crate::engine::path::Segment) -> String {
+    match s {
+        crate::engine::path::Segment::Key(k) => k.clone(),
+        crate::engine::path::Segment::Index(n) => n.to_string(),
+    }
+}
+
+/// The index of the related set a field of the spec belongs to
+/// (`spec.related[2].where[0].value` → 2).
+fn related_index(field: &str) -> Option<usize> {
+    field
+        .strip_prefix("spec.related[")?
+        .split_once(']')?
+        .0
+        .parse()
+        .ok()
+}
+
+/// A condition's literal `path` checked against the schema of the object
+/// it reads (the trigger, or a related object).
+fn check_condition_path(schema: &Value, group: &str, kind: &str, c: &Value) -> Option<String> {
+    let text = c["path"].as_str()?;
+    let path = crate::engine::path::FieldPath::parse(text).ok()?;
+    let segs: Vec<String> = path.segments().iter().map(segment_text).collect();
+    let (missing, fix) = missing_field(schema, &segs)?;
+    let hint = fix
+        .map(|f| format!(" (did you mean {f}?)"))
+        .unwrap_or_default();
+    Some(format!(
+        "path {text}: {} has no field {missing}{hint}; the condition can never hold",
+        kind_ref(group, kind)
+    ))
+}
+
+/// Where a path inside an object leaves its kind's schema: the path up to
+/// the first field the schema lacks, and the closest field there written
+/// as a whole path. `None`: the path is fine or cannot be checked.
+fn missing_field(schema: &Value, segs: &[String]) -> Option<(String, Option<String>)> {
+    let first = segs.first()?;
+    // Every object has these, whether or not a CRD's schema lists them.
+    if matches!(first.as_str(), "apiVersion" | "kind") && segs.len() == 1 {
+        return None;
+    }
+    let meta;
+    let (root, start) = if first == "metadata" && schema_is_open(schema, "metadata") {
+        meta = object_meta_schema()?;
+        (&meta, 1)
+    } else {
+        (schema, 0)
+    };
+    let (depth, candidates) = walk_schema(root, root, &segs[start..])?;
+    let at = start + depth;
+    let missing = segs[..=at].join(".");
+    let fix = suggest(&segs[at], candidates.iter().map(String::as_str)).map(|s| {
+        let mut fixed: Vec<&str> = segs[..at].iter().map(String::as_str).collect();
+        fixed.push(s);
+        fixed.join(".")
+    });
+    Some((missing, fix))
+}
+
+/// Literal `roleRef.kind` and subject kinds of the outputs: Kubernetes
+/// knows `ClusterRole`/`Role` and `User`/`Group`/`ServiceAccount` only,
+/// spelt exactly so.
+fn lint_binding_kinds(spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
+    const ROLE_KINDS: &[&str] = &["ClusterRole", "Role"];
+    const SUBJECT_KINDS: &[&str] = &["User", "Group", "ServiceAccount"];
+    let mut check = |field: &str, kind: &Value, known: &[&str], what: &str| {
+        let Some(k) = kind.as_str().filter(|k| Templates::is_literal(k)) else {
+            return;
+        };
+        if known.contains(&k) {
+            return;
+        }
+        let hint = known
+            .iter()
+            .find(|c| c.eq_ignore_ascii_case(k))
+            .copied()
+            .or_else(|| suggest(k, known.iter().copied()))
+            .map(|s| format!(" (did you mean {s:?}?)"))
+            .unwrap_or_default();
+        push(
+            Severity::Error,
+            field,
+            format!(
+                "unknown {what} kind {k:?}{hint}: expected one of {}",
+                known.join(", ")
+            ),
+        );
+    };
+    for (i, out) in spec["outputs"].as_array().into_iter().flatten().enumerate() {
+        let role_kinds: &[&str] = if out["kind"] == "ClusterRoleBinding" {
+            &ROLE_KINDS[..1]
+        } else {
+            ROLE_KINDS
+        };
+        check(
+            &format!("spec.outputs[{i}].roleRef.kind"),
+            &out["roleRef"]["kind"],
+            role_kinds,
+            "roleRef",
+        );
+        fn subjects<'a>(v: &'a Value, field: String, out: &mut Vec<(String, &'a Value)>) {
+            for (j, item) in v.as_array().into_iter().flatten().enumerate() {
+                let f = format!("{field}[{j}]");
+                if item.get("item").is_some() {
+                    out.push((format!("{f}.item.kind"), &item["item"]["kind"]));
+                } else if let Some(items) = item.get("items") {
+                    subjects(items, format!("{f}.items"), out);
+                } else {
+                    out.push((format!("{f}.kind"), &item["kind"]));
+                }
+            }
+        }
+        let mut found = Vec::new();
+        subjects(
+            &out["subjects"],
+            format!("spec.outputs[{i}].subjects"),
+            &mut found,
+        );
+        for (field, kind) in found {
+            check(&field, kind, SUBJECT_KINDS, "subject");
+        }
     }
 }
 

@@ -132,6 +132,11 @@ pub fn for_each_document(
 pub fn expand_paths(paths: &[PathBuf], recursive: bool) -> Result<Vec<PathBuf>, YamlError> {
     let mut out = Vec::new();
     for p in paths {
+        // `-`: standard input, read where the documents are read.
+        if p.as_os_str() == "-" {
+            out.push(p.clone());
+            continue;
+        }
         let meta = std::fs::metadata(p).map_err(|e| YamlError::Io {
             path: p.display().to_string(),
             source: e,
@@ -188,13 +193,24 @@ pub fn for_each_in_tree(
     mut each: impl FnMut(&Path, usize, Value),
 ) -> Result<(), YamlError> {
     for f in expand_paths(paths, recursive)? {
-        let text = std::fs::read_to_string(&f).map_err(|e| YamlError::Io {
-            path: f.display().to_string(),
-            source: e,
-        })?;
+        let text = read_text(&f)?;
         for_each_document(&f, &text, |index, value| each(&f, index, value))?;
     }
     Ok(())
+}
+
+/// The text of a file, or of standard input for `-` (as kubectl's `-f -`).
+pub fn read_text(path: &Path) -> Result<String, YamlError> {
+    let io = |e| YamlError::Io {
+        path: path.display().to_string(),
+        source: e,
+    };
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(io)?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(io)
 }
 
 /// Key order: these first, in this order, then the rest alphabetically.

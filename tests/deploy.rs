@@ -198,20 +198,10 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
 }
 
 /// The resource (plural) of a kind, as Kubernetes guesses it for CRDs
-/// without an explicit plural (`UnsafeGuessKindToResource`). Right for
-/// every kind the built-in rules read; a kind with an irregular plural
-/// would need an entry here.
+/// without an explicit plural: the library's guess, which
+/// `rbac-rules controller-role` uses too.
 fn plural(kind: &str) -> String {
-    let lower = kind.to_ascii_lowercase();
-    if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with("sh") {
-        format!("{lower}es")
-    } else if let Some(stem) = lower.strip_suffix('y')
-        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
-    {
-        format!("{stem}ies")
-    } else {
-        format!("{lower}s")
-    }
+    rbac_rules::rules::guess_plural(kind)
 }
 
 fn builtin() -> Vec<rbac_rules::engine::RuleSource> {
@@ -610,6 +600,18 @@ fn cluster_role_reads_every_kind_the_builtin_rules_read() {
         &rules,
         &wanted,
         "the controller's ClusterRole (list/watch of kinds the built-in rules read)",
+    );
+    // What `rbac-rules controller-role` prints for the built-in rules is
+    // what the shipped role grants.
+    let printed: Vec<PolicyRule> = serde_json::from_value(
+        rbac_rules::rules::controller_role(&builtin(), "rbac-rules:builtin-rules", &[])["rules"]
+            .clone(),
+    )
+    .expect("policy rules");
+    assert_covers(
+        &rules,
+        &printed,
+        "the controller's ClusterRole (controller-role)",
     );
     // Outputs are owned by their trigger with blockOwnerDeletion:
     // OwnerReferencesPermissionEnforcement wants update on its finalizers.

@@ -126,6 +126,8 @@ fn template(helm: &str, set: &[&str]) -> Vec<Value> {
         "--namespace",
         NAMESPACE,
         "--include-crds",
+        "--kube-version",
+        "1.30.0",
     ]);
     for s in set {
         cmd.args(["--set", s]);
@@ -172,6 +174,34 @@ fn substance(o: &Value) -> Value {
     o
 }
 
+/// The standard labels every chart object carries.
+const STANDARD_LABELS: &[&str] = &[
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+];
+
+/// The chart's object without the standard labels the base's object does
+/// not carry (the chart adds them to every object; the base, to some).
+fn without_added_labels(chart: &Value, base: &Value) -> Value {
+    let mut o = chart.clone();
+    if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
+        for k in STANDARD_LABELS {
+            if base["metadata"]["labels"].get(*k).is_none() {
+                labels.remove(*k);
+            }
+        }
+        // As `substance` leaves a base object without labels: null.
+        if labels.is_empty() {
+            o["metadata"]["labels"] = Value::Null;
+        }
+    }
+    o
+}
+
 #[test]
 fn chart_lints_and_equals_the_kustomize_base() {
     let Some(helm) = helm() else { return };
@@ -206,7 +236,12 @@ fn chart_lints_and_equals_the_kustomize_base() {
         let Some(c) = chart.iter().find(|c| key(c) == key(b)) else {
             panic!("the chart does not render {} of deploy/", key(b));
         };
-        pretty_assertions::assert_eq!(substance(c), substance(b), "{}", key(b));
+        pretty_assertions::assert_eq!(
+            without_added_labels(&substance(c), b),
+            substance(b),
+            "{}",
+            key(b)
+        );
     }
     for c in &chart {
         assert!(
@@ -260,4 +295,304 @@ fn chart_values_switch_features() {
         c["args"].as_array().expect("args").last(),
         Some(&"--debounce-ms=500".into())
     );
+}
+
+/// `helm template` of the chart with `set`, or helm's error.
+fn try_template(helm: &str, chart: &Path, extra: &[&str]) -> Result<String, String> {
+    let out = Command::new(helm)
+        .current_dir(root())
+        .args(["template", "rbac-rules"])
+        .arg(chart)
+        .args(["--namespace", NAMESPACE])
+        .args(extra)
+        .output()
+        .expect("run helm");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Kinds of the admission template, which labels its objects itself.
+const ADMISSION_KINDS: &[&str] = &[
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
+
+#[test]
+fn every_object_carries_the_standard_labels() {
+    let Some(helm) = helm() else { return };
+    let objects = template(&helm, &["serviceMonitor.enabled=true"]);
+    assert!(objects.len() > 15);
+    for o in objects.iter().filter(|o| {
+        o["kind"] != "CustomResourceDefinition"
+            && !ADMISSION_KINDS.contains(&o["kind"].as_str().unwrap_or_default())
+    }) {
+        let labels = &o["metadata"]["labels"];
+        for k in STANDARD_LABELS {
+            assert!(
+                labels[*k].is_string(),
+                "{} lacks the label {k}: {labels}",
+                key(o)
+            );
+        }
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{}", key(o));
+        assert_eq!(
+            labels["app.kubernetes.io/instance"],
+            "rbac-rules",
+            "{}",
+            key(o)
+        );
+    }
+}
+
+#[test]
+fn the_chart_needs_kubernetes_1_30() {
+    let chart: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(root().join(CHART).join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("YAML");
+    assert_eq!(chart["kubeVersion"], ">=1.30.0-0");
+    let Some(helm) = helm() else { return };
+    let chart = root().join(CHART);
+    let old = try_template(&helm, &chart, &["--kube-version", "1.29.0"]).expect_err("1.29");
+    assert!(old.contains("kubeVersion"), "{old}");
+    assert!(try_template(&helm, &chart, &["--kube-version", "1.30.0"]).is_ok());
+}
+
+#[test]
+fn the_schema_refuses_wrong_values() {
+    let Some(helm) = helm() else { return };
+    let chart = root().join(CHART);
+    for (set, why) in [
+        ("manage=everything", "manage"),
+        ("replica=3", "replica"),
+        ("logFormat=xml", "logFormat"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("serviceMonitor.interval=soon", "interval"),
+        ("replicas=-1", "replicas"),
+    ] {
+        let err = try_template(&helm, &chart, &["--kube-version", "1.30.0", "--set", set])
+            .expect_err(set);
+        assert!(err.contains(why), "{set}: {err}");
+    }
+}
+
+/// Every key of values.yaml is in the schema and in the chart README's
+/// values table.
+#[test]
+fn every_value_is_in_the_schema_and_the_readme() {
+    let values: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(root().join(CHART).join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("YAML");
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join(CHART).join("values.schema.json"))
+            .expect("values.schema.json"),
+    )
+    .expect("JSON");
+    let readme = std::fs::read_to_string(root().join(CHART).join("README.md")).expect("README");
+    // Leaves of maps the README documents key by key; other maps whole.
+    const WHOLE: &[&str] = &[
+        "resources",
+        "podSecurityContext",
+        "securityContext",
+        "nodeSelector",
+        "affinity",
+        "podAnnotations",
+        "podLabels",
+        "serviceAccount.annotations",
+        "serviceMonitor.labels",
+    ];
+    fn walk(
+        v: &Value,
+        schema: &Value,
+        prefix: &str,
+        whole: &[&str],
+        out: &mut Vec<(String, bool)>,
+    ) {
+        let Some(m) = v.as_object() else { return };
+        for (k, child) in m {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            let sub = &schema["properties"][k];
+            out.push((key.clone(), !sub.is_null()));
+            if child.is_object() && !whole.contains(&key.as_str()) {
+                walk(child, sub, &key, whole, out);
+            }
+        }
+    }
+    let mut keys = Vec::new();
+    walk(&values, &schema, "", WHOLE, &mut keys);
+    assert!(keys.len() > 20);
+    for (k, in_schema) in keys {
+        assert!(
+            in_schema,
+            "values.yaml key {k} is not in values.schema.json"
+        );
+        let nested = values
+            .pointer(&format!("/{}", k.replace('.', "/")))
+            .is_some_and(|v| v.is_object() && !WHOLE.contains(&k.as_str()));
+        if !nested {
+            assert!(
+                readme.contains(&format!("| `{k}` |")),
+                "the chart README's values table lacks {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn names_service_account_and_scheduling_follow_the_values() {
+    let Some(helm) = helm() else { return };
+    let find = |objs: &[Value], kind: &str| -> Value {
+        objs.iter()
+            .find(|o| o["kind"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let objs = template(
+        &helm,
+        &[
+            "fullnameOverride=rbac",
+            "serviceAccount.name=rbac-controller",
+            "admissionFence=false",
+            "nodeSelector.pool=system",
+            "tolerations[0].key=dedicated",
+            "tolerations[0].operator=Exists",
+            "topologySpreadConstraints[0].maxSkew=1",
+            "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=kubernetes.io/os",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=In",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values[0]=linux",
+            "priorityClassName=system-cluster-critical",
+        ],
+    );
+    let d = find(&objs, "Deployment");
+    assert_eq!(d["metadata"]["name"], "rbac");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "rbac-controller");
+    assert_eq!(pod["nodeSelector"]["pool"], "system");
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert_eq!(pod["topologySpreadConstraints"][0]["maxSkew"], 1);
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert!(pod["affinity"]["nodeAffinity"].is_object(), "{pod}");
+    assert!(
+        pod["affinity"]["podAntiAffinity"].is_null(),
+        "given affinity replaces the default"
+    );
+    assert_eq!(
+        find(&objs, "ServiceAccount")["metadata"]["name"],
+        "rbac-controller"
+    );
+    assert_eq!(find(&objs, "Service")["metadata"]["name"], "rbac-metrics");
+    assert_eq!(
+        find(&objs, "PodDisruptionBudget")["metadata"]["name"],
+        "rbac"
+    );
+    // Every binding of the controller names the ServiceAccount it runs as.
+    let bound: Vec<&Value> = objs
+        .iter()
+        .filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("Binding")))
+        .flat_map(|b| b["subjects"].as_array().into_iter().flatten())
+        .filter(|s| s["kind"] == "ServiceAccount")
+        .collect();
+    assert!(!bound.is_empty());
+    for s in bound {
+        assert_eq!(s["name"], "rbac-controller", "{s}");
+        assert_eq!(s["namespace"], NAMESPACE, "{s}");
+    }
+    // The default: anti-affinity over nodes; no ServiceAccount when one is
+    // given; the fence refuses a ServiceAccount it does not name.
+    let d = find(&template(&helm, &[]), "Deployment");
+    assert!(d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"].is_object());
+    let none = template(
+        &helm,
+        &[
+            "serviceAccount.create=false",
+            "podDisruptionBudget.enabled=false",
+        ],
+    );
+    assert!(
+        !none
+            .iter()
+            .any(|o| o["kind"] == "ServiceAccount" || o["kind"] == "PodDisruptionBudget")
+    );
+    let err = try_template(
+        &helm,
+        &root().join(CHART),
+        &[
+            "--kube-version",
+            "1.30.0",
+            "--set",
+            "serviceAccount.name=other",
+        ],
+    )
+    .expect_err("the fence names rbac-rules");
+    assert!(err.contains("admissionFence"), "{err}");
+}
+
+/// NOTES.txt, rendered as Helm renders it after an install: it says the
+/// default image is not published and that upgrades leave the CRD alone.
+#[test]
+fn notes_tell_the_truth() {
+    let Some(helm) = helm() else { return };
+    // helm template does not render NOTES.txt: render a copy of it as a
+    // ConfigMap of a copy of the chart.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("rbac-rules");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(root().join(CHART))
+        .arg(&chart)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    std::fs::rename(chart.join("templates/NOTES.txt"), chart.join("NOTES.txt")).expect("move");
+    std::fs::write(
+        chart.join("templates/notes-test.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: |\n{{ tpl (.Files.Get \"NOTES.txt\") . | indent 4 }}\n",
+    )
+    .expect("write");
+    let notes = |set: &[&str]| -> String {
+        let mut args = vec![
+            "--kube-version",
+            "1.30.0",
+            "--show-only",
+            "templates/notes-test.yaml",
+        ];
+        for s in set {
+            args.extend(["--set", s]);
+        }
+        let text = try_template(&helm, &chart, &args).expect("renders");
+        let v: Value = serde_saphyr::from_str(&text).expect("YAML");
+        v["data"]["notes"].as_str().expect("notes").to_string()
+    };
+    let default = notes(&[]);
+    assert!(
+        default.contains("no image of that\nname is published"),
+        "{default}"
+    );
+    assert!(
+        default.contains("docker build -f deploy/Dockerfile"),
+        "{default}"
+    );
+    assert!(
+        default.contains("`helm upgrade` does not upgrade the RbacRule CRD"),
+        "{default}"
+    );
+    let built = notes(&["image.repository=registry.example.org/rbac-rules"]);
+    assert!(!built.contains("is published"), "{built}");
+    assert!(
+        built.contains("does not upgrade the RbacRule CRD"),
+        "{built}"
+    );
+    let open = notes(&["allowClusterRole=", "admissionFence=false"]);
+    assert!(open.contains("allowClusterRole is empty"), "{open}");
+    assert!(open.contains("admissionFence is off"), "{open}");
 }

@@ -442,13 +442,13 @@ fn escalating_grants_are_refused() {
             "['']",
             "[users, groups]",
             "[impersonate]",
-            "[] users: impersonate",
+            "[\"\"] users: impersonate",
         ),
         (
             "['']",
             "[serviceaccounts]",
             "['*']",
-            "[] serviceaccounts: impersonate",
+            "[\"\"] serviceaccounts: impersonate",
         ),
         (
             "[authentication.k8s.io]",

@@ -4,7 +4,10 @@ use std::process::Command;
 
 struct Run {
     code: Option<i32>,
+    /// Everything printed: findings and summary (stderr), data (stdout).
     stdout: String,
+    /// Standard output alone: only `-o json|yaml` writes there.
+    data: String,
 }
 
 fn rule(name: &str, body: &str) -> String {
@@ -36,9 +39,11 @@ fn validate(rules: &str, objects: Option<&str>, extra: &[&str]) -> Run {
         cmd.arg("--objects").arg(p);
     }
     let out = cmd.args(extra).output().expect("run rbac-rules");
+    let data = String::from_utf8_lossy(&out.stdout).into_owned();
     Run {
         code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stdout: format!("{}{data}", String::from_utf8_lossy(&out.stderr)),
+        data,
     }
 }
 
@@ -204,7 +209,7 @@ fn long_label_values_are_flagged() {
 fn json_output() {
     let r = validate(&crd_rule("x", "[gett]"), None, &["--output", "json"]);
     assert_eq!(r.code, Some(1));
-    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let v: serde_json::Value = serde_json::from_str(&r.data).expect("JSON on stdout alone");
     assert_eq!(v[0]["severity"], "error");
     assert_eq!(v[0]["rule"], "crd-roles");
     assert_eq!(v[0]["field"], "spec.outputs[0].rules[0].verbs[0]");
@@ -226,7 +231,339 @@ fn the_shipped_rules_have_no_errors() {
         ])
         .output()
         .expect("run rbac-rules");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.lines().any(|l| l.starts_with("0 error(s)")), "{text}");
+}
+
+/// A CRD of the first-hour path: `databases.data.acme.io`, namespaced.
+const DATABASE_CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: databases.data.acme.io\nspec:\n  group: data.acme.io\n  names: {kind: Database, plural: databases, singular: database}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            properties:\n              engine: {type: string}\n              group: {type: string}\n";
+
+fn crd_trigger_rule(kind: &str, conditions: &str) -> String {
+    rule(
+        "crd-conditions",
+        &format!(
+            "  trigger:\n    apiGroup: apiextensions.k8s.io\n    kind: {kind}\n{conditions}  outputs:\n  - kind: ClusterRole\n    name: \"crd:{{{{trigger.metadata.name}}}}\"\n    rules:\n    - apiGroups: [\"{{{{trigger.spec.group}}}}\"]\n      resources: [\"{{{{trigger.spec.names.plural}}}}\"]\n      verbs: [get]\n"
+        ),
+    )
+}
+
+#[test]
+fn a_misspelt_condition_path_warns_with_the_field_it_meant() {
+    let r = validate(
+        &crd_trigger_rule(
+            "CustomResourceDefinition",
+            "    conditions:\n    - {path: spec.grop, equals: data.acme.io}\n",
+        ),
+        None,
+        &[],
+    );
+    assert_has(
+        &r,
+        0,
+        &[
+            "warning: ",
+            "spec.trigger.conditions[0].path: path spec.grop: \
+             CustomResourceDefinition.apiextensions.k8s.io has no field spec.grop \
+             (did you mean spec.group?)",
+            "0 error(s), 1 warning(s)",
+        ],
+    );
+    assert_has(
+        &validate(
+            &crd_trigger_rule(
+                "CustomResourceDefinition",
+                "    require:\n    - {path: spec.scpe, equals: Namespaced}\n",
+            ),
+            None,
+            &["--strict"],
+        ),
+        1,
+        &["spec.trigger.require[0].path", "(did you mean spec.scope?)"],
+    );
+    // Correct paths, bracketed keys included, pass.
+    let ok = validate(
+        &crd_trigger_rule(
+            "CustomResourceDefinition",
+            "    conditions:\n    - {path: spec.group, equals: data.acme.io}\n    - {path: 'metadata.labels[\"example.org/team\"]', exists: true}\n    - {path: 'metadata.annotations.[example.org/owner]', exists: true}\n    - {path: 'spec.versions[0].name', exists: true}\n",
+        ),
+        None,
+        &[],
+    );
+    assert_has(&ok, 0, &["0 error(s), 0 warning(s)"]);
+}
+
+#[test]
+fn a_misspelt_where_path_warns_against_the_related_kind() {
+    let text = rule(
+        "owners",
+        "  trigger: {kind: Namespace}\n  related:\n  - name: dbs\n    objects: {apiGroup: data.acme.io, kind: Database, namespace: '{{trigger.metadata.name}}'}\n    where:\n    - {path: spec.engnie, equals: postgres}\n    - {value: '{{item.spec.grup}}', equals: x}\n  outputs:\n  - kind: Role\n    name: dbs\n    rules:\n    - apiGroups: [data.acme.io]\n      resources: [databases]\n      resourceNames: {forEach: 'pluck related.dbs \"metadata.name\"', as: n, item: '{{n}}'}\n      verbs: [get]\n",
+    );
+    let r = validate(&text, Some(DATABASE_CRD), &[]);
+    assert_has(
+        &r,
+        0,
+        &[
+            "spec.related[0].where[0].path: path spec.engnie: Database.data.acme.io has no field \
+             spec.engnie (did you mean spec.engine?)",
+            "item.spec.grup: Database.data.acme.io has no field spec.grup (did you mean item.spec.group?)",
+        ],
+    );
+}
+
+#[test]
+fn the_tutorial_validates_clean() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .current_dir(root)
+        .args(["validate", "--rules", "docs/tutorial/team-roles.yaml"])
+        .output()
+        .expect("run rbac-rules");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("0 error(s), 0 warning(s)"), "{text}");
+}
+
+#[test]
+fn an_unknown_trigger_kind_suggests_a_known_one() {
+    let r = validate(
+        &rule(
+            "ns",
+            "  trigger: {kind: Namespce}\n  outputs:\n  - kind: ClusterRole\n    name: x\n",
+        ),
+        None,
+        &[],
+    );
+    assert_has(
+        &r,
+        0,
+        &["unknown trigger kind Namespce (did you mean kind Namespace (core group)?)"],
+    );
+    let r = validate(
+        &rule(
+            "dep",
+            "  trigger: {kind: Deployment}\n  outputs:\n  - kind: ClusterRole\n    name: x\n",
+        ),
+        None,
+        &[],
+    );
+    assert_has(
+        &r,
+        0,
+        &["unknown trigger kind Deployment (did you mean kind Deployment, apiGroup apps?)"],
+    );
+    let r = validate(
+        &rule(
+            "db",
+            "  trigger: {apiGroup: data.acme.io, kind: database}\n  outputs:\n  - kind: ClusterRole\n    name: x\n",
+        ),
+        Some(DATABASE_CRD),
+        &[],
+    );
+    assert_has(
+        &r,
+        0,
+        &["(did you mean kind Database, apiGroup data.acme.io?)"],
+    );
+}
+
+#[test]
+fn literal_role_ref_and_subject_kinds_are_checked() {
+    let r = validate(
+        &rule(
+            "kinds",
+            "  trigger: {kind: Namespace}\n  outputs:\n  - kind: RoleBinding\n    name: b\n    roleRef: {kind: clusterrole, name: view}\n    subjects:\n    - {kind: user, name: bob}\n    - {kind: ServiceAcount, name: bot}\n    - {forEach: 'list \"a\"', as: g, item: {kind: Grop, name: '{{g}}'}}\n    - {kind: Group, name: ok}\n  - kind: ClusterRoleBinding\n    name: c\n    roleRef: {kind: Role, name: view}\n    subjects: [{kind: Group, name: ok}]\n",
+        ),
+        None,
+        &[],
+    );
+    assert_has(
+        &r,
+        1,
+        &[
+            "spec.outputs[0].roleRef.kind: unknown roleRef kind \"clusterrole\" (did you mean \"ClusterRole\"?)",
+            "spec.outputs[0].subjects[0].kind: unknown subject kind \"user\" (did you mean \"User\"?)",
+            "spec.outputs[0].subjects[1].kind: unknown subject kind \"ServiceAcount\" (did you mean \"ServiceAccount\"?)",
+            "spec.outputs[0].subjects[2].item.kind: unknown subject kind \"Grop\" (did you mean \"Group\"?)",
+            "spec.outputs[1].roleRef.kind: unknown roleRef kind \"Role\"",
+            "5 error(s)",
+        ],
+    );
+}
+
+fn run_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run rbac-rules");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_rule_name_defined_twice_is_an_error_in_validate_render_and_test() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let body = "  outputs:\n  - kind: ClusterRole\n    name: NAME\n    rules: [{apiGroups: [''], resources: [configmaps], verbs: [get]}]\n";
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        rule("same", &body.replace("NAME", "a")),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        rule("same", &body.replace("NAME", "b")),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("ns.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+    )
+    .expect("write");
+    std::fs::create_dir(dir.path().join("tests")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("tests/t.yaml"),
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRuleTest\nmetadata: {name: t}\nspec:\n  rules: [../a.yaml, ../b.yaml]\n  expect:\n    objects: [{kind: ClusterRole, metadata: {name: a}}]\n",
+    )
+    .expect("write");
+    let want = "b.yaml#1: RbacRule \"same\": metadata.name: duplicate rule name: a.yaml#1 defines";
+    let (code, _, err) = run_in(dir.path(), &["validate", "--rules", "a.yaml", "b.yaml"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(want), "{err}");
+    let (code, out, err) = run_in(
+        dir.path(),
+        &["render", "--rules", ".", "--objects", "ns.yaml"],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("duplicate rule name"), "{err}");
+    let (code, out, err) = run_in(dir.path(), &["test", "tests"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("duplicate rule name"), "{out}");
+    // The same file named twice is one rule, not a duplicate.
+    let (code, _, err) = run_in(dir.path(), &["validate", "--rules", "a.yaml", "a.yaml"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn findings_are_diagnostics_on_stderr_and_data_only_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("r.yaml"), crd_rule("x", "[gett]")).expect("write");
+    let (code, out, err) = run_in(dir.path(), &["validate", "--rules", "r.yaml"]);
+    assert_eq!(code, Some(1));
+    assert!(out.is_empty(), "stdout: {out}");
+    assert!(
+        err.contains("unknown verb \"gett\"") && err.contains("1 error(s)"),
+        "{err}"
+    );
+    let (_, out, _) = run_in(dir.path(), &["validate", "--rules", "r.yaml", "-o", "yaml"]);
+    assert!(out.contains("severity: error"), "{out}");
+}
+
+#[test]
+fn a_load_error_is_in_the_json_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("bad.yaml"), "a: [\n").expect("write");
+    std::fs::write(dir.path().join("r.yaml"), crd_rule("x", "[gett]")).expect("write");
+    let (code, out, _) = run_in(
+        dir.path(),
+        &[
+            "validate",
+            "--rules",
+            "bad.yaml",
+            "missing.yaml",
+            "r.yaml",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(code, Some(1));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let origins: Vec<&str> = v
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|f| f["origin"].as_str())
+        .collect();
+    assert!(origins.contains(&"bad.yaml"), "{out}");
+    assert!(origins.contains(&"missing.yaml"), "{out}");
+    // The readable file is still linted.
+    assert!(out.contains("unknown verb"), "{out}");
+}
+
+#[test]
+fn rules_from_stdin() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .args(["validate", "--rules", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(crd_rule("x", "[gett]").as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: -#1: RbacRule \"crd-roles\""), "{err}");
+}
+
+#[test]
+fn omitted_rules_and_skipped_documents_are_noted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, _, err) = run_in(dir.path(), &["validate"]);
+    assert!(
+        err.contains("note: validate: no rules given: using the built-in rules"),
+        "{err}"
+    );
+    std::fs::write(dir.path().join("r.yaml"), format!("{}---\n{}", crd_rule("x", "[get]"), "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: watcher}\n")).expect("write");
+    let (code, _, err) = run_in(dir.path(), &["validate", "--rules", "."]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("r.yaml#2: skipped ClusterRole \"watcher\": not an RbacRule"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_metadata_only_trigger_read_beyond_its_metadata_warns() {
+    let text = rule(
+        "mo",
+        "  trigger:\n    apiGroup: apiextensions.k8s.io\n    kind: CustomResourceDefinition\n    metadataOnly: true\n    conditions:\n    - {path: spec.group, equals: x.io}\n    - {path: 'metadata.labels[\"a/b\"]', exists: true}\n  outputs:\n  - kind: ClusterRole\n    name: \"a-{{trigger.spec.group}}-{{trigger.metadata.name}}\"\n",
+    );
+    let r = validate(&text, None, &[]);
+    assert_has(
+        &r,
+        0,
+        &[
+            "spec.trigger.conditions[0].path: path spec.group: the trigger is metadataOnly",
+            "spec.outputs[0].name: trigger.spec.group: the trigger is metadataOnly",
+            "0 error(s), 2 warning(s)",
+        ],
+    );
+}
+
+#[test]
+fn a_misspelt_list_field_path_of_the_trigger_warns() {
+    let text = rule(
+        "versions",
+        "  trigger: {apiGroup: apiextensions.k8s.io, kind: CustomResourceDefinition}\n  related:\n  - name: versions\n    listField: {path: spec.versoins}\n  - name: ok\n    listField: {path: spec.versions, of: [trigger]}\n  outputs:\n  - kind: ClusterRole\n    name: \"crd:{{trigger.metadata.name}}\"\n",
+    );
+    let r = validate(&text, None, &[]);
+    assert_has(
+        &r,
+        0,
+        &[
+            "spec.related[0].listField.path: path spec.versoins: CustomResourceDefinition.apiextensions.k8s.io has no field spec.versoins (did you mean spec.versions?); the list is always empty",
+            "0 error(s), 1 warning(s)",
+        ],
+    );
 }

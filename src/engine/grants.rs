@@ -365,11 +365,10 @@ fn ours(o: &Value) -> bool {
         && policy::protected_object(kind, name, |k| o["metadata"]["labels"][k].as_str()).is_none()
 }
 
-/// The denials a grant breaks, the first three shown.
+/// The denials a grant breaks, every one.
 fn push_denials(why: &mut Vec<String>, grants: &dyn std::fmt::Display, denied: &[String]) {
     if !denied.is_empty() {
-        let shown: Vec<&str> = denied.iter().take(3).map(String::as_str).collect();
-        why.push(format!("{grants} {}", shown.join("; ")));
+        why.push(format!("{grants} {}", denied.join("; ")));
     }
 }
 
@@ -472,14 +471,9 @@ impl Obj<'_> {
     }
 }
 
-/// The first few uncovered permissions, compact.
+/// Every uncovered permission, compact, with their count.
 fn shown(missing: &[PolicyRule]) -> String {
-    missing
-        .iter()
-        .take(3)
-        .map(policy::describe)
-        .collect::<Vec<_>>()
-        .join("; ")
+    policy::describe_all(missing)
 }
 
 /// A live or emitted role's rules. Live roles were validated by the API

@@ -1894,7 +1894,7 @@ fn a_protected_role_labelled_ours_is_still_judged_for_bindings() {
     let e = eval.errors().next().expect("refused");
     assert!(
         e.message
-            .contains("binds role \"edit\", which grants [] serviceaccounts: impersonate"),
+            .contains("binds role \"edit\", which grants [\"\"] serviceaccounts: impersonate"),
         "{}",
         e.message
     );

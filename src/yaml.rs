@@ -8,6 +8,15 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
+/// The deepest nesting of maps and lists the Kubernetes API server accepts
+/// in an object (the object's own braces are level 1): its JSON decoder's
+/// limit (Go's `encoding/json` scanner as vendored in sigs.k8s.io/json,
+/// `maxNestingDepth`; `maxDepth` in k8s.io/apimachinery/pkg/util/json) and
+/// its YAML decoder's (`max_indents`, `max_flow_level`), all 10,000.
+/// Inputs as deep are read (a provider's CRD schema is deep); deeper ones
+/// are refused, each alone.
+pub const MAX_DEPTH: usize = 10_000;
+
 /// A YAML file that cannot be read or parsed.
 #[derive(Debug, thiserror::Error)]
 pub enum YamlError {
@@ -57,8 +66,10 @@ impl Document {
 /// than 1,024 documents or 250,000 nodes, and a cluster's objects in one
 /// file are more than that. Plain data cannot hold more documents, nodes,
 /// events or scalar bytes than it has bytes, so those limits scale with the
-/// input; the limits against alias and anchor expansion and nesting (what
-/// makes a small input large) keep their defaults.
+/// input; the limits against alias and anchor expansion keep their
+/// defaults. Nesting (64 by default, 255 in flow style) may go as deep as
+/// the API server accepts ([`MAX_DEPTH`]): documents are parsed on the
+/// large-stack evaluation thread ([`parse_all`]).
 fn options_for(text: &str) -> serde_saphyr::Options {
     let n = text.len();
     let mut budget = serde_saphyr::Budget::default();
@@ -66,9 +77,94 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     budget.max_nodes = budget.max_nodes.max(n + 1);
     budget.max_events = budget.max_events.max(4 * n + 16);
     budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(n + 1);
+    budget.max_depth = MAX_DEPTH;
+    budget.flow_nesting_limit = MAX_DEPTH;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options
+}
+
+/// The documents of `text`, each with its 1-based position, or the error
+/// of each document that cannot be read.
+///
+/// serde-saphyr recurses once per level (a few KiB each unoptimised), so
+/// the parse runs on the evaluation thread and its 256 MiB stack, which
+/// holds [`MAX_DEPTH`] levels with room to spare. One bad document (too
+/// deep, invalid) fails the parse of the whole stream: the stream is then
+/// cut at its document markers and each part parsed alone, so the error
+/// names that document and the others are still read.
+fn parse_all(path: &Path, text: &str) -> Result<Vec<(usize, Result<Value, YamlError>)>, YamlError> {
+    let parse = |text: &str| -> Result<Vec<Value>, String> {
+        serde_saphyr::from_multiple_with_options(text, options_for(text)).map_err(|e| {
+            let e = e.to_string();
+            // serde-saphyr names its depth limit a recursion limit.
+            if e.contains("recursion limit") || e.contains("depth") {
+                format!("nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}")
+            } else {
+                e
+            }
+        })
+    };
+    let parsed = crate::engine::limits::isolated(|| match parse(text) {
+        Ok(docs) => Ok(docs.into_iter().map(Ok).collect::<Vec<_>>()),
+        Err(whole) => {
+            let parts = split_documents(text);
+            if parts.len() < 2 {
+                return Err(whole);
+            }
+            let mut out = Vec::new();
+            for part in parts {
+                match parse(part) {
+                    Ok(docs) => out.extend(docs.into_iter().map(Ok)),
+                    Err(e) => out.push(Err(e)),
+                }
+            }
+            Ok(out)
+        }
+    });
+    let fail = |message: String| YamlError::Parse {
+        path: path.display().to_string(),
+        message,
+    };
+    let docs = parsed.map_err(&fail)?.map_err(&fail)?;
+    Ok(docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let index = i + 1;
+            let d = d.map_err(|message| YamlError::Parse {
+                path: format!("{}#{index}", path.display()),
+                message,
+            });
+            (index, d)
+        })
+        .collect())
+}
+
+/// `text` cut before each line that starts a document (`---` alone or
+/// followed by a space); a part without content is dropped. YAML forbids
+/// such a line inside a document, so the cut never splits one.
+fn split_documents(text: &str) -> Vec<&str> {
+    let mut starts = vec![0];
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        if at > 0 && (body == "---" || body.starts_with("--- ") || body.starts_with("---\t")) {
+            starts.push(at);
+        }
+        at += line.len();
+    }
+    starts.push(text.len());
+    starts
+        .windows(2)
+        .map(|w| &text[w[0]..w[1]])
+        .filter(|part| {
+            part.lines().any(|l| {
+                let l = l.trim();
+                !l.is_empty() && !l.starts_with('#') && l != "---" && l != "..."
+            })
+        })
+        .collect()
 }
 
 /// Parses a multi-document YAML text; empty documents are skipped and
@@ -91,6 +187,9 @@ fn is_list(doc: &Value) -> bool {
 /// Hands each document of `text` to `each` (with its 1-based position),
 /// items of lists one by one, moving them: nothing is copied, and the
 /// caller keeps only what it builds from them. Empty documents are skipped.
+/// A document that cannot be read (invalid, or nested deeper than
+/// [`MAX_DEPTH`]) is refused alone: the others are handed over, then the
+/// first such error, naming the file and the document, is returned.
 ///
 /// The whole text is parsed first: serde-saphyr's streaming reader parses
 /// about a third slower than its string parser, and the text is small
@@ -100,13 +199,16 @@ pub fn for_each_document(
     text: &str,
     mut each: impl FnMut(usize, Value),
 ) -> Result<(), YamlError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options_for(text))
-        .map_err(|e| YamlError::Parse {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-    for (i, doc) in docs.into_iter().enumerate() {
-        let index = i + 1;
+    let mut refused = None;
+    for (index, doc) in parse_all(path, text)? {
+        let doc = match doc {
+            Ok(doc) => doc,
+            // The first bad document is the error; the others are read.
+            Err(e) => {
+                refused.get_or_insert(e);
+                continue;
+            }
+        };
         if doc.is_null() {
             continue;
         }
@@ -122,7 +224,7 @@ pub fn for_each_document(
             }
         }
     }
-    Ok(())
+    refused.map_or(Ok(()), Err)
 }
 
 /// Files named by `paths`, as `kubectl apply -f` reads them: files as

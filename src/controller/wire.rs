@@ -202,6 +202,16 @@ impl<'de> Visitor<'de> for WireVisitor {
             resource_version: text("resourceVersion"),
             ..ObjectMeta::default()
         };
+        if too_deep.get() {
+            // Refused: only what names it is kept, nothing read half.
+            let mut kept = Map::new();
+            for k in ["name", "namespace", "uid", "resourceVersion"] {
+                if let Some(v) = text(k) {
+                    kept.insert(k.to_string(), Value::String(v));
+                }
+            }
+            body = Map::from_iter([("metadata".to_string(), Value::Object(kept))]);
+        }
         Ok(Wire {
             meta,
             body,

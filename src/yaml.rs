@@ -84,6 +84,9 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     options
 }
 
+/// A document's 1-based position and content, or why it cannot be read.
+type Parsed = (usize, Result<Value, YamlError>);
+
 /// The documents of `text`, each with its 1-based position, or the error
 /// of each document that cannot be read.
 ///
@@ -93,13 +96,15 @@ fn options_for(text: &str) -> serde_saphyr::Options {
 /// deep, invalid) fails the parse of the whole stream: the stream is then
 /// cut at its document markers and each part parsed alone, so the error
 /// names that document and the others are still read.
-fn parse_all(path: &Path, text: &str) -> Result<Vec<(usize, Result<Value, YamlError>)>, YamlError> {
+fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
     let parse = |text: &str| -> Result<Vec<Value>, String> {
         serde_saphyr::from_multiple_with_options(text, options_for(text)).map_err(|e| {
             let e = e.to_string();
             // serde-saphyr names its depth limit a recursion limit.
             if e.contains("recursion limit") || e.contains("depth") {
-                format!("nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}")
+                format!(
+                    "nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}"
+                )
             } else {
                 e
             }

@@ -7,15 +7,18 @@
 //! Deep values are built, measured and dropped here without recursion
 //! (a test thread has 2 MiB of stack); only the code under test recurses.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use futures::StreamExt;
 use http::{Request, Response};
-use kube::{Client, Resource};
 use kube::api::{Api, ApiResource};
 use kube::client::Body;
 use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Client, Resource};
 use rbac_rules::controller::wire::{Wire, WireMeta};
 use serde_json::{Value, json};
 use tower_test::mock::Handle;
@@ -58,9 +61,10 @@ fn widget_text(name: &str, rv: u64, depth: usize) -> String {
 
 /// `levels` maps nested as `{"a":{"a":…{}…}}`, built without recursion.
 fn nested_value(levels: usize) -> Value {
-    let mut v = json!({});
+    // Not `json!({"a": v})`: that copies `v` (to_value), each time.
+    let mut v = Value::Object(serde_json::Map::new());
     for _ in 1..levels {
-        v = json!({ "a": v });
+        v = Value::Object(serde_json::Map::from_iter([("a".to_string(), v)]));
     }
     v
 }
@@ -133,7 +137,11 @@ fn serve(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_string();
-            seen.lock().expect("log").push(format!("{} {}?{query} accept={accept}", req.method(), req.uri().path()));
+            seen.lock().expect("log").push(format!(
+                "{} {}?{query} accept={accept}",
+                req.method(),
+                req.uri().path()
+            ));
             if query.contains("watch=true") {
                 let lines = events.take().unwrap_or_default();
                 if lines.is_empty() {
@@ -176,15 +184,27 @@ async fn objects<K>(
 #[tokio::test]
 async fn a_watch_event_with_a_200_level_object_arrives_whole() {
     let ar = widgets();
-    let event = format!(r#"{{"type":"ADDED","object":{}}}"#, widget_text("deep", 11, 200));
+    let event = format!(
+        r#"{{"type":"ADDED","object":{}}}"#,
+        widget_text("deep", 11, 200)
+    );
     // What kube reads a dynamic object with refuses it (serde_json's
     // recursion limit): the case this test is about.
     assert!(
         serde_json::from_str::<kube::core::WatchEvent<kube::api::DynamicObject>>(&event).is_err()
     );
     let (client, handle) = mock();
-    let (server, _) = serve(handle, "WidgetList", vec![widget_text("flat", 5, 3)], vec![event]);
-    let mut stream = watcher(Api::<Wire>::all_with(client, &ar), watcher::Config::default()).boxed();
+    let (server, _) = serve(
+        handle,
+        "WidgetList",
+        vec![widget_text("flat", 5, 3)],
+        vec![event],
+    );
+    let mut stream = watcher(
+        Api::<Wire>::all_with(client, &ar),
+        watcher::Config::default(),
+    )
+    .boxed();
     let got = objects(&mut stream, 2).await;
     drop(stream);
     let [flat, deep] = <[Wire; 2]>::try_from(got).expect("two objects");
@@ -233,11 +253,17 @@ async fn a_metadata_only_watch_reads_a_crd_with_deep_managed_fields() {
     let (server, log) = serve(
         handle,
         "PartialObjectMetadataList",
-        vec![meta("buckets.s3.example.org"), meta("queues.sqs.example.org")],
+        vec![
+            meta("buckets.s3.example.org"),
+            meta("queues.sqs.example.org"),
+        ],
         vec![],
     );
-    let mut stream =
-        watcher(Api::<WireMeta>::all_with(client, &crds), watcher::Config::default()).boxed();
+    let mut stream = watcher(
+        Api::<WireMeta>::all_with(client, &crds),
+        watcher::Config::default(),
+    )
+    .boxed();
     let got = objects(&mut stream, 2).await;
     drop(stream);
     let names: Vec<Value> = got
@@ -251,12 +277,21 @@ async fn a_metadata_only_watch_reads_a_crd_with_deep_managed_fields() {
             v["metadata"]["name"].clone()
         })
         .collect();
-    assert_eq!(names, [json!("buckets.s3.example.org"), json!("queues.sqs.example.org")]);
+    assert_eq!(
+        names,
+        [
+            json!("buckets.s3.example.org"),
+            json!("queues.sqs.example.org")
+        ]
+    );
     server.abort();
     // Metadata only was asked for.
     let seen = log.lock().expect("log").clone();
     assert!(!seen.is_empty());
-    assert!(seen.iter().all(|r| r.contains("as=PartialObjectMetadata")), "{seen:#?}");
+    assert!(
+        seen.iter().all(|r| r.contains("as=PartialObjectMetadata")),
+        "{seen:#?}"
+    );
 }
 
 #[tokio::test]
@@ -276,7 +311,11 @@ async fn one_object_past_the_api_servers_limit_is_refused_alone() {
             widget_text("too-deep", 12, MAX_DEPTH + 5)
         )],
     );
-    let mut stream = watcher(Api::<Wire>::all_with(client, &ar), watcher::Config::default()).boxed();
+    let mut stream = watcher(
+        Api::<Wire>::all_with(client, &ar),
+        watcher::Config::default(),
+    )
+    .boxed();
     let got = objects(&mut stream, 4).await;
     drop(stream);
     let mut refusals = Vec::new();
@@ -319,7 +358,9 @@ fn xrd_and_crd(levels: usize) -> String {
     let mut schema = String::new();
     let mut pad = "        ".to_string();
     for i in 0..levels {
-        schema.push_str(&format!("{pad}type: object\n{pad}properties:\n{pad}  f{i}:\n"));
+        schema.push_str(&format!(
+            "{pad}type: object\n{pad}properties:\n{pad}  f{i}:\n"
+        ));
         pad.push_str("    ");
     }
     schema.push_str(&format!("{pad}type: string\n"));
@@ -425,4 +466,74 @@ fn render_reads_the_api_servers_depth_and_refuses_one_deeper_document_alone() {
         "{stderr}"
     );
     assert!(!stderr.contains("mixed.yaml#1") && !stderr.contains("mixed.yaml#4"));
+}
+
+/// The whole controller (watch, cache, engine, writes) over the stand-in
+/// API server: a Namespace whose metadata nests 10,000 levels gets its
+/// Role like any other; one nesting 10,001 is refused alone, and the
+/// controller goes on (a later Namespace gets its Role too).
+///
+/// Debug builds take about five times the stack per level that release
+/// builds do (docs/security.md, "Deep inputs"): the runtime here gets
+/// 64 MiB stacks where `rbac-rules run` (release) has 16 MiB workers and
+/// an 8 MiB main thread.
+#[test]
+fn the_controller_reads_a_namespace_as_deep_as_the_api_server_allows() {
+    use support::cluster::{Behaviour, Controller, FakeCluster, RBAC};
+    const STACK: usize = 64 * 1024 * 1024;
+    let run = || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_stack_size(STACK)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let rule = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+                "metadata": {"name": "ns-viewer", "uid": "ns-viewer-uid", "generation": 1, "resourceVersion": "1"},
+                "spec": {
+                    "trigger": {"kind": "Namespace", "metadataOnly": true},
+                    "outputs": [{"kind": "Role", "name": "viewer",
+                        "annotations": {"example.org/note": "{{get trigger \"metadata.annotations.note\" \"none\"}}"},
+                        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}]
+                }});
+            let names = ["deep", "too-deep", "flat"].map(String::from);
+            let (client, fake) = FakeCluster::start(vec![rule], &names, Behaviour::default());
+            // metadata is level 2, annotations 3: the rest makes the total.
+            fake.annotate_namespace(
+                "deep",
+                json!({"note": "deep", "x": nested_value(MAX_DEPTH - 3)}),
+            );
+            fake.annotate_namespace(
+                "too-deep",
+                json!({"note": "too deep", "x": nested_value(MAX_DEPTH - 2)}),
+            );
+            let controller = Controller::start(client, &[]);
+            let role = |ns: &str| format!("{RBAC}/namespaces/{ns}/roles/viewer");
+            fake.until(Duration::from_secs(60), "Roles for deep and flat", |f| {
+                let rbac = f.rbac();
+                rbac.contains_key(&role("deep")) && rbac.contains_key(&role("flat"))
+            })
+            .await;
+            fake.add_namespace("sentinel");
+            fake.until(Duration::from_secs(60), "the sentinel's Role", |f| {
+                f.rbac().contains_key(&role("sentinel"))
+            })
+            .await;
+            controller.stop().await;
+            let rbac = fake.rbac();
+            assert_eq!(
+                rbac[&role("deep")]["metadata"]["annotations"]["example.org/note"],
+                "deep"
+            );
+            assert!(!rbac.contains_key(&role("too-deep")), "{:?}", rbac.keys());
+            assert_eq!(rbac.len(), 3, "{:?}", rbac.keys());
+        });
+    };
+    std::thread::Builder::new()
+        .stack_size(STACK)
+        .spawn(run)
+        .expect("thread")
+        .join()
+        .expect("the test's thread");
 }

@@ -207,7 +207,9 @@ impl Watches {
                 let ev = map_event(ev, wire);
                 match refusal(&ev, &ar) {
                     Some(why) => refused(report(), why),
-                    None => Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar))),
+                    None => {
+                        Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar)))
+                    }
                 }
             },
             source,

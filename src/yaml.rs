@@ -17,6 +17,46 @@ use serde_json::Value;
 /// are refused, each alone.
 pub const MAX_DEPTH: usize = 10_000;
 
+/// The nesting the parser reads. Each object is then held to
+/// [`MAX_DEPTH`] itself ([`too_deep`]): a `List` adds two levels around its
+/// items (`kubectl get -o yaml`), so an item as deep as the API server
+/// allows is read, and one a few levels deeper is refused alone, not the
+/// list. Deeper still, the document is refused whole. Not more: the
+/// parser takes about 5 KiB of stack per level (optimised), which grows on
+/// the heap ([`Node`]) and is freed after: about 50 MB at this depth.
+const PARSE_DEPTH: usize = MAX_DEPTH + 16;
+
+/// Whether an object nests deeper than [`MAX_DEPTH`] (the object's own
+/// braces are level 1). Iterative, and stops at the first level too deep.
+pub fn too_deep(v: &Value) -> bool {
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Object(m) => Box::new(m.values()),
+            Value::Array(a) => Box::new(a.iter()),
+            _ => continue,
+        };
+        if d > MAX_DEPTH {
+            return true;
+        }
+        stack.extend(children.map(|c| (c, d + 1)));
+    }
+    false
+}
+
+/// Drops a value without recursion: one refused for its depth is deeper
+/// than a small stack holds.
+fn dismantle(v: Value) {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(m) => stack.extend(m.into_iter().map(|(_, x)| x)),
+            Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+}
+
 /// A YAML file that cannot be read or parsed.
 #[derive(Debug, thiserror::Error)]
 pub enum YamlError {
@@ -30,6 +70,15 @@ pub enum YamlError {
     /// The text is not valid YAML.
     #[error("{path}: invalid YAML: {message}")]
     Parse { path: String, message: String },
+    /// A document (or an item of a list) nests deeper than the API server
+    /// accepts.
+    #[error("{path}: {item}nests deeper than {MAX_DEPTH} levels, the most the API server accepts")]
+    TooDeep {
+        /// `file#document`.
+        path: String,
+        /// `item N of the list ` when the object is a list's item.
+        item: String,
+    },
     /// Serialization failed.
     #[error("cannot write YAML: {0}")]
     Write(String),
@@ -77,8 +126,8 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     budget.max_nodes = budget.max_nodes.max(n + 1);
     budget.max_events = budget.max_events.max(4 * n + 16);
     budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(n + 1);
-    budget.max_depth = MAX_DEPTH;
-    budget.flow_nesting_limit = MAX_DEPTH;
+    budget.max_depth = PARSE_DEPTH;
+    budget.flow_nesting_limit = PARSE_DEPTH;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options
@@ -90,32 +139,38 @@ type Parsed = (usize, Result<Value, YamlError>);
 /// The documents of `text`, each with its 1-based position, or the error
 /// of each document that cannot be read.
 ///
-/// serde-saphyr recurses once per level (a few KiB each unoptimised), so
-/// the parse runs on the evaluation thread and its 256 MiB stack, which
-/// holds [`MAX_DEPTH`] levels with room to spare. One bad document (too
-/// deep, invalid) fails the parse of the whole stream: the stream is then
-/// cut at its document markers and each part parsed alone, so the error
-/// names that document and the others are still read.
+/// One bad document (too deep, invalid) fails the parse of the whole
+/// stream: the stream is then cut at its document markers and each part
+/// parsed alone, so the error names that document and the others are
+/// still read.
 fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
-    let parse = |text: &str| -> Result<Vec<Value>, String> {
-        serde_saphyr::from_multiple_with_options(text, options_for(text)).map_err(|e| {
-            let e = e.to_string();
-            // serde-saphyr names its depth limit a recursion limit.
-            if e.contains("recursion limit") || e.contains("depth") {
-                format!(
-                    "nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}"
-                )
-            } else {
-                e
-            }
-        })
-    };
-    let parsed = crate::engine::limits::isolated(|| match parse(text) {
-        Ok(docs) => Ok(docs.into_iter().map(Ok).collect::<Vec<_>>()),
+    let parse =
+        |text: &str| -> Result<Vec<Value>, String> {
+            serde_saphyr::from_multiple_with_options::<Read>(text, options_for(text))
+            .map(|docs| docs.into_iter().map(|mut d| std::mem::take(&mut d.0)).collect())
+            .map_err(|e| {
+                let e = e.to_string();
+                // serde-saphyr names its depth limit a recursion limit.
+                if e.contains("recursion limit") || e.contains("depth") {
+                    format!(
+                        "nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}"
+                    )
+                } else {
+                    e
+                }
+            })
+        };
+    let docs: Vec<Result<Value, String>> = match parse(text) {
+        Ok(docs) => docs.into_iter().map(Ok).collect(),
         Err(whole) => {
             let parts = split_documents(text);
             if parts.len() < 2 {
-                return Err(whole);
+                // One document: it is the one named.
+                let at = if parts.is_empty() { "" } else { "#1" };
+                return Err(YamlError::Parse {
+                    path: format!("{}{at}", path.display()),
+                    message: whole,
+                });
             }
             let mut out = Vec::new();
             for part in parts {
@@ -124,14 +179,9 @@ fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
                     Err(e) => out.push(Err(e)),
                 }
             }
-            Ok(out)
+            out
         }
-    });
-    let fail = |message: String| YamlError::Parse {
-        path: path.display().to_string(),
-        message,
     };
-    let docs = parsed.map_err(&fail)?.map_err(&fail)?;
     Ok(docs
         .into_iter()
         .enumerate()
@@ -144,6 +194,121 @@ fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
             (index, d)
         })
         .collect())
+}
+
+/// One document, read as a JSON value by [`Node`].
+struct Read(Value);
+
+/// Documents read before a later one fails are dropped by the parser:
+/// without recursion, as they may be deep.
+impl Drop for Read {
+    fn drop(&mut self) {
+        dismantle(std::mem::take(&mut self.0));
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Read {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::DeserializeSeed::deserialize(Node, d).map(Read)
+    }
+}
+
+/// Stack left (bytes) below which reading goes on in a new heap segment
+/// of [`SEGMENT`]: a level of serde-saphyr and this visitor takes about
+/// 5 KiB optimised, a few times that unoptimised.
+const RED_ZONE: usize = 256 * 1024;
+const SEGMENT: usize = 8 * 1024 * 1024;
+
+/// A value of a document, read as serde_json's own visitor reads one, but
+/// each level checks the stack left and continues on the heap when it runs
+/// low (stacker, as rustc does): documents as deep as [`PARSE_DEPTH`] read
+/// on any thread, a test's 2 MiB or the main thread's 8 MiB.
+#[derive(Clone, Copy)]
+struct Node;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Node {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        stacker::maybe_grow(RED_ZONE, SEGMENT, || d.deserialize_any(self))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Node {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Value, E> {
+        serde_json::Number::from_i128(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("integer {v} out of range")))
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Value, E> {
+        serde_json::Number::from_u128(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("integer {v} out of range")))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(self)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(self)?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// `text` cut before each line that starts a document (`---` alone or
@@ -217,15 +382,29 @@ pub fn for_each_document(
         if doc.is_null() {
             continue;
         }
+        let deep = |item: String| YamlError::TooDeep {
+            path: format!("{}#{index}", path.display()),
+            item,
+        };
         if !is_list(&doc) {
-            each(index, doc);
+            if too_deep(&doc) {
+                refused.get_or_insert(deep(String::new()));
+                dismantle(doc);
+            } else {
+                each(index, doc);
+            }
             continue;
         }
         if let Value::Object(mut m) = doc
             && let Some(Value::Array(items)) = m.remove("items")
         {
-            for item in items {
-                each(index, item);
+            for (i, item) in items.into_iter().enumerate() {
+                if too_deep(&item) {
+                    refused.get_or_insert(deep(format!("item {} of the list ", i + 1)));
+                    dismantle(item);
+                } else {
+                    each(index, item);
+                }
             }
         }
     }
@@ -473,6 +652,85 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    /// A flow-style object nesting `levels` levels in all.
+    fn object(name: &str, levels: usize) -> String {
+        let inner = levels - 1;
+        format!(
+            "{{\"kind\": \"ConfigMap\", \"metadata\": {{\"name\": \"{name}\"}}, \"data\": {}{{}}{}}}",
+            "{\"a\": ".repeat(inner - 1),
+            "}".repeat(inner - 1)
+        )
+    }
+
+    /// What `for_each_document` hands over: (position, name, depth), each
+    /// value dropped without recursion (this thread's stack is small).
+    fn read(text: &str) -> (Vec<(usize, String, bool)>, Option<String>) {
+        let mut got = Vec::new();
+        let r = for_each_document(Path::new("deep.yaml"), text, |i, v| {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            got.push((i, name, too_deep(&v)));
+            dismantle(v);
+        });
+        (got, r.err().map(|e| e.to_string()))
+    }
+
+    #[test]
+    fn documents_as_deep_as_the_api_server_accepts_are_read_and_deeper_ones_refused_alone() {
+        let text = format!(
+            "{}\n---\n{}\n---\n{}\n---\n{}\n",
+            object("at-limit", MAX_DEPTH),
+            object("one-more", MAX_DEPTH + 1),
+            object("far-more", MAX_DEPTH + 50),
+            object("flat", 3)
+        );
+        let (got, err) = read(&text);
+        assert_eq!(
+            got,
+            [(1, "at-limit".into(), false), (4, "flat".into(), false)]
+        );
+        let err = err.expect("an error");
+        assert!(
+            err.starts_with("deep.yaml#2: nests deeper than 10000 levels"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_list_item_as_deep_as_the_api_server_accepts_is_read_and_a_deeper_one_refused_alone() {
+        let text = format!(
+            "{{\"kind\": \"List\", \"items\": [{}, {}, {}]}}\n",
+            object("at-limit", MAX_DEPTH),
+            object("one-more", MAX_DEPTH + 1),
+            object("flat", 3)
+        );
+        let (got, err) = read(&text);
+        assert_eq!(
+            got,
+            [(1, "at-limit".into(), false), (1, "flat".into(), false)]
+        );
+        let err = err.expect("an error");
+        assert!(
+            err.starts_with("deep.yaml#1: item 2 of the list nests deeper than 10000"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn depth_counts_the_objects_own_braces() {
+        let mut v = json!({});
+        for _ in 1..MAX_DEPTH {
+            v = Value::Object(serde_json::Map::from_iter([("a".to_string(), v)]));
+        }
+        assert!(!too_deep(&v));
+        let v = Value::Array(vec![v]);
+        assert!(too_deep(&v));
+        dismantle(v);
+        assert!(!too_deep(&json!("scalar")) && !too_deep(&json!([[]])));
+    }
 
     #[test]
     fn lists_and_empty_documents() {

@@ -542,3 +542,46 @@ fn the_controller_reads_a_namespace_as_deep_as_the_api_server_allows() {
         .join()
         .expect("the test's thread");
 }
+
+/// An RbacRule nested 200 levels deep in a free-form field (kube's typed
+/// decoder stops at 128, and failed the list of every rule) stops no other
+/// rule: the good rule's Roles are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_deep_rule_stops_no_other() {
+    use support::cluster::{Behaviour, Controller, FakeCluster, RBAC};
+    let rule = |name: &str, rules: Value| {
+        json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
+        "metadata": {"name": name, "uid": format!("{name}-uid"), "generation": 1, "resourceVersion": "1"},
+        "spec": {
+            "trigger": {"kind": "Namespace", "metadataOnly": true},
+            "outputs": [{"kind": "Role", "name": name, "rules": rules}]
+        }})
+    };
+    let good = rule(
+        "good",
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
+    );
+    let deep = rule(
+        "deep",
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"], "x": nested_value(200)}]),
+    );
+    let probe = serde_json::to_string(&json!({"kind": "RbacRuleList", "apiVersion": "v1",
+        "metadata": {}, "items": [good.clone(), deep.clone()]}))
+    .expect("json");
+    // kube's typed list of rules refuses it: the case this test is about.
+    assert!(
+        serde_json::from_str::<kube::core::ObjectList<rbac_rules::api::RbacRule>>(&probe).is_err()
+    );
+    let (client, fake) = FakeCluster::start(
+        vec![deep, good],
+        &["team-a".to_string()],
+        Behaviour::default(),
+    );
+    let controller = Controller::start(client, &[]);
+    fake.until(Duration::from_secs(30), "the good rule's Role", |f| {
+        f.rbac()
+            .contains_key(&format!("{RBAC}/namespaces/team-a/roles/good"))
+    })
+    .await;
+    controller.stop().await;
+}

@@ -58,11 +58,16 @@ impl Watches {
         allow_name: Option<&str>,
     ) -> Self {
         let mut base = Vec::new();
+        // Read as any object is ([`Wire`]), then typed one by one: a rule
+        // kube's typed decoder cannot read (nested past serde_json's
+        // limit in a free-form field) failed the whole list, and so every
+        // rule; now it is refused alone.
+        let rules = ApiResource::erase::<RbacRule>(&());
         base.push(spawn(
-            Api::<RbacRule>::all(client.clone()),
+            Api::<Wire>::all_with(client.clone(), &rules),
             watcher::Config::default(),
             tx.clone(),
-            |ev| Feed::Rules(Box::new(ev)),
+            move |ev| rule_feed(ev, &rules),
             || Source::Rules,
         ));
         let outputs = OutputKind::ALL
@@ -214,6 +219,49 @@ impl Watches {
             },
             source,
         )
+    }
+}
+
+/// An RbacRule event, each rule typed alone: one that cannot be read is
+/// reported and left out (its deletion still counts, by name).
+fn rule_feed(ev: Event<Wire>, ar: &ApiResource) -> Feed {
+    let typed = |w: Wire| -> Result<RbacRule, String> {
+        if let Some(why) = w.refusal(ar) {
+            return Err(why);
+        }
+        let name = w.meta().name.clone().unwrap_or_default();
+        serde_json::from_value(w.into_value(ar))
+            .map_err(|e| format!("RbacRule {name}: cannot be read: {e}"))
+    };
+    let ev = match ev {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::Apply(w) => match typed(w) {
+            Ok(r) => Event::Apply(r),
+            Err(why) => return refused(Source::Rules, why),
+        },
+        Event::InitApply(w) => match typed(w) {
+            Ok(r) => Event::InitApply(r),
+            Err(why) => return refused(Source::Rules, why),
+        },
+        Event::Delete(w) if w.refusal(ar).is_none() => match typed(w.clone()) {
+            Ok(r) => Event::Delete(r),
+            Err(_) => return rule_gone(w, ar),
+        },
+        Event::Delete(w) => return rule_gone(w, ar),
+    };
+    Feed::Rules(Box::new(ev))
+}
+
+/// The deletion of a rule that cannot be read whole: its name (and the
+/// rest of its metadata) is what a deletion needs.
+fn rule_gone(w: Wire, ar: &ApiResource) -> Feed {
+    let meta = w.into_value(ar).get("metadata").cloned();
+    let gone = serde_json::json!({"apiVersion": ar.api_version, "kind": ar.kind,
+        "metadata": meta, "spec": {"outputs": []}});
+    match serde_json::from_value(gone) {
+        Ok(r) => Feed::Rules(Box::new(Event::Delete(r))),
+        Err(e) => refused(Source::Rules, format!("a deleted RbacRule: {e}")),
     }
 }
 

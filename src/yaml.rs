@@ -8,6 +8,55 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
+/// The deepest nesting of maps and lists the Kubernetes API server accepts
+/// in an object (the object's own braces are level 1): its JSON decoder's
+/// limit (Go's `encoding/json` scanner as vendored in sigs.k8s.io/json,
+/// `maxNestingDepth`; `maxDepth` in k8s.io/apimachinery/pkg/util/json) and
+/// its YAML decoder's (`max_indents`, `max_flow_level`), all 10,000.
+/// Inputs as deep are read (a provider's CRD schema is deep); deeper ones
+/// are refused, each alone.
+pub const MAX_DEPTH: usize = 10_000;
+
+/// The nesting the parser reads. Each object is then held to
+/// [`MAX_DEPTH`] itself ([`too_deep`]): a `List` adds two levels around its
+/// items (`kubectl get -o yaml`), so an item as deep as the API server
+/// allows is read, and one a few levels deeper is refused alone, not the
+/// list. Deeper still, the document is refused whole. Not more: the
+/// parser takes about 5 KiB of stack per level (optimised), which grows on
+/// the heap ([`Node`]) and is freed after: about 50 MB at this depth.
+const PARSE_DEPTH: usize = MAX_DEPTH + 16;
+
+/// Whether an object nests deeper than [`MAX_DEPTH`] (the object's own
+/// braces are level 1). Iterative, and stops at the first level too deep.
+pub fn too_deep(v: &Value) -> bool {
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Object(m) => Box::new(m.values()),
+            Value::Array(a) => Box::new(a.iter()),
+            _ => continue,
+        };
+        if d > MAX_DEPTH {
+            return true;
+        }
+        stack.extend(children.map(|c| (c, d + 1)));
+    }
+    false
+}
+
+/// Drops a value without recursion: one refused for its depth is deeper
+/// than a small stack holds.
+fn dismantle(v: Value) {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(m) => stack.extend(m.into_iter().map(|(_, x)| x)),
+            Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+}
+
 /// A YAML file that cannot be read or parsed.
 #[derive(Debug, thiserror::Error)]
 pub enum YamlError {
@@ -21,6 +70,15 @@ pub enum YamlError {
     /// The text is not valid YAML.
     #[error("{path}: invalid YAML: {message}")]
     Parse { path: String, message: String },
+    /// A document (or an item of a list) nests deeper than the API server
+    /// accepts.
+    #[error("{path}: {item}nests deeper than {MAX_DEPTH} levels, the most the API server accepts")]
+    TooDeep {
+        /// `file#document`.
+        path: String,
+        /// `item N of the list ` when the object is a list's item.
+        item: String,
+    },
     /// Serialization failed.
     #[error("cannot write YAML: {0}")]
     Write(String),
@@ -57,8 +115,10 @@ impl Document {
 /// than 1,024 documents or 250,000 nodes, and a cluster's objects in one
 /// file are more than that. Plain data cannot hold more documents, nodes,
 /// events or scalar bytes than it has bytes, so those limits scale with the
-/// input; the limits against alias and anchor expansion and nesting (what
-/// makes a small input large) keep their defaults.
+/// input; the limits against alias and anchor expansion keep their
+/// defaults. Nesting (64 by default, 255 in flow style) may go as deep as
+/// the API server accepts ([`MAX_DEPTH`]): documents are parsed on the
+/// large-stack evaluation thread ([`parse_all`]).
 fn options_for(text: &str) -> serde_saphyr::Options {
     let n = text.len();
     let mut budget = serde_saphyr::Budget::default();
@@ -66,9 +126,215 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     budget.max_nodes = budget.max_nodes.max(n + 1);
     budget.max_events = budget.max_events.max(4 * n + 16);
     budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(n + 1);
+    budget.max_depth = PARSE_DEPTH;
+    budget.flow_nesting_limit = PARSE_DEPTH;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options
+}
+
+/// A document's 1-based position and content, or why it cannot be read.
+type Parsed = (usize, Result<Value, YamlError>);
+
+/// The documents of `text`, each with its 1-based position, or the error
+/// of each document that cannot be read.
+///
+/// One bad document (too deep, invalid) fails the parse of the whole
+/// stream: the stream is then cut at its document markers and each part
+/// parsed alone, so the error names that document and the others are
+/// still read.
+fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
+    let parse =
+        |text: &str| -> Result<Vec<Value>, String> {
+            serde_saphyr::from_multiple_with_options::<Read>(text, options_for(text))
+            .map(|docs| docs.into_iter().map(|mut d| std::mem::take(&mut d.0)).collect())
+            .map_err(|e| {
+                let e = e.to_string();
+                // serde-saphyr names its depth limit a recursion limit.
+                if e.contains("recursion limit") || e.contains("depth") {
+                    format!(
+                        "nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}"
+                    )
+                } else {
+                    e
+                }
+            })
+        };
+    let docs: Vec<Result<Value, String>> = match parse(text) {
+        Ok(docs) => docs.into_iter().map(Ok).collect(),
+        Err(whole) => {
+            let parts = split_documents(text);
+            if parts.len() < 2 {
+                // One document: it is the one named.
+                let at = if parts.is_empty() { "" } else { "#1" };
+                return Err(YamlError::Parse {
+                    path: format!("{}{at}", path.display()),
+                    message: whole,
+                });
+            }
+            let mut out = Vec::new();
+            for part in parts {
+                match parse(part) {
+                    Ok(docs) => out.extend(docs.into_iter().map(Ok)),
+                    Err(e) => out.push(Err(e)),
+                }
+            }
+            out
+        }
+    };
+    Ok(docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let index = i + 1;
+            let d = d.map_err(|message| YamlError::Parse {
+                path: format!("{}#{index}", path.display()),
+                message,
+            });
+            (index, d)
+        })
+        .collect())
+}
+
+/// One document, read as a JSON value by [`Node`].
+struct Read(Value);
+
+/// Documents read before a later one fails are dropped by the parser:
+/// without recursion, as they may be deep.
+impl Drop for Read {
+    fn drop(&mut self) {
+        dismantle(std::mem::take(&mut self.0));
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Read {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::DeserializeSeed::deserialize(Node, d).map(Read)
+    }
+}
+
+/// Stack left (bytes) below which reading goes on in a new heap segment
+/// of [`SEGMENT`]: a level of serde-saphyr and this visitor takes about
+/// 5 KiB optimised, a few times that unoptimised.
+const RED_ZONE: usize = 256 * 1024;
+const SEGMENT: usize = 8 * 1024 * 1024;
+
+/// A value of a document, read as serde_json's own visitor reads one, but
+/// each level checks the stack left and continues on the heap when it runs
+/// low (stacker, as rustc does): documents as deep as [`PARSE_DEPTH`] read
+/// on any thread, a test's 2 MiB or the main thread's 8 MiB.
+#[derive(Clone, Copy)]
+struct Node;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Node {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        stacker::maybe_grow(RED_ZONE, SEGMENT, || d.deserialize_any(self))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Node {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Value, E> {
+        serde_json::Number::from_i128(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("integer {v} out of range")))
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Value, E> {
+        serde_json::Number::from_u128(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("integer {v} out of range")))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(self)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(self)?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// `text` cut before each line that starts a document (`---` alone or
+/// followed by a space); a part without content is dropped. YAML forbids
+/// such a line inside a document, so the cut never splits one.
+fn split_documents(text: &str) -> Vec<&str> {
+    let mut starts = vec![0];
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        if at > 0 && (body == "---" || body.starts_with("--- ") || body.starts_with("---\t")) {
+            starts.push(at);
+        }
+        at += line.len();
+    }
+    starts.push(text.len());
+    starts
+        .windows(2)
+        .map(|w| &text[w[0]..w[1]])
+        .filter(|part| {
+            part.lines().any(|l| {
+                let l = l.trim();
+                !l.is_empty() && !l.starts_with('#') && l != "---" && l != "..."
+            })
+        })
+        .collect()
 }
 
 /// Parses a multi-document YAML text; empty documents are skipped and
@@ -91,6 +357,9 @@ fn is_list(doc: &Value) -> bool {
 /// Hands each document of `text` to `each` (with its 1-based position),
 /// items of lists one by one, moving them: nothing is copied, and the
 /// caller keeps only what it builds from them. Empty documents are skipped.
+/// A document that cannot be read (invalid, or nested deeper than
+/// [`MAX_DEPTH`]) is refused alone: the others are handed over, then the
+/// first such error, naming the file and the document, is returned.
 ///
 /// The whole text is parsed first: serde-saphyr's streaming reader parses
 /// about a third slower than its string parser, and the text is small
@@ -100,29 +369,46 @@ pub fn for_each_document(
     text: &str,
     mut each: impl FnMut(usize, Value),
 ) -> Result<(), YamlError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options_for(text))
-        .map_err(|e| YamlError::Parse {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-    for (i, doc) in docs.into_iter().enumerate() {
-        let index = i + 1;
+    let mut refused = None;
+    for (index, doc) in parse_all(path, text)? {
+        let doc = match doc {
+            Ok(doc) => doc,
+            // The first bad document is the error; the others are read.
+            Err(e) => {
+                refused.get_or_insert(e);
+                continue;
+            }
+        };
         if doc.is_null() {
             continue;
         }
+        let deep = |item: String| YamlError::TooDeep {
+            path: format!("{}#{index}", path.display()),
+            item,
+        };
         if !is_list(&doc) {
-            each(index, doc);
+            if too_deep(&doc) {
+                refused.get_or_insert(deep(String::new()));
+                dismantle(doc);
+            } else {
+                each(index, doc);
+            }
             continue;
         }
         if let Value::Object(mut m) = doc
             && let Some(Value::Array(items)) = m.remove("items")
         {
-            for item in items {
-                each(index, item);
+            for (i, item) in items.into_iter().enumerate() {
+                if too_deep(&item) {
+                    refused.get_or_insert(deep(format!("item {} of the list ", i + 1)));
+                    dismantle(item);
+                } else {
+                    each(index, item);
+                }
             }
         }
     }
-    Ok(())
+    refused.map_or(Ok(()), Err)
 }
 
 /// Files named by `paths`, as `kubectl apply -f` reads them: files as
@@ -382,6 +668,85 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    /// A flow-style object nesting `levels` levels in all.
+    fn object(name: &str, levels: usize) -> String {
+        let inner = levels - 1;
+        format!(
+            "{{\"kind\": \"ConfigMap\", \"metadata\": {{\"name\": \"{name}\"}}, \"data\": {}{{}}{}}}",
+            "{\"a\": ".repeat(inner - 1),
+            "}".repeat(inner - 1)
+        )
+    }
+
+    /// What `for_each_document` hands over: (position, name, depth), each
+    /// value dropped without recursion (this thread's stack is small).
+    fn read(text: &str) -> (Vec<(usize, String, bool)>, Option<String>) {
+        let mut got = Vec::new();
+        let r = for_each_document(Path::new("deep.yaml"), text, |i, v| {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            got.push((i, name, too_deep(&v)));
+            dismantle(v);
+        });
+        (got, r.err().map(|e| e.to_string()))
+    }
+
+    #[test]
+    fn documents_as_deep_as_the_api_server_accepts_are_read_and_deeper_ones_refused_alone() {
+        let text = format!(
+            "{}\n---\n{}\n---\n{}\n---\n{}\n",
+            object("at-limit", MAX_DEPTH),
+            object("one-more", MAX_DEPTH + 1),
+            object("far-more", MAX_DEPTH + 50),
+            object("flat", 3)
+        );
+        let (got, err) = read(&text);
+        assert_eq!(
+            got,
+            [(1, "at-limit".into(), false), (4, "flat".into(), false)]
+        );
+        let err = err.expect("an error");
+        assert!(
+            err.starts_with("deep.yaml#2: nests deeper than 10000 levels"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_list_item_as_deep_as_the_api_server_accepts_is_read_and_a_deeper_one_refused_alone() {
+        let text = format!(
+            "{{\"kind\": \"List\", \"items\": [{}, {}, {}]}}\n",
+            object("at-limit", MAX_DEPTH),
+            object("one-more", MAX_DEPTH + 1),
+            object("flat", 3)
+        );
+        let (got, err) = read(&text);
+        assert_eq!(
+            got,
+            [(1, "at-limit".into(), false), (1, "flat".into(), false)]
+        );
+        let err = err.expect("an error");
+        assert!(
+            err.starts_with("deep.yaml#1: item 2 of the list nests deeper than 10000"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn depth_counts_the_objects_own_braces() {
+        let mut v = json!({});
+        for _ in 1..MAX_DEPTH {
+            v = Value::Object(serde_json::Map::from_iter([("a".to_string(), v)]));
+        }
+        assert!(!too_deep(&v));
+        let v = Value::Array(vec![v]);
+        assert!(too_deep(&v));
+        dismantle(v);
+        assert!(!too_deep(&json!("scalar")) && !too_deep(&json!([[]])));
+    }
 
     #[test]
     fn lists_and_empty_documents() {

@@ -8,19 +8,17 @@ use std::fmt::Debug;
 
 use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, ApiResource, DynamicObject};
-use kube::core::PartialObjectMeta;
+use kube::api::{Api, ApiResource};
 use kube::discovery::{self, ApiGroup};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::apply::api_resource;
-use super::wire::Wire;
+use super::wire::{Wire, WireMeta};
 use super::world::{Feed, Source, World, map_event, output_kind};
 use crate::api::{ManageLevel, OutputKind, RbacRule};
 use crate::engine::{GroupKind, Interest};
@@ -60,11 +58,16 @@ impl Watches {
         allow_name: Option<&str>,
     ) -> Self {
         let mut base = Vec::new();
+        // Read as any object is ([`Wire`]), then typed one by one: a rule
+        // kube's typed decoder cannot read (nested past serde_json's
+        // limit in a free-form field) failed the whole list, and so every
+        // rule; now it is refused alone.
+        let rules = ApiResource::erase::<RbacRule>(&());
         base.push(spawn(
-            Api::<RbacRule>::all(client.clone()),
+            Api::<Wire>::all_with(client.clone(), &rules),
             watcher::Config::default(),
             tx.clone(),
-            |ev| Feed::Rules(Box::new(ev)),
+            move |ev| rule_feed(ev, &rules),
             || Source::Rules,
         ));
         let outputs = OutputKind::ALL
@@ -175,37 +178,112 @@ impl Watches {
     ) -> Task {
         if metadata_only {
             // Only metadata is fetched and cached: no CRD bodies in memory.
-            let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(self.client.clone(), ar);
-            self.spawn_kind(api, ar, gk, epoch)
+            let api = Api::<WireMeta>::all_with(self.client.clone(), ar);
+            self.spawn_kind(api, ar, gk, epoch, |m: WireMeta| m.0)
         } else {
             // Read straight into JSON, without managedFields.
-            let ar = ar.clone();
-            let source_gk = gk.clone();
-            let feed_gk = gk.clone();
-            spawn(
-                Api::<Wire>::all_with(self.client.clone(), &ar),
-                watcher::Config::default().page_size(KIND_PAGE_SIZE),
-                self.tx.clone(),
-                move |ev| Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar))),
-                move || Source::Kind(source_gk.clone(), epoch),
-            )
+            let api = Api::<Wire>::all_with(self.client.clone(), ar);
+            self.spawn_kind(api, ar, gk, epoch, |w: Wire| w)
         }
     }
 
     /// One kind's watch task, whatever shape its objects arrive in.
-    fn spawn_kind<K>(&self, api: Api<K>, ar: &ApiResource, gk: &GroupKind, epoch: u64) -> Task
+    fn spawn_kind<K>(
+        &self,
+        api: Api<K>,
+        ar: &ApiResource,
+        gk: &GroupKind,
+        epoch: u64,
+        wire: fn(K) -> Wire,
+    ) -> Task
     where
-        K: Resource + Clone + DeserializeOwned + Debug + Send + serde::Serialize + 'static,
+        K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     {
         let source_gk = gk.clone();
+        let source = move || Source::Kind(source_gk.clone(), epoch);
+        let feed_gk = gk.clone();
+        let ar = ar.clone();
+        let report = source.clone();
         spawn(
             api,
             watcher::Config::default().page_size(KIND_PAGE_SIZE),
             self.tx.clone(),
-            kind_feed(gk.clone(), epoch, ar.clone()),
-            move || Source::Kind(source_gk.clone(), epoch),
+            move |ev| {
+                let ev = map_event(ev, wire);
+                match refusal(&ev, &ar) {
+                    Some(why) => refused(report(), why),
+                    None => {
+                        Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar)))
+                    }
+                }
+            },
+            source,
         )
     }
+}
+
+/// An RbacRule event, each rule typed alone: one that cannot be read is
+/// reported and left out (its deletion still counts, by name).
+fn rule_feed(ev: Event<Wire>, ar: &ApiResource) -> Feed {
+    let typed = |w: Wire| -> Result<RbacRule, String> {
+        if let Some(why) = w.refusal(ar) {
+            return Err(why);
+        }
+        let name = w.meta().name.clone().unwrap_or_default();
+        serde_json::from_value(w.into_value(ar))
+            .map_err(|e| format!("RbacRule {name}: cannot be read: {e}"))
+    };
+    let ev = match ev {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::Apply(w) => match typed(w) {
+            Ok(r) => Event::Apply(r),
+            Err(why) => return refused(Source::Rules, why),
+        },
+        Event::InitApply(w) => match typed(w) {
+            Ok(r) => Event::InitApply(r),
+            Err(why) => return refused(Source::Rules, why),
+        },
+        Event::Delete(w) if w.refusal(ar).is_none() => match typed(w.clone()) {
+            Ok(r) => Event::Delete(r),
+            Err(_) => return rule_gone(w, ar),
+        },
+        Event::Delete(w) => return rule_gone(w, ar),
+    };
+    Feed::Rules(Box::new(ev))
+}
+
+/// The deletion of a rule that cannot be read whole: its name (and the
+/// rest of its metadata) is what a deletion needs.
+fn rule_gone(w: Wire, ar: &ApiResource) -> Feed {
+    let meta = w.into_value(ar).get("metadata").cloned();
+    let gone = serde_json::json!({"apiVersion": ar.api_version, "kind": ar.kind,
+        "metadata": meta, "spec": {"outputs": []}});
+    match serde_json::from_value(gone) {
+        Ok(r) => Feed::Rules(Box::new(Event::Delete(r))),
+        Err(e) => refused(Source::Rules, format!("a deleted RbacRule: {e}")),
+    }
+}
+
+/// Why an event's object cannot be kept (see [`Wire::refusal`]); a
+/// deletion needs only the object's name, so it always goes through.
+fn refusal(ev: &Event<Wire>, ar: &ApiResource) -> Option<String> {
+    match ev {
+        Event::Apply(o) | Event::InitApply(o) => o.refusal(ar),
+        Event::Delete(_) | Event::Init | Event::InitDone => None,
+    }
+}
+
+/// A refused object, reported as an error of its watch (which goes on):
+/// the event is dropped, so the object is as if absent.
+fn refused(source: Source, why: String) -> Feed {
+    tracing::warn!(?source, reason = %why, "object refused");
+    Feed::Error(
+        source,
+        watcher::Error::WatchFailed(kube::Error::SerdeError(
+            <serde_json::Error as serde::de::Error>::custom(why),
+        )),
+    )
 }
 
 /// Objects per page of a list of an output kind. A page is held whole as
@@ -231,7 +309,10 @@ fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: Output
         api,
         watcher::Config::default().page_size(OUTPUT_PAGE_SIZE),
         tx.clone(),
-        move |ev| Feed::Owned(kind, map_event(ev, |o| o.into_live(&ar))),
+        move |ev| match refusal(&ev, &ar) {
+            Some(why) => refused(Source::Owned(kind), why),
+            None => Feed::Owned(kind, map_event(ev, |o| o.into_live(&ar))),
+        },
         move || Source::Owned(kind),
     )
 }
@@ -283,37 +364,6 @@ async fn resolve(
             Some(v) => format!("{gk} is not served at version {v:?}"),
             None => format!("{gk} is not served by the API server (is its CRD installed?)"),
         }),
-    }
-}
-
-/// An object as the caches store it: apiVersion and kind from discovery
-/// (list items lack them, metadata-only responses erase them).
-fn to_value<K: serde::Serialize>(obj: &K, ar: &ApiResource) -> Value {
-    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
-        m.insert("kind".into(), Value::String(ar.kind.clone()));
-    }
-    v
-}
-
-/// Turns watch events of one kind (full or metadata-only objects) into
-/// feed items, as JSON with apiVersion and kind and without managedFields.
-fn kind_feed<K: Resource + serde::Serialize>(
-    gk: GroupKind,
-    epoch: u64,
-    ar: ApiResource,
-) -> impl Fn(Event<K>) -> Feed + Send + 'static {
-    move |ev| {
-        Feed::Kind(
-            gk.clone(),
-            epoch,
-            map_event(ev, |mut o| {
-                // Dropped before the object is turned into JSON.
-                o.meta_mut().managed_fields = None;
-                to_value(&o, &ar)
-            }),
-        )
     }
 }
 

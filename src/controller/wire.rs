@@ -6,16 +6,21 @@
 //! memory of a list).
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::ApiResource;
 use kube::core::DynamicResourceScope;
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
+use serde_json::value::RawValue;
+use serde_json::{Map, Number, Value};
 
 use super::plan::{FIELD_MANAGER, Live, OwnedFields};
+use crate::yaml::MAX_DEPTH;
 
 /// One object of an output kind as received. `meta` holds only what the
 /// watcher reads (name, namespace, resourceVersion).
@@ -26,9 +31,30 @@ pub struct Wire {
     body: Map<String, Value>,
     /// Our `Apply` entry of `managedFields`, read while deserializing.
     ours: Option<OwnedFields>,
+    /// The object nests deeper than the API server accepts
+    /// ([`MAX_DEPTH`]): only its metadata was kept.
+    too_deep: bool,
 }
 
 impl Wire {
+    /// Why the object cannot be kept, naming it; `None` when it can. An
+    /// object nested deeper than [`MAX_DEPTH`] is refused alone: the list
+    /// or watch it came in goes on (kube's decoder would have failed them).
+    pub fn refusal(&self, ar: &ApiResource) -> Option<String> {
+        if !self.too_deep {
+            return None;
+        }
+        let name = self.meta.name.as_deref().unwrap_or("(no name)");
+        let at = match self.meta.namespace.as_deref() {
+            Some(ns) => format!("{ns}/{name}"),
+            None => name.to_string(),
+        };
+        Some(format!(
+            "{} {at}: nests deeper than {MAX_DEPTH} levels, the most the API server accepts; the object is ignored",
+            ar.kind
+        ))
+    }
+
     /// The cached form: apiVersion and kind from discovery (list items
     /// lack them), summarised and packed ([`Live::from_parts`]).
     pub fn into_live(self, ar: &ApiResource) -> Live {
@@ -81,6 +107,57 @@ impl Resource for Wire {
     }
 }
 
+/// An object's metadata as a metadata-only list or watch sends it
+/// (`PartialObjectMetadata`), read as [`Wire`] reads objects: kube's
+/// `PartialObjectMeta` parses every `managedFields` entry's `fieldsV1`,
+/// which for a CRD with a deep schema is as deep as the schema, and past
+/// serde_json's limit failed the whole list.
+#[derive(Clone, Debug)]
+pub struct WireMeta(pub Wire);
+
+impl Resource for WireMeta {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn metadata_api() -> bool {
+        true
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        Wire::group(dt)
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        Wire::version(dt)
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        Wire::kind(dt)
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        Wire::api_version(dt)
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        Wire::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.meta
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.meta
+    }
+}
+
+impl<'de> Deserialize<'de> for WireMeta {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Wire::deserialize(d).map(WireMeta)
+    }
+}
+
 impl<'de> Deserialize<'de> for Wire {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(WireVisitor)
@@ -99,15 +176,17 @@ impl<'de> Visitor<'de> for WireVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Wire, A::Error> {
         let mut body = Map::new();
         let mut ours = None;
+        let too_deep = Cell::new(false);
         while let Some(key) = map.next_key::<String>()? {
             if key == "metadata" {
-                let meta: Option<Meta> = map.next_value()?;
+                let meta: Option<Meta> = map.next_value_seed(MetaSeed(&too_deep))?;
                 if let Some(meta) = meta {
                     ours = meta.ours;
                     body.insert(key, Value::Object(meta.rest));
                 }
             } else {
-                let value: Value = map.next_value()?;
+                // The object's own braces are level 1.
+                let value = map.next_value_seed(Deep::at(2, &too_deep))?;
                 body.insert(key, value);
             }
         }
@@ -123,7 +202,22 @@ impl<'de> Visitor<'de> for WireVisitor {
             resource_version: text("resourceVersion"),
             ..ObjectMeta::default()
         };
-        Ok(Wire { meta, body, ours })
+        if too_deep.get() {
+            // Refused: only what names it is kept, nothing read half.
+            let mut kept = Map::new();
+            for k in ["name", "namespace", "uid", "resourceVersion"] {
+                if let Some(v) = text(k) {
+                    kept.insert(k.to_string(), Value::String(v));
+                }
+            }
+            body = Map::from_iter([("metadata".to_string(), Value::Object(kept))]);
+        }
+        Ok(Wire {
+            meta,
+            body,
+            ours,
+            too_deep: too_deep.get(),
+        })
     }
 }
 
@@ -134,22 +228,37 @@ struct Meta {
     ours: Option<OwnedFields>,
 }
 
-impl<'de> Deserialize<'de> for Meta {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(MetaVisitor)
+/// Reads `metadata` (or null), marking `too_deep` as [`Deep`] does.
+struct MetaSeed<'a>(&'a Cell<bool>);
+
+impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
+    type Value = Option<Meta>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Meta>, D::Error> {
+        d.deserialize_option(self)
     }
 }
 
-struct MetaVisitor;
-
-impl<'de> Visitor<'de> for MetaVisitor {
-    type Value = Meta;
+impl<'de> Visitor<'de> for MetaSeed<'_> {
+    type Value = Option<Meta>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("object metadata")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
+    fn visit_none<E: de::Error>(self) -> Result<Option<Meta>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Meta>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Meta>, D::Error> {
+        d.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Meta>, A::Error> {
         let mut rest = Map::new();
         let mut ours = None;
         while let Some(key) = map.next_key::<String>()? {
@@ -157,11 +266,11 @@ impl<'de> Visitor<'de> for MetaVisitor {
                 let found: Option<Ours> = map.next_value()?;
                 ours = found.and_then(|o| o.0);
             } else {
-                let value: Value = map.next_value()?;
+                let value = map.next_value_seed(Deep::at(3, self.0))?;
                 rest.insert(key, value);
             }
         }
-        Ok(Meta { rest, ours })
+        Ok(Some(Meta { rest, ours }))
     }
 }
 
@@ -177,13 +286,54 @@ impl<'de> Deserialize<'de> for Ours {
 
 struct OursVisitor;
 
-/// One `managedFields` entry: other fields are skipped.
-#[derive(serde::Deserialize)]
+/// One `managedFields` entry: other fields are skipped, and `fieldsV1` is
+/// taken as text (scanned without recursion, so any depth) and parsed
+/// only for our entry: another manager's fields of a deep object are as
+/// deep as the object.
 struct Entry {
     manager: Option<String>,
     operation: Option<String>,
-    #[serde(rename = "fieldsV1")]
-    fields: Option<Value>,
+    fields: Option<Box<RawValue>>,
+}
+
+impl<'de> Deserialize<'de> for Entry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(EntryVisitor)
+    }
+}
+
+struct EntryVisitor;
+
+impl<'de> Visitor<'de> for EntryVisitor {
+    type Value = Entry;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a managedFields entry")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry, A::Error> {
+        let mut e = Entry {
+            manager: None,
+            operation: None,
+            fields: None,
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "manager" => e.manager = map.next_value()?,
+                "operation" => e.operation = map.next_value()?,
+                // The API server writes `manager` first: another's
+                // fields are skipped unread.
+                "fieldsV1" if e.manager.as_deref().is_some_and(|m| m != FIELD_MANAGER) => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                "fieldsV1" => e.fields = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(e)
+    }
 }
 
 impl<'de> Visitor<'de> for OursVisitor {
@@ -200,12 +350,184 @@ impl<'de> Visitor<'de> for OursVisitor {
                 && e.manager.as_deref() == Some(FIELD_MANAGER)
                 && e.operation.as_deref() == Some("Apply")
             {
-                ours = Some(OwnedFields::from_fields_v1(
-                    e.fields.as_ref().unwrap_or(&Value::Null),
-                ));
+                let fields = match &e.fields {
+                    Some(raw) => read_deep(raw.get(), 5).map_err(de::Error::custom)?,
+                    None => Value::Null,
+                };
+                ours = Some(OwnedFields::from_fields_v1(&fields));
             }
         }
         Ok(Ours(ours))
+    }
+}
+
+/// Levels read through the caller's deserializer before the rest of a
+/// value is taken as text and read by [`read_deep`]. kube decodes with
+/// serde_json, whose recursion limit (128, counted from the watch event or
+/// list around the object) refuses a deep object, and in a list every
+/// object with it; text is scanned without recursion or limit.
+const SHALLOW: usize = 64;
+
+/// Stack left (bytes) below which [`read_deep`] continues on a new
+/// segment, and the size of a segment: a level takes well under 4 KiB
+/// even unoptimised.
+const RED_ZONE: usize = 128 * 1024;
+const SEGMENT: usize = 4 * 1024 * 1024;
+
+/// Reads a value whose maps and lists sit at nesting `level` (the object's
+/// own braces are level 1); a map or list deeper than [`MAX_DEPTH`] sets
+/// `too_deep` and the value reads as null (what is left of it is skipped).
+#[derive(Clone, Copy)]
+struct Deep<'a> {
+    level: usize,
+    /// Read from text by [`read_deep`] (no recursion limit), not by the
+    /// caller's deserializer.
+    fresh: bool,
+    too_deep: &'a Cell<bool>,
+}
+
+impl<'a> Deep<'a> {
+    fn at(level: usize, too_deep: &'a Cell<bool>) -> Self {
+        Deep {
+            level,
+            fresh: false,
+            too_deep,
+        }
+    }
+
+    fn inner(self) -> Self {
+        Deep {
+            level: self.level + 1,
+            ..self
+        }
+    }
+}
+
+/// Parses JSON text whose maps and lists sit at nesting `level` without
+/// serde_json's recursion limit. The recursion is bounded by [`MAX_DEPTH`]
+/// and never overflows the stack: each level checks the stack left and
+/// goes on in a new heap segment when it runs low (stacker, the crate
+/// rustc uses for the same). This needs no large-stack thread, so kube's
+/// decoder can call it from any task.
+fn read_deep(text: &str, level: usize) -> Result<Value, String> {
+    let too_deep = Cell::new(false);
+    let value = read_fresh(text, level, &too_deep)?;
+    if too_deep.get() {
+        return Err(format!(
+            "nests deeper than {MAX_DEPTH} levels, the most the API server accepts"
+        ));
+    }
+    Ok(value)
+}
+
+fn read_fresh(text: &str, level: usize, too_deep: &Cell<bool>) -> Result<Value, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let read = Deep {
+        level,
+        fresh: true,
+        too_deep,
+    }
+    .deserialize(&mut de);
+    match read {
+        Ok(v) => de.end().map(|()| v).map_err(|e| e.to_string()),
+        // The depth error stopped the parse: the value is refused.
+        Err(_) if too_deep.get() => Ok(Value::Null),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Deep<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        if self.too_deep.get() {
+            // Refused already: the rest is skipped, not built.
+            return IgnoredAny::deserialize(d).map(|_| Value::Null);
+        }
+        if self.fresh {
+            return stacker::maybe_grow(RED_ZONE, SEGMENT, || d.deserialize_any(self));
+        }
+        if self.level > SHALLOW {
+            let raw = Box::<RawValue>::deserialize(d)?;
+            return read_fresh(raw.get(), self.level, self.too_deep).map_err(de::Error::custom);
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Deep<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        self.deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.enter()?;
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(v) = seq.next_element_seed(self.inner())? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.enter()?;
+        let mut out = Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(self.inner())?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+impl Deep<'_> {
+    /// A map or list at this level: past [`MAX_DEPTH`], the value is
+    /// refused and the parse of its text stopped.
+    fn enter<E: de::Error>(&self) -> Result<(), E> {
+        if self.level > MAX_DEPTH {
+            self.too_deep.set(true);
+            return Err(E::custom(format!("nests deeper than {MAX_DEPTH} levels")));
+        }
+        Ok(())
     }
 }
 

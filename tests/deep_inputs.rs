@@ -459,7 +459,10 @@ fn render_reads_the_api_servers_depth_and_refuses_one_deeper_document_alone() {
     let out = render(dir.path(), "mixed.yaml", &text);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let first = stderr.lines().next().unwrap_or_default();
+    let first = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default();
     // Documents 1 and 2 are the XRD and its CRD: the third is named.
     assert!(
         first.contains("mixed.yaml#3:") && first.contains("nests deeper than 10000 levels"),

@@ -1357,11 +1357,11 @@ fn bindings_are_judged_by_what_a_live_role_grants() {
         ("edit", false, false),
         ("view", true, false),
     ] {
+        // The engine's judgement, through a rule that binds whatever role
+        // a Namespace names (the Config Sync example below also skips the
+        // controller's roles by its own text, before policy sees them).
         let mut objects = live_cluster_roles();
-        objects.push(root_sync(
-            "sync-a",
-            json!([{"kind": "ClusterRole", "name": role}]),
-        ));
+        objects.push(ns("team-a", role));
         for options in [
             Options::default(),
             Options {
@@ -1371,11 +1371,11 @@ fn bindings_are_judged_by_what_a_live_role_grants() {
         ] {
             let with_allow = options.allow.is_some();
             let ok = if with_allow { ok_allowed } else { ok_alone };
-            let eval = evaluate(&config_sync_rules(), &objects, options);
+            let eval = evaluate(&rules(BINDER), &objects, options);
             let bindings: Vec<_> = eval
                 .desired
                 .iter()
-                .filter(|d| d.kind == OutputKind::ClusterRoleBinding && d.name.contains(role))
+                .filter(|d| d.kind == OutputKind::RoleBinding)
                 .map(|d| d.name.clone())
                 .collect();
             assert_eq!(
@@ -1397,6 +1397,22 @@ fn bindings_are_judged_by_what_a_live_role_grants() {
                 );
             }
         }
+    }
+    // A RootSync naming them binds none of them either.
+    for role in ["rbac-rules:controller", "rbac-rules", "edit"] {
+        let mut objects = live_cluster_roles();
+        objects.push(root_sync(
+            "sync-a",
+            json!([{"kind": "ClusterRole", "name": role}]),
+        ));
+        let eval = evaluate(&config_sync_rules(), &objects, Options::default());
+        assert!(
+            !eval
+                .desired
+                .iter()
+                .any(|d| d.kind == OutputKind::ClusterRoleBinding && d.name.contains(role)),
+            "{role}"
+        );
     }
 }
 

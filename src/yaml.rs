@@ -143,7 +143,7 @@ type Parsed = (usize, Result<Value, YamlError>);
 /// stream: the stream is then cut at its document markers and each part
 /// parsed alone, so the error names that document and the others are
 /// still read.
-fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
+fn parse_all(path: &Path, text: &str, mut each: impl FnMut(Parsed)) -> Result<(), YamlError> {
     let parse =
         |text: &str| -> Result<Vec<Value>, String> {
             serde_saphyr::from_multiple_with_options::<Read>(text, options_for(text))
@@ -160,11 +160,28 @@ fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
                 }
             })
         };
-    let docs: Vec<Result<Value, String>> = match parse(text) {
-        Ok(docs) => docs.into_iter().map(Ok).collect(),
+    let mut index = 0;
+    let mut hand = |d: Result<Value, String>| {
+        index += 1;
+        let d = d.map_err(|message| YamlError::Parse {
+            path: format!("{}#{index}", path.display()),
+            message,
+        });
+        each((index, d));
+    };
+    // A large stream (a cluster's objects) is read document by document,
+    // each handed on before the next is parsed: what is held is the text
+    // and what the caller keeps, never every document parsed at once.
+    let whole = if text.len() > STREAM_ABOVE {
+        Err(String::new())
+    } else {
+        parse(text)
+    };
+    match whole {
+        Ok(docs) => docs.into_iter().for_each(|d| hand(Ok(d))),
         Err(whole) => {
             let parts = split_documents(text);
-            if parts.len() < 2 {
+            if parts.len() < 2 && !whole.is_empty() {
                 // One document: it is the one named.
                 let at = if parts.is_empty() { "" } else { "#1" };
                 return Err(YamlError::Parse {
@@ -172,29 +189,19 @@ fn parse_all(path: &Path, text: &str) -> Result<Vec<Parsed>, YamlError> {
                     message: whole,
                 });
             }
-            let mut out = Vec::new();
             for part in parts {
                 match parse(part) {
-                    Ok(docs) => out.extend(docs.into_iter().map(Ok)),
-                    Err(e) => out.push(Err(e)),
+                    Ok(docs) => docs.into_iter().for_each(|d| hand(Ok(d))),
+                    Err(e) => hand(Err(e)),
                 }
             }
-            out
         }
-    };
-    Ok(docs
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let index = i + 1;
-            let d = d.map_err(|message| YamlError::Parse {
-                path: format!("{}#{index}", path.display()),
-                message,
-            });
-            (index, d)
-        })
-        .collect())
+    }
+    Ok(())
 }
+
+/// Texts longer than this are parsed document by document.
+const STREAM_ABOVE: usize = 4 << 20;
 
 /// One document, read as a JSON value by [`Node`].
 struct Read(Value);
@@ -370,17 +377,17 @@ pub fn for_each_document(
     mut each: impl FnMut(usize, Value),
 ) -> Result<(), YamlError> {
     let mut refused = None;
-    for (index, doc) in parse_all(path, text)? {
+    parse_all(path, text, |(index, doc)| {
         let doc = match doc {
             Ok(doc) => doc,
             // The first bad document is the error; the others are read.
             Err(e) => {
                 refused.get_or_insert(e);
-                continue;
+                return;
             }
         };
         if doc.is_null() {
-            continue;
+            return;
         }
         let deep = |item: String| YamlError::TooDeep {
             path: format!("{}#{index}", path.display()),
@@ -393,7 +400,7 @@ pub fn for_each_document(
             } else {
                 each(index, doc);
             }
-            continue;
+            return;
         }
         if let Value::Object(mut m) = doc
             && let Some(Value::Array(items)) = m.remove("items")
@@ -407,7 +414,7 @@ pub fn for_each_document(
                 }
             }
         }
-    }
+    })?;
     refused.map_or(Ok(()), Err)
 }
 

@@ -588,3 +588,29 @@ async fn one_deep_rule_stops_no_other() {
     .await;
     controller.stop().await;
 }
+
+/// A stream larger than what is parsed at once (a cluster's objects) is
+/// read document by document: every good document is read, and a bad one
+/// is named by its position as in a small stream.
+#[test]
+fn a_large_stream_is_read_document_by_document_with_the_same_positions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pad = "x".repeat(2000);
+    let mut text = String::new();
+    for i in 0..3000 {
+        if i == 1500 {
+            text.push_str("---\napiVersion: v1\nkind: Namespace\nmetadata: {name: [unclosed\n");
+            continue;
+        }
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-{i}\n  annotations: {{pad: {pad}}}\n"
+        ));
+    }
+    assert!(text.len() > 4 << 20);
+    let out = render(dir.path(), "large.yaml", &text);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].contains("large.yaml#1501:"), "{stderr}");
+}

@@ -267,6 +267,7 @@ fn chart_values_switch_features() {
             "extraArgs={--debounce-ms=500}",
             "image.repository=registry.example.org/rbac-rules",
             "image.tag=1.2.3",
+            "params.crossplaneNamespace=xp-system",
         ],
     );
     let sm = on
@@ -290,6 +291,11 @@ fn chart_values_switch_features() {
     assert_eq!(
         var("RBAC_RULES_ALLOW_CLUSTERROLE"),
         Some("rbac-rules:allow".into())
+    );
+    // Crossplane in another namespace: one value.
+    assert_eq!(
+        var("RBAC_RULES_PARAMS"),
+        Some("crossplaneNamespace=xp-system".into())
     );
     assert_eq!(
         c["args"].as_array().expect("args").last(),

@@ -12,35 +12,22 @@ use rbac_rules::engine::{Engine, ErrorKind, Evaluation, Options};
 use serde_json::{Value, json};
 
 mod engine_support;
-use engine_support::{builtin, crd, rules, rules_of, store};
+use engine_support::{builtin, crd, granted, rules, rules_of, store};
 
-/// Every (group, resource) the desired objects grant.
-fn granted(eval: &Evaluation) -> BTreeSet<(String, String)> {
-    let mut out = BTreeSet::new();
-    for d in eval.desired.iter().filter(|d| d.kind.is_role()) {
-        for r in d.object.to_value()["rules"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            for g in r["apiGroups"].as_array().into_iter().flatten() {
-                for res in r["resources"].as_array().into_iter().flatten() {
-                    out.insert((
-                        g.as_str().unwrap_or_default().to_string(),
-                        res.as_str().unwrap_or_default().to_string(),
-                    ));
-                }
-            }
-        }
-    }
-    out
+/// Every (group, resource) the desired roles grant.
+fn granted_all(eval: &Evaluation) -> BTreeSet<(String, String)> {
+    eval.desired
+        .iter()
+        .filter(|d| d.kind.is_role())
+        .flat_map(|d| granted(d.object.to_value()))
+        .collect()
 }
 
 /// The API groups granted beyond what the built-in rules grant on an
 /// empty cluster (Crossplane's own fixed roles).
 fn groups(eval: &Evaluation) -> BTreeSet<String> {
-    let fixed = granted(&evaluate(&[]));
-    granted(eval)
+    let fixed = granted_all(&evaluate(&[]));
+    granted_all(eval)
         .into_iter()
         .filter(|x| !fixed.contains(x))
         .map(|(g, _)| g)
@@ -439,17 +426,10 @@ mod props {
             let eval = evaluate(&objects);
             prop_assert_eq!(eval.errors().count(), 0);
             let edit = rules_of(&eval, OutputKind::ClusterRole, "crossplane:provider:provider-a:aggregate-to-edit");
-            let mut got = BTreeSet::new();
-            for r in edit.as_array().into_iter().flatten() {
-                for g in r["apiGroups"].as_array().into_iter().flatten() {
-                    for res in r["resources"].as_array().into_iter().flatten() {
-                        let res = res.as_str().unwrap_or_default();
-                        if !res.ends_with("/status") {
-                            got.insert((g.as_str().unwrap_or_default().to_string(), res.to_string()));
-                        }
-                    }
-                }
-            }
+            let got: BTreeSet<(String, String)> = granted(json!({"rules": edit}))
+                .into_iter()
+                .filter(|(_, r)| !r.ends_with("/status"))
+                .collect();
             prop_assert_eq!(got, expected);
         }
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod engine_support;
-use engine_support::{builtin, store};
+use engine_support::{builtin, granted, store};
 
 use rbac_rules::engine::{
     Engine, EngineWarning, Evaluation, Memo, ObjectStore, Options, RuleSource,
@@ -61,23 +61,6 @@ fn object(eval: &Evaluation, kind: &str, ns: &str, name: &str) -> Value {
         .unwrap_or_else(|| panic!("{kind} {ns}/{name} is emitted"))
         .object
         .to_value()
-}
-
-/// Every (group, resource) an object's rules grant.
-fn granted(obj: impl std::borrow::Borrow<Value>) -> BTreeSet<(String, String)> {
-    let obj = obj.borrow();
-    let mut out = BTreeSet::new();
-    for r in obj["rules"].as_array().into_iter().flatten() {
-        for g in r["apiGroups"].as_array().into_iter().flatten() {
-            for res in r["resources"].as_array().into_iter().flatten() {
-                out.insert((
-                    g.as_str().unwrap_or_default().to_string(),
-                    res.as_str().unwrap_or_default().to_string(),
-                ));
-            }
-        }
-    }
-    out
 }
 
 fn pairs(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {

@@ -325,6 +325,23 @@ fn owner_index(objects: &[Arc<Value>]) -> OwnerIndex {
     (by_uid, loose)
 }
 
+/// The objects at positions `at` (in view order, each once) that pass
+/// `read`'s filters.
+fn passing_at<'a>(
+    objects: &[Arc<Value>],
+    at: impl Iterator<Item = &'a usize>,
+    read: &Read,
+) -> Vec<Arc<Value>> {
+    let mut at: Vec<usize> = at.copied().collect();
+    at.sort_unstable();
+    at.dedup();
+    at.into_iter()
+        .filter_map(|n| objects.get(n))
+        .filter(|o| read.passes(o))
+        .cloned()
+        .collect()
+}
+
 /// Positions of `objects` by the uid of each of their ownerReferences
 /// (controller or not).
 fn any_owner_index(objects: &[Arc<Value>]) -> HashMap<String, Vec<usize>> {
@@ -1352,36 +1369,17 @@ impl Evaluator<'_> {
                     let by_uid = f
                         .by_any_owner
                         .get_or_insert_with(|| any_owner_index(&f.objects));
-                    let mut at: Vec<usize> = uids
-                        .iter()
-                        .filter_map(|u| by_uid.get(u.as_str()))
-                        .flatten()
-                        .copied()
-                        .collect();
-                    at.sort_unstable();
-                    at.dedup();
-                    at.into_iter()
-                        .filter_map(|n| f.objects.get(n))
-                        .filter(|o| read.passes(o))
-                        .cloned()
-                        .collect()
+                    let at = uids.iter().filter_map(|u| by_uid.get(u.as_str())).flatten();
+                    passing_at(&f.objects, at, &read)
                 }
                 (Some(f), Some(OwnerFilter::Controller(owner))) if !owner.uid.is_empty() => {
                     let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
-                    let mut at: Vec<usize> = by_uid
+                    let at = by_uid
                         .get(owner.uid.as_str())
                         .into_iter()
                         .flatten()
-                        .chain(loose.iter())
-                        .copied()
-                        .collect();
-                    at.sort_unstable();
-                    at.dedup();
-                    at.into_iter()
-                        .filter_map(|n| f.objects.get(n))
-                        .filter(|o| read.passes(o))
-                        .cloned()
-                        .collect()
+                        .chain(loose.iter());
+                    passing_at(&f.objects, at, &read)
                 }
                 (Some(f), Some(_)) => f
                     .objects

@@ -82,6 +82,25 @@ pub fn revision(p: usize, family: usize, org: &str, types: usize) -> Value {
         "status": {"objectRefs": refs}})
 }
 
+/// Every (group, resource) an object's rules grant.
+pub fn granted(
+    obj: impl std::borrow::Borrow<Value>,
+) -> std::collections::BTreeSet<(String, String)> {
+    let obj = obj.borrow();
+    let mut out = std::collections::BTreeSet::new();
+    for r in obj["rules"].as_array().into_iter().flatten() {
+        for g in r["apiGroups"].as_array().into_iter().flatten() {
+            for res in r["resources"].as_array().into_iter().flatten() {
+                out.insert((
+                    g.as_str().unwrap_or_default().to_string(),
+                    res.as_str().unwrap_or_default().to_string(),
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// A CustomResourceDefinition `<plural>.<group>` with an ownerReference
 /// (uid `owner_uid`, a controller one when `controller`), as Crossplane's
 /// package manager and XRD controller make them.

@@ -865,7 +865,39 @@ fn table(report: &Value) -> String {
 mod tests {
     use std::io::Write as _;
 
-    use super::Documents;
+    use clap::Parser as _;
+
+    use super::{BenchArgs, Documents};
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    }
+
+    #[test]
+    fn real_server_arguments() {
+        let a = parse(&[]).expect("defaults");
+        assert!(a.kubeconfig.is_none() && a.relist_command.is_none());
+        assert_eq!(a.kubectl_parallel, 8);
+        let a = parse(&[
+            "--scenario=large",
+            "--kubeconfig=/k",
+            "--relist-command",
+            "restart it",
+            "--kubectl-parallel=0",
+        ])
+        .expect("real mode");
+        assert_eq!(a.kubeconfig.as_deref(), Some(std::path::Path::new("/k")));
+        assert_eq!(a.relist_command.as_deref(), Some("restart it"));
+        assert_eq!(a.kubectl_parallel, 0);
+        // A relist needs a real server.
+        assert!(parse(&["--relist-command=x"]).is_err());
+    }
 
     #[test]
     fn documents_counts_separator_lines_across_writes() {

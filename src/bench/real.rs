@@ -305,9 +305,15 @@ fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) 
         + before.keys().filter(|k| !after.contains_key(*k)).count()
 }
 
-/// RBAC writes (applies and deletes) in the controller's metrics text.
-pub fn rbac_writes(metrics: &str) -> Option<u64> {
-    let mut total = None;
+/// The controller's writes by `kind/action`, from its metrics text
+/// (`rbac_rules_api_writes_total`).
+pub fn writes_by_kind(metrics: &str) -> BTreeMap<String, u64> {
+    let label = |labels: &str, key: &str| {
+        let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
+        let len = labels[start..].find('"')?;
+        Some(labels[start..start + len].to_string())
+    };
+    let mut out = BTreeMap::new();
     for line in metrics.lines() {
         let Some(rest) = line.strip_prefix("rbac_rules_api_writes_total{") else {
             continue;
@@ -315,17 +321,29 @@ pub fn rbac_writes(metrics: &str) -> Option<u64> {
         let Some((labels, value)) = rest.split_once("} ") else {
             continue;
         };
-        let rbac = ["ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"]
-            .iter()
-            .any(|k| labels.contains(&format!("kind=\"{k}\"")));
-        let write = labels.contains("action=\"apply\"") || labels.contains("action=\"delete\"");
-        if rbac && write {
-            let n: f64 = value.trim().parse().ok()?;
-            *total.get_or_insert(0) += n as u64;
-        }
+        let (Some(kind), Some(action), Ok(n)) = (
+            label(labels, "kind"),
+            label(labels, "action"),
+            value.trim().parse::<f64>(),
+        ) else {
+            continue;
+        };
+        *out.entry(format!("{kind}/{action}")).or_insert(0) += n as u64;
     }
-    // Absent until the first write: the metrics answered, so zero.
-    Some(total.unwrap_or(0))
+    out
+}
+
+/// RBAC writes (applies and deletes) in the controller's metrics text.
+pub fn rbac_writes(metrics: &str) -> u64 {
+    writes_by_kind(metrics)
+        .iter()
+        .filter(|(k, _)| {
+            let (kind, action) = k.split_once('/').unwrap_or_default();
+            ["ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"].contains(&kind)
+                && ["apply", "delete"].contains(&action)
+        })
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// `rbac-rules run` as a child, killed when dropped.
@@ -370,7 +388,14 @@ impl Run {
     }
 
     async fn writes(&self) -> Option<u64> {
-        rbac_writes(&self.ctl.get("/metrics").await?)
+        Some(rbac_writes(&self.ctl.get("/metrics").await?))
+    }
+
+    async fn writes_by_kind(&self) -> Value {
+        match self.ctl.get("/metrics").await {
+            Some(text) => json!(writes_by_kind(&text)),
+            None => Value::Null,
+        }
     }
 
     /// Waits until the write count stays still for `quiet`; the count.
@@ -644,6 +669,7 @@ pub(super) async fn controller_phases(
     }
     let initial_sync_ms = ms(started.elapsed());
     let initial = run.settle(quiet, deadline).await;
+    let initial_by_kind = run.writes_by_kind().await;
     let rss_after_sync = memory_mib(&run.pid(), "VmRSS");
     let peak_after_sync = memory_mib(&run.pid(), "VmHWM");
     if !synced {
@@ -713,6 +739,7 @@ pub(super) async fn controller_phases(
         "setup_ms": setup_ms,
         "setup_crds_ms": crds_ms,
         "initial_sync_writes": initial,
+        "initial_sync_writes_by_kind": initial_by_kind,
         "initial_sync_ms": initial_sync_ms,
         "initial_sync_complete": synced,
         "resync_writes": relisted - initial,
@@ -864,8 +891,12 @@ mod tests {
             rbac_rules_api_writes_total{kind=\"RbacRule\",action=\"status\"} 7\n\
             rbac_rules_api_writes_total{kind=\"RoleBinding\",action=\"status\"} 1\n\
             rbac_rules_reconciles_total 3\n";
-        assert_eq!(rbac_writes(text), Some(7));
-        assert_eq!(rbac_writes("rbac_rules_reconciles_total 3\n"), Some(0));
+        assert_eq!(rbac_writes(text), 7);
+        assert_eq!(rbac_writes("rbac_rules_reconciles_total 3\n"), 0);
+        let by = writes_by_kind(text);
+        assert_eq!(by.get("RbacRule/status"), Some(&7));
+        assert_eq!(by.get("ClusterRole/apply"), Some(&5));
+        assert_eq!(by.len(), 4);
     }
 
     #[test]

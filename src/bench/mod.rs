@@ -16,6 +16,7 @@
 //!   memory is the controller's alone. A child stops when its stdin closes.
 
 pub mod fake_api;
+mod real;
 pub mod synth;
 
 use std::collections::BTreeMap;
@@ -53,6 +54,22 @@ pub struct BenchArgs {
     /// stop (to profile `render` or apply them to a cluster by hand).
     #[arg(long, value_name = "PATH")]
     pub write_objects: Option<PathBuf>,
+    /// Run the controller phases against the API server of this kubeconfig
+    /// (a throwaway cluster; its current context a cluster admin) instead
+    /// of the in-process stand-in: installs the RbacRule CRD, stand-in
+    /// CRDs of the trigger kinds, the built-in rules and the scenario's
+    /// objects, runs `rbac-rules run`, and compares with `kubectl apply`.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --kubeconfig: a shell command that forces the controller's
+    /// watches to relist (e.g. one restarting the API server), run after
+    /// the initial sync; without it only the resync timer runs.
+    #[arg(long, value_name = "COMMAND", requires = "kubeconfig")]
+    pub relist_command: Option<String>,
+    /// With --kubeconfig: concurrent `kubectl apply --server-side`
+    /// processes applying the same outputs, for comparison (0: none).
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub kubectl_parallel: usize,
     /// Internal: run one phase and print its figures as JSON.
     #[arg(long, value_enum, hide = true)]
     pub phase: Option<Phase>,
@@ -244,7 +261,11 @@ fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
             .map_err(|e| BenchError::Other(format!("cannot start the async runtime: {e}")))?;
         // The figures so far still print when the controller fails (e.g.
         // killed for its memory); the exit status says it failed.
-        match rt.block_on(controller_phases(args, &plane, objects_out)) {
+        let phases = match &args.kubeconfig {
+            Some(kubeconfig) => rt.block_on(real::controller_phases(args, kubeconfig, &plane)),
+            None => rt.block_on(controller_phases(args, &plane, objects_out)),
+        };
+        match phases {
             Ok(controller) => merge(&mut report, &controller),
             Err(e) => report["controller_error"] = json!(e.to_string()),
         }
@@ -860,7 +881,39 @@ fn table(report: &Value) -> String {
 mod tests {
     use std::io::Write as _;
 
-    use super::Documents;
+    use clap::Parser as _;
+
+    use super::{BenchArgs, Documents};
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    }
+
+    #[test]
+    fn real_server_arguments() {
+        let a = parse(&[]).expect("defaults");
+        assert!(a.kubeconfig.is_none() && a.relist_command.is_none());
+        assert_eq!(a.kubectl_parallel, 8);
+        let a = parse(&[
+            "--scenario=large",
+            "--kubeconfig=/k",
+            "--relist-command",
+            "restart it",
+            "--kubectl-parallel=0",
+        ])
+        .expect("real mode");
+        assert_eq!(a.kubeconfig.as_deref(), Some(std::path::Path::new("/k")));
+        assert_eq!(a.relist_command.as_deref(), Some("restart it"));
+        assert_eq!(a.kubectl_parallel, 0);
+        // A relist needs a real server.
+        assert!(parse(&["--relist-command=x"]).is_err());
+    }
 
     #[test]
     fn documents_counts_separator_lines_across_writes() {

@@ -659,7 +659,60 @@ impl World {
                 out.insert(rule.clone(), h);
             }
         }
+        self.hold_readers_of_waiting(&mut out);
         out
+    }
+
+    /// A rule that reads (rulesFrom, related objects) what a rule still
+    /// waiting for its first lists emits would render from a partial
+    /// picture and write its objects again once the picture is whole: it
+    /// waits too, so that a first sync writes each object once.
+    fn hold_readers_of_waiting(&self, out: &mut BTreeMap<String, Hold>) {
+        let emits = |spec: &RbacRuleSpec| -> BTreeSet<GroupKind> {
+            spec.outputs
+                .iter()
+                .map(|o| crate::engine::compile::output_gk(o.kind))
+                .collect()
+        };
+        loop {
+            let waiting: BTreeMap<&str, BTreeSet<GroupKind>> = out
+                .iter()
+                .filter(|(_, h)| matches!(h, Hold::WaitingForSync(_)))
+                .filter_map(|(name, _)| {
+                    let (spec, _) = self.rule_kinds.get(name)?;
+                    Some((name.as_str(), emits(spec)))
+                })
+                .collect();
+            let mut more = Vec::new();
+            for (rule, (spec, _)) in &self.rule_kinds {
+                if out.contains_key(rule) {
+                    continue;
+                }
+                let source = crate::engine::RuleSource {
+                    name: rule.clone(),
+                    spec: spec.clone(),
+                };
+                let reads = crate::engine::shape::interests(std::slice::from_ref(&source));
+                let producers: Vec<&str> = waiting
+                    .iter()
+                    .filter(|(_, kinds)| reads.iter().any(|i| kinds.contains(&i.gk)))
+                    .map(|(name, _)| *name)
+                    .collect();
+                if !producers.is_empty() {
+                    more.push((
+                        rule.clone(),
+                        Hold::WaitingForSync(format!(
+                            "waiting for rules whose outputs it reads: {}",
+                            producers.join(", ")
+                        )),
+                    ));
+                }
+            }
+            if more.is_empty() {
+                return;
+            }
+            out.extend(more);
+        }
     }
 
     /// Recomputes the kinds each rule reads and the merged interests.
@@ -978,6 +1031,45 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_reading_what_a_waiting_rule_emits_waits_too() {
+        let mut w = base_world();
+        // "copier" copies the rules of the ClusterRoles "r" emits.
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "outputs": [{"kind": "ClusterRole", "name": "copied",
+                         "rulesFrom": {"clusterRoleNames": ["x-a"]}}]
+        }))
+        .expect("spec");
+        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
+            "copier", spec,
+        )))));
+        // A rule emitting only what nobody reads does not wait.
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "outputs": [{"kind": "Role", "name": "other", "namespace": "default"}]
+        }))
+        .expect("spec");
+        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
+            "other", spec,
+        )))));
+        w.interests(ManageLevel::All);
+        let gk = GroupKind::new("example.org", "Widget");
+        watch(&mut w, &gk, 1);
+        let holds = w.holds();
+        assert!(matches!(holds.get("r"), Some(Hold::WaitingForSync(_))));
+        match holds.get("copier") {
+            Some(Hold::WaitingForSync(why)) => assert!(why.contains("r"), "{why}"),
+            other => panic!("copier: {other:?}"),
+        }
+        assert!(!holds.contains_key("other"), "{holds:?}");
+        listed(&mut w, |e| Feed::Kind(gk.clone(), 1, e), vec![widget("a")]);
+        let holds = w.holds();
+        assert!(!holds.contains_key("r"), "{holds:?}");
+        assert!(
+            !matches!(holds.get("copier"), Some(Hold::WaitingForSync(why)) if why.contains("outputs it reads")),
+            "{holds:?}"
+        );
+    }
+
+    #[test]
     fn a_kind_that_stops_being_served_holds_its_rules() {
         let mut w = base_world();
         let gk = GroupKind::new("example.org", "Widget");
@@ -1201,6 +1293,15 @@ mod tests {
             vec![cluster_role("other", false), cluster_role("ours", true)],
         );
         assert!(w.base_synced() && w.kinds_settled());
+        // The base rule "r" emits ClusterRoles: until its Widgets are
+        // listed, a reader of ClusterRoles waits for it.
+        assert!(matches!(
+            w.holds().get("reader"),
+            Some(Hold::WaitingForSync(why)) if why.contains("outputs it reads")
+        ));
+        let widgets = GroupKind::new("example.org", "Widget");
+        watch(&mut w, &widgets, 9);
+        listed(&mut w, |e| Feed::Kind(widgets.clone(), 9, e), vec![]);
         assert!(!w.holds().contains_key("reader"));
         // Others' ClusterRoles are in the store; ours are packed (no rule
         // sees them while a desired copy stands for them) until a plan

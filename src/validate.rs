@@ -747,45 +747,7 @@ fn probe_helper(name: &str, argc: usize) -> Option<String> {
     let ctx = handlebars::Context::wraps(json!({})).ok()?;
     let err = t.render(&text, &ctx).err()?;
     if err.contains("unknown helper") {
-        let known = [
-            "get",
-            "default",
-            "list",
-            "concat",
-            "append",
-            "split",
-            "join",
-            "lower",
-            "upper",
-            "replace",
-            "trim",
-            "trimPrefix",
-            "trimSuffix",
-            "hasPrefix",
-            "hasSuffix",
-            "contains",
-            "containsLoose",
-            "regexMatch",
-            "pluck",
-            "uniq",
-            "sort",
-            "sortBy",
-            "groupBy",
-            "keys",
-            "apiGroup",
-            "imageRegistry",
-            "imageOrg",
-            "hash",
-            "shorten",
-            "eq",
-            "ne",
-            "and",
-            "or",
-            "not",
-            "len",
-            "lookup",
-        ];
-        let hint = suggest(name, known.iter().copied())
+        let hint = suggest(name, crate::engine::template::helper_names())
             .map(|s| format!(" (did you mean {s:?}?)"))
             .unwrap_or_default();
         return Some(format!(

@@ -187,6 +187,14 @@ fn unknown_helpers_and_wrong_arity() {
     );
 }
 
+/// The suggestions come from the helpers the engine registers: `json`,
+/// which an older hand-kept list missed, is one.
+#[test]
+fn unknown_helpers_are_matched_against_every_registered_helper() {
+    let r = validate(&crd_rule("{{jsn trigger.spec}}", "[get]"), None, &[]);
+    assert_has(&r, 1, &["unknown helper \"jsn\" (did you mean \"json\"?)"]);
+}
+
 #[test]
 fn long_label_values_are_flagged() {
     let text = crd_rule("x", "[get]").replace(

@@ -1114,6 +1114,15 @@ impl HelperDef for ValueHelper {
     }
 }
 
+/// Every helper a template may call: this project's ([`HELPERS`]) and the
+/// handlebars built-ins rules use. The one list `validate` suggests from.
+pub fn helper_names() -> impl Iterator<Item = &'static str> {
+    HELPERS
+        .iter()
+        .map(|(name, _, _)| *name)
+        .chain(["eq", "ne", "and", "or", "not", "len", "lookup"])
+}
+
 /// Name, whether missing arguments are null, function. Documented in
 /// docs/rules.md; keep the two in step.
 const HELPERS: &[(&str, bool, HelperFn)] = &[

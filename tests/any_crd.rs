@@ -1,20 +1,8 @@
 //! rules/examples/any-crd: roles for custom types only, and the aggregated
 //! allow-list a team extends with its own grants.
 
-use std::process::Command;
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("run rbac-rules");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod cli_support;
+use cli_support::run;
 
 fn crd(name: &str) -> String {
     format!(

@@ -4,22 +4,10 @@
 //! updates; then validate, render, test, explain and controller-role, each
 //! command exactly as the tutorial gives it.
 
-use std::process::Command;
+mod cli_support;
+use cli_support::run;
 
 const DIR: &str = "docs/tutorial/first-hour";
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("run rbac-rules");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn path(file: &str) -> String {
     format!("{DIR}/{file}")

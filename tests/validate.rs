@@ -2,6 +2,9 @@
 
 use std::process::Command;
 
+mod cli_support;
+use cli_support::run_in;
+
 struct Run {
     code: Option<i32>,
     /// Everything printed: findings and summary (stderr), data (stdout).
@@ -397,19 +400,6 @@ fn literal_role_ref_and_subject_kinds_are_checked() {
             "5 error(s)",
         ],
     );
-}
-
-fn run_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run rbac-rules");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

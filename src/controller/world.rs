@@ -674,6 +674,22 @@ impl World {
                 .map(|o| crate::engine::compile::output_gk(o.kind))
                 .collect()
         };
+        // What each rule reads itself (not what policy reads for it).
+        let reads: BTreeMap<&str, Vec<GroupKind>> = self
+            .rule_kinds
+            .iter()
+            .map(|(rule, (spec, _))| {
+                let source = crate::engine::RuleSource {
+                    name: rule.clone(),
+                    spec: spec.clone(),
+                };
+                let kinds = crate::engine::shape::interests(std::slice::from_ref(&source))
+                    .into_iter()
+                    .map(|i| i.gk)
+                    .collect();
+                (rule.as_str(), kinds)
+            })
+            .collect();
         loop {
             let waiting: BTreeMap<&str, BTreeSet<GroupKind>> = out
                 .iter()
@@ -684,23 +700,18 @@ impl World {
                 })
                 .collect();
             let mut more = Vec::new();
-            for (rule, (spec, _)) in &self.rule_kinds {
-                if out.contains_key(rule) {
+            for (rule, read) in &reads {
+                if out.contains_key(*rule) {
                     continue;
                 }
-                let source = crate::engine::RuleSource {
-                    name: rule.clone(),
-                    spec: spec.clone(),
-                };
-                let reads = crate::engine::shape::interests(std::slice::from_ref(&source));
                 let producers: Vec<&str> = waiting
                     .iter()
-                    .filter(|(_, kinds)| reads.iter().any(|i| kinds.contains(&i.gk)))
+                    .filter(|(_, kinds)| read.iter().any(|gk| kinds.contains(gk)))
                     .map(|(name, _)| *name)
                     .collect();
                 if !producers.is_empty() {
                     more.push((
-                        rule.clone(),
+                        rule.to_string(),
                         Hold::WaitingForSync(format!(
                             "waiting for rules whose outputs it reads: {}",
                             producers.join(", ")

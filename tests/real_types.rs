@@ -218,7 +218,7 @@ fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
         .filter(|w| {
             w.rule == "package-isolation-cluster-package-users"
                 && w.trigger.as_deref() == Some(cluster)
-                && w.field == "spec.related[2].require[0]"
+                && w.field == "spec.related[3].require[0]"
         })
         .map(|w| w.value.clone())
         .collect();
@@ -228,9 +228,36 @@ fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
     // dependsOnCRDs are checked too.
     assert!(eval.warnings().any(|w| {
         w.rule == "package-isolation-cluster-package-system"
-            && w.field == "spec.related[3].require[0]"
+            && w.field == "spec.related[4].require[0]"
             && w.value == "*.*"
     }));
+    // Lineage: a well-formed name is believed only when the package manager
+    // labelled its CRD for this install's scope (and namespace).
+    let unproven = |rule: &str, trigger: &str, field: &str| -> BTreeSet<String> {
+        eval.warnings()
+            .filter(|w| w.rule == rule && w.trigger.as_deref() == Some(trigger) && w.field == field)
+            .map(|w| w.value.clone())
+            .collect()
+    };
+    assert_eq!(
+        unproven("package-isolation-cluster-package-users", cluster, "spec.related[3].require[1]"),
+        BTreeSet::from([
+            "certificates.cert-manager.io".to_string(),
+            "ghosts.nowhere.example.org".to_string()
+        ])
+    );
+    assert_eq!(
+        unproven("package-isolation-cluster-package-system", cluster, "spec.related[4].require[1]"),
+        BTreeSet::from(["secretstores.vault.example.org".to_string()])
+    );
+    let tenant = "PackageInstall.packages.crossplane.io/team-b/tenant-pkg";
+    assert_eq!(
+        unproven("package-isolation-namespace-package-users", tenant, "spec.related[4].require[1]"),
+        BTreeSet::from([
+            "certificates.cert-manager.io".to_string(),
+            "secretstores.vault.example.org".to_string()
+        ])
+    );
     for role in ["admin", "edit", "view"] {
         let name = format!("package:evil:provider-evil:v1:{role}");
         assert_eq!(

@@ -613,7 +613,7 @@ impl SlowLaneRuns {
             allow: world.allow_rules(),
             held: others.into_keys().collect(),
             waivers: args.waivers.clone(),
-            limits: args.limits.clone(),
+            limits: sync::split_totals(&args.limits).1,
             params: args.params.map(),
             ..crate::engine::Options::default()
         };

@@ -64,12 +64,29 @@ pub struct SyncReport {
 }
 
 /// Compiled rules, reused while rules and allow-list stay the same.
-/// What the compiled engine depends on: rule specs, allow-list, held rules.
+/// What the compiled engine depends on: rule specs, allow-list, held rules,
+/// and whether a slow lane shares the evaluation's totals.
 type EngineKey = (
     Vec<(String, RbacRuleSpec)>,
     Option<AllowList>,
     BTreeSet<String>,
+    bool,
 );
+
+/// The per-evaluation totals (bytes and objects held) split between the
+/// main pass and the slow lane while one exists: (main, slow lane). The
+/// two evaluations run at once, and together they hold no more than one
+/// evaluation may; every other limit is the same in both, so a rule's
+/// outcome does not depend on its lane.
+pub fn split_totals(limits: &Limits) -> (Limits, Limits) {
+    let mut slow = limits.clone();
+    slow.bytes_per_evaluation = limits.bytes_per_evaluation / 2;
+    slow.objects_per_evaluation = limits.objects_per_evaluation / 2;
+    let mut main = limits.clone();
+    main.bytes_per_evaluation -= slow.bytes_per_evaluation;
+    main.objects_per_evaluation -= slow.objects_per_evaluation;
+    (main, slow)
+}
 
 struct CachedEngine {
     key: EngineKey,
@@ -257,6 +274,7 @@ impl Syncer {
                 .collect::<Vec<_>>(),
             allow.cloned(),
             holds.keys().cloned().collect::<BTreeSet<String>>(),
+            holds.values().any(Hold::is_slow_lane),
         );
         let cached = match self.engine.take() {
             Some(c) if c.key == key => c,
@@ -270,7 +288,11 @@ impl Syncer {
                     })
                     .collect();
                 tracing::debug!(rules = sources.len(), "compiling rules");
-                let mut limits = self.limits.clone();
+                let mut limits = if key.3 {
+                    split_totals(&self.limits).0
+                } else {
+                    self.limits.clone()
+                };
                 if let Some(lane) = self.lane.filter(|l| *l < limits.seconds_per_rule) {
                     limits.seconds_per_rule = lane;
                 }
@@ -549,7 +571,7 @@ pub struct SlowLane {
 impl Default for SlowLane {
     fn default() -> Self {
         SlowLane {
-            key: (Vec::new(), None, BTreeSet::new()),
+            key: (Vec::new(), None, BTreeSet::new(), true),
             engine: None,
             memo: Memo::new(),
             store: ObjectStore::new(),
@@ -607,6 +629,7 @@ fn key_of(rules: &BTreeMap<String, RbacRule>, options: &Options) -> EngineKey {
             .collect(),
         options.allow.clone(),
         options.held.clone(),
+        true,
     )
 }
 

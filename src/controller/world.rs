@@ -1149,6 +1149,78 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_rule_and_its_readers_go_to_the_slow_lane_until_its_spec_changes() {
+        let mut w = base_world();
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "outputs": [{"kind": "ClusterRole", "name": "copied",
+                         "rulesFrom": {"clusterRoleNames": ["x-a"]}}]
+        }))
+        .expect("spec");
+        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
+            "copier", spec,
+        )))));
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "outputs": [{"kind": "Role", "name": "other", "namespace": "default"}]
+        }))
+        .expect("spec");
+        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
+            "other", spec,
+        )))));
+        w.interests(ManageLevel::All);
+        let gk = GroupKind::new("example.org", "Widget");
+        watch(&mut w, &gk, 1);
+        listed(&mut w, |e| Feed::Kind(gk.clone(), 1, e), vec![widget("a")]);
+        watch_whole(&mut w, &output_gk(OutputKind::ClusterRole));
+        assert!(w.holds().is_empty(), "{:?}", w.holds());
+        w.move_to_slow_lane(["r".to_string(), "gone".to_string()]);
+        let holds = w.holds();
+        assert!(
+            matches!(holds.get("r"), Some(Hold::SlowLane(_))),
+            "{holds:?}"
+        );
+        // The copier reads what "r" emits: it goes with it.
+        match holds.get("copier") {
+            Some(Hold::SlowLane(why)) => assert!(why.contains("r"), "{why}"),
+            other => panic!("copier: {other:?}"),
+        }
+        assert!(!holds.contains_key("other"), "{holds:?}");
+        assert!(!holds.contains_key("gone"), "{holds:?}");
+        // The slow lane's copy of the store shares the world's objects, and
+        // a copy made again with nothing changed is no change.
+        let mut store = ObjectStore::new();
+        let mut kinds = BTreeSet::new();
+        assert!(w.copy_store(&mut store, &mut kinds));
+        let key = (String::new(), "a".to_string());
+        assert!(Arc::ptr_eq(
+            store.get_shared(&gk, &key).expect("copied"),
+            w.store.get_shared(&gk, &key).expect("stored")
+        ));
+        assert!(!w.copy_store(&mut store, &mut kinds));
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Apply(widget("b"))));
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Delete(widget("a"))));
+        assert!(w.copy_store(&mut store, &mut kinds));
+        let names: Vec<String> = store.entries(&gk).map(|(k, _)| k.1.clone()).collect();
+        assert_eq!(names, vec!["b"]);
+        // A rule waiting for a list is not evaluated by the slow lane: its
+        // readers wait too.
+        let mut waiting = w.holds();
+        waiting.insert("r".into(), Hold::WaitingForSync("x".into()));
+        waiting.remove("copier");
+        w.hold_readers_of_waiting(&mut waiting);
+        assert!(
+            matches!(waiting.get("copier"), Some(Hold::WaitingForSync(_))),
+            "{waiting:?}"
+        );
+        // A new spec gets a new chance in the main pass.
+        let mut edited = rule("r", 2, "Widget");
+        edited.spec.outputs[0].name = "y-{{trigger.metadata.name}}".into();
+        w.apply(Feed::Rules(Box::new(Event::Apply(edited))));
+        w.interests(ManageLevel::All);
+        let holds = w.holds();
+        assert!(holds.is_empty(), "{holds:?}");
+    }
+
+    #[test]
     fn a_kind_that_stops_being_served_holds_its_rules() {
         let mut w = base_world();
         let gk = GroupKind::new("example.org", "Widget");

@@ -305,15 +305,13 @@ mod control_loop {
         let names: Vec<String> = (0..NAMESPACES).map(|i| format!("ns-{i:02}")).collect();
         let (client, fake) = FakeCluster::start(rules, &names, Behaviour::default());
         let start = Instant::now();
-        let controller = Controller::start(
-            client.clone(),
-            &[
-                LANE,
-                "--max-seconds-per-trigger=120",
-                "--max-seconds-per-rule=300",
-                "--max-seconds-per-evaluation=600",
-            ],
-        );
+        let flags = [
+            LANE,
+            "--max-seconds-per-trigger=120",
+            "--max-seconds-per-rule=300",
+            "--max-seconds-per-evaluation=600",
+        ];
+        let controller = Controller::start(client.clone(), &flags);
         fake.until(Duration::from_secs(60), "every fast Role", |f| {
             roles(f, "reader") == NAMESPACES
         })
@@ -371,6 +369,32 @@ mod control_loop {
                 && !(l.starts_with("PATCH") && l.contains("/roles/") && !l.contains("ns-new"))),
             "{new:#?}"
         );
+
+        // A restart writes nothing but what changed: a Namespace added as it
+        // starts. Its slow Role comes from a slow lane that has rendered
+        // every Namespace, so any other write would have come before it.
+        let before = fake.log().len();
+        let controller = Controller::start(client.clone(), &flags);
+        fake.add_namespace("ns-late");
+        fake.until(Duration::from_secs(300), "the Roles in ns-late", |f| {
+            let log = f.log();
+            applies(&log[before..], "reader", Some("ns-late")).len() == 1
+                && applies(&log[before..], "slow", Some("ns-late")).len() == 1
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        controller.stop().await;
+        let log = fake.log();
+        let restart = &log[before..];
+        let writes: Vec<&String> = restart
+            .iter()
+            .filter(|l| {
+                l.starts_with("DELETE") || (l.starts_with("PATCH") && l.contains("/roles/"))
+            })
+            .collect();
+        assert_eq!(writes.len(), 2, "{restart:#?}");
+        assert!(writes[0].ends_with("ns-late/roles/reader"), "{restart:#?}");
+        assert!(writes[1].ends_with("ns-late/roles/slow"), "{restart:#?}");
         eprintln!(
             "first reconcile: fast Roles written by {fast_done:?}, slow ones by {slow_done:?}; \
              new Namespace: fast Role by {fast_again:?}, slow one by {slow_again:?}"

@@ -216,6 +216,7 @@ impl Syncer {
             holds: BTreeMap::new(),
             foreign,
             slow: Vec::new(),
+            every_rule: false,
         }
     }
 
@@ -392,6 +393,7 @@ impl Syncer {
             holds: snap.holds.clone(),
             foreign,
             slow,
+            every_rule: true,
         }
     }
 
@@ -411,6 +413,7 @@ impl Syncer {
             holds,
             foreign,
             slow: _,
+            every_rule,
         } = pass;
         let mut report = SyncReport {
             plan,
@@ -465,7 +468,10 @@ impl Syncer {
             .managed_objects
             .set(managed.values().sum::<i64>());
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        self.warned.retain(|n, _| rules.contains_key(n));
+        // A slow lane's pass names only its rules: the others stay.
+        if every_rule {
+            self.warned.retain(|n, _| rules.contains_key(n));
+        }
         for (name, rule) in &rules {
             // The slow lane reports its rules itself.
             if holds.get(name).is_some_and(Hold::is_slow_lane) {
@@ -527,6 +533,8 @@ pub struct Pass {
     foreign: BTreeSet<ObjectId>,
     /// Rules that ran out of `--slow-rule-seconds`.
     slow: Vec<String>,
+    /// Whether `rules` holds every rule (not a slow lane's pass).
+    every_rule: bool,
 }
 
 impl Pass {

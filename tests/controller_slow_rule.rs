@@ -403,6 +403,69 @@ mod control_loop {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rule_reading_a_slow_rules_outputs_goes_with_it_and_writes_once() {
+        const NAMESPACES: usize = 4;
+        // The slow rule emits a ClusterRole per Namespace; "copier" copies
+        // its rules into a Role there (it reads what the slow rule emits).
+        let mut slow_cr = slow(1_500_000);
+        slow_cr["outputs"] = json!([{"kind": "ClusterRole",
+            "name": "slow-{{trigger.metadata.name}}{{#each vars.ys}}{{#each @root.vars.xs}}{{/each}}{{/each}}",
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]}]);
+        let copier = json!({
+            "trigger": {"kind": "Namespace", "metadataOnly": true},
+            "outputs": [{"kind": "Role", "name": "copy",
+                "rulesFrom": {"clusterRoleNames": ["slow-{{trigger.metadata.name}}"]}}],
+        });
+        let rules = vec![
+            rule("a-slow", slow_cr),
+            rule("copier", copier),
+            rule("fast", fast()),
+        ];
+        let names: Vec<String> = (0..NAMESPACES).map(|i| format!("ns-{i:02}")).collect();
+        let (client, fake) = FakeCluster::start(rules, &names, Behaviour::default());
+        let controller = Controller::start(
+            client,
+            &[
+                LANE,
+                "--max-seconds-per-trigger=120",
+                "--max-seconds-per-rule=300",
+            ],
+        );
+        fake.until(Duration::from_secs(300), "every copied Role", |f| {
+            roles(f, "copy") == NAMESPACES
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        controller.stop().await;
+        let log = fake.log();
+        let fast_at = applies(&log, "reader", None);
+        let copy_at = applies(&log, "copy", None);
+        let slow_at: Vec<usize> = log
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("PATCH ") && l.contains("/clusterroles/slow-"))
+            .map(|(i, _)| i)
+            .collect();
+        // Each written once: the copier never rendered from the slow rule's
+        // missing outputs (it would have written an empty Role first).
+        assert_eq!(fast_at.len(), NAMESPACES, "{log:#?}");
+        assert_eq!(copy_at.len(), NAMESPACES, "{log:#?}");
+        assert_eq!(slow_at.len(), NAMESPACES, "{log:#?}");
+        // The fast rule did not wait for either.
+        let later = copy_at.iter().chain(&slow_at).min();
+        assert!(fast_at.iter().max() < later, "{log:#?}");
+        for (path, role) in fake.rbac() {
+            if path.ends_with("/roles/copy") {
+                assert_eq!(
+                    role["rules"],
+                    json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
+                    "{path}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_rule_past_its_own_limit_is_reported_and_holds_no_one_back() {
         const NAMESPACES: usize = 4;
         let rules = vec![rule("a-slow", endless()), rule("fast", fast())];

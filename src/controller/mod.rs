@@ -389,7 +389,7 @@ async fn control_loop(
                     world.unpack_held(&holds);
                     pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
                 }
-                slow.start(&mut world, args);
+                slow.start(&mut world, args, &holds);
                 // Objects no desired copy stands for are judged on their
                 // own bodies: unpacked, and judged in the next pass.
                 let kept = pass.plan().kept.iter();
@@ -430,7 +430,8 @@ async fn control_loop(
                     Err(_) => tracing::error!("the slow lane's evaluation ended without a result"),
                 }
                 if std::mem::take(&mut slow.again) {
-                    slow.start(&mut world, args);
+                    let holds = world.holds();
+                    slow.start(&mut world, args, &holds);
                 }
             }
             // The slow lane's result is planned against the live objects
@@ -460,7 +461,7 @@ async fn control_loop(
                     // As for the main pass: policy judges them in the
                     // slow lane's next evaluation, planned then.
                     idle = Some(syncer);
-                    slow.start(&mut world, args);
+                    slow.start(&mut world, args, &holds);
                     continue;
                 }
                 let held = world.rules.len() - lane.len();
@@ -582,12 +583,13 @@ impl SlowLaneRuns {
     /// main pass asks for one: what it re-plans (live objects edited,
     /// failed writes) is what the slow lane's plan needs too, and with
     /// nothing changed the run renders nothing.
-    fn start(&mut self, world: &mut World, args: &RunArgs) {
-        if self.running.is_some() {
-            self.again = true;
-            return;
-        }
-        let holds = world.holds();
+    /// `holds`: the world's, as [`World::holds`] computed them just now.
+    fn start(
+        &mut self,
+        world: &mut World,
+        args: &RunArgs,
+        holds: &std::collections::BTreeMap<String, status::Hold>,
+    ) {
         let lane: std::collections::BTreeSet<String> = holds
             .iter()
             .filter(|(_, h)| h.is_slow_lane())
@@ -597,6 +599,10 @@ impl SlowLaneRuns {
             // No slow rule: nothing kept for one.
             self.state = None;
             self.ready = None;
+            return;
+        }
+        if self.running.is_some() {
+            self.again = true;
             return;
         }
         // Every other rule is held: their live objects are what exists,

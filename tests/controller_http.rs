@@ -911,6 +911,7 @@ async fn the_control_loop_lists_discovers_reconciles_and_stops() {
         identity: Some("test".into()),
         adopt_existing: false,
         max_concurrent_writes: 4,
+        slow_rule_seconds: rbac_rules::controller::DEFAULT_SLOW_RULE_SECONDS,
         waivers: Default::default(),
         limits: Default::default(),
         params: Default::default(),

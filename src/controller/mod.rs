@@ -96,6 +96,13 @@ pub struct RunArgs {
     /// says.
     #[arg(long, env = "RBAC_RULES_MAX_CONCURRENT_WRITES", default_value_t = apply::DEFAULT_MAX_CONCURRENT_WRITES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub max_concurrent_writes: usize,
+    /// Seconds a rule may take in the main evaluation. A rule that takes
+    /// longer moves to the slow lane (until its spec changes): evaluated on
+    /// its own thread with the full limits while the main pass writes
+    /// every other rule's objects at once; its objects, and those of the
+    /// rules reading what it emits, are written when it is done.
+    #[arg(long, env = "RBAC_RULES_SLOW_RULE_SECONDS", default_value_t = DEFAULT_SLOW_RULE_SECONDS, value_parser = parse_lane_seconds)]
+    pub slow_rule_seconds: f64,
     /// Default denials to switch off.
     #[command(flatten)]
     pub waivers: crate::policy::Waivers,
@@ -105,6 +112,17 @@ pub struct RunArgs {
     /// Settings rules read as `params.<name>`.
     #[command(flatten)]
     pub params: crate::params::ParamArgs,
+}
+
+/// Default of `--slow-rule-seconds`.
+pub const DEFAULT_SLOW_RULE_SECONDS: f64 = 1.0;
+
+fn parse_lane_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v > 0.0 && v <= 86_400.0) {
+        return Err("must be more than 0 and at most 86400".to_string());
+    }
+    Ok(v)
 }
 
 /// Longest wait before retrying failed writes.
@@ -279,7 +297,9 @@ async fn control_loop(
         .with_waivers(args.waivers.clone())
         .with_limits(args.limits.clone())
         .with_params(args.params.map())
+        .with_slow_lane(args.slow_rule_seconds)
     };
+    let mut slow = SlowLaneRuns::default();
     // The syncer is lent to the running pass (a task of its own, beside
     // the loop) and comes back with its report.
     let mut idle = Some(new_syncer());
@@ -351,9 +371,25 @@ async fn control_loop(
                 }
                 let Some(mut syncer) = idle.take() else { continue };
                 let allow = world.allow_rules();
-                let holds = world.holds();
+                let mut holds = world.holds();
                 world.unpack_held(&holds);
-                let pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
+                let mut pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
+                // A rule past `--slow-rule-seconds` goes to the slow lane,
+                // and the pass is evaluated again without it: no rule's
+                // output, and no policy judgment, comes from an evaluation
+                // in which a slow rule was cut off by the lane.
+                while !pass.slow_rules().is_empty() {
+                    let moved = pass.slow_rules().to_vec();
+                    tracing::info!(rules = ?moved, seconds = args.slow_rule_seconds, "slow rules moved to the slow lane");
+                    world.move_to_slow_lane(moved.iter().cloned());
+                    holds = world.holds();
+                    if !moved.iter().any(|r| holds.get(r).is_some_and(status::Hold::is_slow_lane)) {
+                        break;
+                    }
+                    world.unpack_held(&holds);
+                    pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
+                }
+                slow.start(&mut world, args, &holds);
                 // Objects no desired copy stands for are judged on their
                 // own bodies: unpacked, and judged in the next pass.
                 let kept = pass.plan().kept.iter();
@@ -369,6 +405,66 @@ async fn control_loop(
                     continue;
                 }
                 let held = holds.len();
+                let learned = learned.clone();
+                running = Some(tokio::spawn(async move {
+                    let learn = move |l: apply::Learned| {
+                        let _ = learned.send(world::Feed::Learned(l));
+                    };
+                    let report = syncer.write(pass, Some(&learn)).await;
+                    (syncer, report, held)
+                }));
+            }
+            finished = async {
+                match slow.running.as_mut() {
+                    Some(rx) => rx.await,
+                    None => std::future::pending().await,
+                }
+            }, if slow.running.is_some() => {
+                slow.running = None;
+                match finished {
+                    Ok(done) => {
+                        tracing::info!(rules = ?done.lane, seconds = done.took.as_secs_f64(), "slow lane evaluated");
+                        slow.state = Some(done.state);
+                        slow.ready = Some((done.evaluation, done.lane));
+                    }
+                    Err(_) => tracing::error!("the slow lane's evaluation ended without a result"),
+                }
+                if std::mem::take(&mut slow.again) {
+                    let holds = world.holds();
+                    slow.start(&mut world, args, &holds);
+                }
+            }
+            // The slow lane's result is planned against the live objects
+            // as they are now, and written like a pass of its own.
+            _ = std::future::ready(()), if slow.ready.is_some() && running.is_none() && rx.is_empty()
+                && !stopping && gate.open() && idle.is_some() && world.base_synced() && !world.listing() => {
+                let Some((evaluation, lane)) = slow.ready.take() else { continue };
+                let Some(mut syncer) = idle.take() else { continue };
+                let holds = world.holds();
+                // Rules that left the lane since (edited, deleted, waiting
+                // for a list) are held: the main pass has them now.
+                let lane: std::collections::BTreeSet<String> = lane
+                    .into_iter()
+                    .filter(|r| holds.get(r).is_some_and(status::Hold::is_slow_lane))
+                    .collect();
+                if lane.is_empty() {
+                    idle = Some(syncer);
+                    continue;
+                }
+                let allow = world.allow_rules();
+                let pass = syncer.prepare_slow(evaluation, &world.snapshot(allow.as_ref(), &holds), &lane);
+                let kept = pass.plan().kept.iter().filter(|k| {
+                    k.2 != plan::KeepReason::PruneDeferred
+                        && k.1.as_ref().is_some_and(|r| lane.contains(r))
+                });
+                if world.unpack(kept.map(|(id, _, _)| id)) {
+                    // As for the main pass: policy judges them in the
+                    // slow lane's next evaluation, planned then.
+                    idle = Some(syncer);
+                    slow.start(&mut world, args, &holds);
+                    continue;
+                }
+                let held = world.rules.len() - lane.len();
                 let learned = learned.clone();
                 running = Some(tokio::spawn(async move {
                     let learn = move |l: apply::Learned| {
@@ -454,6 +550,101 @@ async fn control_loop(
 /// A write pass running beside the loop; yields the syncer back, the
 /// report, and how many rules were held.
 type RunningPass = tokio::task::JoinHandle<(Syncer, sync::SyncReport, usize)>;
+
+/// What the slow lane's thread gives back.
+struct SlowDone {
+    state: sync::SlowLane,
+    evaluation: crate::engine::Evaluation,
+    /// The rules it evaluated.
+    lane: std::collections::BTreeSet<String>,
+    took: Duration,
+}
+
+/// The slow lane's runs, as the control loop keeps them (see
+/// [`sync::SlowLane`]): at most one at a time, on a thread of its own.
+#[derive(Default)]
+struct SlowLaneRuns {
+    /// The evaluation state while no run holds it.
+    state: Option<sync::SlowLane>,
+    /// The run in progress.
+    running: Option<tokio::sync::oneshot::Receiver<SlowDone>>,
+    /// A main pass started while a run was in progress: run again after.
+    again: bool,
+    /// The last result, until it is planned and written.
+    ready: Option<(
+        crate::engine::Evaluation,
+        std::collections::BTreeSet<String>,
+    )>,
+}
+
+impl SlowLaneRuns {
+    /// Starts a run of the slow lane over the world as it is, if some rule
+    /// is in the lane; after a run in progress when there is one. Every
+    /// main pass asks for one: what it re-plans (live objects edited,
+    /// failed writes) is what the slow lane's plan needs too, and with
+    /// nothing changed the run renders nothing.
+    /// `holds`: the world's, as [`World::holds`] computed them just now.
+    fn start(
+        &mut self,
+        world: &mut World,
+        args: &RunArgs,
+        holds: &std::collections::BTreeMap<String, status::Hold>,
+    ) {
+        let lane: std::collections::BTreeSet<String> = holds
+            .iter()
+            .filter(|(_, h)| h.is_slow_lane())
+            .map(|(n, _)| n.clone())
+            .collect();
+        if lane.is_empty() {
+            // No slow rule: nothing kept for one.
+            self.state = None;
+            self.ready = None;
+            return;
+        }
+        if self.running.is_some() {
+            self.again = true;
+            return;
+        }
+        // Every other rule is held: their live objects are what exists,
+        // for the rules of the lane and for policy.
+        let others: std::collections::BTreeMap<String, status::Hold> = world
+            .rules
+            .keys()
+            .filter(|r| !lane.contains(*r))
+            .map(|r| (r.clone(), status::Hold::SlowLane(String::new())))
+            .collect();
+        world.unpack_held(&others);
+        let options = crate::engine::Options {
+            manage: args.manage,
+            allow: world.allow_rules(),
+            held: others.into_keys().collect(),
+            waivers: args.waivers.clone(),
+            limits: sync::split_totals(&args.limits).1,
+            params: args.params.map(),
+            ..crate::engine::Options::default()
+        };
+        let mut state = self.state.take().unwrap_or_default();
+        world.copy_store(&mut state.store, &mut state.kinds);
+        let rules = world.rules.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("rbac-rules-slow-lane".to_string())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let evaluation = state.evaluate(&rules, options);
+                let _ = tx.send(SlowDone {
+                    state,
+                    evaluation,
+                    lane,
+                    took: started.elapsed(),
+                });
+            });
+        match spawned {
+            Ok(_) => self.running = Some(rx),
+            Err(e) => tracing::error!(error = %e, "cannot start the slow lane's thread"),
+        }
+    }
+}
 
 fn log_report(report: &sync::SyncReport, held: usize) {
     let applied = report.outcomes.iter().filter(|o| o.is_applied()).count();

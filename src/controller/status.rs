@@ -35,6 +35,10 @@ pub enum Hold {
     WatchFailed(String),
     /// The `--allow-clusterrole` ClusterRole does not exist.
     AllowListNotFound(String),
+    /// The rule is slow (or reads what a slow rule emits): the main pass
+    /// leaves it to the slow lane, which evaluates, writes and reports it
+    /// on its own (`--slow-rule-seconds`).
+    SlowLane(String),
 }
 
 impl Hold {
@@ -45,6 +49,7 @@ impl Hold {
             Hold::WaitingForSync(_) => "WaitingForSync",
             Hold::WatchFailed(_) => "WatchFailed",
             Hold::AllowListNotFound(_) => "AllowListNotFound",
+            Hold::SlowLane(_) => "SlowLane",
         }
     }
 
@@ -54,13 +59,20 @@ impl Hold {
             Hold::KindNotServed(m)
             | Hold::WaitingForSync(m)
             | Hold::WatchFailed(m)
-            | Hold::AllowListNotFound(m) => m,
+            | Hold::AllowListNotFound(m)
+            | Hold::SlowLane(m) => m,
         }
     }
 
     /// Whether it makes the rule Degraded (a wait for a list does not).
     pub fn degrades(&self) -> bool {
-        !matches!(self, Hold::WaitingForSync(_))
+        !matches!(self, Hold::WaitingForSync(_) | Hold::SlowLane(_))
+    }
+
+    /// Whether the slow lane evaluates the rule (and reports it): the main
+    /// pass neither writes its objects nor its status.
+    pub fn is_slow_lane(&self) -> bool {
+        matches!(self, Hold::SlowLane(_))
     }
 }
 
@@ -92,6 +104,10 @@ pub struct RuleInputs<'a> {
 /// rule waiting for a re-list keeps what it had).
 pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<RbacRuleStatus> {
     let current = rule.status.as_ref();
+    // The slow lane reports the rule when it has evaluated it.
+    if inputs.hold.is_some_and(Hold::is_slow_lane) {
+        return None;
+    }
     if let Some(h @ Hold::WaitingForSync(_)) = inputs.hold
         && current.is_some_and(|s| !s.conditions.is_empty())
     {

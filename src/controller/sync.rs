@@ -64,12 +64,29 @@ pub struct SyncReport {
 }
 
 /// Compiled rules, reused while rules and allow-list stay the same.
-/// What the compiled engine depends on: rule specs, allow-list, held rules.
+/// What the compiled engine depends on: rule specs, allow-list, held rules,
+/// and whether a slow lane shares the evaluation's totals.
 type EngineKey = (
     Vec<(String, RbacRuleSpec)>,
     Option<AllowList>,
     BTreeSet<String>,
+    bool,
 );
+
+/// The per-evaluation totals (bytes and objects held) split between the
+/// main pass and the slow lane while one exists: (main, slow lane). The
+/// two evaluations run at once, and together they hold no more than one
+/// evaluation may; every other limit is the same in both, so a rule's
+/// outcome does not depend on its lane.
+pub fn split_totals(limits: &Limits) -> (Limits, Limits) {
+    let mut slow = limits.clone();
+    slow.bytes_per_evaluation = limits.bytes_per_evaluation / 2;
+    slow.objects_per_evaluation = limits.objects_per_evaluation / 2;
+    let mut main = limits.clone();
+    main.bytes_per_evaluation -= slow.bytes_per_evaluation;
+    main.objects_per_evaluation -= slow.objects_per_evaluation;
+    (main, slow)
+}
 
 struct CachedEngine {
     key: EngineKey,
@@ -108,6 +125,10 @@ pub struct Syncer {
     limits: Limits,
     /// See [`RETRY_TOTALS`].
     retry_totals: std::time::Duration,
+    /// `--slow-rule-seconds`: a rule's time in the main evaluation, past
+    /// which the control loop moves it to the slow lane. `None`: no lane
+    /// (the rule's own limits alone).
+    lane: Option<f64>,
 }
 
 impl Syncer {
@@ -140,6 +161,62 @@ impl Syncer {
             params: std::collections::BTreeMap::new(),
             limits: Limits::default(),
             retry_totals: RETRY_TOTALS,
+            lane: None,
+        }
+    }
+
+    /// Bounds each rule's time in this syncer's evaluations by `seconds`
+    /// (below `--max-seconds-per-rule`): a rule that takes longer is named
+    /// by [`Pass::slow_rules`], for the control loop to move to the slow
+    /// lane and evaluate again without it.
+    pub fn with_slow_lane(mut self, seconds: f64) -> Self {
+        self.lane = Some(seconds);
+        self.engine = None;
+        self
+    }
+
+    /// Whether the lane bound is below the rule's own time limit (else
+    /// there is no lane: a rule cut off is cut off by its own limit).
+    fn lane_bound(&self) -> Option<f64> {
+        self.lane.filter(|l| *l < self.limits.seconds_per_rule)
+    }
+
+    /// Plans the slow lane's evaluation (see [`SlowLane`]) against the
+    /// live objects of `snap`: only the rules of `lane` are written and
+    /// reported, every other rule is held (its objects left alone).
+    pub fn prepare_slow(
+        &mut self,
+        evaluation: Evaluation,
+        snap: &Snapshot<'_>,
+        lane: &BTreeSet<String>,
+    ) -> Pass {
+        let held: BTreeSet<String> = snap
+            .rules
+            .keys()
+            .filter(|r| !lane.contains(*r))
+            .cloned()
+            .collect();
+        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        let foreign = plan
+            .applies
+            .iter()
+            .filter(|a| a.action == plan::ApplyAction::Create && snap.foreign.contains(&a.id))
+            .map(|a| a.id.clone())
+            .collect();
+        let rules = snap
+            .rules
+            .iter()
+            .filter(|(n, _)| lane.contains(*n))
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect();
+        Pass {
+            evaluation,
+            plan,
+            rules,
+            holds: BTreeMap::new(),
+            foreign,
+            slow: Vec::new(),
+            every_rule: false,
         }
     }
 
@@ -198,6 +275,7 @@ impl Syncer {
                 .collect::<Vec<_>>(),
             allow.cloned(),
             holds.keys().cloned().collect::<BTreeSet<String>>(),
+            holds.values().any(Hold::is_slow_lane),
         );
         let cached = match self.engine.take() {
             Some(c) if c.key == key => c,
@@ -211,6 +289,14 @@ impl Syncer {
                     })
                     .collect();
                 tracing::debug!(rules = sources.len(), "compiling rules");
+                let mut limits = if key.3 {
+                    split_totals(&self.limits).0
+                } else {
+                    self.limits.clone()
+                };
+                if let Some(lane) = self.lane.filter(|l| *l < limits.seconds_per_rule) {
+                    limits.seconds_per_rule = lane;
+                }
                 let engine = Engine::new(
                     &sources,
                     // Held rules are not evaluated; their live objects stay
@@ -220,7 +306,7 @@ impl Syncer {
                         allow: key.1.clone(),
                         held: key.2.clone(),
                         waivers: self.waivers.clone(),
-                        limits: self.limits.clone(),
+                        limits,
                         params: self.params.clone(),
                         ..Options::default()
                     },
@@ -289,12 +375,25 @@ impl Syncer {
             .filter(|a| a.action == plan::ApplyAction::Create && snap.foreign.contains(&a.id))
             .map(|a| a.id.clone())
             .collect();
+        // Rules that ran out of the lane's time: their cut-off triggers
+        // are no errors of theirs (the slow lane renders them in full).
+        let slow = match self.lane_bound() {
+            Some(_) => evaluation
+                .reports
+                .iter()
+                .filter(|(_, r)| r.errors.iter().any(cut_by_lane))
+                .map(|(n, _)| n.clone())
+                .collect(),
+            None => Vec::new(),
+        };
         Pass {
             evaluation,
             plan,
             rules: snap.rules.clone(),
             holds: snap.holds.clone(),
             foreign,
+            slow,
+            every_rule: true,
         }
     }
 
@@ -313,6 +412,8 @@ impl Syncer {
             rules,
             holds,
             foreign,
+            slow: _,
+            every_rule,
         } = pass;
         let mut report = SyncReport {
             plan,
@@ -367,8 +468,15 @@ impl Syncer {
             .managed_objects
             .set(managed.values().sum::<i64>());
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        self.warned.retain(|n, _| rules.contains_key(n));
+        // A slow lane's pass names only its rules: the others stay.
+        if every_rule {
+            self.warned.retain(|n, _| rules.contains_key(n));
+        }
         for (name, rule) in &rules {
+            // The slow lane reports its rules itself.
+            if holds.get(name).is_some_and(Hold::is_slow_lane) {
+                continue;
+            }
             let writes: Vec<Written> = Written::of(&report.plan, &report.outcomes)
                 .filter(|w| w.rule == name)
                 .collect();
@@ -423,6 +531,10 @@ pub struct Pass {
     holds: BTreeMap<String, Hold>,
     /// The planned creates whose names objects without our label hold.
     foreign: BTreeSet<ObjectId>,
+    /// Rules that ran out of `--slow-rule-seconds`.
+    slow: Vec<String>,
+    /// Whether `rules` holds every rule (not a slow lane's pass).
+    every_rule: bool,
 }
 
 impl Pass {
@@ -430,6 +542,103 @@ impl Pass {
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
+
+    /// Rules whose time in this evaluation ran past the slow lane's bound
+    /// ([`Syncer::with_slow_lane`]): the pass must not be written, but
+    /// evaluated again with them in the slow lane.
+    pub fn slow_rules(&self) -> &[String] {
+        &self.slow
+    }
+}
+
+/// Whether an error is a trigger cut off by a rule's time in an
+/// evaluation whose per-rule time is the slow lane's bound.
+fn cut_by_lane(e: &crate::engine::EngineError) -> bool {
+    e.kind == crate::engine::ErrorKind::LimitExceeded
+        && e.message
+            .contains(&format!("{})", Limit::TimePerRule.flag()))
+}
+
+/// The slow lane's own evaluation state: rules that take longer than
+/// `--slow-rule-seconds` are evaluated here, on a thread of their own and
+/// with the full limits, while the main pass holds them (their live
+/// objects kept and visible to every other rule and to policy) and writes
+/// everything else at once. Every other rule is held here: their live
+/// objects are what exists.
+pub struct SlowLane {
+    /// What the engine was compiled from (rules, allow-list, held rules).
+    key: EngineKey,
+    engine: Option<Engine>,
+    memo: Memo,
+    /// The slow lane's copy of the world's store (objects shared).
+    pub store: ObjectStore,
+    /// The kinds copied into `store`.
+    pub kinds: BTreeSet<crate::engine::GroupKind>,
+}
+
+impl Default for SlowLane {
+    fn default() -> Self {
+        SlowLane {
+            key: (Vec::new(), None, BTreeSet::new(), true),
+            engine: None,
+            memo: Memo::new(),
+            store: ObjectStore::new(),
+            kinds: BTreeSet::new(),
+        }
+    }
+}
+
+impl SlowLane {
+    /// Whether evaluating `rules` under `options` needs a new engine (and
+    /// so a render of everything).
+    pub fn stale(&self, rules: &BTreeMap<String, RbacRule>, options: &Options) -> bool {
+        self.engine.is_none() || self.key != key_of(rules, options)
+    }
+
+    /// Evaluates `rules` under `options` over [`SlowLane::store`]: only
+    /// the rules `options.held` leaves out render, incrementally.
+    pub fn evaluate(&mut self, rules: &BTreeMap<String, RbacRule>, options: Options) -> Evaluation {
+        let key = key_of(rules, &options);
+        if self.engine.is_none() || self.key != key {
+            let sources: Vec<RuleSource> = key
+                .0
+                .iter()
+                .map(|(name, spec)| RuleSource {
+                    name: name.clone(),
+                    spec: spec.clone(),
+                })
+                .collect();
+            self.engine = Some(Engine::new(&sources, options));
+            self.memo = Memo::new();
+            self.key = key;
+        }
+        match &self.engine {
+            Some(engine) => {
+                let mut evaluation = engine.evaluate_incremental(&self.store, &mut self.memo);
+                evaluation.changed = Vec::new();
+                evaluation
+            }
+            None => Evaluation {
+                desired: Default::default(),
+                reports: BTreeMap::new(),
+                contested: BTreeSet::new(),
+                revoked: BTreeMap::new(),
+                changed: Vec::new(),
+            },
+        }
+    }
+}
+
+fn key_of(rules: &BTreeMap<String, RbacRule>, options: &Options) -> EngineKey {
+    (
+        rules
+            .iter()
+            .map(|(n, r)| (n.clone(), r.spec.clone()))
+            .collect(),
+        options.allow.clone(),
+        options.held.clone(),
+        true,
+    )
 }
 
 /// Runs blocking work without holding up the runtime's other tasks:

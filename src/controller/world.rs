@@ -178,6 +178,9 @@ pub struct World {
     allow_name: Option<String>,
     allow: Option<ClusterRole>,
     allow_listing: Listing<ClusterRole>,
+    /// Rules moved to the slow lane, with the spec that was slow: a new
+    /// spec gets a new chance in the main pass.
+    slow: BTreeMap<String, RbacRuleSpec>,
 }
 
 /// What a feed item changed.
@@ -625,7 +628,7 @@ impl World {
             }
             return out;
         }
-        for (rule, (_, kinds)) in &self.rule_kinds {
+        for (rule, (spec, kinds)) in &self.rule_kinds {
             let mut not_served = Vec::new();
             let mut failed = Vec::new();
             let mut waiting = Vec::new();
@@ -655,12 +658,68 @@ impl World {
             } else {
                 None
             };
+            let hold = hold.or_else(|| {
+                (self.slow.get(rule) == Some(spec)).then(|| {
+                    Hold::SlowLane(
+                        "slower than --slow-rule-seconds: evaluated in the slow lane".to_string(),
+                    )
+                })
+            });
             if let Some(h) = hold {
                 out.insert(rule.clone(), h);
             }
         }
         self.hold_readers_of_waiting(&mut out);
         out
+    }
+
+    /// Moves rules to the slow lane (see [`Hold::SlowLane`]): they stay
+    /// there while their spec stays the same. Returning one to the main
+    /// pass would render it whole there again, and a rule still slow would
+    /// hold that pass up to `--slow-rule-seconds` every time.
+    pub fn move_to_slow_lane(&mut self, rules: impl IntoIterator<Item = String>) {
+        for name in rules {
+            if let Some(r) = self.rules.get(&name) {
+                self.slow.insert(name, r.spec.clone());
+            }
+        }
+        let rules = &self.rules;
+        self.slow
+            .retain(|name, spec| rules.get(name).is_some_and(|r| r.spec == *spec));
+    }
+
+    /// Makes `into` hold what the store holds, object for object (shared,
+    /// not copied): the slow lane evaluates its own copy while the world
+    /// goes on taking events, and one kept up to date this way keeps a
+    /// journal of only what changed, so the slow lane renders again only
+    /// what that touches. `kinds`: the kinds copied last time, updated.
+    /// Whether anything changed.
+    pub fn copy_store(&self, into: &mut ObjectStore, kinds: &mut BTreeSet<GroupKind>) -> bool {
+        let mut now: BTreeSet<GroupKind> = self.kinds.keys().cloned().collect();
+        now.extend(OutputKind::ALL.iter().map(|k| gk_of(*k).clone()));
+        let mut changed = false;
+        for gk in kinds.difference(&now) {
+            changed |= into.list(gk).next().is_some();
+            into.clear_kind(gk);
+        }
+        for gk in &now {
+            let gone: Vec<_> = into
+                .entries(gk)
+                .filter(|(k, _)| self.store.get_shared(gk, k).is_none())
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                into.remove(gk, &k);
+                changed = true;
+            }
+            for (k, o) in self.store.entries(gk) {
+                if !into.get_shared(gk, k).is_some_and(|x| Arc::ptr_eq(x, o)) {
+                    changed |= into.insert_shared(Arc::clone(o)).is_ok();
+                }
+            }
+        }
+        *kinds = now;
+        changed
     }
 
     /// A rule that reads (rulesFrom, related objects) what a rule still
@@ -691,12 +750,15 @@ impl World {
             })
             .collect();
         loop {
-            let waiting: BTreeMap<&str, BTreeSet<GroupKind>> = out
+            // A rule of the slow lane is a producer too: its readers go
+            // with it, so that they render from its new outputs, not from
+            // what it made before.
+            let waiting: BTreeMap<&str, (BTreeSet<GroupKind>, bool)> = out
                 .iter()
-                .filter(|(_, h)| matches!(h, Hold::WaitingForSync(_)))
-                .filter_map(|(name, _)| {
+                .filter(|(_, h)| matches!(h, Hold::WaitingForSync(_) | Hold::SlowLane(_)))
+                .filter_map(|(name, h)| {
                     let (spec, _) = self.rule_kinds.get(name)?;
-                    Some((name.as_str(), emits(spec)))
+                    Some((name.as_str(), (emits(spec), h.is_slow_lane())))
                 })
                 .collect();
             let mut more = Vec::new();
@@ -704,20 +766,26 @@ impl World {
                 if out.contains_key(*rule) {
                     continue;
                 }
-                let producers: Vec<&str> = waiting
+                let producers: Vec<(&str, bool)> = waiting
                     .iter()
-                    .filter(|(_, kinds)| read.iter().any(|gk| kinds.contains(gk)))
-                    .map(|(name, _)| *name)
+                    .filter(|(_, (kinds, _))| read.iter().any(|gk| kinds.contains(gk)))
+                    .map(|(name, (_, slow))| (*name, *slow))
                     .collect();
-                if !producers.is_empty() {
-                    more.push((
-                        rule.to_string(),
-                        Hold::WaitingForSync(format!(
-                            "waiting for rules whose outputs it reads: {}",
-                            producers.join(", ")
-                        )),
-                    ));
+                if producers.is_empty() {
+                    continue;
                 }
+                let names: Vec<&str> = producers.iter().map(|p| p.0).collect();
+                let names = names.join(", ");
+                // Waiting for a list wins: the slow lane evaluates only
+                // rules that can run now.
+                let hold = if producers.iter().all(|p| p.1) {
+                    Hold::SlowLane(format!("reads outputs of rules in the slow lane: {names}"))
+                } else {
+                    Hold::WaitingForSync(format!(
+                        "waiting for rules whose outputs it reads: {names}"
+                    ))
+                };
+                more.push((rule.to_string(), hold));
             }
             if more.is_empty() {
                 return;
@@ -1078,6 +1146,78 @@ mod tests {
             !matches!(holds.get("copier"), Some(Hold::WaitingForSync(why)) if why.contains("outputs it reads")),
             "{holds:?}"
         );
+    }
+
+    #[test]
+    fn a_slow_rule_and_its_readers_go_to_the_slow_lane_until_its_spec_changes() {
+        let mut w = base_world();
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "outputs": [{"kind": "ClusterRole", "name": "copied",
+                         "rulesFrom": {"clusterRoleNames": ["x-a"]}}]
+        }))
+        .expect("spec");
+        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
+            "copier", spec,
+        )))));
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "outputs": [{"kind": "Role", "name": "other", "namespace": "default"}]
+        }))
+        .expect("spec");
+        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
+            "other", spec,
+        )))));
+        w.interests(ManageLevel::All);
+        let gk = GroupKind::new("example.org", "Widget");
+        watch(&mut w, &gk, 1);
+        listed(&mut w, |e| Feed::Kind(gk.clone(), 1, e), vec![widget("a")]);
+        watch_whole(&mut w, &output_gk(OutputKind::ClusterRole));
+        assert!(w.holds().is_empty(), "{:?}", w.holds());
+        w.move_to_slow_lane(["r".to_string(), "gone".to_string()]);
+        let holds = w.holds();
+        assert!(
+            matches!(holds.get("r"), Some(Hold::SlowLane(_))),
+            "{holds:?}"
+        );
+        // The copier reads what "r" emits: it goes with it.
+        match holds.get("copier") {
+            Some(Hold::SlowLane(why)) => assert!(why.contains("r"), "{why}"),
+            other => panic!("copier: {other:?}"),
+        }
+        assert!(!holds.contains_key("other"), "{holds:?}");
+        assert!(!holds.contains_key("gone"), "{holds:?}");
+        // The slow lane's copy of the store shares the world's objects, and
+        // a copy made again with nothing changed is no change.
+        let mut store = ObjectStore::new();
+        let mut kinds = BTreeSet::new();
+        assert!(w.copy_store(&mut store, &mut kinds));
+        let key = (String::new(), "a".to_string());
+        assert!(Arc::ptr_eq(
+            store.get_shared(&gk, &key).expect("copied"),
+            w.store.get_shared(&gk, &key).expect("stored")
+        ));
+        assert!(!w.copy_store(&mut store, &mut kinds));
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Apply(widget("b"))));
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Delete(widget("a"))));
+        assert!(w.copy_store(&mut store, &mut kinds));
+        let names: Vec<String> = store.entries(&gk).map(|(k, _)| k.1.clone()).collect();
+        assert_eq!(names, vec!["b"]);
+        // A rule waiting for a list is not evaluated by the slow lane: its
+        // readers wait too.
+        let mut waiting = w.holds();
+        waiting.insert("r".into(), Hold::WaitingForSync("x".into()));
+        waiting.remove("copier");
+        w.hold_readers_of_waiting(&mut waiting);
+        assert!(
+            matches!(waiting.get("copier"), Some(Hold::WaitingForSync(_))),
+            "{waiting:?}"
+        );
+        // A new spec gets a new chance in the main pass.
+        let mut edited = rule("r", 2, "Widget");
+        edited.spec.outputs[0].name = "y-{{trigger.metadata.name}}".into();
+        w.apply(Feed::Rules(Box::new(Event::Apply(edited))));
+        w.interests(ManageLevel::All);
+        let holds = w.holds();
+        assert!(holds.is_empty(), "{holds:?}");
     }
 
     #[test]

@@ -3,14 +3,15 @@
 //! server.
 //!
 //! ```sh
-//! RBAC_RULES_E2E_KUBECONFIG=<file> cargo test --test e2e_migration -- --test-threads=1
+//! RBAC_RULES_E2E_KUBECONFIG=<file> cargo test --test e2e_migration -- --ignored --test-threads=1
 //! ```
 //!
-//! Without `RBAC_RULES_E2E_KUBECONFIG` it prints `skipped:
-//! RBAC_RULES_E2E_KUBECONFIG not set` and passes. It needs what
-//! tests/e2e.rs needs (a throwaway cluster, a cluster-admin kubeconfig, the
-//! ClusterRole aggregation controller, no Crossplane, no other rbac-rules
-//! controller), and the two must not run at the same time.
+//! The test is `#[ignore]`d: `cargo test` never runs it; run with
+//! `--ignored` but without `RBAC_RULES_E2E_KUBECONFIG`, it fails, saying
+//! so. It needs what tests/e2e.rs needs (a throwaway cluster, a
+//! cluster-admin kubeconfig, the ClusterRole aggregation controller, no
+//! Crossplane, no other rbac-rules controller), and the two must not run
+//! at the same time.
 //!
 //! 1. The cluster as Crossplane's chart v2.3.4 (`rbacManager.deploy=true`)
 //!    and its RBAC manager leave it: the chart's RBAC objects
@@ -504,14 +505,12 @@ fn manager_roles(dir: &Path, objects: &[Value], rules: &[Value]) -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a throwaway cluster: RBAC_RULES_E2E_KUBECONFIG=<file> cargo test --test e2e_migration -- --ignored --test-threads=1"]
 async fn switch_from_crossplanes_rbac_manager_without_a_gap() {
     let Some(path) = std::env::var_os(KUBECONFIG_VAR).filter(|p| !p.is_empty()) else {
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: {KUBECONFIG_VAR} not set (see the header of tests/e2e_migration.rs)"
+        panic!(
+            "{KUBECONFIG_VAR} not set: a throwaway cluster's admin kubeconfig (see the header of tests/e2e_migration.rs)"
         );
-        return;
     };
     let kubeconfig =
         Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}: {e}"));

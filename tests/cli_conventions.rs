@@ -52,7 +52,6 @@ const COMMANDS: &[&str] = &[
     "explain",
     "controller-role",
     "completion",
-    "bench",
 ];
 
 #[test]
@@ -80,16 +79,11 @@ fn every_help_has_examples() {
 fn cluster_flags_only_on_commands_that_talk_to_a_cluster() {
     for c in COMMANDS {
         let h = run(&[c, "--help"], None).stdout;
-        // bench talks to a cluster only when given one (its current
-        // context, a throwaway cluster's admin).
         let online = matches!(*c, "run" | "diff");
-        for (flag, on) in [
-            ("--kubeconfig", online || *c == "bench"),
-            ("--context", online),
-        ] {
+        for (flag, on) in [("--kubeconfig", online), ("--context", online)] {
             assert_eq!(h.contains(flag), on, "{c} --help and {flag}:\n{h}");
         }
-        let logs = matches!(*c, "run" | "diff" | "bench");
+        let logs = matches!(*c, "run" | "diff");
         assert_eq!(
             h.contains("--log-format"),
             logs,
@@ -100,6 +94,19 @@ fn cluster_flags_only_on_commands_that_talk_to_a_cluster() {
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(
         r.stderr.contains("unexpected argument '--log-format'"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// The benchmark is a crate of its own (bench/, `rbac-rules-bench`): the
+/// shipped binary has no `bench` command.
+#[test]
+fn the_shipped_binary_has_no_bench_command() {
+    let r = run(&["bench", "--scenario", "small"], None);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("unrecognized subcommand 'bench'"),
         "{}",
         r.stderr
     );

@@ -15,7 +15,6 @@ const COMMANDS: &[&str] = &[
     "run",
     "diff",
     "completion",
-    "bench",
 ];
 
 fn help(command: &str) -> String {

@@ -4,41 +4,15 @@
 //! `--kubeconfig`/`--context` where a cluster is talked to, flags only
 //! where they act.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod support;
+use support::cli::Run as Out;
 
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
+/// `rbac-rules ARGS` in the crate's root, with `stdin` when given.
 fn run(args: &[&str], stdin: Option<&str>) -> Out {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rbac-rules");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("write stdin");
-    }
-    let out = child.wait_with_output().expect("wait");
-    Out {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    let mut cmd = support::cli::command(args);
+    match stdin {
+        Some(text) => support::cli::output_with_stdin(&mut cmd, text),
+        None => support::cli::output(&mut cmd),
     }
 }
 

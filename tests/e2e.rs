@@ -100,8 +100,8 @@ use rbac_rules::api::RbacRule;
 use rbac_rules::policy;
 use serde_json::{Value, json};
 
-mod e2e_support;
-use e2e_support::*;
+mod support;
+use support::e2e::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const KUBECONFIG_VAR: &str = "RBAC_RULES_E2E_KUBECONFIG";
@@ -199,7 +199,7 @@ impl Controller {
             .expect("a free port")
             .port();
         let out = std::fs::File::create(&log).expect("create controller log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+        let mut cmd = support::cli::rbac_rules();
         cmd.args([
             "run",
             "--leader-election=false",

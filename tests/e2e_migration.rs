@@ -60,8 +60,8 @@ use rbac_rules::api::ManageLevel;
 use rbac_rules::render::{RenderArgs, render};
 use serde_json::{Value, json};
 
-mod e2e_support;
-use e2e_support::*;
+mod support;
+use support::e2e::*;
 
 const KUBECONFIG_VAR: &str = "RBAC_RULES_E2E_KUBECONFIG";
 /// Field managers standing in for Helm, Crossplane and this test.
@@ -332,7 +332,7 @@ impl Probe {
 
 /// `rbac-rules diff` with the test's kubeconfig: exit code and stdout.
 fn diff(kubeconfig: &Path, adopt: bool) -> (i32, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+    let mut cmd = support::cli::rbac_rules();
     cmd.arg("diff");
     if adopt {
         cmd.arg("--adopt-existing");
@@ -367,7 +367,7 @@ impl Controller {
             .expect("a free port")
             .port();
         let out = std::fs::File::create(log).expect("log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+        let mut cmd = support::cli::rbac_rules();
         cmd.args([
             "run",
             "--leader-election=false",

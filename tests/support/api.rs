@@ -2,10 +2,6 @@
 //! `tower_test::mock`, and a handle that checks each request (method,
 //! path, query, content type, body) and answers it.
 
-#![allow(dead_code)]
-
-pub mod cluster;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

@@ -1,8 +1,6 @@
 //! Helpers shared by the engine-level test suites: rules from YAML text,
 //! the built-in rules, and a store of objects.
 
-#![allow(dead_code)]
-
 use rbac_rules::api::OutputKind;
 use rbac_rules::engine::{Evaluation, ObjectStore, RuleSource};
 use serde_json::{Value, json};

@@ -421,9 +421,35 @@ fn set_meta(obj: &mut Value, name: &str, v: Value) {
 }
 
 /// Observes the cluster as the controller does, evaluates, plans and looks
-/// up the objects to create. Writes nothing.
+/// up the objects to create. Writes nothing: the controller's own steps up
+/// to its write pass ([`observe`], [`planner`], [`Syncer::evaluate`]),
+/// then, where `run` would write, a GET.
 pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize), DiffError> {
-    // The watches' channel, as in `run`.
+    let (world, watches) = observe(&client, args).await?;
+    let allow = world.allow_rules();
+    let holds = world.holds();
+    let snap = world.snapshot(allow.as_ref(), &holds);
+    let (evaluation, plan) = planner(client.clone(), args).evaluate(&snap);
+    report_problems(&evaluation, &holds);
+    let mut existing = BTreeMap::new();
+    for a in &plan.applies {
+        // As the writer: only names the watches saw taken by another
+        // object need a look.
+        if a.action == ApplyAction::Create && world.foreign.contains(&a.id) {
+            existing.insert(a.id.clone(), apply::get_existing(&client, &a.id).await?);
+        }
+    }
+    drop(watches);
+    Ok((
+        entries(&plan, &world.owned, &existing, args.adopt_existing),
+        plan.unchanged.len(),
+    ))
+}
+
+/// The cluster as `run` sees it: the controller's world, fed by its
+/// watches until every kind the rules read has listed (or the timeout).
+/// The watches are returned so that they run until the caller is done.
+async fn observe(client: &Client, args: &DiffArgs) -> Result<(World, Watches), DiffError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut world = World::new(args.allow_clusterrole.clone());
     let mut watches = Watches::start(
@@ -445,34 +471,24 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
             _ = &mut wait => return Err(DiffError::Timeout(args.timeout_seconds)),
         }
     }
-    // A closed gate: the syncer only evaluates and plans.
-    let mut syncer = Syncer::new(
-        client.clone(),
+    Ok((world, watches))
+}
+
+/// The controller's syncer with `run`'s settings that change the plan, and
+/// a closed gate: it evaluates and plans exactly as `run` does, and can
+/// write nothing.
+fn planner(client: Client, args: &DiffArgs) -> Syncer {
+    Syncer::new(
+        client,
         args.manage,
         Metrics::new(),
         Arc::new(Gate::new(false)),
         None,
     )
+    .adopt_existing(args.adopt_existing)
     .with_waivers(args.waivers.clone())
     .with_limits(args.limits.clone())
-    .with_params(args.params.map());
-    let allow = world.allow_rules();
-    let holds = world.holds();
-    let snap = world.snapshot(allow.as_ref(), &holds);
-    let (evaluation, plan) = syncer.evaluate(&snap);
-    report_problems(&evaluation, &holds);
-    let mut existing = BTreeMap::new();
-    for a in &plan.applies {
-        // Only names the watches saw taken by another object need a look.
-        if a.action == ApplyAction::Create && world.foreign.contains(&a.id) {
-            existing.insert(a.id.clone(), apply::get_existing(&client, &a.id).await?);
-        }
-    }
-    drop(watches);
-    Ok((
-        entries(&plan, &world.owned, &existing, args.adopt_existing),
-        plan.unchanged.len(),
-    ))
+    .with_params(args.params.map())
 }
 
 fn report_problems(

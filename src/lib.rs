@@ -6,7 +6,6 @@
 //! [`controller`] keeps a cluster equal to it.
 
 pub mod api;
-pub mod bench;
 pub mod controller;
 pub mod diff;
 pub mod engine;

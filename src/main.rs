@@ -1,4 +1,4 @@
-//! The `rbac-rules` command: `crd`, `render`, `run`, `diff`, … and `bench`.
+//! The `rbac-rules` command: `crd`, `render`, `run`, `diff`, ….
 
 use std::process::ExitCode;
 
@@ -42,7 +42,7 @@ struct Cli {
     command: Command,
 }
 
-/// Log format of the commands that log (`run`, `diff`, `bench`).
+/// Log format of the commands that log (`run`, `diff`).
 #[derive(clap::Args, Debug, Clone, Copy)]
 struct Logging {
     /// Log format.
@@ -129,19 +129,6 @@ Exit status: 0 printed, 1 a rule file is invalid.")]
         /// The shell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
-    },
-    /// Measure render, incremental and controller figures on a synthetic
-    /// control plane of the built-in rules' kinds (build with --release).
-    #[command(after_help = "Examples:
-  rbac-rules bench --scenario small --json
-  cargo build --release && target/release/rbac-rules bench --scenario large
-
-docs/performance.md has the targets, the current figures and how to measure.")]
-    Bench {
-        #[command(flatten)]
-        logging: Logging,
-        #[command(flatten)]
-        args: rbac_rules::bench::BenchArgs,
     },
 }
 
@@ -253,10 +240,6 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
-        }
-        Command::Bench { logging, args } => {
-            init_logging(logging.log_format);
-            rbac_rules::bench::main(&args)
         }
         Command::Run {
             cluster,

@@ -16,7 +16,6 @@ use serde_json::Value;
 
 use crate::api::{ManageLevel, OutputKind};
 use crate::engine::{Engine, Evaluation, Manifest, Memo, ObjectStore, Options, store::object_ref};
-use crate::policy::AllowList;
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
 
@@ -105,9 +104,6 @@ pub enum RenderError {
     /// An object without apiVersion, kind or name.
     #[error("{origin}: {message}")]
     Object { origin: String, message: String },
-    /// The allow-list file.
-    #[error("{path}: {message}")]
-    Allow { path: String, message: String },
     /// Invalid rules or evaluation errors, one per line.
     #[error("{}", .0.join("\n"))]
     Evaluation(Vec<String>),
@@ -229,7 +225,7 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         return Err(e);
     }
     let allow = match &args.allow {
-        Some(p) => Some(load_allow(p, &mut store)?),
+        Some(p) => Some(rules::load_allow(p, &mut store)?),
         None => None,
     };
     let engine = Engine::new(
@@ -354,43 +350,6 @@ fn parse_cluster_role(o: &Value) -> Result<ClusterRole, RenderError> {
         origin: object_ref(o),
         message: format!("not a valid ClusterRole: {e}"),
     })
-}
-
-/// The allow-list file: the union of its ClusterRoles' rules or, when one
-/// is aggregated, that one (the others go into the object store, for its
-/// selectors to find). `render --allow` and a rule test's `allow` read it.
-pub fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, RenderError> {
-    let docs = yaml::load_paths(std::slice::from_ref(path))?;
-    let mut roles = Vec::new();
-    for d in docs {
-        let role: ClusterRole =
-            serde_json::from_value(d.value.clone()).map_err(|e| RenderError::Allow {
-                path: d.origin(),
-                message: format!("not a ClusterRole: {e}"),
-            })?;
-        roles.push((d, role));
-    }
-    if let Some(i) = roles.iter().position(|(_, r)| r.aggregation_rule.is_some()) {
-        let allow = AllowList::from_cluster_role(&roles[i].1);
-        for (j, (d, _)) in roles.into_iter().enumerate() {
-            if j != i {
-                store
-                    .insert(d.value.clone())
-                    .map_err(|message| RenderError::Allow {
-                        path: d.origin(),
-                        message,
-                    })?;
-            }
-        }
-        return Ok(allow);
-    }
-    let mut allow = AllowList::default();
-    for (_, role) in &roles {
-        let one = AllowList::from_cluster_role(role);
-        allow.rules.extend(one.rules);
-        allow.custom_groups |= one.custom_groups;
-    }
-    Ok(allow)
 }
 
 /// The `render` command: prints, or reports errors and fails.

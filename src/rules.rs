@@ -1,25 +1,44 @@
-//! Reading RbacRule manifests: the built-in set embedded in the binary and
-//! rule files given on the command line. Unknown fields are errors here,
-//! naming file, rule and field: a typo must not silently change a rule.
+//! Reading what the commands are given: RbacRule manifests (the built-in
+//! set embedded in the binary, and rule files given on the command line)
+//! and the allow-list file. Unknown fields are errors here, naming file,
+//! rule and field: a typo must not silently change a rule. The commands
+//! (`render`, `validate`, `test`, `explain`, `diff`) stand on this module,
+//! never it on them.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use k8s_openapi::api::rbac::v1::ClusterRole;
+
 use crate::api::{GROUP, RbacRuleSpec};
-use crate::engine::RuleSource;
+use crate::engine::{ObjectStore, RuleSource};
+use crate::policy::AllowList;
 use crate::yaml::{self, Document, YamlError};
 
 /// The built-in rules: every `rules/*.yaml` file (path, text), embedded by
 /// the build script.
 pub const BUILTIN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/builtin_rules.rs"));
 
-/// A rule file that cannot be used.
+/// The kind of a rule test (`rbac-rules test`): such documents may sit
+/// beside rules, and are not rules.
+pub const TEST_KIND: &str = "RbacRuleTest";
+
+/// Whether a document is a rule test, not a rule.
+pub fn is_rule_test(doc: &Document) -> bool {
+    doc.value["kind"] == TEST_KIND
+}
+
+/// A rule or allow-list file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// Unreadable file or invalid YAML.
     #[error(transparent)]
     Yaml(#[from] YamlError),
+    /// The allow-list file: a document that is not a ClusterRole, or one
+    /// the object store refuses.
+    #[error("{path}: {message}")]
+    Allow { path: String, message: String },
     /// A document that is not a valid RbacRule.
     #[error("{origin}: {rule}{field}: {message}")]
     Invalid {
@@ -329,10 +348,7 @@ fn with_origins(docs: &[Document]) -> Result<Vec<(String, RuleSource)>, Vec<Load
     let mut bad = Vec::new();
     // Rule tests (`rbac-rules test`) may sit beside rules under -R.
     let mut seen = std::collections::HashSet::new();
-    for d in docs
-        .iter()
-        .filter(|d| d.value["kind"] != crate::ruletest::TEST_KIND)
-    {
+    for d in docs.iter().filter(|d| !is_rule_test(d)) {
         // A file named twice is read once.
         if !seen.insert(d.origin()) {
             continue;
@@ -486,4 +502,41 @@ pub fn guess_plural(kind: &str) -> String {
     } else {
         format!("{lower}s")
     }
+}
+
+/// The allow-list file: the union of its ClusterRoles' rules or, when one
+/// is aggregated, that one (the others go into the object store, for its
+/// selectors to find). `render --allow` and a rule test's `allow` read it.
+pub fn load_allow(path: &PathBuf, store: &mut ObjectStore) -> Result<AllowList, LoadError> {
+    let docs = yaml::load_paths(std::slice::from_ref(path))?;
+    let mut roles = Vec::new();
+    for d in docs {
+        let role: ClusterRole =
+            serde_json::from_value(d.value.clone()).map_err(|e| LoadError::Allow {
+                path: d.origin(),
+                message: format!("not a ClusterRole: {e}"),
+            })?;
+        roles.push((d, role));
+    }
+    if let Some(i) = roles.iter().position(|(_, r)| r.aggregation_rule.is_some()) {
+        let allow = AllowList::from_cluster_role(&roles[i].1);
+        for (j, (d, _)) in roles.into_iter().enumerate() {
+            if j != i {
+                store
+                    .insert(d.value.clone())
+                    .map_err(|message| LoadError::Allow {
+                        path: d.origin(),
+                        message,
+                    })?;
+            }
+        }
+        return Ok(allow);
+    }
+    let mut allow = AllowList::default();
+    for (_, role) in &roles {
+        let one = AllowList::from_cluster_role(role);
+        allow.rules.extend(one.rules);
+        allow.custom_groups |= one.custom_groups;
+    }
+    Ok(allow)
 }

@@ -17,11 +17,8 @@ use serde_json::Value;
 
 use crate::api::ManageLevel;
 use crate::engine::{Engine, ObjectStore, Options};
-use crate::rules;
+use crate::rules::{self, TEST_KIND};
 use crate::yaml::{self, Document};
-
-/// The `kind` of a test document.
-pub const TEST_KIND: &str = "RbacRuleTest";
 
 /// Arguments of `test`.
 #[derive(clap::Args, Clone, Debug)]
@@ -233,7 +230,7 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
     };
     let allow = match allow_file {
         None => None,
-        Some(p) => match crate::render::load_allow(&p, &mut store) {
+        Some(p) => match rules::load_allow(&p, &mut store) {
             Ok(a) => Some(a),
             Err(e) => return vec![format!("allow: {e}")],
         },

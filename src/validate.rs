@@ -145,7 +145,7 @@ pub fn validate_noted(args: &ValidateArgs) -> (Vec<Finding>, Vec<String>) {
     // Rule tests (`rbac-rules test`) are not rules.
     let docs: Vec<Document> = docs
         .into_iter()
-        .filter(|d| d.value["kind"] != crate::ruletest::TEST_KIND)
+        .filter(|d| !rules::is_rule_test(d))
         .collect();
     for doc in &docs {
         lint_document(doc, &schemas, &mut findings);

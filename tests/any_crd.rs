@@ -1,8 +1,8 @@
 //! rules/examples/any-crd: roles for custom types only, and the aggregated
 //! allow-list a team extends with its own grants.
 
-mod cli_support;
-use cli_support::run;
+mod support;
+use support::cli::run;
 
 fn crd(name: &str) -> String {
     format!(

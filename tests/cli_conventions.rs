@@ -4,41 +4,15 @@
 //! `--kubeconfig`/`--context` where a cluster is talked to, flags only
 //! where they act.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod support;
+use support::cli::Run as Out;
 
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
+/// `rbac-rules ARGS` in the crate's root, with `stdin` when given.
 fn run(args: &[&str], stdin: Option<&str>) -> Out {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rbac-rules");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("write stdin");
-    }
-    let out = child.wait_with_output().expect("wait");
-    Out {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    let mut cmd = support::cli::command(args);
+    match stdin {
+        Some(text) => support::cli::output_with_stdin(&mut cmd, text),
+        None => support::cli::output(&mut cmd),
     }
 }
 
@@ -52,7 +26,6 @@ const COMMANDS: &[&str] = &[
     "explain",
     "controller-role",
     "completion",
-    "bench",
 ];
 
 #[test]
@@ -80,16 +53,11 @@ fn every_help_has_examples() {
 fn cluster_flags_only_on_commands_that_talk_to_a_cluster() {
     for c in COMMANDS {
         let h = run(&[c, "--help"], None).stdout;
-        // bench talks to a cluster only when given one (its current
-        // context, a throwaway cluster's admin).
         let online = matches!(*c, "run" | "diff");
-        for (flag, on) in [
-            ("--kubeconfig", online || *c == "bench"),
-            ("--context", online),
-        ] {
+        for (flag, on) in [("--kubeconfig", online), ("--context", online)] {
             assert_eq!(h.contains(flag), on, "{c} --help and {flag}:\n{h}");
         }
-        let logs = matches!(*c, "run" | "diff" | "bench");
+        let logs = matches!(*c, "run" | "diff");
         assert_eq!(
             h.contains("--log-format"),
             logs,
@@ -100,6 +68,19 @@ fn cluster_flags_only_on_commands_that_talk_to_a_cluster() {
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(
         r.stderr.contains("unexpected argument '--log-format'"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// The benchmark is a crate of its own (bench/, `rbac-rules-bench`): the
+/// shipped binary has no `bench` command.
+#[test]
+fn the_shipped_binary_has_no_bench_command() {
+    let r = run(&["bench", "--scenario", "small"], None);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("unrecognized subcommand 'bench'"),
         "{}",
         r.stderr
     );

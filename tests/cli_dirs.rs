@@ -2,7 +2,9 @@
 //! a directory's own files are read, sub-directories only with `-R`.
 
 use std::path::Path;
-use std::process::Command;
+
+mod support;
+use support::cli::{command, output, render_files};
 
 fn rule(name: &str, role: &str) -> String {
     format!(
@@ -31,19 +33,9 @@ fn tree(root: &Path) {
 
 /// The names of the objects `render` prints.
 fn render(root: &Path, extra: &[&str]) -> Vec<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--rules")
-        .arg(root.join("rules"))
-        .arg("--objects")
-        .arg(root.join("objects"))
-        .args(extra)
-        .output()
-        .expect("run rbac-rules");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "render failed: {stderr}");
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("YAML");
+    let out = render_files(&root.join("rules"), &root.join("objects"), extra);
+    assert_eq!(out.code, Some(0), "render failed: {}", out.stderr);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out.stdout).expect("YAML");
     let mut names: Vec<String> = docs
         .iter()
         .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_string))
@@ -72,35 +64,23 @@ fn recursive_reads_sub_directories() {
 fn files_are_read_as_given() {
     let dir = tempfile::tempdir().expect("tempdir");
     tree(dir.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--rules")
-        .arg(dir.path().join("rules/nested/deep.yaml"))
-        .arg("--objects")
-        .arg(dir.path().join("objects/more/b.yaml"))
-        .output()
-        .expect("run rbac-rules");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("name: deep:b"));
+    let out = render_files(
+        &dir.path().join("rules/nested/deep.yaml"),
+        &dir.path().join("objects/more/b.yaml"),
+        &[],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("name: deep:b"));
 }
 
 #[test]
 fn the_shipped_rules_directory_holds_only_the_builtin_rules() {
     // `render --rules rules` equals the built-in set: rules/examples and
     // every tests/ directory are below it and not read.
-    let root = env!("CARGO_MANIFEST_DIR");
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-            .current_dir(root)
-            .args(["render", "--objects", "examples/crossplane-cluster.yaml"])
-            .args(args)
-            .output()
-            .expect("run rbac-rules");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out =
+            output(command(["render", "--objects", "examples/crossplane-cluster.yaml"]).args(args));
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
         out.stdout
     };
     assert_eq!(run(&["--rules", "rules"]), run(&[]));

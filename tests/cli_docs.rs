@@ -3,7 +3,7 @@
 //! binary. `UPDATE_DOCS=1 cargo test --test cli_docs` rewrites the blocks
 //! (review the diff: a new flag may need prose too).
 
-use std::process::Command;
+mod support;
 
 const COMMANDS: &[&str] = &[
     "render",
@@ -15,11 +15,10 @@ const COMMANDS: &[&str] = &[
     "run",
     "diff",
     "completion",
-    "bench",
 ];
 
 fn help(command: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .args([command, "--help"])
         .output()
         .expect("run rbac-rules");
@@ -71,7 +70,7 @@ fn cli_reference_holds_every_commands_help() {
 /// Every command of the binary has a section.
 #[test]
 fn every_command_is_documented() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .arg("--help")
         .output()
         .expect("run rbac-rules");

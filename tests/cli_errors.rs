@@ -2,40 +2,9 @@
 //! message naming the file or rule and the field.
 
 use std::path::Path;
-use std::process::Command;
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Renders `objects` with `rules` (YAML texts) from a temporary directory.
-fn render(rules: &str, objects: &str, extra: &[&str]) -> Run {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rules_path = dir.path().join("rules.yaml");
-    let objects_path = dir.path().join("objects.yaml");
-    std::fs::write(&rules_path, rules).expect("write rules");
-    std::fs::write(&objects_path, objects).expect("write objects");
-    run(&rules_path, &objects_path, extra)
-}
-
-fn run(rules: &Path, objects: &Path, extra: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--rules")
-        .arg(rules)
-        .arg("--objects")
-        .arg(objects)
-        .args(extra)
-        .output()
-        .expect("run rbac-rules");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+mod support;
+use support::cli::{Run, command, output, render, render_files};
 
 /// Asserts a failed run whose stderr has every `needle`.
 fn assert_fails(r: &Run, needles: &[&str]) {
@@ -382,7 +351,7 @@ fn missing_objects_file() {
         rule("ok", "  outputs:\n  - kind: ClusterRole\n    name: r\n"),
     )
     .expect("write");
-    let r = run(&rules, &dir.path().join("nope.yaml"), &[]);
+    let r = render_files(&rules, &dir.path().join("nope.yaml"), &[]);
     assert_fails(&r, &["nope.yaml"]);
 }
 
@@ -491,39 +460,33 @@ fn builtin_rules_render_within_a_realistic_allow_list() {
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- apiGroups: ['', rbac.authorization.k8s.io, apiextensions.k8s.io, apiextensions.crossplane.io, pkg.crossplane.io, ops.crossplane.io, protection.crossplane.io, secrets.crossplane.io, apps, extensions, admissionregistration.k8s.io, coordination.k8s.io, events.k8s.io, xr.example.org, provider.example.org]\n  resources: ['*']\n  verbs: ['*']\n",
     )
     .expect("write allow");
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .args([
+    let out = output(
+        command([
             "render",
             "--objects",
             "examples/crossplane-cluster.yaml",
             "--allow",
         ])
-        .arg(&allow)
-        .output()
-        .expect("run rbac-rules");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        .arg(&allow),
     );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     // Narrow it (no secrets): the roles granting secrets are refused.
     std::fs::write(
         &allow,
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: ceiling}\nrules:\n- apiGroups: [rbac.authorization.k8s.io, apiextensions.k8s.io, apiextensions.crossplane.io, pkg.crossplane.io, xr.example.org, provider.example.org]\n  resources: ['*']\n  verbs: ['*']\n",
     )
     .expect("write allow");
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .args([
+    let out = output(
+        command([
             "render",
             "--objects",
             "examples/crossplane-cluster.yaml",
             "--allow",
         ])
-        .arg(&allow)
-        .output()
-        .expect("run rbac-rules");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+        .arg(&allow),
+    );
+    let stderr = out.stderr;
+    assert!(out.code != Some(0));
     assert!(
         stderr.contains("rules/crossplane-core.yaml#1: rule \"crossplane-core\""),
         "{stderr}"

@@ -16,7 +16,7 @@ use rbac_rules::controller::plan::{Live, ObjectId};
 use rbac_rules::controller::sync::{SyncReport, Syncer};
 use rbac_rules::engine::ObjectStore;
 use serde_json::{Value, json};
-use support::{ApiServer, owned, pair, pair_with_retries, rule, rules, snapshot, syncer};
+use support::api::{ApiServer, owned, pair, pair_with_retries, rule, rules, snapshot, syncer};
 
 const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
 

@@ -18,7 +18,7 @@ use rbac_rules::controller::plan::{KeepReason, ObjectId};
 use rbac_rules::controller::status::Hold;
 use rbac_rules::controller::sync::Snapshot;
 use serde_json::{Value, json};
-use support::{NO_FOREIGN, namespace, owned, pair, rule, rules, snapshot, store, syncer};
+use support::api::{NO_FOREIGN, namespace, owned, pair, rule, rules, snapshot, store, syncer};
 
 const ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles";
 const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings";

@@ -1,10 +1,10 @@
 //! `crds/` holds exactly what `rbac-rules crd` prints.
 
-use std::process::Command;
+mod support;
 
 #[test]
 fn committed_crd_matches_generated() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .arg("crd")
         .output()
         .expect("run rbac-rules crd");

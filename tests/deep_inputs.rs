@@ -10,7 +10,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -404,7 +403,7 @@ spec:
 fn render(dir: &Path, file: &str, text: &str) -> std::process::Output {
     let path = dir.join(file);
     std::fs::write(&path, text).expect("write");
-    Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    support::cli::rbac_rules()
         .args(["render", "--objects"])
         .arg(&path)
         .output()

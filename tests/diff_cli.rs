@@ -1,7 +1,7 @@
 //! `rbac-rules diff` exit codes that need no cluster: an unreachable API
 //! server is an error (2), never "no changes" (0).
 
-use std::process::Command;
+mod support;
 
 #[test]
 fn an_unreachable_cluster_exits_2() {
@@ -13,7 +13,7 @@ fn an_unreachable_cluster_exits_2() {
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1'}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
     )
     .expect("write kubeconfig");
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .args(["diff", "--timeout-seconds", "1"])
         .env("KUBECONFIG", &kubeconfig)
         .env_remove("RBAC_RULES_ADOPT_EXISTING")

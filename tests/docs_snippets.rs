@@ -5,8 +5,9 @@
 //! a label value that can be too long), so a new warning — a false
 //! positive of `validate` or a mistake in a doc — fails.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -56,7 +57,7 @@ fn crd_objects(dir: &Path) -> Vec<PathBuf> {
 
 /// Runs `validate` on `rules` with `objects`; the findings as JSON.
 fn validate(rules: &[PathBuf], objects: &[PathBuf], recursive: bool) -> Vec<Value> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+    let mut cmd = support::cli::rbac_rules();
     cmd.current_dir(root())
         .arg("validate")
         .arg("--rules")

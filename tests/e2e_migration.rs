@@ -3,14 +3,15 @@
 //! server.
 //!
 //! ```sh
-//! RBAC_RULES_E2E_KUBECONFIG=<file> cargo test --test e2e_migration -- --test-threads=1
+//! RBAC_RULES_E2E_KUBECONFIG=<file> cargo test --test e2e_migration -- --ignored --test-threads=1
 //! ```
 //!
-//! Without `RBAC_RULES_E2E_KUBECONFIG` it prints `skipped:
-//! RBAC_RULES_E2E_KUBECONFIG not set` and passes. It needs what
-//! tests/e2e.rs needs (a throwaway cluster, a cluster-admin kubeconfig, the
-//! ClusterRole aggregation controller, no Crossplane, no other rbac-rules
-//! controller), and the two must not run at the same time.
+//! The test is `#[ignore]`d: `cargo test` never runs it; run with
+//! `--ignored` but without `RBAC_RULES_E2E_KUBECONFIG`, it fails, saying
+//! so. It needs what tests/e2e.rs needs (a throwaway cluster, a
+//! cluster-admin kubeconfig, the ClusterRole aggregation controller, no
+//! Crossplane, no other rbac-rules controller), and the two must not run
+//! at the same time.
 //!
 //! 1. The cluster as Crossplane's chart v2.3.4 (`rbacManager.deploy=true`)
 //!    and its RBAC manager leave it: the chart's RBAC objects
@@ -59,8 +60,8 @@ use rbac_rules::api::ManageLevel;
 use rbac_rules::render::{RenderArgs, render};
 use serde_json::{Value, json};
 
-mod e2e_support;
-use e2e_support::*;
+mod support;
+use support::e2e::*;
 
 const KUBECONFIG_VAR: &str = "RBAC_RULES_E2E_KUBECONFIG";
 /// Field managers standing in for Helm, Crossplane and this test.
@@ -331,7 +332,7 @@ impl Probe {
 
 /// `rbac-rules diff` with the test's kubeconfig: exit code and stdout.
 fn diff(kubeconfig: &Path, adopt: bool) -> (i32, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+    let mut cmd = support::cli::rbac_rules();
     cmd.arg("diff");
     if adopt {
         cmd.arg("--adopt-existing");
@@ -366,7 +367,7 @@ impl Controller {
             .expect("a free port")
             .port();
         let out = std::fs::File::create(log).expect("log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+        let mut cmd = support::cli::rbac_rules();
         cmd.args([
             "run",
             "--leader-election=false",
@@ -504,14 +505,12 @@ fn manager_roles(dir: &Path, objects: &[Value], rules: &[Value]) -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a throwaway cluster: RBAC_RULES_E2E_KUBECONFIG=<file> cargo test --test e2e_migration -- --ignored --test-threads=1"]
 async fn switch_from_crossplanes_rbac_manager_without_a_gap() {
     let Some(path) = std::env::var_os(KUBECONFIG_VAR).filter(|p| !p.is_empty()) else {
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: {KUBECONFIG_VAR} not set (see the header of tests/e2e_migration.rs)"
+        panic!(
+            "{KUBECONFIG_VAR} not set: a throwaway cluster's admin kubeconfig (see the header of tests/e2e_migration.rs)"
         );
-        return;
     };
     let kubeconfig =
         Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}: {e}"));

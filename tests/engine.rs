@@ -5,8 +5,8 @@ use rbac_rules::api::{ManageLevel, OutputKind};
 use rbac_rules::engine::{Engine, ErrorKind, ObjectStore, Options, RuleState};
 use serde_json::{Value, json};
 
-mod engine_support;
-use engine_support::{rules, store};
+mod support;
+use support::engine::{rules, store};
 
 fn ns(name: &str, labels: Value, annotations: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace",
@@ -173,7 +173,7 @@ fn widget(name: &str) -> Value {
 
 /// The rules of Role `name`.
 fn role_rules(eval: &rbac_rules::engine::Evaluation, name: &str) -> Value {
-    engine_support::rules_of(eval, OutputKind::Role, name)
+    support::engine::rules_of(eval, OutputKind::Role, name)
 }
 
 #[test]
@@ -541,7 +541,7 @@ fn an_xrd_with_the_longest_possible_name_gets_its_roles() {
     let xrd = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
         "metadata": {"name": name, "uid": "xrd-long"},
         "spec": {"group": group, "names": {"kind": "XLong", "plural": "x".repeat(253 - group.len() - 1)}}});
-    let crd = engine_support::crd(&name, "CompositeResourceDefinition", "xrd-long", true);
+    let crd = support::engine::crd(&name, "CompositeResourceDefinition", "xrd-long", true);
     let builtin = rbac_rules::rules::builtin().expect("built-in rules");
     let eval = Engine::new(&builtin, Options::default()).evaluate(&store(&[xrd, crd]));
     assert_eq!(

@@ -2,33 +2,21 @@
 //! suggestions for unknown fields and values, no Rust or handlebars
 //! internals, every failing trigger and every unknown field reported.
 
-use std::process::Command;
+mod support;
 
+/// `render` of the rule `r` with this `spec` over two Namespaces: it must
+/// fail; its stderr.
 fn render(spec: &str) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rules = dir.path().join("rules.yaml");
-    let objects = dir.path().join("objects.yaml");
-    std::fs::write(
-        &rules,
-        format!("apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: r}}\nspec:\n{spec}"),
-    )
-    .expect("write");
-    std::fs::write(
-        &objects,
+    let r = support::cli::render(
+        &format!(
+            "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: r}}\nspec:\n{spec}"
+        ),
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, uid: u1}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b, uid: u2}\n",
-    )
-    .expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--rules")
-        .arg(&rules)
-        .arg("--objects")
-        .arg(&objects)
-        .output()
-        .expect("run rbac-rules");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(out.stdout.is_empty());
-    String::from_utf8_lossy(&out.stderr).into_owned()
+        &[],
+    );
+    assert_eq!(r.code, Some(1));
+    assert!(r.stdout.is_empty());
+    r.stderr
 }
 
 fn assert_clean(stderr: &str) {

@@ -1,27 +1,20 @@
 //! `rbac-rules explain`: an object's rule, trigger and template; a subject's
 //! bindings, aggregations and rules.
 
-use std::process::Command;
+mod support;
 
+/// `explain ARGS` over examples/crossplane-cluster.yaml.
 fn explain(args: &[&str]) -> (Option<i32>, String, String) {
     // A positional KIND/NAME goes first: --objects takes every value after it.
     let (first, rest) = match args.first() {
         Some(a) if !a.starts_with('-') => (vec![*a], &args[1..]),
         _ => (Vec::new(), args),
     };
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("explain")
-        .args(first)
+    let mut cmd = support::cli::command(["explain"]);
+    cmd.args(first)
         .args(["--objects", "examples/crossplane-cluster.yaml"])
-        .args(rest)
-        .output()
-        .expect("run rbac-rules");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .args(rest);
+    support::cli::output(&mut cmd).parts()
 }
 
 #[test]

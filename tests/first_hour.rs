@@ -4,8 +4,8 @@
 //! updates; then validate, render, test, explain and controller-role, each
 //! command exactly as the tutorial gives it.
 
-mod cli_support;
-use cli_support::run;
+mod support;
+use support::cli::run;
 
 const DIR: &str = "docs/tutorial/first-hour";
 

@@ -10,8 +10,9 @@
 //! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites `expected.yaml`;
 //! review the diff before committing it.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
@@ -25,7 +26,7 @@ fn cases() -> Vec<PathBuf> {
 }
 
 fn render(case: &Path) -> (bool, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+    let mut cmd = support::cli::rbac_rules();
     cmd.arg("render");
     // Cases without objects name theirs in `args` (paths relative to the
     // crate root, the working directory of integration tests).

@@ -4,8 +4,8 @@
 use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use serde_json::{Value, json};
 
-mod engine_support;
-use engine_support::{deployment, namespace, revision, revision_crds, xrd, xrd_crds};
+mod support;
+use support::engine::{deployment, namespace, revision, revision_crds, xrd, xrd_crds};
 
 /// A small deterministic generator (xorshift), so failures replay.
 struct Rng(u64);

@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,7 +17,8 @@ use rbac_rules::controller::metrics::Metrics;
 use rbac_rules::controller::sync::Syncer;
 use rbac_rules::engine::{Engine, ErrorKind, Evaluation, Limits, ObjectStore, Options, RuleSource};
 use serde_json::json;
-use support::{namespace, owned, pair, rule, rules, snapshot, store};
+use support::api::{namespace, owned, pair, rule, rules, snapshot, store};
+use support::cli::{Run, command};
 
 const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n  uid: u-1\n";
 const TRIGGER_REF: &str = "Namespace/team-a";
@@ -47,32 +47,9 @@ fn rules_text(bad_rule: &str) -> String {
     format!("{bad_rule}---\n{GOOD}")
 }
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
+/// `render` of `rules` over the Namespace `team-a`.
 fn render(rules: &str, extra: &[&str]) -> Run {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rules_path = dir.path().join("rules.yaml");
-    let objects_path = dir.path().join("objects.yaml");
-    std::fs::write(&rules_path, rules).expect("write rules");
-    std::fs::write(&objects_path, NAMESPACE).expect("write objects");
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--rules")
-        .arg(&rules_path)
-        .arg("--objects")
-        .arg(&objects_path)
-        .args(extra)
-        .output()
-        .expect("run rbac-rules");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    support::cli::render(rules, NAMESPACE, extra)
 }
 
 /// `render` exits 1 (not a crash), prints nothing, and names every needle.
@@ -753,10 +730,7 @@ fn the_new_limits_are_flags_with_environment_variables() {
         let bad_flag = render(&text, &[flag, "0"]);
         assert_eq!(bad_flag.code, Some(2), "clap refuses {flag} 0");
     }
-    let help = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .args(["run", "--help"])
-        .output()
-        .expect("run --help");
+    let help = command(["run", "--help"]).output().expect("run --help");
     let help = String::from_utf8_lossy(&help.stdout);
     for env in [
         "RBAC_RULES_MAX_BYTES_PER_RULE",
@@ -817,8 +791,7 @@ fn render_peak(rules: &str, objects: &str, extra: &[&str]) -> (Option<i32>, Opti
     let objects_path = dir.path().join("objects.yaml");
     std::fs::write(&rules_path, rules).expect("write rules");
     std::fs::write(&objects_path, objects).expect("write objects");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
+    let mut child = command(["render"])
         .arg("--rules")
         .arg(&rules_path)
         .arg("--objects")

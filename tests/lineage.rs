@@ -11,8 +11,8 @@ use rbac_rules::api::OutputKind;
 use rbac_rules::engine::{Engine, ErrorKind, Evaluation, Options};
 use serde_json::{Value, json};
 
-mod engine_support;
-use engine_support::{builtin, crd, granted, rules, rules_of, store};
+mod support;
+use support::engine::{builtin, crd, granted, rules, rules_of, store};
 
 /// Every (group, resource) the desired roles grant.
 fn granted_all(eval: &Evaluation) -> BTreeSet<(String, String)> {

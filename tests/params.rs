@@ -3,13 +3,12 @@
 //! grammar.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use rbac_rules::engine::{Engine, ErrorKind, Options};
 use serde_json::json;
 
-mod engine_support;
-use engine_support::{rules, store};
+mod support;
+use support::engine::{rules, store};
 
 const RULE: &str = r#"
 apiVersion: rbacrules.io/v1alpha1
@@ -137,7 +136,7 @@ spec:
 #[test]
 fn render_refuses_a_param_no_rule_declares() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .args(["render", "--objects"])
         .arg(root.join("examples/crossplane-cluster.yaml"))
         .args(["--param", "crossplaneNamespce=xp-system"])

@@ -6,10 +6,9 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-mod engine_support;
-use engine_support::{builtin, granted, store};
+mod support;
+use support::engine::{builtin, granted, store};
 
 use rbac_rules::engine::{
     Engine, EngineWarning, Evaluation, Memo, ObjectStore, Options, RuleSource,
@@ -511,20 +510,18 @@ fn incremental_evaluation_keeps_the_warnings() {
 #[test]
 fn render_prints_warnings_on_stderr_and_exits_zero() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--objects")
-        .arg(root.join("tests/golden/provider-hostile-objectrefs/objects.yaml"))
-        .output()
-        .expect("run rbac-rules");
-    assert_eq!(out.status.code(), Some(0));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = support::cli::output(
+        support::cli::command(["render", "--objects"])
+            .arg(root.join("tests/golden/provider-hostile-objectrefs/objects.yaml")),
+    );
+    assert_eq!(out.code, Some(0));
+    let stderr = out.stderr;
     assert!(
         stderr.lines().any(|l| l.starts_with("warning: rules/crossplane-provider.yaml#1: rule \"crossplane-provider-system\": spec.related[2].require[0] (trigger ProviderRevision.pkg.crossplane.io/provider-evil-5555): skipped \"foo.bar.k8s.io\"")),
         "{stderr}"
     );
     assert!(!stderr.contains("error"), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = out.stdout;
     assert!(stdout.contains("good.example.org"));
     assert!(!stdout.contains("rbac.authorization.k8s.io\n  resources:\n  - \"*\""));
 }

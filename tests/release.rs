@@ -1,11 +1,11 @@
 //! Release hygiene: `--version` names the crate version and a revision, and
 //! the licence the manifest declares is shipped.
 
-use std::process::Command;
+mod support;
 
 #[test]
 fn version_prints_crate_version_and_revision() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .arg("--version")
         .output()
         .expect("run rbac-rules");

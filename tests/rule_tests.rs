@@ -2,24 +2,12 @@
 //! rules/examples/<set>/tests) pass, and the runner reports failures.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-}
+mod support;
+use support::cli::Run;
 
 fn run_tests(args: &[&std::ffi::OsStr]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("test")
-        .args(args)
-        .output()
-        .expect("run rbac-rules");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-    }
+    support::cli::output(support::cli::command(["test"]).args(args))
 }
 
 /// rules/tests and rules/examples/*/tests.

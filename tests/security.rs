@@ -6,8 +6,7 @@ use rbac_rules::api::OutputKind;
 use rbac_rules::engine::{AllowList, Engine, ErrorKind, Evaluation, Options, RuleSource, Waivers};
 use serde_json::{Value, json};
 
-mod engine_support;
-use engine_support::{builtin, rules, store};
+use support::engine::{builtin, rules, store};
 mod support;
 
 fn evaluate(rules: &[RuleSource], objects: &[Value], options: Options) -> Evaluation {
@@ -91,7 +90,7 @@ fn xrd_wildcards_never_become_grants() {
                 xrd("evil", group, plural),
                 xrd("good", "storage.example.org", "xbuckets"),
                 // The good XRD's CRD, as Crossplane makes it (lineage).
-                engine_support::crd(
+                support::engine::crd(
                     "xbuckets.storage.example.org",
                     "CompositeResourceDefinition",
                     "uid-good",
@@ -127,7 +126,7 @@ fn provider_object_refs_never_become_wildcards() {
             &[
                 provider_revision("provider-evil-1", &[crd, "widgets.example.org"]),
                 // The CRD the revision owns (lineage): only it is a type.
-                engine_support::crd(
+                support::engine::crd(
                     "widgets.example.org",
                     "ProviderRevision",
                     "uid-provider-evil-1",
@@ -896,23 +895,6 @@ spec:
     assert_eq!(subjects, 7);
 }
 
-/// Runs `rbac-rules render` on rule and object files.
-fn render_cli(
-    rules: &std::path::Path,
-    objects: &std::path::Path,
-    extra: &[&str],
-) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .arg("render")
-        .arg("--rules")
-        .arg(rules)
-        .arg("--objects")
-        .arg(objects)
-        .args(extra)
-        .output()
-        .expect("run rbac-rules")
-}
-
 /// `render` refuses offline with exit 1 and the same message.
 #[test]
 fn render_refuses_with_exit_1() {
@@ -925,22 +907,17 @@ fn render_refuses_with_exit_1() {
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, annotations: {role: cluster-admin}}\n",
     )
     .expect("write");
-    let run = |extra: &[&str]| render_cli(&rules_path, &objects_path, extra);
+    let run = |extra: &[&str]| support::cli::render_files(&rules_path, &objects_path, extra);
     let out = run(&[]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.code, Some(1));
     assert!(out.stdout.is_empty());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = out.stderr.as_str();
     assert!(
         err.contains("rule \"binder\": spec.outputs[0] (trigger Namespace/team-a): RoleBinding \"tenant\" binds \"cluster-admin\""),
         "{err}"
     );
     let out = run(&["--allow-cluster-admin-bindings"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr.as_str());
 }
 
 /// `render --allow` with an aggregated allow-list file: the other
@@ -968,7 +945,7 @@ fn render_reads_an_aggregated_allow_list_file() {
             format!("apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: r}}\nspec:\n  outputs:\n  - kind: ClusterRole\n    name: x\n    rules: [{{apiGroups: {groups}, resources: {resources}, verbs: [get]}}]\n"),
         )
         .expect("write");
-        render_cli(&rules, &objects, &["--allow", &allow.to_string_lossy()])
+        support::cli::render_files(&rules, &objects, &["--allow", &allow.to_string_lossy()])
     };
     for (g, r, ok) in [
         ("['']", "[pods]", true),
@@ -978,13 +955,13 @@ fn render_reads_an_aggregated_allow_list_file() {
     ] {
         let out = run(g, r);
         assert_eq!(
-            out.status.code(),
+            out.code,
             Some(if ok { 0 } else { 1 }),
             "{g} {r}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            out.stderr.as_str()
         );
         if !ok {
-            assert!(String::from_utf8_lossy(&out.stderr).contains("allow-list"));
+            assert!(out.stderr.as_str().contains("allow-list"));
         }
     }
 }
@@ -1006,9 +983,9 @@ fn render_reports_live_objects_it_would_revoke() {
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: old-escalator\n  labels: {app.kubernetes.io/managed-by: rbac-rules}\n  annotations: {rbacrules.io/rule: r}\nrules:\n- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [escalate]}\n",
     )
     .expect("write");
-    let out = render_cli(&rules, &objects, &[]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = support::cli::render_files(&rules, &objects, &[]);
+    assert_eq!(out.code, Some(1));
+    let err = out.stderr.as_str();
     assert!(
         err.contains("revoked: live ClusterRole old-escalator: ClusterRole \"old-escalator\" grants [rbac.authorization.k8s.io] clusterroles: escalate"),
         "{err}"
@@ -1819,16 +1796,16 @@ spec:
 #[tokio::test]
 async fn the_controller_keeps_the_aggregate_and_warns() {
     use http::Method;
-    let (client, mut server) = support::pair();
+    let (client, mut server) = support::api::pair();
     let spec = json!({"outputs": [{"kind": "ClusterRole", "name": "gatherer",
         "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.org/power": "true"}}]}}]});
-    let rules = support::rules(vec![support::rule("gatherer", spec.clone(), None)]);
-    let observed = support::store(vec![cluster_role(
+    let rules = support::api::rules(vec![support::api::rule("gatherer", spec.clone(), None)]);
+    let observed = support::api::store(vec![cluster_role(
         "powerful",
         json!({"example.org/power": "true"}),
         json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
     )]);
-    let live = support::owned(Vec::new());
+    let live = support::api::owned(Vec::new());
     let holds = std::collections::BTreeMap::new();
     let scenario = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -1854,8 +1831,8 @@ async fn the_controller_keeps_the_aggregate_and_warns() {
         }
         seen
     });
-    let mut s = support::syncer(client);
-    s.sync(&support::snapshot(&rules, &observed, &live, &holds))
+    let mut s = support::api::syncer(client);
+    s.sync(&support::api::snapshot(&rules, &observed, &live, &holds))
         .await;
     drop(s);
     let seen = scenario.await.expect("scenario");

@@ -1,9 +1,7 @@
 //! `rbac-rules validate`: each lint's message, exit status and formats.
 
-use std::process::Command;
-
-mod cli_support;
-use cli_support::run_in;
+mod support;
+use support::cli::run_in;
 
 struct Run {
     code: Option<i32>,
@@ -34,7 +32,7 @@ fn validate(rules: &str, objects: Option<&str>, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let rules_path = dir.path().join("rules.yaml");
     std::fs::write(&rules_path, rules).expect("write rules");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rbac-rules"));
+    let mut cmd = support::cli::rbac_rules();
     cmd.arg("validate").arg("--rules").arg(&rules_path);
     if let Some(o) = objects {
         let p = dir.path().join("objects.yaml");
@@ -229,7 +227,7 @@ fn json_output() {
 #[test]
 fn the_shipped_rules_have_no_errors() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .current_dir(root)
         // The e2e stand-in CRDs give the Crossplane trigger kinds a schema.
         .args([
@@ -325,7 +323,7 @@ fn a_misspelt_where_path_warns_against_the_related_kind() {
 #[test]
 fn the_tutorial_validates_clean() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = support::cli::rbac_rules()
         .current_dir(root)
         .args(["validate", "--rules", "docs/tutorial/team-roles.yaml"])
         .output()
@@ -494,23 +492,12 @@ fn a_load_error_is_in_the_json_output() {
 
 #[test]
 fn rules_from_stdin() {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
-        .args(["validate", "--rules", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(crd_rule("x", "[gett]").as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let out = support::cli::output_with_stdin(
+        &mut support::cli::command(["validate", "--rules", "-"]),
+        &crd_rule("x", "[gett]"),
+    );
+    let err = out.stderr;
+    assert_eq!(out.code, Some(1), "{err}");
     assert!(err.contains("error: -#1: RbacRule \"crd-roles\""), "{err}");
 }
 

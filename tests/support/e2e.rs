@@ -2,8 +2,6 @@
 //! `tests/e2e_migration.rs`): paths, YAML, run names, API resources and
 //! polling.
 
-#![allow(dead_code)]
-
 use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;

@@ -9,7 +9,7 @@
 //!    absent uids), and the revisions' objectRefs go through `/status`;
 //! 2. renders the objects as they are live (real uids): the outputs to
 //!    expect, and the objects `kubectl` applies in step 5;
-//! 3. runs `rbac-rules run` (this binary, the kubeconfig, leader election
+//! 3. runs `rbac-rules run` (the binary beside it, the kubeconfig, leader election
 //!    off) and times it until every expected output is on the server;
 //!    then a resync, a forced relist (`--relist-command`, e.g. restarting
 //!    the API server), namespace changes, and a restart of the controller.
@@ -207,11 +207,11 @@ async fn established(client: &kube::Client, name: &str) -> Result<(), BenchError
 /// namespace. Refuses a cluster with real CRDs of the stand-ins' names.
 async fn install_base(client: &kube::Client, names: &Names) -> Result<(), BenchError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let stand_ins =
-        crate::yaml::parse_documents(Path::new("stand-in-crds.yaml"), STAND_INS).map_err(other)?;
-    let ours = crate::yaml::parse_documents(
+    let stand_ins = rbac_rules::yaml::parse_documents(Path::new("stand-in-crds.yaml"), STAND_INS)
+        .map_err(other)?;
+    let ours = rbac_rules::yaml::parse_documents(
         Path::new("rbacrules.yaml"),
-        &crate::crd_yaml().map_err(other)?,
+        &rbac_rules::crd_yaml().map_err(other)?,
     )
     .map_err(other)?;
     for d in &stand_ins {
@@ -240,8 +240,8 @@ async fn install_base(client: &kube::Client, names: &Names) -> Result<(), BenchE
         )
         .await?;
     }
-    for (file, text) in crate::rules::BUILTIN {
-        for d in crate::yaml::parse_documents(Path::new(file), text).map_err(other)? {
+    for (file, text) in rbac_rules::rules::BUILTIN {
+        for d in rbac_rules::yaml::parse_documents(Path::new(file), text).map_err(other)? {
             apply(client, names, &d.value).await?;
         }
     }
@@ -259,8 +259,8 @@ async fn install_base(client: &kube::Client, names: &Names) -> Result<(), BenchE
 fn managed() -> ListParams {
     ListParams::default().labels(&format!(
         "{}={}",
-        crate::engine::output::MANAGED_BY_LABEL,
-        crate::engine::output::MANAGED_BY_VALUE
+        rbac_rules::engine::output::MANAGED_BY_LABEL,
+        rbac_rules::engine::output::MANAGED_BY_VALUE
     ))
 }
 
@@ -358,9 +358,7 @@ impl Run {
             .map_err(|e| BenchError::Other(format!("no free port: {e}")))?
             .port();
         let metrics = format!("127.0.0.1:{port}");
-        let exe = std::env::current_exe()
-            .map_err(|e| BenchError::Other(format!("cannot find this program: {e}")))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(super::rbac_rules_exe()?);
         cmd.args([
             "run".to_string(),
             "--leader-election=false".into(),
@@ -538,7 +536,7 @@ fn kubectl_apply(
             continue;
         }
         let path = dir.join(format!("kubectl-{i}.yaml"));
-        let text = crate::yaml::to_yaml_stream(&chunk).map_err(other)?;
+        let text = rbac_rules::yaml::to_yaml_stream(&chunk).map_err(other)?;
         std::fs::write(&path, text).map_err(|source| BenchError::Write {
             path: path.display().to_string(),
             source,
@@ -578,19 +576,19 @@ fn kubectl_apply(
 /// rules: the outputs to expect.
 fn render_live(dir: &Path, live: &[Value]) -> Result<Vec<Value>, BenchError> {
     let path = dir.join("live-objects.yaml");
-    let text = crate::yaml::to_yaml_stream(live).map_err(other)?;
+    let text = rbac_rules::yaml::to_yaml_stream(live).map_err(other)?;
     std::fs::write(&path, text).map_err(|source| BenchError::Write {
         path: path.display().to_string(),
         source,
     })?;
-    let rendered = crate::render::prepare(&crate::render::RenderArgs {
+    let rendered = rbac_rules::render::prepare(&rbac_rules::render::RenderArgs {
         objects: vec![path],
-        ..crate::render::RenderArgs::default()
+        ..rbac_rules::render::RenderArgs::default()
     })?;
     let mut out = Vec::new();
     rendered.write_to(&mut out).map_err(other)?;
     let out = String::from_utf8(out).map_err(other)?;
-    Ok(crate::yaml::parse_documents(Path::new("render"), &out)
+    Ok(rbac_rules::yaml::parse_documents(Path::new("render"), &out)
         .map_err(other)?
         .into_iter()
         .map(|d| d.value)
@@ -798,7 +796,7 @@ fn tempfile_dir() -> Result<PathBuf, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::synth::Scenario;
+    use crate::synth::Scenario;
 
     fn plane() -> Plane<'static> {
         Plane {

@@ -1,4 +1,4 @@
-//! CI check of issue 9's write counts: runs `rbac-rules bench --scenario
+//! CI check of issue 9's write counts: runs `rbac-rules-bench --scenario
 //! small --json` and asserts counts only, never timings.
 //!
 //! - the initial sync writes each desired object once (`objects_out`);
@@ -17,11 +17,11 @@ use serde_json::Value;
 
 #[test]
 fn bench_small_write_counts() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules-bench"))
         // Fewer timed changes than the default 100: a debug build.
-        .args(["bench", "--scenario", "small", "--json", "--changes", "15"])
+        .args(["--scenario", "small", "--json", "--changes", "15"])
         .output()
-        .expect("run rbac-rules bench");
+        .expect("run rbac-rules-bench");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed:\n{stderr}");
     let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");

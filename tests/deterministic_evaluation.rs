@@ -6,8 +6,8 @@
 use rbac_rules::engine::{Engine, Memo, ObjectStore, Options};
 use serde_json::{Value, json};
 
-mod engine_support;
-use engine_support::{deployment, namespace, revision, xrd};
+mod support;
+use support::engine::{deployment, namespace, revision, xrd};
 
 const XRDS: usize = 8;
 const NAMESPACES: usize = 150;

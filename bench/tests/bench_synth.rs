@@ -1,11 +1,11 @@
-//! The synthetic control planes of `rbac-rules bench` are ones the built-in
+//! The synthetic control planes of `rbac-rules-bench` are ones the built-in
 //! rules really render from: every kind of output appears, as many as the
 //! rules in rules/ say, and nothing is skipped or refused.
 
 use std::path::Path;
 
-use rbac_rules::bench::synth::{Names, Plane, Scenario, Versions};
 use rbac_rules::render::{RenderArgs, render_with_warnings};
+use rbac_rules_bench::synth::{Names, Plane, Scenario, Versions};
 
 #[test]
 fn small_renders_every_kind_of_output_without_warnings() {

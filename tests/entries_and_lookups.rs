@@ -7,8 +7,8 @@ use rbac_rules::api::OutputKind;
 use rbac_rules::engine::{Engine, ErrorKind, Evaluation, Memo, Options};
 use serde_json::{Value, json};
 
-mod engine_support;
-use engine_support::{rules, store};
+mod support;
+use support::engine::{rules, store};
 
 /// Two literal entries (kept in the cache, checked once) and one that
 /// reads its trigger.
@@ -35,7 +35,7 @@ fn thing(name: &str, group: &str) -> Value {
 
 /// The rules of ClusterRole `name`.
 fn rules_of(eval: &Evaluation, name: &str) -> Value {
-    engine_support::rules_of(eval, OutputKind::ClusterRole, name)
+    support::engine::rules_of(eval, OutputKind::ClusterRole, name)
 }
 
 #[test]

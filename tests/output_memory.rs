@@ -8,8 +8,8 @@ use rbac_rules::api::OutputKind;
 use rbac_rules::engine::{Engine, Evaluation, Manifest, Options, OwnerRef, StrMap};
 use serde_json::{Value, json};
 
-mod engine_support;
-use engine_support::{rules, store};
+mod support;
+use support::engine::{rules, store};
 
 const RULES: &str = r#"
 apiVersion: rbacrules.io/v1alpha1

@@ -1,6 +1,7 @@
-//! `rbac-rules bench`: the figures of issue 9 (scale) on synthetic control
+//! `rbac-rules-bench`: the figures of issue 9 (scale) on synthetic control
 //! planes ([`synth`], described by `bench/control-plane.yaml`), printed as
-//! one JSON object.
+//! one JSON object. A workspace member of its own, not part of the shipped
+//! library or binary.
 //!
 //! Each phase runs in a child process of the same binary (hidden
 //! `--phase`), so that its peak RSS (VmHWM of /proc/self/status, Linux
@@ -10,7 +11,7 @@
 //!   rules, and with an empty rules directory (reading and printing only);
 //! - `incremental`: [`Engine::evaluate_incremental`] with a warm [`Memo`]
 //!   over 100 changes of each [`ChangeKind`];
-//! - `controller`: [`crate::controller::run_with`] (leader election off,
+//! - `controller`: [`rbac_rules::controller::run_with`] (leader election off,
 //!   short debounce, 2-second resync) against the counting API stand-in ([`fake_api`]),
 //!   which this process serves over HTTP on 127.0.0.1 so that the child's
 //!   memory is the controller's alone. A child stops when its stdin closes.
@@ -28,11 +29,11 @@ use std::time::{Duration, Instant};
 use clap::Parser as _;
 use serde_json::{Value, json};
 
-use crate::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use fake_api::FakeApi;
+use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use synth::{ChangeKind, Names, Plane, Scenario, Sizes, Versions};
 
-/// Arguments of `bench`.
+/// Arguments of `rbac-rules-bench`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
     /// Size of the synthetic control plane.
@@ -108,7 +109,7 @@ pub enum BenchError {
     },
     /// A render failed.
     #[error("render failed: {0}")]
-    Render(#[from] crate::render::RenderError),
+    Render(#[from] rbac_rules::render::RenderError),
     /// A child process failed.
     #[error("phase {phase}: {message}")]
     Phase { phase: String, message: String },
@@ -117,7 +118,7 @@ pub enum BenchError {
     Other(String),
 }
 
-/// Runs `bench`: every phase, then the report on stdout.
+/// Runs the bench: every phase, then the report on stdout.
 pub fn main(args: &BenchArgs) -> ExitCode {
     let result = match args.phase {
         _ if args.write_objects.is_some() => write_objects(args),
@@ -157,7 +158,8 @@ fn write_objects(args: &BenchArgs) -> Result<(), BenchError> {
 /// A plane's objects, as one YAML stream, to `path`.
 fn write_plane(plane: &Plane<'_>, path: &std::path::Path) -> Result<(), BenchError> {
     let objs = plane.objects(&mut Versions::default());
-    let text = crate::yaml::to_yaml_stream(&objs).map_err(|e| BenchError::Other(e.to_string()))?;
+    let text =
+        rbac_rules::yaml::to_yaml_stream(&objs).map_err(|e| BenchError::Other(e.to_string()))?;
     std::fs::write(path, text).map_err(|source| BenchError::Write {
         path: path.display().to_string(),
         source,
@@ -283,7 +285,7 @@ fn merge(into: &mut Value, from: &Value) {
     }
 }
 
-/// This binary with `bench --scenario <s>` and `extra`.
+/// This binary with `--scenario <s>` and `extra`.
 fn command(args: &BenchArgs, extra: &[String]) -> Result<Command, BenchError> {
     let exe = std::env::current_exe()
         .map_err(|e| BenchError::Other(format!("cannot find this program: {e}")))?;
@@ -298,8 +300,7 @@ fn command(args: &BenchArgs, extra: &[String]) -> Result<Command, BenchError> {
         }
         None => Command::new(exe),
     };
-    cmd.arg("bench")
-        .arg(format!("--scenario={}", args.scenario.name()))
+    cmd.arg(format!("--scenario={}", args.scenario.name()))
         .arg(format!("--changes={}", args.changes))
         .args(args.only.map(|k| format!("--only={}", k.key())))
         .args(extra)
@@ -309,6 +310,26 @@ fn command(args: &BenchArgs, extra: &[String]) -> Result<Command, BenchError> {
         cmd.env("RUST_LOG", "warn");
     }
     Ok(cmd)
+}
+
+/// The `rbac-rules` binary that the real-server mode runs as the
+/// controller: `RBAC_RULES_BIN`, or the one beside this program (cargo
+/// builds both into one target directory).
+fn rbac_rules_exe() -> Result<PathBuf, BenchError> {
+    if let Some(path) = std::env::var_os("RBAC_RULES_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| BenchError::Other(format!("cannot find this program: {e}")))?;
+    let beside = exe.with_file_name(format!("rbac-rules{}", std::env::consts::EXE_SUFFIX));
+    if beside.is_file() {
+        Ok(beside)
+    } else {
+        Err(BenchError::Other(format!(
+            "{} not found: build it (cargo build --release --workspace) or set RBAC_RULES_BIN",
+            beside.display()
+        )))
+    }
 }
 
 /// Runs a phase to its end and parses the JSON it prints.
@@ -363,16 +384,16 @@ fn render_phase(args: &BenchArgs, floor: bool) -> Result<Value, BenchError> {
     } else {
         Vec::new()
     };
-    let render_args = crate::render::RenderArgs {
+    let render_args = rbac_rules::render::RenderArgs {
         objects: vec![file],
         rules,
         limits: bench_limits(),
-        ..crate::render::RenderArgs::default()
+        ..rbac_rules::render::RenderArgs::default()
     };
     // As the CLI does: print through a buffer (here into a counter, not a
     // terminal) and leave freeing to the process exit.
     let started = Instant::now();
-    let rendered = crate::render::prepare(&render_args)?;
+    let rendered = rbac_rules::render::prepare(&render_args)?;
     let mut out = std::io::BufWriter::new(Documents::default());
     rendered
         .write_to(&mut out)
@@ -433,7 +454,7 @@ fn touched(before: &Evaluation, after: &Evaluation) -> Result<usize, BenchError>
         .iter()
         .filter(|(k, v)| {
             a.get(*k)
-                .is_none_or(|old| !crate::engine::Manifest::ptr_eq(old, v) && old != *v)
+                .is_none_or(|old| !rbac_rules::engine::Manifest::ptr_eq(old, v) && old != *v)
         })
         .count()
         + a.keys().filter(|k| !b.contains_key(*k)).count();
@@ -465,7 +486,7 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         // Generated objects always have apiVersion, kind and name.
         let _ = store.insert(o);
     }
-    let rules = crate::rules::builtin().unwrap_or_default();
+    let rules = rbac_rules::rules::builtin().unwrap_or_default();
     let engine = Engine::new(
         &rules,
         Options {
@@ -571,7 +592,7 @@ fn controller_child(args: &BenchArgs) -> Result<Value, BenchError> {
             let _ = std::io::stdin().read_to_end(&mut sink);
             let _ = stop_tx.send(true);
         });
-        crate::controller::run_with(client, run_args(&metrics), stop_rx)
+        rbac_rules::controller::run_with(client, run_args(&metrics), stop_rx)
             .await
             .map_err(|e| BenchError::Other(format!("controller: {e}")))
     })?;
@@ -584,11 +605,11 @@ const RESYNC: Duration = Duration::from_secs(2);
 /// The controller's settings: its own flags' defaults but leader election
 /// off, a short debounce and a 2-second resync (the resync phase waits for
 /// one).
-fn run_args(metrics: &str) -> crate::controller::RunArgs {
+fn run_args(metrics: &str) -> rbac_rules::controller::RunArgs {
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
-        run: crate::controller::RunArgs,
+        run: rbac_rules::controller::RunArgs,
     }
     let mut run = Cli::parse_from([
         "rbac-rules".to_string(),
@@ -606,8 +627,8 @@ fn run_args(metrics: &str) -> crate::controller::RunArgs {
 /// The default limits, with room for `xl` (80,295 outputs, about 284 MB
 /// as the engine counts what they hold): the bench measures speed at sizes
 /// past the shipped Deployment's memory limit.
-fn bench_limits() -> crate::engine::Limits {
-    crate::engine::Limits::default().with_totals_times(16)
+fn bench_limits() -> rbac_rules::engine::Limits {
+    rbac_rules::engine::Limits::default().with_totals_times(16)
 }
 
 /// A running controller child.
@@ -756,8 +777,8 @@ async fn controller_phases(
 ) -> Result<Value, BenchError> {
     let sizes = &plane.sizes;
     let api = FakeApi::new(fake_api::resources_of(plane.names));
-    for r in
-        crate::rules::builtin().map_err(|e| BenchError::Other(format!("built-in rules: {e:?}")))?
+    for r in rbac_rules::rules::builtin()
+        .map_err(|e| BenchError::Other(format!("built-in rules: {e:?}")))?
     {
         let spec = serde_json::to_value(&r.spec).map_err(|e| BenchError::Other(e.to_string()))?;
         api.put(
@@ -783,8 +804,8 @@ async fn controller_phases(
         axum::serve(listener, axum::Router::new().fallback_service(api.clone())).into_future(),
     );
     let label = (
-        crate::engine::output::MANAGED_BY_LABEL,
-        crate::engine::output::MANAGED_BY_VALUE,
+        rbac_rules::engine::output::MANAGED_BY_LABEL,
+        rbac_rules::engine::output::MANAGED_BY_VALUE,
     );
     let quiet = Duration::from_millis(1500);
 

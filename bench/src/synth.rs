@@ -78,7 +78,7 @@ pub struct NamespaceNames {
 }
 
 /// The text of `bench/control-plane.yaml`, built in.
-const NAMES_YAML: &str = include_str!("../../bench/control-plane.yaml");
+const NAMES_YAML: &str = include_str!("../control-plane.yaml");
 
 impl Names {
     /// The built-in names (parsed once).

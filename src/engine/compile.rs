@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use super::error::{ErrorKind, FieldError};
 use super::fast_hash::HashMap;
+/// Kind facts live in [`super::kinds`]; these paths stay for callers.
+pub use super::kinds::{gk_of, output_gk, output_kind};
 use super::path::FieldPath;
 use super::store::GroupKind;
 use super::template::Templates;
@@ -340,32 +342,6 @@ pub fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interes
         }
     }
     out.into_values().collect()
-}
-
-/// The group/kind of an emitted kind.
-pub fn output_gk(kind: OutputKind) -> GroupKind {
-    GroupKind::new("rbac.authorization.k8s.io", kind.as_str())
-}
-
-/// The output kind of a group and kind, if it is one.
-pub fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
-    // Compared in place: asked on every lookup, so no GroupKind is built.
-    let rbac = gk_of(OutputKind::ClusterRole);
-    if gk.group != rbac.group {
-        return None;
-    }
-    OutputKind::ALL.into_iter().find(|k| k.as_str() == gk.kind)
-}
-
-/// The group and kind of an output kind, built once.
-pub fn gk_of(kind: OutputKind) -> &'static GroupKind {
-    static GKS: std::sync::LazyLock<[GroupKind; 4]> =
-        std::sync::LazyLock::new(|| OutputKind::ALL.map(output_gk));
-    let at = OutputKind::ALL
-        .iter()
-        .position(|k| *k == kind)
-        .unwrap_or_default();
-    &GKS[at]
 }
 
 /// Compiles `text` as a regular expression matching a whole value.

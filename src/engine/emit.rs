@@ -12,11 +12,12 @@ use std::thread::ScopedJoinHandle;
 use serde_json::Value;
 
 use super::Engine;
-use super::compile::{CompiledRule, gk_of, output_gk};
+use super::compile::CompiledRule;
 use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
 use super::fast_hash::{HashMap, HashSet};
 use super::grants::{Judge, allow_list_rules, selection_key};
+use super::kinds::{gk_of, output_gk};
 use super::limits;
 use super::memo::{
     Changes, Derived, Emit, Emitters, ITEM_CACHE_MAX, ItemCache, Memo, Outcome, RuleMemo, TKey,

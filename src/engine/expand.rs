@@ -13,9 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use serde_json::{Map, Value, json};
 
 use super::Engine;
-use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
+use super::compile::{Body as DirBody, CompiledRule, anchored, directive};
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::fast_hash::HashMap;
+use super::kinds::output_gk;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{

@@ -9,8 +9,8 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::compile::gk_of;
 use super::fast_hash::HashMap;
+use super::kinds::gk_of;
 use super::manifest::Manifest;
 use super::output;
 use super::store::ObjectStore;
@@ -231,8 +231,12 @@ impl Judge<'_, '_> {
                 continue;
             }
             let rules = self.view.role_rules(m);
-            let mut why = self.view.denials_of(&rules, self.waivers).0.clone();
-            why.extend(self.view.denials_of(&rules, self.waivers).1.iter().cloned());
+            let mut why: Vec<String> = self
+                .view
+                .denials_of(&rules, self.waivers)
+                .all()
+                .cloned()
+                .collect();
             if let Some((allow, effective)) = self.allow
                 && !rules.is_empty()
             {

@@ -13,10 +13,7 @@ use super::error::{ErrorKind, FieldError};
 use super::expand::At;
 use crate::api::{GROUP, OutputKind};
 
-/// The API group of RBAC objects.
-pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
-/// apiVersion of every emitted object.
-pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
+pub use super::kinds::{RBAC_API_VERSION, RBAC_GROUP};
 
 /// Label on every emitted object; the controller lists by it (its label
 /// inventory: what it lists to find objects to prune).

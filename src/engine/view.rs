@@ -18,8 +18,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::Engine;
-use super::compile::{gk_of, output_kind};
 use super::fast_hash::HashMap;
+use super::kinds::{gk_of, output_kind};
 use super::manifest::{Interner, Manifest};
 use super::memo::{Emit, Emitters, RuleMemo};
 use super::output;
@@ -41,9 +41,8 @@ pub(super) type Rules = Arc<Vec<PolicyRule>>;
 /// is not reused while the entry lives, and the entry keeps no list alive).
 pub(super) type CopiesCache = HashMap<(bool, Vec<usize>), (Vec<Weak<Vec<PolicyRule>>>, Rules)>;
 
-/// Default denials a role's own rules break: cluster-admin equivalents and
-/// escalating grants, each in compact form (see [`crate::policy::denied_grants`]).
-pub(super) type Denials = (Vec<String>, Vec<String>);
+/// Default denials a role's own rules break (see [`crate::policy::denials`]).
+pub(super) type Denials = crate::policy::Denied;
 
 /// Denials of roles, by the address of their rule list (weakly held).
 pub(super) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denials>)>;
@@ -536,8 +535,9 @@ impl<'a> View<'a> {
 
     /// Whether a role's own rules break a default denial.
     fn breaks_denials(&self, role: Seen<'_>) -> bool {
-        let d = self.denials_of(&self.role_rules(role), &self.engine.options.waivers);
-        !d.0.is_empty() || !d.1.is_empty()
+        !self
+            .denials_of(&self.role_rules(role), &self.engine.options.waivers)
+            .is_empty()
     }
 
     /// The default denials a rule list breaks, worked out once per shared
@@ -549,21 +549,7 @@ impl<'a> View<'a> {
         {
             return Arc::clone(d);
         }
-        let wildcards = if waivers.wildcard_all {
-            Vec::new()
-        } else {
-            rules
-                .iter()
-                .filter(|r| crate::policy::is_wildcard_all(r))
-                .map(|r| format!("{} (cluster-admin equivalent)", crate::policy::describe(r)))
-                .collect()
-        };
-        let escalating = if waivers.escalation_verbs {
-            Vec::new()
-        } else {
-            crate::policy::escalating_grants(rules)
-        };
-        let d = Arc::new((wildcards, escalating));
+        let d = Arc::new(crate::policy::denials(rules, waivers));
         self.caches
             .denials
             .borrow_mut()

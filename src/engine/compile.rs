@@ -14,7 +14,7 @@ use super::fast_hash::HashMap;
 pub use super::kinds::{gk_of, output_gk, output_kind};
 use super::path::FieldPath;
 use super::store::GroupKind;
-use super::template::Templates;
+use super::template::{Templates, mentions_text, named_reads, trigger_paths};
 use crate::api::{Condition, OutputKind, RbacRuleSpec};
 
 /// Names templates may not use for loop variables or related sets.
@@ -140,118 +140,13 @@ fn unread_related(spec: &RbacRuleSpec, texts: &[&str]) -> BTreeSet<String> {
         .filter(|r| r.objects.is_some())
         .map(|r| r.name.as_str());
     let names: Vec<&str> = spec.related.iter().map(|r| r.name.as_str()).collect();
-    match super::expand::named_reads(texts, "related", &names) {
+    match named_reads(texts, "related", &names) {
         Some(read) => sets
             .filter(|n| !read.iter().any(|r| r == n))
             .map(str::to_string)
             .collect(),
         None => BTreeSet::new(),
     }
-}
-
-/// Whether `c` may continue a handlebars name (anything but whitespace and
-/// the punctuation its grammar gives a meaning).
-fn name_char(c: char) -> bool {
-    !c.is_whitespace() && !"!\"#%&'()*+,./;<=>@[\\]^`{|}~".contains(c)
-}
-
-/// Whether a name right after `c` is the tail of another name or path
-/// (`vars.trigger`, `@trigger`).
-fn continues_name(c: char) -> bool {
-    name_char(c) || matches!(c, '.' | '/' | '@')
-}
-
-/// The paths below `trigger` the texts read (`trigger.metadata.name`,
-/// `get trigger "spec.image"`): `None` when one reads it whole or any
-/// other way (a computed path, a literal segment at the root, `/`). A
-/// path may stop above what is read (`trigger.metadata.labels.[a/b]` is
-/// read as `metadata.labels`): the value there is copied whole.
-fn trigger_paths(texts: &[&str]) -> Option<Vec<Vec<String>>> {
-    const ROOT: &str = "trigger";
-    let mut paths = Vec::new();
-    for t in texts {
-        for (at, _) in t.match_indices(ROOT) {
-            let before = &t[..at];
-            match before.chars().next_back() {
-                Some(c) if continues_name(c) => continue,
-                // A literal segment could name the root (`[trigger]`).
-                Some('[') => return None,
-                _ => {}
-            }
-            let rest = &t[at + ROOT.len()..];
-            let path = match rest.chars().next() {
-                // A longer name (`triggers`).
-                Some(c) if name_char(c) => continue,
-                Some('.') => dotted_keys(&rest[1..]),
-                Some(c) if !ends_name(c) => None,
-                _ => get_literal(before, rest),
-            };
-            paths.push(path.filter(|p| !p.is_empty())?);
-        }
-    }
-    paths.sort();
-    paths.dedup();
-    Some(paths)
-}
-
-/// Whether `c` ends a name read whole (`{{x}}`, `(f x)`, `{{x~}}`, `x y`).
-fn ends_name(c: char) -> bool {
-    c.is_whitespace() || matches!(c, '}' | ')' | '~')
-}
-
-/// The keys of a path after `trigger.`, up to the first that is not a
-/// plain name (the rest is read below them); a key that does not end the
-/// way a name does is left out.
-fn dotted_keys(mut rest: &str) -> Option<Vec<String>> {
-    let mut keys = Vec::new();
-    loop {
-        let end = rest.find(|c: char| !name_char(c)).unwrap_or(rest.len());
-        if end == 0 {
-            return Some(keys);
-        }
-        let (key, after) = rest.split_at(end);
-        match after.chars().next() {
-            Some('.') => {
-                keys.push(key.to_string());
-                rest = &after[1..];
-            }
-            // A `/` separates keys too: what follows is read below this one.
-            Some(c) if c != '/' && !ends_name(c) => return Some(keys),
-            _ => {
-                keys.push(key.to_string());
-                return Some(keys);
-            }
-        }
-    }
-}
-
-/// The keys of `get trigger "<path>"`'s path (`before` ends with `get `,
-/// `rest` starts after `trigger`), up to its first index; `None` for any
-/// other use of `trigger` as a whole.
-fn get_literal(before: &str, rest: &str) -> Option<Vec<String>> {
-    let head = before.trim_end();
-    if head.len() == before.len() {
-        return None;
-    }
-    let helper = head.strip_suffix("get")?;
-    if helper.chars().next_back().is_some_and(continues_name) {
-        return None;
-    }
-    let lit = rest.trim_start().strip_prefix('"')?;
-    let lit = &lit[..lit.find('"')?];
-    if lit.contains('\\') {
-        return None;
-    }
-    let path = FieldPath::parse(lit).ok()?;
-    Some(
-        path.segments()
-            .iter()
-            .map_while(|s| match s {
-                super::path::Segment::Key(k) => Some(k.clone()),
-                super::path::Segment::Index(_) => None,
-            })
-            .collect(),
-    )
 }
 
 /// A rule's trigger, related sets and vars, each as JSON text.
@@ -984,8 +879,7 @@ pub fn compile(
         let texts = stripped.as_ref().map(spec_texts);
         // A text that could read the whole context reads every set and
         // the whole trigger.
-        let texts =
-            texts.filter(|all| !all.iter().any(|t| super::expand::mentions_text(t, "\u{0}")));
+        let texts = texts.filter(|all| !all.iter().any(|t| mentions_text(t, "\u{0}")));
         let unread = texts
             .as_deref()
             .map(|t| unread_related(spec, t))

@@ -16,7 +16,8 @@ use super::compile::CompiledRule;
 use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
 use super::fast_hash::{HashMap, HashSet};
-use super::grants::{Judge, allow_list_rules, selection_key};
+use super::grants::{Judge, allow_list_rules};
+use super::incremental::caches::Caches;
 use super::kinds::{gk_of, output_gk};
 use super::limits;
 use super::memo::{
@@ -25,8 +26,9 @@ use super::memo::{
 };
 use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
+use super::output::selection_key;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
-use super::view::{Caches, View};
+use super::view::View;
 use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.

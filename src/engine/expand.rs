@@ -24,11 +24,12 @@ use super::memo::{
     OwnerFilter, Read, VarEntry,
 };
 use super::model::Desired;
+use super::model::Seen;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use super::path::{FieldPath, Segment, scalar_text};
+use super::path::{At, FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
-use super::template::truthy;
-use super::view::{Seen, View};
+use super::template::{mentions, mentions_text, named_reads, truthy};
+use super::view::View;
 use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
 use crate::policy;
 
@@ -145,29 +146,6 @@ fn rebind(ctx: &mut Context, name: &str, old: Option<Value>) -> Value {
         None => m.remove(name),
     }
     .unwrap_or_default()
-}
-
-/// Whether a template value might read `root`: it names it in any string
-/// (expressions of nested directives too), or reads the whole context
-/// (`this`, `.`, `@root`, `../`).
-fn mentions(v: &Value, root: &str) -> bool {
-    match v {
-        Value::String(s) => mentions_text(s, root),
-        Value::Array(a) => a.iter().any(|x| mentions(x, root)),
-        Value::Object(m) => m
-            .iter()
-            .any(|(k, x)| mentions_text(k, root) || mentions(x, root)),
-        _ => false,
-    }
-}
-
-pub(super) fn mentions_text(s: &str, root: &str) -> bool {
-    s.contains(root)
-        || s.contains("this")
-        || s.contains("@root")
-        || s.contains("..")
-        || s.starts_with('.')
-        || [" .", "{.", "(.", "=.", "~."].iter().any(|p| s.contains(p))
 }
 
 /// Runs `f` with `item` bound as `item` (moved into the context, not
@@ -361,34 +339,6 @@ fn any_owner_index(objects: &[Arc<Value>]) -> HashMap<String, Vec<usize>> {
 enum Source<'a> {
     Seen(&'a Value),
     Held(&'a Arc<Value>, bool),
-}
-
-/// A field of a rule's spec as expansion reaches it, spelled (by
-/// `Display`) only when an error names it: most values expand without one.
-#[derive(Clone, Copy)]
-pub(super) enum At<'a> {
-    /// A field spelled out.
-    Field(&'a str),
-    /// A field spelled by whoever passed it.
-    Of(&'a dyn std::fmt::Display),
-    /// `parent[i]`.
-    Index(&'a At<'a>, usize),
-    /// `parent.key`.
-    Key(&'a At<'a>, &'a str),
-    /// `parent["key"]`: a map's key as written.
-    Quoted(&'a At<'a>, &'a str),
-}
-
-impl std::fmt::Display for At<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            At::Field(s) => f.write_str(s),
-            At::Of(d) => d.fmt(f),
-            At::Index(p, i) => write!(f, "{p}[{i}]"),
-            At::Key(p, k) => write!(f, "{p}.{k}"),
-            At::Quoted(p, k) => write!(f, "{p}[{k:?}]"),
-        }
-    }
 }
 
 /// Where one entry of an expanded list landed (see [`Inputs::spans`]).
@@ -2690,32 +2640,6 @@ impl Evaluator<'_> {
         });
         Ok(roles)
     }
-}
-
-/// The names read under `root` in `texts` (as `root.<name>`, a name of
-/// `names`), sorted; `None` when one reads `root` any other way (whole,
-/// or by a name not in `names`). A word that merely ends in `root`
-/// (`myvars`) is not a read of it.
-pub(super) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<Vec<String>> {
-    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '@';
-    let mut out = BTreeSet::new();
-    for t in texts {
-        for (at, _) in t.match_indices(root) {
-            if t[..at].chars().next_back().is_some_and(ident) {
-                continue;
-            }
-            let rest = t[at + root.len()..].strip_prefix('.')?;
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-                .unwrap_or(rest.len());
-            let name = &rest[..end];
-            if !names.contains(&name) {
-                return None;
-            }
-            out.insert(name.to_string());
-        }
-    }
-    Some(out.into_iter().collect())
 }
 
 /// A value's compact JSON text, as its `Display` writes it but without

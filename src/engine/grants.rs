@@ -12,9 +12,10 @@ use serde_json::Value;
 use super::fast_hash::HashMap;
 use super::kinds::gk_of;
 use super::manifest::Manifest;
-use super::output;
+use super::model::Seen;
+use super::output::{self, rules_of, selectors_of};
 use super::store::ObjectStore;
-use super::view::{Seen, View};
+use super::view::View;
 use crate::api::OutputKind;
 use crate::policy;
 
@@ -478,46 +479,6 @@ impl Obj<'_> {
 /// Every uncovered permission, compact, with their count.
 fn shown(missing: &[PolicyRule]) -> String {
     policy::describe_all(missing)
-}
-
-/// A live or emitted role's rules. Live roles were validated by the API
-/// server; what does not parse is skipped (and logged) rather than failing
-/// every rule that reads the role.
-pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
-    let name = role["metadata"]["name"].as_str().unwrap_or_default();
-    let mut out = Vec::new();
-    for (i, r) in role
-        .get("rules")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        match serde_json::from_value::<PolicyRule>(r.clone()) {
-            Ok(p) => out.push(p),
-            Err(e) => {
-                tracing::warn!(role = name, index = i, error = %e, "skipping unparseable rule")
-            }
-        }
-    }
-    out
-}
-
-/// The selectors of an aggregated ClusterRole.
-pub(super) fn selectors_of(role: &Value) -> Vec<LabelSelector> {
-    role["aggregationRule"]["clusterRoleSelectors"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| serde_json::from_value(s.clone()).ok())
-        .collect()
-}
-
-/// For an aggregated ClusterRole, the key of the selection its verdict
-/// reads (see [`View::selected`]).
-pub(super) fn selection_key(role: &Value) -> Option<String> {
-    role.get("aggregationRule")?;
-    serde_json::to_string(&selectors_of(role)).ok()
 }
 
 /// Text spelled only when it is shown (a verdict's wording, needed only

@@ -11,10 +11,10 @@ mod expand;
 mod fast_hash;
 pub mod format;
 mod grants;
+mod incremental;
 pub mod kinds;
 pub mod limits;
 pub mod manifest;
-mod memo;
 mod model;
 pub mod output;
 pub mod path;
@@ -27,6 +27,7 @@ mod view;
 use std::collections::{BTreeMap, BTreeSet};
 
 use fast_hash::HashMap;
+use incremental::memo;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 

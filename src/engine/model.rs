@@ -6,6 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::error::{self, EngineError, EngineWarning};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
+
 use super::manifest::Manifest;
 use crate::api::OutputKind;
 
@@ -304,6 +307,41 @@ impl Evaluation {
                     None => r.static_kept,
                 },
             },
+        }
+    }
+}
+
+/// Whether any of `selectors` selects `obj` by its labels.
+pub(crate) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
+    let labels = obj["metadata"]["labels"].as_object();
+    selectors
+        .iter()
+        .any(|s| crate::selector::matches_json(s, labels))
+}
+
+/// An object a reader sees: emitted in this evaluation, or observed.
+/// Emitted objects are read in their compact form; JSON is built only
+/// for a reader that asks for it (`View::json`).
+#[derive(Clone, Copy)]
+pub(crate) enum Seen<'a> {
+    Emitted(&'a Manifest),
+    Observed(&'a Arc<Value>),
+}
+
+impl<'a> Seen<'a> {
+    /// metadata.name.
+    pub fn name(&self) -> &'a str {
+        match self {
+            Seen::Emitted(m) => m.name(),
+            Seen::Observed(o) => o["metadata"]["name"].as_str().unwrap_or_default(),
+        }
+    }
+
+    /// Whether any of `selectors` (validated) selects it by its labels.
+    pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
+        match self {
+            Seen::Emitted(m) => m.labels().selected_by(selectors),
+            Seen::Observed(o) => selects(selectors, o),
         }
     }
 }

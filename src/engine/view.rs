@@ -11,115 +11,24 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::Engine;
 use super::fast_hash::HashMap;
+use super::incremental::caches::{Caches, Denials, Rules, Selection};
 use super::kinds::{gk_of, output_kind};
-use super::manifest::{Interner, Manifest};
-use super::memo::{Emit, Emitters, RuleMemo};
+use super::manifest::Interner;
+use super::memo::{Emit, Emitters, Lookup, RuleMemo};
+use super::model::Seen;
 use super::output;
 use super::store::{GroupKind, ObjectKey, ObjectStore};
 use crate::api::OutputKind;
 
 /// A kind, optionally narrowed to one namespace.
 type ListKey = (GroupKind, Option<String>);
-
-/// Parsed rules of roles, by the address of the shared manifest (held, so
-/// the address cannot be reused while cached).
-pub(super) type RulesCache = HashMap<usize, (Arc<Value>, Arc<Vec<PolicyRule>>)>;
-
-/// Shared rule lists (a role's own, or a copy).
-pub(super) type Rules = Arc<Vec<PolicyRule>>;
-
-/// Rules copied from a list of roles, by whether the copy is namespaced
-/// and the addresses of the roles' rule lists (weakly held: the address
-/// is not reused while the entry lives, and the entry keeps no list alive).
-pub(super) type CopiesCache = HashMap<(bool, Vec<usize>), (Vec<Weak<Vec<PolicyRule>>>, Rules)>;
-
-/// Default denials a role's own rules break (see [`crate::policy::denials`]).
-pub(super) type Denials = crate::policy::Denied;
-
-/// Denials of roles, by the address of their rule list (weakly held).
-pub(super) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denials>)>;
-
-/// The ClusterRoles some selectors (any of them) pick, as one reader sees
-/// them; kept up to date from the changed keys, so a selection costs what
-/// changed.
-pub(super) struct Selection {
-    /// Names it in [`ReaderSelections::member_of`].
-    pub id: u64,
-    pub selectors: Vec<LabelSelector>,
-    pub members: BTreeSet<ObjectKey>,
-    /// Members that break a default denial: all an aggregated role's
-    /// verdict needs to visit without an allow-list.
-    pub noisy: BTreeSet<ObjectKey>,
-}
-
-/// Selections by reader (`None`: policy).
-pub(super) type Selections = HashMap<Option<usize>, ReaderSelections>;
-
-/// One reader's selections, by the selectors' JSON.
-#[derive(Default)]
-pub(super) struct ReaderSelections {
-    pub by_json: HashMap<String, Selection>,
-    /// The selections (by id) each ClusterRole is a member of: a changed
-    /// role is looked for only in those.
-    pub member_of: HashMap<ObjectKey, Vec<u64>>,
-    /// The last id given.
-    pub next: u64,
-}
-
-impl ReaderSelections {
-    /// `k` no longer a member of selection `id`.
-    fn forget(&mut self, k: &ObjectKey, id: u64) {
-        if let Some(ids) = self.member_of.get_mut(k) {
-            ids.retain(|i| *i != id);
-            if ids.is_empty() {
-                self.member_of.remove(k);
-            }
-        }
-    }
-}
-
-/// Whether any of `selectors` selects `obj` by its labels.
-pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
-    let labels = obj["metadata"]["labels"].as_object();
-    selectors
-        .iter()
-        .any(|s| crate::selector::matches_json(s, labels))
-}
-
-/// An object a reader sees: emitted in this evaluation, or observed.
-/// Emitted objects are read in their compact form; JSON is built only
-/// for a reader that asks for it ([`View::json`]).
-#[derive(Clone, Copy)]
-pub(super) enum Seen<'a> {
-    Emitted(&'a Manifest),
-    Observed(&'a Arc<Value>),
-}
-
-impl<'a> Seen<'a> {
-    /// metadata.name.
-    pub fn name(&self) -> &'a str {
-        match self {
-            Seen::Emitted(m) => m.name(),
-            Seen::Observed(o) => o["metadata"]["name"].as_str().unwrap_or_default(),
-        }
-    }
-
-    /// Whether any of `selectors` (validated) selects it by its labels.
-    pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
-        match self {
-            Seen::Emitted(m) => m.labels().selected_by(selectors),
-            Seen::Observed(o) => selects(selectors, o),
-        }
-    }
-}
 
 /// Objects seen, by key.
 type SeenList<'a> = Vec<(ObjectKey, Seen<'a>)>;
@@ -146,18 +55,6 @@ pub(super) struct View<'a> {
     cluster_roles: RefCell<Option<Rc<SeenList<'a>>>>,
     /// Shares metadata between the manifests the reader emits.
     pub interner: RefCell<Interner>,
-}
-
-/// The caches views share across rules and evaluations: the memo keeps
-/// one set; a view built away from the memo (on another thread: the
-/// memo's caches are not shared between threads) has its own.
-#[derive(Default)]
-pub(super) struct Caches {
-    pub rules: RefCell<RulesCache>,
-    pub denials: RefCell<DenialsCache>,
-    pub copies: RefCell<CopiesCache>,
-    /// Kept ClusterRole selections, per reader.
-    pub selections: RefCell<Selections>,
 }
 
 impl<'a> View<'a> {
@@ -624,7 +521,7 @@ impl<'a> View<'a> {
         {
             return Arc::clone(rules);
         }
-        Arc::new(super::grants::rules_of(role))
+        Arc::new(output::rules_of(role))
     }
 
     /// An observed role's rules, parsed once per shared object.
@@ -635,11 +532,22 @@ impl<'a> View<'a> {
         {
             return Arc::clone(rules);
         }
-        let rules = Arc::new(super::grants::rules_of(role));
+        let rules = Arc::new(output::rules_of(role));
         self.caches
             .rules
             .borrow_mut()
             .insert(at, (Arc::clone(role), Arc::clone(&rules)));
         rules
+    }
+}
+
+/// The read index looks objects up through the view.
+impl<'a> Lookup<'a> for View<'a> {
+    fn get_seen(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Seen<'a>> {
+        View::get_seen(self, gk, key)
+    }
+
+    fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
+        View::get_value(self, gk, key)
     }
 }

@@ -20,66 +20,75 @@ use std::sync::{Arc, Weak};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::error::{FieldError, FieldWarning};
-use super::fast_hash::{HashMap, HashSet};
-use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
-use super::store::{GroupKind, ObjectKey, group_of};
-use super::view::{Caches, View};
+use super::caches::Caches;
 use crate::api::OutputKind;
+use crate::engine::error::{FieldError, FieldWarning};
+use crate::engine::fast_hash::{HashMap, HashSet};
+use crate::engine::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, Seen};
+use crate::engine::store::{GroupKind, ObjectKey, group_of};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh engine identity: a memo made by one engine is never reused by
 /// another (rules or options may differ).
-pub(super) fn next_engine_id() -> u64 {
+pub(in crate::engine) fn next_engine_id() -> u64 {
     NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What the read index asks of the world a rule sees: the object under a
+/// key, compact or as JSON (built only when asked).
+pub(in crate::engine) trait Lookup<'a> {
+    /// The object of kind `gk` under `key`, as the reader sees it.
+    fn get_seen(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Seen<'a>>;
+    /// That object as JSON.
+    fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>>;
 }
 
 /// A trigger's identity within its rule: its namespace and name, `None`
 /// for the static (trigger-less) output set.
-pub(super) type TKey = Option<ObjectKey>;
+pub(in crate::engine) type TKey = Option<ObjectKey>;
 
 /// What an evaluation leaves for the next: pass the same `Memo` to
-/// [`super::Engine::evaluate_incremental`] each time. A memo made by another
+/// [`crate::engine::Engine::evaluate_incremental`] each time. A memo made by another
 /// engine is discarded, so rebuilding the engine (rules changed) starts over.
 #[derive(Default)]
 pub struct Memo {
-    pub(super) engine: u64,
+    pub(in crate::engine) engine: u64,
     /// The store version the last evaluation saw.
-    pub(super) seen: Option<(u64, u64)>,
+    pub(in crate::engine) seen: Option<(u64, u64)>,
     /// Per runnable rule, in evaluation order.
-    pub(super) rules: Vec<RuleMemo>,
+    pub(in crate::engine) rules: Vec<RuleMemo>,
     /// Who emits each object, in rule and trigger order.
-    pub(super) emitters: Emitters,
+    pub(in crate::engine) emitters: Emitters,
     /// Objects with more than one emitter: the emitters' rules and triggers.
-    pub(super) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
+    pub(in crate::engine) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
     /// Outputs policy refused: the emitting rule, the field, why.
-    pub(super) refused: BTreeMap<OutKey, (usize, String, String)>,
+    pub(in crate::engine) refused: BTreeMap<OutKey, (usize, String, String)>,
     /// Notices on aggregated roles (see [`RuleMemo::notices`]): the rule
     /// (when it runs) and the text.
-    pub(super) noticed: BTreeMap<OutKey, (Option<usize>, String)>,
+    pub(in crate::engine) noticed: BTreeMap<OutKey, (Option<usize>, String)>,
     /// Live managed objects policy refuses, with why.
-    pub(super) live_revoked: BTreeMap<OutKey, String>,
+    pub(in crate::engine) live_revoked: BTreeMap<OutKey, String>,
     /// Everything revoked: refused outputs, else refused live objects.
-    pub(super) revoked: BTreeMap<OutKey, String>,
+    pub(in crate::engine) revoked: BTreeMap<OutKey, String>,
     /// Objects (desired or live) whose verdict depends on other objects:
     /// aggregated ClusterRoles, with the selections they read (by JSON),
     /// and bindings under an allow-list (with none: any role change).
-    pub(super) dependents: BTreeMap<OutKey, BTreeSet<String>>,
+    pub(in crate::engine) dependents: BTreeMap<OutKey, BTreeSet<String>>,
     /// The rules of an aggregated allow-list, as last computed.
-    pub(super) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
-    pub(super) desired: DesiredSet,
-    pub(super) reports: BTreeMap<String, RuleReport>,
+    pub(in crate::engine) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
+    pub(in crate::engine) desired: DesiredSet,
+    pub(in crate::engine) reports: BTreeMap<String, RuleReport>,
     /// The last result, returned again when nothing changed.
-    pub(super) last: Option<Evaluation>,
+    pub(in crate::engine) last: Option<Evaluation>,
     /// The views' caches (policy rules, denials, copies, selections).
-    pub(super) caches: Caches,
+    pub(in crate::engine) caches: Caches,
     /// Size of the rules cache after it was last pruned.
-    pub(super) rules_cache_pruned: usize,
+    pub(in crate::engine) rules_cache_pruned: usize,
     /// Renders (triggers and static sets) the last evaluation made.
-    pub(super) renders: usize,
+    pub(in crate::engine) renders: usize,
     /// Made by [`Memo::one_shot`]: keeps no read index.
-    pub(super) one_shot: bool,
+    pub(in crate::engine) one_shot: bool,
 }
 
 impl Memo {
@@ -108,7 +117,7 @@ impl Memo {
 
 /// An output key by its parts, borrowed: a map keyed by [`OutKey`] is
 /// looked up with one without building a key (two strings) per lookup.
-pub(super) trait KeyParts {
+pub(in crate::engine) trait KeyParts {
     fn parts(&self) -> (OutputKind, &str, &str);
 }
 
@@ -155,7 +164,7 @@ impl Eq for dyn KeyParts + '_ {}
 /// Who emits each object: hashed for lookups (every copied role is one),
 /// ordered for listing a kind. Both share one copy of each key.
 #[derive(Default)]
-pub(super) struct Emitters {
+pub(in crate::engine) struct Emitters {
     by_key: HashMap<Arc<OutKey>, Vec<Emit>>,
     ordered: BTreeSet<Arc<OutKey>>,
 }
@@ -227,7 +236,7 @@ impl Emitters {
 
 /// One emitter of an object.
 #[derive(Clone, Debug)]
-pub(super) struct Emit {
+pub(in crate::engine) struct Emit {
     /// The rule's index in evaluation order.
     pub rule: usize,
     /// Shared by the trigger's outputs.
@@ -238,14 +247,14 @@ pub(super) struct Emit {
 /// What other rules' views depend on: which triggers keep their live
 /// objects (paused, deleting, failed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Signature {
+pub(in crate::engine) struct Signature {
     pub kept: BTreeSet<String>,
     pub static_kept: bool,
 }
 
 /// One rule's remembered outcomes.
 #[derive(Default)]
-pub(super) struct RuleMemo {
+pub(in crate::engine) struct RuleMemo {
     /// By the trigger's namespace and name (view order), with its
     /// `Kind.group/[ns/]name`.
     pub triggers: BTreeMap<ObjectKey, (String, TriggerMemo)>,
@@ -291,7 +300,7 @@ pub(super) struct RuleMemo {
 /// trigger. A kept value is lent to the render's context (moved, not
 /// copied) and taken back after it.
 #[derive(Default)]
-pub(super) struct Derived {
+pub(in crate::engine) struct Derived {
     /// listField results, by related set and the addresses of the source
     /// objects (trigger, related objects) they read, sorted.
     pub lists: HashMap<(usize, Vec<usize>), ListEntry>,
@@ -341,11 +350,11 @@ pub(super) struct Derived {
 /// of a kept expansion with checked rules, or else as the JSON text of
 /// what the entry expanded to (data marks included). The same parts give
 /// the same rules, and put together without a refusal.
-pub(super) type Assembly = (bool, Vec<AssemblyPart>);
+pub(in crate::engine) type Assembly = (bool, Vec<AssemblyPart>);
 
 /// One entry of an [`Assembly`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) enum AssemblyPart {
+pub(in crate::engine) enum AssemblyPart {
     /// A kept expansion whose checked rules were reused.
     Kept((usize, bool, Vec<u64>)),
     /// An entry checked in this render, by its expanded JSON.
@@ -355,7 +364,7 @@ pub(super) enum AssemblyPart {
 /// A nested list's key: its template's JSON text, whether data is marked,
 /// the tokens of the vars it reads, and each loop variable bound around it
 /// with the id of its value (see [`Derived::content_id`]).
-pub(super) type NestedKey = (Arc<str>, bool, Vec<u64>, Vec<(String, u64)>);
+pub(in crate::engine) type NestedKey = (Arc<str>, bool, Vec<u64>, Vec<(String, u64)>);
 
 /// A hash of a JSON value's content, for [`Derived::contents`] (values
 /// with one hash are compared whole).
@@ -397,23 +406,23 @@ fn content_hash(v: &Value) -> u64 {
 
 /// Policy rules checked once for a kept expansion (see
 /// [`Derived::policies`]).
-pub(super) type KeptPolicy = (
+pub(in crate::engine) type KeptPolicy = (
     Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
     Option<FieldError>,
 );
 
 /// Entries extracted from one source (see [`Derived::extracts`]).
-pub(super) type Extracted = (Arc<ExtractedEntries>, Vec<FieldWarning>);
+pub(in crate::engine) type Extracted = (Arc<ExtractedEntries>, Vec<FieldWarning>);
 
 /// Extracted entries with their JSON text, in the source's order.
-pub(super) type ExtractedEntries = Vec<(String, Value)>;
+pub(in crate::engine) type ExtractedEntries = Vec<(String, Value)>;
 
 /// A kept verdict: whether the object is kept, and the bytes judging it
 /// charged.
-pub(super) type Verdict = (bool, usize);
+pub(in crate::engine) type Verdict = (bool, usize);
 
 /// A kept listField result.
-pub(super) struct ListEntry {
+pub(in crate::engine) struct ListEntry {
     /// `None` while lent to a render.
     pub value: Option<Value>,
     /// What computing it warned.
@@ -429,7 +438,7 @@ pub(super) struct ListEntry {
 }
 
 /// A kept var.
-pub(super) struct VarEntry {
+pub(in crate::engine) struct VarEntry {
     /// `None` while lent to a render.
     pub value: Option<Value>,
     pub bytes: usize,
@@ -439,16 +448,16 @@ pub(super) struct VarEntry {
 
 /// Derived values a rule keeps at most (lists and vars each); past it
 /// the cache starts over.
-pub(super) const DERIVED_MAX: usize = 1_024;
+pub(in crate::engine) const DERIVED_MAX: usize = 1_024;
 
 /// Bytes a rule's kept lists, vars and expansions may hold (as charged
 /// when they were computed); past it they start over (see
 /// [`Derived::bound_bytes`]).
-pub(super) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
+pub(in crate::engine) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 /// Bytes all rules' kept derived values may hold together between two
 /// evaluations; past it every rule's start over.
-pub(super) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
+pub(in crate::engine) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
 
 impl Derived {
     /// What the kept values hold, as charged when they were computed.
@@ -575,8 +584,8 @@ impl Derived {
 /// before it runs, with how many leading related sets and vars the two
 /// define alike: the nearest rule before it that shares some, else the
 /// last such (which kept them since the last evaluation).
-pub(super) fn derived_from(
-    rules: &[super::compile::CompiledRule],
+pub(in crate::engine) fn derived_from(
+    rules: &[crate::engine::compile::CompiledRule],
     idx: usize,
 ) -> Option<(usize, (usize, usize))> {
     let d = &rules.get(idx)?.derivation;
@@ -596,7 +605,7 @@ pub(super) fn derived_from(
 /// keeping only the values of the first `related` sets and `vars` (those
 /// the two rules define alike; a key names them by index). When `from`
 /// holds none (a held rule broke the chain) `to` keeps its own.
-pub(super) fn share_derived(
+pub(in crate::engine) fn share_derived(
     to: &mut RuleMemo,
     from: &mut RuleMemo,
     (related, vars): (usize, usize),
@@ -620,14 +629,15 @@ pub(super) fn share_derived(
 /// conditions that read nothing but the item, by related set and stage,
 /// then by the item's JSON text, with the bytes judging it charged: family
 /// members judge the same entries, and a changed revision only its own.
-pub(super) type ItemCache = HashMap<(usize, bool), HashMap<String, (ItemVerdict, usize)>>;
+pub(in crate::engine) type ItemCache =
+    HashMap<(usize, bool), HashMap<String, (ItemVerdict, usize)>>;
 
 /// Entries an [`ItemCache`] keeps before it starts over.
-pub(super) const ITEM_CACHE_MAX: usize = 20_000;
+pub(in crate::engine) const ITEM_CACHE_MAX: usize = 20_000;
 
 /// What a stage of conditions said of one item.
 #[derive(Clone, Debug)]
-pub(super) enum ItemVerdict {
+pub(in crate::engine) enum ItemVerdict {
     /// `where`: whether the item is kept.
     Where(bool),
     /// `require`: the warning of the condition it fails, if any.
@@ -636,7 +646,7 @@ pub(super) enum ItemVerdict {
 
 /// One trigger's (or the static set's) outcome and what producing it read.
 #[derive(Clone, Debug)]
-pub(super) struct TriggerMemo {
+pub(in crate::engine) struct TriggerMemo {
     pub outcome: Outcome,
     /// Bytes its outputs hold (see `limits::held`).
     pub bytes: usize,
@@ -674,7 +684,7 @@ impl TriggerMemo {
 
 /// What became of one trigger.
 #[derive(Clone, Debug)]
-pub(super) enum Outcome {
+pub(in crate::engine) enum Outcome {
     /// The object does not trigger the rule.
     NoMatch,
     /// Testing whether it triggers failed (a condition's template).
@@ -698,7 +708,7 @@ impl Outcome {
 
 /// The controller ownerReference a related-object query required.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Owner {
+pub(in crate::engine) struct Owner {
     pub uid: String,
     pub gk: Option<GroupKind>,
     pub name: String,
@@ -743,7 +753,7 @@ impl Owner {
 
 /// The ownership a related-object query requires of the objects it finds.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum OwnerFilter {
+pub(in crate::engine) enum OwnerFilter {
     /// A controller ownerReference to this object (`controlledByTrigger`).
     Controller(Owner),
     /// Any ownerReference whose uid is one of these (`ownedBy`).
@@ -769,7 +779,7 @@ impl OwnerFilter {
 }
 
 /// The non-empty uids of `obj`'s ownerReferences.
-pub(super) fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
+pub(in crate::engine) fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
     obj["metadata"]["ownerReferences"]
         .as_array()
         .into_iter()
@@ -781,7 +791,7 @@ pub(super) fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
 /// One lookup a render made: objects of a kind (in a namespace), narrowed
 /// by names, a selector and an owner, and the objects it found.
 #[derive(Clone, Debug)]
-pub(super) struct Read {
+pub(in crate::engine) struct Read {
     /// Shared: most reads of a rule are of the same few kinds.
     pub gk: Arc<GroupKind>,
     /// Shared with the rule's other reads in the namespace.
@@ -861,7 +871,7 @@ fn matches_labels(selector: &LabelSelector, obj: &Value) -> bool {
 /// Objects that changed since the last evaluation, by kind; `whole` kinds
 /// changed in ways no key list captures (which live objects a rule keeps).
 #[derive(Default, Debug)]
-pub(super) struct Changes {
+pub(in crate::engine) struct Changes {
     pub keys: HashMap<GroupKind, BTreeSet<ObjectKey>>,
     pub whole: HashSet<GroupKind>,
     pub all: bool,
@@ -898,7 +908,7 @@ type FoundSet = (Arc<BTreeSet<ObjectKey>>, Triggers);
 /// From what a changed object is, to the triggers whose reads it can
 /// affect.
 #[derive(Default)]
-pub(super) struct ReadIndex {
+pub(in crate::engine) struct ReadIndex {
     /// Objects a read found, to the found sets holding them (by address):
     /// triggers that found the same share one set, so an object is not
     /// listed once per trigger.
@@ -1020,7 +1030,13 @@ impl ReadIndex {
     /// Adds to `out` every trigger whose reads the change of `key` (of
     /// kind `gk`) can affect: those that found it, looked for its name, or
     /// whose filters it now passes.
-    pub fn affected(&self, gk: &GroupKind, key: &ObjectKey, view: &View, out: &mut BTreeSet<TKey>) {
+    pub fn affected<'a>(
+        &self,
+        gk: &GroupKind,
+        key: &ObjectKey,
+        view: &impl Lookup<'a>,
+        out: &mut BTreeSet<TKey>,
+    ) {
         if let Some(ids) = self.hits.get(gk).and_then(|h| h.get(key)) {
             let found = self.found.get(gk);
             for (_, ts) in ids.iter().filter_map(|id| found?.get(id)) {
@@ -1044,7 +1060,7 @@ impl ReadIndex {
                 continue;
             }
             let passes = match seen {
-                super::view::Seen::Emitted(_) if proto.owner.is_none() => proto
+                Seen::Emitted(_) if proto.owner.is_none() => proto
                     .selector
                     .as_ref()
                     .is_none_or(|s| seen.selected_by(std::slice::from_ref(s))),
@@ -1150,15 +1166,15 @@ spec:
 "#;
 
     /// An engine of [`SHARING_RULES`].
-    fn sharing_engine() -> super::super::Engine {
+    fn sharing_engine() -> crate::engine::Engine {
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
             .unwrap_or_default();
-        super::super::Engine::new(&sources, super::super::Options::default())
+        crate::engine::Engine::new(&sources, crate::engine::Options::default())
     }
 
     /// [`SHARING_RULES`] and a third rule, ordered between them by name,
     /// that lists the family's members by name: it reads `related.family`.
-    fn family_reading_engine() -> super::super::Engine {
+    fn family_reading_engine() -> crate::engine::Engine {
         let reader = SHARING_RULES
             .split("\n---\n")
             .next()
@@ -1172,7 +1188,7 @@ spec:
         let text = format!("{SHARING_RULES}\n---\n{reader}");
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), &text)
             .unwrap_or_default();
-        super::super::Engine::new(&sources, super::super::Options::default())
+        crate::engine::Engine::new(&sources, crate::engine::Options::default())
     }
 
     #[test]
@@ -1243,7 +1259,7 @@ spec:
                 );
             let sources =
                 crate::rules::parse_text(std::path::Path::new("r.yaml"), &rule).unwrap_or_default();
-            let engine = super::super::Engine::new(&sources, super::super::Options::default());
+            let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
             let unread = engine.rules.first().map(|r| r.unread.len());
             assert_eq!(unread, Some(0), "{text}");
         }
@@ -1254,7 +1270,7 @@ spec:
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
             .unwrap_or_default();
         assert_eq!(sources.len(), 2);
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
         let at = |name: &str| engine.rules.iter().position(|r| r.name == name);
         let (Some(a), Some(b)) = (at("widget-a"), at("widget-b")) else {
             panic!("both rules compile");
@@ -1315,7 +1331,7 @@ spec:
                 trigger: None,
                 field: "spec.outputs[0]".into(),
                 refusal: None,
-                object: super::super::manifest::Manifest::from_value(&json!({
+                object: crate::engine::manifest::Manifest::from_value(&json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1",
                     "kind": "Role",
                     "metadata": {"name": name, "namespace": ns},
@@ -1431,7 +1447,7 @@ spec:
             .replace("verbs: [get]", "verbs: []");
         let sources = crate::rules::parse_text(std::path::Path::new("failing.yaml"), &text)
             .unwrap_or_default();
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
         let store = two_widgets();
         let errors = |e: &Evaluation| -> Vec<String> {
             e.reports
@@ -1551,7 +1567,7 @@ spec:
         .join("---\n");
         let sources =
             crate::rules::parse_text(std::path::Path::new("lists.yaml"), &text).unwrap_or_default();
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&two_widgets(), &mut memo);
         assert_eq!(e.desired.len(), 4, "{:?}", e.reports);

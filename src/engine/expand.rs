@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -30,7 +31,9 @@ use super::path::{At, FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::{mentions, mentions_text, named_reads, truthy};
 use super::view::View;
-use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
+use crate::api::{
+    Condition, GROUP, ListFieldQuery, ObjectQuery, OutputKind, Related, RulesFrom, Unmatched,
+};
 use crate::policy;
 
 type Result<T> = std::result::Result<T, FieldError>;
@@ -1192,165 +1195,9 @@ impl Evaluator<'_> {
         // the budget and warnings before it.
         let mut keep: Option<((usize, Vec<usize>), usize, usize)> = None;
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
-            let gk = GroupKind::new(&q.api_group, &q.kind);
-            let ns = match &q.namespace {
-                Some(t) => Some(self.tpl(At::Key(&f, "objects.namespace"), t, ctx)?),
-                None => None,
-            };
-            let names: Option<BTreeSet<String>> = match &q.names {
-                Some(n) => Some(
-                    self.strings(At::Key(&f, "objects.names"), n, ctx)?
-                        .into_iter()
-                        .collect(),
-                ),
-                None => None,
-            };
-            let selector = match &q.selector {
-                Some(s) => Some(self.selector(At::Key(&f, "objects.selector"), s, ctx)?),
-                None => None,
-            };
-            // Kept reads share their names and selector with the other
-            // triggers' (the same for most triggers of a rule).
-            let (read_gk, namespace, names, selector) = if self.record {
-                let mut shared = view.interner.borrow_mut();
-                (
-                    shared.kind(&gk),
-                    ns.clone().map(|n| shared.string(n)),
-                    names.map(|n| shared.names(n)),
-                    selector.map(|s| shared.selector(s)),
-                )
-            } else {
-                (
-                    Arc::new(gk.clone()),
-                    ns.as_deref().map(Arc::from),
-                    names.map(Arc::new),
-                    selector.map(Arc::new),
-                )
-            };
-            let mut read = Read {
-                gk: read_gk,
-                namespace,
-                names,
-                selector,
-                either: false,
-                owner: if q.controlled_by_trigger {
-                    // Without a trigger nothing is controlled by it.
-                    Some(OwnerFilter::Controller(trigger.map(Owner::of).unwrap_or(
-                        Owner {
-                            uid: "\u{0}none".into(),
-                            gk: None,
-                            name: String::new(),
-                        },
-                    )))
-                } else if !q.owned_by.is_empty() {
-                    Some(OwnerFilter::AnyOf(Arc::new(self.owner_uids(
-                        &q.owned_by,
-                        trigger,
-                        ctx,
-                    ))))
-                } else {
-                    None
-                },
-                hits: Arc::default(),
-            };
-            // The same lookup by another trigger of this rule finds the
-            // same objects: kept for this evaluation (the view does not
-            // change while one rule runs), with an index by controller
-            // for the lookups that filter on their trigger as owner.
-            // By the set (its kind) and its rendered filters: no text
-            // of the kind built per render.
-            let lookup: FoundKey = (
-                i,
-                ns.clone(),
-                read.names.clone(),
-                read.selector
-                    .as_deref()
-                    .map(|s| serde_json::to_string(s).unwrap_or_default()),
-            );
-            let mut inputs = self.inputs.borrow_mut();
-            if !inputs.found.contains_key(&lookup) {
-                let unowned = Read {
-                    owner: None,
-                    ..read.clone()
-                };
-                let objects: Vec<Arc<Value>> = match (&read.names, &ns) {
-                    // Named in one namespace (or cluster-scoped): looked
-                    // up, not listed.
-                    (Some(names), Some(ns)) => names
-                        .iter()
-                        .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
-                        .filter(|o| unowned.passes(o))
-                        .cloned()
-                        .collect(),
-                    _ => view
-                        .list(&gk, ns.as_deref())
-                        .iter()
-                        .filter(|o| unowned.passes(o))
-                        .map(|o| Arc::clone(o))
-                        .collect(),
-                };
-                if inputs.found.len() >= FOUND_MAX {
-                    inputs.found.clear();
-                }
-                inputs.found.insert(
-                    lookup.clone(),
-                    Found {
-                        objects,
-                        by_owner: None,
-                        by_any_owner: None,
-                        hits: None,
-                    },
-                );
-            }
-            // Unfiltered, the read hits what the lookup found: its keys
-            // interned once per lookup.
-            let mut hits = None;
-            let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
-                (None, _) => Vec::new(),
-                (Some(f), None) => {
-                    if self.record {
-                        hits = Some(Arc::clone(f.hits.get_or_insert_with(|| {
-                            let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
-                            view.interner.borrow_mut().hits(keys)
-                        })));
-                    }
-                    f.objects.clone()
-                }
-                (Some(f), Some(OwnerFilter::AnyOf(uids))) => {
-                    let by_uid = f
-                        .by_any_owner
-                        .get_or_insert_with(|| any_owner_index(&f.objects));
-                    let at = uids.iter().filter_map(|u| by_uid.get(u.as_str())).flatten();
-                    passing_at(&f.objects, at, &read)
-                }
-                (Some(f), Some(OwnerFilter::Controller(owner))) if !owner.uid.is_empty() => {
-                    let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
-                    let at = by_uid
-                        .get(owner.uid.as_str())
-                        .into_iter()
-                        .flatten()
-                        .chain(loose.iter());
-                    passing_at(&f.objects, at, &read)
-                }
-                (Some(f), Some(_)) => f
-                    .objects
-                    .iter()
-                    .filter(|o| read.passes(o))
-                    .cloned()
-                    .collect(),
-            };
-            drop(inputs);
+            let (gk, ns, read) = self.related_read(q, f, ctx, trigger, view)?;
+            let found = self.find_related(i, &gk, ns, read, view);
             let found: Vec<&Arc<Value>> = found.iter().collect();
-            if self.record {
-                read.hits = match hits {
-                    Some(h) => h,
-                    None => {
-                        let keys = found.iter().filter_map(|o| key_of(o)).collect();
-                        view.interner.borrow_mut().hits(keys)
-                    }
-                };
-                self.reads.borrow_mut().push(read);
-            }
             if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {
                 return items;
             }
@@ -1360,241 +1207,102 @@ impl Evaluator<'_> {
                 .map(|o| visible(o, q.metadata_only))
                 .collect()
         } else if let Some(l) = &rel.list_field {
-            let path = FieldPath::parse(&l.path).map_err(|e| {
-                FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
-            })?;
-            let default_of = ["trigger".to_string()];
-            let of = if l.of.is_empty() {
-                &default_of[..]
-            } else {
-                &l.of[..]
-            };
-            // The same source objects give the same list (items are
-            // de-duplicated and sorted): kept for the next trigger that
-            // reads them, when its conditions read only the item.
-            let sources = self.list_sources(of);
-            let shape = self.reads_of(i, rel);
-            let conditions_ok = shape.where_item && shape.require_item;
-            if let (Some(addrs), true) = (sources, conditions_ok) {
-                let key = (i, addrs);
-                if let Some(v) = self.kept_list(&rel.name, &key) {
-                    return Ok(v);
-                }
-                keep = Some((key, limits::used(), self.warnings.borrow().len()));
-            }
-            // Read in place: only the items kept are copied. Each source
-            // with the store's object it was copied from (when known): its
-            // extracted entries are kept by that object's address and how
-            // much of it templates see (a trigger in its own family shares
-            // them).
-            let data = ctx.data();
-            // The objects of sets no template reads, as the store holds
-            // them: copied (as templates would see them) only when their
-            // entries are extracted afresh.
-            let held: Vec<(&String, Vec<Arc<Value>>, bool)> = {
-                let inputs = self.inputs.borrow();
-                of.iter()
-                    .filter(|name| self.rule.unread.contains(*name))
-                    .filter_map(|name| {
-                        let q = self.related_query(name)?;
-                        Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
-                    })
-                    .collect()
-            };
-            let trigger = self.inputs.borrow().trigger.clone();
-            let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
-            // A one-shot render keeps nothing: no addresses.
-            let record = self.record;
-            {
-                let inputs = self.inputs.borrow();
-                let mut derived = self.derived.borrow_mut();
-                let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
-                for name in of {
-                    if name == "trigger" {
-                        // Read where the store holds it: templates may
-                        // see only the parts of it they read.
-                        let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
-                        if let Some((o, m)) = trigger.as_ref().zip(seen) {
-                            let addr = pin(o).map(|a| (usize::from(m), a));
-                            sources.push((Source::Held(o, m), addr));
-                        }
-                    } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
-                        for o in objs {
-                            let addr = pin(o).map(|a| (usize::from(*seen), a));
-                            sources.push((Source::Held(o, *seen), addr));
-                        }
-                    } else {
-                        let seen = self.related_query(name).map(|q| q.metadata_only);
-                        let values = data["related"][name.as_str()].as_array();
-                        let objs = inputs.objects.get(name).filter(|o| {
-                            seen.is_some() && values.is_some_and(|v| v.len() == o.len())
-                        });
-                        for (n, v) in values.into_iter().flatten().enumerate() {
-                            let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
-                            let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                            sources.push((Source::Seen(v), addr));
-                        }
-                    }
-                }
-            }
-            let extract = match &l.extract {
-                Some(x) => Some((
-                    FieldPath::parse(&x.path).map_err(|e| {
-                        FieldError::new(
-                            ErrorKind::InvalidRule,
-                            format!("{f}.listField.extract.path"),
-                            e,
-                        )
-                    })?,
-                    self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
-                    x.unmatched,
-                )),
-                None => None,
-            };
-            // Each source's entries (kept ones shared, not copied), then
-            // their union by text, read in place: only the items judged
-            // afresh and those the list keeps are copied.
-            let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
-            // One source's list is kept whole (by its address) already.
-            let several = sources.len() > 1;
-            for (src, addr) in sources {
-                let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
-                if let Some(key) = &cache
-                    && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
-                {
-                    parts.push(Arc::clone(entries));
-                    self.warnings.borrow_mut().extend(warned.iter().cloned());
-                    continue;
-                }
-                let mut mine: Vec<(String, Value)> = Vec::new();
-                let warned = self.warnings.borrow().len();
-                let src: Cow<Value> = match src {
-                    Source::Seen(v) => Cow::Borrowed(v),
-                    Source::Held(o, seen) => shown(o, seen),
-                };
-                // A list's items are its entries; a map at the path is
-                // one entry (e.g. the `metadata` of each related object).
-                let entries: &[Value] = match path.get(&src) {
-                    Some(Value::Array(a)) => a,
-                    Some(m @ Value::Object(_)) => std::slice::from_ref(m),
-                    _ => &[],
-                };
-                for entry in entries {
-                    let item = match &extract {
-                        None => entry.clone(),
-                        Some((xp, re, unmatched)) => {
-                            let text = xp.get(entry).and_then(Value::as_str);
-                            let caps = text.and_then(|t| re.captures(t));
-                            let (Value::Object(m), Some(caps)) = (entry, caps) else {
-                                match unmatched {
-                                    Unmatched::Drop => {}
-                                    Unmatched::Keep => mine.push((json_text(entry), entry.clone())),
-                                    Unmatched::Warn => {
-                                        let shown = match (entry, text) {
-                                            (Value::Object(_), Some(t)) => t.to_string(),
-                                            (Value::Object(_), None) => "(missing)".to_string(),
-                                            _ => entry.to_string(),
-                                        };
-                                        self.warnings.borrow_mut().push(FieldWarning::new(
-                                            format!("{f}.listField.extract"),
-                                            &shown,
-                                            "does not match the extract regex",
-                                        ));
-                                    }
-                                }
-                                continue;
-                            };
-                            let mut m = m.clone();
-                            for name in re.capture_names().flatten() {
-                                if let Some(c) = caps.name(name) {
-                                    m.insert(name.to_string(), json!(c.as_str()));
-                                }
-                            }
-                            Value::Object(m)
-                        }
-                    };
-                    mine.push((json_text(&item), item));
-                }
-                let mine = Arc::new(mine);
-                if let Some(key) = cache {
-                    let warnings = self.warnings.borrow()[warned..].to_vec();
-                    self.derived
-                        .borrow_mut()
-                        .extracts
-                        .insert(key, (Arc::clone(&mine), warnings));
-                }
-                parts.push(mine);
-            }
-            let mut union: Vec<(&str, &Value)> = parts
-                .iter()
-                .flat_map(|p| p.iter().map(|(t, v)| (t.as_str(), v)))
-                .collect();
-            union.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            union.dedup_by(|a, b| a.0 == b.0);
-            if conditions_ok {
-                // Judged by text, as below, without binding a copy of an
-                // item whose verdicts are kept.
-                let items = self.judge_entries(i, rel, f, &union, ctx)?;
-                judged = true;
-                items
-            } else {
-                let (texts, items): (Vec<String>, Vec<Value>) = union
-                    .into_iter()
-                    .map(|(t, v)| (t.to_string(), v.clone()))
-                    .unzip();
-                keys = texts;
-                items
+            match self.list_field(i, rel, l, f, ctx, &mut keys, &mut judged, &mut keep)? {
+                ControlFlow::Break(done) => return Ok(done),
+                ControlFlow::Continue(items) => items,
             }
         } else {
             Vec::new()
         };
         if !judged && !rel.filter.is_empty() {
-            // Conditions of the item alone are judged once per entry text.
-            let cached = !keys.is_empty() && self.reads_of(i, rel).where_item;
-            let mut kept = Vec::with_capacity(items.len());
-            let mut kept_keys = Vec::new();
-            let mut kept_arcs = Vec::new();
-            for (n, item) in items.into_iter().enumerate() {
-                let key = keys.get(n).filter(|_| cached);
-                // Bound by move, taken back after: no copy per item.
-                let (item, ok) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, false), key, || {
-                        self.stage_verdict(false, f, rel, item, ctx)
-                    })
-                });
-                if matches!(ok?, ItemVerdict::Where(true)) {
-                    kept.push(item);
-                    if let Some(k) = keys.get_mut(n) {
-                        kept_keys.push(std::mem::take(k));
-                    }
-                    if let Some(a) = arcs.as_ref().and_then(|a| a.get(n)) {
-                        kept_arcs.push(Arc::clone(a));
-                    }
-                }
-            }
-            items = kept;
-            keys = kept_keys;
-            if arcs.is_some() {
-                arcs = Some(kept_arcs);
-            }
+            items = self.where_items(i, rel, f, ctx, items, &mut keys, &mut arcs)?;
         }
         if !judged && !rel.require.is_empty() {
-            let cached = !keys.is_empty() && self.reads_of(i, rel).require_item;
-            let mut kept = Vec::with_capacity(items.len());
-            for (n, item) in items.into_iter().enumerate() {
-                let key = keys.get(n).filter(|_| cached);
-                let (item, verdict) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, true), key, || {
-                        self.stage_verdict(true, f, rel, item, ctx)
-                    })
-                });
-                match verdict? {
-                    ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
-                    _ => kept.push(item),
+            items = self.require_items(i, rel, f, ctx, items, &keys)?;
+        }
+        self.remember_related(rel, arcs, keep);
+        Ok(items)
+    }
+
+    /// The items that pass the set's `where`: conditions of the item
+    /// alone judged once per entry text. `keys` and `arcs` follow.
+    #[allow(clippy::too_many_arguments)]
+    fn where_items(
+        &self,
+        i: usize,
+        rel: &Related,
+        f: At<'_>,
+        ctx: &mut Context,
+        items: Vec<Value>,
+        keys: &mut Vec<String>,
+        arcs: &mut Option<Vec<Arc<Value>>>,
+    ) -> Result<Vec<Value>> {
+        // Conditions of the item alone are judged once per entry text.
+        let cached = !keys.is_empty() && self.reads_of(i, rel).where_item;
+        let mut kept = Vec::with_capacity(items.len());
+        let mut kept_keys = Vec::new();
+        let mut kept_arcs = Vec::new();
+        for (n, item) in items.into_iter().enumerate() {
+            let key = keys.get(n).filter(|_| cached);
+            // Bound by move, taken back after: no copy per item.
+            let (item, ok) = with_item(ctx, item, |ctx, item| {
+                self.item_verdict((i, false), key, || {
+                    self.stage_verdict(false, f, rel, item, ctx)
+                })
+            });
+            if matches!(ok?, ItemVerdict::Where(true)) {
+                kept.push(item);
+                if let Some(k) = keys.get_mut(n) {
+                    kept_keys.push(std::mem::take(k));
+                }
+                if let Some(a) = arcs.as_ref().and_then(|a| a.get(n)) {
+                    kept_arcs.push(Arc::clone(a));
                 }
             }
-            items = kept;
         }
+        *keys = kept_keys;
+        if arcs.is_some() {
+            *arcs = Some(kept_arcs);
+        }
+        Ok(kept)
+    }
+
+    /// The items that pass the set's `require`; one that fails is a
+    /// warning.
+    fn require_items(
+        &self,
+        i: usize,
+        rel: &Related,
+        f: At<'_>,
+        ctx: &mut Context,
+        items: Vec<Value>,
+        keys: &[String],
+    ) -> Result<Vec<Value>> {
+        let cached = !keys.is_empty() && self.reads_of(i, rel).require_item;
+        let mut kept = Vec::with_capacity(items.len());
+        for (n, item) in items.into_iter().enumerate() {
+            let key = keys.get(n).filter(|_| cached);
+            let (item, verdict) = with_item(ctx, item, |ctx, item| {
+                self.item_verdict((i, true), key, || {
+                    self.stage_verdict(true, f, rel, item, ctx)
+                })
+            });
+            match verdict? {
+                ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
+                _ => kept.push(item),
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Keeps for the triggers after this one what the set found: its
+    /// objects as the store holds them, and a listField's result.
+    fn remember_related(
+        &self,
+        rel: &Related,
+        arcs: Option<Vec<Arc<Value>>>,
+        keep: Option<((usize, Vec<usize>), usize, usize)>,
+    ) {
         if let Some(a) = arcs {
             // (`require` drops objects not followed here: such a set
             // keys no listField.)
@@ -1620,7 +1328,407 @@ impl Evaluator<'_> {
             inputs.list_tokens.insert(rel.name.clone(), token);
             inputs.lent.push(Lent::List(rel.name.clone(), key));
         }
-        Ok(items)
+    }
+
+    /// A related query rendered for this trigger: its kind, namespace, and
+    /// the read it makes (names, selector, owner filter), its hits not yet
+    /// known.
+    fn related_read(
+        &self,
+        q: &ObjectQuery,
+        f: At<'_>,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<(GroupKind, Option<String>, Read)> {
+        let gk = GroupKind::new(&q.api_group, &q.kind);
+        let ns = match &q.namespace {
+            Some(t) => Some(self.tpl(At::Key(&f, "objects.namespace"), t, ctx)?),
+            None => None,
+        };
+        let names: Option<BTreeSet<String>> = match &q.names {
+            Some(n) => Some(
+                self.strings(At::Key(&f, "objects.names"), n, ctx)?
+                    .into_iter()
+                    .collect(),
+            ),
+            None => None,
+        };
+        let selector = match &q.selector {
+            Some(s) => Some(self.selector(At::Key(&f, "objects.selector"), s, ctx)?),
+            None => None,
+        };
+        // Kept reads share their names and selector with the other
+        // triggers' (the same for most triggers of a rule).
+        let (read_gk, namespace, names, selector) = if self.record {
+            let mut shared = view.interner.borrow_mut();
+            (
+                shared.kind(&gk),
+                ns.clone().map(|n| shared.string(n)),
+                names.map(|n| shared.names(n)),
+                selector.map(|s| shared.selector(s)),
+            )
+        } else {
+            (
+                Arc::new(gk.clone()),
+                ns.as_deref().map(Arc::from),
+                names.map(Arc::new),
+                selector.map(Arc::new),
+            )
+        };
+        let read = Read {
+            gk: read_gk,
+            namespace,
+            names,
+            selector,
+            either: false,
+            owner: if q.controlled_by_trigger {
+                // Without a trigger nothing is controlled by it.
+                Some(OwnerFilter::Controller(trigger.map(Owner::of).unwrap_or(
+                    Owner {
+                        uid: "\u{0}none".into(),
+                        gk: None,
+                        name: String::new(),
+                    },
+                )))
+            } else if !q.owned_by.is_empty() {
+                Some(OwnerFilter::AnyOf(Arc::new(self.owner_uids(
+                    &q.owned_by,
+                    trigger,
+                    ctx,
+                ))))
+            } else {
+                None
+            },
+            hits: Arc::default(),
+        };
+        Ok((gk, ns, read))
+    }
+
+    /// The objects a rendered related query finds (looked up once per
+    /// rule and filters), its read recorded with what it hit.
+    fn find_related(
+        &self,
+        i: usize,
+        gk: &GroupKind,
+        ns: Option<String>,
+        mut read: Read,
+        view: &View,
+    ) -> Vec<Arc<Value>> {
+        // The same lookup by another trigger of this rule finds the
+        // same objects: kept for this evaluation (the view does not
+        // change while one rule runs), with an index by controller
+        // for the lookups that filter on their trigger as owner.
+        // By the set (its kind) and its rendered filters: no text
+        // of the kind built per render.
+        let lookup: FoundKey = (
+            i,
+            ns.clone(),
+            read.names.clone(),
+            read.selector
+                .as_deref()
+                .map(|s| serde_json::to_string(s).unwrap_or_default()),
+        );
+        let mut inputs = self.inputs.borrow_mut();
+        if !inputs.found.contains_key(&lookup) {
+            let unowned = Read {
+                owner: None,
+                ..read.clone()
+            };
+            let objects: Vec<Arc<Value>> = match (&read.names, &ns) {
+                // Named in one namespace (or cluster-scoped): looked
+                // up, not listed.
+                (Some(names), Some(ns)) => names
+                    .iter()
+                    .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
+                    .filter(|o| unowned.passes(o))
+                    .cloned()
+                    .collect(),
+                _ => view
+                    .list(&gk, ns.as_deref())
+                    .iter()
+                    .filter(|o| unowned.passes(o))
+                    .map(|o| Arc::clone(o))
+                    .collect(),
+            };
+            if inputs.found.len() >= FOUND_MAX {
+                inputs.found.clear();
+            }
+            inputs.found.insert(
+                lookup.clone(),
+                Found {
+                    objects,
+                    by_owner: None,
+                    by_any_owner: None,
+                    hits: None,
+                },
+            );
+        }
+        // Unfiltered, the read hits what the lookup found: its keys
+        // interned once per lookup.
+        let mut hits = None;
+        let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
+            (None, _) => Vec::new(),
+            (Some(f), None) => {
+                if self.record {
+                    hits = Some(Arc::clone(f.hits.get_or_insert_with(|| {
+                        let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
+                        view.interner.borrow_mut().hits(keys)
+                    })));
+                }
+                f.objects.clone()
+            }
+            (Some(f), Some(OwnerFilter::AnyOf(uids))) => {
+                let by_uid = f
+                    .by_any_owner
+                    .get_or_insert_with(|| any_owner_index(&f.objects));
+                let at = uids.iter().filter_map(|u| by_uid.get(u.as_str())).flatten();
+                passing_at(&f.objects, at, &read)
+            }
+            (Some(f), Some(OwnerFilter::Controller(owner))) if !owner.uid.is_empty() => {
+                let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
+                let at = by_uid
+                    .get(owner.uid.as_str())
+                    .into_iter()
+                    .flatten()
+                    .chain(loose.iter());
+                passing_at(&f.objects, at, &read)
+            }
+            (Some(f), Some(_)) => f
+                .objects
+                .iter()
+                .filter(|o| read.passes(o))
+                .cloned()
+                .collect(),
+        };
+        drop(inputs);
+        if self.record {
+            read.hits = match hits {
+                Some(h) => h,
+                None => {
+                    let keys = found.iter().filter_map(|o| key_of(o)).collect();
+                    view.interner.borrow_mut().hits(keys)
+                }
+            };
+            self.reads.borrow_mut().push(read);
+        }
+        found
+    }
+
+    /// A related set read from a listField: the entries of the sets it
+    /// names, extracted, united and (when they read only the item)
+    /// judged. `Break` when the list is kept from another trigger.
+    #[allow(clippy::too_many_arguments)]
+    fn list_field(
+        &self,
+        i: usize,
+        rel: &Related,
+        l: &ListFieldQuery,
+        f: At<'_>,
+        ctx: &mut Context,
+        keys: &mut Vec<String>,
+        judged: &mut bool,
+        keep: &mut Option<((usize, Vec<usize>), usize, usize)>,
+    ) -> Result<ControlFlow<Vec<Value>, Vec<Value>>> {
+        let path = FieldPath::parse(&l.path).map_err(|e| {
+            FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
+        })?;
+        let default_of = ["trigger".to_string()];
+        let of = if l.of.is_empty() {
+            &default_of[..]
+        } else {
+            &l.of[..]
+        };
+        // The same source objects give the same list (items are
+        // de-duplicated and sorted): kept for the next trigger that
+        // reads them, when its conditions read only the item.
+        let sources = self.list_sources(of);
+        let shape = self.reads_of(i, rel);
+        let conditions_ok = shape.where_item && shape.require_item;
+        if let (Some(addrs), true) = (sources, conditions_ok) {
+            let key = (i, addrs);
+            if let Some(v) = self.kept_list(&rel.name, &key) {
+                return Ok(ControlFlow::Break(v));
+            }
+            *keep = Some((key, limits::used(), self.warnings.borrow().len()));
+        }
+        // Read in place: only the items kept are copied. Each source
+        // with the store's object it was copied from (when known): its
+        // extracted entries are kept by that object's address and how
+        // much of it templates see (a trigger in its own family shares
+        // them).
+        let data = ctx.data();
+        // The objects of sets no template reads, as the store holds
+        // them: copied (as templates would see them) only when their
+        // entries are extracted afresh.
+        let held: Vec<(&String, Vec<Arc<Value>>, bool)> = {
+            let inputs = self.inputs.borrow();
+            of.iter()
+                .filter(|name| self.rule.unread.contains(*name))
+                .filter_map(|name| {
+                    let q = self.related_query(name)?;
+                    Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
+                })
+                .collect()
+        };
+        let trigger = self.inputs.borrow().trigger.clone();
+        let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
+        // A one-shot render keeps nothing: no addresses.
+        let record = self.record;
+        {
+            let inputs = self.inputs.borrow();
+            let mut derived = self.derived.borrow_mut();
+            let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
+            for name in of {
+                if name == "trigger" {
+                    // Read where the store holds it: templates may
+                    // see only the parts of it they read.
+                    let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
+                    if let Some((o, m)) = trigger.as_ref().zip(seen) {
+                        let addr = pin(o).map(|a| (usize::from(m), a));
+                        sources.push((Source::Held(o, m), addr));
+                    }
+                } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
+                    for o in objs {
+                        let addr = pin(o).map(|a| (usize::from(*seen), a));
+                        sources.push((Source::Held(o, *seen), addr));
+                    }
+                } else {
+                    let seen = self.related_query(name).map(|q| q.metadata_only);
+                    let values = data["related"][name.as_str()].as_array();
+                    let objs = inputs
+                        .objects
+                        .get(name)
+                        .filter(|o| seen.is_some() && values.is_some_and(|v| v.len() == o.len()));
+                    for (n, v) in values.into_iter().flatten().enumerate() {
+                        let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
+                        let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
+                        sources.push((Source::Seen(v), addr));
+                    }
+                }
+            }
+        }
+        let extract = match &l.extract {
+            Some(x) => Some((
+                FieldPath::parse(&x.path).map_err(|e| {
+                    FieldError::new(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.listField.extract.path"),
+                        e,
+                    )
+                })?,
+                self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
+                x.unmatched,
+            )),
+            None => None,
+        };
+        // Each source's entries (kept ones shared, not copied), then
+        // their union by text, read in place: only the items judged
+        // afresh and those the list keeps are copied.
+        let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
+        // One source's list is kept whole (by its address) already.
+        let several = sources.len() > 1;
+        for (src, addr) in sources {
+            let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
+            if let Some(key) = &cache
+                && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
+            {
+                parts.push(Arc::clone(entries));
+                self.warnings.borrow_mut().extend(warned.iter().cloned());
+                continue;
+            }
+            parts.push(self.source_entries(f, src, cache, &path, extract.as_ref()));
+        }
+        let mut union: Vec<(&str, &Value)> = parts
+            .iter()
+            .flat_map(|p| p.iter().map(|(t, v)| (t.as_str(), v)))
+            .collect();
+        union.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        union.dedup_by(|a, b| a.0 == b.0);
+        if conditions_ok {
+            // Judged by text, as below, without binding a copy of an
+            // item whose verdicts are kept.
+            let items = self.judge_entries(i, rel, f, &union, ctx)?;
+            *judged = true;
+            Ok(ControlFlow::Continue(items))
+        } else {
+            let (texts, items): (Vec<String>, Vec<Value>) = union
+                .into_iter()
+                .map(|(t, v)| (t.to_string(), v.clone()))
+                .unzip();
+            *keys = texts;
+            Ok(ControlFlow::Continue(items))
+        }
+    }
+
+    /// One listField source's entries: the list at `path` (a map there is
+    /// one entry), each entry extracted by `extract`; kept under `cache`.
+    fn source_entries(
+        &self,
+        f: At<'_>,
+        src: Source<'_>,
+        cache: Option<(usize, usize, usize)>,
+        path: &FieldPath,
+        extract: Option<&(FieldPath, Cow<'_, regex::Regex>, Unmatched)>,
+    ) -> Arc<ExtractedEntries> {
+        let mut mine: Vec<(String, Value)> = Vec::new();
+        let warned = self.warnings.borrow().len();
+        let src: Cow<Value> = match src {
+            Source::Seen(v) => Cow::Borrowed(v),
+            Source::Held(o, seen) => shown(o, seen),
+        };
+        // A list's items are its entries; a map at the path is
+        // one entry (e.g. the `metadata` of each related object).
+        let entries: &[Value] = match path.get(&src) {
+            Some(Value::Array(a)) => a,
+            Some(m @ Value::Object(_)) => std::slice::from_ref(m),
+            _ => &[],
+        };
+        for entry in entries {
+            let item = match &extract {
+                None => entry.clone(),
+                Some((xp, re, unmatched)) => {
+                    let text = xp.get(entry).and_then(Value::as_str);
+                    let caps = text.and_then(|t| re.captures(t));
+                    let (Value::Object(m), Some(caps)) = (entry, caps) else {
+                        match unmatched {
+                            Unmatched::Drop => {}
+                            Unmatched::Keep => mine.push((json_text(entry), entry.clone())),
+                            Unmatched::Warn => {
+                                let shown = match (entry, text) {
+                                    (Value::Object(_), Some(t)) => t.to_string(),
+                                    (Value::Object(_), None) => "(missing)".to_string(),
+                                    _ => entry.to_string(),
+                                };
+                                self.warnings.borrow_mut().push(FieldWarning::new(
+                                    format!("{f}.listField.extract"),
+                                    &shown,
+                                    "does not match the extract regex",
+                                ));
+                            }
+                        }
+                        continue;
+                    };
+                    let mut m = m.clone();
+                    for name in re.capture_names().flatten() {
+                        if let Some(c) = caps.name(name) {
+                            m.insert(name.to_string(), json!(c.as_str()));
+                        }
+                    }
+                    Value::Object(m)
+                }
+            };
+            mine.push((json_text(&item), item));
+        }
+        let mine = Arc::new(mine);
+        if let Some(key) = cache {
+            let warnings = self.warnings.borrow()[warned..].to_vec();
+            self.derived
+                .borrow_mut()
+                .extracts
+                .insert(key, (Arc::clone(&mine), warnings));
+        }
+        mine
     }
 
     /// The objects a listField reads, when each is one the store holds

@@ -38,7 +38,7 @@ pub struct CompiledRule {
     pub consumes: BTreeSet<GroupKind>,
     /// Kinds the rule emits.
     pub produces: BTreeSet<GroupKind>,
-    /// What its kept lists and vars are computed from, as JSON: rules
+    /// What its cached lists and vars are computed from, as JSON: rules
     /// that agree on some share those values (see [`Derivation::common`]).
     pub derivation: Derivation,
     /// Related object sets no template or expression reads (only a
@@ -160,7 +160,7 @@ pub struct Derivation {
 }
 
 impl Derivation {
-    /// With the values of its params: two rules share kept values only
+    /// With the values of its params: two rules share cached values only
     /// when their params agree too.
     fn of(spec: &RbacRuleSpec, params: &serde_json::Map<String, Value>) -> Derivation {
         fn text<T: serde::Serialize>(v: &T) -> String {
@@ -174,7 +174,7 @@ impl Derivation {
     }
 
     /// How many leading related sets and vars two rules of the same
-    /// trigger define alike: a kept value of one (keyed by their index)
+    /// trigger define alike: a cached value of one (keyed by their index)
     /// is the other's below those. `None` when they share nothing.
     pub fn common(&self, other: &Derivation) -> Option<(usize, usize)> {
         let lead = |a: &[String], b: &[String]| a.iter().zip(b).take_while(|(x, y)| x == y).count();

@@ -81,7 +81,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         report_dirty.extend(0..engine.rules.len());
     }
     memo.renders = 0;
-    // What the outputs kept from earlier evaluations hold: the evaluation's
+    // What the outputs cached from earlier evaluations hold: the evaluation's
     // totals start there (see `limits::Scope`).
     let _scope = limits::evaluation(
         &engine.options.limits,
@@ -132,11 +132,12 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     }
 
     // What the rules keep for the next evaluation, bounded together.
-    if memo.rules.iter().map(|r| r.kept_bytes).sum::<usize>() > super::memo::DERIVED_BYTES_TOTAL_MAX
+    if memo.rules.iter().map(|r| r.cached_bytes).sum::<usize>()
+        > super::memo::DERIVED_BYTES_TOTAL_MAX
     {
         for rm in &mut memo.rules {
             rm.derived.bound_bytes(0);
-            rm.kept_bytes = 0;
+            rm.cached_bytes = 0;
         }
     }
 
@@ -302,7 +303,7 @@ fn run_rule(
         }
     }
 
-    // Listed: the rule kept no trigger, so there is none to take out, and
+    // Listed: the rule has no trigger cached, so there is none to take out, and
     // the new ones are built into the map at once, in order.
     let listed_all = listed.is_some();
     let dirty: Vec<TKey> = match listed {
@@ -445,7 +446,7 @@ fn run_rule(
         rm.derived = evaluator.derived.take();
         if !deltas.is_empty() {
             rm.derived.prune();
-            rm.kept_bytes = rm.derived.kept_bytes();
+            rm.cached_bytes = rm.derived.cached_bytes();
         }
     }
     // Entries of items gone are never looked up again: bounded by starting over.
@@ -455,9 +456,9 @@ fn run_rule(
     deltas
 }
 
-/// The reads a render made, without the spare room of their growth (kept
+/// The reads a render made, without the spare room of their growth (cached
 /// per trigger until it renders again).
-fn kept_reads(evaluator: &Evaluator) -> Vec<super::memo::Read> {
+fn cached_reads(evaluator: &Evaluator) -> Vec<super::memo::Read> {
     let mut reads = evaluator.reads.take();
     reads.shrink_to_fit();
     reads
@@ -526,7 +527,7 @@ fn merge_chunks<R>(mut a: Done<R>, b: Done<R>) -> Vec<R> {
     out
 }
 
-/// A rule's evaluator over its kept caches; `record`: whether it records
+/// A rule's evaluator over its cached caches; `record`: whether it records
 /// reads.
 fn new_evaluator<'a>(
     engine: &'a Engine,
@@ -585,7 +586,7 @@ fn render_trigger(
                 TriggerMemo {
                     outcome,
                     bytes,
-                    reads: kept_reads(evaluator),
+                    reads: cached_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             ))
@@ -611,7 +612,7 @@ fn render_trigger(
                 TriggerMemo {
                     outcome,
                     bytes,
-                    reads: kept_reads(evaluator),
+                    reads: cached_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             )
@@ -652,7 +653,7 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
         rm.held = rm.held.saturating_sub(m.bytes);
     }
     let Some(key) = t else {
-        rm.signature.static_kept = add && m.kept();
+        rm.signature.static_preserved = add && m.preserves();
         return;
     };
     if m.matched() {
@@ -668,12 +669,12 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
         rm.noted.remove(key);
     }
     if let Some(tref) = tref
-        && m.kept()
+        && m.preserves()
     {
         if add {
-            rm.signature.kept.insert(tref.to_string());
+            rm.signature.preserved.insert(tref.to_string());
         } else {
-            rm.signature.kept.remove(tref);
+            rm.signature.preserved.remove(tref);
         }
     }
 }
@@ -932,7 +933,7 @@ impl<'a> Policy<'a> {
                         (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
                     })
                 }
-                // Kept live (no output refused in its place).
+                // Preserved live (no output refused in its place).
                 (None, Some(l))
                     if refused.is_none()
                         && live_why.is_none()
@@ -970,7 +971,7 @@ impl<'a> Policy<'a> {
 /// nothing and passes; the role is checked once it exists).
 ///
 /// A refused output is dropped, its rule gets an EscalationDenied error,
-/// and, unlike a failed render, its trigger is *not* kept: the object is
+/// and, unlike a failed render, its trigger is *not* preserved: the object is
 /// revoked. Live managed objects that policy now refuses are revoked too,
 /// whatever keeps them. Judges again only what changed and what depends
 /// on changed roles; returns the keys judged (in order), each with whether

@@ -189,23 +189,23 @@ pub(super) struct Evaluator<'a> {
     /// Whether templated strings are marked as data (policy rules).
     pub mark: Cell<bool>,
     /// Whether the whole value [`Evaluator::expand`] keeps is only ever
-    /// checked, never read again (an output's policy rules, kept checked
-    /// beside it): its expansion is then kept as null, not copied.
+    /// checked, never read again (an output's policy rules, cached checked
+    /// beside it): its expansion is then cached as null, not copied.
     pub checked_only: Cell<bool>,
-    /// Verdicts on listField items, kept by the rule's memo.
+    /// Verdicts on listField items, cached by the rule's memo.
     pub items: RefCell<ItemCache>,
-    /// Lists and vars shared by renders with the same inputs, kept by the
+    /// Lists and vars shared by renders with the same inputs, cached by the
     /// rule's memo.
     pub derived: RefCell<Derived>,
-    /// What the current render reads that a kept value can be keyed by.
+    /// What the current render reads that a cached value can be keyed by.
     pub inputs: RefCell<Inputs>,
-    /// Nesting of [`Evaluator::expand`]: only whole values are kept.
+    /// Nesting of [`Evaluator::expand`]: only whole values are cached.
     pub depth: Cell<usize>,
     /// Per template value (by address): the vars it reads, when it reads
-    /// nothing else (its expansion can then be kept).
+    /// nothing else (its expansion can then be cached).
     pub deps: RefCell<HashMap<usize, Option<Vec<String>>>>,
     /// The loop variables bound around the value being expanded, innermost
-    /// last: each with the token of the kept var its `forEach` runs over
+    /// last: each with the token of the cached var its `forEach` runs over
     /// (`vars.<name>`) and the index it is bound to, when it does.
     pub loops: RefCell<Vec<Bound>>,
     /// Per nested list template (by address): its JSON text and the vars it
@@ -242,7 +242,7 @@ pub(super) struct Shape {
 pub(super) type ItemPaths = Rc<Option<Vec<Vec<String>>>>;
 
 /// A loop variable bound around a value: its name, and the token of the
-/// kept var its `forEach` runs over with its index there, when it does.
+/// cached var its `forEach` runs over with its index there, when it does.
 pub(super) type Bound = (String, Option<(u64, usize)>);
 
 /// A nested list template's JSON text and the vars it reads.
@@ -260,7 +260,7 @@ pub(super) struct Inputs {
     pub list_tokens: HashMap<String, u64>,
     /// Tokens of the vars taken from (or put into) the cache, by name.
     pub var_tokens: HashMap<String, u64>,
-    /// Kept values lent to the context, to take back after the render.
+    /// Cached values lent to the context, to take back after the render.
     pub lent: Vec<Lent>,
     /// When set, the entries of the next whole list expanded: where each
     /// landed in the result, and its key in the cache if it has one.
@@ -363,7 +363,7 @@ pub(super) type FoundKey = (
 /// Lookups an [`Inputs::found`] keeps before it starts over.
 const FOUND_MAX: usize = 1_024;
 
-/// A kept value lent to a render's context.
+/// A cached value lent to a render's context.
 pub(super) enum Lent {
     /// `related.<name>`.
     List(String, (usize, Vec<usize>)),
@@ -558,10 +558,10 @@ impl Evaluator<'_> {
             _ => None,
         };
         if let Some(key) = &key
-            && let Some((kept, bytes)) = self.derived.borrow().expansions.get(key)
+            && let Some((cached, bytes)) = self.derived.borrow().expansions.get(key)
             && limits::charge(*bytes).is_ok()
         {
-            return Ok(kept.clone());
+            return Ok(cached.clone());
         }
         let nested = if key.is_none() && self.depth.get() >= 1 {
             self.nested_key(v, ctx.data())
@@ -569,10 +569,10 @@ impl Evaluator<'_> {
             None
         };
         if let Some(nk) = &nested
-            && let Some((kept, bytes)) = self.derived.borrow().nested.get(nk)
+            && let Some((cached, bytes)) = self.derived.borrow().nested.get(nk)
             && limits::charge(*bytes).is_ok()
         {
-            return Ok(kept.clone());
+            return Ok(cached.clone());
         }
         let before = limits::used();
         self.depth.set(self.depth.get() + 1);
@@ -587,7 +587,7 @@ impl Evaluator<'_> {
         }
         if let (Some(key), Ok(value)) = (key, &out) {
             let bytes = limits::used().saturating_sub(before);
-            let kept = if self.checked_only.get() {
+            let cached = if self.checked_only.get() {
                 Value::Null
             } else {
                 value.clone()
@@ -595,14 +595,14 @@ impl Evaluator<'_> {
             self.derived
                 .borrow_mut()
                 .expansions
-                .insert(key, (kept, bytes));
+                .insert(key, (cached, bytes));
         }
         out
     }
 
     /// The key of a nested list built by a `forEach` (the `resources` of
     /// each API group's rule) in the cache: when it reads nothing but vars
-    /// (each kept) and loop variables that each run over a kept var. Keyed
+    /// (each cached) and loop variables that each run over a cached var. Keyed
     /// by its text, not its place, so the roles that render the same list
     /// (edit, system, view) build it once; and by the values of its loop
     /// variables, not their places, so when a family's types change, only
@@ -652,22 +652,22 @@ impl Evaluator<'_> {
         Some((text, self.mark.get(), self.var_tokens(&vars)?, bound))
     }
 
-    /// An output's policy rules checked before from the same kept
+    /// An output's policy rules checked before from the same cached
     /// expansion, charging the budget what expanding charged.
-    fn kept_policy(&self, v: &Value) -> Option<super::memo::KeptPolicy> {
+    fn cached_policy(&self, v: &Value) -> Option<super::memo::CachedPolicy> {
         if self.depth.get() != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
             return None;
         }
         let key = self.expansion_key(v, false)?;
         let derived = self.derived.borrow();
         let (_, bytes) = derived.expansions.get(&key)?;
-        let kept = derived.policies.get(&key)?;
+        let cached = derived.policies.get(&key)?;
         limits::charge(*bytes).ok()?;
-        Some((Arc::clone(&kept.0), kept.1.clone()))
+        Some((Arc::clone(&cached.0), cached.1.clone()))
     }
 
     /// The key of a whole template value's expansion in the cache: when
-    /// it reads nothing but vars (each kept, by its token) and its own
+    /// it reads nothing but vars (each cached, by its token) and its own
     /// loop variables.
     fn expansion_key(&self, v: &Value, entry: bool) -> Option<(usize, bool, Vec<u64>)> {
         let addr = v as *const Value as usize;
@@ -680,7 +680,7 @@ impl Evaluator<'_> {
         Some((addr, self.mark.get(), self.var_tokens(&deps)?))
     }
 
-    /// The tokens of these kept vars, when each is kept.
+    /// The tokens of these cached vars, when each is cached.
     fn var_tokens(&self, vars: &[String]) -> Option<Vec<u64>> {
         let inputs = self.inputs.borrow();
         vars.iter()
@@ -808,7 +808,7 @@ impl Evaluator<'_> {
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
-                    // An entry of a whole value that is not kept as a
+                    // An entry of a whole value that is not cached as a
                     // whole (it reads the trigger elsewhere) may be.
                     let key = (self.depth.get() == 1)
                         .then(|| self.expansion_key(item, true))
@@ -821,16 +821,16 @@ impl Evaluator<'_> {
                             && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
                     });
                     if let Some(key) = &key
-                        && let Some((Value::Array(kept), bytes)) =
+                        && let Some((Value::Array(cached), bytes)) =
                             self.derived.borrow().expansions.get(key)
-                        && (placeholder || !kept.iter().any(Value::is_null))
+                        && (placeholder || !cached.iter().any(Value::is_null))
                         && limits::charge(*bytes).is_ok()
                     {
                         let start = out.len();
                         if placeholder {
-                            out.resize(start + kept.len(), Value::Null);
+                            out.resize(start + cached.len(), Value::Null);
                         } else {
-                            out.extend(kept.iter().cloned());
+                            out.extend(cached.iter().cloned());
                         }
                         if matches!(directive(item), Ok(Some(_))) {
                             limited(
@@ -857,7 +857,7 @@ impl Evaluator<'_> {
                         // Checked entry by entry, it is read again only as
                         // placeholders (with its checked rules): nulls, which
                         // no other read takes for a copy (above).
-                        let kept = if self.inputs.borrow().spans.is_some() {
+                        let cached = if self.inputs.borrow().spans.is_some() {
                             vec![Value::Null; out.len() - start]
                         } else {
                             out[start..].to_vec()
@@ -865,7 +865,7 @@ impl Evaluator<'_> {
                         self.derived
                             .borrow_mut()
                             .expansions
-                            .insert(key.clone(), (Value::Array(kept), bytes));
+                            .insert(key.clone(), (Value::Array(cached), bytes));
                     }
                     self.span(key, start, out.len());
                 }
@@ -1045,7 +1045,7 @@ impl Evaluator<'_> {
             }
             _ => (owned_list(field, v.into_owned())?, None),
         };
-        // Over a kept var: each item is named by the var's token and its
+        // Over a cached var: each item is named by the var's token and its
         // index (for the keys of nested lists, see `nested_key`).
         let token = e
             .trim()
@@ -1191,14 +1191,14 @@ impl Evaluator<'_> {
         let mut judged = false;
         // The related objects as the store holds them, by position.
         let mut arcs: Option<Vec<Arc<Value>>> = None;
-        // Where a listField result computed here is kept: its key, and
+        // Where a listField result computed here is cached: its key, and
         // the budget and warnings before it.
         let mut keep: Option<((usize, Vec<usize>), usize, usize)> = None;
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
             let (gk, ns, read) = self.related_read(q, f, ctx, trigger, view)?;
             let found = self.find_related(i, &gk, ns, read, view);
             let found: Vec<&Arc<Value>> = found.iter().collect();
-            if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {
+            if let Some(items) = self.cached_objects(i, rel, &found, q.metadata_only, ctx) {
                 return items;
             }
             arcs = Some(found.iter().map(|o| Arc::clone(o)).collect());
@@ -1239,9 +1239,9 @@ impl Evaluator<'_> {
     ) -> Result<Vec<Value>> {
         // Conditions of the item alone are judged once per entry text.
         let cached = !keys.is_empty() && self.reads_of(i, rel).where_item;
-        let mut kept = Vec::with_capacity(items.len());
-        let mut kept_keys = Vec::new();
-        let mut kept_arcs = Vec::new();
+        let mut passed = Vec::with_capacity(items.len());
+        let mut passed_keys = Vec::new();
+        let mut passed_arcs = Vec::new();
         for (n, item) in items.into_iter().enumerate() {
             let key = keys.get(n).filter(|_| cached);
             // Bound by move, taken back after: no copy per item.
@@ -1251,20 +1251,20 @@ impl Evaluator<'_> {
                 })
             });
             if matches!(ok?, ItemVerdict::Where(true)) {
-                kept.push(item);
+                passed.push(item);
                 if let Some(k) = keys.get_mut(n) {
-                    kept_keys.push(std::mem::take(k));
+                    passed_keys.push(std::mem::take(k));
                 }
                 if let Some(a) = arcs.as_ref().and_then(|a| a.get(n)) {
-                    kept_arcs.push(Arc::clone(a));
+                    passed_arcs.push(Arc::clone(a));
                 }
             }
         }
-        *keys = kept_keys;
+        *keys = passed_keys;
         if arcs.is_some() {
-            *arcs = Some(kept_arcs);
+            *arcs = Some(passed_arcs);
         }
-        Ok(kept)
+        Ok(passed)
     }
 
     /// The items that pass the set's `require`; one that fails is a
@@ -1279,7 +1279,7 @@ impl Evaluator<'_> {
         keys: &[String],
     ) -> Result<Vec<Value>> {
         let cached = !keys.is_empty() && self.reads_of(i, rel).require_item;
-        let mut kept = Vec::with_capacity(items.len());
+        let mut passed = Vec::with_capacity(items.len());
         for (n, item) in items.into_iter().enumerate() {
             let key = keys.get(n).filter(|_| cached);
             let (item, verdict) = with_item(ctx, item, |ctx, item| {
@@ -1289,10 +1289,10 @@ impl Evaluator<'_> {
             });
             match verdict? {
                 ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
-                _ => kept.push(item),
+                _ => passed.push(item),
             }
         }
-        Ok(kept)
+        Ok(passed)
     }
 
     /// Keeps for the triggers after this one what the set found: its
@@ -1358,7 +1358,7 @@ impl Evaluator<'_> {
             Some(s) => Some(self.selector(At::Key(&f, "objects.selector"), s, ctx)?),
             None => None,
         };
-        // Kept reads share their names and selector with the other
+        // Cached reads share their names and selector with the other
         // triggers' (the same for most triggers of a rule).
         let (read_gk, namespace, names, selector) = if self.record {
             let mut shared = view.interner.borrow_mut();
@@ -1416,7 +1416,7 @@ impl Evaluator<'_> {
         view: &View,
     ) -> Vec<Arc<Value>> {
         // The same lookup by another trigger of this rule finds the
-        // same objects: kept for this evaluation (the view does not
+        // same objects: cached for this evaluation (the view does not
         // change while one rule runs), with an index by controller
         // for the lookups that filter on their trigger as owner.
         // By the set (its kind) and its rendered filters: no text
@@ -1517,7 +1517,7 @@ impl Evaluator<'_> {
 
     /// A related set read from a listField: the entries of the sets it
     /// names, extracted, united and (when they read only the item)
-    /// judged. `Break` when the list is kept from another trigger.
+    /// judged. `Break` when the list is cached from another trigger.
     #[allow(clippy::too_many_arguments)]
     fn list_field(
         &self,
@@ -1540,21 +1540,21 @@ impl Evaluator<'_> {
             &l.of[..]
         };
         // The same source objects give the same list (items are
-        // de-duplicated and sorted): kept for the next trigger that
+        // de-duplicated and sorted): cached for the next trigger that
         // reads them, when its conditions read only the item.
         let sources = self.list_sources(of);
         let shape = self.reads_of(i, rel);
         let conditions_ok = shape.where_item && shape.require_item;
         if let (Some(addrs), true) = (sources, conditions_ok) {
             let key = (i, addrs);
-            if let Some(v) = self.kept_list(&rel.name, &key) {
+            if let Some(v) = self.cached_list(&rel.name, &key) {
                 return Ok(ControlFlow::Break(v));
             }
             *keep = Some((key, limits::used(), self.warnings.borrow().len()));
         }
         // Read in place: only the items kept are copied. Each source
         // with the store's object it was copied from (when known): its
-        // extracted entries are kept by that object's address and how
+        // extracted entries are cached by that object's address and how
         // much of it templates see (a trigger in its own family shares
         // them).
         let data = ctx.data();
@@ -1622,11 +1622,11 @@ impl Evaluator<'_> {
             )),
             None => None,
         };
-        // Each source's entries (kept ones shared, not copied), then
+        // Each source's entries (cached ones shared, not copied), then
         // their union by text, read in place: only the items judged
         // afresh and those the list keeps are copied.
         let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
-        // One source's list is kept whole (by its address) already.
+        // One source's list is cached whole (by its address) already.
         let several = sources.len() > 1;
         for (src, addr) in sources {
             let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
@@ -1647,7 +1647,7 @@ impl Evaluator<'_> {
         union.dedup_by(|a, b| a.0 == b.0);
         if conditions_ok {
             // Judged by text, as below, without binding a copy of an
-            // item whose verdicts are kept.
+            // item whose verdicts are cached.
             let items = self.judge_entries(i, rel, f, &union, ctx)?;
             *judged = true;
             Ok(ControlFlow::Continue(items))
@@ -1662,7 +1662,7 @@ impl Evaluator<'_> {
     }
 
     /// One listField source's entries: the list at `path` (a map there is
-    /// one entry), each entry extracted by `extract`; kept under `cache`.
+    /// one entry), each entry extracted by `extract`; cached under `cache`.
     fn source_entries(
         &self,
         f: At<'_>,
@@ -1790,11 +1790,11 @@ impl Evaluator<'_> {
             .and_then(|r| r.objects.as_ref())
     }
 
-    /// A kept related list, lent to the render, with what computing it
-    /// warned and charged; `None` when there is none, when it was kept
+    /// A cached related list, lent to the render, with what computing it
+    /// warned and charged; `None` when there is none, when it was cached
     /// hollow and this rule reads it, or when the budget cannot pay for
     /// it (computed again, to fail as a full render does).
-    fn kept_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
+    fn cached_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
         let mut derived = self.derived.borrow_mut();
         let e = derived.lists.get_mut(key)?;
         if e.value.is_none()
@@ -1846,10 +1846,10 @@ impl Evaluator<'_> {
     }
 
     /// Related objects whose `where` reads only the object and the
-    /// trigger: each verdict is kept by both objects' addresses, and the
-    /// list of those kept by their addresses, so a family's revisions
+    /// trigger: each verdict is cached by both objects' addresses, and the
+    /// list of those cached by their addresses, so a family's revisions
     /// judge and copy each other once. `None` when the set is not such.
-    fn kept_objects(
+    fn cached_objects(
         &self,
         i: usize,
         rel: &Related,
@@ -1866,7 +1866,7 @@ impl Evaluator<'_> {
             .map_or(0, |t| self.derived.borrow_mut().pin(t));
         let related_at = At::Field("spec.related");
         let f = At::Index(&related_at, i);
-        let mut kept: Vec<Arc<Value>> = Vec::with_capacity(found.len());
+        let mut passed: Vec<Arc<Value>> = Vec::with_capacity(found.len());
         for o in found {
             let key = (i, self.derived.borrow_mut().pin(o), t_addr);
             let hit = self.derived.borrow().verdicts.get(&key).copied();
@@ -1907,14 +1907,14 @@ impl Evaluator<'_> {
                 }
             };
             if ok {
-                kept.push(Arc::clone(o));
+                passed.push(Arc::clone(o));
             }
         }
         // Kept objects are pinned (each was judged above).
-        let key = (i, kept.iter().map(|a| Arc::as_ptr(a) as usize).collect());
+        let key = (i, passed.iter().map(|a| Arc::as_ptr(a) as usize).collect());
         // Read only by reference (a listField's source): not copied.
         let hollow = self.rule.unread.contains(&rel.name);
-        let items = match self.kept_list(&rel.name, &key) {
+        let items = match self.cached_list(&rel.name, &key) {
             Some(v) => v,
             None => {
                 let mut derived = self.derived.borrow_mut();
@@ -1935,14 +1935,14 @@ impl Evaluator<'_> {
                 if hollow {
                     Vec::new()
                 } else {
-                    kept.iter().map(|o| visible(o, metadata_only)).collect()
+                    passed.iter().map(|o| visible(o, metadata_only)).collect()
                 }
             }
         };
         self.inputs
             .borrow_mut()
             .objects
-            .insert(rel.name.clone(), kept);
+            .insert(rel.name.clone(), passed);
         Some(Ok(items))
     }
 
@@ -1958,21 +1958,21 @@ impl Evaluator<'_> {
         union: &[(&str, &Value)],
         ctx: &mut Context,
     ) -> Result<Vec<Value>> {
-        let mut kept: Vec<(&str, &Value)> = Vec::with_capacity(union.len());
+        let mut passed: Vec<(&str, &Value)> = Vec::with_capacity(union.len());
         if rel.filter.is_empty() {
-            kept.extend_from_slice(union);
+            passed.extend_from_slice(union);
         } else {
             for &(text, item) in union {
                 let verdict = self.verdict_by_text((i, false), text, item, ctx, |ctx, item| {
                     self.stage_verdict(false, f, rel, item, ctx)
                 })?;
                 if matches!(verdict, ItemVerdict::Where(true)) {
-                    kept.push((text, item));
+                    passed.push((text, item));
                 }
             }
         }
-        let mut out = Vec::with_capacity(kept.len());
-        for (text, item) in kept {
+        let mut out = Vec::with_capacity(passed.len());
+        for (text, item) in passed {
             if rel.require.is_empty() {
                 out.push(item.clone());
                 continue;
@@ -1998,7 +1998,7 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         run: impl FnOnce(&Context, &Value) -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
-        if let Some(verdict) = self.kept_verdict(slot, text) {
+        if let Some(verdict) = self.cached_verdict(slot, text) {
             return Ok(verdict);
         }
         let before = limits::used();
@@ -2006,10 +2006,10 @@ impl Evaluator<'_> {
         self.keep_verdict(slot, text, verdict?, before)
     }
 
-    /// An item's verdict kept from before, charging the budget what
+    /// An item's verdict cached from before, charging the budget what
     /// judging it charged; `None` over budget (judged again, to fail where
     /// and as a full render does).
-    fn kept_verdict(&self, slot: (usize, bool), text: &str) -> Option<ItemVerdict> {
+    fn cached_verdict(&self, slot: (usize, bool), text: &str) -> Option<ItemVerdict> {
         let (verdict, bytes) = self
             .items
             .borrow()
@@ -2110,7 +2110,7 @@ impl Evaluator<'_> {
 
     /// One stage's verdict on an item: from the cache when `key` (the
     /// item's text) is given and was judged before, charging the budget
-    /// what judging it charged; else judged by `run` (errors not kept).
+    /// what judging it charged; else judged by `run` (errors not cached).
     fn item_verdict(
         &self,
         slot: (usize, bool),
@@ -2118,7 +2118,7 @@ impl Evaluator<'_> {
         run: impl FnOnce() -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
         let Some(key) = key else { return run() };
-        if let Some(verdict) = self.kept_verdict(slot, key) {
+        if let Some(verdict) = self.cached_verdict(slot, key) {
             return Ok(verdict);
         }
         let before = limits::used();
@@ -2126,7 +2126,7 @@ impl Evaluator<'_> {
     }
 
     /// Renders every output for one trigger (or the static set), then
-    /// takes back the kept values it lent to `ctx`.
+    /// takes back the cached values it lent to `ctx`.
     pub(super) fn render(
         &self,
         ctx: &mut Context,
@@ -2175,7 +2175,7 @@ impl Evaluator<'_> {
     }
 
     /// A var's key in the cache: when its expression reads nothing but
-    /// related lists, each of them kept (by its token).
+    /// related lists, each of them cached (by its token).
     fn var_key(&self, i: usize, expr: &str) -> Option<(usize, Vec<u64>)> {
         let read = self
             .var_reads
@@ -2196,7 +2196,7 @@ impl Evaluator<'_> {
             })
             .clone()?;
         let inputs = self.inputs.borrow();
-        // A list read that is not kept leaves the var uncached.
+        // A list read that is not cached leaves the var uncached.
         let deps = read
             .iter()
             .map(|n| inputs.list_tokens.get(n.as_str()).copied())
@@ -2204,7 +2204,7 @@ impl Evaluator<'_> {
         (!deps.is_empty()).then_some((i, deps))
     }
 
-    /// A var's value: kept, or evaluated (and kept when it has a key).
+    /// A var's value: cached, or evaluated (and cached when it has a key).
     fn var_value(&self, i: usize, name: &str, expr: &str, ctx: &Context) -> Result<Value> {
         let vars_at = At::Field("spec.vars");
         let at = At::Index(&vars_at, i);
@@ -2420,24 +2420,24 @@ impl Evaluator<'_> {
                     let field = At::Key(&at, "rules");
                     // Values rendered from templates are marked as data.
                     self.mark.set(true);
-                    let kept = self.kept_policy(r);
+                    let cached = self.cached_policy(r);
                     let key = self.expansion_key(r, false);
-                    // Not kept as a whole: its entries' checked rules may be.
-                    let by_entry = kept.is_none() && key.is_none() && r.is_array();
+                    // Not cached as a whole: its entries' checked rules may be.
+                    let by_entry = cached.is_none() && key.is_none() && r.is_array();
                     if by_entry {
                         self.inputs.borrow_mut().spans = Some(Vec::new());
                     }
-                    // Kept whole, it is read again only through its
-                    // checked rules (kept below, or the expansion dropped).
+                    // Cached whole, it is read again only through its
+                    // checked rules (cached below, or the expansion dropped).
                     self.checked_only.set(key.is_some());
-                    let expanded = match kept {
+                    let expanded = match cached {
                         Some(_) => Ok(Value::Null),
                         None => self.expand(r, ctx, field),
                     };
                     self.checked_only.set(false);
                     let spans = self.inputs.borrow_mut().spans.take();
                     self.mark.set(false);
-                    match kept {
+                    match cached {
                         Some((rules, r)) => {
                             refusal = r;
                             rules
@@ -2460,7 +2460,7 @@ impl Evaluator<'_> {
                                 let (rules, r) = match checked {
                                     Ok(c) => c,
                                     Err(e) => {
-                                        // Kept as null: never without its
+                                        // Cached as null: never without its
                                         // checked rules.
                                         if let Some(key) = &key {
                                             self.derived.borrow_mut().expansions.remove(key);
@@ -2469,7 +2469,7 @@ impl Evaluator<'_> {
                                     }
                                 };
                                 refusal = r;
-                                // Checked once for the outputs of a kept expansion.
+                                // Checked once for the outputs of a cached expansion.
                                 if let Some(key) =
                                     key.filter(|k| self.derived.borrow().expansions.contains_key(k))
                                 {
@@ -2585,41 +2585,41 @@ impl Evaluator<'_> {
 
     /// The policy rules of an expanded rule list and its refusal, checked
     /// entry by entry of its template (`spans`) in the order, and with the
-    /// errors, of a check of the whole list: an entry kept in the cache
+    /// errors, of a check of the whole list: an entry in the cache
     /// with rules checked before (no refusal) reuses them (its items may be
     /// left out of `expanded`), the others are checked here. `None` when
-    /// the spans do not cover the list (never so without a kept entry).
+    /// the spans do not cover the list (never so without a cached entry).
     fn entry_policies(
         &self,
         field: At<'_>,
         expanded: &mut Value,
         spans: &[Span],
         namespaced: bool,
-    ) -> Option<Result<super::memo::KeptPolicy>> {
+    ) -> Option<Result<super::memo::CachedPolicy>> {
         let Value::Array(items) = expanded else {
             return None;
         };
         if spans.last().map_or(0, |s| s.end) != items.len() {
             return None;
         }
-        let kept = |s: &Span| -> Option<Arc<Vec<PolicyRule>>> {
+        let cached = |s: &Span| -> Option<Arc<Vec<PolicyRule>>> {
             let key = s.key.as_ref()?;
             match self.derived.borrow().policies.get(key) {
                 Some((rules, None)) => Some(Arc::clone(rules)),
                 _ => None,
             }
         };
-        let kept: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(kept).collect();
+        let cached: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(cached).collect();
         // Put together before from the same parts: shared, not copied.
-        // Only a list with kept entries is worth keeping (its triggers
+        // Only a list with cached entries is worth keeping (its triggers
         // share them); one whose entries all read the trigger is not. A
-        // list put together without a refusal had every kept entry's rules
-        // checked and kept: its parts are the entries' keys and the other
+        // list put together without a refusal had every cached entry's rules
+        // checked and cached: its parts are the entries' keys and the other
         // entries' text (taken before the check strips its marks).
         let keyed = spans.iter().any(|s| s.key.is_some());
         let assembly = keyed.then(|| {
             let parts = spans.iter().map(|s| match &s.key {
-                Some(key) => AssemblyPart::Kept(key.clone()),
+                Some(key) => AssemblyPart::Cached(key.clone()),
                 None => AssemblyPart::Text(
                     items
                         .get(s.start..s.end)
@@ -2629,12 +2629,12 @@ impl Evaluator<'_> {
             });
             (namespaced, parts.collect::<Vec<_>>())
         });
-        // Found only when every kept entry's checked rules are kept now.
-        let all_kept = spans
+        // Found only when every cached entry's checked rules are cached now.
+        let all_cached = spans
             .iter()
-            .zip(&kept)
+            .zip(&cached)
             .all(|(s, k)| s.key.is_none() || k.is_some());
-        if let Some(a) = assembly.as_ref().filter(|_| all_kept)
+        if let Some(a) = assembly.as_ref().filter(|_| all_cached)
             && let Some(rules) = self.derived.borrow().assembled.get(a)
         {
             return Some(Ok((Arc::clone(rules), None)));
@@ -2642,7 +2642,7 @@ impl Evaluator<'_> {
         let mut refusal = None;
         let mut refused = vec![false; spans.len()];
         for (n, s) in spans.iter().enumerate() {
-            if kept[n].is_some() {
+            if cached[n].is_some() {
                 continue;
             }
             let part = items.get_mut(s.start..s.end)?;
@@ -2657,7 +2657,7 @@ impl Evaluator<'_> {
         }
         let mut rules = Vec::with_capacity(items.len());
         for (n, s) in spans.iter().enumerate() {
-            if let Some(k) = &kept[n] {
+            if let Some(k) = &cached[n] {
                 rules.extend(k.iter().cloned());
                 continue;
             }
@@ -2723,7 +2723,7 @@ impl Evaluator<'_> {
             return Ok(chosen.into_values().collect());
         }
         // Roles found by name are reached through `names` when they
-        // change: only those the selector found are kept as hits.
+        // change: only those the selector found are cached as hits.
         let hits = chosen
             .keys()
             .filter(|n| !names.contains(**n))

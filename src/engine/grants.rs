@@ -218,7 +218,7 @@ impl Judge<'_, '_> {
         let name = role["metadata"]["name"].as_str().unwrap_or_default();
         let selectors = selectors_of(role);
         // Without an allow-list only the roles that break a denial can
-        // matter: the kept selection knows them.
+        // matter: the cached selection knows them.
         let members = if self.allow.is_some() {
             self.view.selected(&selectors)
         } else {

@@ -3,6 +3,22 @@
 //! No Kubernetes client here. Evaluation is deterministic: rules run in
 //! dependency order (ties by name), objects are read in sorted order, and the
 //! result is sorted by kind, namespace and name.
+//!
+//! Where things are: [`compile`] checks a rule once; `expand` renders a
+//! trigger's related sets, vars and outputs ([`template`] is the template
+//! language and the one place that knows what a template reads); [`output`]
+//! validates what is rendered; `grants` judges it against the default
+//! denials and the allow-list ([`crate::policy`]); `emit` runs the rules in
+//! order over the world `view`; [`kinds`] holds the facts of the emitted
+//! kinds. What exists only for speed lives in `incremental` (the memo, its
+//! read index and the views' caches), which imports no stage.
+//!
+//! Words: *preserved* — a live object left as it is because its rule or
+//! trigger erred, paused, is deleting or is held (an error never deletes
+//! what a good rule made); *cached* — a value remembered between triggers
+//! or evaluations only so as not to compute it again. (The public
+//! `RuleReport::kept_triggers`, `static_kept` and `Evaluation::keeps` keep
+//! their names: they mean preserved.)
 
 pub mod compile;
 mod emit;
@@ -73,7 +89,7 @@ pub struct Options {
     /// allow-list's selectors are added to these.
     pub protected: Vec<LabelSelector>,
     /// Rules the caller holds back (e.g. a kind they read is not watched
-    /// yet): not evaluated, their live objects kept and visible to others.
+    /// yet): not evaluated, their live objects preserved and visible to others.
     pub held: BTreeSet<String>,
     /// Bounds on template nesting, lists, bytes, objects and time.
     pub limits: Limits,
@@ -178,7 +194,7 @@ impl Engine {
     ///
     /// Runs on a thread of its own with a large stack; should it panic
     /// anyway, every rule fails with an `Internal` error (so every live
-    /// object is kept) and the memo starts afresh.
+    /// object is preserved) and the memo starts afresh.
     pub fn evaluate_incremental(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
         match limits::isolated(|| emit::evaluate(self, observed, &mut *memo)) {
             Ok(e) => e,

@@ -202,7 +202,7 @@ pub enum RuleState {
     Inactive,
     /// Held back by the caller (see [`Options::held`]): objects left alone.
     Held,
-    /// Invalid or in a dependency cycle: nothing evaluated, its objects kept.
+    /// Invalid or in a dependency cycle: nothing evaluated, its objects preserved.
     Failed,
 }
 
@@ -223,12 +223,12 @@ pub struct RuleReport {
     /// Triggers whose outputs must be left as they are: paused, being
     /// deleted, or failed to render.
     pub kept_triggers: BTreeSet<String>,
-    /// Whether the static (trigger-less) output set failed and is kept.
+    /// Whether the static (trigger-less) output set failed and is preserved.
     pub static_kept: bool,
     /// What is not an error of the rule but needs a person: an aggregated
     /// role of the rule collects roles no rule manages that policy would
     /// refuse ([`ErrorKind::UnmanagedAggregation`]). Nothing is refused or
-    /// kept for it.
+    /// preserved for it.
     pub notices: Vec<EngineError>,
 }
 
@@ -254,7 +254,7 @@ impl RuleReport {
 /// objects the failing rule or trigger made before stay as they are (see
 /// [`Evaluation::keeps`]). A *refusal* by policy
 /// ([`ErrorKind::EscalationDenied`]) revokes: the refused object is not
-/// desired, its trigger is not kept for it, and it is listed in
+/// desired, its trigger is not preserved for it, and it is listed in
 /// [`Evaluation::revoked`] so that the caller deletes the live copy.
 #[derive(Clone, Debug, Default)]
 pub struct Evaluation {
@@ -268,7 +268,7 @@ pub struct Evaluation {
     /// Objects policy refuses, to be deleted whatever keeps them: every
     /// refused output, and every live managed object (in the observed
     /// store) whose content policy now refuses — even when its rule or
-    /// trigger is kept, paused, failed or held. Keyed by kind, namespace
+    /// trigger is preserved, paused, failed or held. Keyed by kind, namespace
     /// and name, with the reason.
     pub revoked: BTreeMap<(OutputKind, String, String), String>,
     /// Objects whose desired content or presence differs from the previous

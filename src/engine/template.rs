@@ -1404,7 +1404,7 @@ fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
             recent[..=at].rotate_right(1);
             return recent[0].1.as_ref().map_or_else(uncached, matched);
         }
-        let re = match compile_regex_match(&pattern, Some(KEPT_REGEX_BYTES)) {
+        let re = match compile_regex_match(&pattern, Some(CACHED_REGEX_BYTES)) {
             Err(regex::Error::CompiledTooBig(_)) => None,
             other => Some(other.map_err(|e| e.to_string())),
         };
@@ -1415,22 +1415,22 @@ fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
     })
 }
 
-/// A `regexMatch` pattern as kept: compiled (or its error), or `None`
+/// A `regexMatch` pattern as cached: compiled (or its error), or `None`
 /// when too large to keep.
-type KeptRegex = Option<Result<regex::Regex, String>>;
+type CachedRegex = Option<Result<regex::Regex, String>>;
 
 /// How many `regexMatch` patterns each evaluation thread keeps compiled.
 const RECENT_REGEXES_MAX: usize = 4;
 
-/// The compiled size up to which a `regexMatch` pattern is kept (the
-/// `regex` crate allows 10 MiB): what the kept ones hold stays small.
-const KEPT_REGEX_BYTES: usize = 256 * 1024;
+/// The compiled size up to which a `regexMatch` pattern is cached (the
+/// `regex` crate allows 10 MiB): what the cached ones hold stays small.
+const CACHED_REGEX_BYTES: usize = 256 * 1024;
 
 thread_local! {
     /// The `regexMatch` patterns last used on this thread, most recent
     /// first: a template matching each item of a list against one pattern
     /// compiles it once, not per item.
-    static RECENT_REGEXES: RefCell<Vec<(String, KeptRegex)>> = const { RefCell::new(Vec::new()) };
+    static RECENT_REGEXES: RefCell<Vec<(String, CachedRegex)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A `regexMatch` pattern compiled to match whole strings, within
@@ -2008,7 +2008,7 @@ mod tests {
         );
         assert!(runs.iter().all(|r| r.0 == *err));
         assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 1);
-        // More patterns than are kept: the oldest is compiled again.
+        // More patterns than are cached: the oldest is compiled again.
         let n: usize = ["p1", "p2", "p3", "p4", "p5", "p1"]
             .iter()
             .map(|p| run(&format!(r#"{{{{regexMatch "p1" "{p}"}}}}"#)).1)

@@ -4,7 +4,7 @@
 //! An emitted object is visible when exactly one earlier rule (or trigger)
 //! emits it; two emitters contest it and neither copy is seen. A live
 //! object that a rule manages is hidden when that rule ran before and its
-//! fresh output replaces it (its trigger is not kept, the object is not
+//! fresh output replaces it (its trigger is not preserved, the object is not
 //! contested); a rule never reads what it emits itself.
 
 use std::borrow::Cow;
@@ -131,11 +131,11 @@ impl<'a> View<'a> {
                     return false;
                 }
                 let sig = &self.rules[r].signature;
-                let kept = match trigger {
-                    Some(t) => sig.kept.contains(t),
-                    None => sig.static_kept,
+                let preserved = match trigger {
+                    Some(t) => sig.preserved.contains(t),
+                    None => sig.static_preserved,
                 };
-                !kept && !contested
+                !preserved && !contested
             }
             // Failed or inactive rules keep their objects; a rule that
             // is gone has its objects pruned.
@@ -162,7 +162,7 @@ impl<'a> View<'a> {
     }
 
     /// An object seen as JSON: an emitted one's is built on first read
-    /// and kept with it.
+    /// and cached with it.
     pub fn json(&self, seen: Seen<'a>) -> &'a Arc<Value> {
         match seen {
             Seen::Observed(o) => o,
@@ -176,8 +176,8 @@ impl<'a> View<'a> {
     }
 
     /// One object as the reader sees it, for a check made once: an
-    /// emitted one's JSON is built afresh and not kept with it (unless
-    /// some reader had it kept already).
+    /// emitted one's JSON is built afresh and not cached with it (unless
+    /// some reader had it cached already).
     pub fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
         Some(match self.get_seen(gk, key)? {
             Seen::Observed(o) => Cow::Borrowed(&**o),
@@ -296,7 +296,7 @@ impl<'a> View<'a> {
 
     /// The ClusterRoles any of `selectors` matches, in name order. The
     /// first call for some selectors lists every ClusterRole; later ones
-    /// (in later evaluations too) reuse the kept selection.
+    /// (in later evaluations too) reuse the cached selection.
     pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
         let gk = gk_of(OutputKind::ClusterRole);
         let key = serde_json::to_string(selectors).unwrap_or_default();
@@ -352,7 +352,7 @@ impl<'a> View<'a> {
         hits
     }
 
-    /// Brings this reader's kept selections up to date with the changed
+    /// Brings this reader's cached selections up to date with the changed
     /// ClusterRoles; returns the selections (by JSON) a change reached.
     pub fn refresh_selections(&self, changes: &super::memo::Changes) -> BTreeSet<String> {
         let gk = gk_of(OutputKind::ClusterRole);
@@ -512,7 +512,7 @@ impl<'a> View<'a> {
         }
     }
 
-    /// A role's rules, from the cache when there, else parsed and not kept:
+    /// A role's rules, from the cache when there, else parsed and not cached:
     /// for an object judged once (most roles are read by nothing else).
     pub fn rules_of_transient(&self, role: &Arc<Value>) -> Rules {
         let at = Arc::as_ptr(role) as usize;

@@ -80,6 +80,6 @@ pub(crate) struct Caches {
     pub rules: RefCell<RulesCache>,
     pub denials: RefCell<DenialsCache>,
     pub copies: RefCell<CopiesCache>,
-    /// Kept ClusterRole selections, per reader.
+    /// Cached ClusterRole selections, per reader.
     pub selections: RefCell<Selections>,
 }

@@ -1,13 +1,13 @@
 //! Incremental evaluation: what an evaluation remembers for the next one.
 //!
-//! Every trigger's outcome is kept with the *reads* its render made (which
+//! Every trigger's outcome is cached with the *reads* its render made (which
 //! objects of which kind it looked at, through which filters), indexed in
 //! reverse: from an object, and from a shared filter (selector, owner), to
 //! the triggers that could see it. The next evaluation asks the store's
 //! journal what changed and renders again only the triggers those changes
 //! reach; changes to emitted objects reach the rules after the emitter the
 //! same way. The emitted objects, conflicts, policy verdicts and reports
-//! are kept and updated by the difference, so an evaluation costs what
+//! are cached and updated by the difference, so an evaluation costs what
 //! changed, not the size of the cluster. A full evaluation *is* an
 //! incremental one from an empty memo (a test checks they agree).
 
@@ -248,8 +248,10 @@ pub(in crate::engine) struct Emit {
 /// objects (paused, deleting, failed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(in crate::engine) struct Signature {
-    pub kept: BTreeSet<String>,
-    pub static_kept: bool,
+    /// Triggers whose live objects are preserved.
+    pub preserved: BTreeSet<String>,
+    /// Whether the static output set's live objects are preserved.
+    pub static_preserved: bool,
 }
 
 /// One rule's remembered outcomes.
@@ -260,7 +262,7 @@ pub(in crate::engine) struct RuleMemo {
     pub triggers: BTreeMap<ObjectKey, (String, TriggerMemo)>,
     pub static_set: Option<TriggerMemo>,
     pub index: ReadIndex,
-    /// Kept triggers from outcomes (not conflicts).
+    /// Triggers whose live objects are preserved, from outcomes (not conflicts).
     pub signature: Signature,
     /// Triggers that matched (including paused ones).
     pub matched: usize,
@@ -268,10 +270,10 @@ pub(in crate::engine) struct RuleMemo {
     pub emitted: usize,
     /// Bytes those objects hold (see `limits::held`).
     pub held: usize,
-    /// Bytes its kept derived values held when it last rendered (see
-    /// [`Derived::kept_bytes`]).
-    pub kept_bytes: usize,
-    /// Triggers with an error, a warning or kept: what the report lists.
+    /// Bytes its cached derived values held when it last rendered (see
+    /// [`Derived::cached_bytes`]).
+    pub cached_bytes: usize,
+    /// Triggers with an error, a warning or preserved objects: what the report lists.
     pub noted: BTreeSet<ObjectKey>,
     /// Objects of this rule that another emitter contests, by trigger.
     pub conflicts: BTreeSet<(OutKey, Option<String>)>,
@@ -294,10 +296,10 @@ pub(in crate::engine) struct RuleMemo {
     pub unseen: HashMap<usize, bool>,
 }
 
-/// Values a render derives from its inputs, kept for the next render with
+/// Values a render derives from its inputs, cached for the next render with
 /// the same inputs: a family's revisions all list the family's types, so
 /// the list and the vars built from it are computed once, not per
-/// trigger. A kept value is lent to the render's context (moved, not
+/// trigger. A cached value is lent to the render's context (moved, not
 /// copied) and taken back after it.
 #[derive(Default)]
 pub(in crate::engine) struct Derived {
@@ -310,15 +312,15 @@ pub(in crate::engine) struct Derived {
     /// the template's address, whether data is marked, and the vars'
     /// tokens; with the bytes expanding charged.
     pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
-    /// Nested lists built by a `forEach` that read only kept vars and loop
-    /// variables over kept vars (see [`NestedKey`]), with the bytes
+    /// Nested lists built by a `forEach` that read only cached vars and loop
+    /// variables over cached vars (see [`NestedKey`]), with the bytes
     /// expanding charged: the roles of a family that render the same
     /// `resources` list for a group share one.
     pub nested: HashMap<NestedKey, (Value, usize)>,
-    /// An output's policy rules checked from a kept expansion (same key),
+    /// An output's policy rules checked from a cached expansion (same key),
     /// shared by the outputs that render them: the rules, or the refusal
     /// of a `*` from data.
-    pub policies: HashMap<(usize, bool, Vec<u64>), KeptPolicy>,
+    pub policies: HashMap<(usize, bool, Vec<u64>), CachedPolicy>,
     /// A role's rules put together entry by entry (see [`Assembly`]):
     /// triggers that render the same entries (a family's members) share one list
     /// (joined, and judged by policy, once) instead of a copy each.
@@ -336,7 +338,7 @@ pub(in crate::engine) struct Derived {
     /// `where` verdicts on related objects, by related set and the
     /// addresses of the object and the trigger (0: none).
     pub verdicts: HashMap<(usize, usize, usize), Verdict>,
-    /// The values loops over kept vars bound, by the var's token and the
+    /// The values loops over cached vars bound, by the var's token and the
     /// index: each value's id (see [`Derived::content_id`]).
     pub bound: HashMap<(u64, usize), u64>,
     /// Those values by a hash of their content, each with its id.
@@ -347,7 +349,7 @@ pub(in crate::engine) struct Derived {
 
 /// What a role's rule list was put together from: whether it is a
 /// namespaced role, and each entry of its template in order, as the key
-/// of a kept expansion with checked rules, or else as the JSON text of
+/// of a cached expansion with checked rules, or else as the JSON text of
 /// what the entry expanded to (data marks included). The same parts give
 /// the same rules, and put together without a refusal.
 pub(in crate::engine) type Assembly = (bool, Vec<AssemblyPart>);
@@ -355,8 +357,8 @@ pub(in crate::engine) type Assembly = (bool, Vec<AssemblyPart>);
 /// One entry of an [`Assembly`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(in crate::engine) enum AssemblyPart {
-    /// A kept expansion whose checked rules were reused.
-    Kept((usize, bool, Vec<u64>)),
+    /// A cached expansion whose checked rules were reused.
+    Cached((usize, bool, Vec<u64>)),
     /// An entry checked in this render, by its expanded JSON.
     Text(String),
 }
@@ -404,9 +406,9 @@ fn content_hash(v: &Value) -> u64 {
     h.finish()
 }
 
-/// Policy rules checked once for a kept expansion (see
+/// Policy rules checked once for a cached expansion (see
 /// [`Derived::policies`]).
-pub(in crate::engine) type KeptPolicy = (
+pub(in crate::engine) type CachedPolicy = (
     Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
     Option<FieldError>,
 );
@@ -421,7 +423,7 @@ pub(in crate::engine) type ExtractedEntries = Vec<(String, Value)>;
 /// charged.
 pub(in crate::engine) type Verdict = (bool, usize);
 
-/// A kept listField result.
+/// A cached listField result.
 pub(in crate::engine) struct ListEntry {
     /// `None` while lent to a render.
     pub value: Option<Value>,
@@ -431,13 +433,13 @@ pub(in crate::engine) struct ListEntry {
     pub bytes: usize,
     /// Names this value for the vars computed from it.
     pub token: u64,
-    /// Kept without its objects' copies (an empty list): the rules that
+    /// Cached without its objects' copies (an empty list): the rules that
     /// computed it read them by reference only (see
     /// `CompiledRule::unread`); one that reads it computes it again.
     pub hollow: bool,
 }
 
-/// A kept var.
+/// A cached var.
 pub(in crate::engine) struct VarEntry {
     /// `None` while lent to a render.
     pub value: Option<Value>,
@@ -450,18 +452,18 @@ pub(in crate::engine) struct VarEntry {
 /// the cache starts over.
 pub(in crate::engine) const DERIVED_MAX: usize = 1_024;
 
-/// Bytes a rule's kept lists, vars and expansions may hold (as charged
+/// Bytes a rule's cached lists, vars and expansions may hold (as charged
 /// when they were computed); past it they start over (see
 /// [`Derived::bound_bytes`]).
 pub(in crate::engine) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
 
-/// Bytes all rules' kept derived values may hold together between two
+/// Bytes all rules' cached derived values may hold together between two
 /// evaluations; past it every rule's start over.
 pub(in crate::engine) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
 
 impl Derived {
-    /// What the kept values hold, as charged when they were computed.
-    pub fn kept_bytes(&self) -> usize {
+    /// What the cached values hold, as charged when they were computed.
+    pub fn cached_bytes(&self) -> usize {
         let lists: usize = self.lists.values().map(|e| e.bytes).sum();
         let vars: usize = self.vars.values().map(|e| e.bytes).sum();
         let expansions: usize = self.expansions.values().map(|(_, b)| *b).sum();
@@ -472,12 +474,12 @@ impl Derived {
             .saturating_add(nested)
     }
 
-    /// Starts the kept values over when they hold more than `max` bytes:
+    /// Starts the cached values over when they hold more than `max` bytes:
     /// triggers that each keep a large value of their own (a var built
     /// from a related set only they select) would otherwise pile them up
     /// until the rule ends (bounded evaluation). A miss only computes again.
     pub fn bound_bytes(&mut self, max: usize) {
-        if self.kept_bytes() <= max {
+        if self.cached_bytes() <= max {
             return;
         }
         self.lists.clear();
@@ -494,7 +496,7 @@ impl Derived {
         self.next
     }
 
-    /// The id of the value a loop over the kept var `token` bound at
+    /// The id of the value a loop over the cached var `token` bound at
     /// `index` (`value`): equal values (compared whole, not by their hash
     /// alone) get one id, whatever var or place they come from, so a
     /// nested list built from one is built from all (a family's API groups
@@ -570,7 +572,7 @@ impl Derived {
         self.policies.retain(|k, _| expansions.contains_key(k));
         self.assembled.retain(|(_, parts), _| {
             parts.iter().all(|p| match p {
-                AssemblyPart::Kept(k) => expansions.contains_key(k),
+                AssemblyPart::Cached(k) => expansions.contains_key(k),
                 AssemblyPart::Text(_) => true,
             })
         });
@@ -580,10 +582,10 @@ impl Derived {
     }
 }
 
-/// The rule whose kept lists, vars and item verdicts rule `idx` takes
+/// The rule whose cached lists, vars and item verdicts rule `idx` takes
 /// before it runs, with how many leading related sets and vars the two
 /// define alike: the nearest rule before it that shares some, else the
-/// last such (which kept them since the last evaluation).
+/// last such (which cached them since the last evaluation).
 pub(in crate::engine) fn derived_from(
     rules: &[crate::engine::compile::CompiledRule],
     idx: usize,
@@ -601,7 +603,7 @@ pub(in crate::engine) fn derived_from(
         .or_else(|| (idx + 1..rules.len()).rev().find_map(common))
 }
 
-/// Moves what `from` kept for its triggers' lists and vars into `to`,
+/// Moves what `from` cached for its triggers' lists and vars into `to`,
 /// keeping only the values of the first `related` sets and `vars` (those
 /// the two rules define alike; a key names them by index). When `from`
 /// holds none (a held rule broke the chain) `to` keeps its own.
@@ -665,8 +667,8 @@ impl TriggerMemo {
             )
     }
 
-    /// Whether its live objects are kept as they are.
-    pub fn kept(&self) -> bool {
+    /// Whether its live objects are preserved as they are.
+    pub fn preserves(&self) -> bool {
         matches!(
             self.outcome,
             Outcome::MatchError(_) | Outcome::Frozen | Outcome::Failed(_)
@@ -1224,12 +1226,12 @@ spec:
         let mut store = two_widgets();
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&store, &mut memo);
-        // The rules that read no member share kept lists with the one that
+        // The rules that read no member share cached lists with the one that
         // does (it runs between them): it sees every member, whichever ran first.
         assert_eq!(e.desired.len(), 6);
         assert_eq!(names_of(&e, "w-1"), both);
         assert_eq!(names_of(&e, "w-2"), both);
-        // A changed member: the lists kept hollow are not lent to it.
+        // A changed member: the lists cached hollow are not lent to it.
         assert!(store.insert(widget("w-2", &["cs.example.org"])).is_ok());
         let e = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(names_of(&e, "w-1"), both);
@@ -1285,7 +1287,7 @@ spec:
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(e.desired.len(), 4);
-        // Computed once, kept by the rule that ran last.
+        // Computed once, cached by the rule that ran last.
         let (first, last) = (a.min(b), a.max(b));
         assert!(memo.rules[first].derived.lists.is_empty());
         assert!(!memo.rules[last].derived.lists.is_empty());
@@ -1303,7 +1305,7 @@ spec:
         assert!(r1.as_ref().is_some_and(|r| r.len() == 1), "{r1:?}");
         assert!(r1.zip(r2).is_some_and(|(x, y)| Arc::ptr_eq(&x, &y)));
         // The whole rules value is read again only through its checked
-        // rules: kept as null beside them, not copied.
+        // rules: cached as null beside them, not copied.
         let d = &memo.rules[last].derived;
         assert!(!d.policies.is_empty());
         assert!(
@@ -1422,7 +1424,7 @@ spec:
             .collect();
         assert_eq!((b_before.len(), b_after.len()), (1, 1));
         assert!(Arc::ptr_eq(&b_before[0].1, &b_after[0].1));
-        // And the roles list the new type with the kept one.
+        // And the roles list the new type with the cached one.
         let key = (
             crate::api::OutputKind::ClusterRole,
             String::new(),
@@ -1495,11 +1497,11 @@ spec:
         assert_eq!(resources("widget:w-3:a"), want);
         assert_eq!(resources("widget:w-1:b")[1]["resources"], json!(["cs"]));
         // Both rules' roles, for all three triggers, render the same two
-        // `resources` lists: each is built once and kept by its text.
+        // `resources` lists: each is built once and cached by its text.
         let nested: usize = memo.rules.iter().map(|r| r.derived.nested.len()).sum();
         assert_eq!(nested, 2);
 
-        // One group's types change: the other group's list stays kept
+        // One group's types change: the other group's list stays cached
         // under its key (by its loop variable's value), the changed one is
         // built anew and its old list dropped.
         let lists = |memo: &Memo| -> Vec<(NestedKey, String)> {
@@ -1576,7 +1578,7 @@ spec:
             .iter()
             .map(|r| r.derived.assembled.len())
             .collect();
-        // One list per trigger for the rule with a kept entry (the other
+        // One list per trigger for the rule with a cached entry (the other
         // entry differs per trigger); none for the one without.
         assert_eq!(kept, [2, 0]);
     }

@@ -24,7 +24,7 @@ use super::memo::{
     Changes, Derived, Emit, Emitters, ITEM_CACHE_MAX, ItemCache, Memo, Outcome, RuleMemo, TKey,
     TriggerMemo,
 };
-use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
+use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::output::selection_key;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
@@ -52,33 +52,11 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         memo.renders = 0;
         return last.clone();
     }
-    let mut changes = Changes::default();
-    let journal = if fresh {
-        None
-    } else {
-        memo.seen.and_then(|v| observed.changes_since(v))
-    };
-    match journal {
-        Some(it) => {
-            for (gk, key) in it {
-                changes.add(gk, key.clone());
-            }
-        }
-        None => changes.all = true,
-    }
+    let mut changes = changes_since(observed, memo, fresh);
     let previous = memo.desired.clone();
     let mut report_dirty: BTreeSet<usize> = BTreeSet::new();
     if changes.all {
-        *memo = Memo {
-            engine: engine.id,
-            rules: (0..engine.rules.len())
-                .map(|_| RuleMemo::default())
-                .collect(),
-            reports: engine.fixed_reports.clone(),
-            one_shot: memo.one_shot,
-            ..Memo::default()
-        };
-        report_dirty.extend(0..engine.rules.len());
+        start_over(engine, memo, &mut report_dirty);
     }
     memo.renders = 0;
     // What the outputs cached from earlier evaluations hold: the evaluation's
@@ -100,47 +78,16 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // emitters (the new one), so a match is those same two objects.
     let mut differing: HashSet<(usize, usize)> = HashSet::default();
 
-    for (idx, rule) in engine.rules.iter().enumerate() {
-        if engine.options.held.contains(&rule.name) {
-            continue;
-        }
-        let mut rm = std::mem::take(&mut memo.rules[idx]);
-        if let Some((from, common)) = super::memo::derived_from(&engine.rules, idx) {
-            super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
-        }
-        let before = rm.signature.clone();
-        let deltas = run_rule(engine, idx, rule, observed, memo, &mut rm, &changes);
-        if !deltas.is_empty() {
-            report_dirty.insert(idx);
-        }
-        memo.renders += deltas.len();
-        for d in deltas {
-            apply_delta(
-                idx,
-                d,
-                &mut memo.emitters,
-                &mut touched,
-                &mut differing,
-                &mut changes,
-            );
-        }
-        if rm.signature != before {
-            // Which live objects of this rule are hidden changed.
-            changes.whole.extend(rule.produces.iter().cloned());
-        }
-        memo.rules[idx] = rm;
-    }
-
-    // What the rules keep for the next evaluation, bounded together.
-    if memo.rules.iter().map(|r| r.cached_bytes).sum::<usize>()
-        > super::memo::DERIVED_BYTES_TOTAL_MAX
-    {
-        for rm in &mut memo.rules {
-            rm.derived.bound_bytes(0);
-            rm.cached_bytes = 0;
-        }
-    }
-
+    run_rules(
+        engine,
+        observed,
+        memo,
+        &mut changes,
+        &mut touched,
+        &mut differing,
+        &mut report_dirty,
+    );
+    bound_cached_bytes(memo);
     if changes.all {
         let contested: BTreeSet<OutKey> = memo.emitters.contested().cloned().collect();
         settle_conflicts(memo, &contested, &mut report_dirty);
@@ -157,6 +104,111 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         &mut report_dirty,
     );
 
+    update_reports(engine, memo, report_dirty);
+    let changed = changed_keys(&previous, memo, touched, judged, changes.all);
+    prune_rules_cache(memo);
+    memo.seen = Some(observed.version());
+    let evaluation = Evaluation {
+        desired: memo.desired.clone(),
+        reports: memo.reports.clone(),
+        contested: memo.contested.keys().cloned().collect(),
+        revoked: memo.revoked.clone(),
+        changed,
+    };
+    // A one-shot memo never returns its last result (it renders again).
+    if !memo.one_shot {
+        memo.last = Some(Evaluation {
+            changed: Vec::new(),
+            ..evaluation.clone()
+        });
+    }
+    evaluation
+}
+
+/// What changed since the memo's evaluation: the store's journal, or
+/// everything (a fresh memo, or a journal that no longer reaches back).
+fn changes_since(observed: &ObjectStore, memo: &Memo, fresh: bool) -> Changes {
+    let mut changes = Changes::default();
+    let journal = if fresh {
+        None
+    } else {
+        memo.seen.and_then(|v| observed.changes_since(v))
+    };
+    match journal {
+        Some(it) => {
+            for (gk, key) in it {
+                changes.add(gk, key.clone());
+            }
+        }
+        None => changes.all = true,
+    }
+    changes
+}
+
+/// Starts the memo afresh for this engine: every rule's report is made anew.
+fn start_over(engine: &Engine, memo: &mut Memo, report_dirty: &mut BTreeSet<usize>) {
+    *memo = Memo {
+        engine: engine.id,
+        rules: (0..engine.rules.len())
+            .map(|_| RuleMemo::default())
+            .collect(),
+        reports: engine.fixed_reports.clone(),
+        one_shot: memo.one_shot,
+        ..Memo::default()
+    };
+    report_dirty.extend(0..engine.rules.len());
+}
+
+/// Runs every rule not held, in order, on what changed: each one's deltas
+/// update the emitters and reach the rules after it.
+fn run_rules(
+    engine: &Engine,
+    observed: &ObjectStore,
+    memo: &mut Memo,
+    changes: &mut Changes,
+    touched: &mut BTreeSet<OutKey>,
+    differing: &mut HashSet<(usize, usize)>,
+    report_dirty: &mut BTreeSet<usize>,
+) {
+    for (idx, rule) in engine.rules.iter().enumerate() {
+        if engine.options.held.contains(&rule.name) {
+            continue;
+        }
+        let mut rm = std::mem::take(&mut memo.rules[idx]);
+        if let Some((from, common)) = super::memo::derived_from(&engine.rules, idx) {
+            super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
+        }
+        let before = rm.signature.clone();
+        let deltas = run_rule(engine, idx, rule, observed, memo, &mut rm, changes);
+        if !deltas.is_empty() {
+            report_dirty.insert(idx);
+        }
+        memo.renders += deltas.len();
+        for d in deltas {
+            apply_delta(idx, d, &mut memo.emitters, touched, differing, changes);
+        }
+        if rm.signature != before {
+            // Which live objects of this rule are hidden changed.
+            changes.whole.extend(rule.produces.iter().cloned());
+        }
+        memo.rules[idx] = rm;
+    }
+}
+
+/// What the rules cache for the next evaluation, bounded together.
+fn bound_cached_bytes(memo: &mut Memo) {
+    if memo.rules.iter().map(|r| r.cached_bytes).sum::<usize>()
+        > super::memo::DERIVED_BYTES_TOTAL_MAX
+    {
+        for rm in &mut memo.rules {
+            rm.derived.bound_bytes(0);
+            rm.cached_bytes = 0;
+        }
+    }
+}
+
+/// Reports of the rules whose outcomes changed, made again.
+fn update_reports(engine: &Engine, memo: &mut Memo, report_dirty: BTreeSet<usize>) {
     for idx in report_dirty {
         let rule = &engine.rules[idx];
         let report = if engine.options.held.contains(&rule.name) {
@@ -166,7 +218,16 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         };
         memo.reports.insert(rule.name.clone(), report);
     }
+}
 
+/// The desired objects that changed since `previous`, in key order.
+fn changed_keys(
+    previous: &DesiredSet,
+    memo: &Memo,
+    touched: BTreeSet<OutKey>,
+    judged: Vec<(Arc<OutKey>, bool)>,
+    all: bool,
+) -> Vec<OutKey> {
     let changed: Vec<OutKey> = if previous.is_empty() {
         // Every desired object is new (all came from verdicts just made).
         let mut keys: Vec<OutKey> = memo
@@ -179,7 +240,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         keys.sort_by_key(|k| k.0);
         keys
     } else {
-        if changes.all {
+        if all {
             let mut candidates: BTreeSet<OutKey> = touched;
             candidates.extend(judged.into_iter().map(|(k, _)| Arc::unwrap_or_clone(k)));
             candidates.extend(
@@ -212,24 +273,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
                 .collect()
         }
     };
-
-    prune_rules_cache(memo);
-    memo.seen = Some(observed.version());
-    let evaluation = Evaluation {
-        desired: memo.desired.clone(),
-        reports: memo.reports.clone(),
-        contested: memo.contested.keys().cloned().collect(),
-        revoked: memo.revoked.clone(),
-        changed,
-    };
-    // A one-shot memo never returns its last result (it renders again).
-    if !memo.one_shot {
-        memo.last = Some(Evaluation {
-            changed: Vec::new(),
-            ..evaluation.clone()
-        });
-    }
-    evaluation
+    changed
 }
 
 /// Renders again the triggers of one rule that the changes reach.
@@ -254,17 +298,65 @@ fn run_rule(
     );
     *evaluator.deps.borrow_mut() = std::mem::take(&mut rm.deps);
     *evaluator.unseen.borrow_mut() = std::mem::take(&mut rm.unseen);
-    let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
         .spec
         .trigger
         .as_ref()
         .map(|t| GroupKind::new(&t.api_group, &t.kind));
+    let (dirty, listed_all) = dirty_triggers(rule, trigger_gk.as_ref(), rm, &view, changes);
+    // The rule's totals: what its other triggers keep, and (given back to
+    // the evaluation) what the ones rendered again held.
+    let replaced = dirty
+        .iter()
+        .filter_map(|t| match t {
+            None => rm.static_set.as_ref(),
+            Some(k) => rm.triggers.get(k).map(|(_, m)| m),
+        })
+        .fold((0, 0), |(b, o), m| {
+            (b + m.bytes, o + m.outcome.outputs().len())
+        });
+    let _rule_scope = limits::rule(
+        (
+            rm.held.saturating_sub(replaced.0),
+            rm.emitted.saturating_sub(replaced.1),
+        ),
+        replaced,
+    );
+    let rendered = render_dirty(
+        engine,
+        idx,
+        rule,
+        trigger_gk.as_ref(),
+        observed,
+        memo,
+        changes,
+        (&evaluator, &view),
+        &dirty,
+    );
+    let deltas = apply_rendered(rm, dirty, rendered, listed_all, one_shot);
+    store_caches(rm, &evaluator, one_shot, !deltas.is_empty());
+    deltas
+}
+
+/// One rendered trigger: its reference and its memo, `None` when it is
+/// gone.
+type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
+
+/// The triggers of a rule to render again, in order, and whether they
+/// are all of them listed afresh (then the rule caches no trigger yet).
+fn dirty_triggers(
+    rule: &CompiledRule,
+    trigger_gk: Option<&GroupKind>,
+    rm: &RuleMemo,
+    view: &View,
+    changes: &Changes,
+) -> (Vec<TKey>, bool) {
+    let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let mut dirty: BTreeSet<TKey> = BTreeSet::new();
     // Everything rendered afresh: the triggers in the view's order (sorted
     // by namespace and name), with no set built.
     let mut listed: Option<Vec<TKey>> = None;
-    match &trigger_gk {
+    match trigger_gk {
         None => {
             if full || rm.static_set.is_none() {
                 dirty.insert(None);
@@ -297,7 +389,7 @@ fn run_rule(
         for gk in &rule.consumes {
             if let Some(keys) = changes.keys.get(gk) {
                 for k in keys {
-                    rm.index.affected(gk, k, &view, &mut dirty);
+                    rm.index.affected(gk, k, view, &mut dirty);
                 }
             }
         }
@@ -310,30 +402,28 @@ fn run_rule(
         Some(keys) => keys,
         None => dirty.into_iter().collect(),
     };
-    // The rule's totals: what its other triggers keep, and (given back to
-    // the evaluation) what the ones rendered again held.
-    let replaced = dirty
-        .iter()
-        .filter_map(|t| match t {
-            None => rm.static_set.as_ref(),
-            Some(k) => rm.triggers.get(k).map(|(_, m)| m),
-        })
-        .fold((0, 0), |(b, o), m| {
-            (b + m.bytes, o + m.outcome.outputs().len())
-        });
-    let _rule_scope = limits::rule(
-        (
-            rm.held.saturating_sub(replaced.0),
-            rm.emitted.saturating_sub(replaced.1),
-        ),
-        replaced,
-    );
+    (dirty, listed_all)
+}
+
+/// Renders the dirty triggers: a large one-shot set on two threads, else
+/// on this one, in order.
+#[allow(clippy::too_many_arguments)]
+fn render_dirty(
+    engine: &Engine,
+    idx: usize,
+    rule: &CompiledRule,
+    tgk: Option<&GroupKind>,
+    observed: &ObjectStore,
+    memo: &Memo,
+    changes: &Changes,
+    (evaluator, view): (&Evaluator, &View),
+    dirty: &[TKey],
+) -> Rendered {
+    let one_shot = memo.one_shot;
     let scope = limits::current();
-    let tgk = trigger_gk.as_ref();
     let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, tgk, ev, v, t);
-    type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
-    let split: Option<Rendered> = (one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN)
-        .then(|| {
+    let split: Option<Rendered> =
+        (one_shot && tgk.is_some() && dirty.len() >= SPLIT_MIN).then(|| {
             // A one-shot render's triggers read only the store and earlier
             // rules: another thread, with its own view and caches, shares
             // them out chunk by chunk, merged back in trigger order.
@@ -360,11 +450,11 @@ fn run_rule(
                         );
                         shared.run(|t| one(&ev, &view, t))
                     });
-                let mine = chunks.run(|t| one(&evaluator, &view, t));
+                let mine = chunks.run(|t| one(evaluator, view, t));
                 merge_chunks(mine, joined(other))
             })
         });
-    let rendered: Rendered = match split {
+    match split {
         Some(split) if limits::rule_refused() => {
             // Which triggers fit the rule's or the evaluation's total
             // depends on the order they come in, and two threads' order is
@@ -376,12 +466,22 @@ fn run_rule(
                     .map(|(_, m)| (m.bytes, m.outcome.outputs().len())),
             );
             drop(split);
-            dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
+            dirty.iter().map(|t| one(evaluator, view, t)).collect()
         }
         Some(split) => split,
-        None => dirty.iter().map(|t| one(&evaluator, &view, t)).collect(),
-    };
+        None => dirty.iter().map(|t| one(evaluator, view, t)).collect(),
+    }
+}
 
+/// Puts the rendered triggers in the rule's memo and its read index:
+/// the deltas, before and after, of the outputs of each.
+fn apply_rendered(
+    rm: &mut RuleMemo,
+    dirty: Vec<TKey>,
+    rendered: Rendered,
+    listed_all: bool,
+    one_shot: bool,
+) -> Vec<Delta> {
     let mut deltas = Vec::with_capacity(dirty.len());
     let mut fresh_triggers = Vec::new();
     for (t, new) in dirty.into_iter().zip(rendered) {
@@ -435,6 +535,12 @@ fn run_rule(
     if listed_all {
         rm.triggers = fresh_triggers.into_iter().collect();
     }
+    deltas
+}
+
+/// Takes back into the rule's memo what the evaluator cached (a one-shot
+/// memo keeps nothing), bounded.
+fn store_caches(rm: &mut RuleMemo, evaluator: &Evaluator, one_shot: bool, changed: bool) {
     rm.items = evaluator.items.take();
     rm.deps = evaluator.deps.take();
     rm.unseen = evaluator.unseen.take();
@@ -444,7 +550,7 @@ fn run_rule(
         drop(evaluator.derived.take());
     } else {
         rm.derived = evaluator.derived.take();
-        if !deltas.is_empty() {
+        if changed {
             rm.derived.prune();
             rm.cached_bytes = rm.derived.cached_bytes();
         }
@@ -453,7 +559,6 @@ fn run_rule(
     if rm.items.values().map(HashMap::len).sum::<usize>() > ITEM_CACHE_MAX {
         rm.items.clear();
     }
-    deltas
 }
 
 /// The reads a render made, without the spare room of their growth (cached

@@ -2333,6 +2333,8 @@ impl Evaluator<'_> {
         Ok(out)
     }
 
+    /// One output of a trigger: its metadata, then a role's rules or a
+    /// binding's roleRef and subjects, checked as Kubernetes would.
     fn object(
         &self,
         field: &Arc<str>,
@@ -2347,9 +2349,56 @@ impl Evaluator<'_> {
         let name_field = At::Key(&at, "name");
         let name = self.tpl(name_field, &o.name, ctx)?;
         output::validate_name(name_field, &name)?;
-        let namespace = if o.kind.namespaced() {
+        let namespace = self.object_namespace(&at, o, ctx, trigger)?;
+        let (labels, annotations, tref) = self.object_marks(&at, o, ctx, trigger)?;
+        // A `*` from data: the object is refused (and revoked) after the
+        // render, not failed.
+        let mut refusal = None;
+        let body = if o.kind.is_role() {
+            self.role_body(&at, o, ctx, view, &mut refusal)?
+        } else {
+            self.binding_body(&at, o, ctx, &mut refusal)?
+        };
+        let mut shared = view.interner.borrow_mut();
+        // Shared by the objects of a rule, an output, a trigger.
+        let rule = shared.string(self.rule.name.clone());
+        let field = Arc::clone(field);
+        let trigger_ref = tref.map(|r| shared.string(r));
+        let meta = Meta {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            labels: shared.map(labels),
+            annotations: shared.map(annotations),
+            owner: trigger.and_then(|t| owner_reference(t, namespace.as_deref(), &mut shared)),
+        };
+        drop(shared);
+        let object = Manifest::new(o.kind, meta, body);
+        output::validate_object_size(at, &object)?;
+        Ok(Desired {
+            kind: o.kind,
+            namespace: namespace.unwrap_or_default(),
+            name,
+            rule,
+            trigger: trigger_ref,
+            field,
+            refusal,
+            object,
+        })
+    }
+
+    /// An output's namespace: rendered, or the trigger's (none for a
+    /// cluster-scoped kind).
+    fn object_namespace(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+    ) -> Result<Option<String>> {
+        let f = at;
+        Ok(if o.kind.namespaced() {
             let ns = match &o.namespace {
-                Some(t) => self.tpl(At::Key(&at, "namespace"), t, ctx)?,
+                Some(t) => self.tpl(At::Key(at, "namespace"), t, ctx)?,
                 None => default_namespace(trigger).ok_or_else(|| {
                     FieldError::new(
                         ErrorKind::InvalidRule,
@@ -2361,14 +2410,29 @@ impl Evaluator<'_> {
                     )
                 })?,
             };
-            output::validate_namespace(At::Key(&at, "namespace"), &ns)?;
+            output::validate_namespace(At::Key(at, "namespace"), &ns)?;
             Some(ns)
         } else {
             None
-        };
+        })
+    }
 
-        let labels_field = At::Key(&at, "labels");
-        let annotations_field = At::Key(&at, "annotations");
+    /// An output's labels and annotations: rendered, checked, with the
+    /// engine's provenance added; and the trigger's reference.
+    #[allow(clippy::type_complexity)]
+    fn object_marks(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+    ) -> Result<(
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+        Option<String>,
+    )> {
+        let labels_field = At::Key(at, "labels");
+        let annotations_field = At::Key(at, "annotations");
         let mut labels = BTreeMap::new();
         if let Some(l) = &o.labels {
             labels = output::string_map(labels_field, &self.expand(l, ctx, labels_field)?)?;
@@ -2409,177 +2473,180 @@ impl Evaluator<'_> {
             annotations.insert(output::trigger_annotation(), r.clone());
         }
         output::validate_annotations_size(annotations_field, &annotations)?;
+        Ok((labels, annotations, tref))
+    }
 
-        // A `*` from data: the object is refused (and revoked) after the
-        // render, not failed.
-        let mut refusal = None;
-        let body = if o.kind.is_role() {
-            let namespaced = o.kind.namespaced();
-            let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
-                Some(r) => {
-                    let field = At::Key(&at, "rules");
-                    // Values rendered from templates are marked as data.
-                    self.mark.set(true);
-                    let cached = self.cached_policy(r);
-                    let key = self.expansion_key(r, false);
-                    // Not cached as a whole: its entries' checked rules may be.
-                    let by_entry = cached.is_none() && key.is_none() && r.is_array();
-                    if by_entry {
-                        self.inputs.borrow_mut().spans = Some(Vec::new());
-                    }
-                    // Cached whole, it is read again only through its
-                    // checked rules (cached below, or the expansion dropped).
-                    self.checked_only.set(key.is_some());
-                    let expanded = match cached {
-                        Some(_) => Ok(Value::Null),
-                        None => self.expand(r, ctx, field),
-                    };
-                    self.checked_only.set(false);
-                    let spans = self.inputs.borrow_mut().spans.take();
-                    self.mark.set(false);
-                    match cached {
-                        Some((rules, r)) => {
-                            refusal = r;
-                            rules
-                        }
-                        None => {
-                            let mut expanded = expanded?;
-                            let shared = spans.and_then(|spans| {
-                                self.entry_policies(field, &mut expanded, &spans, namespaced)
-                            });
-                            if let Some(shared) = shared {
-                                let (rules, r) = shared?;
-                                refusal = r;
-                                rules
-                            } else {
-                                let checked = output::check_marked_rules(field, &mut expanded)
-                                    .and_then(|r| {
-                                        output::policy_rules(field, expanded, namespaced)
-                                            .map(|rules| (Arc::new(rules), r))
-                                    });
-                                let (rules, r) = match checked {
-                                    Ok(c) => c,
-                                    Err(e) => {
-                                        // Cached as null: never without its
-                                        // checked rules.
-                                        if let Some(key) = &key {
-                                            self.derived.borrow_mut().expansions.remove(key);
-                                        }
-                                        return Err(e);
-                                    }
-                                };
-                                refusal = r;
-                                // Checked once for the outputs of a cached expansion.
-                                if let Some(key) =
-                                    key.filter(|k| self.derived.borrow().expansions.contains_key(k))
-                                {
-                                    self.derived
-                                        .borrow_mut()
-                                        .policies
-                                        .insert(key, (Arc::clone(&rules), refusal.clone()));
-                                }
-                                rules
-                            }
-                        }
-                    }
-                }
-                None => Arc::new(Vec::new()),
-            };
-            if let Some(rf) = &o.rules_from {
-                let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
-                if rules.is_empty() {
-                    // Copies only: the same roles give the same rules,
-                    // shared (namespaces accepting the same types).
-                    rules = view.copied_rules(&roles, namespaced);
-                } else {
-                    let mut all = rules.to_vec();
-                    for role in &roles {
-                        all.extend(view.role_rules(*role).iter().cloned());
-                    }
-                    if namespaced {
-                        all = policy::without_non_resource_urls(&all);
-                    }
-                    rules = Arc::new(policy::compact(&all));
-                }
-            }
-            let aggregation = match &o.aggregation_rule {
-                Some(a) => Some(output::aggregation_rule(
-                    At::Key(&at, "aggregationRule"),
-                    &self.expand(a, ctx, At::Key(&at, "aggregationRule"))?,
-                )?),
-                None => None,
-            };
-            Body::Role { rules, aggregation }
-        } else {
-            let rr = o.role_ref.as_ref().ok_or_else(|| {
-                FieldError::new(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.roleRef"),
-                    "a binding needs roleRef",
-                )
-            })?;
-            let role_kind = self.tpl(At::Key(&at, "roleRef.kind"), &rr.kind, ctx)?;
-            let role_name = self.tpl(At::Key(&at, "roleRef.name"), &rr.name, ctx)?;
-            let allowed: &[&str] = if o.kind == OutputKind::ClusterRoleBinding {
-                &["ClusterRole"]
+    /// A role's body: its rules (rendered, and copied by rulesFrom) and
+    /// aggregation rule.
+    fn role_body(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        view: &View,
+        refusal: &mut Option<FieldError>,
+    ) -> Result<Body> {
+        let f = at;
+        let namespaced = o.kind.namespaced();
+        let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
+            Some(r) => self.rendered_rules(At::Key(at, "rules"), r, namespaced, ctx, refusal)?,
+            None => Arc::new(Vec::new()),
+        };
+        if let Some(rf) = &o.rules_from {
+            let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
+            if rules.is_empty() {
+                // Copies only: the same roles give the same rules,
+                // shared (namespaces accepting the same types).
+                rules = view.copied_rules(&roles, namespaced);
             } else {
-                &["ClusterRole", "Role"]
-            };
-            if !allowed.contains(&role_kind.as_str()) {
-                return Err(FieldError::new(
-                    ErrorKind::InvalidOutput,
-                    format!("{f}.roleRef.kind"),
-                    format!(
-                        "a {} may reference {}, not {role_kind:?}",
-                        o.kind,
-                        allowed.join(" or ")
-                    ),
-                ));
-            }
-            output::validate_name(At::Key(&at, "roleRef.name"), &role_name)?;
-            let subjects = match &o.subjects {
-                Some(s) => {
-                    // Names from data are marked: never a `system:` one.
-                    self.mark.set(true);
-                    let expanded = self.expand(s, ctx, At::Key(&at, "subjects"));
-                    self.mark.set(false);
-                    let (subjects, r) =
-                        output::marked_subjects(At::Key(&at, "subjects"), expanded?, o.kind)?;
-                    refusal = refusal.or(r);
-                    subjects
+                let mut all = rules.to_vec();
+                for role in &roles {
+                    all.extend(view.role_rules(*role).iter().cloned());
                 }
-                None => Vec::new(),
-            };
-            Body::Binding {
-                role_kind,
-                role_name,
-                subjects,
+                if namespaced {
+                    all = policy::without_non_resource_urls(&all);
+                }
+                rules = Arc::new(policy::compact(&all));
             }
+        }
+        let aggregation = match &o.aggregation_rule {
+            Some(a) => Some(output::aggregation_rule(
+                At::Key(at, "aggregationRule"),
+                &self.expand(a, ctx, At::Key(at, "aggregationRule"))?,
+            )?),
+            None => None,
         };
-        let mut shared = view.interner.borrow_mut();
-        // Shared by the objects of a rule, an output, a trigger.
-        let rule = shared.string(self.rule.name.clone());
-        let field = Arc::clone(field);
-        let trigger_ref = tref.map(|r| shared.string(r));
-        let meta = Meta {
-            name: name.clone(),
-            namespace: namespace.clone(),
-            labels: shared.map(labels),
-            annotations: shared.map(annotations),
-            owner: trigger.and_then(|t| owner_reference(t, namespace.as_deref(), &mut shared)),
+        Ok(Body::Role { rules, aggregation })
+    }
+
+    /// A role's rendered rules, checked (a cached expansion's checked
+    /// rules reused).
+    fn rendered_rules(
+        &self,
+        field: At<'_>,
+        r: &Value,
+        namespaced: bool,
+        ctx: &mut Context,
+        refusal: &mut Option<FieldError>,
+    ) -> Result<Arc<Vec<PolicyRule>>> {
+        // Values rendered from templates are marked as data.
+        self.mark.set(true);
+        let cached = self.cached_policy(r);
+        let key = self.expansion_key(r, false);
+        // Not cached as a whole: its entries' checked rules may be.
+        let by_entry = cached.is_none() && key.is_none() && r.is_array();
+        if by_entry {
+            self.inputs.borrow_mut().spans = Some(Vec::new());
+        }
+        // Cached whole, it is read again only through its
+        // checked rules (cached below, or the expansion dropped).
+        self.checked_only.set(key.is_some());
+        let expanded = match cached {
+            Some(_) => Ok(Value::Null),
+            None => self.expand(r, ctx, field),
         };
-        drop(shared);
-        let object = Manifest::new(o.kind, meta, body);
-        output::validate_object_size(at, &object)?;
-        Ok(Desired {
-            kind: o.kind,
-            namespace: namespace.unwrap_or_default(),
-            name,
-            rule,
-            trigger: trigger_ref,
-            field,
-            refusal,
-            object,
+        self.checked_only.set(false);
+        let spans = self.inputs.borrow_mut().spans.take();
+        self.mark.set(false);
+        Ok(match cached {
+            Some((rules, r)) => {
+                *refusal = r;
+                rules
+            }
+            None => {
+                let mut expanded = expanded?;
+                let shared = spans.and_then(|spans| {
+                    self.entry_policies(field, &mut expanded, &spans, namespaced)
+                });
+                if let Some(shared) = shared {
+                    let (rules, r) = shared?;
+                    *refusal = r;
+                    rules
+                } else {
+                    let checked = output::check_marked_rules(field, &mut expanded).and_then(|r| {
+                        output::policy_rules(field, expanded, namespaced)
+                            .map(|rules| (Arc::new(rules), r))
+                    });
+                    let (rules, r) = match checked {
+                        Ok(c) => c,
+                        Err(e) => {
+                            // Cached as null: never without its
+                            // checked rules.
+                            if let Some(key) = &key {
+                                self.derived.borrow_mut().expansions.remove(key);
+                            }
+                            return Err(e);
+                        }
+                    };
+                    *refusal = r;
+                    // Checked once for the outputs of a cached expansion.
+                    if let Some(key) =
+                        key.filter(|k| self.derived.borrow().expansions.contains_key(k))
+                    {
+                        self.derived
+                            .borrow_mut()
+                            .policies
+                            .insert(key, (Arc::clone(&rules), refusal.clone()));
+                    }
+                    rules
+                }
+            }
+        })
+    }
+
+    /// A binding's body: its roleRef, checked against its kind, and its
+    /// subjects.
+    fn binding_body(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        refusal: &mut Option<FieldError>,
+    ) -> Result<Body> {
+        let f = at;
+        let rr = o.role_ref.as_ref().ok_or_else(|| {
+            FieldError::new(
+                ErrorKind::InvalidRule,
+                format!("{f}.roleRef"),
+                "a binding needs roleRef",
+            )
+        })?;
+        let role_kind = self.tpl(At::Key(at, "roleRef.kind"), &rr.kind, ctx)?;
+        let role_name = self.tpl(At::Key(at, "roleRef.name"), &rr.name, ctx)?;
+        let allowed: &[&str] = if o.kind == OutputKind::ClusterRoleBinding {
+            &["ClusterRole"]
+        } else {
+            &["ClusterRole", "Role"]
+        };
+        if !allowed.contains(&role_kind.as_str()) {
+            return Err(FieldError::new(
+                ErrorKind::InvalidOutput,
+                format!("{f}.roleRef.kind"),
+                format!(
+                    "a {} may reference {}, not {role_kind:?}",
+                    o.kind,
+                    allowed.join(" or ")
+                ),
+            ));
+        }
+        output::validate_name(At::Key(at, "roleRef.name"), &role_name)?;
+        let subjects = match &o.subjects {
+            Some(s) => {
+                // Names from data are marked: never a `system:` one.
+                self.mark.set(true);
+                let expanded = self.expand(s, ctx, At::Key(at, "subjects"));
+                self.mark.set(false);
+                let (subjects, r) =
+                    output::marked_subjects(At::Key(at, "subjects"), expanded?, o.kind)?;
+                *refusal = refusal.take().or(r);
+                subjects
+            }
+            None => Vec::new(),
+        };
+        Ok(Body::Binding {
+            role_kind,
+            role_name,
+            subjects,
         })
     }
 

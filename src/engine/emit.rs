@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::ScopedJoinHandle;
 
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::Engine;
@@ -1090,7 +1092,6 @@ fn apply_policy(
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
 ) -> Vec<(Arc<OutKey>, bool)> {
-    let options = &engine.options;
     let role_kinds = [
         output_gk(OutputKind::ClusterRole),
         output_gk(OutputKind::Role),
@@ -1098,83 +1099,14 @@ fn apply_policy(
     let roles_changed = role_kinds
         .iter()
         .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
-    let mut protected = options.protected.clone();
     let mut all = changes.all;
-    let allow_rules = match &options.allow {
-        Some(a) => {
-            protected.extend(a.selectors.iter().cloned());
-            if a.is_aggregated() {
-                if roles_changed || memo.allow_rules.is_none() {
-                    let rules = allow_list_rules(observed, a);
-                    if memo.allow_rules.as_ref() != Some(&rules) {
-                        all = true;
-                        memo.allow_rules = Some(rules);
-                    }
-                }
-                memo.allow_rules.clone().unwrap_or_default()
-            } else {
-                a.rules.clone()
-            }
-        }
-        None => Vec::new(),
-    };
-
+    let (protected, allow_rules) = allow_list(engine, observed, memo, roles_changed, &mut all);
     let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
     let keys: Vec<Arc<OutKey>> = if all {
-        // Every key: collected, then sorted once. Emitted keys are shared
-        // with the emitters, and a live object's key is copied only when
-        // nothing emits it.
-        let mut keys: Vec<Arc<OutKey>> = touched.iter().cloned().map(Arc::new).collect();
-        keys.extend(memo.emitters.shared_keys().cloned());
-        for kind in OutputKind::ALL {
-            for (k, _) in observed.entries(gk_of(kind)) {
-                if memo.emitters.get_parts(kind, k).is_none() {
-                    keys.push(Arc::new((kind, k.0.clone(), k.1.clone())));
-                }
-            }
-        }
-        keys.extend(memo.refused.keys().cloned().map(Arc::new));
-        keys.extend(memo.live_revoked.keys().cloned().map(Arc::new));
-        keys.sort_unstable();
-        keys.dedup();
-        keys
+        every_key(observed, memo, touched)
     } else {
-        // The changed keys of the output kinds (every output a rule
-        // touched is one), shared with the emitters where one emits it;
-        // then the dependents a change reached. Sorted, as the kinds and
-        // each kind's keys come in order.
-        let mut keys: Vec<Arc<OutKey>> = Vec::new();
-        for kind in OutputKind::ALL {
-            if let Some(changed) = changes.keys.get(gk_of(kind)) {
-                keys.extend(
-                    changed
-                        .iter()
-                        .map(|k| match memo.emitters.shared_key(kind, k) {
-                            Some(shared) => Arc::clone(shared),
-                            None => Arc::new((kind, k.0.clone(), k.1.clone())),
-                        }),
-                );
-            }
-        }
-        // What a rule touched was added to the changes with it.
-        debug_assert!(touched.iter().all(|k| {
-            changes
-                .keys
-                .get(gk_of(k.0))
-                .is_some_and(|c| c.contains(&(k.1.clone(), k.2.clone())))
-        }));
-        for (key, reads) in &memo.dependents {
-            let bound = reads.is_empty() && roles_changed;
-            if bound || reads.iter().any(|r| reached.contains(r)) {
-                keys.push(Arc::new(key.clone()));
-            }
-        }
-        // In order but for the dependents (a merge of sorted runs).
-        keys.sort();
-        keys.dedup();
-        keys
+        changed_keys_to_judge(memo, touched, changes, roles_changed, &reached)
     };
-
     let keys_list: Vec<&OutKey> = keys.iter().map(|k| &**k).collect();
     let policy = Policy {
         engine,
@@ -1211,91 +1143,10 @@ fn apply_policy(
     let fresh = changes.all;
     let mut changed = Vec::with_capacity(keys_list.len());
     for (key, v) in keys_list.iter().copied().zip(verdicts) {
-        // What the key held before this evaluation (the memo's desired
-        // set changes only here, once per key): the change reported.
-        let differs = match v.desired {
-            Some(d) if fresh => {
-                memo.desired.insert(d);
-                true
-            }
-            Some(d) => match memo.desired.insert(Arc::clone(&d)) {
-                Some(old) => {
-                    !Arc::ptr_eq(&old, &d)
-                        && (differing
-                            .contains(&(Arc::as_ptr(&old) as usize, Arc::as_ptr(&d) as usize))
-                            || *old != *d)
-                }
-                None => true,
-            },
-            None if fresh => false,
-            None => memo.desired.remove(key).is_some(),
-        };
-        changed.push(differs);
-        let old = memo.refused.get(key).cloned();
-        let new = v.refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
-        if old != new {
-            if let Some((r, _, _)) = old {
-                memo.rules[r].refused.remove(key);
-                report_dirty.insert(r);
-            }
-            match v.refused.map(|b| *b) {
-                Some((r, trigger, field, why)) => {
-                    memo.rules[r]
-                        .refused
-                        .insert(key.clone(), (trigger, field.clone(), why.clone()));
-                    report_dirty.insert(r);
-                    memo.refused.insert(key.clone(), (r, field, why));
-                }
-                None => {
-                    memo.refused.remove(key);
-                }
-            }
-        }
-        match v.live {
-            Some(why) => {
-                memo.live_revoked.insert(key.clone(), why);
-            }
-            None => {
-                memo.live_revoked.remove(key);
-            }
-        }
-        let revoked = memo
-            .refused
-            .get(key)
-            .map(|(_, _, why)| why.clone())
-            .or_else(|| memo.live_revoked.get(key).cloned());
-        match revoked {
-            Some(why) => {
-                memo.revoked.insert(key.clone(), why);
-            }
-            None => {
-                memo.revoked.remove(key);
-            }
-        }
-        let old = memo.noticed.get(key).cloned();
-        let new = v.notice.map(|b| *b);
-        if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.0, &n.3)) {
-            if let Some((Some(r), _)) = old {
-                memo.rules[r].notices.remove(key);
-                report_dirty.insert(r);
-            }
-            match new {
-                Some((rule, trigger, field, text)) => {
-                    if let Some(r) = rule {
-                        memo.rules[r]
-                            .notices
-                            .insert(key.clone(), (trigger, field, text.clone()));
-                        report_dirty.insert(r);
-                    } else {
-                        tracing::warn!(object = ?key, notice = %text, "aggregated role of a rule that does not run");
-                    }
-                    memo.noticed.insert(key.clone(), (rule, text));
-                }
-                None => {
-                    memo.noticed.remove(key);
-                }
-            }
-        }
+        changed.push(record_desired(memo, key, v.desired, fresh, differing));
+        record_refusal(memo, key, v.refused, report_dirty);
+        record_revoked(memo, key, v.live);
+        record_notice(memo, key, v.notice, report_dirty);
         match v.dependent {
             Some(reads) => {
                 memo.dependents.insert(key.clone(), reads);
@@ -1306,6 +1157,223 @@ fn apply_policy(
         }
     }
     keys.into_iter().zip(changed).collect()
+}
+
+/// The selectors no output may feed, and the allow-list's effective rules
+/// (an aggregated list's read again when roles changed; when they differ,
+/// everything is judged again: `all`).
+fn allow_list(
+    engine: &Engine,
+    observed: &ObjectStore,
+    memo: &mut Memo,
+    roles_changed: bool,
+    all: &mut bool,
+) -> (Vec<LabelSelector>, Vec<PolicyRule>) {
+    let options = &engine.options;
+    let mut protected = options.protected.clone();
+    let allow_rules = match &options.allow {
+        Some(a) => {
+            protected.extend(a.selectors.iter().cloned());
+            if a.is_aggregated() {
+                if roles_changed || memo.allow_rules.is_none() {
+                    let rules = allow_list_rules(observed, a);
+                    if memo.allow_rules.as_ref() != Some(&rules) {
+                        *all = true;
+                        memo.allow_rules = Some(rules);
+                    }
+                }
+                memo.allow_rules.clone().unwrap_or_default()
+            } else {
+                a.rules.clone()
+            }
+        }
+        None => Vec::new(),
+    };
+
+    (protected, allow_rules)
+}
+
+/// Every key policy judges after everything changed: collected, then
+/// sorted once.
+fn every_key(observed: &ObjectStore, memo: &Memo, touched: &BTreeSet<OutKey>) -> Vec<Arc<OutKey>> {
+    // Every key: collected, then sorted once. Emitted keys are shared
+    // with the emitters, and a live object's key is copied only when
+    // nothing emits it.
+    let mut keys: Vec<Arc<OutKey>> = touched.iter().cloned().map(Arc::new).collect();
+    keys.extend(memo.emitters.shared_keys().cloned());
+    for kind in OutputKind::ALL {
+        for (k, _) in observed.entries(gk_of(kind)) {
+            if memo.emitters.get_parts(kind, k).is_none() {
+                keys.push(Arc::new((kind, k.0.clone(), k.1.clone())));
+            }
+        }
+    }
+    keys.extend(memo.refused.keys().cloned().map(Arc::new));
+    keys.extend(memo.live_revoked.keys().cloned().map(Arc::new));
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// The keys an incremental evaluation judges: what changed, and the
+/// dependents a change reached.
+fn changed_keys_to_judge(
+    memo: &Memo,
+    touched: &BTreeSet<OutKey>,
+    changes: &Changes,
+    roles_changed: bool,
+    reached: &BTreeSet<String>,
+) -> Vec<Arc<OutKey>> {
+    // The changed keys of the output kinds (every output a rule
+    // touched is one), shared with the emitters where one emits it;
+    // then the dependents a change reached. Sorted, as the kinds and
+    // each kind's keys come in order.
+    let mut keys: Vec<Arc<OutKey>> = Vec::new();
+    for kind in OutputKind::ALL {
+        if let Some(changed) = changes.keys.get(gk_of(kind)) {
+            keys.extend(
+                changed
+                    .iter()
+                    .map(|k| match memo.emitters.shared_key(kind, k) {
+                        Some(shared) => Arc::clone(shared),
+                        None => Arc::new((kind, k.0.clone(), k.1.clone())),
+                    }),
+            );
+        }
+    }
+    // What a rule touched was added to the changes with it.
+    debug_assert!(touched.iter().all(|k| {
+        changes
+            .keys
+            .get(gk_of(k.0))
+            .is_some_and(|c| c.contains(&(k.1.clone(), k.2.clone())))
+    }));
+    for (key, reads) in &memo.dependents {
+        let bound = reads.is_empty() && roles_changed;
+        if bound || reads.iter().any(|r| reached.contains(r)) {
+            keys.push(Arc::new(key.clone()));
+        }
+    }
+    // In order but for the dependents (a merge of sorted runs).
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Puts a verdict's desired object in the memo's desired set; whether
+/// what the key held changed.
+fn record_desired(
+    memo: &mut Memo,
+    key: &OutKey,
+    desired: Option<Arc<Desired>>,
+    fresh: bool,
+    differing: &HashSet<(usize, usize)>,
+) -> bool {
+    // What the key held before this evaluation (the memo's desired
+    // set changes only here, once per key): the change reported.
+    match desired {
+        Some(d) if fresh => {
+            memo.desired.insert(d);
+            true
+        }
+        Some(d) => match memo.desired.insert(Arc::clone(&d)) {
+            Some(old) => {
+                !Arc::ptr_eq(&old, &d)
+                    && (differing.contains(&(Arc::as_ptr(&old) as usize, Arc::as_ptr(&d) as usize))
+                        || *old != *d)
+            }
+            None => true,
+        },
+        None if fresh => false,
+        None => memo.desired.remove(key).is_some(),
+    }
+}
+
+/// Records a verdict's refusal with the memo and its rule.
+fn record_refusal(
+    memo: &mut Memo,
+    key: &OutKey,
+    refused: Option<Box<Refusal>>,
+    report_dirty: &mut BTreeSet<usize>,
+) {
+    let old = memo.refused.get(key).cloned();
+    let new = refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
+    if old != new {
+        if let Some((r, _, _)) = old {
+            memo.rules[r].refused.remove(key);
+            report_dirty.insert(r);
+        }
+        match refused.map(|b| *b) {
+            Some((r, trigger, field, why)) => {
+                memo.rules[r]
+                    .refused
+                    .insert(key.clone(), (trigger, field.clone(), why.clone()));
+                report_dirty.insert(r);
+                memo.refused.insert(key.clone(), (r, field, why));
+            }
+            None => {
+                memo.refused.remove(key);
+            }
+        }
+    }
+}
+
+/// Records whether the live object is refused, and what is revoked.
+fn record_revoked(memo: &mut Memo, key: &OutKey, live: Option<String>) {
+    match live {
+        Some(why) => {
+            memo.live_revoked.insert(key.clone(), why);
+        }
+        None => {
+            memo.live_revoked.remove(key);
+        }
+    }
+    let revoked = memo
+        .refused
+        .get(key)
+        .map(|(_, _, why)| why.clone())
+        .or_else(|| memo.live_revoked.get(key).cloned());
+    match revoked {
+        Some(why) => {
+            memo.revoked.insert(key.clone(), why);
+        }
+        None => {
+            memo.revoked.remove(key);
+        }
+    }
+}
+
+/// Records an aggregated role's notice with the memo and its rule.
+fn record_notice(
+    memo: &mut Memo,
+    key: &OutKey,
+    notice: Option<Box<Notice>>,
+    report_dirty: &mut BTreeSet<usize>,
+) {
+    let old = memo.noticed.get(key).cloned();
+    let new = notice.map(|b| *b);
+    if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.0, &n.3)) {
+        if let Some((Some(r), _)) = old {
+            memo.rules[r].notices.remove(key);
+            report_dirty.insert(r);
+        }
+        match new {
+            Some((rule, trigger, field, text)) => {
+                if let Some(r) = rule {
+                    memo.rules[r]
+                        .notices
+                        .insert(key.clone(), (trigger, field, text.clone()));
+                    report_dirty.insert(r);
+                } else {
+                    tracing::warn!(object = ?key, notice = %text, "aggregated role of a rule that does not run");
+                }
+                memo.noticed.insert(key.clone(), (rule, text));
+            }
+            None => {
+                memo.noticed.remove(key);
+            }
+        }
+    }
 }
 
 /// A rule's report from its remembered outcomes, conflicts and refusals,

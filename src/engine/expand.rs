@@ -1630,15 +1630,27 @@ impl Evaluator<'_> {
         let several = sources.len() > 1;
         for (src, addr) in sources {
             let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
-            if let Some(key) = &cache
-                && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
-            {
-                parts.push(Arc::clone(entries));
-                self.warnings.borrow_mut().extend(warned.iter().cloned());
-                continue;
-            }
             parts.push(self.source_entries(f, src, cache, &path, extract.as_ref()));
         }
+        let items = self.union_items(i, rel, f, ctx, &parts, conditions_ok, keys)?;
+        *judged = conditions_ok;
+        Ok(ControlFlow::Continue(items))
+    }
+
+    /// The union of a listField's entries by text, read in place; judged
+    /// by text here when its conditions read only the item, else with each
+    /// item's text in `keys` for the judging after.
+    #[allow(clippy::too_many_arguments)]
+    fn union_items(
+        &self,
+        i: usize,
+        rel: &Related,
+        f: At<'_>,
+        ctx: &mut Context,
+        parts: &[Arc<ExtractedEntries>],
+        conditions_ok: bool,
+        keys: &mut Vec<String>,
+    ) -> Result<Vec<Value>> {
         let mut union: Vec<(&str, &Value)> = parts
             .iter()
             .flat_map(|p| p.iter().map(|(t, v)| (t.as_str(), v)))
@@ -1649,20 +1661,20 @@ impl Evaluator<'_> {
             // Judged by text, as below, without binding a copy of an
             // item whose verdicts are cached.
             let items = self.judge_entries(i, rel, f, &union, ctx)?;
-            *judged = true;
-            Ok(ControlFlow::Continue(items))
+            Ok(items)
         } else {
             let (texts, items): (Vec<String>, Vec<Value>) = union
                 .into_iter()
                 .map(|(t, v)| (t.to_string(), v.clone()))
                 .unzip();
             *keys = texts;
-            Ok(ControlFlow::Continue(items))
+            Ok(items)
         }
     }
 
     /// One listField source's entries: the list at `path` (a map there is
-    /// one entry), each entry extracted by `extract`; cached under `cache`.
+    /// one entry), each entry extracted by `extract`; cached under `cache`
+    /// (and taken from there when cached before).
     fn source_entries(
         &self,
         f: At<'_>,
@@ -1671,6 +1683,12 @@ impl Evaluator<'_> {
         path: &FieldPath,
         extract: Option<&(FieldPath, Cow<'_, regex::Regex>, Unmatched)>,
     ) -> Arc<ExtractedEntries> {
+        if let Some(key) = &cache
+            && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
+        {
+            self.warnings.borrow_mut().extend(warned.iter().cloned());
+            return Arc::clone(entries);
+        }
         let mut mine: Vec<(String, Value)> = Vec::new();
         let warned = self.warnings.borrow().len();
         let src: Cow<Value> = match src {

@@ -429,7 +429,7 @@ fn render_dirty(
             // A one-shot render's triggers read only the store and earlier
             // rules: another thread, with its own view and caches, shares
             // them out chunk by chunk, merged back in trigger order.
-            let chunks = Chunks::new(&dirty);
+            let chunks = Chunks::new(dirty);
             let shared = &chunks;
             let (emitters, rules) = (&memo.emitters, memo.rules.as_slice());
             std::thread::scope(|s| {
@@ -650,7 +650,6 @@ fn new_evaluator<'a>(
         record,
         warnings: RefCell::default(),
         mark: Cell::new(false),
-        checked_only: Cell::new(false),
         items: RefCell::new(items),
         derived: RefCell::new(derived),
         inputs: RefCell::default(),

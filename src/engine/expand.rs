@@ -188,10 +188,6 @@ pub(super) struct Evaluator<'a> {
     pub warnings: RefCell<Vec<FieldWarning>>,
     /// Whether templated strings are marked as data (policy rules).
     pub mark: Cell<bool>,
-    /// Whether the whole value [`Evaluator::expand`] keeps is only ever
-    /// checked, never read again (an output's policy rules, cached checked
-    /// beside it): its expansion is then cached as null, not copied.
-    pub checked_only: Cell<bool>,
     /// Verdicts on listField items, cached by the rule's memo.
     pub items: RefCell<ItemCache>,
     /// Lists and vars shared by renders with the same inputs, cached by the
@@ -343,6 +339,10 @@ enum Source<'a> {
     Seen(&'a Value),
     Held(&'a Arc<Value>, bool),
 }
+
+/// A listField result to cache once its set is judged: its key, and the
+/// budget used and warnings given before it was computed.
+type PendingList = ((usize, Vec<usize>), usize, usize);
 
 /// Where one entry of an expanded list landed (see [`Inputs::spans`]).
 pub(super) struct Span {
@@ -551,6 +551,19 @@ impl Evaluator<'_> {
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
     fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
+        self.expand_as(v, ctx, field, false)
+    }
+
+    /// [`Evaluator::expand`]; `checked_only`: the whole value is only ever
+    /// checked, never read again (an output's policy rules, cached checked
+    /// beside it), so its expansion is cached as null, not copied.
+    fn expand_as(
+        &self,
+        v: &Value,
+        ctx: &mut Context,
+        field: At<'_>,
+        checked_only: bool,
+    ) -> Result<Value> {
         let key = match v {
             Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => {
                 self.expansion_key(v, false)
@@ -587,7 +600,7 @@ impl Evaluator<'_> {
         }
         if let (Some(key), Ok(value)) = (key, &out) {
             let bytes = limits::used().saturating_sub(before);
-            let cached = if self.checked_only.get() {
+            let cached = if checked_only {
                 Value::Null
             } else {
                 value.clone()
@@ -1193,7 +1206,7 @@ impl Evaluator<'_> {
         let mut arcs: Option<Vec<Arc<Value>>> = None;
         // Where a listField result computed here is cached: its key, and
         // the budget and warnings before it.
-        let mut keep: Option<((usize, Vec<usize>), usize, usize)> = None;
+        let mut keep: Option<PendingList> = None;
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
             let (gk, ns, read) = self.related_read(q, f, ctx, trigger, view)?;
             let found = self.find_related(i, &gk, ns, read, view);
@@ -1301,7 +1314,7 @@ impl Evaluator<'_> {
         &self,
         rel: &Related,
         arcs: Option<Vec<Arc<Value>>>,
-        keep: Option<((usize, Vec<usize>), usize, usize)>,
+        keep: Option<PendingList>,
     ) {
         if let Some(a) = arcs {
             // (`require` drops objects not followed here: such a set
@@ -1440,12 +1453,12 @@ impl Evaluator<'_> {
                 // up, not listed.
                 (Some(names), Some(ns)) => names
                     .iter()
-                    .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
+                    .filter_map(|n| view.get_shared(gk, &(ns.clone(), n.clone())))
                     .filter(|o| unowned.passes(o))
                     .cloned()
                     .collect(),
                 _ => view
-                    .list(&gk, ns.as_deref())
+                    .list(gk, ns.as_deref())
                     .iter()
                     .filter(|o| unowned.passes(o))
                     .map(|o| Arc::clone(o))
@@ -1528,7 +1541,7 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         keys: &mut Vec<String>,
         judged: &mut bool,
-        keep: &mut Option<((usize, Vec<usize>), usize, usize)>,
+        keep: &mut Option<PendingList>,
     ) -> Result<ControlFlow<Vec<Value>, Vec<Value>>> {
         let path = FieldPath::parse(&l.path).map_err(|e| {
             FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
@@ -2558,12 +2571,10 @@ impl Evaluator<'_> {
         }
         // Cached whole, it is read again only through its
         // checked rules (cached below, or the expansion dropped).
-        self.checked_only.set(key.is_some());
         let expanded = match cached {
             Some(_) => Ok(Value::Null),
-            None => self.expand(r, ctx, field),
+            None => self.expand_as(r, ctx, field, key.is_some()),
         };
-        self.checked_only.set(false);
         let spans = self.inputs.borrow_mut().spans.take();
         self.mark.set(false);
         Ok(match cached {

@@ -340,6 +340,10 @@ enum Source<'a> {
     Held(&'a Arc<Value>, bool),
 }
 
+/// A listField's extract: the path of the text in each entry, the regex
+/// it must match, and what becomes of an entry it does not.
+type Extract<'r> = (FieldPath, Cow<'r, regex::Regex>, Unmatched);
+
 /// A listField result to cache once its set is judged: its key, and the
 /// budget used and warnings given before it was computed.
 type PendingList = ((usize, Vec<usize>), usize, usize);
@@ -1444,26 +1448,7 @@ impl Evaluator<'_> {
         );
         let mut inputs = self.inputs.borrow_mut();
         if !inputs.found.contains_key(&lookup) {
-            let unowned = Read {
-                owner: None,
-                ..read.clone()
-            };
-            let objects: Vec<Arc<Value>> = match (&read.names, &ns) {
-                // Named in one namespace (or cluster-scoped): looked
-                // up, not listed.
-                (Some(names), Some(ns)) => names
-                    .iter()
-                    .filter_map(|n| view.get_shared(gk, &(ns.clone(), n.clone())))
-                    .filter(|o| unowned.passes(o))
-                    .cloned()
-                    .collect(),
-                _ => view
-                    .list(gk, ns.as_deref())
-                    .iter()
-                    .filter(|o| unowned.passes(o))
-                    .map(|o| Arc::clone(o))
-                    .collect(),
-            };
+            let objects = look_up(gk, ns.as_ref(), &read, view);
             if inputs.found.len() >= FOUND_MAX {
                 inputs.found.clear();
             }
@@ -1621,20 +1606,7 @@ impl Evaluator<'_> {
                 }
             }
         }
-        let extract = match &l.extract {
-            Some(x) => Some((
-                FieldPath::parse(&x.path).map_err(|e| {
-                    FieldError::new(
-                        ErrorKind::InvalidRule,
-                        format!("{f}.listField.extract.path"),
-                        e,
-                    )
-                })?,
-                self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
-                x.unmatched,
-            )),
-            None => None,
-        };
+        let extract = self.list_extract(f, l)?;
         // Each source's entries (cached ones shared, not copied), then
         // their union by text, read in place: only the items judged
         // afresh and those the list keeps are copied.
@@ -1685,6 +1657,24 @@ impl Evaluator<'_> {
         }
     }
 
+    /// A listField's extract: its path and regex, compiled.
+    fn list_extract(&self, f: At<'_>, l: &ListFieldQuery) -> Result<Option<Extract<'_>>> {
+        Ok(match &l.extract {
+            Some(x) => Some((
+                FieldPath::parse(&x.path).map_err(|e| {
+                    FieldError::new(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.listField.extract.path"),
+                        e,
+                    )
+                })?,
+                self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
+                x.unmatched,
+            )),
+            None => None,
+        })
+    }
+
     /// One listField source's entries: the list at `path` (a map there is
     /// one entry), each entry extracted by `extract`; cached under `cache`
     /// (and taken from there when cached before).
@@ -1694,7 +1684,7 @@ impl Evaluator<'_> {
         src: Source<'_>,
         cache: Option<(usize, usize, usize)>,
         path: &FieldPath,
-        extract: Option<&(FieldPath, Cow<'_, regex::Regex>, Unmatched)>,
+        extract: Option<&Extract<'_>>,
     ) -> Arc<ExtractedEntries> {
         if let Some(key) = &cache
             && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
@@ -2843,6 +2833,31 @@ impl Evaluator<'_> {
             owner: None,
         });
         Ok(roles)
+    }
+}
+
+/// The objects a read finds, whatever their owners: looked up by name
+/// when named in one namespace (or cluster-scoped), else listed.
+fn look_up(gk: &GroupKind, ns: Option<&String>, read: &Read, view: &View) -> Vec<Arc<Value>> {
+    let unowned = Read {
+        owner: None,
+        ..read.clone()
+    };
+    match (&read.names, ns) {
+        // Named in one namespace (or cluster-scoped): looked
+        // up, not listed.
+        (Some(names), Some(ns)) => names
+            .iter()
+            .filter_map(|n| view.get_shared(gk, &(ns.clone(), n.clone())))
+            .filter(|o| unowned.passes(o))
+            .cloned()
+            .collect(),
+        _ => view
+            .list(gk, ns.map(String::as_str))
+            .iter()
+            .filter(|o| unowned.passes(o))
+            .map(|o| Arc::clone(o))
+            .collect(),
     }
 }
 

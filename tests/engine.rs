@@ -415,6 +415,11 @@ fn manage_levels_switch_rules_off() {
 fn interests_name_every_kind_the_rules_read() {
     let builtin = rbac_rules::rules::builtin().expect("built-in rules");
     let engine = Engine::new(&builtin, Options::default());
+    // The same answer without an engine.
+    assert_eq!(
+        rbac_rules::engine::interests(&builtin, &Options::default()),
+        engine.interests()
+    );
     let kinds: Vec<(String, bool)> = engine
         .interests()
         .into_iter()
@@ -515,8 +520,12 @@ fn interests_by_rule_are_per_rule() {
     let all = rules(COPY);
     let kinds = |r: &str| {
         let one: Vec<_> = all.iter().filter(|s| s.name == r).cloned().collect();
-        Engine::new(&one, Options::default())
-            .interests()
+        let interests = Engine::new(&one, Options::default()).interests();
+        assert_eq!(
+            rbac_rules::engine::interests(&one, &Options::default()),
+            interests
+        );
+        interests
             .iter()
             .map(|i| i.gk.to_string())
             .collect::<Vec<_>>()

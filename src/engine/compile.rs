@@ -10,10 +10,14 @@ use serde_json::Value;
 
 use super::error::{ErrorKind, FieldError};
 use super::fast_hash::HashMap;
+/// Kind facts live in [`super::kinds`]; these paths stay for callers.
+pub use super::kinds::{gk_of, output_gk, output_kind};
 use super::path::FieldPath;
 use super::store::GroupKind;
-use super::template::Templates;
-use crate::api::{Condition, OutputKind, RbacRuleSpec};
+use super::template::{Templates, mentions_text, named_reads, trigger_paths};
+use crate::api::{
+    Condition, ListFieldQuery, ObjectQuery, Output, OutputKind, RbacRuleSpec, Trigger,
+};
 
 /// Names templates may not use for loop variables or related sets.
 pub const RESERVED: &[&str] = &[
@@ -34,7 +38,7 @@ pub struct CompiledRule {
     pub consumes: BTreeSet<GroupKind>,
     /// Kinds the rule emits.
     pub produces: BTreeSet<GroupKind>,
-    /// What its kept lists and vars are computed from, as JSON: rules
+    /// What its cached lists and vars are computed from, as JSON: rules
     /// that agree on some share those values (see [`Derivation::common`]).
     pub derivation: Derivation,
     /// Related object sets no template or expression reads (only a
@@ -138,118 +142,13 @@ fn unread_related(spec: &RbacRuleSpec, texts: &[&str]) -> BTreeSet<String> {
         .filter(|r| r.objects.is_some())
         .map(|r| r.name.as_str());
     let names: Vec<&str> = spec.related.iter().map(|r| r.name.as_str()).collect();
-    match super::expand::named_reads(texts, "related", &names) {
+    match named_reads(texts, "related", &names) {
         Some(read) => sets
             .filter(|n| !read.iter().any(|r| r == n))
             .map(str::to_string)
             .collect(),
         None => BTreeSet::new(),
     }
-}
-
-/// Whether `c` may continue a handlebars name (anything but whitespace and
-/// the punctuation its grammar gives a meaning).
-fn name_char(c: char) -> bool {
-    !c.is_whitespace() && !"!\"#%&'()*+,./;<=>@[\\]^`{|}~".contains(c)
-}
-
-/// Whether a name right after `c` is the tail of another name or path
-/// (`vars.trigger`, `@trigger`).
-fn continues_name(c: char) -> bool {
-    name_char(c) || matches!(c, '.' | '/' | '@')
-}
-
-/// The paths below `trigger` the texts read (`trigger.metadata.name`,
-/// `get trigger "spec.image"`): `None` when one reads it whole or any
-/// other way (a computed path, a literal segment at the root, `/`). A
-/// path may stop above what is read (`trigger.metadata.labels.[a/b]` is
-/// read as `metadata.labels`): the value there is copied whole.
-fn trigger_paths(texts: &[&str]) -> Option<Vec<Vec<String>>> {
-    const ROOT: &str = "trigger";
-    let mut paths = Vec::new();
-    for t in texts {
-        for (at, _) in t.match_indices(ROOT) {
-            let before = &t[..at];
-            match before.chars().next_back() {
-                Some(c) if continues_name(c) => continue,
-                // A literal segment could name the root (`[trigger]`).
-                Some('[') => return None,
-                _ => {}
-            }
-            let rest = &t[at + ROOT.len()..];
-            let path = match rest.chars().next() {
-                // A longer name (`triggers`).
-                Some(c) if name_char(c) => continue,
-                Some('.') => dotted_keys(&rest[1..]),
-                Some(c) if !ends_name(c) => None,
-                _ => get_literal(before, rest),
-            };
-            paths.push(path.filter(|p| !p.is_empty())?);
-        }
-    }
-    paths.sort();
-    paths.dedup();
-    Some(paths)
-}
-
-/// Whether `c` ends a name read whole (`{{x}}`, `(f x)`, `{{x~}}`, `x y`).
-fn ends_name(c: char) -> bool {
-    c.is_whitespace() || matches!(c, '}' | ')' | '~')
-}
-
-/// The keys of a path after `trigger.`, up to the first that is not a
-/// plain name (the rest is read below them); a key that does not end the
-/// way a name does is left out.
-fn dotted_keys(mut rest: &str) -> Option<Vec<String>> {
-    let mut keys = Vec::new();
-    loop {
-        let end = rest.find(|c: char| !name_char(c)).unwrap_or(rest.len());
-        if end == 0 {
-            return Some(keys);
-        }
-        let (key, after) = rest.split_at(end);
-        match after.chars().next() {
-            Some('.') => {
-                keys.push(key.to_string());
-                rest = &after[1..];
-            }
-            // A `/` separates keys too: what follows is read below this one.
-            Some(c) if c != '/' && !ends_name(c) => return Some(keys),
-            _ => {
-                keys.push(key.to_string());
-                return Some(keys);
-            }
-        }
-    }
-}
-
-/// The keys of `get trigger "<path>"`'s path (`before` ends with `get `,
-/// `rest` starts after `trigger`), up to its first index; `None` for any
-/// other use of `trigger` as a whole.
-fn get_literal(before: &str, rest: &str) -> Option<Vec<String>> {
-    let head = before.trim_end();
-    if head.len() == before.len() {
-        return None;
-    }
-    let helper = head.strip_suffix("get")?;
-    if helper.chars().next_back().is_some_and(continues_name) {
-        return None;
-    }
-    let lit = rest.trim_start().strip_prefix('"')?;
-    let lit = &lit[..lit.find('"')?];
-    if lit.contains('\\') {
-        return None;
-    }
-    let path = FieldPath::parse(lit).ok()?;
-    Some(
-        path.segments()
-            .iter()
-            .map_while(|s| match s {
-                super::path::Segment::Key(k) => Some(k.clone()),
-                super::path::Segment::Index(_) => None,
-            })
-            .collect(),
-    )
 }
 
 /// A rule's trigger, related sets and vars, each as JSON text.
@@ -261,7 +160,7 @@ pub struct Derivation {
 }
 
 impl Derivation {
-    /// With the values of its params: two rules share kept values only
+    /// With the values of its params: two rules share cached values only
     /// when their params agree too.
     fn of(spec: &RbacRuleSpec, params: &serde_json::Map<String, Value>) -> Derivation {
         fn text<T: serde::Serialize>(v: &T) -> String {
@@ -275,7 +174,7 @@ impl Derivation {
     }
 
     /// How many leading related sets and vars two rules of the same
-    /// trigger define alike: a kept value of one (keyed by their index)
+    /// trigger define alike: a cached value of one (keyed by their index)
     /// is the other's below those. `None` when they share nothing.
     pub fn common(&self, other: &Derivation) -> Option<(usize, usize)> {
         let lead = |a: &[String], b: &[String]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
@@ -340,32 +239,6 @@ pub fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interes
         }
     }
     out.into_values().collect()
-}
-
-/// The group/kind of an emitted kind.
-pub fn output_gk(kind: OutputKind) -> GroupKind {
-    GroupKind::new("rbac.authorization.k8s.io", kind.as_str())
-}
-
-/// The output kind of a group and kind, if it is one.
-pub fn output_kind(gk: &GroupKind) -> Option<OutputKind> {
-    // Compared in place: asked on every lookup, so no GroupKind is built.
-    let rbac = gk_of(OutputKind::ClusterRole);
-    if gk.group != rbac.group {
-        return None;
-    }
-    OutputKind::ALL.into_iter().find(|k| k.as_str() == gk.kind)
-}
-
-/// The group and kind of an output kind, built once.
-pub fn gk_of(kind: OutputKind) -> &'static GroupKind {
-    static GKS: std::sync::LazyLock<[GroupKind; 4]> =
-        std::sync::LazyLock::new(|| OutputKind::ALL.map(output_gk));
-    let at = OutputKind::ALL
-        .iter()
-        .position(|k| *k == kind)
-        .unwrap_or_default();
-    &GKS[at]
 }
 
 /// Compiles `text` as a regular expression matching a whole value.
@@ -629,7 +502,9 @@ pub fn directive(v: &Value) -> Result<Option<Directive<'_>>, String> {
     Ok(Some(d))
 }
 
-/// Validates and compiles one rule; templates go into `templates`.
+/// Validates and compiles one rule; templates go into `templates`. Each
+/// part of the spec is checked in turn (errors in the spec's order), and a
+/// rule without errors is compiled with what the engine works out once.
 pub fn compile(
     name: &str,
     spec: &RbacRuleSpec,
@@ -640,59 +515,74 @@ pub fn compile(
         regexes: HashMap::default(),
         errors: Vec::new(),
     };
-    let mut produces = BTreeSet::new();
-
     if let Some(t) = &spec.trigger {
-        if t.kind.is_empty() {
+        check_trigger(&mut c, t);
+    }
+    check_related(&mut c, spec);
+    check_params(&mut c, spec);
+    check_vars(&mut c, spec);
+    check_outputs(&mut c, spec);
+    if c.errors.is_empty() {
+        Ok(compiled(name, spec, c.regexes))
+    } else {
+        Err(c.errors)
+    }
+}
+
+/// Checks the trigger.
+fn check_trigger(c: &mut Compiler, t: &Trigger) {
+    if t.kind.is_empty() {
+        c.err(
+            ErrorKind::InvalidRule,
+            "spec.trigger.kind",
+            "kind is required",
+        );
+    }
+    if let Some(sel) = &t.selector {
+        // Trigger selectors are literal: nothing to render them from.
+        if let Err(e) = crate::selector::validate(sel) {
+            c.err(ErrorKind::Selector, "spec.trigger.selector", e.to_string());
+        }
+    }
+    for (i, cond) in t.conditions.iter().enumerate() {
+        c.condition(&format!("spec.trigger.conditions[{i}]"), cond);
+    }
+    for (i, cond) in t.require.iter().enumerate() {
+        c.condition(&format!("spec.trigger.require[{i}]"), cond);
+    }
+    if let Some(m) = &t.metadata_match {
+        c.regex("spec.trigger.metadataMatch.key", &m.key);
+        if !Templates::is_literal(&m.key) {
             c.err(
                 ErrorKind::InvalidRule,
-                "spec.trigger.kind",
-                "kind is required",
+                "spec.trigger.metadataMatch.key",
+                "must not be a template",
             );
         }
-        if let Some(sel) = &t.selector {
-            // Trigger selectors are literal: nothing to render them from.
-            if let Err(e) = crate::selector::validate(sel) {
-                c.err(ErrorKind::Selector, "spec.trigger.selector", e.to_string());
-            }
-        }
-        for (i, cond) in t.conditions.iter().enumerate() {
-            c.condition(&format!("spec.trigger.conditions[{i}]"), cond);
-        }
-        for (i, cond) in t.require.iter().enumerate() {
-            c.condition(&format!("spec.trigger.require[{i}]"), cond);
-        }
-        if let Some(m) = &t.metadata_match {
-            c.regex("spec.trigger.metadataMatch.key", &m.key);
-            if !Templates::is_literal(&m.key) {
+        if let Some(v) = &m.value {
+            c.regex("spec.trigger.metadataMatch.value", v);
+            if !Templates::is_literal(v) {
                 c.err(
                     ErrorKind::InvalidRule,
-                    "spec.trigger.metadataMatch.key",
+                    "spec.trigger.metadataMatch.value",
                     "must not be a template",
                 );
             }
-            if let Some(v) = &m.value {
-                c.regex("spec.trigger.metadataMatch.value", v);
-                if !Templates::is_literal(v) {
-                    c.err(
-                        ErrorKind::InvalidRule,
-                        "spec.trigger.metadataMatch.value",
-                        "must not be a template",
-                    );
-                }
-            }
-        }
-        if let Some(p) = &t.pause
-            && p.annotation.is_empty()
-        {
-            c.err(
-                ErrorKind::InvalidRule,
-                "spec.trigger.pause.annotation",
-                "annotation is required",
-            );
         }
     }
+    if let Some(p) = &t.pause
+        && p.annotation.is_empty()
+    {
+        c.err(
+            ErrorKind::InvalidRule,
+            "spec.trigger.pause.annotation",
+            "annotation is required",
+        );
+    }
+}
 
+/// Checks the related sets: names, and each set's query or list field.
+fn check_related(c: &mut Compiler, spec: &RbacRuleSpec) {
     let mut related_names: BTreeSet<&str> = BTreeSet::new();
     for (i, r) in spec.related.iter().enumerate() {
         let f = format!("spec.related[{i}]");
@@ -708,91 +598,8 @@ pub fn compile(
             c.expr(&format!("{f}.when"), w);
         }
         match (&r.objects, &r.list_field) {
-            (Some(q), None) => {
-                if q.kind.is_empty() {
-                    c.err(
-                        ErrorKind::InvalidRule,
-                        format!("{f}.objects.kind"),
-                        "kind is required",
-                    );
-                }
-                if q.controlled_by_trigger && spec.trigger.is_none() {
-                    c.err(
-                        ErrorKind::InvalidRule,
-                        format!("{f}.objects.controlledByTrigger"),
-                        "needs a trigger",
-                    );
-                }
-                if q.controlled_by_trigger && !q.owned_by.is_empty() {
-                    c.err(
-                        ErrorKind::InvalidRule,
-                        format!("{f}.objects.ownedBy"),
-                        "give at most one of controlledByTrigger and ownedBy",
-                    );
-                }
-                for (j, of) in q.owned_by.iter().enumerate() {
-                    let known = if of == "trigger" {
-                        spec.trigger.is_some()
-                    } else {
-                        spec.related[..i]
-                            .iter()
-                            .any(|p| &p.name == of && p.objects.is_some())
-                    };
-                    if !known {
-                        c.err(
-                            ErrorKind::InvalidRule,
-                            format!("{f}.objects.ownedBy[{j}]"),
-                            format!(
-                                "{of:?} is neither the trigger nor an earlier related set of objects"
-                            ),
-                        );
-                    }
-                }
-                if let Some(ns) = &q.namespace {
-                    c.template(&format!("{f}.objects.namespace"), ns);
-                }
-                if let Some(n) = &q.names {
-                    c.tvalue(&format!("{f}.objects.names"), n);
-                }
-                if let Some(s) = &q.selector {
-                    c.selector(&format!("{f}.objects.selector"), s);
-                }
-            }
-            (None, Some(l)) => {
-                c.path(&format!("{f}.listField.path"), &l.path);
-                for (j, of) in l.of.iter().enumerate() {
-                    let known = if of == "trigger" {
-                        spec.trigger.is_some()
-                    } else {
-                        spec.related[..i].iter().any(|p| &p.name == of)
-                    };
-                    if !known {
-                        c.err(
-                            ErrorKind::InvalidRule,
-                            format!("{f}.listField.of[{j}]"),
-                            format!("{of:?} is neither the trigger nor an earlier related set"),
-                        );
-                    }
-                }
-                if l.of.is_empty() && spec.trigger.is_none() {
-                    c.err(
-                        ErrorKind::InvalidRule,
-                        format!("{f}.listField.of"),
-                        "a static rule must name the sets to read",
-                    );
-                }
-                if let Some(x) = &l.extract {
-                    c.path(&format!("{f}.listField.extract.path"), &x.path);
-                    c.regex(&format!("{f}.listField.extract.regex"), &x.regex);
-                    if !Templates::is_literal(&x.regex) {
-                        c.err(
-                            ErrorKind::InvalidRule,
-                            format!("{f}.listField.extract.regex"),
-                            "must not be a template",
-                        );
-                    }
-                }
-            }
+            (Some(q), None) => check_objects_query(c, spec, i, &f, q),
+            (None, Some(l)) => check_list_field(c, spec, i, &f, l),
             _ => c.err(
                 ErrorKind::InvalidRule,
                 f.clone(),
@@ -806,7 +613,97 @@ pub fn compile(
             c.condition(&format!("{f}.require[{j}]"), cond);
         }
     }
+}
 
+/// Checks a related set's query of objects (set `i`, at `f`).
+fn check_objects_query(c: &mut Compiler, spec: &RbacRuleSpec, i: usize, f: &str, q: &ObjectQuery) {
+    if q.kind.is_empty() {
+        c.err(
+            ErrorKind::InvalidRule,
+            format!("{f}.objects.kind"),
+            "kind is required",
+        );
+    }
+    if q.controlled_by_trigger && spec.trigger.is_none() {
+        c.err(
+            ErrorKind::InvalidRule,
+            format!("{f}.objects.controlledByTrigger"),
+            "needs a trigger",
+        );
+    }
+    if q.controlled_by_trigger && !q.owned_by.is_empty() {
+        c.err(
+            ErrorKind::InvalidRule,
+            format!("{f}.objects.ownedBy"),
+            "give at most one of controlledByTrigger and ownedBy",
+        );
+    }
+    for (j, of) in q.owned_by.iter().enumerate() {
+        let known = if of == "trigger" {
+            spec.trigger.is_some()
+        } else {
+            spec.related[..i]
+                .iter()
+                .any(|p| &p.name == of && p.objects.is_some())
+        };
+        if !known {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.objects.ownedBy[{j}]"),
+                format!("{of:?} is neither the trigger nor an earlier related set of objects"),
+            );
+        }
+    }
+    if let Some(ns) = &q.namespace {
+        c.template(&format!("{f}.objects.namespace"), ns);
+    }
+    if let Some(n) = &q.names {
+        c.tvalue(&format!("{f}.objects.names"), n);
+    }
+    if let Some(s) = &q.selector {
+        c.selector(&format!("{f}.objects.selector"), s);
+    }
+}
+
+/// Checks a related set's list field (set `i`, at `f`).
+fn check_list_field(c: &mut Compiler, spec: &RbacRuleSpec, i: usize, f: &str, l: &ListFieldQuery) {
+    c.path(&format!("{f}.listField.path"), &l.path);
+    for (j, of) in l.of.iter().enumerate() {
+        let known = if of == "trigger" {
+            spec.trigger.is_some()
+        } else {
+            spec.related[..i].iter().any(|p| &p.name == of)
+        };
+        if !known {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.listField.of[{j}]"),
+                format!("{of:?} is neither the trigger nor an earlier related set"),
+            );
+        }
+    }
+    if l.of.is_empty() && spec.trigger.is_none() {
+        c.err(
+            ErrorKind::InvalidRule,
+            format!("{f}.listField.of"),
+            "a static rule must name the sets to read",
+        );
+    }
+    if let Some(x) = &l.extract {
+        c.path(&format!("{f}.listField.extract.path"), &x.path);
+        c.regex(&format!("{f}.listField.extract.regex"), &x.regex);
+        if !Templates::is_literal(&x.regex) {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.listField.extract.regex"),
+                "must not be a template",
+            );
+        }
+    }
+}
+
+/// Checks the params: names and defaults.
+fn check_params(c: &mut Compiler, spec: &RbacRuleSpec) {
     let mut param_names: BTreeSet<&str> = BTreeSet::new();
     for (i, p) in spec.params.iter().enumerate() {
         let f = format!("spec.params[{i}]");
@@ -828,7 +725,10 @@ pub fn compile(
             );
         }
     }
+}
 
+/// Checks the vars: names and expressions.
+fn check_vars(c: &mut Compiler, spec: &RbacRuleSpec) {
     let mut var_names: BTreeSet<&str> = BTreeSet::new();
     for (i, v) in spec.vars.iter().enumerate() {
         let f = format!("spec.vars[{i}]");
@@ -842,7 +742,11 @@ pub fn compile(
         }
         c.expr(&format!("{f}.value"), &v.value);
     }
+}
 
+/// Checks the outputs: at least one, each its templates and then the
+/// fields its kind takes.
+fn check_outputs(c: &mut Compiler, spec: &RbacRuleSpec) {
     if spec.outputs.is_empty() {
         c.err(
             ErrorKind::InvalidRule,
@@ -852,191 +756,206 @@ pub fn compile(
     }
     for (i, o) in spec.outputs.iter().enumerate() {
         let f = format!("spec.outputs[{i}]");
-        produces.insert(output_gk(o.kind));
-        if let Some(e) = &o.for_each {
-            c.expr(&format!("{f}.forEach"), e);
+        check_output_meta(c, &f, o);
+        check_output_kind_fields(c, &f, o);
+        check_output_kind_values(c, &f, o);
+    }
+}
+
+/// Checks an output's loop, condition, name, namespace, labels and
+/// annotations.
+fn check_output_meta(c: &mut Compiler, f: &str, o: &Output) {
+    if let Some(e) = &o.for_each {
+        c.expr(&format!("{f}.forEach"), e);
+    }
+    if let Some(a) = &o.as_name {
+        c.identifier(&format!("{f}.as"), a);
+        if o.for_each.is_none() {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.as"),
+                "as needs forEach",
+            );
         }
-        if let Some(a) = &o.as_name {
-            c.identifier(&format!("{f}.as"), a);
-            if o.for_each.is_none() {
-                c.err(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.as"),
-                    "as needs forEach",
-                );
-            }
+    }
+    if let Some(w) = &o.when {
+        c.expr(&format!("{f}.when"), w);
+    }
+    c.template(&format!("{f}.name"), &o.name);
+    if let Some(ns) = &o.namespace {
+        if !o.kind.namespaced() {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.namespace"),
+                format!("a {} has no namespace", o.kind),
+            );
         }
-        if let Some(w) = &o.when {
-            c.expr(&format!("{f}.when"), w);
-        }
-        c.template(&format!("{f}.name"), &o.name);
-        if let Some(ns) = &o.namespace {
-            if !o.kind.namespaced() {
-                c.err(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.namespace"),
-                    format!("a {} has no namespace", o.kind),
-                );
-            }
-            c.template(&format!("{f}.namespace"), ns);
-        }
-        for (field, v) in [("labels", &o.labels), ("annotations", &o.annotations)] {
-            if let Some(v) = v {
-                if !v.is_object() {
-                    c.err(
-                        ErrorKind::InvalidRule,
-                        format!("{f}.{field}"),
-                        "must be a map",
-                    );
-                }
-                c.tvalue(&format!("{f}.{field}"), v);
-            }
-        }
-        let is_role = o.kind.is_role();
-        let only = |c: &mut Compiler, present: bool, field: &str, allowed: bool, what: &str| {
-            if present && !allowed {
+        c.template(&format!("{f}.namespace"), ns);
+    }
+    for (field, v) in [("labels", &o.labels), ("annotations", &o.annotations)] {
+        if let Some(v) = v {
+            if !v.is_object() {
                 c.err(
                     ErrorKind::InvalidRule,
                     format!("{f}.{field}"),
-                    format!("only {what} take {field}"),
+                    "must be a map",
                 );
             }
-        };
-        only(
-            &mut c,
-            o.rules.is_some(),
-            "rules",
-            is_role,
-            "ClusterRoles and Roles",
-        );
-        only(
-            &mut c,
-            o.rules_from.is_some(),
-            "rulesFrom",
-            is_role,
-            "ClusterRoles and Roles",
-        );
-        only(
-            &mut c,
-            o.aggregation_rule.is_some(),
-            "aggregationRule",
-            o.kind == OutputKind::ClusterRole,
-            "ClusterRoles",
-        );
-        only(
-            &mut c,
-            o.role_ref.is_some(),
-            "roleRef",
-            !is_role,
-            "bindings",
-        );
-        only(
-            &mut c,
-            o.subjects.is_some(),
-            "subjects",
-            !is_role,
-            "bindings",
-        );
-        if !is_role && o.role_ref.is_none() {
-            c.err(
-                ErrorKind::InvalidRule,
-                format!("{f}.roleRef"),
-                "a binding needs roleRef",
-            );
-        }
-        if o.aggregation_rule.is_some() && (o.rules.is_some() || o.rules_from.is_some()) {
-            c.err(
-                ErrorKind::InvalidRule,
-                format!("{f}.aggregationRule"),
-                "an aggregated ClusterRole takes no rules or rulesFrom: the aggregation controller owns its rules",
-            );
-        }
-        if let Some(v) = &o.rules {
-            if !v.is_array() {
-                c.err(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.rules"),
-                    "must be a list",
-                );
-            }
-            c.tvalue(&format!("{f}.rules"), v);
-        }
-        if let Some(rf) = &o.rules_from {
-            if rf.cluster_role_names.is_none() && rf.cluster_role_selector.is_none() {
-                c.err(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.rulesFrom"),
-                    "give clusterRoleNames, clusterRoleSelector or both",
-                );
-            }
-            if let Some(n) = &rf.cluster_role_names {
-                if !n.is_array() {
-                    c.err(
-                        ErrorKind::InvalidRule,
-                        format!("{f}.rulesFrom.clusterRoleNames"),
-                        "must be a list",
-                    );
-                }
-                c.tvalue(&format!("{f}.rulesFrom.clusterRoleNames"), n);
-            }
-            if let Some(s) = &rf.cluster_role_selector {
-                c.selector(&format!("{f}.rulesFrom.clusterRoleSelector"), s);
-            }
-        }
-        if let Some(a) = &o.aggregation_rule {
-            c.tvalue(&format!("{f}.aggregationRule"), a);
-        }
-        if let Some(r) = &o.role_ref {
-            c.template(&format!("{f}.roleRef.kind"), &r.kind);
-            c.template(&format!("{f}.roleRef.name"), &r.name);
-        }
-        if let Some(s) = &o.subjects {
-            if !s.is_array() {
-                c.err(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.subjects"),
-                    "must be a list",
-                );
-            }
-            c.tvalue(&format!("{f}.subjects"), s);
+            c.tvalue(&format!("{f}.{field}"), v);
         }
     }
+}
 
-    if c.errors.is_empty() {
-        let interests = interests_of(spec);
-        let stripped = without_names(spec);
-        let texts = stripped.as_ref().map(spec_texts);
-        // A text that could read the whole context reads every set and
-        // the whole trigger.
-        let texts =
-            texts.filter(|all| !all.iter().any(|t| super::expand::mentions_text(t, "\u{0}")));
-        let unread = texts
-            .as_deref()
-            .map(|t| unread_related(spec, t))
-            .unwrap_or_default();
-        let trigger_paths = texts.as_deref().and_then(trigger_paths);
-        let params: serde_json::Map<String, Value> = spec
-            .params
-            .iter()
-            .map(|p| (p.name.clone(), Value::String(p.default.clone())))
-            .collect();
-        Ok(CompiledRule {
-            derivation: Derivation::of(spec, &params),
-            unread,
-            trigger_paths,
-            output_fields: (0..spec.outputs.len())
-                .map(|i| format!("spec.outputs[{i}]").into())
-                .collect(),
-            params,
-            name: name.to_string(),
-            spec: spec.clone(),
-            regexes: c.regexes,
-            consumes: interests.iter().map(|i| i.gk.clone()).collect(),
-            interests,
-            produces,
-        })
-    } else {
-        Err(c.errors)
+/// Checks the fields only some kinds take (rules, rulesFrom,
+/// aggregationRule, roleRef, subjects) and their values.
+fn check_output_kind_fields(c: &mut Compiler, f: &str, o: &Output) {
+    let is_role = o.kind.is_role();
+    let only = |c: &mut Compiler, present: bool, field: &str, allowed: bool, what: &str| {
+        if present && !allowed {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.{field}"),
+                format!("only {what} take {field}"),
+            );
+        }
+    };
+    only(
+        &mut *c,
+        o.rules.is_some(),
+        "rules",
+        is_role,
+        "ClusterRoles and Roles",
+    );
+    only(
+        &mut *c,
+        o.rules_from.is_some(),
+        "rulesFrom",
+        is_role,
+        "ClusterRoles and Roles",
+    );
+    only(
+        &mut *c,
+        o.aggregation_rule.is_some(),
+        "aggregationRule",
+        o.kind == OutputKind::ClusterRole,
+        "ClusterRoles",
+    );
+    only(
+        &mut *c,
+        o.role_ref.is_some(),
+        "roleRef",
+        !is_role,
+        "bindings",
+    );
+    only(
+        &mut *c,
+        o.subjects.is_some(),
+        "subjects",
+        !is_role,
+        "bindings",
+    );
+    if !is_role && o.role_ref.is_none() {
+        c.err(
+            ErrorKind::InvalidRule,
+            format!("{f}.roleRef"),
+            "a binding needs roleRef",
+        );
+    }
+    if o.aggregation_rule.is_some() && (o.rules.is_some() || o.rules_from.is_some()) {
+        c.err(
+            ErrorKind::InvalidRule,
+            format!("{f}.aggregationRule"),
+            "an aggregated ClusterRole takes no rules or rulesFrom: the aggregation controller owns its rules",
+        );
+    }
+}
+
+/// Checks the values of the fields only some kinds take.
+fn check_output_kind_values(c: &mut Compiler, f: &str, o: &Output) {
+    if let Some(v) = &o.rules {
+        if !v.is_array() {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.rules"),
+                "must be a list",
+            );
+        }
+        c.tvalue(&format!("{f}.rules"), v);
+    }
+    if let Some(rf) = &o.rules_from {
+        if rf.cluster_role_names.is_none() && rf.cluster_role_selector.is_none() {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.rulesFrom"),
+                "give clusterRoleNames, clusterRoleSelector or both",
+            );
+        }
+        if let Some(n) = &rf.cluster_role_names {
+            if !n.is_array() {
+                c.err(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.rulesFrom.clusterRoleNames"),
+                    "must be a list",
+                );
+            }
+            c.tvalue(&format!("{f}.rulesFrom.clusterRoleNames"), n);
+        }
+        if let Some(s) = &rf.cluster_role_selector {
+            c.selector(&format!("{f}.rulesFrom.clusterRoleSelector"), s);
+        }
+    }
+    if let Some(a) = &o.aggregation_rule {
+        c.tvalue(&format!("{f}.aggregationRule"), a);
+    }
+    if let Some(r) = &o.role_ref {
+        c.template(&format!("{f}.roleRef.kind"), &r.kind);
+        c.template(&format!("{f}.roleRef.name"), &r.name);
+    }
+    if let Some(s) = &o.subjects {
+        if !s.is_array() {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.subjects"),
+                "must be a list",
+            );
+        }
+        c.tvalue(&format!("{f}.subjects"), s);
+    }
+}
+
+/// A rule without errors, compiled: what it reads, what it emits, and
+/// what the engine works out of its texts once.
+fn compiled(name: &str, spec: &RbacRuleSpec, regexes: HashMap<String, Regex>) -> CompiledRule {
+    let interests = interests_of(spec);
+    let stripped = without_names(spec);
+    let texts = stripped.as_ref().map(spec_texts);
+    // A text that could read the whole context reads every set and
+    // the whole trigger.
+    let texts = texts.filter(|all| !all.iter().any(|t| mentions_text(t, "\u{0}")));
+    let unread = texts
+        .as_deref()
+        .map(|t| unread_related(spec, t))
+        .unwrap_or_default();
+    let trigger_paths = texts.as_deref().and_then(trigger_paths);
+    let params: serde_json::Map<String, Value> = spec
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), Value::String(p.default.clone())))
+        .collect();
+    CompiledRule {
+        derivation: Derivation::of(spec, &params),
+        unread,
+        trigger_paths,
+        output_fields: (0..spec.outputs.len())
+            .map(|i| format!("spec.outputs[{i}]").into())
+            .collect(),
+        params,
+        name: name.to_string(),
+        spec: spec.clone(),
+        regexes,
+        consumes: interests.iter().map(|i| i.gk.clone()).collect(),
+        interests,
+        produces: spec.outputs.iter().map(|o| output_gk(o.kind)).collect(),
     }
 }
 

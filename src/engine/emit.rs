@@ -9,23 +9,28 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::ScopedJoinHandle;
 
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::Engine;
-use super::compile::{CompiledRule, gk_of, output_gk};
+use super::compile::CompiledRule;
 use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
 use super::fast_hash::{HashMap, HashSet};
-use super::grants::{Judge, allow_list_rules, selection_key};
+use super::grants::{Judge, allow_list_rules};
+use super::incremental::caches::Caches;
+use super::kinds::{gk_of, output_gk};
 use super::limits;
 use super::memo::{
     Changes, Derived, Emit, Emitters, ITEM_CACHE_MAX, ItemCache, Memo, Outcome, RuleMemo, TKey,
     TriggerMemo,
 };
-use super::model::{Desired, Evaluation, OutKey, RuleReport, RuleState};
+use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
+use super::output::selection_key;
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
-use super::view::{Caches, View};
+use super::view::View;
 use crate::api::OutputKind;
 
 /// One trigger's outputs before and after it was rendered again.
@@ -49,36 +54,14 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         memo.renders = 0;
         return last.clone();
     }
-    let mut changes = Changes::default();
-    let journal = if fresh {
-        None
-    } else {
-        memo.seen.and_then(|v| observed.changes_since(v))
-    };
-    match journal {
-        Some(it) => {
-            for (gk, key) in it {
-                changes.add(gk, key.clone());
-            }
-        }
-        None => changes.all = true,
-    }
+    let mut changes = changes_since(observed, memo, fresh);
     let previous = memo.desired.clone();
     let mut report_dirty: BTreeSet<usize> = BTreeSet::new();
     if changes.all {
-        *memo = Memo {
-            engine: engine.id,
-            rules: (0..engine.rules.len())
-                .map(|_| RuleMemo::default())
-                .collect(),
-            reports: engine.fixed_reports.clone(),
-            one_shot: memo.one_shot,
-            ..Memo::default()
-        };
-        report_dirty.extend(0..engine.rules.len());
+        start_over(engine, memo, &mut report_dirty);
     }
     memo.renders = 0;
-    // What the outputs kept from earlier evaluations hold: the evaluation's
+    // What the outputs cached from earlier evaluations hold: the evaluation's
     // totals start there (see `limits::Scope`).
     let _scope = limits::evaluation(
         &engine.options.limits,
@@ -97,46 +80,16 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // emitters (the new one), so a match is those same two objects.
     let mut differing: HashSet<(usize, usize)> = HashSet::default();
 
-    for (idx, rule) in engine.rules.iter().enumerate() {
-        if engine.options.held.contains(&rule.name) {
-            continue;
-        }
-        let mut rm = std::mem::take(&mut memo.rules[idx]);
-        if let Some((from, common)) = super::memo::derived_from(&engine.rules, idx) {
-            super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
-        }
-        let before = rm.signature.clone();
-        let deltas = run_rule(engine, idx, rule, observed, memo, &mut rm, &changes);
-        if !deltas.is_empty() {
-            report_dirty.insert(idx);
-        }
-        memo.renders += deltas.len();
-        for d in deltas {
-            apply_delta(
-                idx,
-                d,
-                &mut memo.emitters,
-                &mut touched,
-                &mut differing,
-                &mut changes,
-            );
-        }
-        if rm.signature != before {
-            // Which live objects of this rule are hidden changed.
-            changes.whole.extend(rule.produces.iter().cloned());
-        }
-        memo.rules[idx] = rm;
-    }
-
-    // What the rules keep for the next evaluation, bounded together.
-    if memo.rules.iter().map(|r| r.kept_bytes).sum::<usize>() > super::memo::DERIVED_BYTES_TOTAL_MAX
-    {
-        for rm in &mut memo.rules {
-            rm.derived.bound_bytes(0);
-            rm.kept_bytes = 0;
-        }
-    }
-
+    run_rules(
+        engine,
+        observed,
+        memo,
+        &mut changes,
+        &mut touched,
+        &mut differing,
+        &mut report_dirty,
+    );
+    bound_cached_bytes(memo);
     if changes.all {
         let contested: BTreeSet<OutKey> = memo.emitters.contested().cloned().collect();
         settle_conflicts(memo, &contested, &mut report_dirty);
@@ -153,6 +106,111 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         &mut report_dirty,
     );
 
+    update_reports(engine, memo, report_dirty);
+    let changed = changed_keys(&previous, memo, touched, judged, changes.all);
+    prune_rules_cache(memo);
+    memo.seen = Some(observed.version());
+    let evaluation = Evaluation {
+        desired: memo.desired.clone(),
+        reports: memo.reports.clone(),
+        contested: memo.contested.keys().cloned().collect(),
+        revoked: memo.revoked.clone(),
+        changed,
+    };
+    // A one-shot memo never returns its last result (it renders again).
+    if !memo.one_shot {
+        memo.last = Some(Evaluation {
+            changed: Vec::new(),
+            ..evaluation.clone()
+        });
+    }
+    evaluation
+}
+
+/// What changed since the memo's evaluation: the store's journal, or
+/// everything (a fresh memo, or a journal that no longer reaches back).
+fn changes_since(observed: &ObjectStore, memo: &Memo, fresh: bool) -> Changes {
+    let mut changes = Changes::default();
+    let journal = if fresh {
+        None
+    } else {
+        memo.seen.and_then(|v| observed.changes_since(v))
+    };
+    match journal {
+        Some(it) => {
+            for (gk, key) in it {
+                changes.add(gk, key.clone());
+            }
+        }
+        None => changes.all = true,
+    }
+    changes
+}
+
+/// Starts the memo afresh for this engine: every rule's report is made anew.
+fn start_over(engine: &Engine, memo: &mut Memo, report_dirty: &mut BTreeSet<usize>) {
+    *memo = Memo {
+        engine: engine.id,
+        rules: (0..engine.rules.len())
+            .map(|_| RuleMemo::default())
+            .collect(),
+        reports: engine.fixed_reports.clone(),
+        one_shot: memo.one_shot,
+        ..Memo::default()
+    };
+    report_dirty.extend(0..engine.rules.len());
+}
+
+/// Runs every rule not held, in order, on what changed: each one's deltas
+/// update the emitters and reach the rules after it.
+fn run_rules(
+    engine: &Engine,
+    observed: &ObjectStore,
+    memo: &mut Memo,
+    changes: &mut Changes,
+    touched: &mut BTreeSet<OutKey>,
+    differing: &mut HashSet<(usize, usize)>,
+    report_dirty: &mut BTreeSet<usize>,
+) {
+    for (idx, rule) in engine.rules.iter().enumerate() {
+        if engine.options.held.contains(&rule.name) {
+            continue;
+        }
+        let mut rm = std::mem::take(&mut memo.rules[idx]);
+        if let Some((from, common)) = super::memo::derived_from(&engine.rules, idx) {
+            super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
+        }
+        let before = rm.signature.clone();
+        let deltas = run_rule(engine, idx, rule, observed, memo, &mut rm, changes);
+        if !deltas.is_empty() {
+            report_dirty.insert(idx);
+        }
+        memo.renders += deltas.len();
+        for d in deltas {
+            apply_delta(idx, d, &mut memo.emitters, touched, differing, changes);
+        }
+        if rm.signature != before {
+            // Which live objects of this rule are hidden changed.
+            changes.whole.extend(rule.produces.iter().cloned());
+        }
+        memo.rules[idx] = rm;
+    }
+}
+
+/// What the rules cache for the next evaluation, bounded together.
+fn bound_cached_bytes(memo: &mut Memo) {
+    if memo.rules.iter().map(|r| r.cached_bytes).sum::<usize>()
+        > super::memo::DERIVED_BYTES_TOTAL_MAX
+    {
+        for rm in &mut memo.rules {
+            rm.derived.bound_bytes(0);
+            rm.cached_bytes = 0;
+        }
+    }
+}
+
+/// Reports of the rules whose outcomes changed, made again.
+fn update_reports(engine: &Engine, memo: &mut Memo, report_dirty: BTreeSet<usize>) {
     for idx in report_dirty {
         let rule = &engine.rules[idx];
         let report = if engine.options.held.contains(&rule.name) {
@@ -162,7 +220,16 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         };
         memo.reports.insert(rule.name.clone(), report);
     }
+}
 
+/// The desired objects that changed since `previous`, in key order.
+fn changed_keys(
+    previous: &DesiredSet,
+    memo: &Memo,
+    touched: BTreeSet<OutKey>,
+    judged: Vec<(Arc<OutKey>, bool)>,
+    all: bool,
+) -> Vec<OutKey> {
     let changed: Vec<OutKey> = if previous.is_empty() {
         // Every desired object is new (all came from verdicts just made).
         let mut keys: Vec<OutKey> = memo
@@ -175,7 +242,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         keys.sort_by_key(|k| k.0);
         keys
     } else {
-        if changes.all {
+        if all {
             let mut candidates: BTreeSet<OutKey> = touched;
             candidates.extend(judged.into_iter().map(|(k, _)| Arc::unwrap_or_clone(k)));
             candidates.extend(
@@ -208,24 +275,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
                 .collect()
         }
     };
-
-    prune_rules_cache(memo);
-    memo.seen = Some(observed.version());
-    let evaluation = Evaluation {
-        desired: memo.desired.clone(),
-        reports: memo.reports.clone(),
-        contested: memo.contested.keys().cloned().collect(),
-        revoked: memo.revoked.clone(),
-        changed,
-    };
-    // A one-shot memo never returns its last result (it renders again).
-    if !memo.one_shot {
-        memo.last = Some(Evaluation {
-            changed: Vec::new(),
-            ..evaluation.clone()
-        });
-    }
-    evaluation
+    changed
 }
 
 /// Renders again the triggers of one rule that the changes reach.
@@ -250,17 +300,65 @@ fn run_rule(
     );
     *evaluator.deps.borrow_mut() = std::mem::take(&mut rm.deps);
     *evaluator.unseen.borrow_mut() = std::mem::take(&mut rm.unseen);
-    let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let trigger_gk = rule
         .spec
         .trigger
         .as_ref()
         .map(|t| GroupKind::new(&t.api_group, &t.kind));
+    let (dirty, listed_all) = dirty_triggers(rule, trigger_gk.as_ref(), rm, &view, changes);
+    // The rule's totals: what its other triggers keep, and (given back to
+    // the evaluation) what the ones rendered again held.
+    let replaced = dirty
+        .iter()
+        .filter_map(|t| match t {
+            None => rm.static_set.as_ref(),
+            Some(k) => rm.triggers.get(k).map(|(_, m)| m),
+        })
+        .fold((0, 0), |(b, o), m| {
+            (b + m.bytes, o + m.outcome.outputs().len())
+        });
+    let _rule_scope = limits::rule(
+        (
+            rm.held.saturating_sub(replaced.0),
+            rm.emitted.saturating_sub(replaced.1),
+        ),
+        replaced,
+    );
+    let rendered = render_dirty(
+        engine,
+        idx,
+        rule,
+        trigger_gk.as_ref(),
+        observed,
+        memo,
+        changes,
+        (&evaluator, &view),
+        &dirty,
+    );
+    let deltas = apply_rendered(rm, dirty, rendered, listed_all, one_shot);
+    store_caches(rm, &evaluator, one_shot, !deltas.is_empty());
+    deltas
+}
+
+/// One rendered trigger: its reference and its memo, `None` when it is
+/// gone.
+type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
+
+/// The triggers of a rule to render again, in order, and whether they
+/// are all of them listed afresh (then the rule caches no trigger yet).
+fn dirty_triggers(
+    rule: &CompiledRule,
+    trigger_gk: Option<&GroupKind>,
+    rm: &RuleMemo,
+    view: &View,
+    changes: &Changes,
+) -> (Vec<TKey>, bool) {
+    let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
     let mut dirty: BTreeSet<TKey> = BTreeSet::new();
     // Everything rendered afresh: the triggers in the view's order (sorted
     // by namespace and name), with no set built.
     let mut listed: Option<Vec<TKey>> = None;
-    match &trigger_gk {
+    match trigger_gk {
         None => {
             if full || rm.static_set.is_none() {
                 dirty.insert(None);
@@ -293,47 +391,45 @@ fn run_rule(
         for gk in &rule.consumes {
             if let Some(keys) = changes.keys.get(gk) {
                 for k in keys {
-                    rm.index.affected(gk, k, &view, &mut dirty);
+                    rm.index.affected(gk, k, view, &mut dirty);
                 }
             }
         }
     }
 
-    // Listed: the rule kept no trigger, so there is none to take out, and
+    // Listed: the rule has no trigger cached, so there is none to take out, and
     // the new ones are built into the map at once, in order.
     let listed_all = listed.is_some();
     let dirty: Vec<TKey> = match listed {
         Some(keys) => keys,
         None => dirty.into_iter().collect(),
     };
-    // The rule's totals: what its other triggers keep, and (given back to
-    // the evaluation) what the ones rendered again held.
-    let replaced = dirty
-        .iter()
-        .filter_map(|t| match t {
-            None => rm.static_set.as_ref(),
-            Some(k) => rm.triggers.get(k).map(|(_, m)| m),
-        })
-        .fold((0, 0), |(b, o), m| {
-            (b + m.bytes, o + m.outcome.outputs().len())
-        });
-    let _rule_scope = limits::rule(
-        (
-            rm.held.saturating_sub(replaced.0),
-            rm.emitted.saturating_sub(replaced.1),
-        ),
-        replaced,
-    );
+    (dirty, listed_all)
+}
+
+/// Renders the dirty triggers: a large one-shot set on two threads, else
+/// on this one, in order.
+#[allow(clippy::too_many_arguments)]
+fn render_dirty(
+    engine: &Engine,
+    idx: usize,
+    rule: &CompiledRule,
+    tgk: Option<&GroupKind>,
+    observed: &ObjectStore,
+    memo: &Memo,
+    changes: &Changes,
+    (evaluator, view): (&Evaluator, &View),
+    dirty: &[TKey],
+) -> Rendered {
+    let one_shot = memo.one_shot;
     let scope = limits::current();
-    let tgk = trigger_gk.as_ref();
     let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, tgk, ev, v, t);
-    type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
-    let split: Option<Rendered> = (one_shot && trigger_gk.is_some() && dirty.len() >= SPLIT_MIN)
-        .then(|| {
+    let split: Option<Rendered> =
+        (one_shot && tgk.is_some() && dirty.len() >= SPLIT_MIN).then(|| {
             // A one-shot render's triggers read only the store and earlier
             // rules: another thread, with its own view and caches, shares
             // them out chunk by chunk, merged back in trigger order.
-            let chunks = Chunks::new(&dirty);
+            let chunks = Chunks::new(dirty);
             let shared = &chunks;
             let (emitters, rules) = (&memo.emitters, memo.rules.as_slice());
             std::thread::scope(|s| {
@@ -356,11 +452,11 @@ fn run_rule(
                         );
                         shared.run(|t| one(&ev, &view, t))
                     });
-                let mine = chunks.run(|t| one(&evaluator, &view, t));
+                let mine = chunks.run(|t| one(evaluator, view, t));
                 merge_chunks(mine, joined(other))
             })
         });
-    let rendered: Rendered = match split {
+    match split {
         Some(split) if limits::rule_refused() => {
             // Which triggers fit the rule's or the evaluation's total
             // depends on the order they come in, and two threads' order is
@@ -372,12 +468,22 @@ fn run_rule(
                     .map(|(_, m)| (m.bytes, m.outcome.outputs().len())),
             );
             drop(split);
-            dirty.iter().map(|t| one(&evaluator, &view, t)).collect()
+            dirty.iter().map(|t| one(evaluator, view, t)).collect()
         }
         Some(split) => split,
-        None => dirty.iter().map(|t| one(&evaluator, &view, t)).collect(),
-    };
+        None => dirty.iter().map(|t| one(evaluator, view, t)).collect(),
+    }
+}
 
+/// Puts the rendered triggers in the rule's memo and its read index:
+/// the deltas, before and after, of the outputs of each.
+fn apply_rendered(
+    rm: &mut RuleMemo,
+    dirty: Vec<TKey>,
+    rendered: Rendered,
+    listed_all: bool,
+    one_shot: bool,
+) -> Vec<Delta> {
     let mut deltas = Vec::with_capacity(dirty.len());
     let mut fresh_triggers = Vec::new();
     for (t, new) in dirty.into_iter().zip(rendered) {
@@ -431,6 +537,12 @@ fn run_rule(
     if listed_all {
         rm.triggers = fresh_triggers.into_iter().collect();
     }
+    deltas
+}
+
+/// Takes back into the rule's memo what the evaluator cached (a one-shot
+/// memo keeps nothing), bounded.
+fn store_caches(rm: &mut RuleMemo, evaluator: &Evaluator, one_shot: bool, changed: bool) {
     rm.items = evaluator.items.take();
     rm.deps = evaluator.deps.take();
     rm.unseen = evaluator.unseen.take();
@@ -440,21 +552,20 @@ fn run_rule(
         drop(evaluator.derived.take());
     } else {
         rm.derived = evaluator.derived.take();
-        if !deltas.is_empty() {
+        if changed {
             rm.derived.prune();
-            rm.kept_bytes = rm.derived.kept_bytes();
+            rm.cached_bytes = rm.derived.cached_bytes();
         }
     }
     // Entries of items gone are never looked up again: bounded by starting over.
     if rm.items.values().map(HashMap::len).sum::<usize>() > ITEM_CACHE_MAX {
         rm.items.clear();
     }
-    deltas
 }
 
-/// The reads a render made, without the spare room of their growth (kept
+/// The reads a render made, without the spare room of their growth (cached
 /// per trigger until it renders again).
-fn kept_reads(evaluator: &Evaluator) -> Vec<super::memo::Read> {
+fn cached_reads(evaluator: &Evaluator) -> Vec<super::memo::Read> {
     let mut reads = evaluator.reads.take();
     reads.shrink_to_fit();
     reads
@@ -523,7 +634,7 @@ fn merge_chunks<R>(mut a: Done<R>, b: Done<R>) -> Vec<R> {
     out
 }
 
-/// A rule's evaluator over its kept caches; `record`: whether it records
+/// A rule's evaluator over its cached caches; `record`: whether it records
 /// reads.
 fn new_evaluator<'a>(
     engine: &'a Engine,
@@ -539,7 +650,6 @@ fn new_evaluator<'a>(
         record,
         warnings: RefCell::default(),
         mark: Cell::new(false),
-        checked_only: Cell::new(false),
         items: RefCell::new(items),
         derived: RefCell::new(derived),
         inputs: RefCell::default(),
@@ -582,7 +692,7 @@ fn render_trigger(
                 TriggerMemo {
                     outcome,
                     bytes,
-                    reads: kept_reads(evaluator),
+                    reads: cached_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             ))
@@ -608,7 +718,7 @@ fn render_trigger(
                 TriggerMemo {
                     outcome,
                     bytes,
-                    reads: kept_reads(evaluator),
+                    reads: cached_reads(evaluator),
                     warnings: evaluator.take_warnings(),
                 },
             )
@@ -649,7 +759,7 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
         rm.held = rm.held.saturating_sub(m.bytes);
     }
     let Some(key) = t else {
-        rm.signature.static_kept = add && m.kept();
+        rm.signature.static_preserved = add && m.preserves();
         return;
     };
     if m.matched() {
@@ -665,12 +775,12 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
         rm.noted.remove(key);
     }
     if let Some(tref) = tref
-        && m.kept()
+        && m.preserves()
     {
         if add {
-            rm.signature.kept.insert(tref.to_string());
+            rm.signature.preserved.insert(tref.to_string());
         } else {
-            rm.signature.kept.remove(tref);
+            rm.signature.preserved.remove(tref);
         }
     }
 }
@@ -929,7 +1039,7 @@ impl<'a> Policy<'a> {
                         (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
                     })
                 }
-                // Kept live (no output refused in its place).
+                // Preserved live (no output refused in its place).
                 (None, Some(l))
                     if refused.is_none()
                         && live_why.is_none()
@@ -967,7 +1077,7 @@ impl<'a> Policy<'a> {
 /// nothing and passes; the role is checked once it exists).
 ///
 /// A refused output is dropped, its rule gets an EscalationDenied error,
-/// and, unlike a failed render, its trigger is *not* kept: the object is
+/// and, unlike a failed render, its trigger is *not* preserved: the object is
 /// revoked. Live managed objects that policy now refuses are revoked too,
 /// whatever keeps them. Judges again only what changed and what depends
 /// on changed roles; returns the keys judged (in order), each with whether
@@ -981,7 +1091,6 @@ fn apply_policy(
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
 ) -> Vec<(Arc<OutKey>, bool)> {
-    let options = &engine.options;
     let role_kinds = [
         output_gk(OutputKind::ClusterRole),
         output_gk(OutputKind::Role),
@@ -989,83 +1098,14 @@ fn apply_policy(
     let roles_changed = role_kinds
         .iter()
         .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
-    let mut protected = options.protected.clone();
     let mut all = changes.all;
-    let allow_rules = match &options.allow {
-        Some(a) => {
-            protected.extend(a.selectors.iter().cloned());
-            if a.is_aggregated() {
-                if roles_changed || memo.allow_rules.is_none() {
-                    let rules = allow_list_rules(observed, a);
-                    if memo.allow_rules.as_ref() != Some(&rules) {
-                        all = true;
-                        memo.allow_rules = Some(rules);
-                    }
-                }
-                memo.allow_rules.clone().unwrap_or_default()
-            } else {
-                a.rules.clone()
-            }
-        }
-        None => Vec::new(),
-    };
-
+    let (protected, allow_rules) = allow_list(engine, observed, memo, roles_changed, &mut all);
     let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
     let keys: Vec<Arc<OutKey>> = if all {
-        // Every key: collected, then sorted once. Emitted keys are shared
-        // with the emitters, and a live object's key is copied only when
-        // nothing emits it.
-        let mut keys: Vec<Arc<OutKey>> = touched.iter().cloned().map(Arc::new).collect();
-        keys.extend(memo.emitters.shared_keys().cloned());
-        for kind in OutputKind::ALL {
-            for (k, _) in observed.entries(gk_of(kind)) {
-                if memo.emitters.get_parts(kind, k).is_none() {
-                    keys.push(Arc::new((kind, k.0.clone(), k.1.clone())));
-                }
-            }
-        }
-        keys.extend(memo.refused.keys().cloned().map(Arc::new));
-        keys.extend(memo.live_revoked.keys().cloned().map(Arc::new));
-        keys.sort_unstable();
-        keys.dedup();
-        keys
+        every_key(observed, memo, touched)
     } else {
-        // The changed keys of the output kinds (every output a rule
-        // touched is one), shared with the emitters where one emits it;
-        // then the dependents a change reached. Sorted, as the kinds and
-        // each kind's keys come in order.
-        let mut keys: Vec<Arc<OutKey>> = Vec::new();
-        for kind in OutputKind::ALL {
-            if let Some(changed) = changes.keys.get(gk_of(kind)) {
-                keys.extend(
-                    changed
-                        .iter()
-                        .map(|k| match memo.emitters.shared_key(kind, k) {
-                            Some(shared) => Arc::clone(shared),
-                            None => Arc::new((kind, k.0.clone(), k.1.clone())),
-                        }),
-                );
-            }
-        }
-        // What a rule touched was added to the changes with it.
-        debug_assert!(touched.iter().all(|k| {
-            changes
-                .keys
-                .get(gk_of(k.0))
-                .is_some_and(|c| c.contains(&(k.1.clone(), k.2.clone())))
-        }));
-        for (key, reads) in &memo.dependents {
-            let bound = reads.is_empty() && roles_changed;
-            if bound || reads.iter().any(|r| reached.contains(r)) {
-                keys.push(Arc::new(key.clone()));
-            }
-        }
-        // In order but for the dependents (a merge of sorted runs).
-        keys.sort();
-        keys.dedup();
-        keys
+        changed_keys_to_judge(memo, touched, changes, roles_changed, &reached)
     };
-
     let keys_list: Vec<&OutKey> = keys.iter().map(|k| &**k).collect();
     let policy = Policy {
         engine,
@@ -1102,91 +1142,10 @@ fn apply_policy(
     let fresh = changes.all;
     let mut changed = Vec::with_capacity(keys_list.len());
     for (key, v) in keys_list.iter().copied().zip(verdicts) {
-        // What the key held before this evaluation (the memo's desired
-        // set changes only here, once per key): the change reported.
-        let differs = match v.desired {
-            Some(d) if fresh => {
-                memo.desired.insert(d);
-                true
-            }
-            Some(d) => match memo.desired.insert(Arc::clone(&d)) {
-                Some(old) => {
-                    !Arc::ptr_eq(&old, &d)
-                        && (differing
-                            .contains(&(Arc::as_ptr(&old) as usize, Arc::as_ptr(&d) as usize))
-                            || *old != *d)
-                }
-                None => true,
-            },
-            None if fresh => false,
-            None => memo.desired.remove(key).is_some(),
-        };
-        changed.push(differs);
-        let old = memo.refused.get(key).cloned();
-        let new = v.refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
-        if old != new {
-            if let Some((r, _, _)) = old {
-                memo.rules[r].refused.remove(key);
-                report_dirty.insert(r);
-            }
-            match v.refused.map(|b| *b) {
-                Some((r, trigger, field, why)) => {
-                    memo.rules[r]
-                        .refused
-                        .insert(key.clone(), (trigger, field.clone(), why.clone()));
-                    report_dirty.insert(r);
-                    memo.refused.insert(key.clone(), (r, field, why));
-                }
-                None => {
-                    memo.refused.remove(key);
-                }
-            }
-        }
-        match v.live {
-            Some(why) => {
-                memo.live_revoked.insert(key.clone(), why);
-            }
-            None => {
-                memo.live_revoked.remove(key);
-            }
-        }
-        let revoked = memo
-            .refused
-            .get(key)
-            .map(|(_, _, why)| why.clone())
-            .or_else(|| memo.live_revoked.get(key).cloned());
-        match revoked {
-            Some(why) => {
-                memo.revoked.insert(key.clone(), why);
-            }
-            None => {
-                memo.revoked.remove(key);
-            }
-        }
-        let old = memo.noticed.get(key).cloned();
-        let new = v.notice.map(|b| *b);
-        if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.0, &n.3)) {
-            if let Some((Some(r), _)) = old {
-                memo.rules[r].notices.remove(key);
-                report_dirty.insert(r);
-            }
-            match new {
-                Some((rule, trigger, field, text)) => {
-                    if let Some(r) = rule {
-                        memo.rules[r]
-                            .notices
-                            .insert(key.clone(), (trigger, field, text.clone()));
-                        report_dirty.insert(r);
-                    } else {
-                        tracing::warn!(object = ?key, notice = %text, "aggregated role of a rule that does not run");
-                    }
-                    memo.noticed.insert(key.clone(), (rule, text));
-                }
-                None => {
-                    memo.noticed.remove(key);
-                }
-            }
-        }
+        changed.push(record_desired(memo, key, v.desired, fresh, differing));
+        record_refusal(memo, key, v.refused, report_dirty);
+        record_revoked(memo, key, v.live);
+        record_notice(memo, key, v.notice, report_dirty);
         match v.dependent {
             Some(reads) => {
                 memo.dependents.insert(key.clone(), reads);
@@ -1197,6 +1156,223 @@ fn apply_policy(
         }
     }
     keys.into_iter().zip(changed).collect()
+}
+
+/// The selectors no output may feed, and the allow-list's effective rules
+/// (an aggregated list's read again when roles changed; when they differ,
+/// everything is judged again: `all`).
+fn allow_list(
+    engine: &Engine,
+    observed: &ObjectStore,
+    memo: &mut Memo,
+    roles_changed: bool,
+    all: &mut bool,
+) -> (Vec<LabelSelector>, Vec<PolicyRule>) {
+    let options = &engine.options;
+    let mut protected = options.protected.clone();
+    let allow_rules = match &options.allow {
+        Some(a) => {
+            protected.extend(a.selectors.iter().cloned());
+            if a.is_aggregated() {
+                if roles_changed || memo.allow_rules.is_none() {
+                    let rules = allow_list_rules(observed, a);
+                    if memo.allow_rules.as_ref() != Some(&rules) {
+                        *all = true;
+                        memo.allow_rules = Some(rules);
+                    }
+                }
+                memo.allow_rules.clone().unwrap_or_default()
+            } else {
+                a.rules.clone()
+            }
+        }
+        None => Vec::new(),
+    };
+
+    (protected, allow_rules)
+}
+
+/// Every key policy judges after everything changed: collected, then
+/// sorted once.
+fn every_key(observed: &ObjectStore, memo: &Memo, touched: &BTreeSet<OutKey>) -> Vec<Arc<OutKey>> {
+    // Every key: collected, then sorted once. Emitted keys are shared
+    // with the emitters, and a live object's key is copied only when
+    // nothing emits it.
+    let mut keys: Vec<Arc<OutKey>> = touched.iter().cloned().map(Arc::new).collect();
+    keys.extend(memo.emitters.shared_keys().cloned());
+    for kind in OutputKind::ALL {
+        for (k, _) in observed.entries(gk_of(kind)) {
+            if memo.emitters.get_parts(kind, k).is_none() {
+                keys.push(Arc::new((kind, k.0.clone(), k.1.clone())));
+            }
+        }
+    }
+    keys.extend(memo.refused.keys().cloned().map(Arc::new));
+    keys.extend(memo.live_revoked.keys().cloned().map(Arc::new));
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// The keys an incremental evaluation judges: what changed, and the
+/// dependents a change reached.
+fn changed_keys_to_judge(
+    memo: &Memo,
+    touched: &BTreeSet<OutKey>,
+    changes: &Changes,
+    roles_changed: bool,
+    reached: &BTreeSet<String>,
+) -> Vec<Arc<OutKey>> {
+    // The changed keys of the output kinds (every output a rule
+    // touched is one), shared with the emitters where one emits it;
+    // then the dependents a change reached. Sorted, as the kinds and
+    // each kind's keys come in order.
+    let mut keys: Vec<Arc<OutKey>> = Vec::new();
+    for kind in OutputKind::ALL {
+        if let Some(changed) = changes.keys.get(gk_of(kind)) {
+            keys.extend(
+                changed
+                    .iter()
+                    .map(|k| match memo.emitters.shared_key(kind, k) {
+                        Some(shared) => Arc::clone(shared),
+                        None => Arc::new((kind, k.0.clone(), k.1.clone())),
+                    }),
+            );
+        }
+    }
+    // What a rule touched was added to the changes with it.
+    debug_assert!(touched.iter().all(|k| {
+        changes
+            .keys
+            .get(gk_of(k.0))
+            .is_some_and(|c| c.contains(&(k.1.clone(), k.2.clone())))
+    }));
+    for (key, reads) in &memo.dependents {
+        let bound = reads.is_empty() && roles_changed;
+        if bound || reads.iter().any(|r| reached.contains(r)) {
+            keys.push(Arc::new(key.clone()));
+        }
+    }
+    // In order but for the dependents (a merge of sorted runs).
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Puts a verdict's desired object in the memo's desired set; whether
+/// what the key held changed.
+fn record_desired(
+    memo: &mut Memo,
+    key: &OutKey,
+    desired: Option<Arc<Desired>>,
+    fresh: bool,
+    differing: &HashSet<(usize, usize)>,
+) -> bool {
+    // What the key held before this evaluation (the memo's desired
+    // set changes only here, once per key): the change reported.
+    match desired {
+        Some(d) if fresh => {
+            memo.desired.insert(d);
+            true
+        }
+        Some(d) => match memo.desired.insert(Arc::clone(&d)) {
+            Some(old) => {
+                !Arc::ptr_eq(&old, &d)
+                    && (differing.contains(&(Arc::as_ptr(&old) as usize, Arc::as_ptr(&d) as usize))
+                        || *old != *d)
+            }
+            None => true,
+        },
+        None if fresh => false,
+        None => memo.desired.remove(key).is_some(),
+    }
+}
+
+/// Records a verdict's refusal with the memo and its rule.
+fn record_refusal(
+    memo: &mut Memo,
+    key: &OutKey,
+    refused: Option<Box<Refusal>>,
+    report_dirty: &mut BTreeSet<usize>,
+) {
+    let old = memo.refused.get(key).cloned();
+    let new = refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
+    if old != new {
+        if let Some((r, _, _)) = old {
+            memo.rules[r].refused.remove(key);
+            report_dirty.insert(r);
+        }
+        match refused.map(|b| *b) {
+            Some((r, trigger, field, why)) => {
+                memo.rules[r]
+                    .refused
+                    .insert(key.clone(), (trigger, field.clone(), why.clone()));
+                report_dirty.insert(r);
+                memo.refused.insert(key.clone(), (r, field, why));
+            }
+            None => {
+                memo.refused.remove(key);
+            }
+        }
+    }
+}
+
+/// Records whether the live object is refused, and what is revoked.
+fn record_revoked(memo: &mut Memo, key: &OutKey, live: Option<String>) {
+    match live {
+        Some(why) => {
+            memo.live_revoked.insert(key.clone(), why);
+        }
+        None => {
+            memo.live_revoked.remove(key);
+        }
+    }
+    let revoked = memo
+        .refused
+        .get(key)
+        .map(|(_, _, why)| why.clone())
+        .or_else(|| memo.live_revoked.get(key).cloned());
+    match revoked {
+        Some(why) => {
+            memo.revoked.insert(key.clone(), why);
+        }
+        None => {
+            memo.revoked.remove(key);
+        }
+    }
+}
+
+/// Records an aggregated role's notice with the memo and its rule.
+fn record_notice(
+    memo: &mut Memo,
+    key: &OutKey,
+    notice: Option<Box<Notice>>,
+    report_dirty: &mut BTreeSet<usize>,
+) {
+    let old = memo.noticed.get(key).cloned();
+    let new = notice.map(|b| *b);
+    if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.0, &n.3)) {
+        if let Some((Some(r), _)) = old {
+            memo.rules[r].notices.remove(key);
+            report_dirty.insert(r);
+        }
+        match new {
+            Some((rule, trigger, field, text)) => {
+                if let Some(r) = rule {
+                    memo.rules[r]
+                        .notices
+                        .insert(key.clone(), (trigger, field, text.clone()));
+                    report_dirty.insert(r);
+                } else {
+                    tracing::warn!(object = ?key, notice = %text, "aggregated role of a rule that does not run");
+                }
+                memo.noticed.insert(key.clone(), (rule, text));
+            }
+            None => {
+                memo.noticed.remove(key);
+            }
+        }
+    }
 }
 
 /// A rule's report from its remembered outcomes, conflicts and refusals,

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -13,9 +14,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use serde_json::{Map, Value, json};
 
 use super::Engine;
-use super::compile::{Body as DirBody, CompiledRule, anchored, directive, output_gk};
+use super::compile::{Body as DirBody, CompiledRule, anchored, directive};
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::fast_hash::HashMap;
+use super::kinds::output_gk;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
@@ -23,12 +25,15 @@ use super::memo::{
     OwnerFilter, Read, VarEntry,
 };
 use super::model::Desired;
+use super::model::Seen;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use super::path::{FieldPath, Segment, scalar_text};
+use super::path::{At, FieldPath, Segment, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
-use super::template::truthy;
-use super::view::{Seen, View};
-use crate::api::{Condition, GROUP, OutputKind, Related, RulesFrom, Unmatched};
+use super::template::{mentions, mentions_text, named_reads, truthy};
+use super::view::View;
+use crate::api::{
+    Condition, GROUP, ListFieldQuery, ObjectQuery, OutputKind, Related, RulesFrom, Unmatched,
+};
 use crate::policy;
 
 type Result<T> = std::result::Result<T, FieldError>;
@@ -146,29 +151,6 @@ fn rebind(ctx: &mut Context, name: &str, old: Option<Value>) -> Value {
     .unwrap_or_default()
 }
 
-/// Whether a template value might read `root`: it names it in any string
-/// (expressions of nested directives too), or reads the whole context
-/// (`this`, `.`, `@root`, `../`).
-fn mentions(v: &Value, root: &str) -> bool {
-    match v {
-        Value::String(s) => mentions_text(s, root),
-        Value::Array(a) => a.iter().any(|x| mentions(x, root)),
-        Value::Object(m) => m
-            .iter()
-            .any(|(k, x)| mentions_text(k, root) || mentions(x, root)),
-        _ => false,
-    }
-}
-
-pub(super) fn mentions_text(s: &str, root: &str) -> bool {
-    s.contains(root)
-        || s.contains("this")
-        || s.contains("@root")
-        || s.contains("..")
-        || s.starts_with('.')
-        || [" .", "{.", "(.", "=.", "~."].iter().any(|p| s.contains(p))
-}
-
 /// Runs `f` with `item` bound as `item` (moved into the context, not
 /// copied) and hands it back with the result.
 fn with_item<R>(
@@ -206,24 +188,20 @@ pub(super) struct Evaluator<'a> {
     pub warnings: RefCell<Vec<FieldWarning>>,
     /// Whether templated strings are marked as data (policy rules).
     pub mark: Cell<bool>,
-    /// Whether the whole value [`Evaluator::expand`] keeps is only ever
-    /// checked, never read again (an output's policy rules, kept checked
-    /// beside it): its expansion is then kept as null, not copied.
-    pub checked_only: Cell<bool>,
-    /// Verdicts on listField items, kept by the rule's memo.
+    /// Verdicts on listField items, cached by the rule's memo.
     pub items: RefCell<ItemCache>,
-    /// Lists and vars shared by renders with the same inputs, kept by the
+    /// Lists and vars shared by renders with the same inputs, cached by the
     /// rule's memo.
     pub derived: RefCell<Derived>,
-    /// What the current render reads that a kept value can be keyed by.
+    /// What the current render reads that a cached value can be keyed by.
     pub inputs: RefCell<Inputs>,
-    /// Nesting of [`Evaluator::expand`]: only whole values are kept.
+    /// Nesting of [`Evaluator::expand`]: only whole values are cached.
     pub depth: Cell<usize>,
     /// Per template value (by address): the vars it reads, when it reads
-    /// nothing else (its expansion can then be kept).
+    /// nothing else (its expansion can then be cached).
     pub deps: RefCell<HashMap<usize, Option<Vec<String>>>>,
     /// The loop variables bound around the value being expanded, innermost
-    /// last: each with the token of the kept var its `forEach` runs over
+    /// last: each with the token of the cached var its `forEach` runs over
     /// (`vars.<name>`) and the index it is bound to, when it does.
     pub loops: RefCell<Vec<Bound>>,
     /// Per nested list template (by address): its JSON text and the vars it
@@ -260,7 +238,7 @@ pub(super) struct Shape {
 pub(super) type ItemPaths = Rc<Option<Vec<Vec<String>>>>;
 
 /// A loop variable bound around a value: its name, and the token of the
-/// kept var its `forEach` runs over with its index there, when it does.
+/// cached var its `forEach` runs over with its index there, when it does.
 pub(super) type Bound = (String, Option<(u64, usize)>);
 
 /// A nested list template's JSON text and the vars it reads.
@@ -278,7 +256,7 @@ pub(super) struct Inputs {
     pub list_tokens: HashMap<String, u64>,
     /// Tokens of the vars taken from (or put into) the cache, by name.
     pub var_tokens: HashMap<String, u64>,
-    /// Kept values lent to the context, to take back after the render.
+    /// Cached values lent to the context, to take back after the render.
     pub lent: Vec<Lent>,
     /// When set, the entries of the next whole list expanded: where each
     /// landed in the result, and its key in the cache if it has one.
@@ -362,33 +340,13 @@ enum Source<'a> {
     Held(&'a Arc<Value>, bool),
 }
 
-/// A field of a rule's spec as expansion reaches it, spelled (by
-/// `Display`) only when an error names it: most values expand without one.
-#[derive(Clone, Copy)]
-pub(super) enum At<'a> {
-    /// A field spelled out.
-    Field(&'a str),
-    /// A field spelled by whoever passed it.
-    Of(&'a dyn std::fmt::Display),
-    /// `parent[i]`.
-    Index(&'a At<'a>, usize),
-    /// `parent.key`.
-    Key(&'a At<'a>, &'a str),
-    /// `parent["key"]`: a map's key as written.
-    Quoted(&'a At<'a>, &'a str),
-}
+/// A listField's extract: the path of the text in each entry, the regex
+/// it must match, and what becomes of an entry it does not.
+type Extract<'r> = (FieldPath, Cow<'r, regex::Regex>, Unmatched);
 
-impl std::fmt::Display for At<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            At::Field(s) => f.write_str(s),
-            At::Of(d) => d.fmt(f),
-            At::Index(p, i) => write!(f, "{p}[{i}]"),
-            At::Key(p, k) => write!(f, "{p}.{k}"),
-            At::Quoted(p, k) => write!(f, "{p}[{k:?}]"),
-        }
-    }
-}
+/// A listField result to cache once its set is judged: its key, and the
+/// budget used and warnings given before it was computed.
+type PendingList = ((usize, Vec<usize>), usize, usize);
 
 /// Where one entry of an expanded list landed (see [`Inputs::spans`]).
 pub(super) struct Span {
@@ -409,7 +367,7 @@ pub(super) type FoundKey = (
 /// Lookups an [`Inputs::found`] keeps before it starts over.
 const FOUND_MAX: usize = 1_024;
 
-/// A kept value lent to a render's context.
+/// A cached value lent to a render's context.
 pub(super) enum Lent {
     /// `related.<name>`.
     List(String, (usize, Vec<usize>)),
@@ -597,6 +555,19 @@ impl Evaluator<'_> {
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
     fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
+        self.expand_as(v, ctx, field, false)
+    }
+
+    /// [`Evaluator::expand`]; `checked_only`: the whole value is only ever
+    /// checked, never read again (an output's policy rules, cached checked
+    /// beside it), so its expansion is cached as null, not copied.
+    fn expand_as(
+        &self,
+        v: &Value,
+        ctx: &mut Context,
+        field: At<'_>,
+        checked_only: bool,
+    ) -> Result<Value> {
         let key = match v {
             Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => {
                 self.expansion_key(v, false)
@@ -604,10 +575,10 @@ impl Evaluator<'_> {
             _ => None,
         };
         if let Some(key) = &key
-            && let Some((kept, bytes)) = self.derived.borrow().expansions.get(key)
+            && let Some((cached, bytes)) = self.derived.borrow().expansions.get(key)
             && limits::charge(*bytes).is_ok()
         {
-            return Ok(kept.clone());
+            return Ok(cached.clone());
         }
         let nested = if key.is_none() && self.depth.get() >= 1 {
             self.nested_key(v, ctx.data())
@@ -615,10 +586,10 @@ impl Evaluator<'_> {
             None
         };
         if let Some(nk) = &nested
-            && let Some((kept, bytes)) = self.derived.borrow().nested.get(nk)
+            && let Some((cached, bytes)) = self.derived.borrow().nested.get(nk)
             && limits::charge(*bytes).is_ok()
         {
-            return Ok(kept.clone());
+            return Ok(cached.clone());
         }
         let before = limits::used();
         self.depth.set(self.depth.get() + 1);
@@ -633,7 +604,7 @@ impl Evaluator<'_> {
         }
         if let (Some(key), Ok(value)) = (key, &out) {
             let bytes = limits::used().saturating_sub(before);
-            let kept = if self.checked_only.get() {
+            let cached = if checked_only {
                 Value::Null
             } else {
                 value.clone()
@@ -641,14 +612,14 @@ impl Evaluator<'_> {
             self.derived
                 .borrow_mut()
                 .expansions
-                .insert(key, (kept, bytes));
+                .insert(key, (cached, bytes));
         }
         out
     }
 
     /// The key of a nested list built by a `forEach` (the `resources` of
     /// each API group's rule) in the cache: when it reads nothing but vars
-    /// (each kept) and loop variables that each run over a kept var. Keyed
+    /// (each cached) and loop variables that each run over a cached var. Keyed
     /// by its text, not its place, so the roles that render the same list
     /// (edit, system, view) build it once; and by the values of its loop
     /// variables, not their places, so when a family's types change, only
@@ -698,22 +669,22 @@ impl Evaluator<'_> {
         Some((text, self.mark.get(), self.var_tokens(&vars)?, bound))
     }
 
-    /// An output's policy rules checked before from the same kept
+    /// An output's policy rules checked before from the same cached
     /// expansion, charging the budget what expanding charged.
-    fn kept_policy(&self, v: &Value) -> Option<super::memo::KeptPolicy> {
+    fn cached_policy(&self, v: &Value) -> Option<super::memo::CachedPolicy> {
         if self.depth.get() != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
             return None;
         }
         let key = self.expansion_key(v, false)?;
         let derived = self.derived.borrow();
         let (_, bytes) = derived.expansions.get(&key)?;
-        let kept = derived.policies.get(&key)?;
+        let cached = derived.policies.get(&key)?;
         limits::charge(*bytes).ok()?;
-        Some((Arc::clone(&kept.0), kept.1.clone()))
+        Some((Arc::clone(&cached.0), cached.1.clone()))
     }
 
     /// The key of a whole template value's expansion in the cache: when
-    /// it reads nothing but vars (each kept, by its token) and its own
+    /// it reads nothing but vars (each cached, by its token) and its own
     /// loop variables.
     fn expansion_key(&self, v: &Value, entry: bool) -> Option<(usize, bool, Vec<u64>)> {
         let addr = v as *const Value as usize;
@@ -726,7 +697,7 @@ impl Evaluator<'_> {
         Some((addr, self.mark.get(), self.var_tokens(&deps)?))
     }
 
-    /// The tokens of these kept vars, when each is kept.
+    /// The tokens of these cached vars, when each is cached.
     fn var_tokens(&self, vars: &[String]) -> Option<Vec<u64>> {
         let inputs = self.inputs.borrow();
         vars.iter()
@@ -854,7 +825,7 @@ impl Evaluator<'_> {
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
-                    // An entry of a whole value that is not kept as a
+                    // An entry of a whole value that is not cached as a
                     // whole (it reads the trigger elsewhere) may be.
                     let key = (self.depth.get() == 1)
                         .then(|| self.expansion_key(item, true))
@@ -867,16 +838,16 @@ impl Evaluator<'_> {
                             && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
                     });
                     if let Some(key) = &key
-                        && let Some((Value::Array(kept), bytes)) =
+                        && let Some((Value::Array(cached), bytes)) =
                             self.derived.borrow().expansions.get(key)
-                        && (placeholder || !kept.iter().any(Value::is_null))
+                        && (placeholder || !cached.iter().any(Value::is_null))
                         && limits::charge(*bytes).is_ok()
                     {
                         let start = out.len();
                         if placeholder {
-                            out.resize(start + kept.len(), Value::Null);
+                            out.resize(start + cached.len(), Value::Null);
                         } else {
-                            out.extend(kept.iter().cloned());
+                            out.extend(cached.iter().cloned());
                         }
                         if matches!(directive(item), Ok(Some(_))) {
                             limited(
@@ -903,7 +874,7 @@ impl Evaluator<'_> {
                         // Checked entry by entry, it is read again only as
                         // placeholders (with its checked rules): nulls, which
                         // no other read takes for a copy (above).
-                        let kept = if self.inputs.borrow().spans.is_some() {
+                        let cached = if self.inputs.borrow().spans.is_some() {
                             vec![Value::Null; out.len() - start]
                         } else {
                             out[start..].to_vec()
@@ -911,7 +882,7 @@ impl Evaluator<'_> {
                         self.derived
                             .borrow_mut()
                             .expansions
-                            .insert(key.clone(), (Value::Array(kept), bytes));
+                            .insert(key.clone(), (Value::Array(cached), bytes));
                     }
                     self.span(key, start, out.len());
                 }
@@ -1091,7 +1062,7 @@ impl Evaluator<'_> {
             }
             _ => (owned_list(field, v.into_owned())?, None),
         };
-        // Over a kept var: each item is named by the var's token and its
+        // Over a cached var: each item is named by the var's token and its
         // index (for the keys of nested lists, see `nested_key`).
         let token = e
             .trim()
@@ -1237,170 +1208,14 @@ impl Evaluator<'_> {
         let mut judged = false;
         // The related objects as the store holds them, by position.
         let mut arcs: Option<Vec<Arc<Value>>> = None;
-        // Where a listField result computed here is kept: its key, and
+        // Where a listField result computed here is cached: its key, and
         // the budget and warnings before it.
-        let mut keep: Option<((usize, Vec<usize>), usize, usize)> = None;
+        let mut keep: Option<PendingList> = None;
         let mut items: Vec<Value> = if let Some(q) = &rel.objects {
-            let gk = GroupKind::new(&q.api_group, &q.kind);
-            let ns = match &q.namespace {
-                Some(t) => Some(self.tpl(At::Key(&f, "objects.namespace"), t, ctx)?),
-                None => None,
-            };
-            let names: Option<BTreeSet<String>> = match &q.names {
-                Some(n) => Some(
-                    self.strings(At::Key(&f, "objects.names"), n, ctx)?
-                        .into_iter()
-                        .collect(),
-                ),
-                None => None,
-            };
-            let selector = match &q.selector {
-                Some(s) => Some(self.selector(At::Key(&f, "objects.selector"), s, ctx)?),
-                None => None,
-            };
-            // Kept reads share their names and selector with the other
-            // triggers' (the same for most triggers of a rule).
-            let (read_gk, namespace, names, selector) = if self.record {
-                let mut shared = view.interner.borrow_mut();
-                (
-                    shared.kind(&gk),
-                    ns.clone().map(|n| shared.string(n)),
-                    names.map(|n| shared.names(n)),
-                    selector.map(|s| shared.selector(s)),
-                )
-            } else {
-                (
-                    Arc::new(gk.clone()),
-                    ns.as_deref().map(Arc::from),
-                    names.map(Arc::new),
-                    selector.map(Arc::new),
-                )
-            };
-            let mut read = Read {
-                gk: read_gk,
-                namespace,
-                names,
-                selector,
-                either: false,
-                owner: if q.controlled_by_trigger {
-                    // Without a trigger nothing is controlled by it.
-                    Some(OwnerFilter::Controller(trigger.map(Owner::of).unwrap_or(
-                        Owner {
-                            uid: "\u{0}none".into(),
-                            gk: None,
-                            name: String::new(),
-                        },
-                    )))
-                } else if !q.owned_by.is_empty() {
-                    Some(OwnerFilter::AnyOf(Arc::new(self.owner_uids(
-                        &q.owned_by,
-                        trigger,
-                        ctx,
-                    ))))
-                } else {
-                    None
-                },
-                hits: Arc::default(),
-            };
-            // The same lookup by another trigger of this rule finds the
-            // same objects: kept for this evaluation (the view does not
-            // change while one rule runs), with an index by controller
-            // for the lookups that filter on their trigger as owner.
-            // By the set (its kind) and its rendered filters: no text
-            // of the kind built per render.
-            let lookup: FoundKey = (
-                i,
-                ns.clone(),
-                read.names.clone(),
-                read.selector
-                    .as_deref()
-                    .map(|s| serde_json::to_string(s).unwrap_or_default()),
-            );
-            let mut inputs = self.inputs.borrow_mut();
-            if !inputs.found.contains_key(&lookup) {
-                let unowned = Read {
-                    owner: None,
-                    ..read.clone()
-                };
-                let objects: Vec<Arc<Value>> = match (&read.names, &ns) {
-                    // Named in one namespace (or cluster-scoped): looked
-                    // up, not listed.
-                    (Some(names), Some(ns)) => names
-                        .iter()
-                        .filter_map(|n| view.get_shared(&gk, &(ns.clone(), n.clone())))
-                        .filter(|o| unowned.passes(o))
-                        .cloned()
-                        .collect(),
-                    _ => view
-                        .list(&gk, ns.as_deref())
-                        .iter()
-                        .filter(|o| unowned.passes(o))
-                        .map(|o| Arc::clone(o))
-                        .collect(),
-                };
-                if inputs.found.len() >= FOUND_MAX {
-                    inputs.found.clear();
-                }
-                inputs.found.insert(
-                    lookup.clone(),
-                    Found {
-                        objects,
-                        by_owner: None,
-                        by_any_owner: None,
-                        hits: None,
-                    },
-                );
-            }
-            // Unfiltered, the read hits what the lookup found: its keys
-            // interned once per lookup.
-            let mut hits = None;
-            let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
-                (None, _) => Vec::new(),
-                (Some(f), None) => {
-                    if self.record {
-                        hits = Some(Arc::clone(f.hits.get_or_insert_with(|| {
-                            let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
-                            view.interner.borrow_mut().hits(keys)
-                        })));
-                    }
-                    f.objects.clone()
-                }
-                (Some(f), Some(OwnerFilter::AnyOf(uids))) => {
-                    let by_uid = f
-                        .by_any_owner
-                        .get_or_insert_with(|| any_owner_index(&f.objects));
-                    let at = uids.iter().filter_map(|u| by_uid.get(u.as_str())).flatten();
-                    passing_at(&f.objects, at, &read)
-                }
-                (Some(f), Some(OwnerFilter::Controller(owner))) if !owner.uid.is_empty() => {
-                    let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
-                    let at = by_uid
-                        .get(owner.uid.as_str())
-                        .into_iter()
-                        .flatten()
-                        .chain(loose.iter());
-                    passing_at(&f.objects, at, &read)
-                }
-                (Some(f), Some(_)) => f
-                    .objects
-                    .iter()
-                    .filter(|o| read.passes(o))
-                    .cloned()
-                    .collect(),
-            };
-            drop(inputs);
+            let (gk, ns, read) = self.related_read(q, f, ctx, trigger, view)?;
+            let found = self.find_related(i, &gk, ns, read, view);
             let found: Vec<&Arc<Value>> = found.iter().collect();
-            if self.record {
-                read.hits = match hits {
-                    Some(h) => h,
-                    None => {
-                        let keys = found.iter().filter_map(|o| key_of(o)).collect();
-                        view.interner.borrow_mut().hits(keys)
-                    }
-                };
-                self.reads.borrow_mut().push(read);
-            }
-            if let Some(items) = self.kept_objects(i, rel, &found, q.metadata_only, ctx) {
+            if let Some(items) = self.cached_objects(i, rel, &found, q.metadata_only, ctx) {
                 return items;
             }
             arcs = Some(found.iter().map(|o| Arc::clone(o)).collect());
@@ -1409,241 +1224,102 @@ impl Evaluator<'_> {
                 .map(|o| visible(o, q.metadata_only))
                 .collect()
         } else if let Some(l) = &rel.list_field {
-            let path = FieldPath::parse(&l.path).map_err(|e| {
-                FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
-            })?;
-            let default_of = ["trigger".to_string()];
-            let of = if l.of.is_empty() {
-                &default_of[..]
-            } else {
-                &l.of[..]
-            };
-            // The same source objects give the same list (items are
-            // de-duplicated and sorted): kept for the next trigger that
-            // reads them, when its conditions read only the item.
-            let sources = self.list_sources(of);
-            let shape = self.reads_of(i, rel);
-            let conditions_ok = shape.where_item && shape.require_item;
-            if let (Some(addrs), true) = (sources, conditions_ok) {
-                let key = (i, addrs);
-                if let Some(v) = self.kept_list(&rel.name, &key) {
-                    return Ok(v);
-                }
-                keep = Some((key, limits::used(), self.warnings.borrow().len()));
-            }
-            // Read in place: only the items kept are copied. Each source
-            // with the store's object it was copied from (when known): its
-            // extracted entries are kept by that object's address and how
-            // much of it templates see (a trigger in its own family shares
-            // them).
-            let data = ctx.data();
-            // The objects of sets no template reads, as the store holds
-            // them: copied (as templates would see them) only when their
-            // entries are extracted afresh.
-            let held: Vec<(&String, Vec<Arc<Value>>, bool)> = {
-                let inputs = self.inputs.borrow();
-                of.iter()
-                    .filter(|name| self.rule.unread.contains(*name))
-                    .filter_map(|name| {
-                        let q = self.related_query(name)?;
-                        Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
-                    })
-                    .collect()
-            };
-            let trigger = self.inputs.borrow().trigger.clone();
-            let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
-            // A one-shot render keeps nothing: no addresses.
-            let record = self.record;
-            {
-                let inputs = self.inputs.borrow();
-                let mut derived = self.derived.borrow_mut();
-                let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
-                for name in of {
-                    if name == "trigger" {
-                        // Read where the store holds it: templates may
-                        // see only the parts of it they read.
-                        let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
-                        if let Some((o, m)) = trigger.as_ref().zip(seen) {
-                            let addr = pin(o).map(|a| (usize::from(m), a));
-                            sources.push((Source::Held(o, m), addr));
-                        }
-                    } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
-                        for o in objs {
-                            let addr = pin(o).map(|a| (usize::from(*seen), a));
-                            sources.push((Source::Held(o, *seen), addr));
-                        }
-                    } else {
-                        let seen = self.related_query(name).map(|q| q.metadata_only);
-                        let values = data["related"][name.as_str()].as_array();
-                        let objs = inputs.objects.get(name).filter(|o| {
-                            seen.is_some() && values.is_some_and(|v| v.len() == o.len())
-                        });
-                        for (n, v) in values.into_iter().flatten().enumerate() {
-                            let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
-                            let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                            sources.push((Source::Seen(v), addr));
-                        }
-                    }
-                }
-            }
-            let extract = match &l.extract {
-                Some(x) => Some((
-                    FieldPath::parse(&x.path).map_err(|e| {
-                        FieldError::new(
-                            ErrorKind::InvalidRule,
-                            format!("{f}.listField.extract.path"),
-                            e,
-                        )
-                    })?,
-                    self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
-                    x.unmatched,
-                )),
-                None => None,
-            };
-            // Each source's entries (kept ones shared, not copied), then
-            // their union by text, read in place: only the items judged
-            // afresh and those the list keeps are copied.
-            let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
-            // One source's list is kept whole (by its address) already.
-            let several = sources.len() > 1;
-            for (src, addr) in sources {
-                let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
-                if let Some(key) = &cache
-                    && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
-                {
-                    parts.push(Arc::clone(entries));
-                    self.warnings.borrow_mut().extend(warned.iter().cloned());
-                    continue;
-                }
-                let mut mine: Vec<(String, Value)> = Vec::new();
-                let warned = self.warnings.borrow().len();
-                let src: Cow<Value> = match src {
-                    Source::Seen(v) => Cow::Borrowed(v),
-                    Source::Held(o, seen) => shown(o, seen),
-                };
-                // A list's items are its entries; a map at the path is
-                // one entry (e.g. the `metadata` of each related object).
-                let entries: &[Value] = match path.get(&src) {
-                    Some(Value::Array(a)) => a,
-                    Some(m @ Value::Object(_)) => std::slice::from_ref(m),
-                    _ => &[],
-                };
-                for entry in entries {
-                    let item = match &extract {
-                        None => entry.clone(),
-                        Some((xp, re, unmatched)) => {
-                            let text = xp.get(entry).and_then(Value::as_str);
-                            let caps = text.and_then(|t| re.captures(t));
-                            let (Value::Object(m), Some(caps)) = (entry, caps) else {
-                                match unmatched {
-                                    Unmatched::Drop => {}
-                                    Unmatched::Keep => mine.push((json_text(entry), entry.clone())),
-                                    Unmatched::Warn => {
-                                        let shown = match (entry, text) {
-                                            (Value::Object(_), Some(t)) => t.to_string(),
-                                            (Value::Object(_), None) => "(missing)".to_string(),
-                                            _ => entry.to_string(),
-                                        };
-                                        self.warnings.borrow_mut().push(FieldWarning::new(
-                                            format!("{f}.listField.extract"),
-                                            &shown,
-                                            "does not match the extract regex",
-                                        ));
-                                    }
-                                }
-                                continue;
-                            };
-                            let mut m = m.clone();
-                            for name in re.capture_names().flatten() {
-                                if let Some(c) = caps.name(name) {
-                                    m.insert(name.to_string(), json!(c.as_str()));
-                                }
-                            }
-                            Value::Object(m)
-                        }
-                    };
-                    mine.push((json_text(&item), item));
-                }
-                let mine = Arc::new(mine);
-                if let Some(key) = cache {
-                    let warnings = self.warnings.borrow()[warned..].to_vec();
-                    self.derived
-                        .borrow_mut()
-                        .extracts
-                        .insert(key, (Arc::clone(&mine), warnings));
-                }
-                parts.push(mine);
-            }
-            let mut union: Vec<(&str, &Value)> = parts
-                .iter()
-                .flat_map(|p| p.iter().map(|(t, v)| (t.as_str(), v)))
-                .collect();
-            union.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            union.dedup_by(|a, b| a.0 == b.0);
-            if conditions_ok {
-                // Judged by text, as below, without binding a copy of an
-                // item whose verdicts are kept.
-                let items = self.judge_entries(i, rel, f, &union, ctx)?;
-                judged = true;
-                items
-            } else {
-                let (texts, items): (Vec<String>, Vec<Value>) = union
-                    .into_iter()
-                    .map(|(t, v)| (t.to_string(), v.clone()))
-                    .unzip();
-                keys = texts;
-                items
+            match self.list_field(i, rel, l, f, ctx, &mut keys, &mut judged, &mut keep)? {
+                ControlFlow::Break(done) => return Ok(done),
+                ControlFlow::Continue(items) => items,
             }
         } else {
             Vec::new()
         };
         if !judged && !rel.filter.is_empty() {
-            // Conditions of the item alone are judged once per entry text.
-            let cached = !keys.is_empty() && self.reads_of(i, rel).where_item;
-            let mut kept = Vec::with_capacity(items.len());
-            let mut kept_keys = Vec::new();
-            let mut kept_arcs = Vec::new();
-            for (n, item) in items.into_iter().enumerate() {
-                let key = keys.get(n).filter(|_| cached);
-                // Bound by move, taken back after: no copy per item.
-                let (item, ok) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, false), key, || {
-                        self.stage_verdict(false, f, rel, item, ctx)
-                    })
-                });
-                if matches!(ok?, ItemVerdict::Where(true)) {
-                    kept.push(item);
-                    if let Some(k) = keys.get_mut(n) {
-                        kept_keys.push(std::mem::take(k));
-                    }
-                    if let Some(a) = arcs.as_ref().and_then(|a| a.get(n)) {
-                        kept_arcs.push(Arc::clone(a));
-                    }
-                }
-            }
-            items = kept;
-            keys = kept_keys;
-            if arcs.is_some() {
-                arcs = Some(kept_arcs);
-            }
+            items = self.where_items(i, rel, f, ctx, items, &mut keys, &mut arcs)?;
         }
         if !judged && !rel.require.is_empty() {
-            let cached = !keys.is_empty() && self.reads_of(i, rel).require_item;
-            let mut kept = Vec::with_capacity(items.len());
-            for (n, item) in items.into_iter().enumerate() {
-                let key = keys.get(n).filter(|_| cached);
-                let (item, verdict) = with_item(ctx, item, |ctx, item| {
-                    self.item_verdict((i, true), key, || {
-                        self.stage_verdict(true, f, rel, item, ctx)
-                    })
-                });
-                match verdict? {
-                    ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
-                    _ => kept.push(item),
+            items = self.require_items(i, rel, f, ctx, items, &keys)?;
+        }
+        self.remember_related(rel, arcs, keep);
+        Ok(items)
+    }
+
+    /// The items that pass the set's `where`: conditions of the item
+    /// alone judged once per entry text. `keys` and `arcs` follow.
+    #[allow(clippy::too_many_arguments)]
+    fn where_items(
+        &self,
+        i: usize,
+        rel: &Related,
+        f: At<'_>,
+        ctx: &mut Context,
+        items: Vec<Value>,
+        keys: &mut Vec<String>,
+        arcs: &mut Option<Vec<Arc<Value>>>,
+    ) -> Result<Vec<Value>> {
+        // Conditions of the item alone are judged once per entry text.
+        let cached = !keys.is_empty() && self.reads_of(i, rel).where_item;
+        let mut passed = Vec::with_capacity(items.len());
+        let mut passed_keys = Vec::new();
+        let mut passed_arcs = Vec::new();
+        for (n, item) in items.into_iter().enumerate() {
+            let key = keys.get(n).filter(|_| cached);
+            // Bound by move, taken back after: no copy per item.
+            let (item, ok) = with_item(ctx, item, |ctx, item| {
+                self.item_verdict((i, false), key, || {
+                    self.stage_verdict(false, f, rel, item, ctx)
+                })
+            });
+            if matches!(ok?, ItemVerdict::Where(true)) {
+                passed.push(item);
+                if let Some(k) = keys.get_mut(n) {
+                    passed_keys.push(std::mem::take(k));
+                }
+                if let Some(a) = arcs.as_ref().and_then(|a| a.get(n)) {
+                    passed_arcs.push(Arc::clone(a));
                 }
             }
-            items = kept;
         }
+        *keys = passed_keys;
+        if arcs.is_some() {
+            *arcs = Some(passed_arcs);
+        }
+        Ok(passed)
+    }
+
+    /// The items that pass the set's `require`; one that fails is a
+    /// warning.
+    fn require_items(
+        &self,
+        i: usize,
+        rel: &Related,
+        f: At<'_>,
+        ctx: &mut Context,
+        items: Vec<Value>,
+        keys: &[String],
+    ) -> Result<Vec<Value>> {
+        let cached = !keys.is_empty() && self.reads_of(i, rel).require_item;
+        let mut passed = Vec::with_capacity(items.len());
+        for (n, item) in items.into_iter().enumerate() {
+            let key = keys.get(n).filter(|_| cached);
+            let (item, verdict) = with_item(ctx, item, |ctx, item| {
+                self.item_verdict((i, true), key, || {
+                    self.stage_verdict(true, f, rel, item, ctx)
+                })
+            });
+            match verdict? {
+                ItemVerdict::Require(Some(w)) => self.warnings.borrow_mut().push(w),
+                _ => passed.push(item),
+            }
+        }
+        Ok(passed)
+    }
+
+    /// Keeps for the triggers after this one what the set found: its
+    /// objects as the store holds them, and a listField's result.
+    fn remember_related(
+        &self,
+        rel: &Related,
+        arcs: Option<Vec<Arc<Value>>>,
+        keep: Option<PendingList>,
+    ) {
         if let Some(a) = arcs {
             // (`require` drops objects not followed here: such a set
             // keys no listField.)
@@ -1669,7 +1345,411 @@ impl Evaluator<'_> {
             inputs.list_tokens.insert(rel.name.clone(), token);
             inputs.lent.push(Lent::List(rel.name.clone(), key));
         }
-        Ok(items)
+    }
+
+    /// A related query rendered for this trigger: its kind, namespace, and
+    /// the read it makes (names, selector, owner filter), its hits not yet
+    /// known.
+    fn related_read(
+        &self,
+        q: &ObjectQuery,
+        f: At<'_>,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<(GroupKind, Option<String>, Read)> {
+        let gk = GroupKind::new(&q.api_group, &q.kind);
+        let ns = match &q.namespace {
+            Some(t) => Some(self.tpl(At::Key(&f, "objects.namespace"), t, ctx)?),
+            None => None,
+        };
+        let names: Option<BTreeSet<String>> = match &q.names {
+            Some(n) => Some(
+                self.strings(At::Key(&f, "objects.names"), n, ctx)?
+                    .into_iter()
+                    .collect(),
+            ),
+            None => None,
+        };
+        let selector = match &q.selector {
+            Some(s) => Some(self.selector(At::Key(&f, "objects.selector"), s, ctx)?),
+            None => None,
+        };
+        // Cached reads share their names and selector with the other
+        // triggers' (the same for most triggers of a rule).
+        let (read_gk, namespace, names, selector) = if self.record {
+            let mut shared = view.interner.borrow_mut();
+            (
+                shared.kind(&gk),
+                ns.clone().map(|n| shared.string(n)),
+                names.map(|n| shared.names(n)),
+                selector.map(|s| shared.selector(s)),
+            )
+        } else {
+            (
+                Arc::new(gk.clone()),
+                ns.as_deref().map(Arc::from),
+                names.map(Arc::new),
+                selector.map(Arc::new),
+            )
+        };
+        let read = Read {
+            gk: read_gk,
+            namespace,
+            names,
+            selector,
+            either: false,
+            owner: if q.controlled_by_trigger {
+                // Without a trigger nothing is controlled by it.
+                Some(OwnerFilter::Controller(trigger.map(Owner::of).unwrap_or(
+                    Owner {
+                        uid: "\u{0}none".into(),
+                        gk: None,
+                        name: String::new(),
+                    },
+                )))
+            } else if !q.owned_by.is_empty() {
+                Some(OwnerFilter::AnyOf(Arc::new(self.owner_uids(
+                    &q.owned_by,
+                    trigger,
+                    ctx,
+                ))))
+            } else {
+                None
+            },
+            hits: Arc::default(),
+        };
+        Ok((gk, ns, read))
+    }
+
+    /// The objects a rendered related query finds (looked up once per
+    /// rule and filters), its read recorded with what it hit.
+    fn find_related(
+        &self,
+        i: usize,
+        gk: &GroupKind,
+        ns: Option<String>,
+        mut read: Read,
+        view: &View,
+    ) -> Vec<Arc<Value>> {
+        // The same lookup by another trigger of this rule finds the
+        // same objects: cached for this evaluation (the view does not
+        // change while one rule runs), with an index by controller
+        // for the lookups that filter on their trigger as owner.
+        // By the set (its kind) and its rendered filters: no text
+        // of the kind built per render.
+        let lookup: FoundKey = (
+            i,
+            ns.clone(),
+            read.names.clone(),
+            read.selector
+                .as_deref()
+                .map(|s| serde_json::to_string(s).unwrap_or_default()),
+        );
+        let mut inputs = self.inputs.borrow_mut();
+        if !inputs.found.contains_key(&lookup) {
+            let objects = look_up(gk, ns.as_ref(), &read, view);
+            if inputs.found.len() >= FOUND_MAX {
+                inputs.found.clear();
+            }
+            inputs.found.insert(
+                lookup.clone(),
+                Found {
+                    objects,
+                    by_owner: None,
+                    by_any_owner: None,
+                    hits: None,
+                },
+            );
+        }
+        // Unfiltered, the read hits what the lookup found: its keys
+        // interned once per lookup.
+        let mut hits = None;
+        let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
+            (None, _) => Vec::new(),
+            (Some(f), None) => {
+                if self.record {
+                    hits = Some(Arc::clone(f.hits.get_or_insert_with(|| {
+                        let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
+                        view.interner.borrow_mut().hits(keys)
+                    })));
+                }
+                f.objects.clone()
+            }
+            (Some(f), Some(OwnerFilter::AnyOf(uids))) => {
+                let by_uid = f
+                    .by_any_owner
+                    .get_or_insert_with(|| any_owner_index(&f.objects));
+                let at = uids.iter().filter_map(|u| by_uid.get(u.as_str())).flatten();
+                passing_at(&f.objects, at, &read)
+            }
+            (Some(f), Some(OwnerFilter::Controller(owner))) if !owner.uid.is_empty() => {
+                let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
+                let at = by_uid
+                    .get(owner.uid.as_str())
+                    .into_iter()
+                    .flatten()
+                    .chain(loose.iter());
+                passing_at(&f.objects, at, &read)
+            }
+            (Some(f), Some(_)) => f
+                .objects
+                .iter()
+                .filter(|o| read.passes(o))
+                .cloned()
+                .collect(),
+        };
+        drop(inputs);
+        if self.record {
+            read.hits = match hits {
+                Some(h) => h,
+                None => {
+                    let keys = found.iter().filter_map(|o| key_of(o)).collect();
+                    view.interner.borrow_mut().hits(keys)
+                }
+            };
+            self.reads.borrow_mut().push(read);
+        }
+        found
+    }
+
+    /// A related set read from a listField: the entries of the sets it
+    /// names, extracted, united and (when they read only the item)
+    /// judged. `Break` when the list is cached from another trigger.
+    #[allow(clippy::too_many_arguments)]
+    fn list_field(
+        &self,
+        i: usize,
+        rel: &Related,
+        l: &ListFieldQuery,
+        f: At<'_>,
+        ctx: &mut Context,
+        keys: &mut Vec<String>,
+        judged: &mut bool,
+        keep: &mut Option<PendingList>,
+    ) -> Result<ControlFlow<Vec<Value>, Vec<Value>>> {
+        let path = FieldPath::parse(&l.path).map_err(|e| {
+            FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
+        })?;
+        let default_of = ["trigger".to_string()];
+        let of = if l.of.is_empty() {
+            &default_of[..]
+        } else {
+            &l.of[..]
+        };
+        // The same source objects give the same list (items are
+        // de-duplicated and sorted): cached for the next trigger that
+        // reads them, when its conditions read only the item.
+        let sources = self.list_sources(of);
+        let shape = self.reads_of(i, rel);
+        let conditions_ok = shape.where_item && shape.require_item;
+        if let (Some(addrs), true) = (sources, conditions_ok) {
+            let key = (i, addrs);
+            if let Some(v) = self.cached_list(&rel.name, &key) {
+                return Ok(ControlFlow::Break(v));
+            }
+            *keep = Some((key, limits::used(), self.warnings.borrow().len()));
+        }
+        // Read in place: only the items kept are copied. Each source
+        // with the store's object it was copied from (when known): its
+        // extracted entries are cached by that object's address and how
+        // much of it templates see (a trigger in its own family shares
+        // them).
+        let data = ctx.data();
+        // The objects of sets no template reads, as the store holds
+        // them: copied (as templates would see them) only when their
+        // entries are extracted afresh.
+        let held: Vec<(&String, Vec<Arc<Value>>, bool)> = {
+            let inputs = self.inputs.borrow();
+            of.iter()
+                .filter(|name| self.rule.unread.contains(*name))
+                .filter_map(|name| {
+                    let q = self.related_query(name)?;
+                    Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
+                })
+                .collect()
+        };
+        let trigger = self.inputs.borrow().trigger.clone();
+        let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
+        // A one-shot render keeps nothing: no addresses.
+        let record = self.record;
+        {
+            let inputs = self.inputs.borrow();
+            let mut derived = self.derived.borrow_mut();
+            let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
+            for name in of {
+                if name == "trigger" {
+                    // Read where the store holds it: templates may
+                    // see only the parts of it they read.
+                    let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
+                    if let Some((o, m)) = trigger.as_ref().zip(seen) {
+                        let addr = pin(o).map(|a| (usize::from(m), a));
+                        sources.push((Source::Held(o, m), addr));
+                    }
+                } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
+                    for o in objs {
+                        let addr = pin(o).map(|a| (usize::from(*seen), a));
+                        sources.push((Source::Held(o, *seen), addr));
+                    }
+                } else {
+                    let seen = self.related_query(name).map(|q| q.metadata_only);
+                    let values = data["related"][name.as_str()].as_array();
+                    let objs = inputs
+                        .objects
+                        .get(name)
+                        .filter(|o| seen.is_some() && values.is_some_and(|v| v.len() == o.len()));
+                    for (n, v) in values.into_iter().flatten().enumerate() {
+                        let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
+                        let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
+                        sources.push((Source::Seen(v), addr));
+                    }
+                }
+            }
+        }
+        let extract = self.list_extract(f, l)?;
+        // Each source's entries (cached ones shared, not copied), then
+        // their union by text, read in place: only the items judged
+        // afresh and those the list keeps are copied.
+        let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
+        // One source's list is cached whole (by its address) already.
+        let several = sources.len() > 1;
+        for (src, addr) in sources {
+            let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
+            parts.push(self.source_entries(f, src, cache, &path, extract.as_ref()));
+        }
+        let items = self.union_items(i, rel, f, ctx, &parts, conditions_ok, keys)?;
+        *judged = conditions_ok;
+        Ok(ControlFlow::Continue(items))
+    }
+
+    /// The union of a listField's entries by text, read in place; judged
+    /// by text here when its conditions read only the item, else with each
+    /// item's text in `keys` for the judging after.
+    #[allow(clippy::too_many_arguments)]
+    fn union_items(
+        &self,
+        i: usize,
+        rel: &Related,
+        f: At<'_>,
+        ctx: &mut Context,
+        parts: &[Arc<ExtractedEntries>],
+        conditions_ok: bool,
+        keys: &mut Vec<String>,
+    ) -> Result<Vec<Value>> {
+        let mut union: Vec<(&str, &Value)> = parts
+            .iter()
+            .flat_map(|p| p.iter().map(|(t, v)| (t.as_str(), v)))
+            .collect();
+        union.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        union.dedup_by(|a, b| a.0 == b.0);
+        if conditions_ok {
+            // Judged by text, as below, without binding a copy of an
+            // item whose verdicts are cached.
+            let items = self.judge_entries(i, rel, f, &union, ctx)?;
+            Ok(items)
+        } else {
+            let (texts, items): (Vec<String>, Vec<Value>) = union
+                .into_iter()
+                .map(|(t, v)| (t.to_string(), v.clone()))
+                .unzip();
+            *keys = texts;
+            Ok(items)
+        }
+    }
+
+    /// A listField's extract: its path and regex, compiled.
+    fn list_extract(&self, f: At<'_>, l: &ListFieldQuery) -> Result<Option<Extract<'_>>> {
+        Ok(match &l.extract {
+            Some(x) => Some((
+                FieldPath::parse(&x.path).map_err(|e| {
+                    FieldError::new(
+                        ErrorKind::InvalidRule,
+                        format!("{f}.listField.extract.path"),
+                        e,
+                    )
+                })?,
+                self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
+                x.unmatched,
+            )),
+            None => None,
+        })
+    }
+
+    /// One listField source's entries: the list at `path` (a map there is
+    /// one entry), each entry extracted by `extract`; cached under `cache`
+    /// (and taken from there when cached before).
+    fn source_entries(
+        &self,
+        f: At<'_>,
+        src: Source<'_>,
+        cache: Option<(usize, usize, usize)>,
+        path: &FieldPath,
+        extract: Option<&Extract<'_>>,
+    ) -> Arc<ExtractedEntries> {
+        if let Some(key) = &cache
+            && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
+        {
+            self.warnings.borrow_mut().extend(warned.iter().cloned());
+            return Arc::clone(entries);
+        }
+        let mut mine: Vec<(String, Value)> = Vec::new();
+        let warned = self.warnings.borrow().len();
+        let src: Cow<Value> = match src {
+            Source::Seen(v) => Cow::Borrowed(v),
+            Source::Held(o, seen) => shown(o, seen),
+        };
+        // A list's items are its entries; a map at the path is
+        // one entry (e.g. the `metadata` of each related object).
+        let entries: &[Value] = match path.get(&src) {
+            Some(Value::Array(a)) => a,
+            Some(m @ Value::Object(_)) => std::slice::from_ref(m),
+            _ => &[],
+        };
+        for entry in entries {
+            let item = match &extract {
+                None => entry.clone(),
+                Some((xp, re, unmatched)) => {
+                    let text = xp.get(entry).and_then(Value::as_str);
+                    let caps = text.and_then(|t| re.captures(t));
+                    let (Value::Object(m), Some(caps)) = (entry, caps) else {
+                        match unmatched {
+                            Unmatched::Drop => {}
+                            Unmatched::Keep => mine.push((json_text(entry), entry.clone())),
+                            Unmatched::Warn => {
+                                let shown = match (entry, text) {
+                                    (Value::Object(_), Some(t)) => t.to_string(),
+                                    (Value::Object(_), None) => "(missing)".to_string(),
+                                    _ => entry.to_string(),
+                                };
+                                self.warnings.borrow_mut().push(FieldWarning::new(
+                                    format!("{f}.listField.extract"),
+                                    &shown,
+                                    "does not match the extract regex",
+                                ));
+                            }
+                        }
+                        continue;
+                    };
+                    let mut m = m.clone();
+                    for name in re.capture_names().flatten() {
+                        if let Some(c) = caps.name(name) {
+                            m.insert(name.to_string(), json!(c.as_str()));
+                        }
+                    }
+                    Value::Object(m)
+                }
+            };
+            mine.push((json_text(&item), item));
+        }
+        let mine = Arc::new(mine);
+        if let Some(key) = cache {
+            let warnings = self.warnings.borrow()[warned..].to_vec();
+            self.derived
+                .borrow_mut()
+                .extracts
+                .insert(key, (Arc::clone(&mine), warnings));
+        }
+        mine
     }
 
     /// The objects a listField reads, when each is one the store holds
@@ -1731,11 +1811,11 @@ impl Evaluator<'_> {
             .and_then(|r| r.objects.as_ref())
     }
 
-    /// A kept related list, lent to the render, with what computing it
-    /// warned and charged; `None` when there is none, when it was kept
+    /// A cached related list, lent to the render, with what computing it
+    /// warned and charged; `None` when there is none, when it was cached
     /// hollow and this rule reads it, or when the budget cannot pay for
     /// it (computed again, to fail as a full render does).
-    fn kept_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
+    fn cached_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
         let mut derived = self.derived.borrow_mut();
         let e = derived.lists.get_mut(key)?;
         if e.value.is_none()
@@ -1787,10 +1867,10 @@ impl Evaluator<'_> {
     }
 
     /// Related objects whose `where` reads only the object and the
-    /// trigger: each verdict is kept by both objects' addresses, and the
-    /// list of those kept by their addresses, so a family's revisions
+    /// trigger: each verdict is cached by both objects' addresses, and the
+    /// list of those cached by their addresses, so a family's revisions
     /// judge and copy each other once. `None` when the set is not such.
-    fn kept_objects(
+    fn cached_objects(
         &self,
         i: usize,
         rel: &Related,
@@ -1807,7 +1887,7 @@ impl Evaluator<'_> {
             .map_or(0, |t| self.derived.borrow_mut().pin(t));
         let related_at = At::Field("spec.related");
         let f = At::Index(&related_at, i);
-        let mut kept: Vec<Arc<Value>> = Vec::with_capacity(found.len());
+        let mut passed: Vec<Arc<Value>> = Vec::with_capacity(found.len());
         for o in found {
             let key = (i, self.derived.borrow_mut().pin(o), t_addr);
             let hit = self.derived.borrow().verdicts.get(&key).copied();
@@ -1848,14 +1928,14 @@ impl Evaluator<'_> {
                 }
             };
             if ok {
-                kept.push(Arc::clone(o));
+                passed.push(Arc::clone(o));
             }
         }
         // Kept objects are pinned (each was judged above).
-        let key = (i, kept.iter().map(|a| Arc::as_ptr(a) as usize).collect());
+        let key = (i, passed.iter().map(|a| Arc::as_ptr(a) as usize).collect());
         // Read only by reference (a listField's source): not copied.
         let hollow = self.rule.unread.contains(&rel.name);
-        let items = match self.kept_list(&rel.name, &key) {
+        let items = match self.cached_list(&rel.name, &key) {
             Some(v) => v,
             None => {
                 let mut derived = self.derived.borrow_mut();
@@ -1876,14 +1956,14 @@ impl Evaluator<'_> {
                 if hollow {
                     Vec::new()
                 } else {
-                    kept.iter().map(|o| visible(o, metadata_only)).collect()
+                    passed.iter().map(|o| visible(o, metadata_only)).collect()
                 }
             }
         };
         self.inputs
             .borrow_mut()
             .objects
-            .insert(rel.name.clone(), kept);
+            .insert(rel.name.clone(), passed);
         Some(Ok(items))
     }
 
@@ -1899,21 +1979,21 @@ impl Evaluator<'_> {
         union: &[(&str, &Value)],
         ctx: &mut Context,
     ) -> Result<Vec<Value>> {
-        let mut kept: Vec<(&str, &Value)> = Vec::with_capacity(union.len());
+        let mut passed: Vec<(&str, &Value)> = Vec::with_capacity(union.len());
         if rel.filter.is_empty() {
-            kept.extend_from_slice(union);
+            passed.extend_from_slice(union);
         } else {
             for &(text, item) in union {
                 let verdict = self.verdict_by_text((i, false), text, item, ctx, |ctx, item| {
                     self.stage_verdict(false, f, rel, item, ctx)
                 })?;
                 if matches!(verdict, ItemVerdict::Where(true)) {
-                    kept.push((text, item));
+                    passed.push((text, item));
                 }
             }
         }
-        let mut out = Vec::with_capacity(kept.len());
-        for (text, item) in kept {
+        let mut out = Vec::with_capacity(passed.len());
+        for (text, item) in passed {
             if rel.require.is_empty() {
                 out.push(item.clone());
                 continue;
@@ -1939,7 +2019,7 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         run: impl FnOnce(&Context, &Value) -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
-        if let Some(verdict) = self.kept_verdict(slot, text) {
+        if let Some(verdict) = self.cached_verdict(slot, text) {
             return Ok(verdict);
         }
         let before = limits::used();
@@ -1947,10 +2027,10 @@ impl Evaluator<'_> {
         self.keep_verdict(slot, text, verdict?, before)
     }
 
-    /// An item's verdict kept from before, charging the budget what
+    /// An item's verdict cached from before, charging the budget what
     /// judging it charged; `None` over budget (judged again, to fail where
     /// and as a full render does).
-    fn kept_verdict(&self, slot: (usize, bool), text: &str) -> Option<ItemVerdict> {
+    fn cached_verdict(&self, slot: (usize, bool), text: &str) -> Option<ItemVerdict> {
         let (verdict, bytes) = self
             .items
             .borrow()
@@ -2051,7 +2131,7 @@ impl Evaluator<'_> {
 
     /// One stage's verdict on an item: from the cache when `key` (the
     /// item's text) is given and was judged before, charging the budget
-    /// what judging it charged; else judged by `run` (errors not kept).
+    /// what judging it charged; else judged by `run` (errors not cached).
     fn item_verdict(
         &self,
         slot: (usize, bool),
@@ -2059,7 +2139,7 @@ impl Evaluator<'_> {
         run: impl FnOnce() -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
         let Some(key) = key else { return run() };
-        if let Some(verdict) = self.kept_verdict(slot, key) {
+        if let Some(verdict) = self.cached_verdict(slot, key) {
             return Ok(verdict);
         }
         let before = limits::used();
@@ -2067,7 +2147,7 @@ impl Evaluator<'_> {
     }
 
     /// Renders every output for one trigger (or the static set), then
-    /// takes back the kept values it lent to `ctx`.
+    /// takes back the cached values it lent to `ctx`.
     pub(super) fn render(
         &self,
         ctx: &mut Context,
@@ -2116,7 +2196,7 @@ impl Evaluator<'_> {
     }
 
     /// A var's key in the cache: when its expression reads nothing but
-    /// related lists, each of them kept (by its token).
+    /// related lists, each of them cached (by its token).
     fn var_key(&self, i: usize, expr: &str) -> Option<(usize, Vec<u64>)> {
         let read = self
             .var_reads
@@ -2137,7 +2217,7 @@ impl Evaluator<'_> {
             })
             .clone()?;
         let inputs = self.inputs.borrow();
-        // A list read that is not kept leaves the var uncached.
+        // A list read that is not cached leaves the var uncached.
         let deps = read
             .iter()
             .map(|n| inputs.list_tokens.get(n.as_str()).copied())
@@ -2145,7 +2225,7 @@ impl Evaluator<'_> {
         (!deps.is_empty()).then_some((i, deps))
     }
 
-    /// A var's value: kept, or evaluated (and kept when it has a key).
+    /// A var's value: cached, or evaluated (and cached when it has a key).
     fn var_value(&self, i: usize, name: &str, expr: &str, ctx: &Context) -> Result<Value> {
         let vars_at = At::Field("spec.vars");
         let at = At::Index(&vars_at, i);
@@ -2274,6 +2354,8 @@ impl Evaluator<'_> {
         Ok(out)
     }
 
+    /// One output of a trigger: its metadata, then a role's rules or a
+    /// binding's roleRef and subjects, checked as Kubernetes would.
     fn object(
         &self,
         field: &Arc<str>,
@@ -2288,9 +2370,56 @@ impl Evaluator<'_> {
         let name_field = At::Key(&at, "name");
         let name = self.tpl(name_field, &o.name, ctx)?;
         output::validate_name(name_field, &name)?;
-        let namespace = if o.kind.namespaced() {
+        let namespace = self.object_namespace(&at, o, ctx, trigger)?;
+        let (labels, annotations, tref) = self.object_marks(&at, o, ctx, trigger)?;
+        // A `*` from data: the object is refused (and revoked) after the
+        // render, not failed.
+        let mut refusal = None;
+        let body = if o.kind.is_role() {
+            self.role_body(&at, o, ctx, view, &mut refusal)?
+        } else {
+            self.binding_body(&at, o, ctx, &mut refusal)?
+        };
+        let mut shared = view.interner.borrow_mut();
+        // Shared by the objects of a rule, an output, a trigger.
+        let rule = shared.string(self.rule.name.clone());
+        let field = Arc::clone(field);
+        let trigger_ref = tref.map(|r| shared.string(r));
+        let meta = Meta {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            labels: shared.map(labels),
+            annotations: shared.map(annotations),
+            owner: trigger.and_then(|t| owner_reference(t, namespace.as_deref(), &mut shared)),
+        };
+        drop(shared);
+        let object = Manifest::new(o.kind, meta, body);
+        output::validate_object_size(at, &object)?;
+        Ok(Desired {
+            kind: o.kind,
+            namespace: namespace.unwrap_or_default(),
+            name,
+            rule,
+            trigger: trigger_ref,
+            field,
+            refusal,
+            object,
+        })
+    }
+
+    /// An output's namespace: rendered, or the trigger's (none for a
+    /// cluster-scoped kind).
+    fn object_namespace(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+    ) -> Result<Option<String>> {
+        let f = at;
+        Ok(if o.kind.namespaced() {
             let ns = match &o.namespace {
-                Some(t) => self.tpl(At::Key(&at, "namespace"), t, ctx)?,
+                Some(t) => self.tpl(At::Key(at, "namespace"), t, ctx)?,
                 None => default_namespace(trigger).ok_or_else(|| {
                     FieldError::new(
                         ErrorKind::InvalidRule,
@@ -2302,14 +2431,29 @@ impl Evaluator<'_> {
                     )
                 })?,
             };
-            output::validate_namespace(At::Key(&at, "namespace"), &ns)?;
+            output::validate_namespace(At::Key(at, "namespace"), &ns)?;
             Some(ns)
         } else {
             None
-        };
+        })
+    }
 
-        let labels_field = At::Key(&at, "labels");
-        let annotations_field = At::Key(&at, "annotations");
+    /// An output's labels and annotations: rendered, checked, with the
+    /// engine's provenance added; and the trigger's reference.
+    #[allow(clippy::type_complexity)]
+    fn object_marks(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+    ) -> Result<(
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+        Option<String>,
+    )> {
+        let labels_field = At::Key(at, "labels");
+        let annotations_field = At::Key(at, "annotations");
         let mut labels = BTreeMap::new();
         if let Some(l) = &o.labels {
             labels = output::string_map(labels_field, &self.expand(l, ctx, labels_field)?)?;
@@ -2350,217 +2494,218 @@ impl Evaluator<'_> {
             annotations.insert(output::trigger_annotation(), r.clone());
         }
         output::validate_annotations_size(annotations_field, &annotations)?;
+        Ok((labels, annotations, tref))
+    }
 
-        // A `*` from data: the object is refused (and revoked) after the
-        // render, not failed.
-        let mut refusal = None;
-        let body = if o.kind.is_role() {
-            let namespaced = o.kind.namespaced();
-            let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
-                Some(r) => {
-                    let field = At::Key(&at, "rules");
-                    // Values rendered from templates are marked as data.
-                    self.mark.set(true);
-                    let kept = self.kept_policy(r);
-                    let key = self.expansion_key(r, false);
-                    // Not kept as a whole: its entries' checked rules may be.
-                    let by_entry = kept.is_none() && key.is_none() && r.is_array();
-                    if by_entry {
-                        self.inputs.borrow_mut().spans = Some(Vec::new());
-                    }
-                    // Kept whole, it is read again only through its
-                    // checked rules (kept below, or the expansion dropped).
-                    self.checked_only.set(key.is_some());
-                    let expanded = match kept {
-                        Some(_) => Ok(Value::Null),
-                        None => self.expand(r, ctx, field),
-                    };
-                    self.checked_only.set(false);
-                    let spans = self.inputs.borrow_mut().spans.take();
-                    self.mark.set(false);
-                    match kept {
-                        Some((rules, r)) => {
-                            refusal = r;
-                            rules
-                        }
-                        None => {
-                            let mut expanded = expanded?;
-                            let shared = spans.and_then(|spans| {
-                                self.entry_policies(field, &mut expanded, &spans, namespaced)
-                            });
-                            if let Some(shared) = shared {
-                                let (rules, r) = shared?;
-                                refusal = r;
-                                rules
-                            } else {
-                                let checked = output::check_marked_rules(field, &mut expanded)
-                                    .and_then(|r| {
-                                        output::policy_rules(field, expanded, namespaced)
-                                            .map(|rules| (Arc::new(rules), r))
-                                    });
-                                let (rules, r) = match checked {
-                                    Ok(c) => c,
-                                    Err(e) => {
-                                        // Kept as null: never without its
-                                        // checked rules.
-                                        if let Some(key) = &key {
-                                            self.derived.borrow_mut().expansions.remove(key);
-                                        }
-                                        return Err(e);
-                                    }
-                                };
-                                refusal = r;
-                                // Checked once for the outputs of a kept expansion.
-                                if let Some(key) =
-                                    key.filter(|k| self.derived.borrow().expansions.contains_key(k))
-                                {
-                                    self.derived
-                                        .borrow_mut()
-                                        .policies
-                                        .insert(key, (Arc::clone(&rules), refusal.clone()));
-                                }
-                                rules
-                            }
-                        }
-                    }
-                }
-                None => Arc::new(Vec::new()),
-            };
-            if let Some(rf) = &o.rules_from {
-                let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
-                if rules.is_empty() {
-                    // Copies only: the same roles give the same rules,
-                    // shared (namespaces accepting the same types).
-                    rules = view.copied_rules(&roles, namespaced);
-                } else {
-                    let mut all = rules.to_vec();
-                    for role in &roles {
-                        all.extend(view.role_rules(*role).iter().cloned());
-                    }
-                    if namespaced {
-                        all = policy::without_non_resource_urls(&all);
-                    }
-                    rules = Arc::new(policy::compact(&all));
-                }
-            }
-            let aggregation = match &o.aggregation_rule {
-                Some(a) => Some(output::aggregation_rule(
-                    At::Key(&at, "aggregationRule"),
-                    &self.expand(a, ctx, At::Key(&at, "aggregationRule"))?,
-                )?),
-                None => None,
-            };
-            Body::Role { rules, aggregation }
-        } else {
-            let rr = o.role_ref.as_ref().ok_or_else(|| {
-                FieldError::new(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.roleRef"),
-                    "a binding needs roleRef",
-                )
-            })?;
-            let role_kind = self.tpl(At::Key(&at, "roleRef.kind"), &rr.kind, ctx)?;
-            let role_name = self.tpl(At::Key(&at, "roleRef.name"), &rr.name, ctx)?;
-            let allowed: &[&str] = if o.kind == OutputKind::ClusterRoleBinding {
-                &["ClusterRole"]
+    /// A role's body: its rules (rendered, and copied by rulesFrom) and
+    /// aggregation rule.
+    fn role_body(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        view: &View,
+        refusal: &mut Option<FieldError>,
+    ) -> Result<Body> {
+        let f = at;
+        let namespaced = o.kind.namespaced();
+        let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
+            Some(r) => self.rendered_rules(At::Key(at, "rules"), r, namespaced, ctx, refusal)?,
+            None => Arc::new(Vec::new()),
+        };
+        if let Some(rf) = &o.rules_from {
+            let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
+            if rules.is_empty() {
+                // Copies only: the same roles give the same rules,
+                // shared (namespaces accepting the same types).
+                rules = view.copied_rules(&roles, namespaced);
             } else {
-                &["ClusterRole", "Role"]
-            };
-            if !allowed.contains(&role_kind.as_str()) {
-                return Err(FieldError::new(
-                    ErrorKind::InvalidOutput,
-                    format!("{f}.roleRef.kind"),
-                    format!(
-                        "a {} may reference {}, not {role_kind:?}",
-                        o.kind,
-                        allowed.join(" or ")
-                    ),
-                ));
-            }
-            output::validate_name(At::Key(&at, "roleRef.name"), &role_name)?;
-            let subjects = match &o.subjects {
-                Some(s) => {
-                    // Names from data are marked: never a `system:` one.
-                    self.mark.set(true);
-                    let expanded = self.expand(s, ctx, At::Key(&at, "subjects"));
-                    self.mark.set(false);
-                    let (subjects, r) =
-                        output::marked_subjects(At::Key(&at, "subjects"), expanded?, o.kind)?;
-                    refusal = refusal.or(r);
-                    subjects
+                let mut all = rules.to_vec();
+                for role in &roles {
+                    all.extend(view.role_rules(*role).iter().cloned());
                 }
-                None => Vec::new(),
-            };
-            Body::Binding {
-                role_kind,
-                role_name,
-                subjects,
+                if namespaced {
+                    all = policy::without_non_resource_urls(&all);
+                }
+                rules = Arc::new(policy::compact(&all));
             }
+        }
+        let aggregation = match &o.aggregation_rule {
+            Some(a) => Some(output::aggregation_rule(
+                At::Key(at, "aggregationRule"),
+                &self.expand(a, ctx, At::Key(at, "aggregationRule"))?,
+            )?),
+            None => None,
         };
-        let mut shared = view.interner.borrow_mut();
-        // Shared by the objects of a rule, an output, a trigger.
-        let rule = shared.string(self.rule.name.clone());
-        let field = Arc::clone(field);
-        let trigger_ref = tref.map(|r| shared.string(r));
-        let meta = Meta {
-            name: name.clone(),
-            namespace: namespace.clone(),
-            labels: shared.map(labels),
-            annotations: shared.map(annotations),
-            owner: trigger.and_then(|t| owner_reference(t, namespace.as_deref(), &mut shared)),
+        Ok(Body::Role { rules, aggregation })
+    }
+
+    /// A role's rendered rules, checked (a cached expansion's checked
+    /// rules reused).
+    fn rendered_rules(
+        &self,
+        field: At<'_>,
+        r: &Value,
+        namespaced: bool,
+        ctx: &mut Context,
+        refusal: &mut Option<FieldError>,
+    ) -> Result<Arc<Vec<PolicyRule>>> {
+        // Values rendered from templates are marked as data.
+        self.mark.set(true);
+        let cached = self.cached_policy(r);
+        let key = self.expansion_key(r, false);
+        // Not cached as a whole: its entries' checked rules may be.
+        let by_entry = cached.is_none() && key.is_none() && r.is_array();
+        if by_entry {
+            self.inputs.borrow_mut().spans = Some(Vec::new());
+        }
+        // Cached whole, it is read again only through its
+        // checked rules (cached below, or the expansion dropped).
+        let expanded = match cached {
+            Some(_) => Ok(Value::Null),
+            None => self.expand_as(r, ctx, field, key.is_some()),
         };
-        drop(shared);
-        let object = Manifest::new(o.kind, meta, body);
-        output::validate_object_size(at, &object)?;
-        Ok(Desired {
-            kind: o.kind,
-            namespace: namespace.unwrap_or_default(),
-            name,
-            rule,
-            trigger: trigger_ref,
-            field,
-            refusal,
-            object,
+        let spans = self.inputs.borrow_mut().spans.take();
+        self.mark.set(false);
+        Ok(match cached {
+            Some((rules, r)) => {
+                *refusal = r;
+                rules
+            }
+            None => {
+                let mut expanded = expanded?;
+                let shared = spans.and_then(|spans| {
+                    self.entry_policies(field, &mut expanded, &spans, namespaced)
+                });
+                if let Some(shared) = shared {
+                    let (rules, r) = shared?;
+                    *refusal = r;
+                    rules
+                } else {
+                    let checked = output::check_marked_rules(field, &mut expanded).and_then(|r| {
+                        output::policy_rules(field, expanded, namespaced)
+                            .map(|rules| (Arc::new(rules), r))
+                    });
+                    let (rules, r) = match checked {
+                        Ok(c) => c,
+                        Err(e) => {
+                            // Cached as null: never without its
+                            // checked rules.
+                            if let Some(key) = &key {
+                                self.derived.borrow_mut().expansions.remove(key);
+                            }
+                            return Err(e);
+                        }
+                    };
+                    *refusal = r;
+                    // Checked once for the outputs of a cached expansion.
+                    if let Some(key) =
+                        key.filter(|k| self.derived.borrow().expansions.contains_key(k))
+                    {
+                        self.derived
+                            .borrow_mut()
+                            .policies
+                            .insert(key, (Arc::clone(&rules), refusal.clone()));
+                    }
+                    rules
+                }
+            }
+        })
+    }
+
+    /// A binding's body: its roleRef, checked against its kind, and its
+    /// subjects.
+    fn binding_body(
+        &self,
+        at: &At<'_>,
+        o: &crate::api::Output,
+        ctx: &mut Context,
+        refusal: &mut Option<FieldError>,
+    ) -> Result<Body> {
+        let f = at;
+        let rr = o.role_ref.as_ref().ok_or_else(|| {
+            FieldError::new(
+                ErrorKind::InvalidRule,
+                format!("{f}.roleRef"),
+                "a binding needs roleRef",
+            )
+        })?;
+        let role_kind = self.tpl(At::Key(at, "roleRef.kind"), &rr.kind, ctx)?;
+        let role_name = self.tpl(At::Key(at, "roleRef.name"), &rr.name, ctx)?;
+        let allowed: &[&str] = if o.kind == OutputKind::ClusterRoleBinding {
+            &["ClusterRole"]
+        } else {
+            &["ClusterRole", "Role"]
+        };
+        if !allowed.contains(&role_kind.as_str()) {
+            return Err(FieldError::new(
+                ErrorKind::InvalidOutput,
+                format!("{f}.roleRef.kind"),
+                format!(
+                    "a {} may reference {}, not {role_kind:?}",
+                    o.kind,
+                    allowed.join(" or ")
+                ),
+            ));
+        }
+        output::validate_name(At::Key(at, "roleRef.name"), &role_name)?;
+        let subjects = match &o.subjects {
+            Some(s) => {
+                // Names from data are marked: never a `system:` one.
+                self.mark.set(true);
+                let expanded = self.expand(s, ctx, At::Key(at, "subjects"));
+                self.mark.set(false);
+                let (subjects, r) =
+                    output::marked_subjects(At::Key(at, "subjects"), expanded?, o.kind)?;
+                *refusal = refusal.take().or(r);
+                subjects
+            }
+            None => Vec::new(),
+        };
+        Ok(Body::Binding {
+            role_kind,
+            role_name,
+            subjects,
         })
     }
 
     /// The policy rules of an expanded rule list and its refusal, checked
     /// entry by entry of its template (`spans`) in the order, and with the
-    /// errors, of a check of the whole list: an entry kept in the cache
+    /// errors, of a check of the whole list: an entry in the cache
     /// with rules checked before (no refusal) reuses them (its items may be
     /// left out of `expanded`), the others are checked here. `None` when
-    /// the spans do not cover the list (never so without a kept entry).
+    /// the spans do not cover the list (never so without a cached entry).
     fn entry_policies(
         &self,
         field: At<'_>,
         expanded: &mut Value,
         spans: &[Span],
         namespaced: bool,
-    ) -> Option<Result<super::memo::KeptPolicy>> {
+    ) -> Option<Result<super::memo::CachedPolicy>> {
         let Value::Array(items) = expanded else {
             return None;
         };
         if spans.last().map_or(0, |s| s.end) != items.len() {
             return None;
         }
-        let kept = |s: &Span| -> Option<Arc<Vec<PolicyRule>>> {
+        let cached = |s: &Span| -> Option<Arc<Vec<PolicyRule>>> {
             let key = s.key.as_ref()?;
             match self.derived.borrow().policies.get(key) {
                 Some((rules, None)) => Some(Arc::clone(rules)),
                 _ => None,
             }
         };
-        let kept: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(kept).collect();
+        let cached: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(cached).collect();
         // Put together before from the same parts: shared, not copied.
-        // Only a list with kept entries is worth keeping (its triggers
+        // Only a list with cached entries is worth keeping (its triggers
         // share them); one whose entries all read the trigger is not. A
-        // list put together without a refusal had every kept entry's rules
-        // checked and kept: its parts are the entries' keys and the other
+        // list put together without a refusal had every cached entry's rules
+        // checked and cached: its parts are the entries' keys and the other
         // entries' text (taken before the check strips its marks).
         let keyed = spans.iter().any(|s| s.key.is_some());
         let assembly = keyed.then(|| {
             let parts = spans.iter().map(|s| match &s.key {
-                Some(key) => AssemblyPart::Kept(key.clone()),
+                Some(key) => AssemblyPart::Cached(key.clone()),
                 None => AssemblyPart::Text(
                     items
                         .get(s.start..s.end)
@@ -2570,12 +2715,12 @@ impl Evaluator<'_> {
             });
             (namespaced, parts.collect::<Vec<_>>())
         });
-        // Found only when every kept entry's checked rules are kept now.
-        let all_kept = spans
+        // Found only when every cached entry's checked rules are cached now.
+        let all_cached = spans
             .iter()
-            .zip(&kept)
+            .zip(&cached)
             .all(|(s, k)| s.key.is_none() || k.is_some());
-        if let Some(a) = assembly.as_ref().filter(|_| all_kept)
+        if let Some(a) = assembly.as_ref().filter(|_| all_cached)
             && let Some(rules) = self.derived.borrow().assembled.get(a)
         {
             return Some(Ok((Arc::clone(rules), None)));
@@ -2583,7 +2728,7 @@ impl Evaluator<'_> {
         let mut refusal = None;
         let mut refused = vec![false; spans.len()];
         for (n, s) in spans.iter().enumerate() {
-            if kept[n].is_some() {
+            if cached[n].is_some() {
                 continue;
             }
             let part = items.get_mut(s.start..s.end)?;
@@ -2598,7 +2743,7 @@ impl Evaluator<'_> {
         }
         let mut rules = Vec::with_capacity(items.len());
         for (n, s) in spans.iter().enumerate() {
-            if let Some(k) = &kept[n] {
+            if let Some(k) = &cached[n] {
                 rules.extend(k.iter().cloned());
                 continue;
             }
@@ -2664,7 +2809,7 @@ impl Evaluator<'_> {
             return Ok(chosen.into_values().collect());
         }
         // Roles found by name are reached through `names` when they
-        // change: only those the selector found are kept as hits.
+        // change: only those the selector found are cached as hits.
         let hits = chosen
             .keys()
             .filter(|n| !names.contains(**n))
@@ -2691,30 +2836,29 @@ impl Evaluator<'_> {
     }
 }
 
-/// The names read under `root` in `texts` (as `root.<name>`, a name of
-/// `names`), sorted; `None` when one reads `root` any other way (whole,
-/// or by a name not in `names`). A word that merely ends in `root`
-/// (`myvars`) is not a read of it.
-pub(super) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<Vec<String>> {
-    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '@';
-    let mut out = BTreeSet::new();
-    for t in texts {
-        for (at, _) in t.match_indices(root) {
-            if t[..at].chars().next_back().is_some_and(ident) {
-                continue;
-            }
-            let rest = t[at + root.len()..].strip_prefix('.')?;
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-                .unwrap_or(rest.len());
-            let name = &rest[..end];
-            if !names.contains(&name) {
-                return None;
-            }
-            out.insert(name.to_string());
-        }
+/// The objects a read finds, whatever their owners: looked up by name
+/// when named in one namespace (or cluster-scoped), else listed.
+fn look_up(gk: &GroupKind, ns: Option<&String>, read: &Read, view: &View) -> Vec<Arc<Value>> {
+    let unowned = Read {
+        owner: None,
+        ..read.clone()
+    };
+    match (&read.names, ns) {
+        // Named in one namespace (or cluster-scoped): looked
+        // up, not listed.
+        (Some(names), Some(ns)) => names
+            .iter()
+            .filter_map(|n| view.get_shared(gk, &(ns.clone(), n.clone())))
+            .filter(|o| unowned.passes(o))
+            .cloned()
+            .collect(),
+        _ => view
+            .list(gk, ns.map(String::as_str))
+            .iter()
+            .filter(|o| unowned.passes(o))
+            .map(|o| Arc::clone(o))
+            .collect(),
     }
-    Some(out.into_iter().collect())
 }
 
 /// A value's compact JSON text, as its `Display` writes it but without

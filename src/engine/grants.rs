@@ -9,12 +9,13 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::compile::gk_of;
 use super::fast_hash::HashMap;
+use super::kinds::gk_of;
 use super::manifest::Manifest;
-use super::output;
+use super::model::Seen;
+use super::output::{self, rules_of, selectors_of};
 use super::store::ObjectStore;
-use super::view::{Seen, View};
+use super::view::View;
 use crate::api::OutputKind;
 use crate::policy;
 
@@ -103,108 +104,136 @@ impl Judge<'_, '_> {
             .json()
             .is_some_and(|o| o.get("aggregationRule").is_some());
         if let Some((role_kind, role_name)) = obj.role_ref() {
-            if !self.waivers.cluster_admin_bindings
-                && (role_name == "cluster-admin" || policy::is_system_name(role_name))
-            {
-                why.push(format!("{what} binds {role_name:?}"));
-            }
-            if !self.waivers.everyone_bindings
-                && let Some(s) = obj.everyone_subject()
-            {
-                why.push(format!(
-                    "{what} binds everyone: {s} (switch: --allow-everyone-bindings)"
-                ));
-            }
-            // What the bound role grants, with or without an allow-list,
-            // when it is a live role no rule manages: a managed or emitted
-            // role is judged itself (and refused alone).
-            let gk = match role_kind {
-                "Role" => gk_of(OutputKind::Role),
-                _ => gk_of(OutputKind::ClusterRole),
-            };
-            let ns = if role_kind == "Role" {
-                obj.namespace().to_string()
-            } else {
-                String::new()
-            };
-            if let Some(role) = self
-                .view
-                .observed
-                .get_shared(gk, &(ns, role_name.to_string()))
-                .filter(|r| !ours(r))
-            {
-                let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
-                let verdict = self.bound_verdict(role);
-                // `cluster-admin` and `system:*` have their own denial and
-                // switch (above): the allow-list alone judges them here.
-                let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
-                if !named {
-                    push_denials(&mut why, &bound, &verdict.0);
-                }
-                if let Some(m) = &verdict.1 {
-                    why.push(format!("{bound} what the allow-list does not: {m}"));
-                }
-            }
+            self.judge_binding(&obj, &what, role_kind, role_name, &mut why);
         } else if let (Obj::Json(o), true) = (&obj, aggregated) {
-            let selectors = selectors_of(o);
-            if policy::selects_protected_labels(&selectors) {
-                why.push(format!(
-                    "{what} has an aggregationRule that selects Kubernetes' bootstrap roles or the controller's own (an empty selector, kubernetes.io/bootstrapping, rbac.authorization.k8s.io/aggregate-to-*, rbac-rules' labels)"
-                ));
-            } else if let Some(p) = self.protected_member(&selectors, name) {
-                why.push(format!(
-                    "{what} has an aggregationRule that selects the protected ClusterRole {p:?} by the labels it was installed with"
-                ));
-            }
-            // Its own rules, when a rule wrote them: the aggregation
-            // controller replaces them, but they are the rule's. What it
-            // aggregates is judged role by role where it is written; an
-            // unmanaged role labelled in is a notice ([`Judge::notice`]).
-            if emitted {
-                let own = self.view.rules_of_transient(o);
-                let grants = lazy(|f| write!(f, "{what} grants"));
-                push_denials(
-                    &mut why,
-                    &grants,
-                    &policy::denied_grants(&own, self.waivers),
-                );
-                self.push_uncovered(&mut why, &grants, &own);
-            }
+            self.judge_aggregated(o, &what, name, emitted, &mut why);
         } else {
-            let grants = lazy(|f| write!(f, "{what} grants"));
-            // A role's own rules: judged once per shared rule list.
-            let rules = match &obj {
-                Obj::Json(o) => self.view.rules_of_transient(o),
-                Obj::Compact(m) => m.rules().cloned().unwrap_or_default(),
-            };
-            let at = Arc::as_ptr(&rules) as usize;
-            let hit = self
-                .judged
-                .borrow()
-                .get(&at)
-                .filter(|(held, _)| Arc::ptr_eq(held, &rules))
-                .map(|(_, v)| Arc::clone(v));
-            let verdict = hit.unwrap_or_else(|| {
-                let denied = policy::denied_grants(&rules, self.waivers);
-                let missing = match self.allow {
-                    Some((allow, effective)) if !rules.is_empty() => {
-                        let missing = allow.uncovered(effective, &rules);
-                        (!missing.is_empty()).then(|| shown(&missing))
-                    }
-                    _ => None,
-                };
-                let v = Arc::new((denied, missing));
-                self.judged
-                    .borrow_mut()
-                    .insert(at, (Arc::clone(&rules), Arc::clone(&v)));
-                v
-            });
-            push_denials(&mut why, &grants, &verdict.0);
-            if let Some(m) = &verdict.1 {
-                why.push(format!("{grants} what the allow-list does not: {m}"));
-            }
+            self.judge_own_rules(&obj, &what, &mut why);
         }
         (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// Why a binding is refused: what it binds, to whom, and what the
+    /// live role it names grants.
+    fn judge_binding(
+        &self,
+        obj: &Obj,
+        what: &impl std::fmt::Display,
+        role_kind: &str,
+        role_name: &str,
+        why: &mut Vec<String>,
+    ) {
+        if !self.waivers.cluster_admin_bindings
+            && (role_name == "cluster-admin" || policy::is_system_name(role_name))
+        {
+            why.push(format!("{what} binds {role_name:?}"));
+        }
+        if !self.waivers.everyone_bindings
+            && let Some(s) = obj.everyone_subject()
+        {
+            why.push(format!(
+                "{what} binds everyone: {s} (switch: --allow-everyone-bindings)"
+            ));
+        }
+        // What the bound role grants, with or without an allow-list,
+        // when it is a live role no rule manages: a managed or emitted
+        // role is judged itself (and refused alone).
+        let gk = match role_kind {
+            "Role" => gk_of(OutputKind::Role),
+            _ => gk_of(OutputKind::ClusterRole),
+        };
+        let ns = if role_kind == "Role" {
+            obj.namespace().to_string()
+        } else {
+            String::new()
+        };
+        if let Some(role) = self
+            .view
+            .observed
+            .get_shared(gk, &(ns, role_name.to_string()))
+            .filter(|r| !ours(r))
+        {
+            let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
+            let verdict = self.bound_verdict(role);
+            // `cluster-admin` and `system:*` have their own denial and
+            // switch (above): the allow-list alone judges them here.
+            let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
+            if !named {
+                push_denials(why, &bound, &verdict.0);
+            }
+            if let Some(m) = &verdict.1 {
+                why.push(format!("{bound} what the allow-list does not: {m}"));
+            }
+        }
+    }
+
+    /// Why an aggregated ClusterRole is refused: what its selectors pick,
+    /// and the rules a rule wrote into it.
+    fn judge_aggregated(
+        &self,
+        o: &Arc<Value>,
+        what: &impl std::fmt::Display,
+        name: &str,
+        emitted: bool,
+        why: &mut Vec<String>,
+    ) {
+        let selectors = selectors_of(o);
+        if policy::selects_protected_labels(&selectors) {
+            why.push(format!(
+                "{what} has an aggregationRule that selects Kubernetes' bootstrap roles or the controller's own (an empty selector, kubernetes.io/bootstrapping, rbac.authorization.k8s.io/aggregate-to-*, rbac-rules' labels)"
+            ));
+        } else if let Some(p) = self.protected_member(&selectors, name) {
+            why.push(format!(
+                "{what} has an aggregationRule that selects the protected ClusterRole {p:?} by the labels it was installed with"
+            ));
+        }
+        // Its own rules, when a rule wrote them: the aggregation
+        // controller replaces them, but they are the rule's. What it
+        // aggregates is judged role by role where it is written; an
+        // unmanaged role labelled in is a notice ([`Judge::notice`]).
+        if emitted {
+            let own = self.view.rules_of_transient(o);
+            let grants = lazy(|f| write!(f, "{what} grants"));
+            push_denials(why, &grants, &policy::denied_grants(&own, self.waivers));
+            self.push_uncovered(why, &grants, &own);
+        }
+    }
+
+    /// Why a role is refused for its own rules (judged once per shared
+    /// rule list).
+    fn judge_own_rules(&self, obj: &Obj, what: &impl std::fmt::Display, why: &mut Vec<String>) {
+        let grants = lazy(|f| write!(f, "{what} grants"));
+        // A role's own rules: judged once per shared rule list.
+        let rules = match obj {
+            Obj::Json(o) => self.view.rules_of_transient(o),
+            Obj::Compact(m) => m.rules().cloned().unwrap_or_default(),
+        };
+        let at = Arc::as_ptr(&rules) as usize;
+        let hit = self
+            .judged
+            .borrow()
+            .get(&at)
+            .filter(|(held, _)| Arc::ptr_eq(held, &rules))
+            .map(|(_, v)| Arc::clone(v));
+        let verdict = hit.unwrap_or_else(|| {
+            let denied = policy::denied_grants(&rules, self.waivers);
+            let missing = match self.allow {
+                Some((allow, effective)) if !rules.is_empty() => {
+                    let missing = allow.uncovered(effective, &rules);
+                    (!missing.is_empty()).then(|| shown(&missing))
+                }
+                _ => None,
+            };
+            let v = Arc::new((denied, missing));
+            self.judged
+                .borrow_mut()
+                .insert(at, (Arc::clone(&rules), Arc::clone(&v)));
+            v
+        });
+        push_denials(why, &grants, &verdict.0);
+        if let Some(m) = &verdict.1 {
+            why.push(format!("{grants} what the allow-list does not: {m}"));
+        }
     }
 
     /// For an aggregated ClusterRole a rule manages: the roles no rule
@@ -217,7 +246,7 @@ impl Judge<'_, '_> {
         let name = role["metadata"]["name"].as_str().unwrap_or_default();
         let selectors = selectors_of(role);
         // Without an allow-list only the roles that break a denial can
-        // matter: the kept selection knows them.
+        // matter: the cached selection knows them.
         let members = if self.allow.is_some() {
             self.view.selected(&selectors)
         } else {
@@ -231,8 +260,12 @@ impl Judge<'_, '_> {
                 continue;
             }
             let rules = self.view.role_rules(m);
-            let mut why = self.view.denials_of(&rules, self.waivers).0.clone();
-            why.extend(self.view.denials_of(&rules, self.waivers).1.iter().cloned());
+            let mut why: Vec<String> = self
+                .view
+                .denials_of(&rules, self.waivers)
+                .all()
+                .cloned()
+                .collect();
             if let Some((allow, effective)) = self.allow
                 && !rules.is_empty()
             {
@@ -474,46 +507,6 @@ impl Obj<'_> {
 /// Every uncovered permission, compact, with their count.
 fn shown(missing: &[PolicyRule]) -> String {
     policy::describe_all(missing)
-}
-
-/// A live or emitted role's rules. Live roles were validated by the API
-/// server; what does not parse is skipped (and logged) rather than failing
-/// every rule that reads the role.
-pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
-    let name = role["metadata"]["name"].as_str().unwrap_or_default();
-    let mut out = Vec::new();
-    for (i, r) in role
-        .get("rules")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        match serde_json::from_value::<PolicyRule>(r.clone()) {
-            Ok(p) => out.push(p),
-            Err(e) => {
-                tracing::warn!(role = name, index = i, error = %e, "skipping unparseable rule")
-            }
-        }
-    }
-    out
-}
-
-/// The selectors of an aggregated ClusterRole.
-pub(super) fn selectors_of(role: &Value) -> Vec<LabelSelector> {
-    role["aggregationRule"]["clusterRoleSelectors"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| serde_json::from_value(s.clone()).ok())
-        .collect()
-}
-
-/// For an aggregated ClusterRole, the key of the selection its verdict
-/// reads (see [`View::selected`]).
-pub(super) fn selection_key(role: &Value) -> Option<String> {
-    role.get("aggregationRule")?;
-    serde_json::to_string(&selectors_of(role)).ok()
 }
 
 /// Text spelled only when it is shown (a verdict's wording, needed only

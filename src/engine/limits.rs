@@ -5,7 +5,7 @@
 //! are a *budget* per trigger (or per static output set), kept in a
 //! thread-local while that trigger renders: helpers, `#each` iterations,
 //! rendered text and list expansion charge it, so even one render stops
-//! when it runs over. Evaluation itself runs on a kept thread with a large
+//! when it runs over. Evaluation itself runs on a pooled thread with a large
 //! stack ([`isolated`]), where a panic becomes an error.
 //!
 //! Above the trigger, a [`Scope`] keeps the running totals of the rule
@@ -15,7 +15,7 @@
 //! trigger whose outputs would take a total over its limit, or that renders
 //! after its rule's or the evaluation's time is up, fails with
 //! `LimitExceeded`: the offender is the trigger that crossed the line, and
-//! its live objects are kept, as after any error.
+//! its live objects are preserved, as after any error.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -513,16 +513,20 @@ pub(crate) fn evaluation(limits: &Limits, bytes: usize, objects: usize) -> Scope
     }))
 }
 
-/// Starts a rule's totals within the evaluation on this thread. `kept`:
+/// Starts a rule's totals within the evaluation on this thread. `unchanged`:
 /// what the rule's outputs that stay as they are hold (bytes, objects);
 /// `replaced`: what the outputs of the triggers about to render again
 /// held, given back to the evaluation (their renders charge it anew).
-pub(crate) fn rule(kept: (usize, usize), replaced: (usize, usize)) -> ScopeGuard {
+pub(crate) fn rule(unchanged: (usize, usize), replaced: (usize, usize)) -> ScopeGuard {
     let current = current();
     let scope = current.map(|s| {
         s.evaluation.give_back(replaced.0, replaced.1);
         Scope {
-            rule: Some(Totals::new(kept.0, kept.1, s.limits.seconds_per_rule)),
+            rule: Some(Totals::new(
+                unchanged.0,
+                unchanged.1,
+                s.limits.seconds_per_rule,
+            )),
             ..s
         }
     });
@@ -645,16 +649,16 @@ pub(crate) fn give_back(admitted: impl Iterator<Item = (usize, usize)>) {
 }
 
 thread_local! {
-    /// Bytes rendered on this thread since a rule's kept values were last
+    /// Bytes rendered on this thread since a rule's cached values were last
     /// measured ([`caches_may_have_grown`]).
     static RENDERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Rendering between two measures of a rule's kept values: they can grow
+/// Rendering between two measures of a rule's cached values: they can grow
 /// by no more than what was rendered (and charged) meanwhile.
 const RENDERED_PER_MEASURE: usize = 4 * 1024 * 1024;
 
-/// Notes that a trigger rendered `bytes`; true when the kept values may
+/// Notes that a trigger rendered `bytes`; true when the cached values may
 /// have grown by [`RENDERED_PER_MEASURE`] since they were last measured.
 pub(crate) fn caches_may_have_grown(bytes: usize) -> bool {
     RENDERED.with(|r| {
@@ -763,13 +767,13 @@ pub fn weight(v: &Value) -> usize {
 /// bounded) recursion cannot overflow the caller's stack, and a panic
 /// becomes an error instead of ending the process.
 ///
-/// One such thread is kept for the process ([`kept_thread`]): a thread
+/// One such thread is kept for the process ([`pooled_thread`]): a thread
 /// started per call cost a small incremental evaluation half its time or
 /// more (the start, first touches of its stack pages, the allocator's
 /// empty per-thread cache). A call made while it is busy (tests evaluate
 /// side by side; an evaluation that calls this) starts a thread of its own.
 pub fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, String> {
-    if let Some((free, pool)) = kept_thread() {
+    if let Some((free, pool)) = pooled_thread() {
         let claimed = match free.try_lock() {
             Ok(g) => Some(g),
             // Never so (a panic is caught inside), and harmless.
@@ -793,23 +797,24 @@ pub fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, String> {
     })
 }
 
-/// The kept evaluation thread (a pool of one, which runs closures that
+/// The pooled evaluation thread (a pool of one, which runs closures that
 /// borrow the caller's data and waits for them), with the lock that claims
 /// it; started on first use, `None` when it cannot start.
-fn kept_thread() -> Option<&'static (std::sync::Mutex<()>, rayon::ThreadPool)> {
-    static KEPT: std::sync::OnceLock<Option<(std::sync::Mutex<()>, rayon::ThreadPool)>> =
+fn pooled_thread() -> Option<&'static (std::sync::Mutex<()>, rayon::ThreadPool)> {
+    static POOLED: std::sync::OnceLock<Option<(std::sync::Mutex<()>, rayon::ThreadPool)>> =
         std::sync::OnceLock::new();
-    KEPT.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .stack_size(EVAL_STACK_BYTES)
-            .thread_name(|_| "rbac-rules-eval".to_string())
-            .build()
-            .inspect_err(|e| tracing::warn!(error = %e, "cannot keep an evaluation thread"))
-            .ok()
-            .map(|pool| (std::sync::Mutex::new(()), pool))
-    })
-    .as_ref()
+    POOLED
+        .get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .stack_size(EVAL_STACK_BYTES)
+                .thread_name(|_| "rbac-rules-eval".to_string())
+                .build()
+                .inspect_err(|e| tracing::warn!(error = %e, "cannot keep an evaluation thread"))
+                .ok()
+                .map(|pool| (std::sync::Mutex::new(()), pool))
+        })
+        .as_ref()
 }
 
 /// A caught panic's message, as an error.

@@ -17,7 +17,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
 use super::fast_hash::{HashMap, HashSet};
-use super::output::{RBAC_API_VERSION, RBAC_GROUP};
+use super::kinds::{RBAC_API_VERSION, RBAC_GROUP};
 use crate::api::OutputKind;
 use crate::engine::GroupKind;
 

@@ -3,6 +3,22 @@
 //! No Kubernetes client here. Evaluation is deterministic: rules run in
 //! dependency order (ties by name), objects are read in sorted order, and the
 //! result is sorted by kind, namespace and name.
+//!
+//! Where things are: [`compile`] checks a rule once; `expand` renders a
+//! trigger's related sets, vars and outputs ([`template`] is the template
+//! language and the one place that knows what a template reads); [`output`]
+//! validates what is rendered; `grants` judges it against the default
+//! denials and the allow-list ([`crate::policy`]); `emit` runs the rules in
+//! order over the world `view`; [`kinds`] holds the facts of the emitted
+//! kinds. What exists only for speed lives in `incremental` (the memo, its
+//! read index and the views' caches), which imports no stage.
+//!
+//! Words: *preserved* — a live object left as it is because its rule or
+//! trigger erred, paused, is deleting or is held (an error never deletes
+//! what a good rule made); *cached* — a value remembered between triggers
+//! or evaluations only so as not to compute it again. (The public
+//! `RuleReport::kept_triggers`, `static_kept` and `Evaluation::keeps` keep
+//! their names: they mean preserved.)
 
 pub mod compile;
 mod emit;
@@ -11,9 +27,10 @@ mod expand;
 mod fast_hash;
 pub mod format;
 mod grants;
+mod incremental;
+pub mod kinds;
 pub mod limits;
 pub mod manifest;
-mod memo;
 mod model;
 pub mod output;
 pub mod path;
@@ -26,6 +43,7 @@ mod view;
 use std::collections::{BTreeMap, BTreeSet};
 
 use fast_hash::HashMap;
+use incremental::memo;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -71,7 +89,7 @@ pub struct Options {
     /// allow-list's selectors are added to these.
     pub protected: Vec<LabelSelector>,
     /// Rules the caller holds back (e.g. a kind they read is not watched
-    /// yet): not evaluated, their live objects kept and visible to others.
+    /// yet): not evaluated, their live objects preserved and visible to others.
     pub held: BTreeSet<String>,
     /// Bounds on template nesting, lists, bytes, objects and time.
     pub limits: Limits,
@@ -128,25 +146,104 @@ impl Engine {
     /// Compiles the rules. Invalid rules are reported, not fatal: the others
     /// still run. Compiles on a thread of its own ([`limits::isolated`]).
     pub fn new(sources: &[RuleSource], options: Options) -> Engine {
-        let fallback = options.clone();
-        limits::isolated(|| Self::compile(sources, options)).unwrap_or_else(|e| {
-            tracing::error!(error = %e, "compiling the rules failed");
-            let mut fixed_reports = BTreeMap::new();
-            for src in sources {
-                fixed_reports.insert(src.name.clone(), internal_failure(&src.name, &e));
-            }
-            Engine {
+        match limits::isolated(|| Compiled::of(sources, &options)) {
+            Ok(c) => Engine {
                 id: memo::next_engine_id(),
-                templates: Templates::with_limits(&fallback.limits),
-                rules: Vec::new(),
-                fixed_reports,
-                index: HashMap::default(),
-                options: fallback,
+                templates: c.templates,
+                rules: c.rules,
+                fixed_reports: c.fixed_reports,
+                index: c.index,
+                options,
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "compiling the rules failed");
+                let mut fixed_reports = BTreeMap::new();
+                for src in sources {
+                    fixed_reports.insert(src.name.clone(), internal_failure(&src.name, &e));
+                }
+                Engine {
+                    id: memo::next_engine_id(),
+                    templates: Templates::with_limits(&options.limits),
+                    rules: Vec::new(),
+                    fixed_reports,
+                    index: HashMap::default(),
+                    options,
+                }
             }
-        })
+        }
     }
 
-    fn compile(sources: &[RuleSource], options: Options) -> Engine {
+    /// A runnable rule's index in evaluation order.
+    fn rule_index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// Kinds the runnable rules read, merged per kind (see [`interests`]).
+    pub fn interests(&self) -> Vec<Interest> {
+        interests_of_rules(&self.rules, &self.options)
+    }
+
+    /// Evaluates every rule against the observed objects.
+    pub fn evaluate(&self, observed: &ObjectStore) -> Evaluation {
+        self.evaluate_incremental(observed, &mut Memo::one_shot())
+    }
+
+    /// Evaluates every rule, rendering again only the triggers that what
+    /// changed since the last call with `memo` can affect. The result is
+    /// the same as [`Engine::evaluate`]'s.
+    ///
+    /// Runs on a thread of its own with a large stack; should it panic
+    /// anyway, every rule fails with an `Internal` error (so every live
+    /// object is preserved) and the memo starts afresh.
+    pub fn evaluate_incremental(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
+        match limits::isolated(|| emit::evaluate(self, observed, &mut *memo)) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "evaluation failed");
+                *memo = Memo::new();
+                let mut reports = self.fixed_reports.clone();
+                for r in &self.rules {
+                    reports.insert(r.name.clone(), internal_failure(&r.name, &e));
+                }
+                Evaluation {
+                    desired: DesiredSet::default(),
+                    reports,
+                    contested: BTreeSet::new(),
+                    revoked: BTreeMap::new(),
+                    changed: Vec::new(),
+                }
+            }
+        }
+    }
+}
+
+/// Kinds the rules read, merged per kind: what the caller must watch. The
+/// answer `Engine::new(sources, options.clone()).interests()` gives, without
+/// building an engine: the rules are compiled (only runnable rules read:
+/// valid, active, not in a cycle), nothing more.
+pub fn interests(sources: &[RuleSource], options: &Options) -> Vec<Interest> {
+    match limits::isolated(|| Compiled::of(sources, options).rules) {
+        Ok(rules) => interests_of_rules(&rules, options),
+        // As an engine that failed to compile: no runnable rule.
+        Err(_) => interests_of_rules(&[], options),
+    }
+}
+
+/// Rules compiled and ordered: what an [`Engine`] runs and reports.
+struct Compiled {
+    templates: Templates,
+    /// Valid rules in evaluation order.
+    rules: Vec<CompiledRule>,
+    /// Reports for rules that cannot run (invalid, cyclic, inactive).
+    fixed_reports: BTreeMap<String, RuleReport>,
+    /// Index in `rules` by name.
+    index: HashMap<String, usize>,
+}
+
+impl Compiled {
+    /// Compiles the rules: invalid, duplicate, inactive and cyclic rules
+    /// get a report instead of a place in the order.
+    fn of(sources: &[RuleSource], options: &Options) -> Compiled {
         let mut templates = Templates::with_limits(&options.limits);
         let mut compiled = Vec::new();
         let mut fixed_reports = BTreeMap::new();
@@ -206,83 +303,42 @@ impl Engine {
             .enumerate()
             .map(|(i, r)| (r.name.clone(), i))
             .collect();
-        Engine {
-            id: memo::next_engine_id(),
+        Compiled {
             templates,
             rules,
             fixed_reports,
             index,
-            options,
         }
     }
+}
 
-    /// A runnable rule's index in evaluation order.
-    fn rule_index(&self, name: &str) -> Option<usize> {
-        self.index.get(name).copied()
-    }
-
-    /// Kinds the runnable rules read, merged per kind.
-    pub fn interests(&self) -> Vec<Interest> {
-        let mut all: Vec<Interest> = self
-            .rules
-            .iter()
-            .flat_map(|r| r.interests.iter().cloned())
-            .collect();
-        // Policy reads the live roles, with or without an allow-list: what
-        // a role an emitted binding names grants, what an emitted
-        // aggregated role collects, and, under an allow-list, the list's
-        // own aggregation.
-        let reads_roles = self.options.allow.is_some()
-            || self.rules.iter().any(|r| {
-                r.spec
-                    .outputs
-                    .iter()
-                    .any(|o| !o.kind.is_role() || o.aggregation_rule.is_some())
+/// Kinds the runnable `rules` read, merged per kind.
+fn interests_of_rules(rules: &[CompiledRule], options: &Options) -> Vec<Interest> {
+    let mut all: Vec<Interest> = rules
+        .iter()
+        .flat_map(|r| r.interests.iter().cloned())
+        .collect();
+    // Policy reads the live roles, with or without an allow-list: what
+    // a role an emitted binding names grants, what an emitted
+    // aggregated role collects, and, under an allow-list, the list's
+    // own aggregation.
+    let reads_roles = options.allow.is_some()
+        || rules.iter().any(|r| {
+            r.spec
+                .outputs
+                .iter()
+                .any(|o| !o.kind.is_role() || o.aggregation_rule.is_some())
+        });
+    if reads_roles {
+        for kind in [OutputKind::ClusterRole, OutputKind::Role] {
+            all.push(Interest {
+                gk: kinds::output_gk(kind),
+                version: None,
+                metadata_only: false,
             });
-        if reads_roles {
-            for kind in [OutputKind::ClusterRole, OutputKind::Role] {
-                all.push(Interest {
-                    gk: compile::output_gk(kind),
-                    version: None,
-                    metadata_only: false,
-                });
-            }
-        }
-        merge_interests(all)
-    }
-
-    /// Evaluates every rule against the observed objects.
-    pub fn evaluate(&self, observed: &ObjectStore) -> Evaluation {
-        self.evaluate_incremental(observed, &mut Memo::one_shot())
-    }
-
-    /// Evaluates every rule, rendering again only the triggers that what
-    /// changed since the last call with `memo` can affect. The result is
-    /// the same as [`Engine::evaluate`]'s.
-    ///
-    /// Runs on a thread of its own with a large stack; should it panic
-    /// anyway, every rule fails with an `Internal` error (so every live
-    /// object is kept) and the memo starts afresh.
-    pub fn evaluate_incremental(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
-        match limits::isolated(|| emit::evaluate(self, observed, &mut *memo)) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::error!(error = %e, "evaluation failed");
-                *memo = Memo::new();
-                let mut reports = self.fixed_reports.clone();
-                for r in &self.rules {
-                    reports.insert(r.name.clone(), internal_failure(&r.name, &e));
-                }
-                Evaluation {
-                    desired: DesiredSet::default(),
-                    reports,
-                    contested: BTreeSet::new(),
-                    revoked: BTreeMap::new(),
-                    changed: Vec::new(),
-                }
-            }
         }
     }
+    merge_interests(all)
 }
 
 /// The report of a rule whose evaluation failed unexpectedly.

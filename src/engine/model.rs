@@ -6,6 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::error::{self, EngineError, EngineWarning};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
+
 use super::manifest::Manifest;
 use crate::api::OutputKind;
 
@@ -199,7 +202,7 @@ pub enum RuleState {
     Inactive,
     /// Held back by the caller (see [`Options::held`]): objects left alone.
     Held,
-    /// Invalid or in a dependency cycle: nothing evaluated, its objects kept.
+    /// Invalid or in a dependency cycle: nothing evaluated, its objects preserved.
     Failed,
 }
 
@@ -220,12 +223,12 @@ pub struct RuleReport {
     /// Triggers whose outputs must be left as they are: paused, being
     /// deleted, or failed to render.
     pub kept_triggers: BTreeSet<String>,
-    /// Whether the static (trigger-less) output set failed and is kept.
+    /// Whether the static (trigger-less) output set failed and is preserved.
     pub static_kept: bool,
     /// What is not an error of the rule but needs a person: an aggregated
     /// role of the rule collects roles no rule manages that policy would
     /// refuse ([`ErrorKind::UnmanagedAggregation`]). Nothing is refused or
-    /// kept for it.
+    /// preserved for it.
     pub notices: Vec<EngineError>,
 }
 
@@ -251,7 +254,7 @@ impl RuleReport {
 /// objects the failing rule or trigger made before stay as they are (see
 /// [`Evaluation::keeps`]). A *refusal* by policy
 /// ([`ErrorKind::EscalationDenied`]) revokes: the refused object is not
-/// desired, its trigger is not kept for it, and it is listed in
+/// desired, its trigger is not preserved for it, and it is listed in
 /// [`Evaluation::revoked`] so that the caller deletes the live copy.
 #[derive(Clone, Debug, Default)]
 pub struct Evaluation {
@@ -265,7 +268,7 @@ pub struct Evaluation {
     /// Objects policy refuses, to be deleted whatever keeps them: every
     /// refused output, and every live managed object (in the observed
     /// store) whose content policy now refuses — even when its rule or
-    /// trigger is kept, paused, failed or held. Keyed by kind, namespace
+    /// trigger is preserved, paused, failed or held. Keyed by kind, namespace
     /// and name, with the reason.
     pub revoked: BTreeMap<(OutputKind, String, String), String>,
     /// Objects whose desired content or presence differs from the previous
@@ -304,6 +307,41 @@ impl Evaluation {
                     None => r.static_kept,
                 },
             },
+        }
+    }
+}
+
+/// Whether any of `selectors` selects `obj` by its labels.
+pub(crate) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
+    let labels = obj["metadata"]["labels"].as_object();
+    selectors
+        .iter()
+        .any(|s| crate::selector::matches_json(s, labels))
+}
+
+/// An object a reader sees: emitted in this evaluation, or observed.
+/// Emitted objects are read in their compact form; JSON is built only
+/// for a reader that asks for it (`View::json`).
+#[derive(Clone, Copy)]
+pub(crate) enum Seen<'a> {
+    Emitted(&'a Manifest),
+    Observed(&'a Arc<Value>),
+}
+
+impl<'a> Seen<'a> {
+    /// metadata.name.
+    pub fn name(&self) -> &'a str {
+        match self {
+            Seen::Emitted(m) => m.name(),
+            Seen::Observed(o) => o["metadata"]["name"].as_str().unwrap_or_default(),
+        }
+    }
+
+    /// Whether any of `selectors` (validated) selects it by its labels.
+    pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
+        match self {
+            Seen::Emitted(m) => m.labels().selected_by(selectors),
+            Seen::Observed(o) => selects(selectors, o),
         }
     }
 }

@@ -6,17 +6,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{AggregationRule, PolicyRule, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::error::{ErrorKind, FieldError};
-use super::expand::At;
+use super::path::At;
 use crate::api::{GROUP, OutputKind};
 
-/// The API group of RBAC objects.
-pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
-/// apiVersion of every emitted object.
-pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
+pub use super::kinds::{RBAC_API_VERSION, RBAC_GROUP};
 
 /// Label on every emitted object; the controller lists by it (its label
 /// inventory: what it lists to find objects to prune).
@@ -677,6 +675,46 @@ pub fn aggregation_rule(
         }
     }
     Ok(a)
+}
+
+/// A live or emitted role's rules. Live roles were validated by the API
+/// server; what does not parse is skipped (and logged) rather than failing
+/// every rule that reads the role.
+pub fn rules_of(role: &Value) -> Vec<PolicyRule> {
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, r) in role
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        match serde_json::from_value::<PolicyRule>(r.clone()) {
+            Ok(p) => out.push(p),
+            Err(e) => {
+                tracing::warn!(role = name, index = i, error = %e, "skipping unparseable rule")
+            }
+        }
+    }
+    out
+}
+
+/// The selectors of an aggregated ClusterRole.
+pub fn selectors_of(role: &Value) -> Vec<LabelSelector> {
+    role["aggregationRule"]["clusterRoleSelectors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| serde_json::from_value(s.clone()).ok())
+        .collect()
+}
+
+/// For an aggregated ClusterRole, the key of the selection its verdict
+/// reads (see `View::selected`).
+pub fn selection_key(role: &Value) -> Option<String> {
+    role.get("aggregationRule")?;
+    serde_json::to_string(&selectors_of(role)).ok()
 }
 
 #[cfg(test)]

@@ -128,6 +128,34 @@ pub fn scalar_text(value: &Value) -> Option<String> {
     }
 }
 
+/// A field of a rule's spec as expansion reaches it, spelled (by
+/// `Display`) only when an error names it: most values expand without one.
+#[derive(Clone, Copy)]
+pub enum At<'a> {
+    /// A field spelled out.
+    Field(&'a str),
+    /// A field spelled by whoever passed it.
+    Of(&'a dyn std::fmt::Display),
+    /// `parent[i]`.
+    Index(&'a At<'a>, usize),
+    /// `parent.key`.
+    Key(&'a At<'a>, &'a str),
+    /// `parent["key"]`: a map's key as written.
+    Quoted(&'a At<'a>, &'a str),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Field(s) => f.write_str(s),
+            At::Of(d) => d.fmt(f),
+            At::Index(p, i) => write!(f, "{p}[{i}]"),
+            At::Key(p, k) => write!(f, "{p}.{k}"),
+            At::Quoted(p, k) => write!(f, "{p}[{k:?}]"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

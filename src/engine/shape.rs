@@ -6,7 +6,8 @@
 use serde_json::Value;
 
 use super::RuleSource;
-use super::compile::{Interest, interests_of, merge_interests, output_gk};
+use super::compile::{Interest, interests_of, merge_interests};
+use super::kinds::output_gk;
 use super::store::GroupKind;
 use crate::api::OutputKind;
 

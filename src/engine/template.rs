@@ -1404,7 +1404,7 @@ fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
             recent[..=at].rotate_right(1);
             return recent[0].1.as_ref().map_or_else(uncached, matched);
         }
-        let re = match compile_regex_match(&pattern, Some(KEPT_REGEX_BYTES)) {
+        let re = match compile_regex_match(&pattern, Some(CACHED_REGEX_BYTES)) {
             Err(regex::Error::CompiledTooBig(_)) => None,
             other => Some(other.map_err(|e| e.to_string())),
         };
@@ -1415,22 +1415,22 @@ fn h_regex_match(args: &[&Value]) -> Result<Value, String> {
     })
 }
 
-/// A `regexMatch` pattern as kept: compiled (or its error), or `None`
+/// A `regexMatch` pattern as cached: compiled (or its error), or `None`
 /// when too large to keep.
-type KeptRegex = Option<Result<regex::Regex, String>>;
+type CachedRegex = Option<Result<regex::Regex, String>>;
 
 /// How many `regexMatch` patterns each evaluation thread keeps compiled.
 const RECENT_REGEXES_MAX: usize = 4;
 
-/// The compiled size up to which a `regexMatch` pattern is kept (the
-/// `regex` crate allows 10 MiB): what the kept ones hold stays small.
-const KEPT_REGEX_BYTES: usize = 256 * 1024;
+/// The compiled size up to which a `regexMatch` pattern is cached (the
+/// `regex` crate allows 10 MiB): what the cached ones hold stays small.
+const CACHED_REGEX_BYTES: usize = 256 * 1024;
 
 thread_local! {
     /// The `regexMatch` patterns last used on this thread, most recent
     /// first: a template matching each item of a list against one pattern
     /// compiles it once, not per item.
-    static RECENT_REGEXES: RefCell<Vec<(String, KeptRegex)>> = const { RefCell::new(Vec::new()) };
+    static RECENT_REGEXES: RefCell<Vec<(String, CachedRegex)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A `regexMatch` pattern compiled to match whole strings, within
@@ -1446,6 +1446,165 @@ fn compile_regex_match(
         builder.size_limit(limit);
     }
     builder.build()
+}
+
+// What a template reads: the one place it is worked out. The walks over
+// compiled templates ([`Templates::reads_within`], [`Templates::paths_under`])
+// answer exactly; the scans over a rule's texts below answer for a whole
+// spec at once, conservatively (a text that names a root reads it).
+
+/// Whether `c` may continue a handlebars name (anything but whitespace and
+/// the punctuation its grammar gives a meaning).
+fn name_char(c: char) -> bool {
+    !c.is_whitespace() && !"!\"#%&'()*+,./;<=>@[\\]^`{|}~".contains(c)
+}
+
+/// Whether a name right after `c` is the tail of another name or path
+/// (`vars.trigger`, `@trigger`).
+fn continues_name(c: char) -> bool {
+    name_char(c) || matches!(c, '.' | '/' | '@')
+}
+
+/// The paths below `trigger` the texts read (`trigger.metadata.name`,
+/// `get trigger "spec.image"`): `None` when one reads it whole or any
+/// other way (a computed path, a literal segment at the root, `/`). A
+/// path may stop above what is read (`trigger.metadata.labels.[a/b]` is
+/// read as `metadata.labels`): the value there is copied whole.
+pub(crate) fn trigger_paths(texts: &[&str]) -> Option<Vec<Vec<String>>> {
+    const ROOT: &str = "trigger";
+    let mut paths = Vec::new();
+    for t in texts {
+        for (at, _) in t.match_indices(ROOT) {
+            let before = &t[..at];
+            match before.chars().next_back() {
+                Some(c) if continues_name(c) => continue,
+                // A literal segment could name the root (`[trigger]`).
+                Some('[') => return None,
+                _ => {}
+            }
+            let rest = &t[at + ROOT.len()..];
+            let path = match rest.chars().next() {
+                // A longer name (`triggers`).
+                Some(c) if name_char(c) => continue,
+                Some('.') => dotted_keys(&rest[1..]),
+                Some(c) if !ends_name(c) => None,
+                _ => get_literal(before, rest),
+            };
+            paths.push(path.filter(|p| !p.is_empty())?);
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Some(paths)
+}
+
+/// Whether `c` ends a name read whole (`{{x}}`, `(f x)`, `{{x~}}`, `x y`).
+fn ends_name(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '}' | ')' | '~')
+}
+
+/// The keys of a path after `trigger.`, up to the first that is not a
+/// plain name (the rest is read below them); a key that does not end the
+/// way a name does is left out.
+fn dotted_keys(mut rest: &str) -> Option<Vec<String>> {
+    let mut keys = Vec::new();
+    loop {
+        let end = rest.find(|c: char| !name_char(c)).unwrap_or(rest.len());
+        if end == 0 {
+            return Some(keys);
+        }
+        let (key, after) = rest.split_at(end);
+        match after.chars().next() {
+            Some('.') => {
+                keys.push(key.to_string());
+                rest = &after[1..];
+            }
+            // A `/` separates keys too: what follows is read below this one.
+            Some(c) if c != '/' && !ends_name(c) => return Some(keys),
+            _ => {
+                keys.push(key.to_string());
+                return Some(keys);
+            }
+        }
+    }
+}
+
+/// The keys of `get trigger "<path>"`'s path (`before` ends with `get `,
+/// `rest` starts after `trigger`), up to its first index; `None` for any
+/// other use of `trigger` as a whole.
+fn get_literal(before: &str, rest: &str) -> Option<Vec<String>> {
+    let head = before.trim_end();
+    if head.len() == before.len() {
+        return None;
+    }
+    let helper = head.strip_suffix("get")?;
+    if helper.chars().next_back().is_some_and(continues_name) {
+        return None;
+    }
+    let lit = rest.trim_start().strip_prefix('"')?;
+    let lit = &lit[..lit.find('"')?];
+    if lit.contains('\\') {
+        return None;
+    }
+    let path = FieldPath::parse(lit).ok()?;
+    Some(
+        path.segments()
+            .iter()
+            .map_while(|s| match s {
+                Segment::Key(k) => Some(k.clone()),
+                Segment::Index(_) => None,
+            })
+            .collect(),
+    )
+}
+
+/// Whether a template value might read `root`: it names it in any string
+/// (expressions of nested directives too), or reads the whole context
+/// (`this`, `.`, `@root`, `../`).
+pub(crate) fn mentions(v: &Value, root: &str) -> bool {
+    match v {
+        Value::String(s) => mentions_text(s, root),
+        Value::Array(a) => a.iter().any(|x| mentions(x, root)),
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, x)| mentions_text(k, root) || mentions(x, root)),
+        _ => false,
+    }
+}
+
+pub(crate) fn mentions_text(s: &str, root: &str) -> bool {
+    s.contains(root)
+        || s.contains("this")
+        || s.contains("@root")
+        || s.contains("..")
+        || s.starts_with('.')
+        || [" .", "{.", "(.", "=.", "~."].iter().any(|p| s.contains(p))
+}
+
+/// The names read under `root` in `texts` (as `root.<name>`, a name of
+/// `names`), sorted; `None` when one reads `root` any other way (whole,
+/// or by a name not in `names`). A word that merely ends in `root`
+/// (`myvars`) is not a read of it.
+pub(crate) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<Vec<String>> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '@';
+    let mut out = BTreeSet::new();
+    for t in texts {
+        for (at, _) in t.match_indices(root) {
+            if t[..at].chars().next_back().is_some_and(ident) {
+                continue;
+            }
+            let rest = t[at + root.len()..].strip_prefix('.')?;
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(rest.len());
+            let name = &rest[..end];
+            if !names.contains(&name) {
+                return None;
+            }
+            out.insert(name.to_string());
+        }
+    }
+    Some(out.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -1849,7 +2008,7 @@ mod tests {
         );
         assert!(runs.iter().all(|r| r.0 == *err));
         assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 1);
-        // More patterns than are kept: the oldest is compiled again.
+        // More patterns than are cached: the oldest is compiled again.
         let n: usize = ["p1", "p2", "p3", "p4", "p5", "p1"]
             .iter()
             .map(|p| run(&format!(r#"{{{{regexMatch "p1" "{p}"}}}}"#)).1)

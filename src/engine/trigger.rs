@@ -7,8 +7,9 @@ use handlebars::Context;
 use serde_json::{Map, Value, json};
 
 use super::error::FieldError;
-use super::expand::{At, Evaluator, bind, is_deleting, project, shown, visible};
+use super::expand::{Evaluator, bind, is_deleting, project, shown, visible};
 use super::memo::Outcome;
+use super::path::At;
 use super::view::View;
 use crate::api::{MetadataSource, Trigger};
 

@@ -4,123 +4,31 @@
 //! An emitted object is visible when exactly one earlier rule (or trigger)
 //! emits it; two emitters contest it and neither copy is seen. A live
 //! object that a rule manages is hidden when that rule ran before and its
-//! fresh output replaces it (its trigger is not kept, the object is not
+//! fresh output replaces it (its trigger is not preserved, the object is not
 //! contested); a rule never reads what it emits itself.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::Engine;
-use super::compile::{gk_of, output_kind};
 use super::fast_hash::HashMap;
-use super::manifest::{Interner, Manifest};
-use super::memo::{Emit, Emitters, RuleMemo};
+use super::incremental::caches::{Caches, Denials, Rules, Selection};
+use super::kinds::{gk_of, output_kind};
+use super::manifest::Interner;
+use super::memo::{Emit, Emitters, Lookup, RuleMemo};
+use super::model::Seen;
 use super::output;
 use super::store::{GroupKind, ObjectKey, ObjectStore};
 use crate::api::OutputKind;
 
 /// A kind, optionally narrowed to one namespace.
 type ListKey = (GroupKind, Option<String>);
-
-/// Parsed rules of roles, by the address of the shared manifest (held, so
-/// the address cannot be reused while cached).
-pub(super) type RulesCache = HashMap<usize, (Arc<Value>, Arc<Vec<PolicyRule>>)>;
-
-/// Shared rule lists (a role's own, or a copy).
-pub(super) type Rules = Arc<Vec<PolicyRule>>;
-
-/// Rules copied from a list of roles, by whether the copy is namespaced
-/// and the addresses of the roles' rule lists (weakly held: the address
-/// is not reused while the entry lives, and the entry keeps no list alive).
-pub(super) type CopiesCache = HashMap<(bool, Vec<usize>), (Vec<Weak<Vec<PolicyRule>>>, Rules)>;
-
-/// Default denials a role's own rules break: cluster-admin equivalents and
-/// escalating grants, each in compact form (see [`crate::policy::denied_grants`]).
-pub(super) type Denials = (Vec<String>, Vec<String>);
-
-/// Denials of roles, by the address of their rule list (weakly held).
-pub(super) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denials>)>;
-
-/// The ClusterRoles some selectors (any of them) pick, as one reader sees
-/// them; kept up to date from the changed keys, so a selection costs what
-/// changed.
-pub(super) struct Selection {
-    /// Names it in [`ReaderSelections::member_of`].
-    pub id: u64,
-    pub selectors: Vec<LabelSelector>,
-    pub members: BTreeSet<ObjectKey>,
-    /// Members that break a default denial: all an aggregated role's
-    /// verdict needs to visit without an allow-list.
-    pub noisy: BTreeSet<ObjectKey>,
-}
-
-/// Selections by reader (`None`: policy).
-pub(super) type Selections = HashMap<Option<usize>, ReaderSelections>;
-
-/// One reader's selections, by the selectors' JSON.
-#[derive(Default)]
-pub(super) struct ReaderSelections {
-    pub by_json: HashMap<String, Selection>,
-    /// The selections (by id) each ClusterRole is a member of: a changed
-    /// role is looked for only in those.
-    pub member_of: HashMap<ObjectKey, Vec<u64>>,
-    /// The last id given.
-    pub next: u64,
-}
-
-impl ReaderSelections {
-    /// `k` no longer a member of selection `id`.
-    fn forget(&mut self, k: &ObjectKey, id: u64) {
-        if let Some(ids) = self.member_of.get_mut(k) {
-            ids.retain(|i| *i != id);
-            if ids.is_empty() {
-                self.member_of.remove(k);
-            }
-        }
-    }
-}
-
-/// Whether any of `selectors` selects `obj` by its labels.
-pub(super) fn selects(selectors: &[LabelSelector], obj: &Value) -> bool {
-    let labels = obj["metadata"]["labels"].as_object();
-    selectors
-        .iter()
-        .any(|s| crate::selector::matches_json(s, labels))
-}
-
-/// An object a reader sees: emitted in this evaluation, or observed.
-/// Emitted objects are read in their compact form; JSON is built only
-/// for a reader that asks for it ([`View::json`]).
-#[derive(Clone, Copy)]
-pub(super) enum Seen<'a> {
-    Emitted(&'a Manifest),
-    Observed(&'a Arc<Value>),
-}
-
-impl<'a> Seen<'a> {
-    /// metadata.name.
-    pub fn name(&self) -> &'a str {
-        match self {
-            Seen::Emitted(m) => m.name(),
-            Seen::Observed(o) => o["metadata"]["name"].as_str().unwrap_or_default(),
-        }
-    }
-
-    /// Whether any of `selectors` (validated) selects it by its labels.
-    pub fn selected_by(&self, selectors: &[LabelSelector]) -> bool {
-        match self {
-            Seen::Emitted(m) => m.labels().selected_by(selectors),
-            Seen::Observed(o) => selects(selectors, o),
-        }
-    }
-}
 
 /// Objects seen, by key.
 type SeenList<'a> = Vec<(ObjectKey, Seen<'a>)>;
@@ -147,18 +55,6 @@ pub(super) struct View<'a> {
     cluster_roles: RefCell<Option<Rc<SeenList<'a>>>>,
     /// Shares metadata between the manifests the reader emits.
     pub interner: RefCell<Interner>,
-}
-
-/// The caches views share across rules and evaluations: the memo keeps
-/// one set; a view built away from the memo (on another thread: the
-/// memo's caches are not shared between threads) has its own.
-#[derive(Default)]
-pub(super) struct Caches {
-    pub rules: RefCell<RulesCache>,
-    pub denials: RefCell<DenialsCache>,
-    pub copies: RefCell<CopiesCache>,
-    /// Kept ClusterRole selections, per reader.
-    pub selections: RefCell<Selections>,
 }
 
 impl<'a> View<'a> {
@@ -235,11 +131,11 @@ impl<'a> View<'a> {
                     return false;
                 }
                 let sig = &self.rules[r].signature;
-                let kept = match trigger {
-                    Some(t) => sig.kept.contains(t),
-                    None => sig.static_kept,
+                let preserved = match trigger {
+                    Some(t) => sig.preserved.contains(t),
+                    None => sig.static_preserved,
                 };
-                !kept && !contested
+                !preserved && !contested
             }
             // Failed or inactive rules keep their objects; a rule that
             // is gone has its objects pruned.
@@ -266,7 +162,7 @@ impl<'a> View<'a> {
     }
 
     /// An object seen as JSON: an emitted one's is built on first read
-    /// and kept with it.
+    /// and cached with it.
     pub fn json(&self, seen: Seen<'a>) -> &'a Arc<Value> {
         match seen {
             Seen::Observed(o) => o,
@@ -280,8 +176,8 @@ impl<'a> View<'a> {
     }
 
     /// One object as the reader sees it, for a check made once: an
-    /// emitted one's JSON is built afresh and not kept with it (unless
-    /// some reader had it kept already).
+    /// emitted one's JSON is built afresh and not cached with it (unless
+    /// some reader had it cached already).
     pub fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
         Some(match self.get_seen(gk, key)? {
             Seen::Observed(o) => Cow::Borrowed(&**o),
@@ -400,7 +296,7 @@ impl<'a> View<'a> {
 
     /// The ClusterRoles any of `selectors` matches, in name order. The
     /// first call for some selectors lists every ClusterRole; later ones
-    /// (in later evaluations too) reuse the kept selection.
+    /// (in later evaluations too) reuse the cached selection.
     pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
         let gk = gk_of(OutputKind::ClusterRole);
         let key = serde_json::to_string(selectors).unwrap_or_default();
@@ -456,7 +352,7 @@ impl<'a> View<'a> {
         hits
     }
 
-    /// Brings this reader's kept selections up to date with the changed
+    /// Brings this reader's cached selections up to date with the changed
     /// ClusterRoles; returns the selections (by JSON) a change reached.
     pub fn refresh_selections(&self, changes: &super::memo::Changes) -> BTreeSet<String> {
         let gk = gk_of(OutputKind::ClusterRole);
@@ -536,8 +432,9 @@ impl<'a> View<'a> {
 
     /// Whether a role's own rules break a default denial.
     fn breaks_denials(&self, role: Seen<'_>) -> bool {
-        let d = self.denials_of(&self.role_rules(role), &self.engine.options.waivers);
-        !d.0.is_empty() || !d.1.is_empty()
+        !self
+            .denials_of(&self.role_rules(role), &self.engine.options.waivers)
+            .is_empty()
     }
 
     /// The default denials a rule list breaks, worked out once per shared
@@ -549,21 +446,7 @@ impl<'a> View<'a> {
         {
             return Arc::clone(d);
         }
-        let wildcards = if waivers.wildcard_all {
-            Vec::new()
-        } else {
-            rules
-                .iter()
-                .filter(|r| crate::policy::is_wildcard_all(r))
-                .map(|r| format!("{} (cluster-admin equivalent)", crate::policy::describe(r)))
-                .collect()
-        };
-        let escalating = if waivers.escalation_verbs {
-            Vec::new()
-        } else {
-            crate::policy::escalating_grants(rules)
-        };
-        let d = Arc::new((wildcards, escalating));
+        let d = Arc::new(crate::policy::denials(rules, waivers));
         self.caches
             .denials
             .borrow_mut()
@@ -629,7 +512,7 @@ impl<'a> View<'a> {
         }
     }
 
-    /// A role's rules, from the cache when there, else parsed and not kept:
+    /// A role's rules, from the cache when there, else parsed and not cached:
     /// for an object judged once (most roles are read by nothing else).
     pub fn rules_of_transient(&self, role: &Arc<Value>) -> Rules {
         let at = Arc::as_ptr(role) as usize;
@@ -638,7 +521,7 @@ impl<'a> View<'a> {
         {
             return Arc::clone(rules);
         }
-        Arc::new(super::grants::rules_of(role))
+        Arc::new(output::rules_of(role))
     }
 
     /// An observed role's rules, parsed once per shared object.
@@ -649,11 +532,22 @@ impl<'a> View<'a> {
         {
             return Arc::clone(rules);
         }
-        let rules = Arc::new(super::grants::rules_of(role));
+        let rules = Arc::new(output::rules_of(role));
         self.caches
             .rules
             .borrow_mut()
             .insert(at, (Arc::clone(role), Arc::clone(&rules)));
         rules
+    }
+}
+
+/// The read index looks objects up through the view.
+impl<'a> Lookup<'a> for View<'a> {
+    fn get_seen(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Seen<'a>> {
+        View::get_seen(self, gk, key)
+    }
+
+    fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
+        View::get_value(self, gk, key)
     }
 }

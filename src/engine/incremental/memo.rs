@@ -1,13 +1,13 @@
 //! Incremental evaluation: what an evaluation remembers for the next one.
 //!
-//! Every trigger's outcome is kept with the *reads* its render made (which
+//! Every trigger's outcome is cached with the *reads* its render made (which
 //! objects of which kind it looked at, through which filters), indexed in
 //! reverse: from an object, and from a shared filter (selector, owner), to
 //! the triggers that could see it. The next evaluation asks the store's
 //! journal what changed and renders again only the triggers those changes
 //! reach; changes to emitted objects reach the rules after the emitter the
 //! same way. The emitted objects, conflicts, policy verdicts and reports
-//! are kept and updated by the difference, so an evaluation costs what
+//! are cached and updated by the difference, so an evaluation costs what
 //! changed, not the size of the cluster. A full evaluation *is* an
 //! incremental one from an empty memo (a test checks they agree).
 
@@ -20,66 +20,75 @@ use std::sync::{Arc, Weak};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::error::{FieldError, FieldWarning};
-use super::fast_hash::{HashMap, HashSet};
-use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport};
-use super::store::{GroupKind, ObjectKey, group_of};
-use super::view::{Caches, View};
+use super::caches::Caches;
 use crate::api::OutputKind;
+use crate::engine::error::{FieldError, FieldWarning};
+use crate::engine::fast_hash::{HashMap, HashSet};
+use crate::engine::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, Seen};
+use crate::engine::store::{GroupKind, ObjectKey, group_of};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh engine identity: a memo made by one engine is never reused by
 /// another (rules or options may differ).
-pub(super) fn next_engine_id() -> u64 {
+pub(in crate::engine) fn next_engine_id() -> u64 {
     NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What the read index asks of the world a rule sees: the object under a
+/// key, compact or as JSON (built only when asked).
+pub(in crate::engine) trait Lookup<'a> {
+    /// The object of kind `gk` under `key`, as the reader sees it.
+    fn get_seen(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Seen<'a>>;
+    /// That object as JSON.
+    fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>>;
 }
 
 /// A trigger's identity within its rule: its namespace and name, `None`
 /// for the static (trigger-less) output set.
-pub(super) type TKey = Option<ObjectKey>;
+pub(in crate::engine) type TKey = Option<ObjectKey>;
 
 /// What an evaluation leaves for the next: pass the same `Memo` to
-/// [`super::Engine::evaluate_incremental`] each time. A memo made by another
+/// [`crate::engine::Engine::evaluate_incremental`] each time. A memo made by another
 /// engine is discarded, so rebuilding the engine (rules changed) starts over.
 #[derive(Default)]
 pub struct Memo {
-    pub(super) engine: u64,
+    pub(in crate::engine) engine: u64,
     /// The store version the last evaluation saw.
-    pub(super) seen: Option<(u64, u64)>,
+    pub(in crate::engine) seen: Option<(u64, u64)>,
     /// Per runnable rule, in evaluation order.
-    pub(super) rules: Vec<RuleMemo>,
+    pub(in crate::engine) rules: Vec<RuleMemo>,
     /// Who emits each object, in rule and trigger order.
-    pub(super) emitters: Emitters,
+    pub(in crate::engine) emitters: Emitters,
     /// Objects with more than one emitter: the emitters' rules and triggers.
-    pub(super) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
+    pub(in crate::engine) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
     /// Outputs policy refused: the emitting rule, the field, why.
-    pub(super) refused: BTreeMap<OutKey, (usize, String, String)>,
+    pub(in crate::engine) refused: BTreeMap<OutKey, (usize, String, String)>,
     /// Notices on aggregated roles (see [`RuleMemo::notices`]): the rule
     /// (when it runs) and the text.
-    pub(super) noticed: BTreeMap<OutKey, (Option<usize>, String)>,
+    pub(in crate::engine) noticed: BTreeMap<OutKey, (Option<usize>, String)>,
     /// Live managed objects policy refuses, with why.
-    pub(super) live_revoked: BTreeMap<OutKey, String>,
+    pub(in crate::engine) live_revoked: BTreeMap<OutKey, String>,
     /// Everything revoked: refused outputs, else refused live objects.
-    pub(super) revoked: BTreeMap<OutKey, String>,
+    pub(in crate::engine) revoked: BTreeMap<OutKey, String>,
     /// Objects (desired or live) whose verdict depends on other objects:
     /// aggregated ClusterRoles, with the selections they read (by JSON),
     /// and bindings under an allow-list (with none: any role change).
-    pub(super) dependents: BTreeMap<OutKey, BTreeSet<String>>,
+    pub(in crate::engine) dependents: BTreeMap<OutKey, BTreeSet<String>>,
     /// The rules of an aggregated allow-list, as last computed.
-    pub(super) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
-    pub(super) desired: DesiredSet,
-    pub(super) reports: BTreeMap<String, RuleReport>,
+    pub(in crate::engine) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
+    pub(in crate::engine) desired: DesiredSet,
+    pub(in crate::engine) reports: BTreeMap<String, RuleReport>,
     /// The last result, returned again when nothing changed.
-    pub(super) last: Option<Evaluation>,
+    pub(in crate::engine) last: Option<Evaluation>,
     /// The views' caches (policy rules, denials, copies, selections).
-    pub(super) caches: Caches,
+    pub(in crate::engine) caches: Caches,
     /// Size of the rules cache after it was last pruned.
-    pub(super) rules_cache_pruned: usize,
+    pub(in crate::engine) rules_cache_pruned: usize,
     /// Renders (triggers and static sets) the last evaluation made.
-    pub(super) renders: usize,
+    pub(in crate::engine) renders: usize,
     /// Made by [`Memo::one_shot`]: keeps no read index.
-    pub(super) one_shot: bool,
+    pub(in crate::engine) one_shot: bool,
 }
 
 impl Memo {
@@ -108,7 +117,7 @@ impl Memo {
 
 /// An output key by its parts, borrowed: a map keyed by [`OutKey`] is
 /// looked up with one without building a key (two strings) per lookup.
-pub(super) trait KeyParts {
+pub(in crate::engine) trait KeyParts {
     fn parts(&self) -> (OutputKind, &str, &str);
 }
 
@@ -155,7 +164,7 @@ impl Eq for dyn KeyParts + '_ {}
 /// Who emits each object: hashed for lookups (every copied role is one),
 /// ordered for listing a kind. Both share one copy of each key.
 #[derive(Default)]
-pub(super) struct Emitters {
+pub(in crate::engine) struct Emitters {
     by_key: HashMap<Arc<OutKey>, Vec<Emit>>,
     ordered: BTreeSet<Arc<OutKey>>,
 }
@@ -227,7 +236,7 @@ impl Emitters {
 
 /// One emitter of an object.
 #[derive(Clone, Debug)]
-pub(super) struct Emit {
+pub(in crate::engine) struct Emit {
     /// The rule's index in evaluation order.
     pub rule: usize,
     /// Shared by the trigger's outputs.
@@ -238,20 +247,22 @@ pub(super) struct Emit {
 /// What other rules' views depend on: which triggers keep their live
 /// objects (paused, deleting, failed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Signature {
-    pub kept: BTreeSet<String>,
-    pub static_kept: bool,
+pub(in crate::engine) struct Signature {
+    /// Triggers whose live objects are preserved.
+    pub preserved: BTreeSet<String>,
+    /// Whether the static output set's live objects are preserved.
+    pub static_preserved: bool,
 }
 
 /// One rule's remembered outcomes.
 #[derive(Default)]
-pub(super) struct RuleMemo {
+pub(in crate::engine) struct RuleMemo {
     /// By the trigger's namespace and name (view order), with its
     /// `Kind.group/[ns/]name`.
     pub triggers: BTreeMap<ObjectKey, (String, TriggerMemo)>,
     pub static_set: Option<TriggerMemo>,
     pub index: ReadIndex,
-    /// Kept triggers from outcomes (not conflicts).
+    /// Triggers whose live objects are preserved, from outcomes (not conflicts).
     pub signature: Signature,
     /// Triggers that matched (including paused ones).
     pub matched: usize,
@@ -259,10 +270,10 @@ pub(super) struct RuleMemo {
     pub emitted: usize,
     /// Bytes those objects hold (see `limits::held`).
     pub held: usize,
-    /// Bytes its kept derived values held when it last rendered (see
-    /// [`Derived::kept_bytes`]).
-    pub kept_bytes: usize,
-    /// Triggers with an error, a warning or kept: what the report lists.
+    /// Bytes its cached derived values held when it last rendered (see
+    /// [`Derived::cached_bytes`]).
+    pub cached_bytes: usize,
+    /// Triggers with an error, a warning or preserved objects: what the report lists.
     pub noted: BTreeSet<ObjectKey>,
     /// Objects of this rule that another emitter contests, by trigger.
     pub conflicts: BTreeSet<(OutKey, Option<String>)>,
@@ -285,13 +296,13 @@ pub(super) struct RuleMemo {
     pub unseen: HashMap<usize, bool>,
 }
 
-/// Values a render derives from its inputs, kept for the next render with
+/// Values a render derives from its inputs, cached for the next render with
 /// the same inputs: a family's revisions all list the family's types, so
 /// the list and the vars built from it are computed once, not per
-/// trigger. A kept value is lent to the render's context (moved, not
+/// trigger. A cached value is lent to the render's context (moved, not
 /// copied) and taken back after it.
 #[derive(Default)]
-pub(super) struct Derived {
+pub(in crate::engine) struct Derived {
     /// listField results, by related set and the addresses of the source
     /// objects (trigger, related objects) they read, sorted.
     pub lists: HashMap<(usize, Vec<usize>), ListEntry>,
@@ -301,15 +312,15 @@ pub(super) struct Derived {
     /// the template's address, whether data is marked, and the vars'
     /// tokens; with the bytes expanding charged.
     pub expansions: HashMap<(usize, bool, Vec<u64>), (Value, usize)>,
-    /// Nested lists built by a `forEach` that read only kept vars and loop
-    /// variables over kept vars (see [`NestedKey`]), with the bytes
+    /// Nested lists built by a `forEach` that read only cached vars and loop
+    /// variables over cached vars (see [`NestedKey`]), with the bytes
     /// expanding charged: the roles of a family that render the same
     /// `resources` list for a group share one.
     pub nested: HashMap<NestedKey, (Value, usize)>,
-    /// An output's policy rules checked from a kept expansion (same key),
+    /// An output's policy rules checked from a cached expansion (same key),
     /// shared by the outputs that render them: the rules, or the refusal
     /// of a `*` from data.
-    pub policies: HashMap<(usize, bool, Vec<u64>), KeptPolicy>,
+    pub policies: HashMap<(usize, bool, Vec<u64>), CachedPolicy>,
     /// A role's rules put together entry by entry (see [`Assembly`]):
     /// triggers that render the same entries (a family's members) share one list
     /// (joined, and judged by policy, once) instead of a copy each.
@@ -327,7 +338,7 @@ pub(super) struct Derived {
     /// `where` verdicts on related objects, by related set and the
     /// addresses of the object and the trigger (0: none).
     pub verdicts: HashMap<(usize, usize, usize), Verdict>,
-    /// The values loops over kept vars bound, by the var's token and the
+    /// The values loops over cached vars bound, by the var's token and the
     /// index: each value's id (see [`Derived::content_id`]).
     pub bound: HashMap<(u64, usize), u64>,
     /// Those values by a hash of their content, each with its id.
@@ -338,16 +349,16 @@ pub(super) struct Derived {
 
 /// What a role's rule list was put together from: whether it is a
 /// namespaced role, and each entry of its template in order, as the key
-/// of a kept expansion with checked rules, or else as the JSON text of
+/// of a cached expansion with checked rules, or else as the JSON text of
 /// what the entry expanded to (data marks included). The same parts give
 /// the same rules, and put together without a refusal.
-pub(super) type Assembly = (bool, Vec<AssemblyPart>);
+pub(in crate::engine) type Assembly = (bool, Vec<AssemblyPart>);
 
 /// One entry of an [`Assembly`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) enum AssemblyPart {
-    /// A kept expansion whose checked rules were reused.
-    Kept((usize, bool, Vec<u64>)),
+pub(in crate::engine) enum AssemblyPart {
+    /// A cached expansion whose checked rules were reused.
+    Cached((usize, bool, Vec<u64>)),
     /// An entry checked in this render, by its expanded JSON.
     Text(String),
 }
@@ -355,7 +366,7 @@ pub(super) enum AssemblyPart {
 /// A nested list's key: its template's JSON text, whether data is marked,
 /// the tokens of the vars it reads, and each loop variable bound around it
 /// with the id of its value (see [`Derived::content_id`]).
-pub(super) type NestedKey = (Arc<str>, bool, Vec<u64>, Vec<(String, u64)>);
+pub(in crate::engine) type NestedKey = (Arc<str>, bool, Vec<u64>, Vec<(String, u64)>);
 
 /// A hash of a JSON value's content, for [`Derived::contents`] (values
 /// with one hash are compared whole).
@@ -395,25 +406,25 @@ fn content_hash(v: &Value) -> u64 {
     h.finish()
 }
 
-/// Policy rules checked once for a kept expansion (see
+/// Policy rules checked once for a cached expansion (see
 /// [`Derived::policies`]).
-pub(super) type KeptPolicy = (
+pub(in crate::engine) type CachedPolicy = (
     Arc<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
     Option<FieldError>,
 );
 
 /// Entries extracted from one source (see [`Derived::extracts`]).
-pub(super) type Extracted = (Arc<ExtractedEntries>, Vec<FieldWarning>);
+pub(in crate::engine) type Extracted = (Arc<ExtractedEntries>, Vec<FieldWarning>);
 
 /// Extracted entries with their JSON text, in the source's order.
-pub(super) type ExtractedEntries = Vec<(String, Value)>;
+pub(in crate::engine) type ExtractedEntries = Vec<(String, Value)>;
 
 /// A kept verdict: whether the object is kept, and the bytes judging it
 /// charged.
-pub(super) type Verdict = (bool, usize);
+pub(in crate::engine) type Verdict = (bool, usize);
 
-/// A kept listField result.
-pub(super) struct ListEntry {
+/// A cached listField result.
+pub(in crate::engine) struct ListEntry {
     /// `None` while lent to a render.
     pub value: Option<Value>,
     /// What computing it warned.
@@ -422,14 +433,14 @@ pub(super) struct ListEntry {
     pub bytes: usize,
     /// Names this value for the vars computed from it.
     pub token: u64,
-    /// Kept without its objects' copies (an empty list): the rules that
+    /// Cached without its objects' copies (an empty list): the rules that
     /// computed it read them by reference only (see
     /// `CompiledRule::unread`); one that reads it computes it again.
     pub hollow: bool,
 }
 
-/// A kept var.
-pub(super) struct VarEntry {
+/// A cached var.
+pub(in crate::engine) struct VarEntry {
     /// `None` while lent to a render.
     pub value: Option<Value>,
     pub bytes: usize,
@@ -439,20 +450,20 @@ pub(super) struct VarEntry {
 
 /// Derived values a rule keeps at most (lists and vars each); past it
 /// the cache starts over.
-pub(super) const DERIVED_MAX: usize = 1_024;
+pub(in crate::engine) const DERIVED_MAX: usize = 1_024;
 
-/// Bytes a rule's kept lists, vars and expansions may hold (as charged
+/// Bytes a rule's cached lists, vars and expansions may hold (as charged
 /// when they were computed); past it they start over (see
 /// [`Derived::bound_bytes`]).
-pub(super) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
+pub(in crate::engine) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
 
-/// Bytes all rules' kept derived values may hold together between two
+/// Bytes all rules' cached derived values may hold together between two
 /// evaluations; past it every rule's start over.
-pub(super) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
+pub(in crate::engine) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
 
 impl Derived {
-    /// What the kept values hold, as charged when they were computed.
-    pub fn kept_bytes(&self) -> usize {
+    /// What the cached values hold, as charged when they were computed.
+    pub fn cached_bytes(&self) -> usize {
         let lists: usize = self.lists.values().map(|e| e.bytes).sum();
         let vars: usize = self.vars.values().map(|e| e.bytes).sum();
         let expansions: usize = self.expansions.values().map(|(_, b)| *b).sum();
@@ -463,12 +474,12 @@ impl Derived {
             .saturating_add(nested)
     }
 
-    /// Starts the kept values over when they hold more than `max` bytes:
+    /// Starts the cached values over when they hold more than `max` bytes:
     /// triggers that each keep a large value of their own (a var built
     /// from a related set only they select) would otherwise pile them up
     /// until the rule ends (bounded evaluation). A miss only computes again.
     pub fn bound_bytes(&mut self, max: usize) {
-        if self.kept_bytes() <= max {
+        if self.cached_bytes() <= max {
             return;
         }
         self.lists.clear();
@@ -485,7 +496,7 @@ impl Derived {
         self.next
     }
 
-    /// The id of the value a loop over the kept var `token` bound at
+    /// The id of the value a loop over the cached var `token` bound at
     /// `index` (`value`): equal values (compared whole, not by their hash
     /// alone) get one id, whatever var or place they come from, so a
     /// nested list built from one is built from all (a family's API groups
@@ -561,7 +572,7 @@ impl Derived {
         self.policies.retain(|k, _| expansions.contains_key(k));
         self.assembled.retain(|(_, parts), _| {
             parts.iter().all(|p| match p {
-                AssemblyPart::Kept(k) => expansions.contains_key(k),
+                AssemblyPart::Cached(k) => expansions.contains_key(k),
                 AssemblyPart::Text(_) => true,
             })
         });
@@ -571,12 +582,12 @@ impl Derived {
     }
 }
 
-/// The rule whose kept lists, vars and item verdicts rule `idx` takes
+/// The rule whose cached lists, vars and item verdicts rule `idx` takes
 /// before it runs, with how many leading related sets and vars the two
 /// define alike: the nearest rule before it that shares some, else the
-/// last such (which kept them since the last evaluation).
-pub(super) fn derived_from(
-    rules: &[super::compile::CompiledRule],
+/// last such (which cached them since the last evaluation).
+pub(in crate::engine) fn derived_from(
+    rules: &[crate::engine::compile::CompiledRule],
     idx: usize,
 ) -> Option<(usize, (usize, usize))> {
     let d = &rules.get(idx)?.derivation;
@@ -592,11 +603,11 @@ pub(super) fn derived_from(
         .or_else(|| (idx + 1..rules.len()).rev().find_map(common))
 }
 
-/// Moves what `from` kept for its triggers' lists and vars into `to`,
+/// Moves what `from` cached for its triggers' lists and vars into `to`,
 /// keeping only the values of the first `related` sets and `vars` (those
 /// the two rules define alike; a key names them by index). When `from`
 /// holds none (a held rule broke the chain) `to` keeps its own.
-pub(super) fn share_derived(
+pub(in crate::engine) fn share_derived(
     to: &mut RuleMemo,
     from: &mut RuleMemo,
     (related, vars): (usize, usize),
@@ -620,14 +631,15 @@ pub(super) fn share_derived(
 /// conditions that read nothing but the item, by related set and stage,
 /// then by the item's JSON text, with the bytes judging it charged: family
 /// members judge the same entries, and a changed revision only its own.
-pub(super) type ItemCache = HashMap<(usize, bool), HashMap<String, (ItemVerdict, usize)>>;
+pub(in crate::engine) type ItemCache =
+    HashMap<(usize, bool), HashMap<String, (ItemVerdict, usize)>>;
 
 /// Entries an [`ItemCache`] keeps before it starts over.
-pub(super) const ITEM_CACHE_MAX: usize = 20_000;
+pub(in crate::engine) const ITEM_CACHE_MAX: usize = 20_000;
 
 /// What a stage of conditions said of one item.
 #[derive(Clone, Debug)]
-pub(super) enum ItemVerdict {
+pub(in crate::engine) enum ItemVerdict {
     /// `where`: whether the item is kept.
     Where(bool),
     /// `require`: the warning of the condition it fails, if any.
@@ -636,7 +648,7 @@ pub(super) enum ItemVerdict {
 
 /// One trigger's (or the static set's) outcome and what producing it read.
 #[derive(Clone, Debug)]
-pub(super) struct TriggerMemo {
+pub(in crate::engine) struct TriggerMemo {
     pub outcome: Outcome,
     /// Bytes its outputs hold (see `limits::held`).
     pub bytes: usize,
@@ -655,8 +667,8 @@ impl TriggerMemo {
             )
     }
 
-    /// Whether its live objects are kept as they are.
-    pub fn kept(&self) -> bool {
+    /// Whether its live objects are preserved as they are.
+    pub fn preserves(&self) -> bool {
         matches!(
             self.outcome,
             Outcome::MatchError(_) | Outcome::Frozen | Outcome::Failed(_)
@@ -674,7 +686,7 @@ impl TriggerMemo {
 
 /// What became of one trigger.
 #[derive(Clone, Debug)]
-pub(super) enum Outcome {
+pub(in crate::engine) enum Outcome {
     /// The object does not trigger the rule.
     NoMatch,
     /// Testing whether it triggers failed (a condition's template).
@@ -698,7 +710,7 @@ impl Outcome {
 
 /// The controller ownerReference a related-object query required.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Owner {
+pub(in crate::engine) struct Owner {
     pub uid: String,
     pub gk: Option<GroupKind>,
     pub name: String,
@@ -743,7 +755,7 @@ impl Owner {
 
 /// The ownership a related-object query requires of the objects it finds.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum OwnerFilter {
+pub(in crate::engine) enum OwnerFilter {
     /// A controller ownerReference to this object (`controlledByTrigger`).
     Controller(Owner),
     /// Any ownerReference whose uid is one of these (`ownedBy`).
@@ -769,7 +781,7 @@ impl OwnerFilter {
 }
 
 /// The non-empty uids of `obj`'s ownerReferences.
-pub(super) fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
+pub(in crate::engine) fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
     obj["metadata"]["ownerReferences"]
         .as_array()
         .into_iter()
@@ -781,7 +793,7 @@ pub(super) fn owner_uids(obj: &Value) -> impl Iterator<Item = &str> {
 /// One lookup a render made: objects of a kind (in a namespace), narrowed
 /// by names, a selector and an owner, and the objects it found.
 #[derive(Clone, Debug)]
-pub(super) struct Read {
+pub(in crate::engine) struct Read {
     /// Shared: most reads of a rule are of the same few kinds.
     pub gk: Arc<GroupKind>,
     /// Shared with the rule's other reads in the namespace.
@@ -861,7 +873,7 @@ fn matches_labels(selector: &LabelSelector, obj: &Value) -> bool {
 /// Objects that changed since the last evaluation, by kind; `whole` kinds
 /// changed in ways no key list captures (which live objects a rule keeps).
 #[derive(Default, Debug)]
-pub(super) struct Changes {
+pub(in crate::engine) struct Changes {
     pub keys: HashMap<GroupKind, BTreeSet<ObjectKey>>,
     pub whole: HashSet<GroupKind>,
     pub all: bool,
@@ -898,7 +910,7 @@ type FoundSet = (Arc<BTreeSet<ObjectKey>>, Triggers);
 /// From what a changed object is, to the triggers whose reads it can
 /// affect.
 #[derive(Default)]
-pub(super) struct ReadIndex {
+pub(in crate::engine) struct ReadIndex {
     /// Objects a read found, to the found sets holding them (by address):
     /// triggers that found the same share one set, so an object is not
     /// listed once per trigger.
@@ -1020,7 +1032,13 @@ impl ReadIndex {
     /// Adds to `out` every trigger whose reads the change of `key` (of
     /// kind `gk`) can affect: those that found it, looked for its name, or
     /// whose filters it now passes.
-    pub fn affected(&self, gk: &GroupKind, key: &ObjectKey, view: &View, out: &mut BTreeSet<TKey>) {
+    pub fn affected<'a>(
+        &self,
+        gk: &GroupKind,
+        key: &ObjectKey,
+        view: &impl Lookup<'a>,
+        out: &mut BTreeSet<TKey>,
+    ) {
         if let Some(ids) = self.hits.get(gk).and_then(|h| h.get(key)) {
             let found = self.found.get(gk);
             for (_, ts) in ids.iter().filter_map(|id| found?.get(id)) {
@@ -1044,7 +1062,7 @@ impl ReadIndex {
                 continue;
             }
             let passes = match seen {
-                super::view::Seen::Emitted(_) if proto.owner.is_none() => proto
+                Seen::Emitted(_) if proto.owner.is_none() => proto
                     .selector
                     .as_ref()
                     .is_none_or(|s| seen.selected_by(std::slice::from_ref(s))),
@@ -1150,15 +1168,15 @@ spec:
 "#;
 
     /// An engine of [`SHARING_RULES`].
-    fn sharing_engine() -> super::super::Engine {
+    fn sharing_engine() -> crate::engine::Engine {
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
             .unwrap_or_default();
-        super::super::Engine::new(&sources, super::super::Options::default())
+        crate::engine::Engine::new(&sources, crate::engine::Options::default())
     }
 
     /// [`SHARING_RULES`] and a third rule, ordered between them by name,
     /// that lists the family's members by name: it reads `related.family`.
-    fn family_reading_engine() -> super::super::Engine {
+    fn family_reading_engine() -> crate::engine::Engine {
         let reader = SHARING_RULES
             .split("\n---\n")
             .next()
@@ -1172,7 +1190,7 @@ spec:
         let text = format!("{SHARING_RULES}\n---\n{reader}");
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), &text)
             .unwrap_or_default();
-        super::super::Engine::new(&sources, super::super::Options::default())
+        crate::engine::Engine::new(&sources, crate::engine::Options::default())
     }
 
     #[test]
@@ -1208,12 +1226,12 @@ spec:
         let mut store = two_widgets();
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&store, &mut memo);
-        // The rules that read no member share kept lists with the one that
+        // The rules that read no member share cached lists with the one that
         // does (it runs between them): it sees every member, whichever ran first.
         assert_eq!(e.desired.len(), 6);
         assert_eq!(names_of(&e, "w-1"), both);
         assert_eq!(names_of(&e, "w-2"), both);
-        // A changed member: the lists kept hollow are not lent to it.
+        // A changed member: the lists cached hollow are not lent to it.
         assert!(store.insert(widget("w-2", &["cs.example.org"])).is_ok());
         let e = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(names_of(&e, "w-1"), both);
@@ -1243,7 +1261,7 @@ spec:
                 );
             let sources =
                 crate::rules::parse_text(std::path::Path::new("r.yaml"), &rule).unwrap_or_default();
-            let engine = super::super::Engine::new(&sources, super::super::Options::default());
+            let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
             let unread = engine.rules.first().map(|r| r.unread.len());
             assert_eq!(unread, Some(0), "{text}");
         }
@@ -1254,7 +1272,7 @@ spec:
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
             .unwrap_or_default();
         assert_eq!(sources.len(), 2);
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
         let at = |name: &str| engine.rules.iter().position(|r| r.name == name);
         let (Some(a), Some(b)) = (at("widget-a"), at("widget-b")) else {
             panic!("both rules compile");
@@ -1269,7 +1287,7 @@ spec:
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(e.desired.len(), 4);
-        // Computed once, kept by the rule that ran last.
+        // Computed once, cached by the rule that ran last.
         let (first, last) = (a.min(b), a.max(b));
         assert!(memo.rules[first].derived.lists.is_empty());
         assert!(!memo.rules[last].derived.lists.is_empty());
@@ -1287,7 +1305,7 @@ spec:
         assert!(r1.as_ref().is_some_and(|r| r.len() == 1), "{r1:?}");
         assert!(r1.zip(r2).is_some_and(|(x, y)| Arc::ptr_eq(&x, &y)));
         // The whole rules value is read again only through its checked
-        // rules: kept as null beside them, not copied.
+        // rules: cached as null beside them, not copied.
         let d = &memo.rules[last].derived;
         assert!(!d.policies.is_empty());
         assert!(
@@ -1315,7 +1333,7 @@ spec:
                 trigger: None,
                 field: "spec.outputs[0]".into(),
                 refusal: None,
-                object: super::super::manifest::Manifest::from_value(&json!({
+                object: crate::engine::manifest::Manifest::from_value(&json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1",
                     "kind": "Role",
                     "metadata": {"name": name, "namespace": ns},
@@ -1406,7 +1424,7 @@ spec:
             .collect();
         assert_eq!((b_before.len(), b_after.len()), (1, 1));
         assert!(Arc::ptr_eq(&b_before[0].1, &b_after[0].1));
-        // And the roles list the new type with the kept one.
+        // And the roles list the new type with the cached one.
         let key = (
             crate::api::OutputKind::ClusterRole,
             String::new(),
@@ -1431,7 +1449,7 @@ spec:
             .replace("verbs: [get]", "verbs: []");
         let sources = crate::rules::parse_text(std::path::Path::new("failing.yaml"), &text)
             .unwrap_or_default();
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
         let store = two_widgets();
         let errors = |e: &Evaluation| -> Vec<String> {
             e.reports
@@ -1479,11 +1497,11 @@ spec:
         assert_eq!(resources("widget:w-3:a"), want);
         assert_eq!(resources("widget:w-1:b")[1]["resources"], json!(["cs"]));
         // Both rules' roles, for all three triggers, render the same two
-        // `resources` lists: each is built once and kept by its text.
+        // `resources` lists: each is built once and cached by its text.
         let nested: usize = memo.rules.iter().map(|r| r.derived.nested.len()).sum();
         assert_eq!(nested, 2);
 
-        // One group's types change: the other group's list stays kept
+        // One group's types change: the other group's list stays cached
         // under its key (by its loop variable's value), the changed one is
         // built anew and its old list dropped.
         let lists = |memo: &Memo| -> Vec<(NestedKey, String)> {
@@ -1551,7 +1569,7 @@ spec:
         .join("---\n");
         let sources =
             crate::rules::parse_text(std::path::Path::new("lists.yaml"), &text).unwrap_or_default();
-        let engine = super::super::Engine::new(&sources, super::super::Options::default());
+        let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&two_widgets(), &mut memo);
         assert_eq!(e.desired.len(), 4, "{:?}", e.reports);
@@ -1560,7 +1578,7 @@ spec:
             .iter()
             .map(|r| r.derived.assembled.len())
             .collect();
-        // One list per trigger for the rule with a kept entry (the other
+        // One list per trigger for the rule with a cached entry (the other
         // entry differs per trigger); none for the one without.
         assert_eq!(kept, [2, 0]);
     }

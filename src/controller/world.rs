@@ -21,7 +21,7 @@ use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
 use crate::engine::compile::gk_of;
 pub(super) use crate::engine::compile::output_kind;
 use crate::engine::store::key_of;
-use crate::engine::{Engine, GroupKind, Interest, ObjectStore, Options, RuleSource};
+use crate::engine::{GroupKind, Interest, ObjectStore, Options, RuleSource};
 
 /// What a watch task sends to the control loop.
 #[derive(Debug)]
@@ -819,8 +819,7 @@ impl World {
                 name: name.clone(),
                 spec: rule.spec.clone(),
             };
-            let kinds = Engine::new(std::slice::from_ref(&source), options.clone())
-                .interests()
+            let kinds = crate::engine::interests(std::slice::from_ref(&source), &options)
                 .into_iter()
                 .map(|i| i.gk)
                 .collect();
@@ -835,8 +834,7 @@ impl World {
                 spec: r.spec.clone(),
             })
             .collect();
-        Engine::new(&sources, options)
-            .interests()
+        crate::engine::interests(&sources, &options)
             .into_iter()
             .map(|i| (i.gk.clone(), i))
             .collect()

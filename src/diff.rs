@@ -22,7 +22,7 @@ use crate::controller::metrics::Metrics;
 use crate::controller::plan::{
     ApplyAction, Live, ObjectId, OwnedFields, Plan, is_managed, keep_helm_annotation,
 };
-use crate::controller::sync::Syncer;
+use crate::controller::sync::{PlanSettings, Syncer};
 use crate::controller::watch::Watches;
 use crate::controller::world::World;
 use crate::engine::Evaluation;
@@ -52,6 +52,20 @@ pub struct DiffArgs {
     /// Settings rules read as `params.<name>`, as for `run`.
     #[command(flatten)]
     pub params: crate::params::ParamArgs,
+}
+
+impl DiffArgs {
+    /// The settings that change a plan, as `run` builds them
+    /// ([`crate::controller::RunArgs::plan_settings`]).
+    pub fn plan_settings(&self) -> PlanSettings {
+        PlanSettings::of(
+            self.manage,
+            self.adopt_existing,
+            &self.waivers,
+            &self.limits,
+            &self.params,
+        )
+    }
 }
 
 /// Which cluster a command talks to, as kubectl's flags say it.
@@ -451,13 +465,8 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
 /// The watches are returned so that they run until the caller is done.
 async fn observe(client: &Client, args: &DiffArgs) -> Result<(World, Watches), DiffError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut world = World::new(args.allow_clusterrole.clone());
-    let mut watches = Watches::start(
-        client.clone(),
-        tx,
-        args.manage,
-        args.allow_clusterrole.as_deref(),
-    );
+    let (mut world, mut watches) =
+        crate::controller::observe(client, tx, args.manage, args.allow_clusterrole.clone());
     let wait = tokio::time::sleep(Duration::from_secs(args.timeout_seconds));
     tokio::pin!(wait);
     while !(world.base_synced() && world.kinds_settled()) {
@@ -478,17 +487,13 @@ async fn observe(client: &Client, args: &DiffArgs) -> Result<(World, Watches), D
 /// a closed gate: it evaluates and plans exactly as `run` does, and can
 /// write nothing.
 fn planner(client: Client, args: &DiffArgs) -> Syncer {
-    Syncer::new(
+    Syncer::planning(
         client,
-        args.manage,
+        &args.plan_settings(),
         Metrics::new(),
         Arc::new(Gate::new(false)),
         None,
     )
-    .adopt_existing(args.adopt_existing)
-    .with_waivers(args.waivers.clone())
-    .with_limits(args.limits.clone())
-    .with_params(args.params.map())
 }
 
 fn report_problems(

@@ -239,19 +239,31 @@ fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
             .collect()
     };
     assert_eq!(
-        unproven("package-isolation-cluster-package-users", cluster, "spec.related[3].require[1]"),
+        unproven(
+            "package-isolation-cluster-package-users",
+            cluster,
+            "spec.related[3].require[1]"
+        ),
         BTreeSet::from([
             "certificates.cert-manager.io".to_string(),
             "ghosts.nowhere.example.org".to_string()
         ])
     );
     assert_eq!(
-        unproven("package-isolation-cluster-package-system", cluster, "spec.related[4].require[1]"),
+        unproven(
+            "package-isolation-cluster-package-system",
+            cluster,
+            "spec.related[4].require[1]"
+        ),
         BTreeSet::from(["secretstores.vault.example.org".to_string()])
     );
     let tenant = "PackageInstall.packages.crossplane.io/team-b/tenant-pkg";
     assert_eq!(
-        unproven("package-isolation-namespace-package-users", tenant, "spec.related[4].require[1]"),
+        unproven(
+            "package-isolation-namespace-package-users",
+            tenant,
+            "spec.related[4].require[1]"
+        ),
         BTreeSet::from([
             "certificates.cert-manager.io".to_string(),
             "secretstores.vault.example.org".to_string()

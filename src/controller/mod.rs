@@ -114,6 +114,19 @@ pub struct RunArgs {
     pub params: crate::params::ParamArgs,
 }
 
+impl RunArgs {
+    /// The settings that change a plan (what `diff` shares with `run`).
+    pub fn plan_settings(&self) -> sync::PlanSettings {
+        sync::PlanSettings::of(
+            self.manage,
+            self.adopt_existing,
+            &self.waivers,
+            &self.limits,
+            &self.params,
+        )
+    }
+}
+
 /// Default of `--slow-rule-seconds`.
 pub const DEFAULT_SLOW_RULE_SECONDS: f64 = 1.0;
 
@@ -255,6 +268,18 @@ struct Ctx<'a> {
     identity: Option<String>,
 }
 
+/// An empty world and the watches that feed it through `tx`: how `run`
+/// and `diff` start observing the cluster.
+pub fn observe(
+    client: &Client,
+    tx: mpsc::UnboundedSender<world::Feed>,
+    manage: ManageLevel,
+    allow_clusterrole: Option<String>,
+) -> (World, Watches) {
+    let watches = Watches::start(client.clone(), tx, manage, allow_clusterrole.as_deref());
+    (World::new(allow_clusterrole), watches)
+}
+
 /// The control loop: feed watch events into the world, reconcile after a
 /// quiet period, resync and rediscover periodically, follow leadership.
 async fn control_loop(
@@ -277,26 +302,18 @@ async fn control_loop(
     // what each write did through the same queue.
     let (tx, mut rx) = mpsc::unbounded_channel();
     let learned = tx.clone();
-    let mut world = World::new(args.allow_clusterrole.clone());
-    let mut watches = Watches::start(
-        client.clone(),
-        tx,
-        args.manage,
-        args.allow_clusterrole.as_deref(),
-    );
+    let (mut world, mut watches) =
+        observe(&client, tx, args.manage, args.allow_clusterrole.clone());
+    let settings = args.plan_settings();
     let new_syncer = || {
-        Syncer::new(
+        Syncer::planning(
             client.clone(),
-            args.manage,
+            &settings,
             metrics.clone(),
             gate.clone(),
             identity.clone(),
         )
-        .adopt_existing(args.adopt_existing)
         .max_concurrent_writes(args.max_concurrent_writes)
-        .with_waivers(args.waivers.clone())
-        .with_limits(args.limits.clone())
-        .with_params(args.params.map())
         .with_slow_lane(args.slow_rule_seconds)
     };
     let mut slow = SlowLaneRuns::default();

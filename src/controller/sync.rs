@@ -131,6 +131,42 @@ pub struct Syncer {
     lane: Option<f64>,
 }
 
+/// What of the controller's settings changes a plan. `run` and `diff` build
+/// their syncer from the same settings ([`Syncer::planning`]), so `diff`
+/// plans exactly what `run` would write.
+#[derive(Clone, Debug, Default)]
+pub struct PlanSettings {
+    /// Highest manage level of rules to run.
+    pub manage: ManageLevel,
+    /// Take over existing uncontrolled objects named like desired outputs.
+    pub adopt_existing: bool,
+    /// Default denials switched off.
+    pub waivers: Waivers,
+    /// Evaluation limits.
+    pub limits: Limits,
+    /// The installation's params (`--param NAME=VALUE`).
+    pub params: std::collections::BTreeMap<String, String>,
+}
+
+impl PlanSettings {
+    /// The settings from the flags `run` and `diff` share.
+    pub fn of(
+        manage: ManageLevel,
+        adopt_existing: bool,
+        waivers: &Waivers,
+        limits: &Limits,
+        params: &crate::params::ParamArgs,
+    ) -> Self {
+        PlanSettings {
+            manage,
+            adopt_existing,
+            waivers: waivers.clone(),
+            limits: limits.clone(),
+            params: params.map(),
+        }
+    }
+}
+
 impl Syncer {
     /// A syncer writing through `client` while `gate` is open.
     pub fn new(
@@ -163,6 +199,22 @@ impl Syncer {
             retry_totals: RETRY_TOTALS,
             lane: None,
         }
+    }
+
+    /// A syncer planning with `settings`, writing through `client` while
+    /// `gate` is open (a closed gate: one that plans and writes nothing).
+    pub fn planning(
+        client: Client,
+        settings: &PlanSettings,
+        metrics: Metrics,
+        gate: std::sync::Arc<Gate>,
+        instance: Option<String>,
+    ) -> Self {
+        Syncer::new(client, settings.manage, metrics, gate, instance)
+            .adopt_existing(settings.adopt_existing)
+            .with_waivers(settings.waivers.clone())
+            .with_limits(settings.limits.clone())
+            .with_params(settings.params.clone())
     }
 
     /// Bounds each rule's time in this syncer's evaluations by `seconds`

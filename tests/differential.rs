@@ -159,45 +159,56 @@ fn golden_cases_agree() {
 // Generated clusters and sequences of changes.
 // ---------------------------------------------------------------------
 
-/// The number of generated sequences per rule set (`DIFFERENTIAL_CASES`).
+/// The number of generated sequences per seed cluster and rule set
+/// (`DIFFERENTIAL_CASES`).
 fn cases() -> u32 {
     std::env::var("DIFFERENTIAL_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10)
+        .unwrap_or(1)
 }
 
-/// Objects the generated clusters are made of: every golden case's, every
-/// rule test's, the examples', and a few of the generated rules' own.
-fn object_pool() -> Vec<Value> {
-    let mut paths: Vec<PathBuf> = vec![
-        root().join("tests/golden"),
+/// Coherent clusters to start from: every golden case's objects, every
+/// rule test's, the examples'. Their union is the pool objects are added
+/// from.
+fn seed_clusters() -> Vec<Vec<Value>> {
+    let mut files: Vec<PathBuf> = vec![
         root().join("examples/crossplane-cluster.yaml"),
+        root().join("docs/tutorial/cluster.yaml"),
+        root().join("docs/reference/overview-objects.yaml"),
     ];
-    paths.push(root().join("docs/tutorial/cluster.yaml"));
-    paths.push(root().join("docs/reference/overview-objects.yaml"));
-    let mut pool = Vec::new();
-    rbac_rules::yaml::for_each_in_tree(&paths, true, |path, _, v| {
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if name.starts_with("objects") || !path.starts_with(root().join("tests/golden")) {
-            pool.push(v);
-        }
-    })
-    .expect("pool objects read");
+    for case in std::fs::read_dir(root().join("tests/golden")).expect("tests/golden") {
+        let case = case.expect("entry").path();
+        files.extend(
+            [case.join("objects"), case.join("objects.yaml")]
+                .into_iter()
+                .filter(|p| p.exists()),
+        );
+    }
+    files.sort();
+    let mut seeds = Vec::new();
+    for f in &files {
+        let mut objects = Vec::new();
+        rbac_rules::yaml::for_each_in_tree(std::slice::from_ref(f), true, |_, _, v| {
+            objects.push(v)
+        })
+        .expect("seed objects read");
+        seeds.push(objects);
+    }
     rbac_rules::yaml::for_each_in_tree(&[root().join("rules")], true, |_, _, v| {
         if v["kind"] == "RbacRuleTest" {
-            pool.extend(v["spec"]["objects"].as_array().cloned().unwrap_or_default());
+            seeds.push(v["spec"]["objects"].as_array().cloned().unwrap_or_default());
         }
     })
     .expect("rule tests read");
-    pool.extend(generated_objects());
-    pool.retain(|o| {
-        o["kind"].is_string() && o["metadata"]["name"].is_string() && o["kind"] != "RbacRule"
-    });
-    pool
+    seeds.push(generated_objects());
+    for objects in &mut seeds {
+        objects.retain(|o| {
+            o["kind"].is_string() && o["metadata"]["name"].is_string() && o["kind"] != "RbacRule"
+        });
+    }
+    seeds.retain(|s| !s.is_empty());
+    seeds
 }
 
 /// Objects the generated rules read.
@@ -417,7 +428,7 @@ fn nth<T>(items: &[T], i: impl Into<u64>) -> Option<&T> {
 }
 
 impl World {
-    fn new(pool: Vec<Value>, rules: Vec<RuleSource>, initial: &[u16]) -> World {
+    fn new(pool: Vec<Value>, rules: Vec<RuleSource>, seed: &[Value], initial: &[u16]) -> World {
         let (labels, annotations) = metadata_pool(&pool, &rules);
         let mut w = World {
             pool,
@@ -430,6 +441,9 @@ impl World {
             version: 0,
             last: None,
         };
+        for o in seed {
+            w.write(o.clone());
+        }
         for i in initial {
             w.apply(&Change::Add(*i));
         }
@@ -764,44 +778,64 @@ fn stats() -> Stats {
 /// Runs change sequences over `rules`: after every step the engine,
 /// evaluating incrementally with one memo (a new engine when the rules or
 /// options change), must agree with the reference.
-fn sequences(name: &str, rules: Vec<RuleSource>) {
-    let pool = object_pool();
-    let mut runner = TestRunner::new(Config {
-        cases: cases(),
-        failure_persistence: None,
-        max_shrink_iters: 200,
-        ..Config::default()
-    });
-    let strategy = (
-        prop::collection::vec(any::<u16>(), 0..24),
-        prop::collection::vec(change(), 1..8),
+fn sequences(name: &str, rules: Vec<RuleSource>, seeds: &[Vec<Value>], cases: u32) {
+    let pool: Vec<Value> = seed_clusters().concat();
+    // The seed clusters with an object of a kind the rules read, other
+    // than the RBAC kinds every cluster has.
+    let reads: Vec<rbac_rules::engine::GroupKind> = Engine::new(&rules, Options::default())
+        .interests()
+        .into_iter()
+        .map(|i| i.gk)
+        .filter(|gk| gk.group != "rbac.authorization.k8s.io")
+        .collect();
+    let relevant = |seed: &&Vec<Value>| {
+        seed.iter()
+            .any(|o| rbac_rules::engine::GroupKind::of(o).is_some_and(|gk| reads.contains(&gk)))
+    };
+    let seeds: Vec<&Vec<Value>> = seeds.iter().filter(relevant).collect();
+    assert!(
+        !seeds.is_empty(),
+        "{name}: no seed cluster has what the rules read"
     );
-    let result = runner.run(&strategy, |(initial, changes)| {
-        let mut w = World::new(pool.clone(), rules.clone(), &initial);
-        if w.rules.iter().any(|r| r.name == "gen-static") {
-            generated_objects().into_iter().for_each(|o| w.write(o));
-        }
-        let mut engine = Engine::new(&w.rules, w.options.clone());
-        let mut memo = Memo::new();
-        for step in 0..=changes.len() {
-            if step > 0 && w.apply(&changes[step - 1]) {
-                engine = Engine::new(&w.rules, w.options.clone());
+    let strategy = (
+        prop::collection::vec(any::<u16>(), 0..8),
+        prop::collection::vec(change(), 1..6),
+    );
+    // Every seed cluster, each with its own random changes.
+    for seed in seeds {
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            max_shrink_iters: 100,
+            ..Config::default()
+        });
+        let result = runner.run(&strategy, |(initial, changes)| {
+            let mut w = World::new(pool.clone(), rules.clone(), seed, &initial);
+            if w.rules.iter().any(|r| r.name == "gen-static") {
+                generated_objects().into_iter().for_each(|o| w.write(o));
             }
-            let got = engine.evaluate_incremental(&w.store, &mut memo);
-            let want = rbac_rules::reference::evaluate(&w.rules, &w.options, &w.store);
-            if let Some(d) = difference(&got, &want) {
-                return Err(TestCaseError::fail(format!(
-                    "{name}: after step {step} ({:?}): {d}",
-                    changes.get(step.wrapping_sub(1))
-                )));
+            let mut engine = Engine::new(&w.rules, w.options.clone());
+            let mut memo = Memo::new();
+            for step in 0..=changes.len() {
+                if step > 0 && w.apply(&changes[step - 1]) {
+                    engine = Engine::new(&w.rules, w.options.clone());
+                }
+                let got = engine.evaluate_incremental(&w.store, &mut memo);
+                let want = rbac_rules::reference::evaluate(&w.rules, &w.options, &w.store);
+                if let Some(d) = difference(&got, &want) {
+                    return Err(TestCaseError::fail(format!(
+                        "{name}: after step {step} ({:?}): {d}",
+                        changes.get(step.wrapping_sub(1))
+                    )));
+                }
+                STATS.with(|s| s.borrow_mut().add(&got));
+                w.last = Some(got);
             }
-            STATS.with(|s| s.borrow_mut().add(&got));
-            w.last = Some(got);
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
         }
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
     }
 }
 
@@ -813,26 +847,25 @@ fn load(dir: &str) -> Vec<RuleSource> {
 
 #[test]
 fn builtin_rules_agree_over_change_sequences() {
-    sequences(
-        "built-in",
-        rbac_rules::rules::builtin().expect("built-in rules"),
-    );
+    let builtin = rbac_rules::rules::builtin().expect("built-in rules");
+    sequences("built-in", builtin, &seed_clusters(), cases());
     let s = stats();
     assert!(s.desired > 0 && s.errors > 0 && s.kept > 0, "{s:?}");
 }
 
 #[test]
 fn example_rule_sets_agree_over_change_sequences() {
+    let seeds = seed_clusters();
     for dir in [
         "rules/examples/any-crd",
         "rules/examples/config-sync",
         "rules/examples/package-isolation",
     ] {
-        sequences(dir, load(dir));
+        sequences(dir, load(dir), &seeds, cases());
     }
     let mut compat = load("rules/examples/config-sync");
     compat.extend(load("rules/examples/config-sync-compat"));
-    sequences("config-sync-compat", compat);
+    sequences("config-sync-compat", compat, &seeds, cases());
     let s = stats();
     assert!(s.desired > 0 && s.errors > 0, "{s:?}");
 }
@@ -846,7 +879,7 @@ fn generated_rules_agree_over_change_sequences() {
     });
     let choices = prop::collection::vec(any::<u8>(), 6);
     let mut seen = Vec::new();
-    for _ in 0..(cases() / 2).max(3) {
+    for _ in 0..6 * cases() {
         let c = choices.new_tree(&mut runner).expect("choices").current();
         seen.push(c.clone());
         let mut rules = generated_rules(&c);
@@ -856,7 +889,8 @@ fn generated_rules_agree_over_change_sequences() {
                 .into_iter()
                 .filter(|r| r.name.contains("namespace")),
         );
-        sequences(&format!("generated {c:?}"), rules);
+        let seeds = [generated_objects()];
+        sequences(&format!("generated {c:?}"), rules, &seeds, 4 * cases());
     }
     assert!(!seen.is_empty());
     let s = stats();

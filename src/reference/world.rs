@@ -128,7 +128,7 @@ impl<'a> World<'a> {
         let in_ns = |n: &str| ns.is_none_or(|ns| ns == n);
         let Some(kind) = output_kind(gk) else {
             let objects = self.observed.entries(gk).filter(|(k, _)| in_ns(&k.0));
-            return objects.map(|(_, o)| Seen::Observed(&**o)).collect();
+            return objects.map(|(_, o)| Seen::Observed(o)).collect();
         };
         let mut keys: Vec<ObjectKey> = self.observed.entries(gk).map(|(k, _)| k.clone()).collect();
         keys.extend(

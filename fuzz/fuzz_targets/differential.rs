@@ -40,7 +40,13 @@ fuzz_target!(|data: &[u8]| {
     let mut last = compare(&engine, &mut memo, &rules, &options, &store);
     for pair in changes.chunks(2) {
         let (op, arg) = (pair[0], *pair.get(1).unwrap_or(&0) as usize);
-        let live: Vec<Value> = store.kinds().cloned().collect::<Vec<_>>().iter().flat_map(|gk| store.list(gk).cloned().collect::<Vec<_>>()).collect();
+        let live: Vec<Value> = store
+            .kinds()
+            .cloned()
+            .collect::<Vec<_>>()
+            .iter()
+            .flat_map(|gk| store.list(gk).cloned().collect::<Vec<_>>())
+            .collect();
         let pick = |xs: &[Value]| (!xs.is_empty()).then(|| xs[arg % xs.len()].clone());
         match op % 7 {
             0 => {
@@ -56,7 +62,12 @@ fuzz_target!(|data: &[u8]| {
             2 | 3 => {
                 if let Some(mut o) = pick(&live) {
                     let field = if op % 7 == 2 { "labels" } else { "annotations" };
-                    let key = ["example.org/team", "crossplane.io/paused", "rbac.crossplane.io/aggregate-to-edit", "tier"][arg % 4];
+                    let key = [
+                        "example.org/team",
+                        "crossplane.io/paused",
+                        "rbac.crossplane.io/aggregate-to-edit",
+                        "tier",
+                    ][arg % 4];
                     if !o["metadata"][field].is_object() {
                         o["metadata"][field] = json!({});
                     }
@@ -91,7 +102,13 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// Evaluates with both and panics where they differ.
-fn compare(engine: &Engine, memo: &mut Memo, rules: &[RuleSource], options: &Options, store: &ObjectStore) -> Evaluation {
+fn compare(
+    engine: &Engine,
+    memo: &mut Memo,
+    rules: &[RuleSource],
+    options: &Options,
+    store: &ObjectStore,
+) -> Evaluation {
     let got = engine.evaluate_incremental(store, memo);
     let want = rbac_rules::reference::evaluate(rules, options, store);
     assert_eq!(got.desired, want.desired, "desired objects differ");

@@ -108,12 +108,12 @@ impl Render<'_> {
         }
         if let Some(r) = &c.regex {
             let at = format!("{field}.regex");
-            let re = regex(&at, &self.tpl(&at, r, ctx)?)?;
+            let re = regex(self.rule, &at, &self.tpl(&at, r, ctx)?)?;
             return Ok(actual.is_some_and(|a| re.is_match(a)));
         }
         if let Some(r) = &c.not_regex {
             let at = format!("{field}.notRegex");
-            let re = regex(&at, &self.tpl(&at, r, ctx)?)?;
+            let re = regex(self.rule, &at, &self.tpl(&at, r, ctx)?)?;
             return Ok(!actual.is_some_and(|a| re.is_match(a)));
         }
         if let Some(e) = &c.in_list {

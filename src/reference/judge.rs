@@ -182,11 +182,7 @@ impl Judge<'_, '_> {
     /// The live (not emitted) ClusterRoles policy sees that any of
     /// `selectors` selects, by name.
     fn selected_live(&self, selectors: &[LabelSelector]) -> Vec<&Value> {
-        let roles = self
-            .world
-            .cluster_roles()
-            .into_iter()
-            .filter_map(|s| s.observed());
+        let roles = self.world.cluster_roles.iter().filter_map(|s| s.observed());
         roles.filter(|o| selects(selectors, o)).collect()
     }
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::trigger::{Render, Result};
 use super::values::Marked;
+use super::world::Seen;
 use crate::api::{GROUP, Output, OutputKind, RulesFrom};
 use crate::engine::compile::gk_of;
 use crate::engine::error::FieldError;
@@ -191,7 +192,7 @@ impl Render<'_> {
         }
         if let Some(rf) = &o.rules_from {
             for role in self.rules_from(&format!("{f}.rulesFrom"), rf, ctx)? {
-                rules.extend(rules_of(role));
+                rules.extend_from_slice(&role.rules());
             }
             if namespaced {
                 rules = policy::without_non_resource_urls(&rules);
@@ -219,7 +220,7 @@ impl Render<'_> {
 
     /// `rulesFrom`: the ClusterRoles the rule sees named by
     /// `clusterRoleNames` or selected by `clusterRoleSelector`, by name.
-    fn rules_from(&self, f: &str, rf: &RulesFrom, ctx: &mut Context) -> Result<Vec<&Value>> {
+    fn rules_from(&self, f: &str, rf: &RulesFrom, ctx: &mut Context) -> Result<Vec<Seen<'_>>> {
         let names = match &rf.cluster_role_names {
             Some(n) => self.strings(&format!("{f}.clusterRoleNames"), n, ctx)?,
             None => Vec::new(),
@@ -228,19 +229,19 @@ impl Render<'_> {
             Some(s) => Some(self.selector(&format!("{f}.clusterRoleSelector"), s, ctx)?),
             None => None,
         };
-        let mut chosen: BTreeMap<String, &Value> = BTreeMap::new();
+        let mut chosen: BTreeMap<String, Seen> = BTreeMap::new();
         let gk = gk_of(OutputKind::ClusterRole);
         for n in names {
-            if let Some(role) = self.world.get(gk, &(String::new(), n.clone())) {
+            if let Some(role) = self.world.seen(gk, &(String::new(), n.clone())) {
                 chosen.insert(n, role);
             }
         }
         if let Some(s) = &selector {
-            for role in self.world.cluster_roles() {
-                let role = role.json();
-                if crate::selector::matches_json(s, role["metadata"]["labels"].as_object()) {
-                    let name = role["metadata"]["name"].as_str().unwrap_or_default();
-                    chosen.insert(name.to_string(), role);
+            for role in &self.world.cluster_roles {
+                let json = role.json();
+                if crate::selector::matches_json(s, json["metadata"]["labels"].as_object()) {
+                    let name = json["metadata"]["name"].as_str().unwrap_or_default();
+                    chosen.insert(name.to_string(), *role);
                 }
             }
         }

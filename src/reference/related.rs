@@ -177,7 +177,7 @@ impl Render<'_> {
                         e,
                     )
                 })?,
-                regex(&format!("{f}.listField.extract.regex"), &x.regex)?,
+                regex(self.rule, &format!("{f}.listField.extract.regex"), &x.regex)?,
                 x.unmatched,
             )),
             None => None,

@@ -9,6 +9,8 @@
 //! others render: related sets, vars, outputs. A rule without a trigger
 //! renders once.
 
+use std::borrow::Cow;
+
 use handlebars::Context;
 use serde_json::{Map, Value, json};
 
@@ -268,7 +270,7 @@ impl Render<'_> {
         let Some(mm) = &t.metadata_match else {
             return Ok(Some(None));
         };
-        let found = metadata_matches(mm, obj)?;
+        let found = metadata_matches(self.rule, mm, obj)?;
         Ok((!found.is_empty()).then_some(Some(found)))
     }
 
@@ -282,14 +284,18 @@ impl Render<'_> {
 
 /// `metadataMatch`: the label or annotation entries whose whole key and
 /// value match, each `{key, value, <named captures>}`, sorted by key.
-fn metadata_matches(mm: &crate::api::MetadataMatch, obj: &Value) -> Result<Vec<Value>> {
+fn metadata_matches(
+    rule: &CompiledRule,
+    mm: &crate::api::MetadataMatch,
+    obj: &Value,
+) -> Result<Vec<Value>> {
     let source = match mm.source {
         MetadataSource::Annotations => "annotations",
         MetadataSource::Labels => "labels",
     };
-    let key_re = regex("spec.trigger.metadataMatch.key", &mm.key)?;
+    let key_re = regex(rule, "spec.trigger.metadataMatch.key", &mm.key)?;
     let value_re = match &mm.value {
-        Some(v) => Some(regex("spec.trigger.metadataMatch.value", v)?),
+        Some(v) => Some(regex(rule, "spec.trigger.metadataMatch.value", v)?),
         None => None,
     };
     let mut found = Vec::new();
@@ -324,9 +330,17 @@ pub(super) fn add_captures(
     }
 }
 
-/// A regular expression anchored to the whole value.
-pub(super) fn regex(field: &str, text: &str) -> Result<regex::Regex> {
-    anchored(text).map_err(|e| {
+/// A regular expression anchored to the whole value: the rule's, compiled
+/// with it, or (a templated pattern) compiled now.
+pub(super) fn regex<'r>(
+    rule: &'r CompiledRule,
+    field: &str,
+    text: &str,
+) -> Result<Cow<'r, regex::Regex>> {
+    if let Some(re) = rule.regexes.get(text) {
+        return Ok(Cow::Borrowed(re));
+    }
+    anchored(text).map(Cow::Owned).map_err(|e| {
         FieldError::new(
             ErrorKind::Regex,
             field,

@@ -12,11 +12,14 @@
 //!
 //! Policy reads the same world after every rule (`reader` = `None`).
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
 
 use super::order::Prepared;
+use super::outputs::rules_of;
 use super::trigger::RuleRun;
 use crate::api::OutputKind;
 use crate::engine::compile::{gk_of, output_kind};
@@ -31,6 +34,9 @@ pub(super) struct Emitter {
     pub desired: Desired,
     /// The object as JSON, as readers see it.
     pub json: Value,
+    /// A role's own rules, as its JSON holds them (none for a binding or
+    /// an aggregated ClusterRole).
+    pub rules: Vec<PolicyRule>,
 }
 
 /// Every object emitted so far, with its emitters in rule and trigger
@@ -46,13 +52,29 @@ impl Emitted {
         for t in &run.triggers {
             for d in t.outcome.outputs() {
                 let key = (d.kind, d.namespace.clone(), d.name.clone());
-                self.by_key.entry(key).or_default().push(Emitter {
+                let json = d.object.to_value();
+                let rules = rules_of(&json);
+                let e = Emitter {
                     rule,
                     desired: d.clone(),
-                    json: d.object.to_value(),
-                });
+                    json,
+                    rules,
+                };
+                self.by_key.entry(key).or_default().push(e);
             }
         }
+    }
+
+    /// The keys of objects of `kind` (in namespace `ns`) emitted so far.
+    fn keys<'k>(
+        &'k self,
+        kind: OutputKind,
+        ns: Option<&'k str>,
+    ) -> impl Iterator<Item = ObjectKey> + 'k {
+        let start = (kind, ns.unwrap_or_default().to_string(), String::new());
+        let keys = self.by_key.range(start..).map(|(k, _)| k);
+        let keys = keys.take_while(move |k| k.0 == kind && ns.is_none_or(|ns| ns == k.1));
+        keys.map(|k| (k.1.clone(), k.2.clone()))
     }
 }
 
@@ -65,6 +87,9 @@ pub(super) struct World<'a> {
     pub runs: &'a [RuleRun],
     /// The reading rule's place in evaluation order; `None`: policy.
     pub reader: Option<usize>,
+    /// Every ClusterRole the reader sees, by name (`rulesFrom` and
+    /// aggregation select among them).
+    pub cluster_roles: Vec<Seen<'a>>,
 }
 
 impl<'a> World<'a> {
@@ -75,17 +100,21 @@ impl<'a> World<'a> {
         runs: &'a [RuleRun],
         reader: Option<usize>,
     ) -> Self {
-        World {
+        let mut world = World {
             observed,
             prepared,
             emitted,
             runs,
             reader,
-        }
+            cluster_roles: Vec::new(),
+        };
+        world.cluster_roles = world.list_seen(gk_of(OutputKind::ClusterRole), None);
+        world
     }
 
-    /// The emitters of `key` the reader sees: those of earlier rules.
-    pub fn emitters(&self, key: &OutKey) -> Vec<&'a Emitter> {
+    /// The emitters of `key` the reader sees: those of earlier rules (an
+    /// object's emitters are kept in rule order).
+    pub fn emitters(&self, key: &OutKey) -> &'a [Emitter] {
         let before = self.reader.unwrap_or(usize::MAX);
         let all = self
             .emitted
@@ -93,12 +122,7 @@ impl<'a> World<'a> {
             .get(key)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        all.iter().filter(|e| e.rule < before).collect()
-    }
-
-    /// One object as the reader sees it.
-    pub fn get(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&'a Value> {
-        self.seen(gk, key).map(Seen::json)
+        &all[..all.partition_point(|e| e.rule < before)]
     }
 
     /// One object as the reader sees it, and where it comes from.
@@ -107,8 +131,8 @@ impl<'a> World<'a> {
             return self.observed.get(gk, key).map(Seen::Observed);
         };
         let emitters = self.emitters(&(kind, key.0.clone(), key.1.clone()));
-        if let [one] = emitters.as_slice() {
-            return Some(Seen::Emitted(&one.json));
+        if let [one] = emitters {
+            return Some(Seen::Emitted(one));
         }
         let contested = emitters.len() >= 2;
         let observed = self.observed.get(gk, key);
@@ -124,31 +148,21 @@ impl<'a> World<'a> {
     }
 
     /// [`World::list`], with where each object comes from.
-    pub fn list_seen(&self, gk: &GroupKind, ns: Option<&str>) -> Vec<Seen<'a>> {
-        let in_ns = |n: &str| ns.is_none_or(|ns| ns == n);
-        let Some(kind) = output_kind(gk) else {
-            let objects = self.observed.entries(gk).filter(|(k, _)| in_ns(&k.0));
-            return objects.map(|(_, o)| Seen::Observed(o)).collect();
+    fn list_seen(&self, gk: &GroupKind, ns: Option<&str>) -> Vec<Seen<'a>> {
+        let observed: Vec<(&ObjectKey, &std::sync::Arc<Value>)> = match ns {
+            Some(ns) => self.observed.entries_namespace(gk, ns).collect(),
+            None => self.observed.entries(gk).collect(),
         };
-        let mut keys: Vec<ObjectKey> = self.observed.entries(gk).map(|(k, _)| k.clone()).collect();
-        keys.extend(
-            self.emitted
-                .by_key
-                .keys()
-                .filter(|k| k.0 == kind)
-                .map(|k| (k.1.clone(), k.2.clone())),
-        );
-        keys.retain(|k| in_ns(&k.0));
-        keys.sort();
-        keys.dedup();
+        let Some(kind) = output_kind(gk) else {
+            return observed
+                .into_iter()
+                .map(|(_, o)| Seen::Observed(o))
+                .collect();
+        };
+        let mut keys: BTreeSet<ObjectKey> = observed.into_iter().map(|(k, _)| k.clone()).collect();
+        keys.extend(self.emitted.keys(kind, ns));
         keys.iter().filter_map(|k| self.seen(gk, k)).collect()
     }
-
-    /// Every ClusterRole the reader sees, by name.
-    pub fn cluster_roles(&self) -> Vec<Seen<'a>> {
-        self.list_seen(gk_of(OutputKind::ClusterRole), None)
-    }
-
     /// Whether a live managed object is superseded (see the module doc).
     fn hidden(&self, obj: &Value, contested: bool) -> bool {
         if !output::is_managed(obj) {
@@ -176,7 +190,7 @@ impl<'a> World<'a> {
 /// An object a reader sees: emitted in this evaluation, or observed.
 #[derive(Clone, Copy)]
 pub(super) enum Seen<'a> {
-    Emitted(&'a Value),
+    Emitted(&'a Emitter),
     Observed(&'a Value),
 }
 
@@ -184,7 +198,16 @@ impl<'a> Seen<'a> {
     /// The object as JSON.
     pub fn json(self) -> &'a Value {
         match self {
-            Seen::Emitted(v) | Seen::Observed(v) => v,
+            Seen::Emitted(e) => &e.json,
+            Seen::Observed(v) => v,
+        }
+    }
+
+    /// A role's own rules (what does not parse skipped).
+    pub fn rules(self) -> Cow<'a, [PolicyRule]> {
+        match self {
+            Seen::Emitted(e) => Cow::Borrowed(&e.rules),
+            Seen::Observed(v) => Cow::Owned(rules_of(v)),
         }
     }
 

@@ -237,12 +237,9 @@ impl Render<'_> {
             }
         }
         if let Some(s) = &selector {
-            for role in &self.world.cluster_roles {
-                let json = role.json();
-                if crate::selector::matches_json(s, json["metadata"]["labels"].as_object()) {
-                    let name = json["metadata"]["name"].as_str().unwrap_or_default();
-                    chosen.insert(name.to_string(), *role);
-                }
+            for role in self.world.selected_cluster_roles(s) {
+                let name = role.json()["metadata"]["name"].as_str().unwrap_or_default();
+                chosen.insert(name.to_string(), role);
             }
         }
         Ok(chosen.into_values().collect())

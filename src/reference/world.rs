@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::order::Prepared;
@@ -90,6 +91,9 @@ pub(super) struct World<'a> {
     /// Every ClusterRole the reader sees, by name (`rulesFrom` and
     /// aggregation select among them).
     pub cluster_roles: Vec<Seen<'a>>,
+    /// The same, by each label they carry (places in `cluster_roles`):
+    /// where a selector's `matchLabels` candidates are found.
+    by_label: BTreeMap<(&'a str, &'a str), Vec<usize>>,
 }
 
 impl<'a> World<'a> {
@@ -107,9 +111,39 @@ impl<'a> World<'a> {
             runs,
             reader,
             cluster_roles: Vec::new(),
+            by_label: BTreeMap::new(),
         };
         world.cluster_roles = world.list_seen(gk_of(OutputKind::ClusterRole), None);
+        for (i, role) in world.cluster_roles.iter().enumerate() {
+            let labels = role.json()["metadata"]["labels"]
+                .as_object()
+                .into_iter()
+                .flatten();
+            for (k, v) in labels.filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))) {
+                world.by_label.entry((k, v)).or_default().push(i);
+            }
+        }
         world
+    }
+
+    /// The ClusterRoles the reader sees that `selector` selects, by name.
+    pub fn selected_cluster_roles(&self, selector: &LabelSelector) -> Vec<Seen<'a>> {
+        let matches = |role: &Seen| {
+            crate::selector::matches_json(selector, role.json()["metadata"]["labels"].as_object())
+        };
+        // Only the roles carrying one of its matchLabels can match.
+        match selector.match_labels.iter().flatten().next() {
+            Some((k, v)) => {
+                let at = self.by_label.get(&(k.as_str(), v.as_str()));
+                let candidates = at.map(Vec::as_slice).unwrap_or_default();
+                candidates
+                    .iter()
+                    .map(|i| self.cluster_roles[*i])
+                    .filter(matches)
+                    .collect()
+            }
+            None => self.cluster_roles.iter().copied().filter(matches).collect(),
+        }
     }
 
     /// The emitters of `key` the reader sees: those of earlier rules (an

@@ -12,6 +12,7 @@ pub mod engine;
 pub mod explain;
 pub mod params;
 pub mod policy;
+pub mod reference;
 pub mod render;
 pub mod rules;
 pub mod ruletest;

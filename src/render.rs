@@ -58,6 +58,9 @@ pub struct RenderArgs {
     /// Output format: a YAML stream, or JSON (a `kind: List`).
     #[arg(short = 'o', long, value_enum, default_value_t = DataFormat::Yaml)]
     pub output: DataFormat,
+    /// Evaluate with the reference evaluator (src/reference/) instead.
+    #[arg(long, hide = true)]
+    pub reference: bool,
 }
 
 /// The format of a command's data on stdout (`-o`).
@@ -228,22 +231,23 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         Some(p) => Some(rules::load_allow(p, &mut store)?),
         None => None,
     };
-    let engine = Engine::new(
-        &rules,
-        Options {
-            manage: args.manage,
-            allow,
-            waivers: args.waivers.clone(),
-            limits: args.limits.clone(),
-            params: args.params.map(),
-            ..Options::default()
-        },
-    );
+    let options = Options {
+        manage: args.manage,
+        allow,
+        waivers: args.waivers.clone(),
+        limits: args.limits.clone(),
+        params: args.params.map(),
+        ..Options::default()
+    };
+    let engine = Engine::new(&rules, options.clone());
     // One-shot: no read index; kept with the result (as the store is), so
     // that the CLI, which never frees it (see `main`), does not pay for
     // dropping it.
     let mut memo = Memo::one_shot();
-    let eval = engine.evaluate_incremental(&store, &mut memo);
+    let eval = match args.reference {
+        true => crate::reference::evaluate(&rules, &options, &store),
+        false => engine.evaluate_incremental(&store, &mut memo),
+    };
     // Each error names the file the rule came from, then rule and field.
     let mut errors: Vec<String> = eval
         .errors()

@@ -1,0 +1,80 @@
+//! The reference evaluator: the meaning of a rule set, and nothing else.
+//!
+//! This module is the specification of what the rules in `docs/rules.md`
+//! mean. Given the same inputs as [`Engine::new`](crate::engine::Engine::new)
+//! and [`Engine::evaluate`](crate::engine::Engine::evaluate) it computes the
+//! same [`Evaluation`] — desired objects, per-rule reports (state, errors,
+//! warnings, notices), refusals and revocations, contested objects — by the
+//! plainest route: no caches, no memo, no address keys, no threads, no
+//! mode flags. The incremental engine must agree with it after every
+//! change (`tests/differential.rs`, `fuzz/fuzz_targets/differential.rs`);
+//! when they differ, the docs decide which one is wrong.
+//!
+//! The whole flow, one stage per file:
+//!
+//! 1. [`order`]: every rule is compiled once (an invalid rule gets a
+//!    report and does not run), its params set, and the rules ordered so
+//!    that a rule reading a kind runs after the rules emitting it.
+//! 2. For each rule, in that order, for each trigger object ([`trigger`]:
+//!    `trigger.selector`, `conditions`, `metadataMatch`, `pause`,
+//!    deletion, `require`) — or once for a static rule:
+//!    [`related`] (`related[]`: `when`, `objects`, `listField`, `where`,
+//!    `require`), then [`vars`] (`vars[]`), then [`outputs`] (`outputs[]`:
+//!    `forEach`, `as`, `when`, `name`, `namespace`, `labels`,
+//!    `annotations`, `rules`, `rulesFrom`, `aggregationRule`, `roleRef`,
+//!    `subjects`; template lists and `$merge` in [`values`]; operators of
+//!    conditions in [`conditions`]). What a rule reads is [`world`]: the
+//!    observed objects overlaid with what earlier rules emitted.
+//! 3. [`policy`], once every rule has run: conflicts, the default
+//!    denials, protected labels and the allow-list over every emitted and
+//!    every live managed object; a refusal revokes.
+//! 4. [`report`]: each rule's report from what its triggers did.
+//!
+//! Leaf functions that are themselves meaning are shared with the engine:
+//! template rendering and helpers ([`crate::engine::template`]), rule
+//! compilation and ordering ([`crate::engine::compile`]), field paths,
+//! formats, output validation ([`crate::engine::output`]), selectors and
+//! RBAC coverage ([`crate::policy`]).
+//!
+//! Limits: time limits are not meaning and are not applied. The size and
+//! count limits (`--max-list-length`, bytes and objects per trigger, rule
+//! and evaluation) are not applied either: the reference assumes inputs
+//! within them (the differential tests keep their inputs so). The template
+//! depth limit is applied, as part of compiling a rule.
+
+mod conditions;
+mod judge;
+mod order;
+mod outputs;
+mod policy;
+mod related;
+mod report;
+mod trigger;
+mod values;
+mod vars;
+mod world;
+
+use crate::engine::{Evaluation, ObjectStore, Options, RuleSource};
+
+/// Evaluates `rules` against `observed`: what
+/// [`Engine::evaluate`](crate::engine::Engine::evaluate) returns for
+/// `Engine::new(rules, options)`, but for [`Evaluation::changed`], which
+/// here lists every desired object (as for a fresh memo).
+pub fn evaluate(rules: &[RuleSource], options: &Options, observed: &ObjectStore) -> Evaluation {
+    let prepared = order::prepare(rules, options);
+    let mut emitted = world::Emitted::default();
+    let mut runs: Vec<trigger::RuleRun> = Vec::new();
+    for (idx, rule) in prepared.rules.iter().enumerate() {
+        let run = if options.held.contains(&rule.name) {
+            trigger::RuleRun::held()
+        } else {
+            let world = world::World::new(observed, &prepared, &emitted, &runs, Some(idx));
+            trigger::run_rule(rule, &prepared.templates, &world)
+        };
+        emitted.add(idx, &run);
+        runs.push(run);
+    }
+    let world = world::World::new(observed, &prepared, &emitted, &runs, None);
+    let verdicts = policy::judge_all(&world, options);
+    report::assemble(&prepared, &runs, &emitted, verdicts)
+}

@@ -1,0 +1,982 @@
+//! Differential tests: the incremental engine computes exactly what the
+//! reference evaluator (`rbac_rules::reference`, the specification)
+//! computes — over every golden case, and over generated clusters and
+//! sequences of changes (objects added, changed, deleted; rules added,
+//! changed, deleted) with the shipped rule sets and generated rules, the
+//! engine evaluating incrementally with one memo carried across steps and
+//! rebuilt when the rules change, as the controller does.
+//!
+//! `DIFFERENTIAL_CASES=N` raises the number of generated sequences.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options, RuleSource};
+use rbac_rules::render::RenderArgs;
+use serde_json::{Value, json};
+
+/// Everything but [`Evaluation::changed`] (incremental only), or where the
+/// two differ first.
+fn difference(engine: &Evaluation, reference: &Evaluation) -> Option<String> {
+    let keys = |e: &Evaluation| -> Vec<String> {
+        e.desired
+            .iter()
+            .map(|d| format!("{} {}/{}", d.kind, d.namespace, d.name))
+            .collect()
+    };
+    if keys(engine) != keys(reference) {
+        let (a, b) = (keys(engine), keys(reference));
+        let only_engine: Vec<_> = a.iter().filter(|k| !b.contains(k)).collect();
+        let only_reference: Vec<_> = b.iter().filter(|k| !a.contains(k)).collect();
+        return Some(format!(
+            "desired objects differ: only the engine's: {only_engine:?}; only the reference's: {only_reference:?}"
+        ));
+    }
+    for (a, b) in engine.desired.iter().zip(reference.desired.iter()) {
+        if a != b {
+            return Some(format!(
+                "desired object differs:\nengine:    {a:?}\nreference: {b:?}"
+            ));
+        }
+    }
+    let names: std::collections::BTreeSet<&String> = engine
+        .reports
+        .keys()
+        .chain(reference.reports.keys())
+        .collect();
+    for name in names {
+        let (a, b) = (engine.reports.get(name), reference.reports.get(name));
+        if a != b {
+            return Some(format!(
+                "report of rule {name:?} differs:\nengine:    {a:#?}\nreference: {b:#?}"
+            ));
+        }
+    }
+    if engine.contested != reference.contested {
+        return Some(format!(
+            "contested differ:\nengine:    {:?}\nreference: {:?}",
+            engine.contested, reference.contested
+        ));
+    }
+    if engine.revoked != reference.revoked {
+        return Some(format!(
+            "revoked differ:\nengine:    {:#?}\nreference: {:#?}",
+            engine.revoked, reference.revoked
+        ));
+    }
+    None
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    render: RenderArgs,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A golden case's inputs, loaded as `rbac-rules render` loads them.
+fn golden_inputs(case: &Path) -> (Vec<RuleSource>, Options, ObjectStore) {
+    let mut argv: Vec<String> = vec!["render".into()];
+    for objects in [case.join("objects"), case.join("objects.yaml")] {
+        if objects.exists() {
+            argv.extend(["--objects".into(), objects.display().to_string()]);
+        }
+    }
+    for rules in [case.join("rules"), case.join("rules.yaml")] {
+        if rules.exists() {
+            argv.extend(["--rules".into(), rules.display().to_string()]);
+        }
+    }
+    if let Ok(args) = std::fs::read_to_string(case.join("args")) {
+        // Paths relative to the crate root, the tests' working directory.
+        argv.extend(args.split_whitespace().map(str::to_string));
+    }
+    let args = Cli::try_parse_from(&argv)
+        .expect("the case's args parse")
+        .render;
+    let rules: Vec<RuleSource> =
+        rbac_rules::rules::load_for_command("render", &args.rules, args.recursive)
+            .expect("the case's rules load")
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+    let mut store = ObjectStore::new();
+    rbac_rules::yaml::for_each_in_tree(&args.objects, args.recursive, |_, _, v| {
+        store.insert(v).expect("the case's objects load");
+    })
+    .expect("the case's objects read");
+    let allow = args
+        .allow
+        .as_ref()
+        .map(|p| rbac_rules::render::load_allow(p, &mut store).expect("allow-list"));
+    let options = Options {
+        manage: args.manage,
+        allow,
+        waivers: args.waivers.clone(),
+        limits: args.limits.clone(),
+        params: args.params.map(),
+        ..Options::default()
+    };
+    (rules, options, store)
+}
+
+/// Every golden case: the engine's evaluation is the reference's.
+#[test]
+fn golden_cases_agree() {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("tests/golden"))
+        .expect("tests/golden")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() > 10, "golden cases found");
+    let mut failures = Vec::new();
+    for case in &dirs {
+        let (rules, options, store) = golden_inputs(case);
+        let engine = Engine::new(&rules, options.clone()).evaluate(&store);
+        let reference = rbac_rules::reference::evaluate(&rules, &options, &store);
+        assert!(!reference.desired.is_empty() || !reference.reports.is_empty());
+        if let Some(d) = difference(&engine, &reference) {
+            failures.push(format!("{}: {d}", case.display()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} golden case(s) differ:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+// ---------------------------------------------------------------------
+// Generated clusters and sequences of changes.
+// ---------------------------------------------------------------------
+
+/// The number of generated sequences per seed cluster and rule set
+/// (`DIFFERENTIAL_CASES`).
+fn cases() -> u32 {
+    std::env::var("DIFFERENTIAL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Coherent clusters to start from: every golden case's objects, every
+/// rule test's, the examples'. Their union is the pool objects are added
+/// from.
+fn seed_clusters() -> Vec<Vec<Value>> {
+    let mut files: Vec<PathBuf> = vec![
+        root().join("examples/crossplane-cluster.yaml"),
+        root().join("docs/tutorial/cluster.yaml"),
+        root().join("docs/reference/overview-objects.yaml"),
+    ];
+    for case in std::fs::read_dir(root().join("tests/golden")).expect("tests/golden") {
+        let case = case.expect("entry").path();
+        files.extend(
+            [case.join("objects"), case.join("objects.yaml")]
+                .into_iter()
+                .filter(|p| p.exists()),
+        );
+    }
+    files.sort();
+    let mut seeds = Vec::new();
+    for f in &files {
+        let mut objects = Vec::new();
+        rbac_rules::yaml::for_each_in_tree(std::slice::from_ref(f), true, |_, _, v| {
+            objects.push(v)
+        })
+        .expect("seed objects read");
+        seeds.push(objects);
+    }
+    rbac_rules::yaml::for_each_in_tree(&[root().join("rules")], true, |_, _, v| {
+        if v["kind"] == "RbacRuleTest" {
+            seeds.push(v["spec"]["objects"].as_array().cloned().unwrap_or_default());
+        }
+    })
+    .expect("rule tests read");
+    seeds.push(generated_objects());
+    for objects in &mut seeds {
+        objects.retain(|o| {
+            o["kind"].is_string() && o["metadata"]["name"].is_string() && o["kind"] != "RbacRule"
+        });
+    }
+    seeds.retain(|s| !s.is_empty());
+    seeds
+}
+
+/// Objects the generated rules read.
+fn generated_objects() -> Vec<Value> {
+    let role = |name: &str, labels: Value, rules: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": name, "labels": labels, "uid": format!("u-{name}")}, "rules": rules})
+    };
+    let ns = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels, "uid": format!("u-{name}")}});
+    vec![
+        ns("team-a", json!({"example.org/team": "a", "tier": "gold"})),
+        ns("team-b", json!({"example.org/team": "b"})),
+        ns("kube-system", json!({})),
+        role(
+            "base-view",
+            json!({"example.org/aggregate": "true"}),
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]),
+        ),
+        role(
+            "wild",
+            json!({"example.org/aggregate": "true"}),
+            json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+        ),
+        role(
+            "escalating",
+            json!({}),
+            json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["escalate"]}]),
+        ),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "worker", "namespace": "team-a", "uid": "u-sa",
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "team-a", "uid": "u-team-a", "controller": true}]}}),
+    ]
+}
+
+/// Rules generated from a few shapes, with their choices.
+fn generated_rules(choices: &[u8]) -> Vec<RuleSource> {
+    let pick = |i: usize, options: &[&'static str]| {
+        options[choices.get(i).copied().unwrap_or(0) as usize % options.len()]
+    };
+    let label = pick(
+        0,
+        &[
+            "example.org/team",
+            "tier",
+            "example.org/aggregate",
+            "rbac.crossplane.io/aggregate-to-edit",
+        ],
+    );
+    let verb = pick(
+        1,
+        &["get", "escalate", "*", "{{trigger.metadata.name}}", "list"],
+    );
+    let group = pick(
+        2,
+        &[
+            "\"\"",
+            "\"*\"",
+            "\"{{default (get trigger \\\"metadata.labels.tier\\\") \\\"x\\\"}}\"",
+            "apps",
+        ],
+    );
+    let subject = pick(
+        3,
+        &[
+            "worker",
+            "system:masters",
+            "{{trigger.metadata.name}}",
+            "system:{{trigger.metadata.name}}",
+        ],
+    );
+    let role_ref = pick(
+        4,
+        &[
+            "base-view",
+            "cluster-admin",
+            "wild",
+            "gen-static",
+            "escalating",
+        ],
+    );
+    let name = pick(
+        5,
+        &["gen-{{trigger.metadata.name}}", "gen-static", "shared"],
+    );
+    let yaml = format!(
+        r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: gen-namespace}}
+spec:
+  trigger:
+    kind: Namespace
+    selector: {{matchExpressions: [{{key: "{label}", operator: Exists}}]}}
+    pause: {{annotation: example.org/paused}}
+  related:
+  - name: sas
+    objects: {{kind: ServiceAccount, namespace: "{{{{trigger.metadata.name}}}}", controlledByTrigger: true}}
+  outputs:
+  - kind: Role
+    name: "{name}"
+    labels: {{"{label}": "true"}}
+    rules:
+    - {{apiGroups: [{group}], resources: [pods], verbs: ["{verb}"]}}
+  - kind: RoleBinding
+    forEach: related.sas
+    as: sa
+    name: "gen-{{{{sa.metadata.name}}}}"
+    roleRef: {{kind: ClusterRole, name: "{role_ref}"}}
+    subjects: [{{kind: User, name: "{subject}"}}]
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: gen-static}}
+spec:
+  outputs:
+  - kind: ClusterRole
+    name: gen-static
+    labels: {{"{label}": "true"}}
+    rules: [{{apiGroups: [""], resources: [configmaps], verbs: ["{verb}"]}}]
+  - kind: ClusterRole
+    name: gen-shared
+    rules: [{{apiGroups: [""], resources: [secrets], verbs: [get]}}]
+  - kind: ClusterRole
+    name: gen-aggregate
+    aggregationRule: {{clusterRoleSelectors: [{{matchLabels: {{"{label}": "true"}}}}, {{matchLabels: {{example.org/aggregate: "true"}}}}]}}
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: gen-copies}}
+spec:
+  trigger: {{kind: Namespace}}
+  outputs:
+  - kind: Role
+    name: gen-copy
+    rulesFrom:
+      clusterRoleSelector: {{matchLabels: {{"{label}": "true"}}}}
+      clusterRoleNames: ["{role_ref}"]
+  - kind: ClusterRole
+    when: 'eq trigger.metadata.name "team-a"'
+    name: gen-shared
+    rules: [{{apiGroups: [""], resources: [secrets], verbs: [get]}}]
+  - kind: ClusterRoleBinding
+    when: 'eq trigger.metadata.name "team-b"'
+    name: "{name}"
+    roleRef: {{kind: ClusterRole, name: "{role_ref}"}}
+    subjects: [{{kind: Group, name: "{subject}"}}]
+"#
+    );
+    rbac_rules::rules::parse_text(Path::new("generated.yaml"), &yaml)
+        .expect("generated rules parse")
+}
+
+/// One change to the cluster, the rules or the options; numbers choose
+/// among what there is when the change is made.
+#[derive(Clone, Debug)]
+enum Change {
+    Add(u16),
+    /// Add again an object removed before (deleted and created again).
+    Restore(u16),
+    Remove(u16),
+    Label(u16, u8, bool),
+    Annotate(u16, u8, bool),
+    Deleting(u16),
+    NewUid(u16),
+    /// Write (some of) the desired objects, as the controller applies them.
+    Apply(u64),
+    /// Delete what the controller would prune or revoke.
+    Prune,
+    /// Someone widens a live managed role.
+    Tamper(u16),
+    RemoveRule(u16),
+    RestoreRule,
+    DuplicateRule(u16),
+    RuleLevel(u16, u8),
+    Manage(u8),
+    Hold(u16),
+    Waive(u8),
+    Allow,
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        3 => any::<u16>().prop_map(Change::Add),
+        3 => any::<u16>().prop_map(Change::Restore),
+        3 => any::<u16>().prop_map(Change::Remove),
+        3 => (any::<u16>(), any::<u8>(), any::<bool>()).prop_map(|(a, b, c)| Change::Label(a, b, c)),
+        2 => (any::<u16>(), any::<u8>(), any::<bool>()).prop_map(|(a, b, c)| Change::Annotate(a, b, c)),
+        1 => any::<u16>().prop_map(Change::Deleting),
+        1 => any::<u16>().prop_map(Change::NewUid),
+        3 => any::<u64>().prop_map(Change::Apply),
+        2 => Just(Change::Prune),
+        1 => any::<u16>().prop_map(Change::Tamper),
+        1 => any::<u16>().prop_map(Change::RemoveRule),
+        1 => Just(Change::RestoreRule),
+        1 => any::<u16>().prop_map(Change::DuplicateRule),
+        1 => (any::<u16>(), any::<u8>()).prop_map(|(a, b)| Change::RuleLevel(a, b)),
+        1 => any::<u8>().prop_map(Change::Manage),
+        1 => any::<u16>().prop_map(Change::Hold),
+        1 => any::<u8>().prop_map(Change::Waive),
+        1 => Just(Change::Allow),
+    ]
+}
+
+/// The cluster, rules and options a sequence has reached.
+struct World {
+    pool: Vec<Value>,
+    store: ObjectStore,
+    rules: Vec<RuleSource>,
+    removed: Vec<RuleSource>,
+    /// Objects removed, and those of the seed cluster: what `Restore` adds.
+    gone: Vec<Value>,
+    options: Options,
+    /// Label and annotation keys and values the changes use.
+    labels: Vec<(String, String)>,
+    annotations: Vec<(String, String)>,
+    /// A counter for resourceVersions and uids.
+    version: u64,
+    last: Option<Evaluation>,
+}
+
+const LEVELS: [rbac_rules::api::ManageLevel; 3] = [
+    rbac_rules::api::ManageLevel::ServiceAccounts,
+    rbac_rules::api::ManageLevel::Basic,
+    rbac_rules::api::ManageLevel::All,
+];
+
+fn nth<T>(items: &[T], i: impl Into<u64>) -> Option<&T> {
+    (!items.is_empty()).then(|| &items[(i.into() % items.len() as u64) as usize])
+}
+
+impl World {
+    fn new(pool: Vec<Value>, rules: Vec<RuleSource>, seed: &[Value], initial: &[u16]) -> World {
+        let (labels, annotations) = metadata_pool(&pool, &rules);
+        let mut w = World {
+            pool,
+            store: ObjectStore::new(),
+            rules,
+            removed: Vec::new(),
+            gone: seed.to_vec(),
+            options: Options::default(),
+            labels,
+            annotations,
+            version: 0,
+            last: None,
+        };
+        for o in seed {
+            w.write(o.clone());
+        }
+        for i in initial {
+            w.apply(&Change::Add(*i));
+        }
+        w
+    }
+
+    /// Writes an object as the API server would: a new resourceVersion.
+    fn write(&mut self, mut obj: Value) {
+        self.version += 1;
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.insert("resourceVersion".into(), json!(self.version.to_string()));
+        }
+        self.store.insert(obj).expect("a valid object");
+    }
+
+    fn objects(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for gk in self.store.kinds().cloned().collect::<Vec<_>>() {
+            out.extend(self.store.list(&gk).cloned());
+        }
+        out
+    }
+
+    fn object(&self, i: u16) -> Option<Value> {
+        nth(&self.objects(), i).cloned()
+    }
+
+    fn remove(&mut self, obj: &Value) {
+        let gk = rbac_rules::engine::GroupKind::of(obj).expect("a kind");
+        let key = rbac_rules::engine::store::key_of(obj).expect("a key");
+        self.store.remove(&gk, &key);
+    }
+
+    /// Makes one change; true when the rules or options changed.
+    fn apply(&mut self, c: &Change) -> bool {
+        match c {
+            Change::Add(i) => {
+                if let Some(o) = nth(&self.pool, *i).cloned() {
+                    self.write(o);
+                }
+            }
+            Change::Restore(i) => {
+                if let Some(o) = nth(&self.gone, *i).cloned() {
+                    self.write(o);
+                }
+            }
+            Change::Remove(i) => {
+                if let Some(o) = self.object(*i) {
+                    self.remove(&o);
+                    self.gone.push(o);
+                }
+            }
+            Change::Label(i, k, set) | Change::Annotate(i, k, set) => {
+                let (field, pool) = match c {
+                    Change::Label(..) => ("labels", &self.labels),
+                    _ => ("annotations", &self.annotations),
+                };
+                let (Some(mut o), Some((key, value))) = (self.object(*i), nth(pool, *k).cloned())
+                else {
+                    return false;
+                };
+                let map = &mut o["metadata"][field];
+                if !map.is_object() {
+                    *map = json!({});
+                }
+                if *set {
+                    map[key.as_str()] = json!(value);
+                } else if let Some(m) = map.as_object_mut() {
+                    m.remove(&key);
+                }
+                self.write(o);
+            }
+            Change::Deleting(i) => {
+                if let Some(mut o) = self.object(*i) {
+                    o["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+                    self.write(o);
+                }
+            }
+            Change::NewUid(i) => {
+                if let Some(mut o) = self.object(*i) {
+                    o["metadata"]["uid"] = json!(format!("uid-{}", self.version));
+                    self.write(o);
+                }
+            }
+            Change::Apply(bits) => self.apply_desired(*bits),
+            Change::Prune => self.prune(),
+            Change::Tamper(i) => {
+                let roles: Vec<Value> = self
+                    .objects()
+                    .into_iter()
+                    .filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("Role")))
+                    .collect();
+                if let Some(mut o) = nth(&roles, *i).cloned() {
+                    o["rules"] = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+                    self.write(o);
+                }
+            }
+            Change::RemoveRule(i) => {
+                if !self.rules.is_empty() {
+                    let at = (*i as usize) % self.rules.len();
+                    self.removed.push(self.rules.remove(at));
+                }
+                return true;
+            }
+            Change::RestoreRule => {
+                if let Some(r) = self.removed.pop() {
+                    self.rules.push(r);
+                }
+                return true;
+            }
+            Change::DuplicateRule(i) => {
+                if let Some(r) = nth(&self.rules, *i).cloned() {
+                    self.rules.push(RuleSource {
+                        name: format!("{}-copy", r.name),
+                        spec: r.spec,
+                    });
+                }
+                return true;
+            }
+            Change::RuleLevel(i, l) => {
+                if !self.rules.is_empty() {
+                    let at = (*i as usize) % self.rules.len();
+                    self.rules[at].spec.manage_level = LEVELS[*l as usize % 3];
+                }
+                return true;
+            }
+            Change::Manage(l) => {
+                self.options.manage = LEVELS[*l as usize % 3];
+                return true;
+            }
+            Change::Hold(i) => {
+                if let Some(r) = nth(&self.rules, *i) {
+                    let name = r.name.clone();
+                    if !self.options.held.remove(&name) {
+                        self.options.held.insert(name);
+                    }
+                }
+                return true;
+            }
+            Change::Waive(b) => {
+                let w = &mut self.options.waivers;
+                match b % 4 {
+                    0 => w.wildcard_all = !w.wildcard_all,
+                    1 => w.escalation_verbs = !w.escalation_verbs,
+                    2 => w.cluster_admin_bindings = !w.cluster_admin_bindings,
+                    _ => w.everyone_bindings = !w.everyone_bindings,
+                }
+                return true;
+            }
+            Change::Allow => {
+                self.options.allow = match self.options.allow {
+                    Some(_) => None,
+                    None => Some(allow_list()),
+                };
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Writes the desired objects `bits` picks, as the controller applies
+    /// them (with a uid), on top of the live ones.
+    fn apply_desired(&mut self, bits: u64) {
+        let Some(last) = self.last.take() else { return };
+        for (n, d) in last.desired.iter().enumerate() {
+            if bits & (1 << (n % 64)) != 0 {
+                let mut o = d.object.to_value();
+                o["metadata"]["uid"] = json!(format!("uid-{}-{}-{}", d.kind, d.namespace, d.name));
+                self.write(o);
+            }
+        }
+        self.last = Some(last);
+    }
+
+    /// Deletes the managed live objects nothing desires or keeps, and the
+    /// revoked ones, as the controller prunes.
+    fn prune(&mut self) {
+        let Some(last) = self.last.take() else { return };
+        for o in self.objects() {
+            let Some(kind) = o["kind"]
+                .as_str()
+                .and_then(rbac_rules::api::OutputKind::parse)
+            else {
+                continue;
+            };
+            if !rbac_rules::engine::output::is_managed(&o) {
+                continue;
+            }
+            let ns = o["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let key = (
+                kind,
+                ns,
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            let ann = &o["metadata"]["annotations"];
+            let rule = ann[rbac_rules::engine::output::rule_annotation()]
+                .as_str()
+                .unwrap_or_default();
+            let trigger = ann[rbac_rules::engine::output::trigger_annotation()].as_str();
+            let revoked = last.revoked.contains_key(&key);
+            let wanted = last.desired.get(&key).is_some()
+                || last.contested.contains(&key)
+                || last.keeps(rule, trigger);
+            if revoked || !wanted {
+                self.remove(&o);
+            }
+        }
+        self.last = Some(last);
+    }
+}
+
+/// An allow-list: read anything, and write pods and configmaps.
+fn allow_list() -> rbac_rules::engine::AllowList {
+    let rules = serde_json::from_value(json!([
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["*"]},
+    ]))
+    .expect("policy rules");
+    rbac_rules::engine::AllowList {
+        rules,
+        selectors: Vec::new(),
+        custom_groups: false,
+    }
+}
+
+/// Metadata entries: (key, value).
+type Entries = Vec<(String, String)>;
+
+/// Label and annotation entries to set: those the objects carry and the
+/// literal ones the rules select or pause by.
+fn metadata_pool(pool: &[Value], rules: &[RuleSource]) -> (Entries, Entries) {
+    let mut labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
+    for o in pool {
+        for (k, v) in o["metadata"]["labels"].as_object().into_iter().flatten() {
+            labels.insert(k.clone(), v.as_str().unwrap_or_default().to_string());
+        }
+        for (k, v) in o["metadata"]["annotations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            if v.as_str().is_some_and(|v| v.len() < 100) {
+                annotations.insert(k.clone(), v.as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    fn walk(
+        v: &Value,
+        labels: &mut BTreeMap<String, String>,
+        annotations: &mut BTreeMap<String, String>,
+    ) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    if k == "matchLabels" {
+                        for (lk, lv) in x.as_object().into_iter().flatten() {
+                            if !lk.contains("{{") {
+                                labels.insert(
+                                    lk.clone(),
+                                    lv.as_str().unwrap_or_default().to_string(),
+                                );
+                            }
+                        }
+                    }
+                    if k == "pause" {
+                        let key = x["annotation"].as_str().unwrap_or_default().to_string();
+                        annotations.insert(key, x["value"].as_str().unwrap_or("true").to_string());
+                    }
+                    walk(x, labels, annotations);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, labels, annotations)),
+            _ => {}
+        }
+    }
+    for r in rules {
+        walk(
+            &serde_json::to_value(&r.spec).expect("a spec"),
+            &mut labels,
+            &mut annotations,
+        );
+    }
+    labels.insert("app.kubernetes.io/managed-by".into(), "rbac-rules".into());
+    (
+        labels.into_iter().collect(),
+        annotations.into_iter().collect(),
+    )
+}
+
+/// What the evaluations compared in a test held: the comparison must have
+/// met objects, errors, warnings, refusals and conflicts to mean anything.
+#[derive(Default, Debug)]
+struct Stats {
+    steps: usize,
+    desired: usize,
+    errors: usize,
+    warnings: usize,
+    revoked: usize,
+    contested: usize,
+    kept: usize,
+    notices: usize,
+}
+
+impl Stats {
+    fn add(&mut self, e: &Evaluation) {
+        self.steps += 1;
+        self.desired += e.desired.len();
+        self.errors += e.errors().count();
+        self.warnings += e.warnings().count();
+        self.revoked += e.revoked.len();
+        self.contested += e.contested.len();
+        self.notices += e.notices().count();
+        self.kept += e
+            .reports
+            .values()
+            .map(|r| r.kept_triggers.len())
+            .sum::<usize>();
+    }
+}
+
+thread_local! {
+    static STATS: std::cell::RefCell<Stats> = std::cell::RefCell::default();
+}
+
+fn stats() -> Stats {
+    let s = STATS.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    eprintln!("compared: {s:?}");
+    s
+}
+
+/// Runs change sequences over `rules`: after every step the engine,
+/// evaluating incrementally with one memo (a new engine when the rules or
+/// options change), must agree with the reference.
+fn sequences(name: &str, rules: Vec<RuleSource>, seeds: &[Vec<Value>], cases: u32) {
+    let pool: Vec<Value> = seed_clusters().concat();
+    // The seed clusters with an object of a kind the rules read, other
+    // than the RBAC kinds every cluster has.
+    let reads: Vec<rbac_rules::engine::GroupKind> = Engine::new(&rules, Options::default())
+        .interests()
+        .into_iter()
+        .map(|i| i.gk)
+        .filter(|gk| gk.group != "rbac.authorization.k8s.io")
+        .collect();
+    let relevant = |seed: &&Vec<Value>| {
+        seed.iter()
+            .any(|o| rbac_rules::engine::GroupKind::of(o).is_some_and(|gk| reads.contains(&gk)))
+    };
+    let seeds: Vec<&Vec<Value>> = seeds.iter().filter(relevant).collect();
+    assert!(
+        !seeds.is_empty(),
+        "{name}: no seed cluster has what the rules read"
+    );
+    let strategy = (
+        prop::collection::vec(any::<u16>(), 0..8),
+        prop::collection::vec(change(), 1..6),
+    );
+    // Every seed cluster, each with its own random changes.
+    for seed in seeds {
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            max_shrink_iters: 100,
+            ..Config::default()
+        });
+        let result = runner.run(&strategy, |(initial, changes)| {
+            let mut w = World::new(pool.clone(), rules.clone(), seed, &initial);
+            if w.rules.iter().any(|r| r.name == "gen-static") {
+                generated_objects().into_iter().for_each(|o| w.write(o));
+            }
+            let mut engine = Engine::new(&w.rules, w.options.clone());
+            let mut memo = Memo::new();
+            for step in 0..=changes.len() {
+                if step > 0 && w.apply(&changes[step - 1]) {
+                    engine = Engine::new(&w.rules, w.options.clone());
+                }
+                let got = engine.evaluate_incremental(&w.store, &mut memo);
+                let want = rbac_rules::reference::evaluate(&w.rules, &w.options, &w.store);
+                if let Some(d) = difference(&got, &want) {
+                    return Err(TestCaseError::fail(format!(
+                        "{name}: after step {step} ({:?}): {d}",
+                        changes.get(step.wrapping_sub(1))
+                    )));
+                }
+                STATS.with(|s| s.borrow_mut().add(&got));
+                w.last = Some(got);
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    }
+}
+
+fn load(dir: &str) -> Vec<RuleSource> {
+    let rules = rbac_rules::rules::load_for_command("differential", &[root().join(dir)], false)
+        .expect("rules load");
+    rules.into_iter().map(|(_, r)| r).collect()
+}
+
+#[test]
+fn builtin_rules_agree_over_change_sequences() {
+    let builtin = rbac_rules::rules::builtin().expect("built-in rules");
+    sequences("built-in", builtin, &seed_clusters(), cases());
+    let s = stats();
+    assert!(s.desired > 0 && s.errors > 0 && s.kept > 0, "{s:?}");
+}
+
+#[test]
+fn example_rule_sets_agree_over_change_sequences() {
+    let seeds = seed_clusters();
+    for dir in [
+        "rules/examples/any-crd",
+        "rules/examples/config-sync",
+        "rules/examples/package-isolation",
+    ] {
+        sequences(dir, load(dir), &seeds, cases());
+    }
+    let mut compat = load("rules/examples/config-sync");
+    compat.extend(load("rules/examples/config-sync-compat"));
+    sequences("config-sync-compat", compat, &seeds, cases());
+    let s = stats();
+    assert!(s.desired > 0 && s.errors > 0, "{s:?}");
+}
+
+#[test]
+fn generated_rules_agree_over_change_sequences() {
+    let mut runner = TestRunner::new(Config {
+        cases: 4,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let choices = prop::collection::vec(any::<u8>(), 6);
+    let mut seen = Vec::new();
+    for _ in 0..6 * cases() {
+        let c = choices.new_tree(&mut runner).expect("choices").current();
+        seen.push(c.clone());
+        let mut rules = generated_rules(&c);
+        rules.extend(
+            rbac_rules::rules::builtin()
+                .expect("built-in rules")
+                .into_iter()
+                .filter(|r| r.name.contains("namespace")),
+        );
+        let seeds = [generated_objects()];
+        sequences(&format!("generated {c:?}"), rules, &seeds, 4 * cases());
+    }
+    assert!(!seen.is_empty());
+    let s = stats();
+    assert!(
+        s.desired > 0 && s.errors > 0 && s.revoked > 0 && s.contested > 0 && s.notices > 0,
+        "{s:?}"
+    );
+}
+
+/// Every object of a cluster changed, deleted and created again, one at a
+/// time, with one memo throughout: a change to what a lookup found, or
+/// will find by name, reaches the rules that read it.
+#[test]
+fn every_object_changed_deleted_and_created_again_agrees() {
+    let mut crossplane = Vec::new();
+    let path = root().join("examples/crossplane-cluster.yaml");
+    rbac_rules::yaml::for_each_in_tree(&[path], false, |_, _, v| crossplane.push(v)).expect("read");
+    let mut generated = generated_rules(&[3, 2, 1, 1, 3, 0]);
+    generated.extend(generated_rules(&[0; 6]).into_iter().map(|mut r| {
+        r.name = format!("{}-2", r.name);
+        r
+    }));
+    let cases = [
+        (
+            "built-in",
+            rbac_rules::rules::builtin().expect("built-in rules"),
+            crossplane,
+        ),
+        ("generated", generated, generated_objects()),
+    ];
+    for (name, rules, seed) in cases {
+        let mut w = World::new(Vec::new(), rules, &seed, &[]);
+        let engine = Engine::new(&w.rules, w.options.clone());
+        let mut memo = Memo::new();
+        let mut compare = |w: &World, what: &str| {
+            let got = engine.evaluate_incremental(&w.store, &mut memo);
+            let want = rbac_rules::reference::evaluate(&w.rules, &w.options, &w.store);
+            if let Some(d) = difference(&got, &want) {
+                panic!("{name}: {what}: {d}");
+            }
+            STATS.with(|s| s.borrow_mut().add(&got));
+        };
+        compare(&w, "at first");
+        for o in &seed {
+            let what = format!("{} {}", o["kind"], o["metadata"]["name"]);
+            w.write(touched(o));
+            compare(&w, &format!("{what} changed"));
+            w.remove(o);
+            compare(&w, &format!("{what} deleted"));
+            w.write(o.clone());
+            compare(&w, &format!("{what} created again"));
+        }
+    }
+    let s = stats();
+    assert!(s.desired > 0 && s.steps > 10, "{s:?}");
+}
+
+/// `o` with a label more and, for a role, a wider grant.
+fn touched(o: &Value) -> Value {
+    let mut o = o.clone();
+    if !o["metadata"]["labels"].is_object() {
+        o["metadata"]["labels"] = json!({});
+    }
+    o["metadata"]["labels"]["differential/touched"] = json!("true");
+    if o["kind"].as_str().is_some_and(|k| k.ends_with("Role")) {
+        o["rules"] =
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]);
+    }
+    o
+}

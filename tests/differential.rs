@@ -115,7 +115,7 @@ fn golden_inputs(case: &Path) -> (Vec<RuleSource>, Options, ObjectStore) {
     let allow = args
         .allow
         .as_ref()
-        .map(|p| rbac_rules::render::load_allow(p, &mut store).expect("allow-list"));
+        .map(|p| rbac_rules::rules::load_allow(p, &mut store).expect("allow-list"));
     let options = Options {
         manage: args.manage,
         allow,

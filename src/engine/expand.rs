@@ -2,7 +2,7 @@
 //! the rule's outputs — related objects, vars, templates, rulesFrom.
 
 use std::borrow::Cow;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::rc::Rc;
@@ -186,8 +186,6 @@ pub(super) struct Evaluator<'a> {
     pub record: bool,
     /// What the current render skipped with a warning.
     pub warnings: RefCell<Vec<FieldWarning>>,
-    /// Whether templated strings are marked as data (policy rules).
-    pub mark: Cell<bool>,
     /// Verdicts on listField items, cached by the rule's memo.
     pub items: RefCell<ItemCache>,
     /// Lists and vars shared by renders with the same inputs, cached by the
@@ -195,8 +193,6 @@ pub(super) struct Evaluator<'a> {
     pub derived: RefCell<Derived>,
     /// What the current render reads that a cached value can be keyed by.
     pub inputs: RefCell<Inputs>,
-    /// Nesting of [`Evaluator::expand`]: only whole values are cached.
-    pub depth: Cell<usize>,
     /// Per template value (by address): the vars it reads, when it reads
     /// nothing else (its expansion can then be cached).
     pub deps: RefCell<HashMap<usize, Option<Vec<String>>>>,
@@ -220,6 +216,38 @@ pub(super) struct Evaluator<'a> {
     /// Per var: the related lists it reads, when it reads nothing else
     /// (see [`Evaluator::var_key`]).
     pub var_reads: RefCell<HashMap<usize, Option<Vec<String>>>>,
+}
+
+/// Where an expansion is, passed down [`Evaluator::expand`] (never a mode
+/// switched on the evaluator around a call).
+#[derive(Clone, Copy)]
+pub(super) struct Pass {
+    /// Templated strings are marked as data (policy rules, subjects).
+    marked: bool,
+    /// Nesting of [`Evaluator::expand_as`]: only whole values (depth 0)
+    /// are cached whole, their entries at depth 1.
+    depth: usize,
+}
+
+impl Pass {
+    /// A whole value, its strings unmarked.
+    const PLAIN: Pass = Pass {
+        marked: false,
+        depth: 0,
+    };
+    /// A whole value whose strings are marked as data.
+    const MARKED: Pass = Pass {
+        marked: true,
+        depth: 0,
+    };
+
+    /// The pass of the values inside this one.
+    fn inner(self) -> Pass {
+        Pass {
+            depth: self.depth + 1,
+            ..self
+        }
+    }
 }
 
 /// What a related set's conditions read, found once per rule run (the
@@ -554,8 +582,8 @@ impl Evaluator<'_> {
 
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
-    fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
-        self.expand_as(v, ctx, field, false)
+    fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>, pass: Pass) -> Result<Value> {
+        self.expand_as(v, ctx, field, pass, false)
     }
 
     /// [`Evaluator::expand`]; `checked_only`: the whole value is only ever
@@ -566,11 +594,12 @@ impl Evaluator<'_> {
         v: &Value,
         ctx: &mut Context,
         field: At<'_>,
+        pass: Pass,
         checked_only: bool,
     ) -> Result<Value> {
         let key = match v {
-            Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => {
-                self.expansion_key(v, false)
+            Value::Array(_) | Value::Object(_) if pass.depth == 0 => {
+                self.expansion_key(v, false, pass.marked)
             }
             _ => None,
         };
@@ -580,8 +609,8 @@ impl Evaluator<'_> {
         {
             return Ok(cached.clone());
         }
-        let nested = if key.is_none() && self.depth.get() >= 1 {
-            self.nested_key(v, ctx.data())
+        let nested = if key.is_none() && pass.depth >= 1 {
+            self.nested_key(v, ctx.data(), pass.marked)
         } else {
             None
         };
@@ -592,9 +621,7 @@ impl Evaluator<'_> {
             return Ok(cached.clone());
         }
         let before = limits::used();
-        self.depth.set(self.depth.get() + 1);
-        let out = self.expand_value(v, ctx, field);
-        self.depth.set(self.depth.get() - 1);
+        let out = self.expand_value(v, ctx, field, pass.inner());
         if let (Some(nk), Ok(value)) = (nested, &out) {
             let bytes = limits::used().saturating_sub(before);
             self.derived
@@ -626,7 +653,7 @@ impl Evaluator<'_> {
     /// the API groups whose types changed build theirs again. It can read
     /// nothing else: a loop variable's index is an `@` path, which gives
     /// no key.
-    fn nested_key(&self, v: &Value, data: &Value) -> Option<NestedKey> {
+    fn nested_key(&self, v: &Value, data: &Value, marked: bool) -> Option<NestedKey> {
         let Value::Array(items) = v else { return None };
         if !items.iter().any(|x| x.get("forEach").is_some()) {
             return None;
@@ -666,16 +693,16 @@ impl Evaluator<'_> {
                 Some((Arc::from(serde_json::to_string(v).ok()?), read))
             })
             .clone()?;
-        Some((text, self.mark.get(), self.var_tokens(&vars)?, bound))
+        Some((text, marked, self.var_tokens(&vars)?, bound))
     }
 
     /// An output's policy rules checked before from the same cached
     /// expansion, charging the budget what expanding charged.
-    fn cached_policy(&self, v: &Value) -> Option<super::memo::CachedPolicy> {
-        if self.depth.get() != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
+    fn cached_policy(&self, v: &Value, pass: Pass) -> Option<super::memo::CachedPolicy> {
+        if pass.depth != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
             return None;
         }
-        let key = self.expansion_key(v, false)?;
+        let key = self.expansion_key(v, false, pass.marked)?;
         let derived = self.derived.borrow();
         let (_, bytes) = derived.expansions.get(&key)?;
         let cached = derived.policies.get(&key)?;
@@ -686,7 +713,12 @@ impl Evaluator<'_> {
     /// The key of a whole template value's expansion in the cache: when
     /// it reads nothing but vars (each cached, by its token) and its own
     /// loop variables.
-    fn expansion_key(&self, v: &Value, entry: bool) -> Option<(usize, bool, Vec<u64>)> {
+    fn expansion_key(
+        &self,
+        v: &Value,
+        entry: bool,
+        marked: bool,
+    ) -> Option<(usize, bool, Vec<u64>)> {
         let addr = v as *const Value as usize;
         let deps = self
             .deps
@@ -694,7 +726,7 @@ impl Evaluator<'_> {
             .entry(addr)
             .or_insert_with(|| self.vars_read(v, entry, &mut vec!["vars"]))
             .clone()?;
-        Some((addr, self.mark.get(), self.var_tokens(&deps)?))
+        Some((addr, marked, self.var_tokens(&deps)?))
     }
 
     /// The tokens of these cached vars, when each is cached.
@@ -806,8 +838,8 @@ impl Evaluator<'_> {
 
     /// Records where an entry of the outermost list landed, when asked
     /// (see [`Inputs::spans`]).
-    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize) {
-        if self.depth.get() != 1 {
+    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize, pass: Pass) {
+        if pass.depth != 1 {
             return;
         }
         if let Some(spans) = self.inputs.borrow_mut().spans.as_mut() {
@@ -815,10 +847,16 @@ impl Evaluator<'_> {
         }
     }
 
-    fn expand_value(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
+    fn expand_value(
+        &self,
+        v: &Value,
+        ctx: &mut Context,
+        field: At<'_>,
+        pass: Pass,
+    ) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         if let Value::String(s) = v {
-            return self.expand_string(s, ctx, &|| field.to_string());
+            return self.expand_string(s, ctx, &|| field.to_string(), pass.marked);
         }
         limited(field, limits::charge_node())?;
         match v {
@@ -827,8 +865,8 @@ impl Evaluator<'_> {
                 for (i, item) in items.iter().enumerate() {
                     // An entry of a whole value that is not cached as a
                     // whole (it reads the trigger elsewhere) may be.
-                    let key = (self.depth.get() == 1)
-                        .then(|| self.expansion_key(item, true))
+                    let key = (pass.depth == 1)
+                        .then(|| self.expansion_key(item, true, pass.marked))
                         .flatten();
                     // Its policy rules were checked before: a list whose
                     // rules are checked entry by entry needs no copy (and
@@ -855,7 +893,7 @@ impl Evaluator<'_> {
                                 limits::check_list(out.len(), "the expanded list"),
                             )?;
                         }
-                        self.span(Some(key.clone()), start, out.len());
+                        self.span(Some(key.clone()), start, out.len(), pass);
                         continue;
                     }
                     let (start, before) = (out.len(), limits::used());
@@ -863,11 +901,11 @@ impl Evaluator<'_> {
                         // A plain string (never a directive), as `entry`
                         // expands it: its field is spelled only on error.
                         let at = || format!("{field}[{i}]");
-                        out.push(self.expand_string(s, ctx, &at)?);
+                        out.push(self.expand_string(s, ctx, &at, pass.marked)?);
                         limits::check_list(out.len(), "the expanded list")
                             .map_err(|m| FieldError::new(ErrorKind::LimitExceeded, at(), m))?;
                     } else {
-                        self.entry(item, i, field, ctx, &mut out)?;
+                        self.entry(item, i, field, ctx, &mut out, pass)?;
                     }
                     if let Some(key) = &key {
                         let bytes = limits::used().saturating_sub(before);
@@ -884,22 +922,28 @@ impl Evaluator<'_> {
                             .expansions
                             .insert(key.clone(), (Value::Array(cached), bytes));
                     }
-                    self.span(key, start, out.len());
+                    self.span(key, start, out.len(), pass);
                 }
                 Ok(Value::Array(out))
             }
-            Value::Object(map) => self.expand_map(map, ctx, field),
+            Value::Object(map) => self.expand_map(map, ctx, field, pass),
             other => Ok(other.clone()),
         }
     }
 
     /// Expands a template string (marked as data when asked); `field`
     /// names it in an error.
-    fn expand_string(&self, s: &str, ctx: &Context, field: &dyn Fn() -> String) -> Result<Value> {
+    fn expand_string(
+        &self,
+        s: &str,
+        ctx: &Context,
+        field: &dyn Fn() -> String,
+        marked: bool,
+    ) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         limits::charge_node().map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field(), m))?;
-        let mark = (self.mark.get() && !super::template::Templates::is_literal(s))
-            .then_some(output::DATA_MARK);
+        let mark =
+            (marked && !super::template::Templates::is_literal(s)).then_some(output::DATA_MARK);
         let text = self
             .engine
             .templates
@@ -917,12 +961,13 @@ impl Evaluator<'_> {
         field: At<'_>,
         ctx: &mut Context,
         out: &mut Vec<Value>,
+        pass: Pass,
     ) -> Result<()> {
         let f = At::Index(&field, i);
         let d = directive(item)
             .map_err(|m| FieldError::new(ErrorKind::InvalidRule, f.to_string(), m))?;
         let Some(d) = d else {
-            out.push(self.expand(item, ctx, f)?);
+            out.push(self.expand(item, ctx, f, pass)?);
             return Ok(());
         };
         let f_when = At::Key(&f, "when");
@@ -937,8 +982,8 @@ impl Evaluator<'_> {
                 return Ok(());
             }
             match d.body {
-                DirBody::Item(b) => out.push(this.expand(b, ctx, f_body)?),
-                DirBody::Items(b) => match this.expand(b, ctx, f_body)? {
+                DirBody::Item(b) => out.push(this.expand(b, ctx, f_body, pass)?),
+                DirBody::Items(b) => match this.expand(b, ctx, f_body, pass)? {
                     Value::Array(xs) => out.extend(xs),
                     other => out.push(other),
                 },
@@ -978,11 +1023,12 @@ impl Evaluator<'_> {
         map: &Map<String, Value>,
         ctx: &mut Context,
         field: At<'_>,
+        pass: Pass,
     ) -> Result<Value> {
         let mut out = Map::new();
         for (k, val) in map {
             if k == "$merge" {
-                let merged = self.expand(val, ctx, At::Key(&field, "$merge"))?;
+                let merged = self.expand(val, ctx, At::Key(&field, "$merge"), pass)?;
                 for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
                     let Value::Object(pm) = part else {
                         return Err(FieldError::new(
@@ -1007,7 +1053,7 @@ impl Evaluator<'_> {
                 continue;
             }
             let key = self.tpl(At::Quoted(&field, k), k, ctx)?;
-            let val = self.expand(val, ctx, At::Key(&field, k))?;
+            let val = self.expand(val, ctx, At::Key(&field, k), pass)?;
             if out.insert(key.clone(), val).is_some() {
                 return Err(FieldError::new(
                     ErrorKind::InvalidOutput,
@@ -1126,7 +1172,7 @@ impl Evaluator<'_> {
     }
 
     fn strings(&self, field: At<'_>, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
-        match self.expand(v, ctx, field)? {
+        match self.expand(v, ctx, field, Pass::PLAIN)? {
             Value::Array(a) => a
                 .into_iter()
                 .enumerate()
@@ -2456,12 +2502,17 @@ impl Evaluator<'_> {
         let annotations_field = At::Key(at, "annotations");
         let mut labels = BTreeMap::new();
         if let Some(l) = &o.labels {
-            labels = output::string_map(labels_field, &self.expand(l, ctx, labels_field)?)?;
+            labels = output::string_map(
+                labels_field,
+                &self.expand(l, ctx, labels_field, Pass::PLAIN)?,
+            )?;
         }
         let mut annotations = BTreeMap::new();
         if let Some(a) = &o.annotations {
-            annotations =
-                output::string_map(annotations_field, &self.expand(a, ctx, annotations_field)?)?;
+            annotations = output::string_map(
+                annotations_field,
+                &self.expand(a, ctx, annotations_field, Pass::PLAIN)?,
+            )?;
         }
         for k in labels.keys().chain(annotations.keys()) {
             let reserved = k
@@ -2533,7 +2584,7 @@ impl Evaluator<'_> {
         let aggregation = match &o.aggregation_rule {
             Some(a) => Some(output::aggregation_rule(
                 At::Key(at, "aggregationRule"),
-                &self.expand(a, ctx, At::Key(at, "aggregationRule"))?,
+                &self.expand(a, ctx, At::Key(at, "aggregationRule"), Pass::PLAIN)?,
             )?),
             None => None,
         };
@@ -2551,9 +2602,9 @@ impl Evaluator<'_> {
         refusal: &mut Option<FieldError>,
     ) -> Result<Arc<Vec<PolicyRule>>> {
         // Values rendered from templates are marked as data.
-        self.mark.set(true);
-        let cached = self.cached_policy(r);
-        let key = self.expansion_key(r, false);
+        let pass = Pass::MARKED;
+        let cached = self.cached_policy(r, pass);
+        let key = self.expansion_key(r, false, pass.marked);
         // Not cached as a whole: its entries' checked rules may be.
         let by_entry = cached.is_none() && key.is_none() && r.is_array();
         if by_entry {
@@ -2563,10 +2614,9 @@ impl Evaluator<'_> {
         // checked rules (cached below, or the expansion dropped).
         let expanded = match cached {
             Some(_) => Ok(Value::Null),
-            None => self.expand_as(r, ctx, field, key.is_some()),
+            None => self.expand_as(r, ctx, field, pass, key.is_some()),
         };
         let spans = self.inputs.borrow_mut().spans.take();
-        self.mark.set(false);
         Ok(match cached {
             Some((rules, r)) => {
                 *refusal = r;
@@ -2652,9 +2702,7 @@ impl Evaluator<'_> {
         let subjects = match &o.subjects {
             Some(s) => {
                 // Names from data are marked: never a `system:` one.
-                self.mark.set(true);
-                let expanded = self.expand(s, ctx, At::Key(at, "subjects"));
-                self.mark.set(false);
+                let expanded = self.expand(s, ctx, At::Key(at, "subjects"), Pass::MARKED);
                 let (subjects, r) =
                     output::marked_subjects(At::Key(at, "subjects"), expanded?, o.kind)?;
                 *refusal = refusal.take().or(r);

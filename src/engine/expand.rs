@@ -1583,89 +1583,126 @@ impl Evaluator<'_> {
         } else {
             &l.of[..]
         };
-        // The same source objects give the same list (items are
-        // de-duplicated and sorted): cached for the next trigger that
-        // reads them, when its conditions read only the item.
+        let (cached, conditions_ok) = self.whole_list(i, rel, of, keep);
+        if let Some(v) = cached {
+            return Ok(ControlFlow::Break(v));
+        }
+        let held = self.held_sets(of);
+        let trigger = self.inputs.borrow().trigger.clone();
+        let sources = self.sources_of(of, ctx.data(), trigger.as_ref(), &held);
+        let parts = self.extracted_parts(i, f, l, &path, sources)?;
+        let items = self.union_items(i, rel, f, ctx, &parts, conditions_ok, keys)?;
+        *judged = conditions_ok;
+        Ok(ControlFlow::Continue(items))
+    }
+
+    /// A listField's list cached whole for another trigger reading the
+    /// same source objects (items are de-duplicated and sorted), when its
+    /// conditions read only the item; else, when it can be cached, its key
+    /// in `keep`. And whether its conditions read only the item.
+    fn whole_list(
+        &self,
+        i: usize,
+        rel: &Related,
+        of: &[String],
+        keep: &mut Option<PendingList>,
+    ) -> (Option<Vec<Value>>, bool) {
         let sources = self.list_sources(of);
         let shape = self.reads_of(i, rel);
         let conditions_ok = shape.where_item && shape.require_item;
         if let (Some(addrs), true) = (sources, conditions_ok) {
             let key = (i, addrs);
             if let Some(v) = self.cached_list(&rel.name, &key) {
-                return Ok(ControlFlow::Break(v));
+                return (Some(v), conditions_ok);
             }
             *keep = Some((key, limits::used(), self.warnings.borrow().len()));
         }
-        // Read in place: only the items kept are copied. Each source
-        // with the store's object it was copied from (when known): its
-        // extracted entries are cached by that object's address and how
-        // much of it templates see (a trigger in its own family shares
-        // them).
-        let data = ctx.data();
-        // The objects of sets no template reads, as the store holds
-        // them: copied (as templates would see them) only when their
-        // entries are extracted afresh.
-        let held: Vec<(&String, Vec<Arc<Value>>, bool)> = {
-            let inputs = self.inputs.borrow();
-            of.iter()
-                .filter(|name| self.rule.unread.contains(*name))
-                .filter_map(|name| {
-                    let q = self.related_query(name)?;
-                    Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
-                })
-                .collect()
-        };
-        let trigger = self.inputs.borrow().trigger.clone();
+        (None, conditions_ok)
+    }
+
+    /// The objects of the sets a listField names that no template reads,
+    /// as the store holds them (with whether templates see only their
+    /// metadata): copied (as templates would see them) only when their
+    /// entries are extracted afresh.
+    fn held_sets<'o>(&self, of: &'o [String]) -> Vec<(&'o String, Vec<Arc<Value>>, bool)> {
+        let inputs = self.inputs.borrow();
+        of.iter()
+            .filter(|name| self.rule.unread.contains(*name))
+            .filter_map(|name| {
+                let q = self.related_query(name)?;
+                Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
+            })
+            .collect()
+    }
+
+    /// A listField's sources, read in place (only the items kept are
+    /// copied): each with the store's object it was copied from, when
+    /// known, by how much of it templates see and its address (its
+    /// extracted entries are cached by these: a trigger in its own family
+    /// shares them).
+    fn sources_of<'s>(
+        &self,
+        of: &'s [String],
+        data: &'s Value,
+        trigger: Option<&'s Arc<Value>>,
+        held: &'s [(&String, Vec<Arc<Value>>, bool)],
+    ) -> Vec<(Source<'s>, Option<(usize, usize)>)> {
         let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
         // A one-shot render keeps nothing: no addresses.
         let record = self.record;
-        {
-            let inputs = self.inputs.borrow();
-            let mut derived = self.derived.borrow_mut();
-            let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
-            for name in of {
-                if name == "trigger" {
-                    // Read where the store holds it: templates may
-                    // see only the parts of it they read.
-                    let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
-                    if let Some((o, m)) = trigger.as_ref().zip(seen) {
-                        let addr = pin(o).map(|a| (usize::from(m), a));
-                        sources.push((Source::Held(o, m), addr));
-                    }
-                } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
-                    for o in objs {
-                        let addr = pin(o).map(|a| (usize::from(*seen), a));
-                        sources.push((Source::Held(o, *seen), addr));
-                    }
-                } else {
-                    let seen = self.related_query(name).map(|q| q.metadata_only);
-                    let values = data["related"][name.as_str()].as_array();
-                    let objs = inputs
-                        .objects
-                        .get(name)
-                        .filter(|o| seen.is_some() && values.is_some_and(|v| v.len() == o.len()));
-                    for (n, v) in values.into_iter().flatten().enumerate() {
-                        let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
-                        let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                        sources.push((Source::Seen(v), addr));
-                    }
+        let inputs = self.inputs.borrow();
+        let mut derived = self.derived.borrow_mut();
+        let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
+        for name in of {
+            if name == "trigger" {
+                // Read where the store holds it: templates may
+                // see only the parts of it they read.
+                let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
+                if let Some((o, m)) = trigger.zip(seen) {
+                    let addr = pin(o).map(|a| (usize::from(m), a));
+                    sources.push((Source::Held(o, m), addr));
+                }
+            } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
+                for o in objs {
+                    let addr = pin(o).map(|a| (usize::from(*seen), a));
+                    sources.push((Source::Held(o, *seen), addr));
+                }
+            } else {
+                let seen = self.related_query(name).map(|q| q.metadata_only);
+                let values = data["related"][name.as_str()].as_array();
+                let objs = inputs
+                    .objects
+                    .get(name)
+                    .filter(|o| seen.is_some() && values.is_some_and(|v| v.len() == o.len()));
+                for (n, v) in values.into_iter().flatten().enumerate() {
+                    let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
+                    let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
+                    sources.push((Source::Seen(v), addr));
                 }
             }
         }
+        sources
+    }
+
+    /// Each listField source's extracted entries (cached ones shared, not
+    /// copied).
+    fn extracted_parts(
+        &self,
+        i: usize,
+        f: At<'_>,
+        l: &ListFieldQuery,
+        path: &FieldPath,
+        sources: Vec<(Source<'_>, Option<(usize, usize)>)>,
+    ) -> Result<Vec<Arc<ExtractedEntries>>> {
         let extract = self.list_extract(f, l)?;
-        // Each source's entries (cached ones shared, not copied), then
-        // their union by text, read in place: only the items judged
-        // afresh and those the list keeps are copied.
         let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
         // One source's list is cached whole (by its address) already.
         let several = sources.len() > 1;
         for (src, addr) in sources {
             let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
-            parts.push(self.source_entries(f, src, cache, &path, extract.as_ref()));
+            parts.push(self.source_entries(f, src, cache, path, extract.as_ref()));
         }
-        let items = self.union_items(i, rel, f, ctx, &parts, conditions_ok, keys)?;
-        *judged = conditions_ok;
-        Ok(ControlFlow::Continue(items))
+        Ok(parts)
     }
 
     /// The union of a listField's entries by text, read in place; judged

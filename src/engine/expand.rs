@@ -21,8 +21,8 @@ use super::kinds::output_gk;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
-    AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, NestedKey, Owner,
-    OwnerFilter, Read, VarEntry,
+    self, AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, NestedKey,
+    Owner, OwnerFilter, Read, VarEntry,
 };
 use super::model::Desired;
 use super::model::Seen;
@@ -603,34 +603,31 @@ impl Evaluator<'_> {
             }
             _ => None,
         };
-        if let Some(key) = &key
-            && let Some((cached, bytes)) = self.derived.borrow().expansions.get(key)
-            && limits::charge(*bytes).is_ok()
+        if let Some(cached) = key
+            .as_ref()
+            .and_then(|k| self.derived.borrow().expansion(k))
         {
-            return Ok(cached.clone());
+            return Ok(cached);
         }
         let nested = if key.is_none() && pass.depth >= 1 {
             self.nested_key(v, ctx.data(), pass.marked)
         } else {
             None
         };
-        if let Some(nk) = &nested
-            && let Some((cached, bytes)) = self.derived.borrow().nested.get(nk)
-            && limits::charge(*bytes).is_ok()
+        if let Some(cached) = nested
+            .as_ref()
+            .and_then(|k| self.derived.borrow().nested_list(k))
         {
-            return Ok(cached.clone());
+            return Ok(cached);
         }
         let before = limits::used();
         let out = self.expand_value(v, ctx, field, pass.inner());
         if let (Some(nk), Ok(value)) = (nested, &out) {
-            let bytes = limits::used().saturating_sub(before);
             self.derived
                 .borrow_mut()
-                .nested
-                .insert(nk, (value.clone(), bytes));
+                .remember_nested_list(nk, value.clone(), before);
         }
         if let (Some(key), Ok(value)) = (key, &out) {
-            let bytes = limits::used().saturating_sub(before);
             let cached = if checked_only {
                 Value::Null
             } else {
@@ -638,8 +635,7 @@ impl Evaluator<'_> {
             };
             self.derived
                 .borrow_mut()
-                .expansions
-                .insert(key, (cached, bytes));
+                .remember_expansion(key, cached, before);
         }
         out
     }
@@ -2102,41 +2098,13 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         run: impl FnOnce(&Context, &Value) -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
-        if let Some(verdict) = self.cached_verdict(slot, text) {
+        if let Some(verdict) = memo::cached_verdict(&self.items.borrow(), slot, text) {
             return Ok(verdict);
         }
         let before = limits::used();
         let (_, verdict) = with_item(ctx, item.clone(), run);
-        self.keep_verdict(slot, text, verdict?, before)
-    }
-
-    /// An item's verdict cached from before, charging the budget what
-    /// judging it charged; `None` over budget (judged again, to fail where
-    /// and as a full render does).
-    fn cached_verdict(&self, slot: (usize, bool), text: &str) -> Option<ItemVerdict> {
-        let (verdict, bytes) = self
-            .items
-            .borrow()
-            .get(&slot)
-            .and_then(|m| m.get(text))
-            .cloned()?;
-        limits::charge(bytes).is_ok().then_some(verdict)
-    }
-
-    /// Keeps a verdict judged since `before` (the budget used then).
-    fn keep_verdict(
-        &self,
-        slot: (usize, bool),
-        text: &str,
-        verdict: ItemVerdict,
-        before: usize,
-    ) -> Result<ItemVerdict> {
-        let bytes = limits::used().saturating_sub(before);
-        self.items
-            .borrow_mut()
-            .entry(slot)
-            .or_default()
-            .insert(text.to_string(), (verdict.clone(), bytes));
+        let verdict = verdict?;
+        memo::remember_verdict(&mut self.items.borrow_mut(), slot, text, &verdict, before);
         Ok(verdict)
     }
 
@@ -2222,11 +2190,13 @@ impl Evaluator<'_> {
         run: impl FnOnce() -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
         let Some(key) = key else { return run() };
-        if let Some(verdict) = self.cached_verdict(slot, key) {
+        if let Some(verdict) = memo::cached_verdict(&self.items.borrow(), slot, key) {
             return Ok(verdict);
         }
         let before = limits::used();
-        self.keep_verdict(slot, key, run()?, before)
+        let verdict = run()?;
+        memo::remember_verdict(&mut self.items.borrow_mut(), slot, key, &verdict, before);
+        Ok(verdict)
     }
 
     /// Renders every output for one trigger (or the static set), then

@@ -21,8 +21,8 @@ use super::kinds::output_gk;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
-    self, AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, NestedKey,
-    Owner, OwnerFilter, Read, VarEntry,
+    self, AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, NestedKey, Owner,
+    OwnerFilter, Read, VarEntry,
 };
 use super::model::Desired;
 use super::model::Seen;
@@ -699,11 +699,7 @@ impl Evaluator<'_> {
             return None;
         }
         let key = self.expansion_key(v, false, pass.marked)?;
-        let derived = self.derived.borrow();
-        let (_, bytes) = derived.expansions.get(&key)?;
-        let cached = derived.policies.get(&key)?;
-        limits::charge(*bytes).ok()?;
-        Some((Arc::clone(&cached.0), cached.1.clone()))
+        self.derived.borrow().checked_policy(&key)
     }
 
     /// The key of a whole template value's expansion in the cache: when
@@ -1370,19 +1366,12 @@ impl Evaluator<'_> {
             }
         }
         if let Some((key, bytes, warned)) = keep {
-            let mut derived = self.derived.borrow_mut();
-            let token = derived.token();
             let warnings = self.warnings.borrow()[warned..].to_vec();
-            derived.lists.insert(
-                key.clone(),
-                ListEntry {
-                    value: None,
-                    warnings,
-                    bytes: limits::used().saturating_sub(bytes),
-                    token,
-                    hollow: false,
-                },
-            );
+            let bytes = limits::used().saturating_sub(bytes);
+            let token = self
+                .derived
+                .borrow_mut()
+                .reserve_list(key.clone(), warnings, bytes, false);
             let mut inputs = self.inputs.borrow_mut();
             inputs.list_tokens.insert(rel.name.clone(), token);
             inputs.lent.push(Lent::List(rel.name.clone(), key));
@@ -1896,21 +1885,11 @@ impl Evaluator<'_> {
     /// it (computed again, to fail as a full render does).
     fn cached_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
         let mut derived = self.derived.borrow_mut();
-        let e = derived.lists.get_mut(key)?;
-        if e.value.is_none()
-            || (e.hollow && !self.rule.unread.contains(name))
-            || limits::charge(e.bytes).is_err()
-        {
-            return None;
-        }
-        let Some(Value::Array(v)) = e.value.take() else {
-            return None;
-        };
-        self.warnings
-            .borrow_mut()
-            .extend(e.warnings.iter().cloned());
+        let read = !self.rule.unread.contains(name);
+        let (v, warnings, token) = derived.lend_list(key, read)?;
+        self.warnings.borrow_mut().extend(warnings.iter().cloned());
         let mut inputs = self.inputs.borrow_mut();
-        inputs.list_tokens.insert(name.to_string(), e.token);
+        inputs.list_tokens.insert(name.to_string(), token);
         inputs.lent.push(Lent::List(name.to_string(), key.clone()));
         Some(v)
     }
@@ -2017,18 +1996,10 @@ impl Evaluator<'_> {
         let items = match self.cached_list(&rel.name, &key) {
             Some(v) => v,
             None => {
-                let mut derived = self.derived.borrow_mut();
-                let token = derived.token();
-                derived.lists.insert(
-                    key.clone(),
-                    ListEntry {
-                        value: None,
-                        warnings: Vec::new(),
-                        bytes: 0,
-                        token,
-                        hollow,
-                    },
-                );
+                let token =
+                    self.derived
+                        .borrow_mut()
+                        .reserve_list(key.clone(), Vec::new(), 0, hollow);
                 let mut inputs = self.inputs.borrow_mut();
                 inputs.list_tokens.insert(rel.name.clone(), token);
                 inputs.lent.push(Lent::List(rel.name.clone(), key));

@@ -484,6 +484,59 @@ impl Derived {
         self.expansions.insert(key, (value, bytes));
     }
 
+    /// An output's policy rules checked before from a cached expansion,
+    /// charging the budget what expanding it charged.
+    pub fn checked_policy(&self, key: &(usize, bool, Vec<u64>)) -> Option<CachedPolicy> {
+        let (_, bytes) = self.expansions.get(key)?;
+        let cached = self.policies.get(key)?;
+        limits::charge(*bytes).ok()?;
+        Some((Arc::clone(&cached.0), cached.1.clone()))
+    }
+
+    /// A listField list cached before, lent (taken out until the render
+    /// gives it back), charging the budget what computing it charged: with
+    /// the warnings computing it gave and its token. `None` when absent,
+    /// lent, over budget, or hollow (its items not kept) while `read`
+    /// (templates read it).
+    pub fn lend_list(
+        &mut self,
+        key: &(usize, Vec<usize>),
+        read: bool,
+    ) -> Option<(Vec<Value>, &[FieldWarning], u64)> {
+        let e = self.lists.get_mut(key)?;
+        if e.value.is_none() || (e.hollow && read) || limits::charge(e.bytes).is_err() {
+            return None;
+        }
+        let Some(Value::Array(v)) = e.value.take() else {
+            return None;
+        };
+        Some((v, &e.warnings, e.token))
+    }
+
+    /// Reserves a listField list's entry (filled when the render gives its
+    /// value back), with the warnings and bytes computing it gave: a fresh
+    /// token for it.
+    pub fn reserve_list(
+        &mut self,
+        key: (usize, Vec<usize>),
+        warnings: Vec<FieldWarning>,
+        bytes: usize,
+        hollow: bool,
+    ) -> u64 {
+        let token = self.token();
+        self.lists.insert(
+            key,
+            ListEntry {
+                value: None,
+                warnings,
+                bytes,
+                token,
+                hollow,
+            },
+        );
+        token
+    }
+
     /// A nested list cached before, charging the budget what building it
     /// charged; `None` over budget.
     pub fn nested_list(&self, key: &NestedKey) -> Option<Value> {

@@ -221,28 +221,36 @@ pub(super) struct Evaluator<'a> {
 /// Where an expansion is, passed down [`Evaluator::expand`] (never a mode
 /// switched on the evaluator around a call).
 #[derive(Clone, Copy)]
-pub(super) struct Pass {
+pub(super) struct Pass<'s> {
     /// Templated strings are marked as data (policy rules, subjects).
     marked: bool,
     /// Nesting of [`Evaluator::expand_as`]: only whole values (depth 0)
     /// are cached whole, their entries at depth 1.
     depth: usize,
+    /// When set, where each entry of the whole list landed in the
+    /// result, with its key in the cache if it has one (its policy rules
+    /// are then checked entry by entry).
+    spans: Option<&'s RefCell<Vec<Span>>>,
 }
 
-impl Pass {
+impl Pass<'static> {
     /// A whole value, its strings unmarked.
-    const PLAIN: Pass = Pass {
+    const PLAIN: Pass<'static> = Pass {
         marked: false,
         depth: 0,
+        spans: None,
     };
     /// A whole value whose strings are marked as data.
-    const MARKED: Pass = Pass {
+    const MARKED: Pass<'static> = Pass {
         marked: true,
         depth: 0,
+        spans: None,
     };
+}
 
+impl<'s> Pass<'s> {
     /// The pass of the values inside this one.
-    fn inner(self) -> Pass {
+    fn inner(self) -> Pass<'s> {
         Pass {
             depth: self.depth + 1,
             ..self
@@ -286,9 +294,6 @@ pub(super) struct Inputs {
     pub var_tokens: HashMap<String, u64>,
     /// Cached values lent to the context, to take back after the render.
     pub lent: Vec<Lent>,
-    /// When set, the entries of the next whole list expanded: where each
-    /// landed in the result, and its key in the cache if it has one.
-    pub spans: Option<Vec<Span>>,
     /// Related objects found by a lookup, by the lookup's filters but its
     /// owner: the view does not change while one rule runs, and a rule's
     /// triggers look for the same objects.
@@ -376,7 +381,7 @@ type Extract<'r> = (FieldPath, Cow<'r, regex::Regex>, Unmatched);
 /// budget used and warnings given before it was computed.
 type PendingList = ((usize, Vec<usize>), usize, usize);
 
-/// Where one entry of an expanded list landed (see [`Inputs::spans`]).
+/// Where one entry of an expanded list landed (see [`Pass::spans`]).
 pub(super) struct Span {
     pub key: Option<(usize, bool, Vec<u64>)>,
     pub start: usize,
@@ -411,7 +416,6 @@ impl Inputs {
         self.list_tokens.clear();
         self.var_tokens.clear();
         self.lent.clear();
-        self.spans = None;
     }
 }
 
@@ -582,7 +586,7 @@ impl Evaluator<'_> {
 
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
-    fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>, pass: Pass) -> Result<Value> {
+    fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>, pass: Pass<'_>) -> Result<Value> {
         self.expand_as(v, ctx, field, pass, false)
     }
 
@@ -594,7 +598,7 @@ impl Evaluator<'_> {
         v: &Value,
         ctx: &mut Context,
         field: At<'_>,
-        pass: Pass,
+        pass: Pass<'_>,
         checked_only: bool,
     ) -> Result<Value> {
         let key = match v {
@@ -694,7 +698,7 @@ impl Evaluator<'_> {
 
     /// An output's policy rules checked before from the same cached
     /// expansion, charging the budget what expanding charged.
-    fn cached_policy(&self, v: &Value, pass: Pass) -> Option<super::memo::CachedPolicy> {
+    fn cached_policy(&self, v: &Value, pass: Pass<'_>) -> Option<super::memo::CachedPolicy> {
         if pass.depth != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
             return None;
         }
@@ -829,13 +833,13 @@ impl Evaluator<'_> {
     }
 
     /// Records where an entry of the outermost list landed, when asked
-    /// (see [`Inputs::spans`]).
-    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize, pass: Pass) {
+    /// (see [`Pass::spans`]).
+    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize, pass: Pass<'_>) {
         if pass.depth != 1 {
             return;
         }
-        if let Some(spans) = self.inputs.borrow_mut().spans.as_mut() {
-            spans.push(Span { key, start, end });
+        if let Some(spans) = pass.spans {
+            spans.borrow_mut().push(Span { key, start, end });
         }
     }
 
@@ -844,7 +848,7 @@ impl Evaluator<'_> {
         v: &Value,
         ctx: &mut Context,
         field: At<'_>,
-        pass: Pass,
+        pass: Pass<'_>,
     ) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         if let Value::String(s) = v {
@@ -864,7 +868,7 @@ impl Evaluator<'_> {
                     // rules are checked entry by entry needs no copy (and
                     // keeps none: see below).
                     let placeholder = key.as_ref().is_some_and(|key| {
-                        self.inputs.borrow().spans.is_some()
+                        pass.spans.is_some()
                             && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
                     });
                     if let Some(key) = &key
@@ -904,7 +908,7 @@ impl Evaluator<'_> {
                         // Checked entry by entry, it is read again only as
                         // placeholders (with its checked rules): nulls, which
                         // no other read takes for a copy (above).
-                        let cached = if self.inputs.borrow().spans.is_some() {
+                        let cached = if pass.spans.is_some() {
                             vec![Value::Null; out.len() - start]
                         } else {
                             out[start..].to_vec()
@@ -953,7 +957,7 @@ impl Evaluator<'_> {
         field: At<'_>,
         ctx: &mut Context,
         out: &mut Vec<Value>,
-        pass: Pass,
+        pass: Pass<'_>,
     ) -> Result<()> {
         let f = At::Index(&field, i);
         let d = directive(item)
@@ -1015,7 +1019,7 @@ impl Evaluator<'_> {
         map: &Map<String, Value>,
         ctx: &mut Context,
         field: At<'_>,
-        pass: Pass,
+        pass: Pass<'_>,
     ) -> Result<Value> {
         let mut out = Map::new();
         for (k, val) in map {
@@ -2585,16 +2589,18 @@ impl Evaluator<'_> {
         let key = self.expansion_key(r, false, pass.marked);
         // Not cached as a whole: its entries' checked rules may be.
         let by_entry = cached.is_none() && key.is_none() && r.is_array();
-        if by_entry {
-            self.inputs.borrow_mut().spans = Some(Vec::new());
-        }
+        let spans = RefCell::new(Vec::new());
+        let whole = Pass {
+            spans: by_entry.then_some(&spans),
+            ..pass
+        };
         // Cached whole, it is read again only through its
         // checked rules (cached below, or the expansion dropped).
         let expanded = match cached {
             Some(_) => Ok(Value::Null),
-            None => self.expand_as(r, ctx, field, pass, key.is_some()),
+            None => self.expand_as(r, ctx, field, whole, key.is_some()),
         };
-        let spans = self.inputs.borrow_mut().spans.take();
+        let spans = by_entry.then(|| spans.into_inner());
         Ok(match cached {
             Some((rules, r)) => {
                 *refusal = r;

@@ -3,7 +3,7 @@
 //! by the difference from the last evaluation made with the same memo.
 
 use std::borrow::Cow;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -649,11 +649,9 @@ fn new_evaluator<'a>(
         reads: RefCell::default(),
         record,
         warnings: RefCell::default(),
-        mark: Cell::new(false),
         items: RefCell::new(items),
         derived: RefCell::new(derived),
         inputs: RefCell::default(),
-        depth: Cell::new(0),
         deps: RefCell::default(),
         loops: RefCell::default(),
         nested: RefCell::default(),

@@ -2,7 +2,7 @@
 //! the rule's outputs — related objects, vars, templates, rulesFrom.
 
 use std::borrow::Cow;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::rc::Rc;
@@ -21,7 +21,7 @@ use super::kinds::output_gk;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
-    AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, ListEntry, NestedKey, Owner,
+    self, AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, NestedKey, Owner,
     OwnerFilter, Read, VarEntry,
 };
 use super::model::Desired;
@@ -186,8 +186,6 @@ pub(super) struct Evaluator<'a> {
     pub record: bool,
     /// What the current render skipped with a warning.
     pub warnings: RefCell<Vec<FieldWarning>>,
-    /// Whether templated strings are marked as data (policy rules).
-    pub mark: Cell<bool>,
     /// Verdicts on listField items, cached by the rule's memo.
     pub items: RefCell<ItemCache>,
     /// Lists and vars shared by renders with the same inputs, cached by the
@@ -195,8 +193,6 @@ pub(super) struct Evaluator<'a> {
     pub derived: RefCell<Derived>,
     /// What the current render reads that a cached value can be keyed by.
     pub inputs: RefCell<Inputs>,
-    /// Nesting of [`Evaluator::expand`]: only whole values are cached.
-    pub depth: Cell<usize>,
     /// Per template value (by address): the vars it reads, when it reads
     /// nothing else (its expansion can then be cached).
     pub deps: RefCell<HashMap<usize, Option<Vec<String>>>>,
@@ -220,6 +216,46 @@ pub(super) struct Evaluator<'a> {
     /// Per var: the related lists it reads, when it reads nothing else
     /// (see [`Evaluator::var_key`]).
     pub var_reads: RefCell<HashMap<usize, Option<Vec<String>>>>,
+}
+
+/// Where an expansion is, passed down [`Evaluator::expand`] (never a mode
+/// switched on the evaluator around a call).
+#[derive(Clone, Copy)]
+pub(super) struct Pass<'s> {
+    /// Templated strings are marked as data (policy rules, subjects).
+    marked: bool,
+    /// Nesting of [`Evaluator::expand_as`]: only whole values (depth 0)
+    /// are cached whole, their entries at depth 1.
+    depth: usize,
+    /// When set, where each entry of the whole list landed in the
+    /// result, with its key in the cache if it has one (its policy rules
+    /// are then checked entry by entry).
+    spans: Option<&'s RefCell<Vec<Span>>>,
+}
+
+impl Pass<'static> {
+    /// A whole value, its strings unmarked.
+    const PLAIN: Pass<'static> = Pass {
+        marked: false,
+        depth: 0,
+        spans: None,
+    };
+    /// A whole value whose strings are marked as data.
+    const MARKED: Pass<'static> = Pass {
+        marked: true,
+        depth: 0,
+        spans: None,
+    };
+}
+
+impl<'s> Pass<'s> {
+    /// The pass of the values inside this one.
+    fn inner(self) -> Pass<'s> {
+        Pass {
+            depth: self.depth + 1,
+            ..self
+        }
+    }
 }
 
 /// What a related set's conditions read, found once per rule run (the
@@ -258,9 +294,6 @@ pub(super) struct Inputs {
     pub var_tokens: HashMap<String, u64>,
     /// Cached values lent to the context, to take back after the render.
     pub lent: Vec<Lent>,
-    /// When set, the entries of the next whole list expanded: where each
-    /// landed in the result, and its key in the cache if it has one.
-    pub spans: Option<Vec<Span>>,
     /// Related objects found by a lookup, by the lookup's filters but its
     /// owner: the view does not change while one rule runs, and a rule's
     /// triggers look for the same objects.
@@ -348,7 +381,7 @@ type Extract<'r> = (FieldPath, Cow<'r, regex::Regex>, Unmatched);
 /// budget used and warnings given before it was computed.
 type PendingList = ((usize, Vec<usize>), usize, usize);
 
-/// Where one entry of an expanded list landed (see [`Inputs::spans`]).
+/// Where one entry of an expanded list landed (see [`Pass::spans`]).
 pub(super) struct Span {
     pub key: Option<(usize, bool, Vec<u64>)>,
     pub start: usize,
@@ -383,7 +416,6 @@ impl Inputs {
         self.list_tokens.clear();
         self.var_tokens.clear();
         self.lent.clear();
-        self.spans = None;
     }
 }
 
@@ -554,8 +586,8 @@ impl Evaluator<'_> {
 
     /// Expands a template value: strings rendered, list directives run,
     /// `$merge` maps merged.
-    fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
-        self.expand_as(v, ctx, field, false)
+    fn expand(&self, v: &Value, ctx: &mut Context, field: At<'_>, pass: Pass<'_>) -> Result<Value> {
+        self.expand_as(v, ctx, field, pass, false)
     }
 
     /// [`Evaluator::expand`]; `checked_only`: the whole value is only ever
@@ -566,44 +598,40 @@ impl Evaluator<'_> {
         v: &Value,
         ctx: &mut Context,
         field: At<'_>,
+        pass: Pass<'_>,
         checked_only: bool,
     ) -> Result<Value> {
         let key = match v {
-            Value::Array(_) | Value::Object(_) if self.depth.get() == 0 => {
-                self.expansion_key(v, false)
+            Value::Array(_) | Value::Object(_) if pass.depth == 0 => {
+                self.expansion_key(v, false, pass.marked)
             }
             _ => None,
         };
-        if let Some(key) = &key
-            && let Some((cached, bytes)) = self.derived.borrow().expansions.get(key)
-            && limits::charge(*bytes).is_ok()
+        if let Some(cached) = key
+            .as_ref()
+            .and_then(|k| self.derived.borrow().expansion(k))
         {
-            return Ok(cached.clone());
+            return Ok(cached);
         }
-        let nested = if key.is_none() && self.depth.get() >= 1 {
-            self.nested_key(v, ctx.data())
+        let nested = if key.is_none() && pass.depth >= 1 {
+            self.nested_key(v, ctx.data(), pass.marked)
         } else {
             None
         };
-        if let Some(nk) = &nested
-            && let Some((cached, bytes)) = self.derived.borrow().nested.get(nk)
-            && limits::charge(*bytes).is_ok()
+        if let Some(cached) = nested
+            .as_ref()
+            .and_then(|k| self.derived.borrow().nested_list(k))
         {
-            return Ok(cached.clone());
+            return Ok(cached);
         }
         let before = limits::used();
-        self.depth.set(self.depth.get() + 1);
-        let out = self.expand_value(v, ctx, field);
-        self.depth.set(self.depth.get() - 1);
+        let out = self.expand_value(v, ctx, field, pass.inner());
         if let (Some(nk), Ok(value)) = (nested, &out) {
-            let bytes = limits::used().saturating_sub(before);
             self.derived
                 .borrow_mut()
-                .nested
-                .insert(nk, (value.clone(), bytes));
+                .remember_nested_list(nk, value.clone(), before);
         }
         if let (Some(key), Ok(value)) = (key, &out) {
-            let bytes = limits::used().saturating_sub(before);
             let cached = if checked_only {
                 Value::Null
             } else {
@@ -611,8 +639,7 @@ impl Evaluator<'_> {
             };
             self.derived
                 .borrow_mut()
-                .expansions
-                .insert(key, (cached, bytes));
+                .remember_expansion(key, cached, before);
         }
         out
     }
@@ -626,7 +653,7 @@ impl Evaluator<'_> {
     /// the API groups whose types changed build theirs again. It can read
     /// nothing else: a loop variable's index is an `@` path, which gives
     /// no key.
-    fn nested_key(&self, v: &Value, data: &Value) -> Option<NestedKey> {
+    fn nested_key(&self, v: &Value, data: &Value, marked: bool) -> Option<NestedKey> {
         let Value::Array(items) = v else { return None };
         if !items.iter().any(|x| x.get("forEach").is_some()) {
             return None;
@@ -666,27 +693,28 @@ impl Evaluator<'_> {
                 Some((Arc::from(serde_json::to_string(v).ok()?), read))
             })
             .clone()?;
-        Some((text, self.mark.get(), self.var_tokens(&vars)?, bound))
+        Some((text, marked, self.var_tokens(&vars)?, bound))
     }
 
     /// An output's policy rules checked before from the same cached
     /// expansion, charging the budget what expanding charged.
-    fn cached_policy(&self, v: &Value) -> Option<super::memo::CachedPolicy> {
-        if self.depth.get() != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
+    fn cached_policy(&self, v: &Value, pass: Pass<'_>) -> Option<super::memo::CachedPolicy> {
+        if pass.depth != 0 || !matches!(v, Value::Array(_) | Value::Object(_)) {
             return None;
         }
-        let key = self.expansion_key(v, false)?;
-        let derived = self.derived.borrow();
-        let (_, bytes) = derived.expansions.get(&key)?;
-        let cached = derived.policies.get(&key)?;
-        limits::charge(*bytes).ok()?;
-        Some((Arc::clone(&cached.0), cached.1.clone()))
+        let key = self.expansion_key(v, false, pass.marked)?;
+        self.derived.borrow().checked_policy(&key)
     }
 
     /// The key of a whole template value's expansion in the cache: when
     /// it reads nothing but vars (each cached, by its token) and its own
     /// loop variables.
-    fn expansion_key(&self, v: &Value, entry: bool) -> Option<(usize, bool, Vec<u64>)> {
+    fn expansion_key(
+        &self,
+        v: &Value,
+        entry: bool,
+        marked: bool,
+    ) -> Option<(usize, bool, Vec<u64>)> {
         let addr = v as *const Value as usize;
         let deps = self
             .deps
@@ -694,7 +722,7 @@ impl Evaluator<'_> {
             .entry(addr)
             .or_insert_with(|| self.vars_read(v, entry, &mut vec!["vars"]))
             .clone()?;
-        Some((addr, self.mark.get(), self.var_tokens(&deps)?))
+        Some((addr, marked, self.var_tokens(&deps)?))
     }
 
     /// The tokens of these cached vars, when each is cached.
@@ -805,20 +833,26 @@ impl Evaluator<'_> {
     }
 
     /// Records where an entry of the outermost list landed, when asked
-    /// (see [`Inputs::spans`]).
-    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize) {
-        if self.depth.get() != 1 {
+    /// (see [`Pass::spans`]).
+    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize, pass: Pass<'_>) {
+        if pass.depth != 1 {
             return;
         }
-        if let Some(spans) = self.inputs.borrow_mut().spans.as_mut() {
-            spans.push(Span { key, start, end });
+        if let Some(spans) = pass.spans {
+            spans.borrow_mut().push(Span { key, start, end });
         }
     }
 
-    fn expand_value(&self, v: &Value, ctx: &mut Context, field: At<'_>) -> Result<Value> {
+    fn expand_value(
+        &self,
+        v: &Value,
+        ctx: &mut Context,
+        field: At<'_>,
+        pass: Pass<'_>,
+    ) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         if let Value::String(s) = v {
-            return self.expand_string(s, ctx, &|| field.to_string());
+            return self.expand_string(s, ctx, &|| field.to_string(), pass.marked);
         }
         limited(field, limits::charge_node())?;
         match v {
@@ -827,14 +861,14 @@ impl Evaluator<'_> {
                 for (i, item) in items.iter().enumerate() {
                     // An entry of a whole value that is not cached as a
                     // whole (it reads the trigger elsewhere) may be.
-                    let key = (self.depth.get() == 1)
-                        .then(|| self.expansion_key(item, true))
+                    let key = (pass.depth == 1)
+                        .then(|| self.expansion_key(item, true, pass.marked))
                         .flatten();
                     // Its policy rules were checked before: a list whose
                     // rules are checked entry by entry needs no copy (and
                     // keeps none: see below).
                     let placeholder = key.as_ref().is_some_and(|key| {
-                        self.inputs.borrow().spans.is_some()
+                        pass.spans.is_some()
                             && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
                     });
                     if let Some(key) = &key
@@ -855,7 +889,7 @@ impl Evaluator<'_> {
                                 limits::check_list(out.len(), "the expanded list"),
                             )?;
                         }
-                        self.span(Some(key.clone()), start, out.len());
+                        self.span(Some(key.clone()), start, out.len(), pass);
                         continue;
                     }
                     let (start, before) = (out.len(), limits::used());
@@ -863,18 +897,18 @@ impl Evaluator<'_> {
                         // A plain string (never a directive), as `entry`
                         // expands it: its field is spelled only on error.
                         let at = || format!("{field}[{i}]");
-                        out.push(self.expand_string(s, ctx, &at)?);
+                        out.push(self.expand_string(s, ctx, &at, pass.marked)?);
                         limits::check_list(out.len(), "the expanded list")
                             .map_err(|m| FieldError::new(ErrorKind::LimitExceeded, at(), m))?;
                     } else {
-                        self.entry(item, i, field, ctx, &mut out)?;
+                        self.entry(item, i, field, ctx, &mut out, pass)?;
                     }
                     if let Some(key) = &key {
                         let bytes = limits::used().saturating_sub(before);
                         // Checked entry by entry, it is read again only as
                         // placeholders (with its checked rules): nulls, which
                         // no other read takes for a copy (above).
-                        let cached = if self.inputs.borrow().spans.is_some() {
+                        let cached = if pass.spans.is_some() {
                             vec![Value::Null; out.len() - start]
                         } else {
                             out[start..].to_vec()
@@ -884,22 +918,28 @@ impl Evaluator<'_> {
                             .expansions
                             .insert(key.clone(), (Value::Array(cached), bytes));
                     }
-                    self.span(key, start, out.len());
+                    self.span(key, start, out.len(), pass);
                 }
                 Ok(Value::Array(out))
             }
-            Value::Object(map) => self.expand_map(map, ctx, field),
+            Value::Object(map) => self.expand_map(map, ctx, field, pass),
             other => Ok(other.clone()),
         }
     }
 
     /// Expands a template string (marked as data when asked); `field`
     /// names it in an error.
-    fn expand_string(&self, s: &str, ctx: &Context, field: &dyn Fn() -> String) -> Result<Value> {
+    fn expand_string(
+        &self,
+        s: &str,
+        ctx: &Context,
+        field: &dyn Fn() -> String,
+        marked: bool,
+    ) -> Result<Value> {
         // Every expanded value is charged: nested forEach multiply.
         limits::charge_node().map_err(|m| FieldError::new(ErrorKind::LimitExceeded, field(), m))?;
-        let mark = (self.mark.get() && !super::template::Templates::is_literal(s))
-            .then_some(output::DATA_MARK);
+        let mark =
+            (marked && !super::template::Templates::is_literal(s)).then_some(output::DATA_MARK);
         let text = self
             .engine
             .templates
@@ -917,12 +957,13 @@ impl Evaluator<'_> {
         field: At<'_>,
         ctx: &mut Context,
         out: &mut Vec<Value>,
+        pass: Pass<'_>,
     ) -> Result<()> {
         let f = At::Index(&field, i);
         let d = directive(item)
             .map_err(|m| FieldError::new(ErrorKind::InvalidRule, f.to_string(), m))?;
         let Some(d) = d else {
-            out.push(self.expand(item, ctx, f)?);
+            out.push(self.expand(item, ctx, f, pass)?);
             return Ok(());
         };
         let f_when = At::Key(&f, "when");
@@ -937,8 +978,8 @@ impl Evaluator<'_> {
                 return Ok(());
             }
             match d.body {
-                DirBody::Item(b) => out.push(this.expand(b, ctx, f_body)?),
-                DirBody::Items(b) => match this.expand(b, ctx, f_body)? {
+                DirBody::Item(b) => out.push(this.expand(b, ctx, f_body, pass)?),
+                DirBody::Items(b) => match this.expand(b, ctx, f_body, pass)? {
                     Value::Array(xs) => out.extend(xs),
                     other => out.push(other),
                 },
@@ -978,11 +1019,12 @@ impl Evaluator<'_> {
         map: &Map<String, Value>,
         ctx: &mut Context,
         field: At<'_>,
+        pass: Pass<'_>,
     ) -> Result<Value> {
         let mut out = Map::new();
         for (k, val) in map {
             if k == "$merge" {
-                let merged = self.expand(val, ctx, At::Key(&field, "$merge"))?;
+                let merged = self.expand(val, ctx, At::Key(&field, "$merge"), pass)?;
                 for (j, part) in merged.as_array().into_iter().flatten().enumerate() {
                     let Value::Object(pm) = part else {
                         return Err(FieldError::new(
@@ -1007,7 +1049,7 @@ impl Evaluator<'_> {
                 continue;
             }
             let key = self.tpl(At::Quoted(&field, k), k, ctx)?;
-            let val = self.expand(val, ctx, At::Key(&field, k))?;
+            let val = self.expand(val, ctx, At::Key(&field, k), pass)?;
             if out.insert(key.clone(), val).is_some() {
                 return Err(FieldError::new(
                     ErrorKind::InvalidOutput,
@@ -1126,7 +1168,7 @@ impl Evaluator<'_> {
     }
 
     fn strings(&self, field: At<'_>, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
-        match self.expand(v, ctx, field)? {
+        match self.expand(v, ctx, field, Pass::PLAIN)? {
             Value::Array(a) => a
                 .into_iter()
                 .enumerate()
@@ -1328,19 +1370,12 @@ impl Evaluator<'_> {
             }
         }
         if let Some((key, bytes, warned)) = keep {
-            let mut derived = self.derived.borrow_mut();
-            let token = derived.token();
             let warnings = self.warnings.borrow()[warned..].to_vec();
-            derived.lists.insert(
-                key.clone(),
-                ListEntry {
-                    value: None,
-                    warnings,
-                    bytes: limits::used().saturating_sub(bytes),
-                    token,
-                    hollow: false,
-                },
-            );
+            let bytes = limits::used().saturating_sub(bytes);
+            let token = self
+                .derived
+                .borrow_mut()
+                .reserve_list(key.clone(), warnings, bytes, false);
             let mut inputs = self.inputs.borrow_mut();
             inputs.list_tokens.insert(rel.name.clone(), token);
             inputs.lent.push(Lent::List(rel.name.clone(), key));
@@ -1537,89 +1572,126 @@ impl Evaluator<'_> {
         } else {
             &l.of[..]
         };
-        // The same source objects give the same list (items are
-        // de-duplicated and sorted): cached for the next trigger that
-        // reads them, when its conditions read only the item.
+        let (cached, conditions_ok) = self.whole_list(i, rel, of, keep);
+        if let Some(v) = cached {
+            return Ok(ControlFlow::Break(v));
+        }
+        let held = self.held_sets(of);
+        let trigger = self.inputs.borrow().trigger.clone();
+        let sources = self.sources_of(of, ctx.data(), trigger.as_ref(), &held);
+        let parts = self.extracted_parts(i, f, l, &path, sources)?;
+        let items = self.union_items(i, rel, f, ctx, &parts, conditions_ok, keys)?;
+        *judged = conditions_ok;
+        Ok(ControlFlow::Continue(items))
+    }
+
+    /// A listField's list cached whole for another trigger reading the
+    /// same source objects (items are de-duplicated and sorted), when its
+    /// conditions read only the item; else, when it can be cached, its key
+    /// in `keep`. And whether its conditions read only the item.
+    fn whole_list(
+        &self,
+        i: usize,
+        rel: &Related,
+        of: &[String],
+        keep: &mut Option<PendingList>,
+    ) -> (Option<Vec<Value>>, bool) {
         let sources = self.list_sources(of);
         let shape = self.reads_of(i, rel);
         let conditions_ok = shape.where_item && shape.require_item;
         if let (Some(addrs), true) = (sources, conditions_ok) {
             let key = (i, addrs);
             if let Some(v) = self.cached_list(&rel.name, &key) {
-                return Ok(ControlFlow::Break(v));
+                return (Some(v), conditions_ok);
             }
             *keep = Some((key, limits::used(), self.warnings.borrow().len()));
         }
-        // Read in place: only the items kept are copied. Each source
-        // with the store's object it was copied from (when known): its
-        // extracted entries are cached by that object's address and how
-        // much of it templates see (a trigger in its own family shares
-        // them).
-        let data = ctx.data();
-        // The objects of sets no template reads, as the store holds
-        // them: copied (as templates would see them) only when their
-        // entries are extracted afresh.
-        let held: Vec<(&String, Vec<Arc<Value>>, bool)> = {
-            let inputs = self.inputs.borrow();
-            of.iter()
-                .filter(|name| self.rule.unread.contains(*name))
-                .filter_map(|name| {
-                    let q = self.related_query(name)?;
-                    Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
-                })
-                .collect()
-        };
-        let trigger = self.inputs.borrow().trigger.clone();
+        (None, conditions_ok)
+    }
+
+    /// The objects of the sets a listField names that no template reads,
+    /// as the store holds them (with whether templates see only their
+    /// metadata): copied (as templates would see them) only when their
+    /// entries are extracted afresh.
+    fn held_sets<'o>(&self, of: &'o [String]) -> Vec<(&'o String, Vec<Arc<Value>>, bool)> {
+        let inputs = self.inputs.borrow();
+        of.iter()
+            .filter(|name| self.rule.unread.contains(*name))
+            .filter_map(|name| {
+                let q = self.related_query(name)?;
+                Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
+            })
+            .collect()
+    }
+
+    /// A listField's sources, read in place (only the items kept are
+    /// copied): each with the store's object it was copied from, when
+    /// known, by how much of it templates see and its address (its
+    /// extracted entries are cached by these: a trigger in its own family
+    /// shares them).
+    fn sources_of<'s>(
+        &self,
+        of: &'s [String],
+        data: &'s Value,
+        trigger: Option<&'s Arc<Value>>,
+        held: &'s [(&String, Vec<Arc<Value>>, bool)],
+    ) -> Vec<(Source<'s>, Option<(usize, usize)>)> {
         let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
         // A one-shot render keeps nothing: no addresses.
         let record = self.record;
-        {
-            let inputs = self.inputs.borrow();
-            let mut derived = self.derived.borrow_mut();
-            let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
-            for name in of {
-                if name == "trigger" {
-                    // Read where the store holds it: templates may
-                    // see only the parts of it they read.
-                    let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
-                    if let Some((o, m)) = trigger.as_ref().zip(seen) {
-                        let addr = pin(o).map(|a| (usize::from(m), a));
-                        sources.push((Source::Held(o, m), addr));
-                    }
-                } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
-                    for o in objs {
-                        let addr = pin(o).map(|a| (usize::from(*seen), a));
-                        sources.push((Source::Held(o, *seen), addr));
-                    }
-                } else {
-                    let seen = self.related_query(name).map(|q| q.metadata_only);
-                    let values = data["related"][name.as_str()].as_array();
-                    let objs = inputs
-                        .objects
-                        .get(name)
-                        .filter(|o| seen.is_some() && values.is_some_and(|v| v.len() == o.len()));
-                    for (n, v) in values.into_iter().flatten().enumerate() {
-                        let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
-                        let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                        sources.push((Source::Seen(v), addr));
-                    }
+        let inputs = self.inputs.borrow();
+        let mut derived = self.derived.borrow_mut();
+        let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
+        for name in of {
+            if name == "trigger" {
+                // Read where the store holds it: templates may
+                // see only the parts of it they read.
+                let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
+                if let Some((o, m)) = trigger.zip(seen) {
+                    let addr = pin(o).map(|a| (usize::from(m), a));
+                    sources.push((Source::Held(o, m), addr));
+                }
+            } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
+                for o in objs {
+                    let addr = pin(o).map(|a| (usize::from(*seen), a));
+                    sources.push((Source::Held(o, *seen), addr));
+                }
+            } else {
+                let seen = self.related_query(name).map(|q| q.metadata_only);
+                let values = data["related"][name.as_str()].as_array();
+                let objs = inputs
+                    .objects
+                    .get(name)
+                    .filter(|o| seen.is_some() && values.is_some_and(|v| v.len() == o.len()));
+                for (n, v) in values.into_iter().flatten().enumerate() {
+                    let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
+                    let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
+                    sources.push((Source::Seen(v), addr));
                 }
             }
         }
+        sources
+    }
+
+    /// Each listField source's extracted entries (cached ones shared, not
+    /// copied).
+    fn extracted_parts(
+        &self,
+        i: usize,
+        f: At<'_>,
+        l: &ListFieldQuery,
+        path: &FieldPath,
+        sources: Vec<(Source<'_>, Option<(usize, usize)>)>,
+    ) -> Result<Vec<Arc<ExtractedEntries>>> {
         let extract = self.list_extract(f, l)?;
-        // Each source's entries (cached ones shared, not copied), then
-        // their union by text, read in place: only the items judged
-        // afresh and those the list keeps are copied.
         let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
         // One source's list is cached whole (by its address) already.
         let several = sources.len() > 1;
         for (src, addr) in sources {
             let cache = addr.filter(|_| several).map(|(seen, a)| (i, seen, a));
-            parts.push(self.source_entries(f, src, cache, &path, extract.as_ref()));
+            parts.push(self.source_entries(f, src, cache, path, extract.as_ref()));
         }
-        let items = self.union_items(i, rel, f, ctx, &parts, conditions_ok, keys)?;
-        *judged = conditions_ok;
-        Ok(ControlFlow::Continue(items))
+        Ok(parts)
     }
 
     /// The union of a listField's entries by text, read in place; judged
@@ -1817,21 +1889,11 @@ impl Evaluator<'_> {
     /// it (computed again, to fail as a full render does).
     fn cached_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
         let mut derived = self.derived.borrow_mut();
-        let e = derived.lists.get_mut(key)?;
-        if e.value.is_none()
-            || (e.hollow && !self.rule.unread.contains(name))
-            || limits::charge(e.bytes).is_err()
-        {
-            return None;
-        }
-        let Some(Value::Array(v)) = e.value.take() else {
-            return None;
-        };
-        self.warnings
-            .borrow_mut()
-            .extend(e.warnings.iter().cloned());
+        let read = !self.rule.unread.contains(name);
+        let (v, warnings, token) = derived.lend_list(key, read)?;
+        self.warnings.borrow_mut().extend(warnings.iter().cloned());
         let mut inputs = self.inputs.borrow_mut();
-        inputs.list_tokens.insert(name.to_string(), e.token);
+        inputs.list_tokens.insert(name.to_string(), token);
         inputs.lent.push(Lent::List(name.to_string(), key.clone()));
         Some(v)
     }
@@ -1938,18 +2000,10 @@ impl Evaluator<'_> {
         let items = match self.cached_list(&rel.name, &key) {
             Some(v) => v,
             None => {
-                let mut derived = self.derived.borrow_mut();
-                let token = derived.token();
-                derived.lists.insert(
-                    key.clone(),
-                    ListEntry {
-                        value: None,
-                        warnings: Vec::new(),
-                        bytes: 0,
-                        token,
-                        hollow,
-                    },
-                );
+                let token =
+                    self.derived
+                        .borrow_mut()
+                        .reserve_list(key.clone(), Vec::new(), 0, hollow);
                 let mut inputs = self.inputs.borrow_mut();
                 inputs.list_tokens.insert(rel.name.clone(), token);
                 inputs.lent.push(Lent::List(rel.name.clone(), key));
@@ -2019,41 +2073,13 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         run: impl FnOnce(&Context, &Value) -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
-        if let Some(verdict) = self.cached_verdict(slot, text) {
+        if let Some(verdict) = memo::cached_verdict(&self.items.borrow(), slot, text) {
             return Ok(verdict);
         }
         let before = limits::used();
         let (_, verdict) = with_item(ctx, item.clone(), run);
-        self.keep_verdict(slot, text, verdict?, before)
-    }
-
-    /// An item's verdict cached from before, charging the budget what
-    /// judging it charged; `None` over budget (judged again, to fail where
-    /// and as a full render does).
-    fn cached_verdict(&self, slot: (usize, bool), text: &str) -> Option<ItemVerdict> {
-        let (verdict, bytes) = self
-            .items
-            .borrow()
-            .get(&slot)
-            .and_then(|m| m.get(text))
-            .cloned()?;
-        limits::charge(bytes).is_ok().then_some(verdict)
-    }
-
-    /// Keeps a verdict judged since `before` (the budget used then).
-    fn keep_verdict(
-        &self,
-        slot: (usize, bool),
-        text: &str,
-        verdict: ItemVerdict,
-        before: usize,
-    ) -> Result<ItemVerdict> {
-        let bytes = limits::used().saturating_sub(before);
-        self.items
-            .borrow_mut()
-            .entry(slot)
-            .or_default()
-            .insert(text.to_string(), (verdict.clone(), bytes));
+        let verdict = verdict?;
+        memo::remember_verdict(&mut self.items.borrow_mut(), slot, text, &verdict, before);
         Ok(verdict)
     }
 
@@ -2139,11 +2165,13 @@ impl Evaluator<'_> {
         run: impl FnOnce() -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
         let Some(key) = key else { return run() };
-        if let Some(verdict) = self.cached_verdict(slot, key) {
+        if let Some(verdict) = memo::cached_verdict(&self.items.borrow(), slot, key) {
             return Ok(verdict);
         }
         let before = limits::used();
-        self.keep_verdict(slot, key, run()?, before)
+        let verdict = run()?;
+        memo::remember_verdict(&mut self.items.borrow_mut(), slot, key, &verdict, before);
+        Ok(verdict)
     }
 
     /// Renders every output for one trigger (or the static set), then
@@ -2456,12 +2484,17 @@ impl Evaluator<'_> {
         let annotations_field = At::Key(at, "annotations");
         let mut labels = BTreeMap::new();
         if let Some(l) = &o.labels {
-            labels = output::string_map(labels_field, &self.expand(l, ctx, labels_field)?)?;
+            labels = output::string_map(
+                labels_field,
+                &self.expand(l, ctx, labels_field, Pass::PLAIN)?,
+            )?;
         }
         let mut annotations = BTreeMap::new();
         if let Some(a) = &o.annotations {
-            annotations =
-                output::string_map(annotations_field, &self.expand(a, ctx, annotations_field)?)?;
+            annotations = output::string_map(
+                annotations_field,
+                &self.expand(a, ctx, annotations_field, Pass::PLAIN)?,
+            )?;
         }
         for k in labels.keys().chain(annotations.keys()) {
             let reserved = k
@@ -2533,7 +2566,7 @@ impl Evaluator<'_> {
         let aggregation = match &o.aggregation_rule {
             Some(a) => Some(output::aggregation_rule(
                 At::Key(at, "aggregationRule"),
-                &self.expand(a, ctx, At::Key(at, "aggregationRule"))?,
+                &self.expand(a, ctx, At::Key(at, "aggregationRule"), Pass::PLAIN)?,
             )?),
             None => None,
         };
@@ -2551,22 +2584,23 @@ impl Evaluator<'_> {
         refusal: &mut Option<FieldError>,
     ) -> Result<Arc<Vec<PolicyRule>>> {
         // Values rendered from templates are marked as data.
-        self.mark.set(true);
-        let cached = self.cached_policy(r);
-        let key = self.expansion_key(r, false);
+        let pass = Pass::MARKED;
+        let cached = self.cached_policy(r, pass);
+        let key = self.expansion_key(r, false, pass.marked);
         // Not cached as a whole: its entries' checked rules may be.
         let by_entry = cached.is_none() && key.is_none() && r.is_array();
-        if by_entry {
-            self.inputs.borrow_mut().spans = Some(Vec::new());
-        }
+        let spans = RefCell::new(Vec::new());
+        let whole = Pass {
+            spans: by_entry.then_some(&spans),
+            ..pass
+        };
         // Cached whole, it is read again only through its
         // checked rules (cached below, or the expansion dropped).
         let expanded = match cached {
             Some(_) => Ok(Value::Null),
-            None => self.expand_as(r, ctx, field, key.is_some()),
+            None => self.expand_as(r, ctx, field, whole, key.is_some()),
         };
-        let spans = self.inputs.borrow_mut().spans.take();
-        self.mark.set(false);
+        let spans = by_entry.then(|| spans.into_inner());
         Ok(match cached {
             Some((rules, r)) => {
                 *refusal = r;
@@ -2652,9 +2686,7 @@ impl Evaluator<'_> {
         let subjects = match &o.subjects {
             Some(s) => {
                 // Names from data are marked: never a `system:` one.
-                self.mark.set(true);
-                let expanded = self.expand(s, ctx, At::Key(at, "subjects"));
-                self.mark.set(false);
+                let expanded = self.expand(s, ctx, At::Key(at, "subjects"), Pass::MARKED);
                 let (subjects, r) =
                     output::marked_subjects(At::Key(at, "subjects"), expanded?, o.kind)?;
                 *refusal = refusal.take().or(r);

@@ -24,6 +24,7 @@ use super::caches::Caches;
 use crate::api::OutputKind;
 use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::fast_hash::{HashMap, HashSet};
+use crate::engine::limits;
 use crate::engine::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, Seen};
 use crate::engine::store::{GroupKind, ObjectKey, group_of};
 
@@ -462,6 +463,94 @@ pub(in crate::engine) const DERIVED_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub(in crate::engine) const DERIVED_BYTES_TOTAL_MAX: usize = 16 * 1024 * 1024;
 
 impl Derived {
+    /// A whole value's expansion cached before, charging the budget what
+    /// expanding it charged; `None` over budget (expanded again, to fail
+    /// where and as a full render does).
+    pub fn expansion(&self, key: &(usize, bool, Vec<u64>)) -> Option<Value> {
+        let (cached, bytes) = self.expansions.get(key)?;
+        limits::charge(*bytes).ok()?;
+        Some(cached.clone())
+    }
+
+    /// Caches a whole value's expansion, computed since `before` (the
+    /// budget used then).
+    pub fn remember_expansion(
+        &mut self,
+        key: (usize, bool, Vec<u64>),
+        value: Value,
+        before: usize,
+    ) {
+        let bytes = limits::used().saturating_sub(before);
+        self.expansions.insert(key, (value, bytes));
+    }
+
+    /// An output's policy rules checked before from a cached expansion,
+    /// charging the budget what expanding it charged.
+    pub fn checked_policy(&self, key: &(usize, bool, Vec<u64>)) -> Option<CachedPolicy> {
+        let (_, bytes) = self.expansions.get(key)?;
+        let cached = self.policies.get(key)?;
+        limits::charge(*bytes).ok()?;
+        Some((Arc::clone(&cached.0), cached.1.clone()))
+    }
+
+    /// A listField list cached before, lent (taken out until the render
+    /// gives it back), charging the budget what computing it charged: with
+    /// the warnings computing it gave and its token. `None` when absent,
+    /// lent, over budget, or hollow (its items not kept) while `read`
+    /// (templates read it).
+    pub fn lend_list(
+        &mut self,
+        key: &(usize, Vec<usize>),
+        read: bool,
+    ) -> Option<(Vec<Value>, &[FieldWarning], u64)> {
+        let e = self.lists.get_mut(key)?;
+        if e.value.is_none() || (e.hollow && read) || limits::charge(e.bytes).is_err() {
+            return None;
+        }
+        let Some(Value::Array(v)) = e.value.take() else {
+            return None;
+        };
+        Some((v, &e.warnings, e.token))
+    }
+
+    /// Reserves a listField list's entry (filled when the render gives its
+    /// value back), with the warnings and bytes computing it gave: a fresh
+    /// token for it.
+    pub fn reserve_list(
+        &mut self,
+        key: (usize, Vec<usize>),
+        warnings: Vec<FieldWarning>,
+        bytes: usize,
+        hollow: bool,
+    ) -> u64 {
+        let token = self.token();
+        self.lists.insert(
+            key,
+            ListEntry {
+                value: None,
+                warnings,
+                bytes,
+                token,
+                hollow,
+            },
+        );
+        token
+    }
+
+    /// A nested list cached before, charging the budget what building it
+    /// charged; `None` over budget.
+    pub fn nested_list(&self, key: &NestedKey) -> Option<Value> {
+        let (cached, bytes) = self.nested.get(key)?;
+        limits::charge(*bytes).ok()?;
+        Some(cached.clone())
+    }
+
+    /// Caches a nested list, built since `before` (the budget used then).
+    pub fn remember_nested_list(&mut self, key: NestedKey, value: Value, before: usize) {
+        let bytes = limits::used().saturating_sub(before);
+        self.nested.insert(key, (value, bytes));
+    }
+
     /// What the cached values hold, as charged when they were computed.
     pub fn cached_bytes(&self) -> usize {
         let lists: usize = self.lists.values().map(|e| e.bytes).sum();
@@ -633,6 +722,34 @@ pub(in crate::engine) fn share_derived(
 /// members judge the same entries, and a changed revision only its own.
 pub(in crate::engine) type ItemCache =
     HashMap<(usize, bool), HashMap<String, (ItemVerdict, usize)>>;
+
+/// An item's verdict cached from before, charging the budget what judging
+/// it charged; `None` over budget (judged again, to fail where and as a
+/// full render does).
+pub(in crate::engine) fn cached_verdict(
+    items: &ItemCache,
+    slot: (usize, bool),
+    text: &str,
+) -> Option<ItemVerdict> {
+    let (verdict, bytes) = items.get(&slot).and_then(|m| m.get(text))?;
+    limits::charge(*bytes).ok()?;
+    Some(verdict.clone())
+}
+
+/// Caches a verdict judged since `before` (the budget used then).
+pub(in crate::engine) fn remember_verdict(
+    items: &mut ItemCache,
+    slot: (usize, bool),
+    text: &str,
+    verdict: &ItemVerdict,
+    before: usize,
+) {
+    let bytes = limits::used().saturating_sub(before);
+    items
+        .entry(slot)
+        .or_default()
+        .insert(text.to_string(), (verdict.clone(), bytes));
+}
 
 /// Entries an [`ItemCache`] keeps before it starts over.
 pub(in crate::engine) const ITEM_CACHE_MAX: usize = 20_000;

@@ -246,13 +246,16 @@ impl Content {
 
 /// Labels or annotations of a live object, sorted by key: what the plan,
 /// provenance and the Helm check read, kept without the body.
-type Pairs = Box<[(Box<str>, Box<str>)]>;
+/// Keys and values are shared text ([`share_text`]): thousands of live
+/// objects carry the same few keys, and the outputs of one trigger or rule
+/// the same values.
+type Pairs = Box<[(Arc<str>, Arc<str>)]>;
 
 fn pairs(map: Option<&Map<String, Value>>) -> Pairs {
     // A JSON map iterates in key order: the pairs come sorted.
     map.into_iter()
         .flatten()
-        .filter_map(|(k, v)| Some((Box::from(k.as_str()), Box::from(v.as_str()?))))
+        .filter_map(|(k, v)| Some((share_text(k), share_text(v.as_str()?))))
         .collect()
 }
 
@@ -283,6 +286,10 @@ pub struct Live {
     uid: Option<Box<str>>,
     /// metadata.resourceVersion.
     resource_version: Option<Box<str>>,
+    /// metadata.creationTimestamp, when in the API server's form: kept
+    /// apart so that the packed rest of equal objects is shared (on a
+    /// real server it was the only part of most bodies unique to each).
+    created: Option<Stamp>,
     /// The compared parts, as digests.
     content: Content,
     /// The body as JSON while `object` is `None` ([`Live::pack`]).
@@ -346,7 +353,26 @@ struct Meta {
 struct Packed {
     rest: Arc<[u8]>,
     rules: Option<Arc<[u8]>>,
-    restore: u8,
+    restore: u16,
+}
+
+/// A timestamp as the API server writes it (`2026-01-02T03:04:05Z`, RFC
+/// 3339 in UTC, whole seconds), held inline: no allocation per object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp([u8; 20]);
+
+impl Stamp {
+    /// `text` when it has that form (twenty ASCII characters, ending in
+    /// `Z`); anything else stays in the packed body as it is.
+    fn of(text: &str) -> Option<Stamp> {
+        let bytes: [u8; 20] = text.as_bytes().try_into().ok()?;
+        (bytes.is_ascii() && bytes[19] == b'Z').then_some(Stamp(bytes))
+    }
+
+    fn as_str(&self) -> &str {
+        // ASCII, checked by `of`.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// A part of a packed body: a field as it is, or metadata without what
@@ -360,14 +386,15 @@ enum Part<'a> {
 
 /// Fields of a packed body restored from the summary.
 mod restore {
-    pub const API_VERSION: u8 = 1;
-    pub const KIND: u8 = 2;
-    pub const NAME: u8 = 4;
-    pub const NAMESPACE: u8 = 8;
-    pub const UID: u8 = 16;
-    pub const RESOURCE_VERSION: u8 = 32;
-    pub const LABELS: u8 = 64;
-    pub const ANNOTATIONS: u8 = 128;
+    pub const API_VERSION: u16 = 1;
+    pub const KIND: u16 = 2;
+    pub const NAME: u16 = 4;
+    pub const NAMESPACE: u16 = 8;
+    pub const UID: u16 = 16;
+    pub const RESOURCE_VERSION: u16 = 32;
+    pub const LABELS: u16 = 64;
+    pub const ANNOTATIONS: u16 = 128;
+    pub const CREATED: u16 = 256;
 }
 
 /// Values shared by content among those alive: the one copy of a value
@@ -432,6 +459,13 @@ fn share(bytes: Vec<u8>) -> Arc<[u8]> {
     share_in(&TABLE, bytes, Arc::from)
 }
 
+/// The one shared copy of a label's or annotation's key or value among
+/// those alive.
+fn share_text(text: &str) -> Arc<str> {
+    static TABLE: Shared<str> = Shared::new();
+    share_in(&TABLE, text, Arc::from)
+}
+
 /// The one shared copy of `meta` among those alive.
 fn share_meta(meta: Meta) -> Arc<Meta> {
     static TABLE: Shared<Meta> = Shared::new();
@@ -487,6 +521,7 @@ impl Live {
             id: ObjectId::of(&object),
             uid: meta["uid"].as_str().map(Box::from),
             resource_version: meta["resourceVersion"].as_str().map(Box::from),
+            created: meta["creationTimestamp"].as_str().and_then(Stamp::of),
             meta: share_meta(Meta {
                 labels: pairs(meta["labels"].as_object()),
                 annotations: pairs(meta["annotations"].as_object()),
@@ -558,6 +593,12 @@ impl Live {
                         if v.as_str().is_some() && v.as_str() == self.resource_version() =>
                     {
                         RESOURCE_VERSION
+                    }
+                    ("creationTimestamp", _)
+                        if v.as_str().and_then(Stamp::of).is_some()
+                            && v.as_str().and_then(Stamp::of) == self.created =>
+                    {
+                        CREATED
                     }
                     ("labels", _) if texts(v) => LABELS,
                     ("annotations", _) if texts(v) => ANNOTATIONS,
@@ -633,7 +674,7 @@ impl Live {
         if let Some(rules) = &packed.rules {
             map.insert("rules".into(), serde_json::from_slice(rules)?);
         }
-        let has = |bit: u8| packed.restore & bit != 0;
+        let has = |bit: u16| packed.restore & bit != 0;
         let text = |s: &str| Value::String(s.to_string());
         let object = |pairs: &Pairs| {
             Value::Object(
@@ -664,6 +705,11 @@ impl Live {
                     RESOURCE_VERSION,
                     "resourceVersion",
                     self.resource_version().map(text),
+                ),
+                (
+                    CREATED,
+                    "creationTimestamp",
+                    self.created.as_ref().map(|s| text(s.as_str())),
                 ),
                 (LABELS, "labels", Some(object(&self.meta.labels))),
                 (
@@ -1488,6 +1534,54 @@ mod tests {
         lc.pack();
         assert!(lc.unpack());
         assert_eq!(lc.object(), &odd);
+    }
+
+    #[test]
+    fn objects_made_at_different_times_share_their_packed_rest() {
+        // A real API server stamps every object with its own
+        // creationTimestamp: the rest of equal objects is still one copy.
+        let body = |name: &str, created: &str| {
+            json!({
+                "apiVersion": RBAC_API_VERSION, "kind": "Role",
+                "metadata": {"name": name, "namespace": "n", "uid": format!("u-{name}"),
+                    "resourceVersion": "4", "creationTimestamp": created,
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "x"}]},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+            })
+        };
+        let a = body("a", "2026-01-01T00:00:00Z");
+        let b = body("b", "2026-11-26T16:34:51Z");
+        let (mut la, mut lb) = (live(a.clone()), live(b.clone()));
+        la.pack();
+        lb.pack();
+        let rest = |l: &Live| l.packed.as_ref().map(|p| p.rest.clone()).expect("packed");
+        assert!(Arc::ptr_eq(&rest(&la), &rest(&lb)), "one copy of the rest");
+        let text = String::from_utf8(rest(&la).to_vec()).expect("utf-8");
+        assert!(!text.contains("creationTimestamp"), "{text}");
+        assert!(la.unpack() && lb.unpack());
+        assert_eq!((la.object(), lb.object()), (&a, &b));
+        // A timestamp in another form (fractional seconds, an offset, not
+        // text) stays in the body as it came.
+        for odd in [
+            json!("2026-01-01T00:00:00.5Z"),
+            json!("2026-01-01T00:00:00+01:00"),
+            json!(7),
+        ] {
+            let mut c = body("c", "");
+            c["metadata"]["creationTimestamp"] = odd;
+            let mut lc = live(c.clone());
+            lc.pack();
+            assert!(lc.unpack());
+            assert_eq!(lc.object(), &c);
+        }
+        // Labels and annotations of different objects share their text.
+        let mut d = body("d", "2026-01-01T00:00:00Z");
+        d["metadata"]["annotations"] = json!({"x": "y"});
+        let ld = live(d);
+        assert!(!Arc::ptr_eq(&la.meta, &ld.meta));
+        let (ka, kd) = (&la.meta.labels[0], &ld.meta.labels[0]);
+        assert!(Arc::ptr_eq(&ka.0, &kd.0) && Arc::ptr_eq(&ka.1, &kd.1));
     }
 
     #[test]

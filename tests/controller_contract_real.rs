@@ -205,3 +205,67 @@ async fn a_role_the_fence_forbids_holds_back_its_binding_and_names_the_fence() {
 async fn a_role_the_fence_cannot_evaluate_holds_back_its_binding_and_names_the_fence() {
     refused_role_holds_back_its_binding(422).await;
 }
+
+/// When a real API server comes back (restarted, or its watch cache gone)
+/// every watch relists at the same moment, and each list page is held
+/// parsed while it is read. The controller lists in turns: at most
+/// `LISTS_AT_ONCE` lists are in flight, the next starts when one ends,
+/// and every watch gets its turn.
+#[tokio::test]
+async fn watches_list_in_turns() {
+    use rbac_rules::controller::watch::{LISTS_AT_ONCE, Watches};
+    use std::time::Duration;
+
+    let (service, mut handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let client = kube::Client::new(service, "default");
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    // The rules and the four output kinds: five lists at the start.
+    let _watches = Watches::start(client, tx, rbac_rules::api::ManageLevel::All, None);
+    let is_list = |uri: &str| !uri.contains("watch=true");
+    let mut listed = 0;
+    let mut waiting = Vec::new();
+    let mut open = Vec::new();
+    while listed < 5 {
+        // Every list in flight is answered only after the controller had
+        // the time to start more.
+        while let Some((req, send)) =
+            tokio::time::timeout(Duration::from_millis(500), handle.next_request())
+                .await
+                .ok()
+                .flatten()
+        {
+            let uri = req.uri().to_string();
+            if is_list(&uri) {
+                waiting.push(send);
+                assert!(
+                    waiting.len() <= LISTS_AT_ONCE,
+                    "{} lists in flight, at most {LISTS_AT_ONCE}",
+                    waiting.len()
+                );
+            } else {
+                // Watches are left unanswered: they stay open.
+                open.push(send);
+            }
+        }
+        assert!(
+            !waiting.is_empty(),
+            "a list waits for a turn that never comes"
+        );
+        let send = waiting.remove(0);
+        let body = json!({"apiVersion": "v1", "kind": "List",
+            "metadata": {"resourceVersion": "1"}, "items": []});
+        send.send_response(
+            http::Response::builder()
+                .status(200)
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&body).expect("json"),
+                ))
+                .expect("response"),
+        );
+        listed += 1;
+    }
+    assert!(waiting.is_empty());
+}

@@ -357,21 +357,51 @@ struct Packed {
 }
 
 /// A timestamp as the API server writes it (`2026-01-02T03:04:05Z`, RFC
-/// 3339 in UTC, whole seconds), held inline: no allocation per object.
+/// 3339 in UTC, whole seconds), held as its fourteen digits in one number:
+/// no allocation per object, and the summary grows by eight bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp([u8; 20]);
+struct Stamp(std::num::NonZeroU64);
 
 impl Stamp {
-    /// `text` when it has that form (twenty ASCII characters, ending in
-    /// `Z`); anything else stays in the packed body as it is.
+    /// `text` when it has exactly that form; anything else stays in the
+    /// packed body as it is.
     fn of(text: &str) -> Option<Stamp> {
-        let bytes: [u8; 20] = text.as_bytes().try_into().ok()?;
-        (bytes.is_ascii() && bytes[19] == b'Z').then_some(Stamp(bytes))
+        let bytes = text.as_bytes();
+        if bytes.len() != 20 {
+            return None;
+        }
+        let mut digits = 0u64;
+        for (i, b) in bytes.iter().enumerate() {
+            let sep = match i {
+                4 | 7 => Some(b'-'),
+                10 => Some(b'T'),
+                13 | 16 => Some(b':'),
+                19 => Some(b'Z'),
+                _ => None,
+            };
+            match sep {
+                Some(c) if *b != c => return None,
+                Some(_) => {}
+                None if b.is_ascii_digit() => digits = digits * 10 + u64::from(b - b'0'),
+                None => return None,
+            }
+        }
+        std::num::NonZeroU64::new(digits).map(Stamp)
     }
 
-    fn as_str(&self) -> &str {
-        // ASCII, checked by `of`.
-        std::str::from_utf8(&self.0).unwrap_or_default()
+    /// The text it was read from.
+    fn text(self) -> String {
+        let v = self.0.get();
+        let part = |div: u64| (v / div) % 100;
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            v / 10_000_000_000,
+            part(100_000_000),
+            part(1_000_000),
+            part(10_000),
+            part(100),
+            v % 100
+        )
     }
 }
 
@@ -709,7 +739,7 @@ impl Live {
                 (
                     CREATED,
                     "creationTimestamp",
-                    self.created.as_ref().map(|s| text(s.as_str())),
+                    self.created.map(|s| text(&s.text())),
                 ),
                 (LABELS, "labels", Some(object(&self.meta.labels))),
                 (
@@ -1561,11 +1591,21 @@ mod tests {
         assert!(!text.contains("creationTimestamp"), "{text}");
         assert!(la.unpack() && lb.unpack());
         assert_eq!((la.object(), lb.object()), (&a, &b));
+        for t in [
+            "2026-01-01T00:00:00Z",
+            "0001-12-31T23:59:59Z",
+            "9999-09-09T09:09:09Z",
+        ] {
+            assert_eq!(Stamp::of(t).map(Stamp::text).as_deref(), Some(t));
+        }
         // A timestamp in another form (fractional seconds, an offset, not
         // text) stays in the body as it came.
         for odd in [
             json!("2026-01-01T00:00:00.5Z"),
             json!("2026-01-01T00:00:00+01:00"),
+            json!("2026-01-01 00:00:00Z"),
+            json!("2026-0a-01T00:00:00Z"),
+            json!("0000-00-00T00:00:00Z"),
             json!(7),
         ] {
             let mut c = body("c", "");

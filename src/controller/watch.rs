@@ -14,9 +14,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
-use std::sync::Arc;
-
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::apply::api_resource;
@@ -44,13 +42,7 @@ pub struct Watches {
     base: Vec<Task>,
     outputs: BTreeMap<OutputKind, Task>,
     kinds: BTreeMap<GroupKind, Task>,
-    /// Turns to list ([`LISTS_AT_ONCE`]), shared by this controller's
-    /// watches.
-    lists: Lists,
 }
-
-/// Turns to list, shared by the watches of one controller.
-type Lists = Arc<Semaphore>;
 
 impl Watches {
     /// Starts the RbacRule, output-kind and allow-list watches.
@@ -65,7 +57,6 @@ impl Watches {
         manage: ManageLevel,
         allow_name: Option<&str>,
     ) -> Self {
-        let lists: Lists = Arc::new(Semaphore::new(LISTS_AT_ONCE));
         let mut base = Vec::new();
         // Read as any object is ([`Wire`]), then typed one by one: a rule
         // kube's typed decoder cannot read (nested past serde_json's
@@ -76,20 +67,18 @@ impl Watches {
             Api::<Wire>::all_with(client.clone(), &rules),
             watcher::Config::default(),
             tx.clone(),
-            &lists,
             move |ev| rule_feed(ev, &rules),
             || Source::Rules,
         ));
         let outputs = OutputKind::ALL
             .into_iter()
-            .map(|kind| (kind, watch_outputs(&client, &tx, &lists, kind)))
+            .map(|kind| (kind, watch_outputs(&client, &tx, kind)))
             .collect();
         if let Some(name) = allow_name {
             base.push(spawn(
                 Api::<ClusterRole>::all(client.clone()),
                 watcher::Config::default().fields(&format!("metadata.name={name}")),
                 tx.clone(),
-                &lists,
                 |ev| Feed::Allow(Box::new(ev)),
                 || Source::Allow,
             ));
@@ -101,7 +90,6 @@ impl Watches {
             base,
             outputs,
             kinds: BTreeMap::new(),
-            lists,
         }
     }
 
@@ -158,10 +146,8 @@ impl Watches {
             world.watch_kind(interest, epoch, None);
             if world.relist_outputs(kind) {
                 tracing::info!(kind = %gk, "rules read an output kind: listing it again");
-                self.outputs.insert(
-                    kind,
-                    watch_outputs(&self.client, &self.tx, &self.lists, kind),
-                );
+                self.outputs
+                    .insert(kind, watch_outputs(&self.client, &self.tx, kind));
             }
             return true;
         }
@@ -222,7 +208,6 @@ impl Watches {
             api,
             watcher::Config::default().page_size(KIND_PAGE_SIZE),
             self.tx.clone(),
-            &self.lists,
             move |ev| {
                 let ev = map_event(ev, wire);
                 match refusal(&ev, &ar) {
@@ -317,19 +302,13 @@ pub const KIND_PAGE_SIZE: u32 = 100;
 /// The watch of every object of an output kind, read straight into the
 /// cached form ([`Wire`]): what our field manager owns is read from the
 /// managedFields while they are parsed, and no other entry is kept.
-fn watch_outputs(
-    client: &Client,
-    tx: &mpsc::UnboundedSender<Feed>,
-    lists: &Lists,
-    kind: OutputKind,
-) -> Task {
+fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: OutputKind) -> Task {
     let ar = api_resource(kind);
     let api = Api::<Wire>::all_with(client.clone(), &ar);
     spawn(
         api,
         watcher::Config::default().page_size(OUTPUT_PAGE_SIZE),
         tx.clone(),
-        lists,
         move |ev| match refusal(&ev, &ar) {
             Some(why) => refused(Source::Owned(kind), why),
             None => Feed::Owned(kind, map_event(ev, |o| o.into_live(&ar))),
@@ -388,38 +367,20 @@ async fn resolve(
     }
 }
 
-/// Lists (a watch's first pages, and every relist) in progress at once,
-/// over one controller's watches. A list page is held whole as parsed
-/// objects while it is read, and when the API server comes back every
-/// watch relists at the same moment: with turns, at most this many pages
-/// are in memory, not one per watch. Watch events are not held back: only
-/// a list waits for its turn.
-pub const LISTS_AT_ONCE: usize = 2;
-
 /// Runs a watcher (with backoff) in a task, feeding the control loop.
 fn spawn<K>(
     api: Api<K>,
     config: watcher::Config,
     tx: mpsc::UnboundedSender<Feed>,
-    lists: &Lists,
     feed: impl Fn(Event<K>) -> Feed + Send + 'static,
     source: impl Fn() -> Source + Send + 'static,
 ) -> Task
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let lists = Arc::clone(lists);
     Task(tokio::spawn(async move {
         let mut stream = watcher(api, config).default_backoff().boxed();
-        // Held from a list's start to its end (or error): kube's watcher
-        // yields `Init` before it asks for the first page.
-        let mut _turn = None;
         while let Some(item) = stream.next().await {
-            match &item {
-                Ok(Event::Init) => _turn = Arc::clone(&lists).acquire_owned().await.ok(),
-                Ok(Event::InitDone) | Err(_) => _turn = None,
-                Ok(_) => {}
-            }
             let msg = match item {
                 Ok(ev) => feed(ev),
                 Err(e) => Feed::Error(source(), e),

@@ -757,6 +757,12 @@ impl Live {
         Ok(v)
     }
 
+    /// The shared bytes of a packed body's rest (tests: what is shared).
+    #[cfg(test)]
+    pub(super) fn packed_rest(&self) -> Option<Arc<[u8]>> {
+        self.packed.as_ref().map(|p| Arc::clone(&p.rest))
+    }
+
     /// Whether the body is packed.
     pub fn is_packed(&self) -> bool {
         self.packed.is_some()

@@ -212,6 +212,7 @@ pub async fn serve(
         .await
         .map_err(|source| Error::Serve { address, source })?;
     tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    trace_memory_from_env();
     Ok(serve_on(listener, metrics, ready, shutdown))
 }
 
@@ -227,6 +228,60 @@ pub async fn serve_on(
         .await
     {
         tracing::error!(error = %e, "metrics server stopped");
+    }
+}
+
+/// With `RBAC_RULES_MEMTRACE=MS` set, a thread prints the process's
+/// resident memory to stderr every MS milliseconds (`memtrace ms=.. rss=..
+/// anon=.. file=.. hwm=..`, KiB from `/proc/self/status`): how the bench
+/// and a person find where the controller's memory goes over time, beside
+/// its logs. Off by default; Linux only (elsewhere it prints nothing).
+fn trace_memory_from_env() {
+    let Some(every) = std::env::var("RBAC_RULES_MEMTRACE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+    else {
+        return;
+    };
+    let start = std::time::Instant::now();
+    let spawned = std::thread::Builder::new()
+        .name("memtrace".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            loop {
+                let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+                    return;
+                };
+                let field = |name: &str| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .and_then(|rest| {
+                            rest.trim()
+                                .trim_end_matches("kB")
+                                .trim()
+                                .parse::<u64>()
+                                .ok()
+                        })
+                        .unwrap_or(0)
+                };
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis());
+                eprintln!(
+                    "memtrace ms={} unix_ms={now} rss={} anon={} file={} hwm={}",
+                    start.elapsed().as_millis(),
+                    field("VmRSS:"),
+                    field("RssAnon:"),
+                    field("RssFile:"),
+                    field("VmHWM:"),
+                );
+                std::thread::sleep(std::time::Duration::from_millis(every));
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "RBAC_RULES_MEMTRACE: cannot start the sampler");
     }
 }
 

@@ -246,13 +246,16 @@ impl Content {
 
 /// Labels or annotations of a live object, sorted by key: what the plan,
 /// provenance and the Helm check read, kept without the body.
-type Pairs = Box<[(Box<str>, Box<str>)]>;
+/// Keys and values are shared text ([`share_text`]): thousands of live
+/// objects carry the same few keys, and the outputs of one trigger or rule
+/// the same values.
+type Pairs = Box<[(Arc<str>, Arc<str>)]>;
 
 fn pairs(map: Option<&Map<String, Value>>) -> Pairs {
     // A JSON map iterates in key order: the pairs come sorted.
     map.into_iter()
         .flatten()
-        .filter_map(|(k, v)| Some((Box::from(k.as_str()), Box::from(v.as_str()?))))
+        .filter_map(|(k, v)| Some((share_text(k), share_text(v.as_str()?))))
         .collect()
 }
 
@@ -283,6 +286,10 @@ pub struct Live {
     uid: Option<Box<str>>,
     /// metadata.resourceVersion.
     resource_version: Option<Box<str>>,
+    /// metadata.creationTimestamp, when in the API server's form: kept
+    /// apart so that the packed rest of equal objects is shared (on a
+    /// real server it was the only part of most bodies unique to each).
+    created: Option<Stamp>,
     /// The compared parts, as digests.
     content: Content,
     /// The body as JSON while `object` is `None` ([`Live::pack`]).
@@ -346,7 +353,56 @@ struct Meta {
 struct Packed {
     rest: Arc<[u8]>,
     rules: Option<Arc<[u8]>>,
-    restore: u8,
+    restore: u16,
+}
+
+/// A timestamp as the API server writes it (`2026-01-02T03:04:05Z`, RFC
+/// 3339 in UTC, whole seconds), held as its fourteen digits in one number:
+/// no allocation per object, and the summary grows by eight bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp(std::num::NonZeroU64);
+
+impl Stamp {
+    /// `text` when it has exactly that form; anything else stays in the
+    /// packed body as it is.
+    fn of(text: &str) -> Option<Stamp> {
+        let bytes = text.as_bytes();
+        if bytes.len() != 20 {
+            return None;
+        }
+        let mut digits = 0u64;
+        for (i, b) in bytes.iter().enumerate() {
+            let sep = match i {
+                4 | 7 => Some(b'-'),
+                10 => Some(b'T'),
+                13 | 16 => Some(b':'),
+                19 => Some(b'Z'),
+                _ => None,
+            };
+            match sep {
+                Some(c) if *b != c => return None,
+                Some(_) => {}
+                None if b.is_ascii_digit() => digits = digits * 10 + u64::from(b - b'0'),
+                None => return None,
+            }
+        }
+        std::num::NonZeroU64::new(digits).map(Stamp)
+    }
+
+    /// The text it was read from.
+    fn text(self) -> String {
+        let v = self.0.get();
+        let part = |div: u64| (v / div) % 100;
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            v / 10_000_000_000,
+            part(100_000_000),
+            part(1_000_000),
+            part(10_000),
+            part(100),
+            v % 100
+        )
+    }
 }
 
 /// A part of a packed body: a field as it is, or metadata without what
@@ -360,14 +416,15 @@ enum Part<'a> {
 
 /// Fields of a packed body restored from the summary.
 mod restore {
-    pub const API_VERSION: u8 = 1;
-    pub const KIND: u8 = 2;
-    pub const NAME: u8 = 4;
-    pub const NAMESPACE: u8 = 8;
-    pub const UID: u8 = 16;
-    pub const RESOURCE_VERSION: u8 = 32;
-    pub const LABELS: u8 = 64;
-    pub const ANNOTATIONS: u8 = 128;
+    pub const API_VERSION: u16 = 1;
+    pub const KIND: u16 = 2;
+    pub const NAME: u16 = 4;
+    pub const NAMESPACE: u16 = 8;
+    pub const UID: u16 = 16;
+    pub const RESOURCE_VERSION: u16 = 32;
+    pub const LABELS: u16 = 64;
+    pub const ANNOTATIONS: u16 = 128;
+    pub const CREATED: u16 = 256;
 }
 
 /// Values shared by content among those alive: the one copy of a value
@@ -432,6 +489,13 @@ fn share(bytes: Vec<u8>) -> Arc<[u8]> {
     share_in(&TABLE, bytes, Arc::from)
 }
 
+/// The one shared copy of a label's or annotation's key or value among
+/// those alive.
+fn share_text(text: &str) -> Arc<str> {
+    static TABLE: Shared<str> = Shared::new();
+    share_in(&TABLE, text, Arc::from)
+}
+
 /// The one shared copy of `meta` among those alive.
 fn share_meta(meta: Meta) -> Arc<Meta> {
     static TABLE: Shared<Meta> = Shared::new();
@@ -487,6 +551,7 @@ impl Live {
             id: ObjectId::of(&object),
             uid: meta["uid"].as_str().map(Box::from),
             resource_version: meta["resourceVersion"].as_str().map(Box::from),
+            created: meta["creationTimestamp"].as_str().and_then(Stamp::of),
             meta: share_meta(Meta {
                 labels: pairs(meta["labels"].as_object()),
                 annotations: pairs(meta["annotations"].as_object()),
@@ -558,6 +623,12 @@ impl Live {
                         if v.as_str().is_some() && v.as_str() == self.resource_version() =>
                     {
                         RESOURCE_VERSION
+                    }
+                    ("creationTimestamp", _)
+                        if v.as_str().and_then(Stamp::of).is_some()
+                            && v.as_str().and_then(Stamp::of) == self.created =>
+                    {
+                        CREATED
                     }
                     ("labels", _) if texts(v) => LABELS,
                     ("annotations", _) if texts(v) => ANNOTATIONS,
@@ -633,7 +704,7 @@ impl Live {
         if let Some(rules) = &packed.rules {
             map.insert("rules".into(), serde_json::from_slice(rules)?);
         }
-        let has = |bit: u8| packed.restore & bit != 0;
+        let has = |bit: u16| packed.restore & bit != 0;
         let text = |s: &str| Value::String(s.to_string());
         let object = |pairs: &Pairs| {
             Value::Object(
@@ -665,6 +736,11 @@ impl Live {
                     "resourceVersion",
                     self.resource_version().map(text),
                 ),
+                (
+                    CREATED,
+                    "creationTimestamp",
+                    self.created.map(|s| text(&s.text())),
+                ),
                 (LABELS, "labels", Some(object(&self.meta.labels))),
                 (
                     ANNOTATIONS,
@@ -679,6 +755,12 @@ impl Live {
             }
         }
         Ok(v)
+    }
+
+    /// The shared bytes of a packed body's rest (tests: what is shared).
+    #[cfg(test)]
+    pub(super) fn packed_rest(&self) -> Option<Arc<[u8]>> {
+        self.packed.as_ref().map(|p| Arc::clone(&p.rest))
     }
 
     /// Whether the body is packed.
@@ -1488,6 +1570,64 @@ mod tests {
         lc.pack();
         assert!(lc.unpack());
         assert_eq!(lc.object(), &odd);
+    }
+
+    #[test]
+    fn objects_made_at_different_times_share_their_packed_rest() {
+        // A real API server stamps every object with its own
+        // creationTimestamp: the rest of equal objects is still one copy.
+        let body = |name: &str, created: &str| {
+            json!({
+                "apiVersion": RBAC_API_VERSION, "kind": "Role",
+                "metadata": {"name": name, "namespace": "n", "uid": format!("u-{name}"),
+                    "resourceVersion": "4", "creationTimestamp": created,
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "x"}]},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+            })
+        };
+        let a = body("a", "2026-01-01T00:00:00Z");
+        let b = body("b", "2026-11-26T16:34:51Z");
+        let (mut la, mut lb) = (live(a.clone()), live(b.clone()));
+        la.pack();
+        lb.pack();
+        let rest = |l: &Live| l.packed.as_ref().map(|p| p.rest.clone()).expect("packed");
+        assert!(Arc::ptr_eq(&rest(&la), &rest(&lb)), "one copy of the rest");
+        let text = String::from_utf8(rest(&la).to_vec()).expect("utf-8");
+        assert!(!text.contains("creationTimestamp"), "{text}");
+        assert!(la.unpack() && lb.unpack());
+        assert_eq!((la.object(), lb.object()), (&a, &b));
+        for t in [
+            "2026-01-01T00:00:00Z",
+            "0001-12-31T23:59:59Z",
+            "9999-09-09T09:09:09Z",
+        ] {
+            assert_eq!(Stamp::of(t).map(Stamp::text).as_deref(), Some(t));
+        }
+        // A timestamp in another form (fractional seconds, an offset, not
+        // text) stays in the body as it came.
+        for odd in [
+            json!("2026-01-01T00:00:00.5Z"),
+            json!("2026-01-01T00:00:00+01:00"),
+            json!("2026-01-01 00:00:00Z"),
+            json!("2026-0a-01T00:00:00Z"),
+            json!("0000-00-00T00:00:00Z"),
+            json!(7),
+        ] {
+            let mut c = body("c", "");
+            c["metadata"]["creationTimestamp"] = odd;
+            let mut lc = live(c.clone());
+            lc.pack();
+            assert!(lc.unpack());
+            assert_eq!(lc.object(), &c);
+        }
+        // Labels and annotations of different objects share their text.
+        let mut d = body("d", "2026-01-01T00:00:00Z");
+        d["metadata"]["annotations"] = json!({"x": "y"});
+        let ld = live(d);
+        assert!(!Arc::ptr_eq(&la.meta, &ld.meta));
+        let (ka, kd) = (&la.meta.labels[0], &ld.meta.labels[0]);
+        assert!(Arc::ptr_eq(&ka.0, &kd.0) && Arc::ptr_eq(&ka.1, &kd.1));
     }
 
     #[test]

@@ -571,6 +571,57 @@ mod tests {
     }
 
     #[test]
+    fn roles_as_a_real_server_sends_them_share_their_packed_rest() {
+        // kube-apiserver v1.32: every object has its own creationTimestamp
+        // and uid; siblings of one trigger share labels, annotations and
+        // ownerReferences.
+        let item = |name: &str, created: &str| {
+            json!({"metadata": {"name": name, "namespace": "team-1", "uid": format!("uid-{name}"),
+                "resourceVersion": "9", "creationTimestamp": created,
+                "labels": {"app.kubernetes.io/managed-by": "rbac-rules"},
+                "annotations": {"rbacrules.io/rule": "r", "rbacrules.io/trigger": "Namespace/team-1"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "team-1",
+                    "uid": "ns-uid", "controller": true, "blockOwnerDeletion": true}],
+                "managedFields": [{"manager": FIELD_MANAGER, "operation": "Apply",
+                    "apiVersion": RBAC_API_VERSION, "fieldsType": "FieldsV1",
+                    "time": created, "fieldsV1": {"f:rules": {}}}]},
+              "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+        };
+        let ar = api_resource(OutputKind::Role);
+        let read = |name: &str, created: &str| {
+            let wire: Wire = serde_json::from_value(item(name, created)).expect("object");
+            wire.into_live(&ar)
+        };
+        let (a, b) = (
+            read("a", "2026-11-26T16:34:51Z"),
+            read("b", "2026-11-26T16:34:52Z"),
+        );
+        assert!(a.is_packed() && b.is_packed());
+        let (ra, rb) = (
+            a.packed_rest().expect("rest"),
+            b.packed_rest().expect("rest"),
+        );
+        assert!(
+            std::sync::Arc::ptr_eq(&ra, &rb),
+            "one copy of the siblings' rest"
+        );
+        for (mut live, name, created) in [
+            (a, "a", "2026-11-26T16:34:51Z"),
+            (b, "b", "2026-11-26T16:34:52Z"),
+        ] {
+            assert!(live.unpack());
+            let mut want = item(name, created);
+            want["metadata"]
+                .as_object_mut()
+                .expect("metadata")
+                .remove("managedFields");
+            want["apiVersion"] = json!(RBAC_API_VERSION);
+            want["kind"] = json!("Role");
+            assert_eq!(live.object(), &want);
+        }
+    }
+
+    #[test]
     fn a_list_item_gets_its_kind_from_discovery_and_others_own_nothing_of_ours() {
         let item = json!({"metadata": {"name": "c", "resourceVersion": "3",
             "managedFields": [{"manager": "kubectl", "operation": "Apply",

@@ -72,14 +72,7 @@ impl AllowList {
 mod tests {
     use super::*;
 
-    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
-        PolicyRule {
-            api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-            resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-            verbs: verbs.iter().map(|s| s.to_string()).collect(),
-            ..PolicyRule::default()
-        }
-    }
+    use crate::policy::tests::rule;
 
     #[test]
     fn custom_groups() {

@@ -375,14 +375,7 @@ pub fn denied_grants(rules: &[PolicyRule], waivers: &Waivers) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
-        PolicyRule {
-            api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-            resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-            verbs: verbs.iter().map(|s| s.to_string()).collect(),
-            ..PolicyRule::default()
-        }
-    }
+    use crate::policy::tests::rule;
 
     #[test]
     fn escalation_is_judged_with_wildcards() {

@@ -11,3 +11,19 @@ pub mod rbac;
 pub use allow::*;
 pub use denials::*;
 pub use rbac::*;
+
+/// What the tests of each part build rules with.
+#[cfg(test)]
+pub(crate) mod tests {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+
+    /// A resource rule of these groups, resources and verbs.
+    pub(crate) fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+        PolicyRule {
+            api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+            resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+            verbs: verbs.iter().map(|s| s.to_string()).collect(),
+            ..PolicyRule::default()
+        }
+    }
+}

@@ -10,7 +10,8 @@
 use handlebars::Context;
 use serde_json::Value;
 
-use super::trigger::{Render, Result, regex};
+use super::run::Result;
+use super::trigger::{Render, regex};
 use crate::api::Condition;
 use crate::engine::ErrorKind;
 use crate::engine::error::{FieldError, FieldWarning};

@@ -5,8 +5,8 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::outputs::rules_of;
 use super::world::World;
+use super::world::rules_of;
 use crate::api::OutputKind;
 use crate::engine::compile::gk_of;
 use crate::engine::output;

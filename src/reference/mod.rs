@@ -49,6 +49,7 @@ mod outputs;
 mod policy;
 mod related;
 mod report;
+mod run;
 mod trigger;
 mod values;
 mod vars;
@@ -63,10 +64,10 @@ use crate::engine::{Evaluation, ObjectStore, Options, RuleSource};
 pub fn evaluate(rules: &[RuleSource], options: &Options, observed: &ObjectStore) -> Evaluation {
     let prepared = order::prepare(rules, options);
     let mut emitted = world::Emitted::default();
-    let mut runs: Vec<trigger::RuleRun> = Vec::new();
+    let mut runs: Vec<run::RuleRun> = Vec::new();
     for (idx, rule) in prepared.rules.iter().enumerate() {
         let run = if options.held.contains(&rule.name) {
-            trigger::RuleRun::held()
+            run::RuleRun::held()
         } else {
             let world = world::World::new(observed, &prepared, &emitted, &runs, Some(idx));
             trigger::run_rule(rule, &prepared.templates, &world)

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use handlebars::Context;
-use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
 
-use super::trigger::{Render, Result};
+use super::run::Result;
+use super::trigger::Render;
 use super::values::Marked;
 use super::world::Seen;
 use crate::api::{GROUP, Output, OutputKind, RulesFrom};
@@ -295,19 +295,6 @@ impl Render<'_> {
             refusal,
         ))
     }
-}
-
-/// A role's rules as its JSON holds them (none for an emitted aggregated
-/// ClusterRole); what does not parse is skipped.
-pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
-    let rules = role
-        .get("rules")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten();
-    rules
-        .filter_map(|r| serde_json::from_value(r.clone()).ok())
-        .collect()
 }
 
 /// Role and RoleBinding default to the trigger's namespace, or to the

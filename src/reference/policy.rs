@@ -22,7 +22,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
 
 use super::judge::Judge;
-use super::outputs::rules_of;
+use super::world::rules_of;
 use super::world::{Emitter, World};
 use crate::api::OutputKind;
 use crate::engine::compile::gk_of;

@@ -14,7 +14,8 @@ use std::collections::BTreeSet;
 use handlebars::Context;
 use serde_json::Value;
 
-use super::trigger::{Render, Result, add_captures, bind, regex, unbind, visible};
+use super::run::Result;
+use super::trigger::{Render, add_captures, bind, regex, unbind, visible};
 use crate::api::{ListFieldQuery, ObjectQuery, Related, Unmatched};
 use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::path::FieldPath;

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use super::order::Prepared;
 use super::policy::Verdicts;
-use super::trigger::{Outcome, RuleRun};
+use super::run::{Outcome, RuleRun};
 use super::world::Emitted;
 use crate::engine::{
     DesiredSet, EngineError, ErrorKind, Evaluation, OutKey, RuleReport, RuleState,

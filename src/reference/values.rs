@@ -16,7 +16,8 @@ use handlebars::Context;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use serde_json::{Map, Value};
 
-use super::trigger::{Render, Result, bind, unbind};
+use super::run::Result;
+use super::trigger::{Render, bind, unbind};
 use crate::engine::ErrorKind;
 use crate::engine::compile::{Body, directive};
 use crate::engine::error::FieldError;

@@ -5,7 +5,8 @@
 use handlebars::Context;
 use serde_json::{Map, Value};
 
-use super::trigger::{Render, Result, bind};
+use super::run::Result;
+use super::trigger::{Render, bind};
 
 impl Render<'_> {
     /// Evaluates every var into `vars.<name>`.

@@ -20,8 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::order::Prepared;
-use super::outputs::rules_of;
-use super::trigger::RuleRun;
+use super::run::RuleRun;
 use crate::api::OutputKind;
 use crate::engine::compile::{gk_of, output_kind};
 use crate::engine::output;
@@ -252,4 +251,17 @@ impl<'a> Seen<'a> {
             Seen::Emitted(_) => None,
         }
     }
+}
+
+/// A role's rules as its JSON holds them (none for an emitted aggregated
+/// ClusterRole); what does not parse is skipped.
+pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
+    let rules = role
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    rules
+        .filter_map(|r| serde_json::from_value(r.clone()).ok())
+        .collect()
 }

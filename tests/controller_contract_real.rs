@@ -20,7 +20,7 @@ use http::Method;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use rbac_rules::api::RbacRuleStatus;
 use serde_json::{Value, json};
-use support::{owned, pair, rule, rules, snapshot, store, syncer};
+use support::api::{owned, pair, rule, rules, snapshot, store, syncer};
 
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 const CLUSTER_ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles";

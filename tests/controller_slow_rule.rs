@@ -17,7 +17,7 @@ use http::Method;
 use rbac_rules::controller::sync::Syncer;
 use rbac_rules::engine::Limits;
 use serde_json::{Value, json};
-use support::{ApiServer, namespace, owned, pair, rule, rules, snapshot, store, syncer};
+use support::api::{ApiServer, namespace, owned, pair, rule, rules, snapshot, store, syncer};
 
 /// Namespaces the rules trigger on.
 const NAMESPACES: usize = 12;

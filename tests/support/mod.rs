@@ -22,8 +22,3 @@ pub mod cli;
 pub mod cluster;
 pub mod e2e;
 pub mod engine;
-
-/// The scripted API server's names at the root too, as the controller
-/// suites written before this layout name them (`support::pair`, ...).
-#[allow(unused_imports)]
-pub use api::*;

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::ManageLevel;
-use crate::engine::{Engine, ObjectStore, Options};
+use crate::engine::{Engine, Evaluation, ObjectStore, Options};
 use crate::rules::{self, TEST_KIND};
 use crate::yaml::{self, Document};
 
@@ -186,14 +186,16 @@ pub fn run_one_with(doc: &Document, allow: Option<&Path>) -> Outcome {
     }
 }
 
+/// Runs one test: renders its rules on its objects and lists every
+/// expectation that does not hold. A test that cannot be set up (its
+/// manage level, rules, objects or allow-list) fails with that reason
+/// alone.
 fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>) -> Vec<String> {
-    let base = file.parent().unwrap_or(Path::new("."));
-    let mut failures = Vec::new();
-    let manage = match spec.manage.as_deref().map(crate::parse_manage) {
-        None => ManageLevel::All,
-        Some(Ok(m)) => m,
-        Some(Err(e)) => return vec![format!("manage: {e}")],
+    let (inputs, eval) = match evaluate(file, name, spec, default_allow) {
+        Ok(run) => run,
+        Err(setup) => return setup,
     };
+    let mut failures = Vec::new();
     let e = &spec.expect;
     if e.objects.is_empty() && e.absent.is_empty() && e.access.is_empty() && e.errors.is_empty() {
         failures.push(
@@ -202,27 +204,40 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
                 .to_string(),
         );
     }
+    failures.extend(error_failures(&e.errors, &eval));
+    let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
+    failures.extend(object_failures(e, &output));
+    failures.extend(access_failures(&e.access, &inputs, &output));
+    failures
+}
+
+/// Sets a test up and renders it: its input objects and the evaluation, or
+/// why it could not be set up.
+fn evaluate(
+    file: &Path,
+    name: &str,
+    spec: &TestSpec,
+    default_allow: Option<&Path>,
+) -> Result<(Vec<Value>, Evaluation), Vec<String>> {
+    let base = file.parent().unwrap_or(Path::new("."));
+    let manage = match spec.manage.as_deref().map(crate::parse_manage) {
+        None => ManageLevel::All,
+        Some(Ok(m)) => m,
+        Some(Err(e)) => return Err(vec![format!("manage: {e}")]),
+    };
     let paths: Vec<PathBuf> = spec.rules.iter().map(|r| base.join(r)).collect();
     let rule_sources = match rules::load_for_command(&format!("test {name}"), &paths, false) {
         Ok(r) => r.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
-        Err(errs) => return errs.iter().map(|e| e.to_string()).collect(),
+        Err(errs) => return Err(errs.iter().map(|e| e.to_string()).collect()),
     };
-    let mut inputs: Vec<Value> = Vec::new();
-    for o in &spec.objects {
-        match o {
-            Value::String(p) => match yaml::load_paths(&[base.join(p)]) {
-                Ok(docs) => inputs.extend(docs.into_iter().map(|d| d.value)),
-                Err(e) => return vec![e.to_string()],
-            },
-            other => inputs.push(other.clone()),
-        }
-    }
+    let inputs = test_objects(base, &spec.objects).map_err(|e| vec![e])?;
     let mut store = ObjectStore::new();
     for o in &inputs {
         if let Err(e) = store.insert(o.clone()) {
-            return vec![format!("objects: {e}")];
+            return Err(vec![format!("objects: {e}")]);
         }
     }
+    // The test's own allow-list, else the one given to every test.
     let allow_file = match (&spec.allow, default_allow) {
         (Some(p), _) => Some(base.join(p)),
         (None, Some(p)) => Some(p.to_path_buf()),
@@ -232,7 +247,7 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
         None => None,
         Some(p) => match rules::load_allow(&p, &mut store) {
             Ok(a) => Some(a),
-            Err(e) => return vec![format!("allow: {e}")],
+            Err(e) => return Err(vec![format!("allow: {e}")]),
         },
     };
     let engine = Engine::new(
@@ -245,17 +260,46 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
         },
     );
     let eval = engine.evaluate(&store);
+    Ok((inputs, eval))
+}
+
+/// A test's input objects: each entry a file (relative to the test's
+/// folder `base`) or an inline object.
+fn test_objects(base: &Path, objects: &[Value]) -> Result<Vec<Value>, String> {
+    let mut inputs: Vec<Value> = Vec::new();
+    for o in objects {
+        match o {
+            Value::String(p) => match yaml::load_paths(&[base.join(p)]) {
+                Ok(docs) => inputs.extend(docs.into_iter().map(|d| d.value)),
+                Err(e) => return Err(e.to_string()),
+            },
+            other => inputs.push(other.clone()),
+        }
+    }
+    Ok(inputs)
+}
+
+/// Each expected error no render error contains; with none expected, every
+/// render error is a failure.
+fn error_failures(expected: &[String], eval: &Evaluation) -> Vec<String> {
     let errors: Vec<String> = eval.errors().map(|e| e.to_string()).collect();
-    for want in &spec.expect.errors {
+    let mut failures = Vec::new();
+    for want in expected {
         if !errors.iter().any(|e| e.contains(want.as_str())) {
             failures.push(format!("no error contains {want:?}; errors: {errors:?}"));
         }
     }
-    if spec.expect.errors.is_empty() {
+    if expected.is_empty() {
         failures.extend(errors.iter().map(|e| format!("render error: {e}")));
     }
-    let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
-    for want in &spec.expect.objects {
+    failures
+}
+
+/// Each expected object not rendered or rendered otherwise (its first
+/// differing field), and each unwanted object rendered.
+fn object_failures(expect: &Expect, output: &[Value]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for want in &expect.objects {
         let key = object_key(want);
         match output.iter().find(|o| object_key(o) == key) {
             None => failures.push(format!(
@@ -274,22 +318,34 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
             }
         }
     }
-    for unwanted in &spec.expect.absent {
+    for unwanted in &expect.absent {
         let key = object_key(unwanted);
         if output.iter().any(|o| object_key(o) == key) {
             failures.push(format!("object {} was rendered", show_key(&key)));
         }
     }
-    if !spec.expect.access.is_empty() {
-        let world = World::new(&inputs, &output);
-        let known = KnownResources::new(&inputs, &output);
-        for (i, a) in spec.expect.access.iter().enumerate() {
-            if let Err(e) = known.check(a).and_then(|()| world.check(a)) {
-                failures.push(format!("access[{i}]: {e}"));
-            }
-        }
-    }
     failures
+}
+
+/// Each access statement that names an unknown verb or resource, or does
+/// not hold in the world of the input and output objects.
+fn access_failures(access: &[Access], inputs: &[Value], output: &[Value]) -> Vec<String> {
+    if access.is_empty() {
+        return Vec::new();
+    }
+    let world = World::new(inputs, output);
+    let known = KnownResources::new(inputs, output);
+    access
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            known
+                .check(a)
+                .and_then(|()| world.check(a))
+                .err()
+                .map(|e| format!("access[{i}]: {e}"))
+        })
+        .collect()
 }
 
 /// What an access statement may name: the verbs Kubernetes knows, the

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 use crate::api::ManageLevel;
+use crate::engine::output::selectors_of;
 use crate::engine::{Engine, ObjectStore, Options};
 use crate::ruletest::{Access, Subject, World};
 use crate::{rules, yaml};
@@ -409,17 +410,6 @@ fn aggregated_into(role: &Value, inputs: &[Value], output: &[Value]) -> Vec<Stri
     by.sort();
     by.dedup();
     by
-}
-
-/// The label selectors of an aggregated ClusterRole (none for another);
-/// one that does not parse selects nothing.
-fn selectors_of(role: &Value) -> Vec<LabelSelector> {
-    role["aggregationRule"]["clusterRoleSelectors"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| serde_json::from_value(s.clone()).ok())
-        .collect()
 }
 
 /// Whether any of an aggregated ClusterRole's selectors picks `role` by its

@@ -348,6 +348,15 @@ fn access_failures(access: &[Access], inputs: &[Value], output: &[Value]) -> Vec
         .collect()
 }
 
+/// `plural` for the core group, else `plural.group`.
+fn full_name(plural: &str, group: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
 /// What an access statement may name: the verbs Kubernetes knows, the
 /// resources of its built-in API, of the CustomResourceDefinitions in the
 /// test's objects and of the roles in its input and output. A statement
@@ -467,84 +476,82 @@ const BUILTIN_RESOURCES: &[(&str, &[&str])] = &[
 
 impl KnownResources {
     pub(crate) fn new(inputs: &[Value], outputs: &[Value]) -> Self {
-        let mut names = std::collections::BTreeSet::new();
-        let mut kinds = BTreeMap::new();
-        let mut subresources: BTreeMap<String, std::collections::BTreeSet<String>> =
-            BTreeMap::new();
-        let mut role_subresources: Vec<(String, String)> = Vec::new();
-        let full = |plural: &str, group: &str| {
-            if group.is_empty() {
-                plural.to_string()
-            } else {
-                format!("{plural}.{group}")
-            }
+        let mut known = KnownResources {
+            names: BUILTIN_RESOURCES
+                .iter()
+                .flat_map(|(group, plurals)| plurals.iter().map(|p| full_name(p, group)))
+                .collect(),
+            kinds: BTreeMap::new(),
+            subresources: BTreeMap::new(),
         };
-        for (group, plurals) in BUILTIN_RESOURCES {
-            for p in *plurals {
-                names.insert(full(p, group));
-            }
-        }
+        let mut role_subresources: Vec<(String, String)> = Vec::new();
         for o in inputs.iter().chain(outputs) {
             match o["kind"].as_str() {
-                Some("CustomResourceDefinition") => {
-                    let n = &o["spec"]["names"];
-                    let group = o["spec"]["group"].as_str().unwrap_or_default();
-                    // A CRD's name is `<plural>.<group>`, even when the
-                    // test gives only its metadata.
-                    let name = o["metadata"]["name"]
-                        .as_str()
-                        .map(str::to_string)
-                        .or_else(|| n["plural"].as_str().map(|p| full(p, group)));
-                    if let Some(name) = name {
-                        if let Some(k) = n["kind"].as_str() {
-                            kinds.insert(k.to_lowercase(), name.clone());
-                        }
-                        if let Some(s) = n["singular"].as_str() {
-                            kinds.insert(s.to_lowercase(), name.clone());
-                        }
-                        // Only a CRD that lists its versions says which
-                        // subresources it has.
-                        if let Some(versions) = o["spec"]["versions"].as_array() {
-                            let subs = subresources.entry(name.clone()).or_default();
-                            for v in versions {
-                                if let Some(m) = v["subresources"].as_object() {
-                                    subs.extend(m.keys().cloned());
-                                }
-                            }
-                        }
-                        names.insert(name);
-                    }
-                }
-                Some("ClusterRole" | "Role") => {
-                    let rules: Vec<PolicyRule> =
-                        serde_json::from_value(o["rules"].clone()).unwrap_or_default();
-                    for r in rules {
-                        for g in r.api_groups.iter().flatten() {
-                            for res in r.resources.iter().flatten() {
-                                let (plural, sub) = res.split_once('/').unwrap_or((res, ""));
-                                if g != "*" && plural != "*" {
-                                    names.insert(full(plural, g));
-                                    if !sub.is_empty() {
-                                        role_subresources.push((full(plural, g), sub.to_string()));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+                Some("CustomResourceDefinition") => known.add_crd(o),
+                Some("ClusterRole" | "Role") => role_subresources.extend(known.add_role(o)),
                 _ => {}
             }
         }
+        // A role's subresource counts only for a CRD that lists its own.
         for (base, sub) in role_subresources {
-            if let Some(subs) = subresources.get_mut(&base) {
+            if let Some(subs) = known.subresources.get_mut(&base) {
                 subs.insert(sub);
             }
         }
-        KnownResources {
-            names,
-            kinds,
-            subresources,
+        known
+    }
+
+    /// A CustomResourceDefinition's resource, its kind and singular name,
+    /// and the subresources its versions declare.
+    fn add_crd(&mut self, o: &Value) {
+        let n = &o["spec"]["names"];
+        let group = o["spec"]["group"].as_str().unwrap_or_default();
+        // A CRD's name is `<plural>.<group>`, even when the test gives only
+        // its metadata.
+        let name = o["metadata"]["name"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| n["plural"].as_str().map(|p| full_name(p, group)));
+        let Some(name) = name else {
+            return;
+        };
+        if let Some(k) = n["kind"].as_str() {
+            self.kinds.insert(k.to_lowercase(), name.clone());
         }
+        if let Some(s) = n["singular"].as_str() {
+            self.kinds.insert(s.to_lowercase(), name.clone());
+        }
+        // Only a CRD that lists its versions says which subresources it has.
+        if let Some(versions) = o["spec"]["versions"].as_array() {
+            let subs = self.subresources.entry(name.clone()).or_default();
+            for v in versions {
+                if let Some(m) = v["subresources"].as_object() {
+                    subs.extend(m.keys().cloned());
+                }
+            }
+        }
+        self.names.insert(name);
+    }
+
+    /// The resources a role's rules name (wildcards aside); returns the
+    /// subresources they name, `(plural.group, subresource)`.
+    fn add_role(&mut self, o: &Value) -> Vec<(String, String)> {
+        let rules: Vec<PolicyRule> = serde_json::from_value(o["rules"].clone()).unwrap_or_default();
+        let mut subresources = Vec::new();
+        for r in rules {
+            for g in r.api_groups.iter().flatten() {
+                for res in r.resources.iter().flatten() {
+                    let (plural, sub) = res.split_once('/').unwrap_or((res, ""));
+                    if g != "*" && plural != "*" {
+                        self.names.insert(full_name(plural, g));
+                        if !sub.is_empty() {
+                            subresources.push((full_name(plural, g), sub.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        subresources
     }
 
     /// Whether the statement's verb and resource are real.

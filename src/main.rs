@@ -225,7 +225,12 @@ fn main() -> ExitCode {
 
 /// `crd`: the RbacRule CustomResourceDefinition as YAML.
 fn print_crd() -> ExitCode {
-    match rbac_rules::crd_yaml() {
+    print_or_fail(rbac_rules::crd_yaml())
+}
+
+/// Prints a command's text, or its error on stderr and fails.
+fn print_or_fail(text: Result<String, impl std::fmt::Display>) -> ExitCode {
+    match text {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -341,16 +346,7 @@ fn controller_role(args: &ControllerRoleArgs) -> ExitCode {
     };
     let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
     let role = rbac_rules::rules::controller_role(&rules, &args.name, &objects);
-    match args.output.write(std::slice::from_ref(&role)) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    print_or_fail(args.output.write(std::slice::from_ref(&role)))
 }
 
 /// The async runtime of `run` and `diff`: their tasks wait on the network

@@ -5,9 +5,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 use crate::api::ManageLevel;
+use crate::engine::output::selectors_of;
 use crate::engine::{Engine, ObjectStore, Options};
 use crate::ruletest::{Access, Subject, World};
 use crate::{rules, yaml};
@@ -192,27 +195,25 @@ fn parse_target(spec: &str, namespace: Option<&str>) -> Result<Target, String> {
     })
 }
 
+/// The name of an object (empty when it has none).
+fn name_of(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// The namespace of an object (empty for a cluster-wide one).
+fn namespace_of(o: &Value) -> &str {
+    o["metadata"]["namespace"].as_str().unwrap_or_default()
+}
+
 /// What is missing when no rendered object matches: the same name in
 /// other namespaces, or the names rendered of that kind there.
 fn not_rendered(t: &Target, output: &[Value], inputs: &[Value]) -> String {
     let of_kind: Vec<&Value> = output.iter().filter(|o| o["kind"] == t.kind).collect();
-    let ns_of = |o: &Value| {
-        o["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
-    let name_of = |o: &Value| {
-        o["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
     let mut text = format!("error: no rule renders {} from these objects", t.show());
     let elsewhere: Vec<String> = of_kind
         .iter()
         .filter(|o| name_of(o) == t.name)
-        .map(|o| ns_of(o))
+        .map(|o| namespace_of(o).to_string())
         .collect();
     if !elsewhere.is_empty() {
         text.push_str(&format!(
@@ -225,14 +226,14 @@ fn not_rendered(t: &Target, output: &[Value], inputs: &[Value]) -> String {
     }
     let live = inputs
         .iter()
-        .any(|o| o["kind"] == t.kind && name_of(o) == t.name && ns_of(o) == t.namespace);
+        .any(|o| o["kind"] == t.kind && name_of(o) == t.name && namespace_of(o) == t.namespace);
     if live {
         text.push_str("; it is in the input objects, but no rule renders it (not managed)");
     }
     let mut near: Vec<String> = of_kind
         .iter()
-        .filter(|o| ns_of(o) == t.namespace)
-        .map(|o| name_of(o))
+        .filter(|o| namespace_of(o) == t.namespace)
+        .map(|o| name_of(o).to_string())
         .collect();
     near.sort();
     if near.is_empty() {
@@ -262,6 +263,9 @@ fn not_rendered(t: &Target, output: &[Value], inputs: &[Value]) -> String {
     text
 }
 
+/// Why an object is rendered: the rule and trigger that made it, the
+/// rule's outputs whose name template could have named it, and, for a
+/// ClusterRole, the aggregated ClusterRoles that gather it.
 fn explain_object(
     target: &Target,
     loaded: &[(String, crate::engine::RuleSource)],
@@ -275,26 +279,11 @@ fn explain_object(
         format!("{kind}/{ns}/{name}")
     };
     if ns.is_empty() && matches!(kind, "Role" | "RoleBinding") {
-        let mut at: Vec<&str> = output
-            .iter()
-            .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-            .filter_map(|o| o["metadata"]["namespace"].as_str())
-            .collect();
-        at.sort();
-        let hint = if at.is_empty() {
-            String::new()
-        } else {
-            format!(" ({kind} {name:?} is rendered in {})", at.join(", "))
-        };
-        return Err(format!(
-            "error: {kind}/{name}: a {kind} lives in a namespace: add -n NAMESPACE{hint}"
-        ));
+        return Err(namespace_missing(kind, name, output));
     }
-    let found = output.iter().find(|o| {
-        o["kind"] == kind
-            && o["metadata"]["name"] == name
-            && o["metadata"]["namespace"].as_str().unwrap_or_default() == ns
-    });
+    let found = output
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name && namespace_of(o) == ns);
     let Some(o) = found else {
         return Err(not_rendered(target, output, inputs));
     };
@@ -319,64 +308,117 @@ fn explain_object(
         "  trigger:  {}\n",
         trigger.unwrap_or("none (a static rule)")
     ));
-    if let Some((origin, source)) = origin {
-        for (i, out) in source.spec.outputs.iter().enumerate() {
-            let v = serde_json::to_value(out).unwrap_or(Value::Null);
-            if v["kind"] != kind {
-                continue;
-            }
-            let tmpl = v["name"].as_str().unwrap_or_default();
-            if !could_render(tmpl, name) {
-                continue;
-            }
-            let line = template_line(origin, rule, tmpl)
-                .map(|l| format!(", line {l}"))
-                .unwrap_or_default();
-            t.push_str(&format!(
-                "  template: spec.outputs[{i}] name {tmpl:?}{line}\n"
-            ));
-            if let Some(list) = data["templates"].as_array_mut() {
-                list.push(json!({
-                    "field": format!("spec.outputs[{i}]"),
-                    "name": tmpl,
-                    "line": template_line(origin, rule, tmpl),
-                }));
-            }
-        }
+    let templates = origin
+        .map(|(origin, source)| templates_naming(origin, source, kind, name))
+        .unwrap_or_default();
+    for m in &templates {
+        let line = m.line.map(|l| format!(", line {l}")).unwrap_or_default();
+        t.push_str(&format!(
+            "  template: spec.outputs[{}] name {:?}{line}\n",
+            m.index, m.name
+        ));
     }
+    data["templates"] = json!(
+        templates
+            .iter()
+            .map(TemplateMatch::data)
+            .collect::<Vec<_>>()
+    );
     if kind == "ClusterRole" {
-        let labels = o["metadata"]["labels"].as_object();
-        let mut by: Vec<String> = Vec::new();
-        for agg in inputs.iter().chain(output) {
-            if agg["kind"] != "ClusterRole" {
-                continue;
-            }
-            let selectors = agg["aggregationRule"]["clusterRoleSelectors"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let selected = selectors.iter().any(|s| {
-                serde_json::from_value(s.clone())
-                    .map(|sel| crate::selector::matches_json(&sel, labels))
-                    .unwrap_or(false)
-            });
-            if selected {
-                by.push(
-                    agg["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
-            }
-        }
-        by.sort();
-        by.dedup();
+        let by = aggregated_into(o, inputs, output);
         if !by.is_empty() {
             t.push_str(&format!("  aggregated into: {}\n", by.join(", ")));
         }
         data["aggregatedInto"] = json!(by);
     }
     Ok((t, data))
+}
+
+/// The error for a Role or RoleBinding named without a namespace, with the
+/// namespaces where one of that name is rendered.
+fn namespace_missing(kind: &str, name: &str, output: &[Value]) -> String {
+    let mut at: Vec<&str> = output
+        .iter()
+        .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .filter_map(|o| o["metadata"]["namespace"].as_str())
+        .collect();
+    at.sort();
+    let hint = if at.is_empty() {
+        String::new()
+    } else {
+        format!(" ({kind} {name:?} is rendered in {})", at.join(", "))
+    };
+    format!("error: {kind}/{name}: a {kind} lives in a namespace: add -n NAMESPACE{hint}")
+}
+
+/// An output of a rule whose name template could have rendered the object.
+struct TemplateMatch {
+    /// Its index in `spec.outputs`.
+    index: usize,
+    /// Its name template.
+    name: String,
+    /// The line of the rule file where the template is written.
+    line: Option<usize>,
+}
+
+impl TemplateMatch {
+    fn data(&self) -> Value {
+        json!({
+            "field": format!("spec.outputs[{}]", self.index),
+            "name": self.name,
+            "line": self.line,
+        })
+    }
+}
+
+/// The outputs of the rule `source` (read from `origin`) of this kind whose
+/// name template could render `name`.
+fn templates_naming(
+    origin: &str,
+    source: &crate::engine::RuleSource,
+    kind: &str,
+    name: &str,
+) -> Vec<TemplateMatch> {
+    let mut found = Vec::new();
+    for (index, out) in source.spec.outputs.iter().enumerate() {
+        let v = serde_json::to_value(out).unwrap_or(Value::Null);
+        if v["kind"] != kind {
+            continue;
+        }
+        let tmpl = v["name"].as_str().unwrap_or_default();
+        if !could_render(tmpl, name) {
+            continue;
+        }
+        found.push(TemplateMatch {
+            index,
+            name: tmpl.to_string(),
+            line: template_line(origin, &source.name, tmpl),
+        });
+    }
+    found
+}
+
+/// The aggregated ClusterRoles, in the input or the output, whose selectors
+/// pick the ClusterRole `role`: sorted, each once.
+fn aggregated_into(role: &Value, inputs: &[Value], output: &[Value]) -> Vec<String> {
+    let mut by: Vec<String> = inputs
+        .iter()
+        .chain(output)
+        .filter(|agg| agg["kind"] == "ClusterRole" && picks(&selectors_of(agg), role))
+        .map(|agg| name_of(agg).to_string())
+        .collect();
+    by.sort();
+    by.dedup();
+    by
+}
+
+/// Whether any of an aggregated ClusterRole's selectors picks `role` by its
+/// labels.
+fn picks(selectors: &[LabelSelector], role: &Value) -> bool {
+    let labels = role["metadata"]["labels"].as_object();
+    selectors
+        .iter()
+        .any(|s| crate::selector::matches_json(s, labels))
 }
 
 /// Whether a name template can render `name`: its literal parts, in order,
@@ -410,6 +452,9 @@ fn template_line(origin: &str, rule: &str, template: &str) -> Option<usize> {
         .map(|i| start + i + 2)
 }
 
+/// What a subject may do: each binding that names it, the role it grants
+/// and that role's rules; when none names it, the subjects of its kind the
+/// bindings do name, nearest first.
 fn explain_subject(
     spec: &str,
     inputs: &[Value],
@@ -419,123 +464,19 @@ fn explain_subject(
     let subject = Subject::of(&a).map_err(|e| format!("error: --as {spec:?}: {e}"))?;
     let world = World::new(inputs, output);
     let mut t = format!("{}\n", subject.show);
-    let mut any = false;
     let mut bindings_data: Vec<Value> = Vec::new();
     for b in &world.bindings {
-        let kind = b["kind"].as_str().unwrap_or_default();
-        let bns = b["metadata"]["namespace"].as_str().unwrap_or_default();
         let subjects = b["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        if !subjects.iter().any(|x| subject.matches(x, bns)) {
+        if !subjects.iter().any(|x| subject.matches(x, namespace_of(b))) {
             continue;
         }
-        any = true;
-        let role_kind = b["roleRef"]["kind"].as_str().unwrap_or("ClusterRole");
-        let role = b["roleRef"]["name"].as_str().unwrap_or_default();
-        let scope = if kind == "RoleBinding" {
-            format!("in namespace {bns}")
-        } else {
-            "cluster-wide".to_string()
-        };
-        let bname = b["metadata"]["name"].as_str().unwrap_or_default();
-        t.push_str(&format!("  {scope}: {kind} {bname} → {role_kind} {role}\n"));
-        if role_kind == "ClusterRole" {
-            let sources = aggregated_from(role, inputs, output);
-            if !sources.is_empty() {
-                t.push_str(&format!("    aggregates: {}\n", sources.join(", ")));
-            }
-        }
-        let rules = if role_kind == "Role" {
-            world.roles.get(&(bns.to_string(), role.to_string()))
-        } else {
-            world.cluster_roles.get(role)
-        };
-        bindings_data.push(json!({
-            "binding": {"kind": kind, "namespace": bns, "name": bname},
-            "namespace": if kind == "RoleBinding" { Some(bns) } else { None },
-            "roleRef": {"kind": role_kind, "name": role},
-            "aggregates": if role_kind == "ClusterRole" {
-                aggregated_from(role, inputs, output)
-            } else {
-                Vec::new()
-            },
-            "rules": rules,
-            "roleFound": rules.is_some(),
-        }));
-        match rules {
-            None => t.push_str("    (role not found: grants nothing)\n"),
-            Some(rs) => {
-                for r in rs {
-                    let list = |v: &Option<Vec<String>>| v.clone().unwrap_or_default().join(",");
-                    if let Some(urls) = &r.non_resource_urls {
-                        t.push_str(&format!(
-                            "    {} nonResourceURLs {}\n",
-                            r.verbs.join(","),
-                            urls.join(",")
-                        ));
-                    } else {
-                        let names = r
-                            .resource_names
-                            .as_ref()
-                            .map(|n| format!(" names {}", n.join(",")))
-                            .unwrap_or_default();
-                        t.push_str(&format!(
-                            "    {} {} (group {:?}){names}\n",
-                            r.verbs.join(","),
-                            list(&r.resources),
-                            list(&r.api_groups)
-                        ));
-                    }
-                }
-            }
-        }
+        let (text, data) = explain_binding(b, &world, inputs, output);
+        t.push_str(&text);
+        bindings_data.push(data);
     }
-    if !any {
+    if bindings_data.is_empty() {
         t.push_str("  no binding names this subject: it can do nothing\n");
-        // What the bindings do name, nearest first: a typo shows.
-        let kind = if a.service_account.is_some() {
-            "ServiceAccount"
-        } else if a.group.is_some() {
-            "Group"
-        } else {
-            "User"
-        };
-        let mut named: Vec<String> = world
-            .bindings
-            .iter()
-            .flat_map(|b| {
-                let bns = b["metadata"]["namespace"].as_str().unwrap_or_default();
-                b["subjects"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|x| x["kind"] == kind)
-                    .map(move |x| {
-                        let name = x["name"].as_str().unwrap_or_default();
-                        match x["namespace"]
-                            .as_str()
-                            .or(Some(bns).filter(|n| !n.is_empty()))
-                        {
-                            Some(ns) if kind == "ServiceAccount" => format!("{ns}/{name}"),
-                            _ => name.to_string(),
-                        }
-                    })
-            })
-            .collect();
-        named.sort();
-        named.dedup();
-        if !named.is_empty() {
-            let me = subject
-                .show
-                .split_once(' ')
-                .map(|(_, n)| n)
-                .unwrap_or_default();
-            named.sort_by_key(|n| strsim::levenshtein(n, me));
-            let shown: Vec<&str> = named.iter().take(5).map(String::as_str).collect();
-            t.push_str(&format!(
-                "  {kind}s the bindings name, nearest first: {}\n",
-                shown.join(", ")
-            ));
-        }
+        t.push_str(&nearest_named(&a, &subject, &world));
     }
     let (kind, name) = subject.show.split_once(' ').unwrap_or(("", &subject.show));
     let data = json!({
@@ -543,6 +484,128 @@ fn explain_subject(
         "bindings": bindings_data,
     });
     Ok((t, data))
+}
+
+/// One binding that names the subject: where it applies, the role it
+/// refers to (with what that role aggregates) and the role's rules.
+fn explain_binding(
+    b: &Value,
+    world: &World,
+    inputs: &[Value],
+    output: &[Value],
+) -> (String, Value) {
+    let kind = b["kind"].as_str().unwrap_or_default();
+    let bns = namespace_of(b);
+    let bname = name_of(b);
+    let role_kind = b["roleRef"]["kind"].as_str().unwrap_or("ClusterRole");
+    let role = b["roleRef"]["name"].as_str().unwrap_or_default();
+    let scope = if kind == "RoleBinding" {
+        format!("in namespace {bns}")
+    } else {
+        "cluster-wide".to_string()
+    };
+    let mut t = format!("  {scope}: {kind} {bname} → {role_kind} {role}\n");
+    let aggregates = if role_kind == "ClusterRole" {
+        aggregated_from(role, inputs, output)
+    } else {
+        Vec::new()
+    };
+    if !aggregates.is_empty() {
+        t.push_str(&format!("    aggregates: {}\n", aggregates.join(", ")));
+    }
+    let rules = if role_kind == "Role" {
+        world.roles.get(&(bns.to_string(), role.to_string()))
+    } else {
+        world.cluster_roles.get(role)
+    };
+    match rules {
+        None => t.push_str("    (role not found: grants nothing)\n"),
+        Some(rs) => rs.iter().for_each(|r| t.push_str(&rule_line(r))),
+    }
+    let data = json!({
+        "binding": {"kind": kind, "namespace": bns, "name": bname},
+        "namespace": if kind == "RoleBinding" { Some(bns) } else { None },
+        "roleRef": {"kind": role_kind, "name": role},
+        "aggregates": aggregates,
+        "rules": rules,
+        "roleFound": rules.is_some(),
+    });
+    (t, data)
+}
+
+/// A role's rule as one indented line: verbs, then the URLs or the
+/// resources (with group and names) it grants them on.
+fn rule_line(r: &PolicyRule) -> String {
+    let list = |v: &Option<Vec<String>>| v.clone().unwrap_or_default().join(",");
+    if let Some(urls) = &r.non_resource_urls {
+        format!(
+            "    {} nonResourceURLs {}\n",
+            r.verbs.join(","),
+            urls.join(",")
+        )
+    } else {
+        let names = r
+            .resource_names
+            .as_ref()
+            .map(|n| format!(" names {}", n.join(",")))
+            .unwrap_or_default();
+        format!(
+            "    {} {} (group {:?}){names}\n",
+            r.verbs.join(","),
+            list(&r.resources),
+            list(&r.api_groups)
+        )
+    }
+}
+
+/// For a subject no binding names: the subjects of its kind that bindings
+/// do name, nearest first, so that a typo shows (empty when there are none).
+fn nearest_named(a: &Access, subject: &Subject, world: &World) -> String {
+    let kind = if a.service_account.is_some() {
+        "ServiceAccount"
+    } else if a.group.is_some() {
+        "Group"
+    } else {
+        "User"
+    };
+    let mut named: Vec<String> = world
+        .bindings
+        .iter()
+        .flat_map(|b| {
+            let bns = namespace_of(b);
+            b["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|x| x["kind"] == kind)
+                .map(move |x| {
+                    let name = x["name"].as_str().unwrap_or_default();
+                    match x["namespace"]
+                        .as_str()
+                        .or(Some(bns).filter(|n| !n.is_empty()))
+                    {
+                        Some(ns) if kind == "ServiceAccount" => format!("{ns}/{name}"),
+                        _ => name.to_string(),
+                    }
+                })
+        })
+        .collect();
+    named.sort();
+    named.dedup();
+    if named.is_empty() {
+        return String::new();
+    }
+    let me = subject
+        .show
+        .split_once(' ')
+        .map(|(_, n)| n)
+        .unwrap_or_default();
+    named.sort_by_key(|n| strsim::levenshtein(n, me));
+    let shown: Vec<&str> = named.iter().take(5).map(String::as_str).collect();
+    format!(
+        "  {kind}s the bindings name, nearest first: {}\n",
+        shown.join(", ")
+    )
 }
 
 /// A subject as `--as` takes it. A user name `system:serviceaccount:NS:NAME`
@@ -598,21 +661,10 @@ fn aggregated_from(role: &str, inputs: &[Value], output: &[Value]) -> Vec<String
     let Some(agg) = all.iter().rev().find(|o| o["metadata"]["name"] == role) else {
         return Vec::new();
     };
-    let selectors: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector> =
-        agg["aggregationRule"]["clusterRoleSelectors"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| serde_json::from_value(s.clone()).ok())
-            .collect();
+    let selectors = selectors_of(agg);
     let mut names: Vec<String> = all
         .iter()
-        .filter(|o| {
-            let labels = o["metadata"]["labels"].as_object();
-            selectors
-                .iter()
-                .any(|s| crate::selector::matches_json(s, labels))
-        })
+        .filter(|o| picks(&selectors, o))
         .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
         .filter(|n| n != role)
         .collect();

@@ -188,16 +188,7 @@ static MALLOC_CONF: &[u8; 44] = b"dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1\0"
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => match rbac_rules::crd_yaml() {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Crd => print_crd(),
         Command::Render(args) => {
             init_logging(LogFormat::Text);
             rbac_rules::render::main(&args)
@@ -208,13 +199,7 @@ fn main() -> ExitCode {
             args,
         } => {
             init_logging(logging.log_format);
-            match runtime() {
-                Ok(rt) => ExitCode::from(rt.block_on(rbac_rules::diff::run(&args, &cluster))),
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            diff(&cluster, &args)
         }
         Command::Validate(args) => rbac_rules::validate::main(&args),
         Command::Test(args) => {
@@ -226,41 +211,79 @@ fn main() -> ExitCode {
             rbac_rules::explain::main(&args)
         }
         Command::ControllerRole(args) => controller_role(&args),
-        Command::Completion { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "rbac-rules", &mut script);
-            use std::io::Write;
-            match std::io::stdout().write_all(&script) {
-                Ok(()) => ExitCode::SUCCESS,
-                // A closed pipe (`| head`) is not an error worth a message.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Completion { shell } => completion(shell),
         Command::Run {
             cluster,
             logging,
             args,
         } => {
             init_logging(logging.log_format);
-            let rt = match runtime() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match rt.block_on(run_controller(cluster, args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(error = %e, "controller stopped");
-                    ExitCode::FAILURE
-                }
-            }
+            run(cluster, args)
+        }
+    }
+}
+
+/// `crd`: the RbacRule CustomResourceDefinition as YAML.
+fn print_crd() -> ExitCode {
+    print_or_fail(rbac_rules::crd_yaml())
+}
+
+/// Prints a command's text, or its error on stderr and fails.
+fn print_or_fail(text: Result<String, impl std::fmt::Display>) -> ExitCode {
+    match text {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `diff`: its own exit status, or 2 when it cannot start.
+fn diff(cluster: &ClusterArgs, args: &DiffArgs) -> ExitCode {
+    match runtime() {
+        Ok(rt) => ExitCode::from(rt.block_on(rbac_rules::diff::run(args, cluster))),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `completion`: the shell's completion script on stdout.
+fn completion(shell: clap_complete::Shell) -> ExitCode {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "rbac-rules", &mut script);
+    use std::io::Write;
+    match std::io::stdout().write_all(&script) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`| head`) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `run`: the controller until it stops; a stop is logged and fails.
+fn run(cluster: ClusterArgs, args: RunArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run_controller(cluster, args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "controller stopped");
+            ExitCode::FAILURE
         }
     }
 }
@@ -323,16 +346,7 @@ fn controller_role(args: &ControllerRoleArgs) -> ExitCode {
     };
     let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
     let role = rbac_rules::rules::controller_role(&rules, &args.name, &objects);
-    match args.output.write(std::slice::from_ref(&role)) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    print_or_fail(args.output.write(std::slice::from_ref(&role)))
 }
 
 /// The async runtime of `run` and `diff`: their tasks wait on the network

@@ -6,7 +6,7 @@
 //! (EscalationDenied) and any live managed object in the input that policy
 //! would revoke: every error on stderr, nothing on stdout, exit 1.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +15,9 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use serde_json::Value;
 
 use crate::api::{ManageLevel, OutputKind};
-use crate::engine::{Engine, Evaluation, Manifest, Memo, ObjectStore, Options, store::object_ref};
+use crate::engine::{
+    Engine, Evaluation, Manifest, Memo, ObjectStore, Options, RuleSource, store::object_ref,
+};
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
 
@@ -187,46 +189,8 @@ impl Rendered {
 /// Evaluates the rules on the objects; every error is returned, nothing
 /// is printed.
 pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
-    let loaded =
-        rules::load_for_command("render", &args.rules, args.recursive).map_err(|errs| {
-            RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
-        })?;
-    let origins: std::collections::BTreeMap<String, String> = loaded
-        .iter()
-        .map(|(o, r)| (r.name.clone(), o.clone()))
-        .collect();
-    let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
-    // A param no rule declares is a typo: its setting would be lost.
-    let params = args.params.map();
-    let unknown = crate::params::undeclared(&params, &rules);
-    if !unknown.is_empty() {
-        return Err(RenderError::Evaluation(
-            unknown
-                .iter()
-                .map(|k| format!("error: --param {k}: no rule declares a param of this name"))
-                .collect(),
-        ));
-    }
-    // Documents go into the store as they are parsed: never all parsed
-    // documents and the store at once.
-    let mut store = ObjectStore::new();
-    let mut refused: Option<RenderError> = None;
-    // Each object is cut to what the rules read as it is loaded.
-    let shaper = crate::engine::shape::Shaper::new(crate::engine::shape::interests(&rules));
-    yaml::for_each_in_tree(&args.objects, args.recursive, |path, index, value| {
-        if refused.is_some() {
-            return;
-        }
-        if let Err(message) = store.insert(shaper.shape(value)) {
-            refused = Some(RenderError::Object {
-                origin: format!("{}#{index}", path.display()),
-                message,
-            });
-        }
-    })?;
-    if let Some(e) = refused {
-        return Err(e);
-    }
+    let (rules, origins) = load_rules(args)?;
+    let mut store = load_objects(args, &rules)?;
     let allow = match &args.allow {
         Some(p) => Some(rules::load_allow(p, &mut store)?),
         None => None,
@@ -248,17 +212,87 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         true => crate::reference::evaluate(&rules, &options, &store),
         false => engine.evaluate_incremental(&store, &mut memo),
     };
-    // Each error names the file the rule came from, then rule and field.
+    let errors = errors_of(&eval, &origins);
+    if !errors.is_empty() {
+        return Err(RenderError::Evaluation(errors));
+    }
+    let warnings = warnings_of(&eval, &origins);
+    let filled = if args.flatten {
+        flatten(&store, &eval)?
+    } else {
+        HashMap::new()
+    };
+    Ok(Rendered {
+        eval,
+        filled,
+        warnings,
+        _memo: memo,
+        _store: store,
+    })
+}
+
+/// Rule name → the file it was read from, to name it in messages.
+type Origins = BTreeMap<String, String>;
+
+/// The rules `--rules` names (or the built-in ones), with where each was
+/// read; a `--param` no rule declares is an error, as its setting would
+/// be lost to a typo.
+fn load_rules(args: &RenderArgs) -> Result<(Vec<RuleSource>, Origins), RenderError> {
+    let loaded =
+        rules::load_for_command("render", &args.rules, args.recursive).map_err(|errs| {
+            RenderError::Evaluation(errs.iter().map(|e| format!("error: {e}")).collect())
+        })?;
+    let origins: Origins = loaded
+        .iter()
+        .map(|(o, r)| (r.name.clone(), o.clone()))
+        .collect();
+    let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
+    let params = args.params.map();
+    let unknown = crate::params::undeclared(&params, &rules);
+    if !unknown.is_empty() {
+        return Err(RenderError::Evaluation(
+            unknown
+                .iter()
+                .map(|k| format!("error: --param {k}: no rule declares a param of this name"))
+                .collect(),
+        ));
+    }
+    Ok((rules, origins))
+}
+
+/// The objects `--objects` names, each cut to what the rules read and put
+/// in the store as it is parsed (never all parsed documents and the store
+/// at once); the first object the store refuses is the error.
+fn load_objects(args: &RenderArgs, rules: &[RuleSource]) -> Result<ObjectStore, RenderError> {
+    let mut store = ObjectStore::new();
+    let mut refused: Option<RenderError> = None;
+    let shaper = crate::engine::shape::Shaper::new(crate::engine::shape::interests(rules));
+    yaml::for_each_in_tree(&args.objects, args.recursive, |path, index, value| {
+        if refused.is_some() {
+            return;
+        }
+        if let Err(message) = store.insert(shaper.shape(value)) {
+            refused = Some(RenderError::Object {
+                origin: format!("{}#{index}", path.display()),
+                message,
+            });
+        }
+    })?;
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(store),
+    }
+}
+
+/// Every error, each naming the file its rule came from, then rule and
+/// field; and every live object in the input that policy would revoke
+/// (the controller would delete it) and no error already names.
+fn errors_of(eval: &Evaluation, origins: &Origins) -> Vec<String> {
     let mut errors: Vec<String> = eval
         .errors()
-        .map(|e| match origins.get(&e.rule) {
-            Some(origin) => format!("error: {origin}: {e}"),
-            None => format!("error: {e}"),
-        })
+        .map(|e| with_origin("error", origins, &e.rule, e))
         .collect();
-    // Live objects in the input that policy refuses: the controller would
-    // delete them.
-    let refused_outputs: std::collections::BTreeSet<&str> = eval
+    let refused_outputs: BTreeSet<&str> = eval
         .errors()
         .filter(|e| e.kind == crate::engine::ErrorKind::EscalationDenied)
         .map(|e| e.message.as_str())
@@ -274,34 +308,32 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         };
         errors.push(format!("error: revoked: live {obj}: {why}"));
     }
-    if !errors.is_empty() {
-        return Err(RenderError::Evaluation(errors));
+    errors
+}
+
+/// What rules skipped on purpose, then the notices (an unmanaged role
+/// labelled into an emitted aggregated role): no error, but said.
+fn warnings_of(eval: &Evaluation, origins: &Origins) -> Vec<String> {
+    eval.warnings()
+        .map(|w| with_origin("warning", origins, &w.rule, w))
+        .chain(
+            eval.notices()
+                .map(|n| with_origin("warning", origins, &n.rule, n)),
+        )
+        .collect()
+}
+
+/// `level: <file>: message`, or `level: message` for a rule of no file.
+fn with_origin(
+    level: &str,
+    origins: &Origins,
+    rule: &str,
+    message: impl std::fmt::Display,
+) -> String {
+    match origins.get(rule) {
+        Some(origin) => format!("{level}: {origin}: {message}"),
+        None => format!("{level}: {message}"),
     }
-    let mut warnings: Vec<String> = eval
-        .warnings()
-        .map(|w| match origins.get(&w.rule) {
-            Some(origin) => format!("warning: {origin}: {w}"),
-            None => format!("warning: {w}"),
-        })
-        .collect();
-    // Notices (an unmanaged role labelled into an emitted aggregated
-    // role): no error, but said.
-    warnings.extend(eval.notices().map(|n| match origins.get(&n.rule) {
-        Some(origin) => format!("warning: {origin}: {n}"),
-        None => format!("warning: {n}"),
-    }));
-    let filled = if args.flatten {
-        flatten(&store, &eval)?
-    } else {
-        HashMap::new()
-    };
-    Ok(Rendered {
-        eval,
-        filled,
-        warnings,
-        _memo: memo,
-        _store: store,
-    })
 }
 
 /// Aggregated ClusterRoles among the outputs, with their rules filled from
@@ -315,7 +347,7 @@ fn flatten(store: &ObjectStore, eval: &Evaluation) -> Result<HashMap<String, Val
         .map(|d| d.object.to_value())
         .collect();
     let mut all: Vec<ClusterRole> = Vec::new();
-    let mut names = std::collections::BTreeSet::new();
+    let mut names = BTreeSet::new();
     for o in &outputs {
         names.insert(o["metadata"]["name"].as_str().unwrap_or_default());
         all.push(parse_cluster_role(o)?);

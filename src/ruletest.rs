@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::ManageLevel;
-use crate::engine::{Engine, ObjectStore, Options};
+use crate::engine::{Engine, Evaluation, ObjectStore, Options};
 use crate::rules::{self, TEST_KIND};
 use crate::yaml::{self, Document};
 
@@ -186,14 +186,16 @@ pub fn run_one_with(doc: &Document, allow: Option<&Path>) -> Outcome {
     }
 }
 
+/// Runs one test: renders its rules on its objects and lists every
+/// expectation that does not hold. A test that cannot be set up (its
+/// manage level, rules, objects or allow-list) fails with that reason
+/// alone.
 fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>) -> Vec<String> {
-    let base = file.parent().unwrap_or(Path::new("."));
-    let mut failures = Vec::new();
-    let manage = match spec.manage.as_deref().map(crate::parse_manage) {
-        None => ManageLevel::All,
-        Some(Ok(m)) => m,
-        Some(Err(e)) => return vec![format!("manage: {e}")],
+    let (inputs, eval) = match evaluate(file, name, spec, default_allow) {
+        Ok(run) => run,
+        Err(setup) => return setup,
     };
+    let mut failures = Vec::new();
     let e = &spec.expect;
     if e.objects.is_empty() && e.absent.is_empty() && e.access.is_empty() && e.errors.is_empty() {
         failures.push(
@@ -202,27 +204,40 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
                 .to_string(),
         );
     }
+    failures.extend(error_failures(&e.errors, &eval));
+    let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
+    failures.extend(object_failures(e, &output));
+    failures.extend(access_failures(&e.access, &inputs, &output));
+    failures
+}
+
+/// Sets a test up and renders it: its input objects and the evaluation, or
+/// why it could not be set up.
+fn evaluate(
+    file: &Path,
+    name: &str,
+    spec: &TestSpec,
+    default_allow: Option<&Path>,
+) -> Result<(Vec<Value>, Evaluation), Vec<String>> {
+    let base = file.parent().unwrap_or(Path::new("."));
+    let manage = match spec.manage.as_deref().map(crate::parse_manage) {
+        None => ManageLevel::All,
+        Some(Ok(m)) => m,
+        Some(Err(e)) => return Err(vec![format!("manage: {e}")]),
+    };
     let paths: Vec<PathBuf> = spec.rules.iter().map(|r| base.join(r)).collect();
     let rule_sources = match rules::load_for_command(&format!("test {name}"), &paths, false) {
         Ok(r) => r.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
-        Err(errs) => return errs.iter().map(|e| e.to_string()).collect(),
+        Err(errs) => return Err(errs.iter().map(|e| e.to_string()).collect()),
     };
-    let mut inputs: Vec<Value> = Vec::new();
-    for o in &spec.objects {
-        match o {
-            Value::String(p) => match yaml::load_paths(&[base.join(p)]) {
-                Ok(docs) => inputs.extend(docs.into_iter().map(|d| d.value)),
-                Err(e) => return vec![e.to_string()],
-            },
-            other => inputs.push(other.clone()),
-        }
-    }
+    let inputs = test_objects(base, &spec.objects).map_err(|e| vec![e])?;
     let mut store = ObjectStore::new();
     for o in &inputs {
         if let Err(e) = store.insert(o.clone()) {
-            return vec![format!("objects: {e}")];
+            return Err(vec![format!("objects: {e}")]);
         }
     }
+    // The test's own allow-list, else the one given to every test.
     let allow_file = match (&spec.allow, default_allow) {
         (Some(p), _) => Some(base.join(p)),
         (None, Some(p)) => Some(p.to_path_buf()),
@@ -232,7 +247,7 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
         None => None,
         Some(p) => match rules::load_allow(&p, &mut store) {
             Ok(a) => Some(a),
-            Err(e) => return vec![format!("allow: {e}")],
+            Err(e) => return Err(vec![format!("allow: {e}")]),
         },
     };
     let engine = Engine::new(
@@ -245,17 +260,46 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
         },
     );
     let eval = engine.evaluate(&store);
+    Ok((inputs, eval))
+}
+
+/// A test's input objects: each entry a file (relative to the test's
+/// folder `base`) or an inline object.
+fn test_objects(base: &Path, objects: &[Value]) -> Result<Vec<Value>, String> {
+    let mut inputs: Vec<Value> = Vec::new();
+    for o in objects {
+        match o {
+            Value::String(p) => match yaml::load_paths(&[base.join(p)]) {
+                Ok(docs) => inputs.extend(docs.into_iter().map(|d| d.value)),
+                Err(e) => return Err(e.to_string()),
+            },
+            other => inputs.push(other.clone()),
+        }
+    }
+    Ok(inputs)
+}
+
+/// Each expected error no render error contains; with none expected, every
+/// render error is a failure.
+fn error_failures(expected: &[String], eval: &Evaluation) -> Vec<String> {
     let errors: Vec<String> = eval.errors().map(|e| e.to_string()).collect();
-    for want in &spec.expect.errors {
+    let mut failures = Vec::new();
+    for want in expected {
         if !errors.iter().any(|e| e.contains(want.as_str())) {
             failures.push(format!("no error contains {want:?}; errors: {errors:?}"));
         }
     }
-    if spec.expect.errors.is_empty() {
+    if expected.is_empty() {
         failures.extend(errors.iter().map(|e| format!("render error: {e}")));
     }
-    let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
-    for want in &spec.expect.objects {
+    failures
+}
+
+/// Each expected object not rendered or rendered otherwise (its first
+/// differing field), and each unwanted object rendered.
+fn object_failures(expect: &Expect, output: &[Value]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for want in &expect.objects {
         let key = object_key(want);
         match output.iter().find(|o| object_key(o) == key) {
             None => failures.push(format!(
@@ -274,22 +318,43 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
             }
         }
     }
-    for unwanted in &spec.expect.absent {
+    for unwanted in &expect.absent {
         let key = object_key(unwanted);
         if output.iter().any(|o| object_key(o) == key) {
             failures.push(format!("object {} was rendered", show_key(&key)));
         }
     }
-    if !spec.expect.access.is_empty() {
-        let world = World::new(&inputs, &output);
-        let known = KnownResources::new(&inputs, &output);
-        for (i, a) in spec.expect.access.iter().enumerate() {
-            if let Err(e) = known.check(a).and_then(|()| world.check(a)) {
-                failures.push(format!("access[{i}]: {e}"));
-            }
-        }
-    }
     failures
+}
+
+/// Each access statement that names an unknown verb or resource, or does
+/// not hold in the world of the input and output objects.
+fn access_failures(access: &[Access], inputs: &[Value], output: &[Value]) -> Vec<String> {
+    if access.is_empty() {
+        return Vec::new();
+    }
+    let world = World::new(inputs, output);
+    let known = KnownResources::new(inputs, output);
+    access
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            known
+                .check(a)
+                .and_then(|()| world.check(a))
+                .err()
+                .map(|e| format!("access[{i}]: {e}"))
+        })
+        .collect()
+}
+
+/// `plural` for the core group, else `plural.group`.
+fn full_name(plural: &str, group: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 /// What an access statement may name: the verbs Kubernetes knows, the
@@ -411,84 +476,82 @@ const BUILTIN_RESOURCES: &[(&str, &[&str])] = &[
 
 impl KnownResources {
     pub(crate) fn new(inputs: &[Value], outputs: &[Value]) -> Self {
-        let mut names = std::collections::BTreeSet::new();
-        let mut kinds = BTreeMap::new();
-        let mut subresources: BTreeMap<String, std::collections::BTreeSet<String>> =
-            BTreeMap::new();
-        let mut role_subresources: Vec<(String, String)> = Vec::new();
-        let full = |plural: &str, group: &str| {
-            if group.is_empty() {
-                plural.to_string()
-            } else {
-                format!("{plural}.{group}")
-            }
+        let mut known = KnownResources {
+            names: BUILTIN_RESOURCES
+                .iter()
+                .flat_map(|(group, plurals)| plurals.iter().map(|p| full_name(p, group)))
+                .collect(),
+            kinds: BTreeMap::new(),
+            subresources: BTreeMap::new(),
         };
-        for (group, plurals) in BUILTIN_RESOURCES {
-            for p in *plurals {
-                names.insert(full(p, group));
-            }
-        }
+        let mut role_subresources: Vec<(String, String)> = Vec::new();
         for o in inputs.iter().chain(outputs) {
             match o["kind"].as_str() {
-                Some("CustomResourceDefinition") => {
-                    let n = &o["spec"]["names"];
-                    let group = o["spec"]["group"].as_str().unwrap_or_default();
-                    // A CRD's name is `<plural>.<group>`, even when the
-                    // test gives only its metadata.
-                    let name = o["metadata"]["name"]
-                        .as_str()
-                        .map(str::to_string)
-                        .or_else(|| n["plural"].as_str().map(|p| full(p, group)));
-                    if let Some(name) = name {
-                        if let Some(k) = n["kind"].as_str() {
-                            kinds.insert(k.to_lowercase(), name.clone());
-                        }
-                        if let Some(s) = n["singular"].as_str() {
-                            kinds.insert(s.to_lowercase(), name.clone());
-                        }
-                        // Only a CRD that lists its versions says which
-                        // subresources it has.
-                        if let Some(versions) = o["spec"]["versions"].as_array() {
-                            let subs = subresources.entry(name.clone()).or_default();
-                            for v in versions {
-                                if let Some(m) = v["subresources"].as_object() {
-                                    subs.extend(m.keys().cloned());
-                                }
-                            }
-                        }
-                        names.insert(name);
-                    }
-                }
-                Some("ClusterRole" | "Role") => {
-                    let rules: Vec<PolicyRule> =
-                        serde_json::from_value(o["rules"].clone()).unwrap_or_default();
-                    for r in rules {
-                        for g in r.api_groups.iter().flatten() {
-                            for res in r.resources.iter().flatten() {
-                                let (plural, sub) = res.split_once('/').unwrap_or((res, ""));
-                                if g != "*" && plural != "*" {
-                                    names.insert(full(plural, g));
-                                    if !sub.is_empty() {
-                                        role_subresources.push((full(plural, g), sub.to_string()));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+                Some("CustomResourceDefinition") => known.add_crd(o),
+                Some("ClusterRole" | "Role") => role_subresources.extend(known.add_role(o)),
                 _ => {}
             }
         }
+        // A role's subresource counts only for a CRD that lists its own.
         for (base, sub) in role_subresources {
-            if let Some(subs) = subresources.get_mut(&base) {
+            if let Some(subs) = known.subresources.get_mut(&base) {
                 subs.insert(sub);
             }
         }
-        KnownResources {
-            names,
-            kinds,
-            subresources,
+        known
+    }
+
+    /// A CustomResourceDefinition's resource, its kind and singular name,
+    /// and the subresources its versions declare.
+    fn add_crd(&mut self, o: &Value) {
+        let n = &o["spec"]["names"];
+        let group = o["spec"]["group"].as_str().unwrap_or_default();
+        // A CRD's name is `<plural>.<group>`, even when the test gives only
+        // its metadata.
+        let name = o["metadata"]["name"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| n["plural"].as_str().map(|p| full_name(p, group)));
+        let Some(name) = name else {
+            return;
+        };
+        if let Some(k) = n["kind"].as_str() {
+            self.kinds.insert(k.to_lowercase(), name.clone());
         }
+        if let Some(s) = n["singular"].as_str() {
+            self.kinds.insert(s.to_lowercase(), name.clone());
+        }
+        // Only a CRD that lists its versions says which subresources it has.
+        if let Some(versions) = o["spec"]["versions"].as_array() {
+            let subs = self.subresources.entry(name.clone()).or_default();
+            for v in versions {
+                if let Some(m) = v["subresources"].as_object() {
+                    subs.extend(m.keys().cloned());
+                }
+            }
+        }
+        self.names.insert(name);
+    }
+
+    /// The resources a role's rules name (wildcards aside); returns the
+    /// subresources they name, `(plural.group, subresource)`.
+    fn add_role(&mut self, o: &Value) -> Vec<(String, String)> {
+        let rules: Vec<PolicyRule> = serde_json::from_value(o["rules"].clone()).unwrap_or_default();
+        let mut subresources = Vec::new();
+        for r in rules {
+            for g in r.api_groups.iter().flatten() {
+                for res in r.resources.iter().flatten() {
+                    let (plural, sub) = res.split_once('/').unwrap_or((res, ""));
+                    if g != "*" && plural != "*" {
+                        self.names.insert(full_name(plural, g));
+                        if !sub.is_empty() {
+                            subresources.push((full_name(plural, g), sub.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        subresources
     }
 
     /// Whether the statement's verb and resource are real.

@@ -468,90 +468,22 @@ fn log_outcome(id: &ObjectId, outcome: &Outcome) {
     }
 }
 
+/// Sends one planned apply: a create (which may meet someone else's
+/// object), an update, or a re-creation with a new roleRef.
 async fn apply_one(
     w: &Writer<'_>,
     a: &Apply,
     learned: &mut Option<Live>,
     conflict: &mut Option<String>,
 ) -> Outcome {
-    let api = api_for(w.client, &a.id);
     // Applies read the response straight into the cached form.
     let wire = api_of::<Wire>(w.client, &a.id);
     match &a.action {
-        ApplyAction::Create => {
-            if let Some(message) = w.memo.get(&a.id) {
-                return Outcome::Conflict {
-                    message: message.to_string(),
-                    fresh: false,
-                };
-            }
-            if !w.foreign.contains(&a.id) {
-                // The name is free as far as the watches know: one apply,
-                // unforced, so an object another manager made meanwhile
-                // conflicts (409) instead of being taken over.
-                match send_apply(&wire, w.metrics, a, false, learned).await {
-                    Ok(()) => return Outcome::Created,
-                    Err(Error::Api {
-                        source: kube::Error::Api(s),
-                        ..
-                    }) if s.code == 409 => {}
-                    Err(e) => return Outcome::Failed(Box::new(e)),
-                }
-                if !w.gate.open() {
-                    return Outcome::Skipped;
-                }
-            }
-            // Someone else's object holds the name: adopt it or leave it.
-            let found = api
-                .get_opt(&a.id.name)
-                .await
-                .map(|o| o.map(|o| serde_json::to_value(&o).unwrap_or_default()));
-            match found {
-                Ok(Some(existing)) if !is_managed(&existing) => {
-                    match adoption(&a.id, &a.body(), &existing, w.adopt_existing) {
-                        Ok(why) => {
-                            if !w.gate.open() {
-                                return Outcome::Skipped;
-                            }
-                            // In place, one apply: no moment without the
-                            // object, so nobody loses a permission.
-                            let mut adopted = a.clone();
-                            adopted.keep_helm |= is_helm_released(&existing);
-                            match send_apply(&wire, w.metrics, &adopted, true, learned).await {
-                                Ok(()) => Outcome::Adopted(why),
-                                Err(e) => Outcome::Failed(Box::new(e)),
-                            }
-                        }
-                        Err(message) => {
-                            *conflict = Some(message.clone());
-                            Outcome::Conflict {
-                                message,
-                                fresh: true,
-                            }
-                        }
-                    }
-                }
-                // Ours already (our cache lags behind), or gone: apply.
-                Ok(_) => {
-                    if !w.gate.open() {
-                        return Outcome::Skipped;
-                    }
-                    match send_apply(&wire, w.metrics, a, true, learned).await {
-                        Ok(()) => Outcome::Created,
-                        Err(e) => Outcome::Failed(Box::new(e)),
-                    }
-                }
-                Err(source) => Outcome::Failed(Box::new(Error::Api {
-                    action: "get",
-                    object: a.id.to_string(),
-                    source,
-                })),
-            }
-        }
-        ApplyAction::Update(parts) => match send_apply(&wire, w.metrics, a, true, learned).await {
-            Ok(()) => Outcome::Updated(parts.clone()),
-            Err(e) => Outcome::Failed(Box::new(e)),
-        },
+        ApplyAction::Create => create_one(w, a, learned, conflict).await,
+        ApplyAction::Update(parts) => done_or_failed(
+            send_apply(&wire, w.metrics, a, true, learned).await,
+            Outcome::Updated(parts.clone()),
+        ),
         ApplyAction::Recreate {
             uid,
             resource_version,
@@ -576,11 +508,109 @@ async fn apply_one(
             }
             // No gate check between the two: a lost lease must not leave
             // the subjects without their binding.
-            match send_apply(&wire, w.metrics, a, true, learned).await {
-                Ok(()) => Outcome::Recreated,
-                Err(e) => Outcome::Failed(Box::new(e)),
+            done_or_failed(
+                send_apply(&wire, w.metrics, a, true, learned).await,
+                Outcome::Recreated,
+            )
+        }
+    }
+}
+
+/// `done` when the write was sent, else the failure.
+fn done_or_failed(sent: Result<(), Error>, done: Outcome) -> Outcome {
+    match sent {
+        Ok(()) => done,
+        Err(e) => Outcome::Failed(Box::new(e)),
+    }
+}
+
+/// Creates an object: one unforced apply when the watches know the name
+/// as free (a 409 means someone made it meanwhile); else, or after the
+/// 409, the name's holder is looked at ([`take_over`]).
+async fn create_one(
+    w: &Writer<'_>,
+    a: &Apply,
+    learned: &mut Option<Live>,
+    conflict: &mut Option<String>,
+) -> Outcome {
+    if let Some(message) = w.memo.get(&a.id) {
+        return Outcome::Conflict {
+            message: message.to_string(),
+            fresh: false,
+        };
+    }
+    if !w.foreign.contains(&a.id) {
+        // Unforced, so an object another manager made meanwhile conflicts
+        // (409) instead of being taken over.
+        let wire = api_of::<Wire>(w.client, &a.id);
+        match send_apply(&wire, w.metrics, a, false, learned).await {
+            Ok(()) => return Outcome::Created,
+            Err(Error::Api {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.code == 409 => {}
+            Err(e) => return Outcome::Failed(Box::new(e)),
+        }
+        if !w.gate.open() {
+            return Outcome::Skipped;
+        }
+    }
+    take_over(w, a, learned, conflict).await
+}
+
+/// Someone else's object holds the name of an object to create: adopt it
+/// (when [`adoption`] says so) or leave it, as a conflict remembered in
+/// `conflict`. Ours already (the cache lags behind) or gone: applied.
+async fn take_over(
+    w: &Writer<'_>,
+    a: &Apply,
+    learned: &mut Option<Live>,
+    conflict: &mut Option<String>,
+) -> Outcome {
+    let wire = api_of::<Wire>(w.client, &a.id);
+    let found = api_for(w.client, &a.id)
+        .get_opt(&a.id.name)
+        .await
+        .map(|o| o.map(|o| serde_json::to_value(&o).unwrap_or_default()));
+    match found {
+        Ok(Some(existing)) if !is_managed(&existing) => {
+            match adoption(&a.id, &a.body(), &existing, w.adopt_existing) {
+                Ok(why) => {
+                    if !w.gate.open() {
+                        return Outcome::Skipped;
+                    }
+                    // In place, one apply: no moment without the object,
+                    // so nobody loses a permission.
+                    let mut adopted = a.clone();
+                    adopted.keep_helm |= is_helm_released(&existing);
+                    done_or_failed(
+                        send_apply(&wire, w.metrics, &adopted, true, learned).await,
+                        Outcome::Adopted(why),
+                    )
+                }
+                Err(message) => {
+                    *conflict = Some(message.clone());
+                    Outcome::Conflict {
+                        message,
+                        fresh: true,
+                    }
+                }
             }
         }
+        Ok(_) => {
+            if !w.gate.open() {
+                return Outcome::Skipped;
+            }
+            done_or_failed(
+                send_apply(&wire, w.metrics, a, true, learned).await,
+                Outcome::Created,
+            )
+        }
+        Err(source) => Outcome::Failed(Box::new(Error::Api {
+            action: "get",
+            object: a.id.to_string(),
+            source,
+        })),
     }
 }
 

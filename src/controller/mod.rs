@@ -287,14 +287,6 @@ async fn control_loop(
     mut leader: Option<Receiver<bool>>,
     stop: Receiver<bool>,
 ) -> Result<(), Error> {
-    let Ctx {
-        args,
-        client,
-        metrics,
-        gate,
-        ready,
-        identity,
-    } = ctx;
     // Unbounded: every watch task keeps reading its stream whatever the
     // loop does, so the API server never closes a watch as unresponsive.
     // The loop itself goes on applying events to the world while a write
@@ -302,266 +294,463 @@ async fn control_loop(
     // what each write did through the same queue.
     let (tx, mut rx) = mpsc::unbounded_channel();
     let learned = tx.clone();
-    let (mut world, mut watches) =
-        observe(&client, tx, args.manage, args.allow_clusterrole.clone());
-    let settings = args.plan_settings();
-    let new_syncer = || {
-        Syncer::planning(
-            client.clone(),
-            &settings,
-            metrics.clone(),
-            gate.clone(),
-            identity.clone(),
-        )
-        .max_concurrent_writes(args.max_concurrent_writes)
-        .with_slow_lane(args.slow_rule_seconds)
-    };
-    let mut slow = SlowLaneRuns::default();
-    // The syncer is lent to the running pass (a task of its own, beside
-    // the loop) and comes back with its report.
-    let mut idle = Some(new_syncer());
-    let mut running: Option<RunningPass> = None;
-    // Asked to stop while a pass runs: the pass finishes first (the gate is
-    // closed, so it sends nothing more) — never cut between the delete and
-    // the apply of a re-created binding.
-    let mut stopping = false;
-
-    let debounce = Duration::from_millis(args.debounce_ms);
-    let mut due: Option<Instant> = None;
-    // Since when a due pass has waited for lists in progress.
-    let mut list_wait: Option<Instant> = None;
-    let mut retry = FIRST_RETRY;
-    let mut resync = tokio::time::interval(Duration::from_secs(args.resync_seconds.max(1)));
-    let mut rediscovery =
-        tokio::time::interval(Duration::from_secs(args.rediscovery_seconds.max(1)));
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    rediscovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (world, watches) = observe(
+        &ctx.client,
+        tx,
+        ctx.args.manage,
+        ctx.args.allow_clusterrole.clone(),
+    );
+    let mut resync = ticker(ctx.args.resync_seconds);
+    let mut rediscovery = ticker(ctx.args.rediscovery_seconds);
+    let mut l = Loop::new(ctx, world, watches, learned);
 
     loop {
-        let wake = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let wake = l
+            .due
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
-            _ = wait_true(stop.clone()), if !stopping => {
-                if running.is_none() {
+            _ = wait_true(stop.clone()), if !l.stopping => {
+                if l.running.is_none() {
                     break;
                 }
-                stopping = true;
+                l.stopping = true;
             }
             feed = rx.recv() => {
                 let Some(feed) = feed else { break };
-                let change = world.apply(feed);
-                if change.lost_kind {
-                    watches.stop_unwatched(&world);
-                }
-                if change.rules {
-                    watches.reconcile_kinds(&mut world).await;
-                    metrics.watched_kinds.set(world.watched_kinds() as i64);
-                }
-                if change.dirty || change.rules {
-                    // Debounce from the first event of a burst: bounded
-                    // latency even under a steady stream of events.
-                    due.get_or_insert_with(|| Instant::now() + debounce);
-                }
+                l.take_in(feed).await;
             }
             // Never plan over a queue holding what a finished pass learned
             // (or any event): the plan would see those objects as missing
             // or stale and write them again.
-            _ = tokio::time::sleep_until(wake), if due.is_some() && running.is_none() && rx.is_empty() => {
-                // A pass blocks the loop while it plans: one planned while
-                // lists stream in (a relist of every watch) would leave
-                // them queued, a second copy of every object listed. It
-                // waits for their end (which asks for a pass), a while.
-                if !world.listing() {
-                    list_wait = None;
-                } else if list_wait.get_or_insert_with(Instant::now).elapsed() < MAX_LIST_WAIT {
-                    due = Some(Instant::now() + debounce.max(Duration::from_millis(50)));
-                    continue;
-                }
-                due = None;
-                if !world.base_synced() {
-                    continue;
-                }
-                if world.kinds_settled() && !ready.swap(true, Ordering::SeqCst) {
-                    tracing::info!(kinds = world.watched_kinds(), rules = world.rules.len(), "initial sync done");
-                }
-                if !gate.open() {
-                    continue;
-                }
-                let Some(mut syncer) = idle.take() else { continue };
-                let allow = world.allow_rules();
-                let mut holds = world.holds();
-                world.unpack_held(&holds);
-                let mut pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
-                // A rule past `--slow-rule-seconds` goes to the slow lane,
-                // and the pass is evaluated again without it: no rule's
-                // output, and no policy judgment, comes from an evaluation
-                // in which a slow rule was cut off by the lane.
-                while !pass.slow_rules().is_empty() {
-                    let moved = pass.slow_rules().to_vec();
-                    tracing::info!(rules = ?moved, seconds = args.slow_rule_seconds, "slow rules moved to the slow lane");
-                    world.move_to_slow_lane(moved.iter().cloned());
-                    holds = world.holds();
-                    if !moved.iter().any(|r| holds.get(r).is_some_and(status::Hold::is_slow_lane)) {
-                        break;
-                    }
-                    world.unpack_held(&holds);
-                    pass = syncer.prepare(&world.snapshot(allow.as_ref(), &holds));
-                }
-                slow.start(&mut world, args, &holds);
-                // Objects no desired copy stands for are judged on their
-                // own bodies: unpacked, and judged in the next pass.
-                let kept = pass.plan().kept.iter();
-                // A deferred prune is no keep: it goes once the view is whole.
-                let kept = kept.filter(|k| k.2 != plan::KeepReason::PruneDeferred);
-                if world.unpack(kept.map(|(id, _, _)| id)) {
-                    // Policy and the rules reading the kind see them only
-                    // in the next evaluation: this pass is planned without
-                    // them (it might narrow what a reader copies), so it is
-                    // dropped and planned again.
-                    idle = Some(syncer);
-                    due = Some(Instant::now());
-                    continue;
-                }
-                let held = holds.len();
-                let learned = learned.clone();
-                running = Some(tokio::spawn(async move {
-                    let learn = move |l: apply::Learned| {
-                        let _ = learned.send(world::Feed::Learned(l));
-                    };
-                    let report = syncer.write(pass, Some(&learn)).await;
-                    (syncer, report, held)
-                }));
+            _ = tokio::time::sleep_until(wake), if l.due.is_some() && l.running.is_none() && rx.is_empty() => {
+                l.on_due();
             }
-            finished = async {
-                match slow.running.as_mut() {
-                    Some(rx) => rx.await,
-                    None => std::future::pending().await,
-                }
-            }, if slow.running.is_some() => {
-                slow.running = None;
-                match finished {
-                    Ok(done) => {
-                        tracing::info!(rules = ?done.lane, seconds = done.took.as_secs_f64(), "slow lane evaluated");
-                        slow.state = Some(done.state);
-                        slow.ready = Some((done.evaluation, done.lane));
-                    }
-                    Err(_) => tracing::error!("the slow lane's evaluation ended without a result"),
-                }
-                if std::mem::take(&mut slow.again) {
-                    let holds = world.holds();
-                    slow.start(&mut world, args, &holds);
-                }
+            finished = slow_lane_done(&mut l.slow.running), if l.slow.running.is_some() => {
+                l.slow_lane_evaluated(finished);
             }
-            // The slow lane's result is planned against the live objects
-            // as they are now, and written like a pass of its own.
-            _ = std::future::ready(()), if slow.ready.is_some() && running.is_none() && rx.is_empty()
-                && !stopping && gate.open() && idle.is_some() && world.base_synced() && !world.listing() => {
-                let Some((evaluation, lane)) = slow.ready.take() else { continue };
-                let Some(mut syncer) = idle.take() else { continue };
-                let holds = world.holds();
-                // Rules that left the lane since (edited, deleted, waiting
-                // for a list) are held: the main pass has them now.
-                let lane: std::collections::BTreeSet<String> = lane
-                    .into_iter()
-                    .filter(|r| holds.get(r).is_some_and(status::Hold::is_slow_lane))
-                    .collect();
-                if lane.is_empty() {
-                    idle = Some(syncer);
-                    continue;
-                }
-                let allow = world.allow_rules();
-                let pass = syncer.prepare_slow(evaluation, &world.snapshot(allow.as_ref(), &holds), &lane);
-                let kept = pass.plan().kept.iter().filter(|k| {
-                    k.2 != plan::KeepReason::PruneDeferred
-                        && k.1.as_ref().is_some_and(|r| lane.contains(r))
-                });
-                if world.unpack(kept.map(|(id, _, _)| id)) {
-                    // As for the main pass: policy judges them in the
-                    // slow lane's next evaluation, planned then.
-                    idle = Some(syncer);
-                    slow.start(&mut world, args, &holds);
-                    continue;
-                }
-                let held = world.rules.len() - lane.len();
-                let learned = learned.clone();
-                running = Some(tokio::spawn(async move {
-                    let learn = move |l: apply::Learned| {
-                        let _ = learned.send(world::Feed::Learned(l));
-                    };
-                    let report = syncer.write(pass, Some(&learn)).await;
-                    (syncer, report, held)
-                }));
+            _ = std::future::ready(()), if l.slow_lane_writable() && rx.is_empty() => {
+                l.write_slow_lane();
             }
-            done = async {
-                match running.as_mut() {
-                    Some(pass) => pass.await,
-                    None => std::future::pending().await,
-                }
-            }, if running.is_some() => {
-                running = None;
-                let (syncer, report, held) = match done {
-                    Ok(done) => done,
-                    Err(e) => {
-                        // The pass panicked: start afresh, retry soon.
-                        tracing::error!(error = %e, "write pass failed");
-                        idle = Some(new_syncer());
-                        due = Some(Instant::now() + retry);
-                        if stopping {
-                            break;
-                        }
-                        continue;
-                    }
-                };
-                idle = Some(syncer);
-                log_report(&report, held);
-                if stopping {
+            done = pass_done(&mut l.running), if l.running.is_some() => {
+                if l.pass_ended(done) {
                     break;
-                }
-                if report.retry {
-                    due = Some(Instant::now() + retry);
-                    retry = (retry * 2).min(MAX_RETRY);
-                } else {
-                    retry = FIRST_RETRY;
                 }
             }
             _ = resync.tick() => {
-                due.get_or_insert_with(Instant::now);
+                l.due.get_or_insert_with(Instant::now);
             }
-            _ = rediscovery.tick(), if world.has_unresolved() => {
-                if watches.rediscover(&mut world).await {
-                    metrics.watched_kinds.set(world.watched_kinds() as i64);
-                    due.get_or_insert_with(|| Instant::now() + debounce);
-                }
+            _ = rediscovery.tick(), if l.world.has_unresolved() => {
+                l.rediscover().await;
             }
-            changed = async {
-                match leader.as_mut() {
-                    Some(rx) => rx.changed().await.map(|_| *rx.borrow()),
-                    None => std::future::pending().await,
-                }
-            } => {
-                match changed {
-                    Ok(is_leader) => {
-                        gate.set_leader(is_leader);
-                        metrics.leader.set(i64::from(is_leader));
-                        if is_leader {
-                            tracing::info!("became leader: reconciling everything");
-                            due = Some(Instant::now());
-                        } else {
-                            tracing::warn!("lost leadership: writes stopped");
-                        }
-                    }
-                    Err(_) => {
-                        // The lease task ended: we can never lead again.
-                        gate.set_leader(false);
-                        metrics.leader.set(0);
-                        tracing::error!("leader election stopped");
-                        return Err(Error::LeaseLost);
-                    }
-                }
+            changed = leader_changed(&mut leader) => {
+                l.follow_leader(changed)?;
             }
         }
     }
-    drop(watches);
+    drop(l);
     Ok(())
+}
+
+/// A timer ticking every `seconds` (at least one); a late tick delays the
+/// next ones rather than bursting.
+fn ticker(seconds: u64) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(Duration::from_secs(seconds.max(1)));
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
+}
+
+/// The running pass's end (never, while none runs).
+async fn pass_done(
+    running: &mut Option<RunningPass>,
+) -> Result<(Syncer, sync::SyncReport, usize), tokio::task::JoinError> {
+    match running.as_mut() {
+        Some(pass) => pass.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The slow lane's run's end (never, while none runs).
+async fn slow_lane_done(
+    running: &mut Option<tokio::sync::oneshot::Receiver<SlowDone>>,
+) -> Result<SlowDone, tokio::sync::oneshot::error::RecvError> {
+    match running.as_mut() {
+        Some(rx) => rx.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next change of leadership (never, without leader election); an
+/// error when the lease task ended.
+async fn leader_changed(
+    leader: &mut Option<Receiver<bool>>,
+) -> Result<bool, signal::error::RecvError> {
+    match leader.as_mut() {
+        Some(rx) => rx.changed().await.map(|_| *rx.borrow()),
+        None => std::future::pending().await,
+    }
+}
+
+/// What the control loop keeps between its turns: the world and its
+/// watches, the syncer and the pass it writes, the slow lane, and when
+/// the next pass is due.
+struct Loop<'a> {
+    ctx: Ctx<'a>,
+    settings: sync::PlanSettings,
+    world: World,
+    watches: Watches,
+    /// Where a write pass reports what each write did (the watches' queue).
+    learned: mpsc::UnboundedSender<world::Feed>,
+    slow: SlowLaneRuns,
+    /// The syncer while no pass holds it: it is lent to the running pass
+    /// (a task of its own, beside the loop) and comes back with its report.
+    idle: Option<Syncer>,
+    running: Option<RunningPass>,
+    /// Asked to stop while a pass runs: the pass finishes first (the gate
+    /// is closed, so it sends nothing more) — never cut between the delete
+    /// and the apply of a re-created binding.
+    stopping: bool,
+    debounce: Duration,
+    /// When the next pass is due.
+    due: Option<Instant>,
+    /// Since when a due pass has waited for lists in progress.
+    list_wait: Option<Instant>,
+    /// The wait before failed writes are retried (doubled up to
+    /// [`MAX_RETRY`] while they keep failing).
+    retry: Duration,
+}
+
+impl<'a> Loop<'a> {
+    fn new(
+        ctx: Ctx<'a>,
+        world: World,
+        watches: Watches,
+        learned: mpsc::UnboundedSender<world::Feed>,
+    ) -> Self {
+        let settings = ctx.args.plan_settings();
+        let debounce = Duration::from_millis(ctx.args.debounce_ms);
+        let mut l = Loop {
+            ctx,
+            settings,
+            world,
+            watches,
+            learned,
+            slow: SlowLaneRuns::default(),
+            idle: None,
+            running: None,
+            stopping: false,
+            debounce,
+            due: None,
+            list_wait: None,
+            retry: FIRST_RETRY,
+        };
+        l.idle = Some(l.new_syncer());
+        l
+    }
+
+    fn new_syncer(&self) -> Syncer {
+        let ctx = &self.ctx;
+        Syncer::planning(
+            ctx.client.clone(),
+            &self.settings,
+            ctx.metrics.clone(),
+            ctx.gate.clone(),
+            ctx.identity.clone(),
+        )
+        .max_concurrent_writes(ctx.args.max_concurrent_writes)
+        .with_slow_lane(ctx.args.slow_rule_seconds)
+    }
+
+    /// Makes a pass due a debounce from now, unless one is due already:
+    /// debounced from the first event of a burst, so the latency is
+    /// bounded even under a steady stream of events.
+    fn due_soon(&mut self) {
+        let debounce = self.debounce;
+        self.due.get_or_insert_with(|| Instant::now() + debounce);
+    }
+
+    /// Applies a watch event (or what a write learned) to the world: a
+    /// change of the rules starts and stops watches, any change makes a
+    /// pass due.
+    async fn take_in(&mut self, feed: world::Feed) {
+        let change = self.world.apply(feed);
+        if change.lost_kind {
+            self.watches.stop_unwatched(&self.world);
+        }
+        if change.rules {
+            self.watches.reconcile_kinds(&mut self.world).await;
+            self.ctx
+                .metrics
+                .watched_kinds
+                .set(self.world.watched_kinds() as i64);
+        }
+        if change.dirty || change.rules {
+            self.due_soon();
+        }
+    }
+
+    /// Kinds the API server did not serve are looked up again; one found
+    /// makes a pass due.
+    async fn rediscover(&mut self) {
+        if self.watches.rediscover(&mut self.world).await {
+            self.ctx
+                .metrics
+                .watched_kinds
+                .set(self.world.watched_kinds() as i64);
+            self.due_soon();
+        }
+    }
+
+    /// A pass is due: once lists in progress ended, the initial sync is
+    /// done and this replica may write, the main pass is planned and
+    /// started.
+    fn on_due(&mut self) {
+        if self.waits_for_lists() {
+            return;
+        }
+        self.due = None;
+        if !self.world.base_synced() {
+            return;
+        }
+        if self.world.kinds_settled() && !self.ctx.ready.swap(true, Ordering::SeqCst) {
+            tracing::info!(
+                kinds = self.world.watched_kinds(),
+                rules = self.world.rules.len(),
+                "initial sync done"
+            );
+        }
+        if !self.ctx.gate.open() {
+            return;
+        }
+        let Some(syncer) = self.idle.take() else {
+            return;
+        };
+        self.start_main_pass(syncer);
+    }
+
+    /// Whether the due pass waits for lists in progress (putting itself
+    /// off): it blocks the loop while it plans, and one planned while lists
+    /// stream in (a relist of every watch) would leave them queued, a
+    /// second copy of every object listed. It waits for their end (which
+    /// asks for a pass), [`MAX_LIST_WAIT`] at most.
+    fn waits_for_lists(&mut self) -> bool {
+        if !self.world.listing() {
+            self.list_wait = None;
+            return false;
+        }
+        if self.list_wait.get_or_insert_with(Instant::now).elapsed() < MAX_LIST_WAIT {
+            self.due = Some(Instant::now() + self.debounce.max(Duration::from_millis(50)));
+            return true;
+        }
+        false
+    }
+
+    /// Plans the main pass and starts writing it beside the loop; a run
+    /// of the slow lane goes with it. A plan that keeps packed objects is
+    /// dropped and made again.
+    fn start_main_pass(&mut self, mut syncer: Syncer) {
+        let (pass, holds) = self.prepare_main(&mut syncer);
+        self.slow.start(&mut self.world, self.ctx.args, &holds);
+        // Objects no desired copy stands for are judged on their own
+        // bodies: unpacked, and judged in the next pass.
+        if unpack_kept(&mut self.world, pass.plan(), |_| true) {
+            // Policy and the rules reading the kind see them only in the
+            // next evaluation: this pass is planned without them (it might
+            // narrow what a reader copies), so it is dropped and planned
+            // again.
+            self.idle = Some(syncer);
+            self.due = Some(Instant::now());
+            return;
+        }
+        let held = holds.len();
+        self.spawn_pass(syncer, pass, held);
+    }
+
+    /// Evaluates and plans the main pass, and the holds it was planned
+    /// with. A rule past `--slow-rule-seconds` goes to the slow lane, and
+    /// the pass is evaluated again without it: no rule's output, and no
+    /// policy judgment, comes from an evaluation in which a slow rule was
+    /// cut off by the lane.
+    fn prepare_main(
+        &mut self,
+        syncer: &mut Syncer,
+    ) -> (sync::Pass, std::collections::BTreeMap<String, status::Hold>) {
+        let allow = self.world.allow_rules();
+        let mut holds = self.world.holds();
+        self.world.unpack_held(&holds);
+        let mut pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
+        while !pass.slow_rules().is_empty() {
+            let moved = pass.slow_rules().to_vec();
+            tracing::info!(rules = ?moved, seconds = self.ctx.args.slow_rule_seconds, "slow rules moved to the slow lane");
+            self.world.move_to_slow_lane(moved.iter().cloned());
+            holds = self.world.holds();
+            if !moved
+                .iter()
+                .any(|r| holds.get(r).is_some_and(status::Hold::is_slow_lane))
+            {
+                break;
+            }
+            self.world.unpack_held(&holds);
+            pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
+        }
+        (pass, holds)
+    }
+
+    /// Starts writing `pass` beside the loop; what each write did comes
+    /// back through the watches' queue, the syncer with the report.
+    fn spawn_pass(&mut self, mut syncer: Syncer, pass: sync::Pass, held: usize) {
+        let learned = self.learned.clone();
+        self.running = Some(tokio::spawn(async move {
+            let learn = move |l: apply::Learned| {
+                let _ = learned.send(world::Feed::Learned(l));
+            };
+            let report = syncer.write(pass, Some(&learn)).await;
+            (syncer, report, held)
+        }));
+    }
+
+    /// The slow lane's evaluation ended: its result waits to be written,
+    /// and a run asked for meanwhile starts.
+    fn slow_lane_evaluated(
+        &mut self,
+        finished: Result<SlowDone, tokio::sync::oneshot::error::RecvError>,
+    ) {
+        self.slow.running = None;
+        match finished {
+            Ok(done) => {
+                tracing::info!(rules = ?done.lane, seconds = done.took.as_secs_f64(), "slow lane evaluated");
+                self.slow.state = Some(done.state);
+                self.slow.ready = Some((done.evaluation, done.lane));
+            }
+            Err(_) => tracing::error!("the slow lane's evaluation ended without a result"),
+        }
+        if std::mem::take(&mut self.slow.again) {
+            let holds = self.world.holds();
+            self.slow.start(&mut self.world, self.ctx.args, &holds);
+        }
+    }
+
+    /// Whether the slow lane's result can be written now (besides an
+    /// empty queue): no pass runs, none stops it, and the view is whole.
+    fn slow_lane_writable(&self) -> bool {
+        self.slow.ready.is_some()
+            && self.running.is_none()
+            && !self.stopping
+            && self.ctx.gate.open()
+            && self.idle.is_some()
+            && self.world.base_synced()
+            && !self.world.listing()
+    }
+
+    /// Plans the slow lane's result against the live objects as they are
+    /// now, and writes it like a pass of its own.
+    fn write_slow_lane(&mut self) {
+        let Some((evaluation, lane)) = self.slow.ready.take() else {
+            return;
+        };
+        let Some(mut syncer) = self.idle.take() else {
+            return;
+        };
+        let holds = self.world.holds();
+        // Rules that left the lane since (edited, deleted, waiting for a
+        // list) are held: the main pass has them now.
+        let lane: std::collections::BTreeSet<String> = lane
+            .into_iter()
+            .filter(|r| holds.get(r).is_some_and(status::Hold::is_slow_lane))
+            .collect();
+        if lane.is_empty() {
+            self.idle = Some(syncer);
+            return;
+        }
+        let allow = self.world.allow_rules();
+        let snapshot = self.world.snapshot(allow.as_ref(), &holds);
+        let pass = syncer.prepare_slow(evaluation, &snapshot, &lane);
+        let of_lane = |r: Option<&String>| r.is_some_and(|r| lane.contains(r));
+        if unpack_kept(&mut self.world, pass.plan(), of_lane) {
+            // As for the main pass: policy judges them in the slow lane's
+            // next evaluation, planned then.
+            self.idle = Some(syncer);
+            self.slow.start(&mut self.world, self.ctx.args, &holds);
+            return;
+        }
+        let held = self.world.rules.len() - lane.len();
+        self.spawn_pass(syncer, pass, held);
+    }
+
+    /// A write pass ended: the syncer is back (a new one if the pass
+    /// panicked), and failed writes are retried after a wait that grows
+    /// while they keep failing. Whether the loop ends (stop was asked).
+    fn pass_ended(
+        &mut self,
+        done: Result<(Syncer, sync::SyncReport, usize), tokio::task::JoinError>,
+    ) -> bool {
+        self.running = None;
+        let (syncer, report, held) = match done {
+            Ok(done) => done,
+            Err(e) => {
+                // The pass panicked: start afresh, retry soon.
+                tracing::error!(error = %e, "write pass failed");
+                self.idle = Some(self.new_syncer());
+                self.due = Some(Instant::now() + self.retry);
+                return self.stopping;
+            }
+        };
+        self.idle = Some(syncer);
+        log_report(&report, held);
+        if self.stopping {
+            return true;
+        }
+        if report.retry {
+            self.due = Some(Instant::now() + self.retry);
+            self.retry = (self.retry * 2).min(MAX_RETRY);
+        } else {
+            self.retry = FIRST_RETRY;
+        }
+        false
+    }
+
+    /// Leadership changed: writes follow it, and a new leader reconciles
+    /// everything at once. The lease task's end is an error: this replica
+    /// can never lead again.
+    fn follow_leader(
+        &mut self,
+        changed: Result<bool, signal::error::RecvError>,
+    ) -> Result<(), Error> {
+        let ctx = &self.ctx;
+        match changed {
+            Ok(is_leader) => {
+                ctx.gate.set_leader(is_leader);
+                ctx.metrics.leader.set(i64::from(is_leader));
+                if is_leader {
+                    tracing::info!("became leader: reconciling everything");
+                    self.due = Some(Instant::now());
+                } else {
+                    tracing::warn!("lost leadership: writes stopped");
+                }
+                Ok(())
+            }
+            Err(_) => {
+                ctx.gate.set_leader(false);
+                ctx.metrics.leader.set(0);
+                tracing::error!("leader election stopped");
+                Err(Error::LeaseLost)
+            }
+        }
+    }
+}
+
+/// Unpacks the live objects a plan keeps for the rules `of_scope` says
+/// (a deferred prune is no keep: it goes once the view is whole); whether
+/// any was packed.
+fn unpack_kept(
+    world: &mut World,
+    planned: &plan::Plan,
+    of_scope: impl Fn(Option<&String>) -> bool,
+) -> bool {
+    let kept = planned
+        .kept
+        .iter()
+        .filter(|k| k.2 != plan::KeepReason::PruneDeferred && of_scope(k.1.as_ref()));
+    world.unpack(kept.map(|(id, _, _)| id))
 }
 
 /// A write pass running beside the loop; yields the syncer back, the

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::OutputKind;
 use crate::engine::output::{RBAC_API_VERSION, rule_annotation, trigger_annotation};
-use crate::engine::{Evaluation, Manifest};
+use crate::engine::{Desired, Evaluation, Manifest};
 
 /// Field manager of every write, and the manager whose managedFields entry
 /// says which labels and annotations are ours.
@@ -1220,62 +1220,8 @@ pub fn plan(
     let mut wanted: std::collections::HashSet<(OutputKind, &str, &str)> =
         std::collections::HashSet::with_capacity(evaluation.desired.len());
     for d in evaluation.desired.iter() {
-        let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
         wanted.insert((d.kind, d.namespace.as_str(), d.name.as_str()));
-        // Policy refuses these already; the writer never trusts that alone.
-        let live_label = |k: &str| live.get(&id).and_then(|l| l.label(k));
-        if let Some(why) =
-            protected(&id, |k| d.object.labels().get(k)).or_else(|| protected(&id, live_label))
-        {
-            tracing::error!(object = %id, reason = why, "a protected object is desired: not written");
-            if live.contains_key(&id) {
-                out.kept
-                    .push((id, Some(d.rule.to_string()), KeepReason::Protected));
-            }
-            continue;
-        }
-        let mut keep_helm = false;
-        let action = match live.get(&id) {
-            None => ApplyAction::Create,
-            Some(l)
-                if l.equal
-                    .get()
-                    .is_some_and(|e| Manifest::ptr_eq(&e, &d.object)) =>
-            {
-                out.unchanged.add(&d.rule);
-                continue;
-            }
-            Some(l) => {
-                // Built for the comparison only, dropped after it.
-                let mut object = d.object.to_value();
-                keep_helm = l.annotation(HELM_RELEASE_ANNOTATION).is_some();
-                if keep_helm {
-                    add_helm_keep(&mut object);
-                }
-                let diff = differences(&object, l);
-                if diff.is_empty() {
-                    l.equal.set(Some(&d.object));
-                    out.unchanged.add(&d.rule);
-                    continue;
-                }
-                l.equal.set(None);
-                if diff.contains(&"roleRef") {
-                    ApplyAction::Recreate {
-                        uid: l.uid().map(str::to_string),
-                        resource_version: l.resource_version().map(str::to_string),
-                    }
-                } else {
-                    ApplyAction::Update(diff)
-                }
-            }
-        };
-        out.applies.push(Apply {
-            id,
-            rule: d.rule.clone(),
-            object: d.object.clone(),
-            keep_helm,
-            action,
-        });
+        plan_desired(d, live, &mut out);
     }
     out.applies.sort_by(|a, b| a.id.cmp(&b.id));
     // Held for the whole write pass: no spare half of a doubled capacity
@@ -1286,56 +1232,151 @@ pub fn plan(
         if wanted.contains(&(id.kind, id.namespace.as_str(), id.name.as_str())) || !l.is_managed() {
             continue;
         }
-        let rule = l.rule().map(str::to_string);
-        // Someone labelled a protected object as ours: it is not.
-        if protected(id, |k| l.label(k)).is_some() {
-            out.kept.push((id.clone(), rule, KeepReason::Protected));
-            continue;
-        }
-        // A refusal revokes: no keep reason saves an object policy refuses
-        // (only an incomplete view defers it, like any prune).
-        let key = (id.kind, id.namespace.clone(), id.name.clone());
-        if let Some(why) = evaluation.revoked.get(&key).filter(|_| prune) {
-            out.deletes.push(Delete {
-                id: id.clone(),
-                rule: rule.unwrap_or_default(),
-                uid: l.uid().map(str::to_string),
-                resource_version: l.resource_version().map(str::to_string),
-                revoked: Some(why.clone()),
-            });
-            continue;
-        }
-        let reason =
-            if evaluation
-                .contested
-                .contains(&(id.kind, id.namespace.clone(), id.name.clone()))
-            {
-                Some(KeepReason::Contested)
-            } else {
-                match &rule {
-                    None => Some(KeepReason::NoProvenance),
-                    Some(r) if held.contains(r) => Some(KeepReason::Held),
-                    Some(r) if evaluation.keeps(r, l.trigger()) => Some(KeepReason::Kept),
-                    Some(_) if !prune => Some(KeepReason::PruneDeferred),
-                    Some(_) => None,
-                }
-            };
-        match (reason, rule) {
-            (Some(reason), rule) => out.kept.push((id.clone(), rule, reason)),
-            (None, Some(rule)) => out.deletes.push(Delete {
-                id: id.clone(),
-                rule,
-                uid: l.uid().map(str::to_string),
-                resource_version: l.resource_version().map(str::to_string),
-                revoked: None,
-            }),
-            (None, None) => {}
-        }
+        plan_unwanted(evaluation, id, l, held, prune, &mut out);
     }
     // Bindings go before the roles they name.
     out.deletes
         .sort_by(|a, b| b.id.kind.cmp(&a.id.kind).then(a.id.cmp(&b.id)));
     out
+}
+
+/// Plans one desired object: unchanged, an apply (create, update or
+/// re-creation), or kept when it is protected.
+fn plan_desired(d: &Desired, live: &BTreeMap<ObjectId, Live>, out: &mut Plan) {
+    let id = ObjectId::new(d.kind, d.namespace.clone(), d.name.clone());
+    // Policy refuses these already; the writer never trusts that alone.
+    let live_label = |k: &str| live.get(&id).and_then(|l| l.label(k));
+    if let Some(why) =
+        protected(&id, |k| d.object.labels().get(k)).or_else(|| protected(&id, live_label))
+    {
+        tracing::error!(object = %id, reason = why, "a protected object is desired: not written");
+        if live.contains_key(&id) {
+            out.kept
+                .push((id, Some(d.rule.to_string()), KeepReason::Protected));
+        }
+        return;
+    }
+    let (action, keep_helm) = match live.get(&id) {
+        None => (ApplyAction::Create, false),
+        Some(l) => match change_of(d, l) {
+            Some(change) => change,
+            None => {
+                out.unchanged.add(&d.rule);
+                return;
+            }
+        },
+    };
+    out.applies.push(Apply {
+        id,
+        rule: d.rule.clone(),
+        object: d.object.clone(),
+        keep_helm,
+        action,
+    });
+}
+
+/// How a live object must change to equal its desired copy, and whether
+/// it keeps Helm's resource policy; `None`: it equals it already (and
+/// remembers that, so the next plan compares only what changed since).
+fn change_of(d: &Desired, l: &Live) -> Option<(ApplyAction, bool)> {
+    if l.equal
+        .get()
+        .is_some_and(|e| Manifest::ptr_eq(&e, &d.object))
+    {
+        return None;
+    }
+    // Built for the comparison only, dropped after it.
+    let mut object = d.object.to_value();
+    let keep_helm = l.annotation(HELM_RELEASE_ANNOTATION).is_some();
+    if keep_helm {
+        add_helm_keep(&mut object);
+    }
+    let diff = differences(&object, l);
+    if diff.is_empty() {
+        l.equal.set(Some(&d.object));
+        return None;
+    }
+    l.equal.set(None);
+    let action = if diff.contains(&"roleRef") {
+        ApplyAction::Recreate {
+            uid: l.uid().map(str::to_string),
+            resource_version: l.resource_version().map(str::to_string),
+        }
+    } else {
+        ApplyAction::Update(diff)
+    };
+    Some((action, keep_helm))
+}
+
+/// Plans one managed live object no rule wants now: revoked when policy
+/// refuses it, kept for a reason, or deleted.
+fn plan_unwanted(
+    evaluation: &Evaluation,
+    id: &ObjectId,
+    l: &Live,
+    held: &BTreeSet<String>,
+    prune: bool,
+    out: &mut Plan,
+) {
+    let rule = l.rule().map(str::to_string);
+    // Someone labelled a protected object as ours: it is not.
+    if protected(id, |k| l.label(k)).is_some() {
+        out.kept.push((id.clone(), rule, KeepReason::Protected));
+        return;
+    }
+    // A refusal revokes: no keep reason saves an object policy refuses
+    // (only an incomplete view defers it, like any prune).
+    let key = (id.kind, id.namespace.clone(), id.name.clone());
+    if let Some(why) = evaluation.revoked.get(&key).filter(|_| prune) {
+        out.deletes.push(Delete {
+            id: id.clone(),
+            rule: rule.unwrap_or_default(),
+            uid: l.uid().map(str::to_string),
+            resource_version: l.resource_version().map(str::to_string),
+            revoked: Some(why.clone()),
+        });
+        return;
+    }
+    match (
+        keep_reason(evaluation, id, l, rule.as_deref(), held, prune),
+        rule,
+    ) {
+        (Some(reason), rule) => out.kept.push((id.clone(), rule, reason)),
+        (None, Some(rule)) => out.deletes.push(Delete {
+            id: id.clone(),
+            rule,
+            uid: l.uid().map(str::to_string),
+            resource_version: l.resource_version().map(str::to_string),
+            revoked: None,
+        }),
+        (None, None) => {}
+    }
+}
+
+/// Why an unwanted live object of `rule` is kept, if it is: contested,
+/// of no known rule, of a held rule, kept by its rule's evaluation, or
+/// its prune deferred while the view is incomplete.
+fn keep_reason(
+    evaluation: &Evaluation,
+    id: &ObjectId,
+    l: &Live,
+    rule: Option<&str>,
+    held: &BTreeSet<String>,
+    prune: bool,
+) -> Option<KeepReason> {
+    if evaluation
+        .contested
+        .contains(&(id.kind, id.namespace.clone(), id.name.clone()))
+    {
+        return Some(KeepReason::Contested);
+    }
+    match rule {
+        None => Some(KeepReason::NoProvenance),
+        Some(r) if held.contains(r) => Some(KeepReason::Held),
+        Some(r) if evaluation.keeps(r, l.trigger()) => Some(KeepReason::Kept),
+        Some(_) if !prune => Some(KeepReason::PruneDeferred),
+        Some(_) => None,
+    }
 }
 
 #[cfg(test)]

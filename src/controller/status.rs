@@ -103,30 +103,60 @@ pub struct RuleInputs<'a> {
 /// Computes a rule's status. `None`: leave the current status as it is (a
 /// rule waiting for a re-list keeps what it had).
 pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<RbacRuleStatus> {
-    let current = rule.status.as_ref();
-    // The slow lane reports the rule when it has evaluated it.
-    if inputs.hold.is_some_and(Hold::is_slow_lane) {
+    if keeps_status(rule, inputs) {
         return None;
+    }
+    let current = rule.status.as_ref();
+    let generation = rule.metadata.generation;
+    let (problems, not_ready) = problems_of(rule, inputs);
+    let (ready_cond, degraded_cond) = conditions(problems, notices_of(inputs), not_ready);
+    let cond = |type_: &str, value: CondValue| condition(current, type_, value, generation, now);
+    Some(RbacRuleStatus {
+        conditions: vec![cond(READY, ready_cond), cond(DEGRADED, degraded_cond)],
+        observed_generation: generation,
+        matched_triggers: inputs
+            .report
+            .map(|r| r.matched_triggers as i64)
+            .or_else(|| current.map(|s| s.matched_triggers))
+            .unwrap_or(0),
+        managed_objects: inputs.managed,
+    })
+}
+
+/// Whether the rule's current status stays as it is: the slow lane reports
+/// its rules itself, and a rule waiting for a list keeps what it had.
+fn keeps_status(rule: &RbacRule, inputs: &RuleInputs<'_>) -> bool {
+    if inputs.hold.is_some_and(Hold::is_slow_lane) {
+        return true;
     }
     if let Some(h @ Hold::WaitingForSync(_)) = inputs.hold
-        && current.is_some_and(|s| !s.conditions.is_empty())
+        && rule
+            .status
+            .as_ref()
+            .is_some_and(|s| !s.conditions.is_empty())
     {
         tracing::debug!(rule = %rule.metadata.name.as_deref().unwrap_or_default(), reason = h.message(), "status kept while waiting for a list");
-        return None;
+        return true;
     }
-    let generation = rule.metadata.generation;
+    false
+}
+
+/// The rule's problems (its hold or errors, then its failed writes), and
+/// why it is not Ready without a problem (a hold that does not degrade,
+/// an inactive rule).
+fn problems_of(rule: &RbacRule, inputs: &RuleInputs<'_>) -> (Vec<Problem>, Option<Problem>) {
     let mut problems: Vec<Problem> = Vec::new();
-    let mut ready: Option<(&'static str, String)> = None;
+    let mut not_ready: Option<Problem> = None;
     match (inputs.hold, inputs.report) {
         (Some(h), _) => {
             if h.degrades() {
                 problems.push((h.reason(), h.message().to_string()));
             } else {
-                ready = Some((h.reason(), h.message().to_string()));
+                not_ready = Some((h.reason(), h.message().to_string()));
             }
         }
         (None, Some(r)) if r.state == RuleState::Inactive => {
-            ready = Some((
+            not_ready = Some((
                 "Inactive",
                 format!(
                     "manageLevel {} is above the controller's --manage {}; its objects are left alone",
@@ -147,71 +177,82 @@ pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<R
             _ => {}
         }
     }
-    // Notices need a person but are no failure: Degraded, not un-Ready.
-    let notices: Vec<Problem> = match (inputs.hold, inputs.report) {
+    (problems, not_ready)
+}
+
+/// The evaluated rule's notices: they need a person but are no failure
+/// (Degraded, not un-Ready).
+fn notices_of(inputs: &RuleInputs<'_>) -> Vec<Problem> {
+    match (inputs.hold, inputs.report) {
         (None, Some(r)) => r
             .notices
             .iter()
             .map(|e| (e.kind.reason(), describe(e)))
             .collect(),
         _ => Vec::new(),
-    };
+    }
+}
+
+/// A condition's (status, reason, message).
+type CondValue = (&'static str, &'static str, String);
+
+/// The Ready and Degraded conditions' values: Ready follows the first
+/// problem (else `not_ready`), Degraded lists the problems and notices.
+fn conditions(
+    mut problems: Vec<Problem>,
+    notices: Vec<Problem>,
+    not_ready: Option<Problem>,
+) -> (CondValue, CondValue) {
+    let reconciled = || ("True", "Reconciled", "every output is applied".to_string());
+    let as_expected = || ("False", "AsExpected", "no problems".to_string());
     let ready_problem = problems.first().cloned();
     problems.extend(notices);
-    let (ready_cond, degraded_cond) = if let Some((reason, _)) = problems.first() {
-        let mut text = problems
-            .iter()
-            .take(5)
-            .map(|(_, m)| m.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
-        if problems.len() > 5 {
-            text.push_str(&format!("; and {} more", problems.len() - 5));
-        }
-        let text = truncate(&text, MAX_MESSAGE);
-        let ready = match (&ready_problem, ready) {
-            (Some((r, m)), _) => ("False", *r, m.clone()),
-            (None, Some((r, m))) => ("False", r, m),
-            (None, None) => ("True", "Reconciled", "every output is applied".to_string()),
+    let Some((reason, _)) = problems.first() else {
+        return match not_ready {
+            Some((reason, message)) => (("False", reason, message), as_expected()),
+            None => (reconciled(), as_expected()),
         };
-        (ready, ("True", *reason, text))
-    } else if let Some((reason, message)) = ready {
-        (
-            ("False", reason, message),
-            ("False", "AsExpected", "no problems".to_string()),
-        )
-    } else {
-        (
-            ("True", "Reconciled", "every output is applied".to_string()),
-            ("False", "AsExpected", "no problems".to_string()),
-        )
     };
-    let cond = |type_: &str, (status, reason, message): (&str, &str, String)| {
-        let previous = current.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
-        // Keep the transition time while the status stays the same.
-        let last_transition_time = match previous {
-            Some(p) if p.status == status => p.last_transition_time.clone(),
-            _ => now.clone(),
-        };
-        Condition {
-            type_: type_.to_string(),
-            status: status.to_string(),
-            reason: reason.to_string(),
-            message: truncate(&message, MAX_MESSAGE),
-            observed_generation: generation,
-            last_transition_time,
-        }
+    let mut text = problems
+        .iter()
+        .take(5)
+        .map(|(_, m)| m.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if problems.len() > 5 {
+        text.push_str(&format!("; and {} more", problems.len() - 5));
+    }
+    let text = truncate(&text, MAX_MESSAGE);
+    let ready = match (ready_problem, not_ready) {
+        (Some((r, m)), _) => ("False", r, m),
+        (None, Some((r, m))) => ("False", r, m),
+        (None, None) => reconciled(),
     };
-    Some(RbacRuleStatus {
-        conditions: vec![cond(READY, ready_cond), cond(DEGRADED, degraded_cond)],
+    (ready, ("True", *reason, text))
+}
+
+/// One condition of the status, keeping its transition time while its
+/// status stays the same.
+fn condition(
+    current: Option<&RbacRuleStatus>,
+    type_: &str,
+    (status, reason, message): CondValue,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let previous = current.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: truncate(&message, MAX_MESSAGE),
         observed_generation: generation,
-        matched_triggers: inputs
-            .report
-            .map(|r| r.matched_triggers as i64)
-            .or_else(|| current.map(|s| s.matched_triggers))
-            .unwrap_or(0),
-        managed_objects: inputs.managed,
-    })
+        last_transition_time,
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {

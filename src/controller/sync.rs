@@ -16,13 +16,13 @@ use std::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, Recorder, Reporter};
 
 use super::apply::{self, ConflictMemo, Gate, Outcome, WriteOptions, Written};
 use super::metrics::Metrics;
 use super::plan::{self, KeepReason, Live, ObjectId, Plan};
 use super::status::{self, Hold, RuleInputs};
-use crate::api::{ManageLevel, RbacRule, RbacRuleSpec};
+use crate::api::{ManageLevel, RbacRule, RbacRuleSpec, RbacRuleStatus};
 use crate::engine::limits::Limit;
 use crate::engine::{Engine, Evaluation, Limits, Memo, ObjectStore, Options, RuleSource};
 use crate::policy::{AllowList, Waivers};
@@ -332,14 +332,7 @@ impl Syncer {
         let cached = match self.engine.take() {
             Some(c) if c.key == key => c,
             _ => {
-                let sources: Vec<RuleSource> = key
-                    .0
-                    .iter()
-                    .map(|(name, spec)| RuleSource {
-                        name: name.clone(),
-                        spec: spec.clone(),
-                    })
-                    .collect();
+                let sources = sources_of(&key);
                 tracing::debug!(rules = sources.len(), "compiling rules");
                 let mut limits = if key.3 {
                     split_totals(&self.limits).0
@@ -476,19 +469,7 @@ impl Syncer {
         if !self.gate.open() {
             return report;
         }
-        self.metrics.reconciles.inc();
-        for e in evaluation.errors() {
-            self.metrics.error(e.kind.reason());
-        }
-        let deferred = report
-            .plan
-            .kept
-            .iter()
-            .filter(|k| k.2 == KeepReason::PruneDeferred)
-            .count();
-        if deferred > 0 {
-            tracing::info!(deferred, "prunes deferred until every watch has listed");
-        }
+        self.count_pass(&evaluation, &report.plan);
         let writes = apply::Writes {
             options: &self.writes,
             foreign: &foreign,
@@ -503,67 +484,130 @@ impl Syncer {
             &writes,
         )
         .await;
-        for outcome in &report.outcomes {
-            match outcome {
-                Outcome::Failed(e) => {
-                    self.metrics.error(e.metric_label());
-                    report.retry = true;
-                }
-                Outcome::Conflict { fresh: true, .. } => self.metrics.error("Conflict"),
-                Outcome::Raced => report.retry = true,
-                _ => {}
-            }
-        }
-
+        report.retry = self.count_outcomes(&report.outcomes);
         let managed = managed_counts(&report);
         self.metrics
             .managed_objects
             .set(managed.values().sum::<i64>());
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
         // A slow lane's pass names only its rules: the others stay.
         if every_rule {
             self.warned.retain(|n, _| rules.contains_key(n));
         }
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
         for (name, rule) in &rules {
             // The slow lane reports its rules itself.
             if holds.get(name).is_some_and(Hold::is_slow_lane) {
                 continue;
             }
-            let writes: Vec<Written> = Written::of(&report.plan, &report.outcomes)
-                .filter(|w| w.rule == name)
-                .collect();
-            let inputs = RuleInputs {
-                report: evaluation.reports.get(name),
-                hold: holds.get(name),
-                writes: &writes,
-                managed: managed.get(name).copied().unwrap_or(0),
-                manage: self.manage,
+            let facts = RuleFacts {
+                evaluation: &evaluation,
+                holds: &holds,
+                managed: &managed,
             };
-            let new_status = status::compute(rule, &inputs, &now);
-            let mut events = status::events(rule, &writes, new_status.as_ref());
-            let seen = self.warned.entry(name.clone()).or_default();
-            events.extend(status::skipped_event(inputs.report, seen));
+            let (new_status, events) = self.feedback(name, rule, &report, &facts, &now);
             if !self.gate.open() {
                 break;
             }
             if let Some(s) = &new_status {
-                match status::patch(&self.client, rule, s).await {
-                    Ok(true) => {
-                        report.status_patches += 1;
-                        self.metrics.write("RbacRule", "status");
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(rule = %name, error = %e, "cannot update status");
-                        self.metrics.error(e.metric_label());
-                        report.retry = true;
-                    }
-                }
+                self.patch_status(name, rule, s, &mut report).await;
             }
             status::publish(&self.recorder, rule, &events).await;
         }
         report
     }
+
+    /// Counts a pass about to write, and the evaluation's errors by kind.
+    fn count_pass(&self, evaluation: &Evaluation, plan: &Plan) {
+        self.metrics.reconciles.inc();
+        for e in evaluation.errors() {
+            self.metrics.error(e.kind.reason());
+        }
+        let deferred = plan
+            .kept
+            .iter()
+            .filter(|k| k.2 == KeepReason::PruneDeferred)
+            .count();
+        if deferred > 0 {
+            tracing::info!(deferred, "prunes deferred until every watch has listed");
+        }
+    }
+
+    /// Counts the failed writes; whether one of them asks for a retry
+    /// (failed or raced).
+    fn count_outcomes(&self, outcomes: &[Outcome]) -> bool {
+        let mut retry = false;
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Failed(e) => {
+                    self.metrics.error(e.metric_label());
+                    retry = true;
+                }
+                Outcome::Conflict { fresh: true, .. } => self.metrics.error("Conflict"),
+                Outcome::Raced => retry = true,
+                _ => {}
+            }
+        }
+        retry
+    }
+
+    /// A rule's new status (None: unchanged) and the Events this pass
+    /// owes it; remembers the warnings it publishes.
+    fn feedback(
+        &mut self,
+        name: &str,
+        rule: &RbacRule,
+        report: &SyncReport,
+        facts: &RuleFacts<'_>,
+        now: &Time,
+    ) -> (Option<RbacRuleStatus>, Vec<Event>) {
+        let writes: Vec<Written> = Written::of(&report.plan, &report.outcomes)
+            .filter(|w| w.rule == name)
+            .collect();
+        let inputs = RuleInputs {
+            report: facts.evaluation.reports.get(name),
+            hold: facts.holds.get(name),
+            writes: &writes,
+            managed: facts.managed.get(name).copied().unwrap_or(0),
+            manage: self.manage,
+        };
+        let new_status = status::compute(rule, &inputs, now);
+        let mut events = status::events(rule, &writes, new_status.as_ref());
+        let seen = self.warned.entry(name.to_string()).or_default();
+        events.extend(status::skipped_event(inputs.report, seen));
+        (new_status, events)
+    }
+
+    /// Patches a rule's status when it changed, counting it in `report`
+    /// (a failure asks for a retry). `&mut`: a `Syncer` is not `Sync`, and
+    /// the write pass's future must be `Send`.
+    async fn patch_status(
+        &mut self,
+        name: &str,
+        rule: &RbacRule,
+        new_status: &RbacRuleStatus,
+        report: &mut SyncReport,
+    ) {
+        match status::patch(&self.client, rule, new_status).await {
+            Ok(true) => {
+                report.status_patches += 1;
+                self.metrics.write("RbacRule", "status");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(rule = %name, error = %e, "cannot update status");
+                self.metrics.error(e.metric_label());
+                report.retry = true;
+            }
+        }
+    }
+}
+
+/// What a pass knows of every rule, besides its writes.
+struct RuleFacts<'a> {
+    evaluation: &'a Evaluation,
+    holds: &'a BTreeMap<String, Hold>,
+    /// Objects per rule that exist after the writes.
+    managed: &'a BTreeMap<String, i64>,
 }
 
 impl SyncReport {
@@ -652,14 +696,7 @@ impl SlowLane {
     pub fn evaluate(&mut self, rules: &BTreeMap<String, RbacRule>, options: Options) -> Evaluation {
         let key = key_of(rules, &options);
         if self.engine.is_none() || self.key != key {
-            let sources: Vec<RuleSource> = key
-                .0
-                .iter()
-                .map(|(name, spec)| RuleSource {
-                    name: name.clone(),
-                    spec: spec.clone(),
-                })
-                .collect();
+            let sources = sources_of(&key);
             self.engine = Some(Engine::new(&sources, options));
             self.memo = Memo::new();
             self.key = key;
@@ -679,6 +716,17 @@ impl SlowLane {
             },
         }
     }
+}
+
+/// The engine's rule sources, from the rules its key names.
+fn sources_of(key: &EngineKey) -> Vec<RuleSource> {
+    key.0
+        .iter()
+        .map(|(name, spec)| RuleSource {
+            name: name.clone(),
+            spec: spec.clone(),
+        })
+        .collect()
 }
 
 fn key_of(rules: &BTreeMap<String, RbacRule>, options: &Options) -> EngineKey {

@@ -205,55 +205,78 @@ impl World {
 
     /// Applies one feed item.
     pub fn apply(&mut self, feed: Feed) -> Change {
-        let mut change = Change::default();
+        let dirty = |dirty| Change {
+            dirty,
+            ..Change::default()
+        };
         match feed {
-            Feed::Rules(ev) => match self
-                .rules_listing
-                .step(map_event(*ev, without_managed_fields))
-            {
-                Step::Nothing => {}
-                Step::Upsert(r) => {
-                    let name = r.metadata.name.clone().unwrap_or_default();
-                    let same_spec = self.rules.get(&name).is_some_and(|old| {
-                        old.spec == r.spec && old.metadata.generation == r.metadata.generation
-                    });
-                    // A status-only change (often our own patch) re-renders
-                    // nothing; the new status is kept for comparison.
-                    if !same_spec {
-                        change.dirty = true;
-                        change.rules = true;
-                    }
-                    self.rules.insert(name, r);
+            Feed::Rules(ev) => self.apply_rule_event(*ev),
+            Feed::Owned(kind, ev) => dirty(self.apply_owned_event(kind, ev)),
+            Feed::Kind(gk, epoch, ev) => dirty(self.apply_kind_event(&gk, epoch, ev)),
+            Feed::Allow(ev) => dirty(self.apply_allow_event(*ev)),
+            Feed::Learned(learned) => dirty(self.learn(learned)),
+            Feed::Error(source, error) => self.apply_watch_error(source, &error),
+        }
+    }
+
+    /// An RbacRule event. A status-only change (often our own patch)
+    /// re-renders nothing; the new status is kept for comparison.
+    fn apply_rule_event(&mut self, ev: Event<RbacRule>) -> Change {
+        let changed = Change {
+            dirty: true,
+            rules: true,
+            lost_kind: false,
+        };
+        match self
+            .rules_listing
+            .step(map_event(ev, without_managed_fields))
+        {
+            Step::Nothing => Change::default(),
+            Step::Upsert(r) => {
+                let name = r.metadata.name.clone().unwrap_or_default();
+                let same_spec = self.rules.get(&name).is_some_and(|old| {
+                    old.spec == r.spec && old.metadata.generation == r.metadata.generation
+                });
+                self.rules.insert(name, r);
+                if same_spec {
+                    Change::default()
+                } else {
+                    changed
                 }
-                Step::Remove(r) => {
-                    self.rules
-                        .remove(&r.metadata.name.clone().unwrap_or_default());
-                    change.dirty = true;
-                    change.rules = true;
-                }
-                Step::Replace(all) => {
-                    self.rules = all
-                        .into_iter()
-                        .map(|r| (r.metadata.name.clone().unwrap_or_default(), r))
-                        .collect();
-                    change.dirty = true;
-                    change.rules = true;
-                }
-            },
-            // A list of an output kind is applied object by object, and
-            // what it no longer holds swept at its end: unchanged objects
-            // keep their cached copy (no second copy of thousands of
-            // objects during a relist, and the plan's memo stays valid).
-            Feed::Owned(kind, Event::Init) => {
-                self.relisting.insert(kind, BTreeSet::new());
             }
-            Feed::Owned(kind, Event::InitApply(o)) => {
+            Step::Remove(r) => {
+                self.rules
+                    .remove(&r.metadata.name.clone().unwrap_or_default());
+                changed
+            }
+            Step::Replace(all) => {
+                self.rules = all
+                    .into_iter()
+                    .map(|r| (r.metadata.name.clone().unwrap_or_default(), r))
+                    .collect();
+                changed
+            }
+        }
+    }
+
+    /// An event of an output kind's watch; whether it changed the cache.
+    /// A list is applied object by object, and what it no longer holds
+    /// swept at its end: unchanged objects keep their cached copy (no
+    /// second copy of thousands of objects during a relist, and the plan's
+    /// memo stays valid).
+    fn apply_owned_event(&mut self, kind: OutputKind, ev: Event<Live>) -> bool {
+        match ev {
+            Event::Init => {
+                self.relisting.insert(kind, BTreeSet::new());
+                false
+            }
+            Event::InitApply(o) => {
                 if let Some(id) = o.id() {
                     self.relisting.entry(kind).or_default().insert(id.clone());
                 }
-                change.dirty = self.upsert_rbac(o);
+                self.upsert_rbac(o)
             }
-            Feed::Owned(kind, Event::InitDone) => {
+            Event::InitDone => {
                 let seen = self.relisting.remove(&kind).unwrap_or_default();
                 let listing = self.owned_listing.entry(kind).or_default();
                 listing.synced = true;
@@ -268,114 +291,119 @@ impl World {
                 for id in gone {
                     self.forget_rbac(&id);
                 }
-                change.dirty = true;
+                true
             }
-            Feed::Owned(kind, ev) => {
+            ev => {
                 let listing = self.owned_listing.entry(kind).or_default();
                 match listing.step(ev) {
-                    Step::Upsert(o) => change.dirty = self.upsert_rbac(o),
+                    Step::Upsert(o) => self.upsert_rbac(o),
                     Step::Remove(o) => {
                         // The deletion of an older object of the name (a
                         // binding re-created with a new roleRef, whose new
                         // copy the cache already learned) keeps the new one.
                         let newer =
                             |l: &Live| matches!((l.uid(), o.uid()), (Some(a), Some(b)) if a != b);
-                        if let Some(id) = o.id()
-                            && !self.owned.get(id).is_some_and(newer)
-                        {
-                            change.dirty = self.forget_rbac(id);
-                        }
-                    }
-                    Step::Nothing | Step::Replace(_) => {}
-                }
-            }
-            Feed::Kind(gk, epoch, ev) => {
-                let Some(w) = self.kinds.get_mut(&gk).filter(|w| w.epoch == epoch) else {
-                    return change;
-                };
-                // As for the output kinds: a list is applied object by
-                // object (an unchanged object keeps its stored copy) and
-                // what it no longer holds is swept at its end, which is
-                // also when it counts as a change.
-                match ev {
-                    Event::Init => w.seen = Some(BTreeSet::new()),
-                    Event::InitApply(o) => {
-                        if let Some(k) = key_of(&o) {
-                            w.seen.get_or_insert_with(BTreeSet::new).insert(k.clone());
-                            if self.store.get(&gk, &k) != Some(&o) {
-                                let _ = self.store.insert(o);
+                        match o.id() {
+                            Some(id) if !self.owned.get(id).is_some_and(newer) => {
+                                self.forget_rbac(id)
                             }
+                            _ => false,
                         }
                     }
-                    Event::InitDone => {
-                        let seen = w.seen.take().unwrap_or_default();
-                        w.listing.synced = true;
-                        w.listing.error = None;
-                        let gone: Vec<_> = self
-                            .store
-                            .list(&gk)
-                            .filter_map(key_of)
-                            .filter(|k| !seen.contains(k))
-                            .collect();
-                        for k in gone {
-                            self.store.remove(&gk, &k);
-                        }
-                        change.dirty = true;
-                    }
-                    Event::Apply(o) => {
-                        let differs = key_of(&o)
-                            .map(|k| self.store.get(&gk, &k) != Some(&o))
-                            .unwrap_or(false);
-                        if differs {
-                            let _ = self.store.insert(o);
-                            change.dirty = true;
-                        }
-                    }
-                    Event::Delete(o) => {
-                        if let Some(k) = key_of(&o) {
-                            change.dirty = self.store.remove(&gk, &k).is_some();
-                        }
-                    }
+                    Step::Nothing | Step::Replace(_) => false,
                 }
             }
-            Feed::Allow(ev) => match self.allow_listing.step(*ev) {
-                Step::Nothing => {}
-                Step::Upsert(cr) => {
-                    self.allow = Some(cr);
-                    change.dirty = true;
+        }
+    }
+
+    /// An event of the watch on a kind the rules read (of its current
+    /// `epoch`; a stopped watch's late events are dropped); whether it
+    /// changed the store. As for the output kinds, a list is applied
+    /// object by object (an unchanged object keeps its stored copy) and
+    /// what it no longer holds is swept at its end, which is also when it
+    /// counts as a change.
+    fn apply_kind_event(&mut self, gk: &GroupKind, epoch: u64, ev: Event<Value>) -> bool {
+        let Some(w) = self.kinds.get_mut(gk).filter(|w| w.epoch == epoch) else {
+            return false;
+        };
+        match ev {
+            Event::Init => {
+                w.seen = Some(BTreeSet::new());
+                false
+            }
+            Event::InitApply(o) => {
+                if let Some(k) = key_of(&o) {
+                    w.seen.get_or_insert_with(BTreeSet::new).insert(k.clone());
+                    if self.store.get(gk, &k) != Some(&o) {
+                        let _ = self.store.insert(o);
+                    }
                 }
-                Step::Remove(_) => {
-                    self.allow = None;
-                    change.dirty = true;
+                false
+            }
+            Event::InitDone => {
+                let seen = w.seen.take().unwrap_or_default();
+                w.listing.synced = true;
+                w.listing.error = None;
+                let gone: Vec<_> = self
+                    .store
+                    .list(gk)
+                    .filter_map(key_of)
+                    .filter(|k| !seen.contains(k))
+                    .collect();
+                for k in gone {
+                    self.store.remove(gk, &k);
                 }
-                Step::Replace(all) => {
-                    self.allow = all.into_iter().next();
-                    change.dirty = true;
+                true
+            }
+            Event::Apply(o) => {
+                let differs = key_of(&o)
+                    .map(|k| self.store.get(gk, &k) != Some(&o))
+                    .unwrap_or(false);
+                if differs {
+                    let _ = self.store.insert(o);
                 }
+                differs
+            }
+            Event::Delete(o) => match key_of(&o) {
+                Some(k) => self.store.remove(gk, &k).is_some(),
+                None => false,
             },
-            Feed::Learned(learned) => change.dirty = self.learn(learned),
-            Feed::Error(source, error) => {
-                tracing::warn!(?source, error = %error, "watch error");
-                match source {
-                    Source::Rules => self.rules_listing.fail(&error),
-                    Source::Owned(k) => self.owned_listing.entry(k).or_default().fail(&error),
-                    Source::Allow => self.allow_listing.fail(&error),
-                    Source::Kind(gk, epoch) => {
-                        if let Some(w) = self.kinds.get_mut(&gk).filter(|w| w.epoch == epoch) {
-                            w.listing.fail(&error);
-                            if not_found(&error) {
-                                // The CRD went away: stop watching, keep
-                                // the last list (no pruning from it while
-                                // unresolved) and rediscover later.
-                                w.watching = false;
-                                w.seen = None;
-                                w.unresolved =
-                                    Some(format!("{gk} is no longer served by the API server"));
-                                change.lost_kind = true;
-                            }
-                            change.dirty = true;
-                        }
+        }
+    }
+
+    /// An event of the allow-list ClusterRole's watch; whether it changed
+    /// the allow-list.
+    fn apply_allow_event(&mut self, ev: Event<ClusterRole>) -> bool {
+        match self.allow_listing.step(ev) {
+            Step::Nothing => return false,
+            Step::Upsert(cr) => self.allow = Some(cr),
+            Step::Remove(_) => self.allow = None,
+            Step::Replace(all) => self.allow = all.into_iter().next(),
+        }
+        true
+    }
+
+    /// A watch error: its listing records it. A kind the API server no
+    /// longer serves (its CRD went away) stops being watched, keeps its
+    /// last list (no pruning from it while unresolved) and is rediscovered
+    /// later.
+    fn apply_watch_error(&mut self, source: Source, error: &watcher::Error) -> Change {
+        tracing::warn!(?source, error = %error, "watch error");
+        let mut change = Change::default();
+        match source {
+            Source::Rules => self.rules_listing.fail(error),
+            Source::Owned(k) => self.owned_listing.entry(k).or_default().fail(error),
+            Source::Allow => self.allow_listing.fail(error),
+            Source::Kind(gk, epoch) => {
+                if let Some(w) = self.kinds.get_mut(&gk).filter(|w| w.epoch == epoch) {
+                    w.listing.fail(error);
+                    if not_found(error) {
+                        w.watching = false;
+                        w.seen = None;
+                        w.unresolved = Some(format!("{gk} is no longer served by the API server"));
+                        change.lost_kind = true;
                     }
+                    change.dirty = true;
                 }
             }
         }
@@ -1107,10 +1135,10 @@ mod tests {
         assert!(!c.dirty);
     }
 
-    #[test]
-    fn a_rule_reading_what_a_waiting_rule_emits_waits_too() {
+    /// The base world plus two rules: "copier" copies the rules of the
+    /// ClusterRoles "r" emits; "other" emits a Role nobody reads.
+    fn world_with_copier_and_other() -> World {
         let mut w = base_world();
-        // "copier" copies the rules of the ClusterRoles "r" emits.
         let spec: RbacRuleSpec = serde_json::from_value(json!({
             "outputs": [{"kind": "ClusterRole", "name": "copied",
                          "rulesFrom": {"clusterRoleNames": ["x-a"]}}]
@@ -1119,7 +1147,6 @@ mod tests {
         w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
             "copier", spec,
         )))));
-        // A rule emitting only what nobody reads does not wait.
         let spec: RbacRuleSpec = serde_json::from_value(json!({
             "outputs": [{"kind": "Role", "name": "other", "namespace": "default"}]
         }))
@@ -1128,6 +1155,13 @@ mod tests {
             "other", spec,
         )))));
         w.interests(ManageLevel::All);
+        w
+    }
+
+    #[test]
+    fn a_rule_reading_what_a_waiting_rule_emits_waits_too() {
+        // A rule emitting only what nobody reads ("other") does not wait.
+        let mut w = world_with_copier_and_other();
         let gk = GroupKind::new("example.org", "Widget");
         watch(&mut w, &gk, 1);
         let holds = w.holds();
@@ -1148,23 +1182,7 @@ mod tests {
 
     #[test]
     fn a_slow_rule_and_its_readers_go_to_the_slow_lane_until_its_spec_changes() {
-        let mut w = base_world();
-        let spec: RbacRuleSpec = serde_json::from_value(json!({
-            "outputs": [{"kind": "ClusterRole", "name": "copied",
-                         "rulesFrom": {"clusterRoleNames": ["x-a"]}}]
-        }))
-        .expect("spec");
-        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
-            "copier", spec,
-        )))));
-        let spec: RbacRuleSpec = serde_json::from_value(json!({
-            "outputs": [{"kind": "Role", "name": "other", "namespace": "default"}]
-        }))
-        .expect("spec");
-        w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
-            "other", spec,
-        )))));
-        w.interests(ManageLevel::All);
+        let mut w = world_with_copier_and_other();
         let gk = GroupKind::new("example.org", "Widget");
         watch(&mut w, &gk, 1);
         listed(&mut w, |e| Feed::Kind(gk.clone(), 1, e), vec![widget("a")]);

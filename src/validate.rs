@@ -628,8 +628,9 @@ fn verbs(spec: &Value) -> Vec<(String, String)> {
 struct Parsed {
     /// Helper calls: name and number of arguments.
     calls: Vec<(String, usize)>,
-    /// Paths read at the top level (not inside `#each`/`#with`): as
-    /// written, and their segments.
+    /// Paths read from the root of the context (the engine's own answer,
+    /// [`crate::engine::template::reads_of`]): as written, and their
+    /// segments.
     paths: Vec<(String, Vec<String>)>,
     /// `shorten`/`hash` bounds: the largest literal length argument seen.
     bounded: bool,
@@ -644,29 +645,35 @@ fn analyze(text: &str, expr: bool) -> Result<Parsed, String> {
     };
     let t = Template::compile(&src).map_err(|e| e.to_string())?;
     let mut p = Parsed::default();
-    walk_template(&t, true, &mut p);
+    walk_template(&t, &mut p);
+    p.paths = root_paths(text, expr);
     Ok(p)
 }
 
-fn walk_template(t: &Template, top: bool, p: &mut Parsed) {
+/// The paths a template (or an expression) reads from the root, as written
+/// and by segments.
+fn root_paths(text: &str, expr: bool) -> Vec<(String, Vec<String>)> {
+    crate::engine::template::reads_of(text, expr)
+        .into_iter()
+        .flat_map(|r| r.paths)
+        .map(|p| (p.raw, p.segments.iter().map(segment_text).collect()))
+        .collect()
+}
+
+/// Gathers the helper calls of a template.
+fn walk_template(t: &Template, p: &mut Parsed) {
     for e in &t.elements {
         match e {
             TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
-                walk_helper(h, top, p)
+                walk_helper(h, p)
             }
             TemplateElement::HelperBlock(h) => {
-                let name = param_name(&h.name);
-                p.calls.push((name.clone(), h.params.len()));
+                p.calls.push((param_name(&h.name), h.params.len()));
                 for a in &h.params {
-                    walk_param(a, top, p);
+                    walk_param(a, p);
                 }
-                // `#each` and `#with` change what a bare path means.
-                let inner = top && !matches!(name.as_str(), "each" | "with");
-                if let Some(t) = &h.template {
-                    walk_template(t, inner, p);
-                }
-                if let Some(t) = &h.inverse {
-                    walk_template(t, top, p);
+                for t in h.template.iter().chain(h.inverse.iter()) {
+                    walk_template(t, p);
                 }
             }
             _ => {}
@@ -677,60 +684,31 @@ fn walk_template(t: &Template, top: bool, p: &mut Parsed) {
 fn param_name(p: &Parameter) -> String {
     match p {
         Parameter::Name(n) => n.clone(),
-        Parameter::Path(path) => path_raw(path),
+        Parameter::Path(handlebars::Path::Relative((_, raw))) => raw.clone(),
         _ => String::new(),
     }
 }
 
-fn path_raw(path: &handlebars::Path) -> String {
-    match path {
-        handlebars::Path::Relative((_, raw)) => raw.clone(),
-        _ => String::new(),
-    }
-}
-
-fn walk_helper(h: &HelperTemplate, top: bool, p: &mut Parsed) {
+fn walk_helper(h: &HelperTemplate, p: &mut Parsed) {
     if h.params.is_empty() && h.hash.is_empty() {
         // `{{a.b}}`: a path, not a call.
-        if top && let Parameter::Path(path) = &h.name {
-            p.paths.push(path_parts(path));
-        }
         return;
     }
     let name = param_name(&h.name);
     if matches!(name.as_str(), "shorten" | "hash") {
         p.bounded = true;
     }
-    // `get trigger "spec.x"` reads trigger.spec.x.
-    if name == "get"
-        && top
-        && let (Some(Parameter::Path(obj)), Some(Parameter::Literal(Value::String(f)))) =
-            (h.params.first(), h.params.get(1))
-        && path_raw(obj) == "trigger"
-    {
-        // Parsed as the helper parses it: `a.[x.y/z]` and `a["x.y/z"]` are
-        // one key; a malformed path is the engine's compile error.
-        if let Ok(path) = crate::engine::path::FieldPath::parse(f) {
-            let mut segs = vec!["trigger".to_string()];
-            segs.extend(path.segments().iter().map(segment_text));
-            p.paths.push((format!("trigger.{f}"), segs));
-        }
-    }
     p.calls.push((name, h.params.len()));
     for a in h.params.iter().chain(h.hash.values()) {
-        walk_param(a, top, p);
+        walk_param(a, p);
     }
 }
 
-fn walk_param(a: &Parameter, top: bool, p: &mut Parsed) {
-    match a {
-        Parameter::Path(path) if top => p.paths.push(path_parts(path)),
-        Parameter::Subexpression(s) => {
-            if let TemplateElement::Expression(h) = s.as_element() {
-                walk_helper(h, top, p);
-            }
-        }
-        _ => {}
+fn walk_param(a: &Parameter, p: &mut Parsed) {
+    if let Parameter::Subexpression(s) = a
+        && let TemplateElement::Expression(h) = s.as_element()
+    {
+        walk_helper(h, p);
     }
 }
 
@@ -991,23 +969,6 @@ fn object_meta_schema() -> Option<Value> {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
     ))
     .ok()
-}
-
-/// A handlebars path as written and its segments (`a.[x.y/z].b` has
-/// three); `this` dropped, a local (`@index`) has none.
-fn path_parts(path: &handlebars::Path) -> (String, Vec<String>) {
-    match path {
-        handlebars::Path::Relative((segs, raw)) => (
-            raw.clone(),
-            segs.iter()
-                .filter_map(|s| match s {
-                    handlebars::PathSeg::Named(n) if n != "this" => Some(n.clone()),
-                    _ => None,
-                })
-                .collect(),
-        ),
-        _ => (String::new(), Vec::new()),
-    }
 }
 
 /// With `metadataOnly: true`, a path of the trigger outside `apiVersion`,
@@ -1278,10 +1239,8 @@ mod tests {
     use super::*;
 
     fn check(s: &Value, group: &str, kind: &str, raw: &str) -> Option<String> {
-        let t = Template::compile(&format!("{{{{{raw}}}}}")).expect("template");
-        let mut p = Parsed::default();
-        walk_template(&t, true, &mut p);
-        let (raw, segs) = &p.paths[0];
+        let paths = root_paths(&format!("{{{{{raw}}}}}"), false);
+        let (raw, segs) = &paths[0];
         check_trigger_path(s, group, kind, raw, segs)
     }
 

@@ -284,7 +284,7 @@ pub fn main(args: &ValidateArgs) -> ExitCode {
     }
 }
 
-/// Lints one RbacRule document.
+/// Lints one RbacRule document: each check below in turn.
 fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
     let name = doc.value["metadata"]["name"]
         .as_str()
@@ -299,6 +299,31 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
             message,
         })
     };
+    if !lint_loads(doc, &name, &mut push) {
+        return;
+    }
+    let spec = &doc.value["spec"];
+    let trigger = TriggerKind::of(spec, schemas, &mut push);
+    if trigger.metadata_only {
+        lint_metadata_only_conditions(spec, &mut push);
+    }
+    if let Some(schema) = &trigger.schema {
+        lint_trigger_condition_paths(spec, &trigger, schema, &mut push);
+        lint_list_field_paths(spec, &trigger, schema, &mut push);
+    }
+    let related = related_schemas(spec, schemas, &mut push);
+    lint_binding_kinds(spec, &mut push);
+    let mut strings = Vec::new();
+    collect_strings(spec, "spec", false, &mut strings);
+    for s in &strings {
+        lint_text(s, &trigger, &related, &mut push);
+    }
+    lint_verbs(doc, spec, &mut push);
+}
+
+/// Whether the document loads as a rule (else its errors are reported and
+/// nothing more is checked); the engine's compile errors are reported too.
+fn lint_loads(doc: &Document, name: &str, push: &mut impl FnMut(Severity, &str, String)) -> bool {
     let source = match rules::parse_rule_all(doc) {
         Ok(s) => s,
         Err(errs) => {
@@ -312,107 +337,152 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
                     other => push(Severity::Error, "", other.to_string()),
                 }
             }
-            return;
+            return false;
         }
     };
     let mut templates = Templates::new();
-    if let Err(errs) = crate::engine::compile::compile(&name, &source.spec, &mut templates) {
+    if let Err(errs) = crate::engine::compile::compile(name, &source.spec, &mut templates) {
         for e in errs {
             push(Severity::Error, &e.field, e.message);
         }
     }
-    let spec = &doc.value["spec"];
+    true
+}
+
+/// The trigger's kind, and its schema when known: what paths of the
+/// trigger are checked against.
+struct TriggerKind<'a> {
+    group: &'a str,
+    kind: &'a str,
+    schema: Option<Value>,
+    /// Rules see its apiVersion, kind and metadata only.
+    metadata_only: bool,
+}
+
+impl<'a> TriggerKind<'a> {
+    /// The trigger of `spec`; an unknown kind is warned about.
+    fn of(
+        spec: &'a Value,
+        schemas: &Schemas,
+        push: &mut impl FnMut(Severity, &str, String),
+    ) -> TriggerKind<'a> {
+        let trigger = &spec["trigger"];
+        let kind = trigger["kind"].as_str().unwrap_or_default();
+        let group = trigger["apiGroup"].as_str().unwrap_or_default();
+        let schema = if kind.is_empty() {
+            None
+        } else {
+            let version = trigger["version"].as_str().unwrap_or_default();
+            let s = schemas.get(group, kind, version);
+            if s.is_none() {
+                let hint = schemas
+                    .suggest_kind(group, kind)
+                    .map(|h| format!(" (did you mean {h}?)"))
+                    .unwrap_or_default();
+                push(
+                    Severity::Warning,
+                    "spec.trigger.kind",
+                    format!(
+                        "unknown trigger kind {}{hint}: not built in, and no \
+                         CustomResourceDefinition in --objects defines it; its fields are not \
+                         checked (a typo here matches nothing)",
+                        kind_ref(group, kind)
+                    ),
+                );
+            }
+            s
+        };
+        TriggerKind {
+            group,
+            kind,
+            schema,
+            metadata_only: trigger["metadataOnly"] == true,
+        }
+    }
+}
+
+/// A metadata-only trigger shows conditions its apiVersion, kind and
+/// metadata only: a path elsewhere reads nothing.
+fn lint_metadata_only_conditions(spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
     let trigger = &spec["trigger"];
-    let trigger_kind = trigger["kind"].as_str().unwrap_or_default();
-    let trigger_group = trigger["apiGroup"].as_str().unwrap_or_default();
-    let schema = if trigger_kind.is_empty() {
-        None
-    } else {
-        let s = schemas.get(
-            trigger_group,
-            trigger_kind,
-            trigger["version"].as_str().unwrap_or_default(),
-        );
-        if s.is_none() {
-            let hint = schemas
-                .suggest_kind(trigger_group, trigger_kind)
-                .map(|h| format!(" (did you mean {h}?)"))
-                .unwrap_or_default();
-            push(
-                Severity::Warning,
-                "spec.trigger.kind",
-                format!(
-                    "unknown trigger kind {}{hint}: not built in, and no CustomResourceDefinition \
-                     in --objects defines it; its fields are not checked (a typo here matches \
-                     nothing)",
-                    kind_ref(trigger_group, trigger_kind)
-                ),
-            );
-        }
-        s
-    };
-    // A metadata-only trigger shows templates and conditions its
-    // apiVersion, kind and metadata only: a path elsewhere reads nothing.
-    let metadata_only = trigger["metadataOnly"] == true;
-    if metadata_only {
-        for list in ["conditions", "require"] {
-            for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
-                if let Some(text) = c["path"].as_str()
-                    && let Some(msg) = beyond_metadata(text, &["path ", text].concat())
-                {
-                    push(
-                        Severity::Warning,
-                        &format!("spec.trigger.{list}[{i}].path"),
-                        msg,
-                    );
-                }
-            }
-        }
-    }
-    // Condition paths read the trigger itself.
-    if let Some(schema) = &schema {
-        for list in ["conditions", "require"] {
-            for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
-                if let Some(msg) = check_condition_path(schema, trigger_group, trigger_kind, c) {
-                    push(
-                        Severity::Warning,
-                        &format!("spec.trigger.{list}[{i}].path"),
-                        msg,
-                    );
-                }
-            }
-        }
-    }
-    // A list field read from the trigger.
-    if let Some(schema) = &schema {
-        for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
-            let lf = &r["listField"];
-            let of: Vec<&str> = lf["of"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            if let Some(text) = lf["path"].as_str()
-                && (of.is_empty() || of.contains(&"trigger"))
-                && let Some(msg) = check_condition_path(
-                    schema,
-                    trigger_group,
-                    trigger_kind,
-                    &json!({ "path": text }),
-                )
+    for list in ["conditions", "require"] {
+        for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
+            if let Some(text) = c["path"].as_str()
+                && let Some(msg) = beyond_metadata(text, &["path ", text].concat())
             {
                 push(
                     Severity::Warning,
-                    &format!("spec.related[{i}].listField.path"),
-                    msg.replace("the condition can never hold", "the list is always empty"),
+                    &format!("spec.trigger.{list}[{i}].path"),
+                    msg,
                 );
             }
         }
     }
-    // A related set of objects: `where`/`require` paths and `item.` in
-    // their templates read objects of its kind.
-    let mut related_schemas: BTreeMap<usize, (String, String, Value)> = BTreeMap::new();
+}
+
+/// The trigger's condition paths, against its schema.
+fn lint_trigger_condition_paths(
+    spec: &Value,
+    trigger: &TriggerKind,
+    schema: &Value,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    for list in ["conditions", "require"] {
+        let conditions = spec["trigger"][list].as_array().into_iter().flatten();
+        for (i, c) in conditions.enumerate() {
+            if let Some(msg) = check_condition_path(schema, trigger.group, trigger.kind, c) {
+                push(
+                    Severity::Warning,
+                    &format!("spec.trigger.{list}[{i}].path"),
+                    msg,
+                );
+            }
+        }
+    }
+}
+
+/// A list field read from the trigger, against its schema.
+fn lint_list_field_paths(
+    spec: &Value,
+    trigger: &TriggerKind,
+    schema: &Value,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
+        let lf = &r["listField"];
+        let of: Vec<&str> = lf["of"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if let Some(text) = lf["path"].as_str()
+            && (of.is_empty() || of.contains(&"trigger"))
+            && let Some(msg) = check_condition_path(
+                schema,
+                trigger.group,
+                trigger.kind,
+                &json!({ "path": text }),
+            )
+        {
+            push(
+                Severity::Warning,
+                &format!("spec.related[{i}].listField.path"),
+                msg.replace("the condition can never hold", "the list is always empty"),
+            );
+        }
+    }
+}
+
+/// The schemas of related sets of objects (group, kind, schema) by index,
+/// their `where`/`require` paths checked against them; an unknown kind is
+/// warned about.
+fn related_schemas(
+    spec: &Value,
+    schemas: &Schemas,
+    push: &mut impl FnMut(Severity, &str, String),
+) -> BTreeMap<usize, (String, String, Value)> {
+    let mut related = BTreeMap::new();
     for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
         let q = &r["objects"];
         let (Some(kind), group) = (
@@ -451,9 +521,92 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
                 }
             }
         }
-        related_schemas.insert(i, (group.to_string(), kind.to_string(), rs));
+        related.insert(i, (group.to_string(), kind.to_string(), rs));
     }
-    lint_binding_kinds(spec, &mut push);
+    related
+}
+
+/// One template or expression: its helper calls, the trigger paths it
+/// reads (metadata-only, schema), `item` paths in a related set's
+/// conditions, and a label value's length.
+fn lint_text(
+    s: &Source,
+    trigger: &TriggerKind,
+    related: &BTreeMap<usize, (String, String, Value)>,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    let parsed = match analyze(&s.text, s.expr) {
+        Ok(p) => p,
+        // The engine's compile reported it.
+        Err(_) => return,
+    };
+    for (helper, argc) in &parsed.calls {
+        if let Some(msg) = probe_helper(helper, *argc) {
+            push(Severity::Error, &s.field, msg);
+        }
+    }
+    if trigger.metadata_only {
+        for (raw, segs) in &parsed.paths {
+            if segs.first().map(String::as_str) == Some("trigger")
+                && segs.len() > 1
+                && let Some(msg) = beyond_metadata(&segs[1..].join("."), raw)
+            {
+                push(Severity::Warning, &s.field, msg);
+            }
+        }
+    }
+    if let Some(schema) = &trigger.schema {
+        for (raw, segs) in &parsed.paths {
+            if let Some(msg) = check_trigger_path(schema, trigger.group, trigger.kind, raw, segs) {
+                push(Severity::Error, &s.field, msg);
+            }
+        }
+    }
+    if let Some((group, kind, rs)) = related_index(&s.field)
+        .filter(|_| s.field.contains(".where[") || s.field.contains(".require["))
+        .and_then(|i| related.get(&i))
+    {
+        lint_item_paths(&s.field, &parsed, group, kind, rs, push);
+    }
+    if s.limited
+        && let Some(msg) = length_risk(&s.text, &parsed, trigger.kind)
+    {
+        push(Severity::Warning, &s.field, msg);
+    }
+}
+
+/// The `item` paths a related set's condition reads, against the schema
+/// of its kind.
+fn lint_item_paths(
+    field: &str,
+    parsed: &Parsed,
+    group: &str,
+    kind: &str,
+    schema: &Value,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    for (raw, segs) in &parsed.paths {
+        if segs.first().map(String::as_str) != Some("item") {
+            continue;
+        }
+        if let Some((missing, fix)) = missing_field(schema, &segs[1..]) {
+            let hint = fix
+                .map(|f| format!(" (did you mean item.{f}?)"))
+                .unwrap_or_default();
+            push(
+                Severity::Warning,
+                field,
+                format!(
+                    "{raw}: {} has no field {missing}{hint}",
+                    kind_ref(group, kind)
+                ),
+            );
+        }
+    }
+}
+
+/// Verbs: known to Kubernetes, or custom ones the rule's annotation lists.
+fn lint_verbs(doc: &Document, spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
     let custom: BTreeSet<String> = doc.value["metadata"]["annotations"][CUSTOM_VERBS_ANNOTATION]
         .as_str()
         .unwrap_or_default()
@@ -461,67 +614,6 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
         .collect();
-    let mut strings = Vec::new();
-    collect_strings(spec, "spec", false, &mut strings);
-    for s in &strings {
-        let parsed = match analyze(&s.text, s.expr) {
-            Ok(p) => p,
-            // The engine's compile reported it.
-            Err(_) => continue,
-        };
-        for (helper, argc) in &parsed.calls {
-            if let Some(msg) = probe_helper(helper, *argc) {
-                push(Severity::Error, &s.field, msg);
-            }
-        }
-        if metadata_only {
-            for (raw, segs) in &parsed.paths {
-                if segs.first().map(String::as_str) == Some("trigger")
-                    && segs.len() > 1
-                    && let Some(msg) = beyond_metadata(&segs[1..].join("."), raw)
-                {
-                    push(Severity::Warning, &s.field, msg);
-                }
-            }
-        }
-        if let Some(schema) = &schema {
-            for (raw, segs) in &parsed.paths {
-                if let Some(msg) =
-                    check_trigger_path(schema, trigger_group, trigger_kind, raw, segs)
-                {
-                    push(Severity::Error, &s.field, msg);
-                }
-            }
-        }
-        if let Some((group, kind, rs)) = related_index(&s.field)
-            .filter(|_| s.field.contains(".where[") || s.field.contains(".require["))
-            .and_then(|i| related_schemas.get(&i))
-        {
-            for (raw, segs) in &parsed.paths {
-                if segs.first().map(String::as_str) != Some("item") {
-                    continue;
-                }
-                if let Some((missing, fix)) = missing_field(rs, &segs[1..]) {
-                    let hint = fix
-                        .map(|f| format!(" (did you mean item.{f}?)"))
-                        .unwrap_or_default();
-                    push(
-                        Severity::Warning,
-                        &s.field,
-                        format!(
-                            "{raw}: {} has no field {missing}{hint}",
-                            kind_ref(group, kind)
-                        ),
-                    );
-                }
-            }
-        }
-        if s.limited
-            && let Some(msg) = length_risk(&s.text, &parsed, trigger_kind)
-        {
-            push(Severity::Warning, &s.field, msg);
-        }
-    }
     for (field, verb) in verbs(spec) {
         if !crate::policy::is_known_verb(&verb) && !custom.contains(&verb) {
             let hint = suggest(&verb, crate::policy::known_verbs())

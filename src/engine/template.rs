@@ -26,6 +26,9 @@ use super::fast_hash::HashMap;
 use super::limits::{self, Limit, Limits};
 use super::path::{FieldPath, Segment, scalar_text};
 
+/// A mustache opens with two of these.
+const OPEN_BRACE: u8 = b'{';
+
 /// The compiled templates and expressions of every rule.
 pub struct Templates {
     hb: Handlebars<'static>,
@@ -117,14 +120,15 @@ impl Templates {
         }
     }
 
-    /// Whether `text` needs handlebars at all.
+    /// Whether `text` needs handlebars at all (it has no two opening
+    /// braces in a row).
     pub fn is_literal(text: &str) -> bool {
-        // A byte scan: `str::contains("{{")` sets up a substring searcher
-        // per call, and this runs on every string a render expands.
+        // A byte scan: `str::contains` sets up a substring searcher per
+        // call, and this runs on every string a render expands.
         let b = text.as_bytes();
         !b.iter()
             .zip(b.iter().skip(1))
-            .any(|(x, y)| *x == b'{' && *y == b'{')
+            .any(|(x, y)| *x == OPEN_BRACE && *y == OPEN_BRACE)
     }
 
     /// Parses a template once; later renders reuse it.

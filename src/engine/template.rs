@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::sync::LazyLock;
 
 use handlebars::template::{HelperTemplate, Parameter, TemplateElement};
@@ -1483,16 +1484,38 @@ pub(crate) fn reads_of(text: &str, expr: bool) -> Option<Reads> {
 /// What a text of a rule reads, whichever it is: a template, an
 /// expression, or neither (it may be read either way, so both count; one
 /// that parses neither way reads everything).
-fn text_reads(text: &str) -> Reads {
-    match (reads_of(text, false), reads_of(text, true)) {
+fn text_reads(text: &str) -> Rc<Reads> {
+    if let Some(r) = TEXT_READS.with(|m| m.borrow().get(text).cloned()) {
+        return r;
+    }
+    let reads = Rc::new(match (reads_of(text, false), reads_of(text, true)) {
         (None, None) => Reads::everything(),
         (a, b) => {
             let mut all = a.unwrap_or_default();
             all.merge(b.unwrap_or_default());
             all
         }
-    }
+    });
+    TEXT_READS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= TEXT_READS_MAX {
+            m.clear();
+        }
+        m.insert(text.to_string(), Rc::clone(&reads));
+    });
+    reads
 }
+
+thread_local! {
+    /// [`text_reads`] by text, a memo of a pure function: the same texts
+    /// of a rule are asked about once per question, per compile and per
+    /// value expanded, and parsing them is the cost (the scans it replaces
+    /// were substring searches).
+    static TEXT_READS: RefCell<HashMap<String, Rc<Reads>>> = RefCell::default();
+}
+
+/// Texts whose reads [`TEXT_READS`] holds at most (emptied when full).
+const TEXT_READS_MAX: usize = 4096;
 
 /// What parsed elements read (see [`ReadWalk`]).
 fn element_reads(elements: &[TemplateElement]) -> Reads {
@@ -2734,5 +2757,19 @@ mod tests {
         assert!(mentions(&json!({"k": ["{{vars.a}}"]}), "vars"));
         assert!(mentions(&json!({"{{vars.a}}": 1}), "vars"));
         assert!(!mentions(&json!({"k": ["{{varsx.a}}"]}), "vars"));
+    }
+
+    /// The memo of texts' reads answers as a parse does, and stays bounded.
+    #[test]
+    fn text_reads_are_remembered_within_a_bound() {
+        let text = "{{related.a.x}}";
+        let first = text_reads(text);
+        assert!(Rc::ptr_eq(&first, &text_reads(text)));
+        assert_eq!(Some(&*first), reads_of(text, false).as_ref());
+        for i in 0..=TEXT_READS_MAX {
+            text_reads(&format!("{{{{vars.v{i}}}}}"));
+        }
+        assert!(TEXT_READS.with(|m| m.borrow().len()) <= TEXT_READS_MAX);
+        assert_eq!(*text_reads(text), *first);
     }
 }

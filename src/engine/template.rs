@@ -2772,4 +2772,53 @@ mod tests {
         assert!(TEXT_READS.with(|m| m.borrow().len()) <= TEXT_READS_MAX);
         assert_eq!(*text_reads(text), *first);
     }
+
+    /// What the walk says a template reads is all that its render depends
+    /// on: rendered with only those parts of `trigger` (as the engine binds
+    /// it) and without the `related` sets it does not name, every template
+    /// renders exactly as with everything (or fails the same way).
+    #[test]
+    fn a_template_renders_the_same_from_what_it_reads() {
+        let ctx = json!({
+            "trigger": {
+                "metadata": {"name": "n", "namespace": "ns", "labels": {"a.b/c": "v", "x": "y"}},
+                "spec": {"image": "r/o/i:1", "list": [{"name": "p", "tags": ["t1"]}, {"name": "q", "tags": []}],
+                         "map": {"k1": "v1", "k2": "v2"}, "flag": true, "empty": []},
+            },
+            "related": {"a": [{"name": "ra", "related": {"b": "own"}}], "b": {"x": "bx"}, "c": "cc"},
+            "vars": {"v": "vv"},
+        });
+        let templates = [
+            "{{trigger.metadata.name}}/{{trigger.metadata.labels.[a.b/c]}}",
+            "{{#each trigger.spec.list}}{{name}}{{#each tags}}{{this}}{{../name}}{{/each}}{{/each}}",
+            "{{#each trigger.spec.list}}{{@index}}{{../trigger.metadata.name}}{{/each}}",
+            "{{#each trigger.spec.map}}{{@key}}={{this}};{{/each}}",
+            "{{#with trigger.metadata}}{{name}}{{../trigger.spec.image}}{{/with}}",
+            "{{#if trigger.spec.flag}}{{trigger.metadata.namespace}}{{else}}{{trigger.nope}}{{/if}}",
+            "{{#each trigger.spec.empty}}x{{else}}{{trigger.metadata.labels.x}}{{/each}}",
+            "{{#unless trigger.spec.flag}}a{{else if trigger.spec.image}}{{imageOrg trigger.spec.image}}{{/unless}}",
+            r#"{{get trigger "spec.list[1].name"}}{{get trigger "metadata.labels" "-"}}"#,
+            r#"{{shorten (concat (lower trigger.metadata.name) "-" (get trigger "spec.image")) 12}}"#,
+            r#"{{lookup trigger.metadata.labels "x"}}{{json trigger.spec.map}}"#,
+            "{{trigger.metadata/namespace}}{{[trigger].spec.[image]}}{{this.trigger.metadata.name}}",
+            "{{#each related.a}}{{name}}{{related.b}}{{../related.c}}{{/each}}",
+            "{{#with related.b}}{{x}}{{/with}}{{vars.v}}",
+            "{{trigger.metadata.missing}}",
+            "{{#each trigger.spec.list}}{{#with this}}{{name}}{{/with}}{{/each}}",
+        ];
+        let sets = ["a", "b", "c"];
+        for t in templates {
+            let whole = render(t, ctx.clone());
+            let Some(paths) = trigger_paths(&[t]) else {
+                panic!("{t}: the trigger is read by paths");
+            };
+            let mut seen = ctx.clone();
+            seen["trigger"] = crate::engine::expand::project(&ctx["trigger"], &paths, false);
+            let named = named_reads(&[t], "related", &sets);
+            if let (Some(named), Some(m)) = (&named, seen["related"].as_object_mut()) {
+                m.retain(|k, _| named.contains(k));
+            }
+            assert_eq!(render(t, seen), whole, "{t}: {paths:?} {named:?}");
+        }
+    }
 }

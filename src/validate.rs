@@ -284,7 +284,7 @@ pub fn main(args: &ValidateArgs) -> ExitCode {
     }
 }
 
-/// Lints one RbacRule document.
+/// Lints one RbacRule document: each check below in turn.
 fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
     let name = doc.value["metadata"]["name"]
         .as_str()
@@ -299,6 +299,31 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
             message,
         })
     };
+    if !lint_loads(doc, &name, &mut push) {
+        return;
+    }
+    let spec = &doc.value["spec"];
+    let trigger = TriggerKind::of(spec, schemas, &mut push);
+    if trigger.metadata_only {
+        lint_metadata_only_conditions(spec, &mut push);
+    }
+    if let Some(schema) = &trigger.schema {
+        lint_trigger_condition_paths(spec, &trigger, schema, &mut push);
+        lint_list_field_paths(spec, &trigger, schema, &mut push);
+    }
+    let related = related_schemas(spec, schemas, &mut push);
+    lint_binding_kinds(spec, &mut push);
+    let mut strings = Vec::new();
+    collect_strings(spec, "spec", false, &mut strings);
+    for s in &strings {
+        lint_text(s, &trigger, &related, &mut push);
+    }
+    lint_verbs(doc, spec, &mut push);
+}
+
+/// Whether the document loads as a rule (else its errors are reported and
+/// nothing more is checked); the engine's compile errors are reported too.
+fn lint_loads(doc: &Document, name: &str, push: &mut impl FnMut(Severity, &str, String)) -> bool {
     let source = match rules::parse_rule_all(doc) {
         Ok(s) => s,
         Err(errs) => {
@@ -312,107 +337,152 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
                     other => push(Severity::Error, "", other.to_string()),
                 }
             }
-            return;
+            return false;
         }
     };
     let mut templates = Templates::new();
-    if let Err(errs) = crate::engine::compile::compile(&name, &source.spec, &mut templates) {
+    if let Err(errs) = crate::engine::compile::compile(name, &source.spec, &mut templates) {
         for e in errs {
             push(Severity::Error, &e.field, e.message);
         }
     }
-    let spec = &doc.value["spec"];
+    true
+}
+
+/// The trigger's kind, and its schema when known: what paths of the
+/// trigger are checked against.
+struct TriggerKind<'a> {
+    group: &'a str,
+    kind: &'a str,
+    schema: Option<Value>,
+    /// Rules see its apiVersion, kind and metadata only.
+    metadata_only: bool,
+}
+
+impl<'a> TriggerKind<'a> {
+    /// The trigger of `spec`; an unknown kind is warned about.
+    fn of(
+        spec: &'a Value,
+        schemas: &Schemas,
+        push: &mut impl FnMut(Severity, &str, String),
+    ) -> TriggerKind<'a> {
+        let trigger = &spec["trigger"];
+        let kind = trigger["kind"].as_str().unwrap_or_default();
+        let group = trigger["apiGroup"].as_str().unwrap_or_default();
+        let schema = if kind.is_empty() {
+            None
+        } else {
+            let version = trigger["version"].as_str().unwrap_or_default();
+            let s = schemas.get(group, kind, version);
+            if s.is_none() {
+                let hint = schemas
+                    .suggest_kind(group, kind)
+                    .map(|h| format!(" (did you mean {h}?)"))
+                    .unwrap_or_default();
+                push(
+                    Severity::Warning,
+                    "spec.trigger.kind",
+                    format!(
+                        "unknown trigger kind {}{hint}: not built in, and no \
+                         CustomResourceDefinition in --objects defines it; its fields are not \
+                         checked (a typo here matches nothing)",
+                        kind_ref(group, kind)
+                    ),
+                );
+            }
+            s
+        };
+        TriggerKind {
+            group,
+            kind,
+            schema,
+            metadata_only: trigger["metadataOnly"] == true,
+        }
+    }
+}
+
+/// A metadata-only trigger shows conditions its apiVersion, kind and
+/// metadata only: a path elsewhere reads nothing.
+fn lint_metadata_only_conditions(spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
     let trigger = &spec["trigger"];
-    let trigger_kind = trigger["kind"].as_str().unwrap_or_default();
-    let trigger_group = trigger["apiGroup"].as_str().unwrap_or_default();
-    let schema = if trigger_kind.is_empty() {
-        None
-    } else {
-        let s = schemas.get(
-            trigger_group,
-            trigger_kind,
-            trigger["version"].as_str().unwrap_or_default(),
-        );
-        if s.is_none() {
-            let hint = schemas
-                .suggest_kind(trigger_group, trigger_kind)
-                .map(|h| format!(" (did you mean {h}?)"))
-                .unwrap_or_default();
-            push(
-                Severity::Warning,
-                "spec.trigger.kind",
-                format!(
-                    "unknown trigger kind {}{hint}: not built in, and no CustomResourceDefinition \
-                     in --objects defines it; its fields are not checked (a typo here matches \
-                     nothing)",
-                    kind_ref(trigger_group, trigger_kind)
-                ),
-            );
-        }
-        s
-    };
-    // A metadata-only trigger shows templates and conditions its
-    // apiVersion, kind and metadata only: a path elsewhere reads nothing.
-    let metadata_only = trigger["metadataOnly"] == true;
-    if metadata_only {
-        for list in ["conditions", "require"] {
-            for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
-                if let Some(text) = c["path"].as_str()
-                    && let Some(msg) = beyond_metadata(text, &["path ", text].concat())
-                {
-                    push(
-                        Severity::Warning,
-                        &format!("spec.trigger.{list}[{i}].path"),
-                        msg,
-                    );
-                }
-            }
-        }
-    }
-    // Condition paths read the trigger itself.
-    if let Some(schema) = &schema {
-        for list in ["conditions", "require"] {
-            for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
-                if let Some(msg) = check_condition_path(schema, trigger_group, trigger_kind, c) {
-                    push(
-                        Severity::Warning,
-                        &format!("spec.trigger.{list}[{i}].path"),
-                        msg,
-                    );
-                }
-            }
-        }
-    }
-    // A list field read from the trigger.
-    if let Some(schema) = &schema {
-        for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
-            let lf = &r["listField"];
-            let of: Vec<&str> = lf["of"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            if let Some(text) = lf["path"].as_str()
-                && (of.is_empty() || of.contains(&"trigger"))
-                && let Some(msg) = check_condition_path(
-                    schema,
-                    trigger_group,
-                    trigger_kind,
-                    &json!({ "path": text }),
-                )
+    for list in ["conditions", "require"] {
+        for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
+            if let Some(text) = c["path"].as_str()
+                && let Some(msg) = beyond_metadata(text, &["path ", text].concat())
             {
                 push(
                     Severity::Warning,
-                    &format!("spec.related[{i}].listField.path"),
-                    msg.replace("the condition can never hold", "the list is always empty"),
+                    &format!("spec.trigger.{list}[{i}].path"),
+                    msg,
                 );
             }
         }
     }
-    // A related set of objects: `where`/`require` paths and `item.` in
-    // their templates read objects of its kind.
-    let mut related_schemas: BTreeMap<usize, (String, String, Value)> = BTreeMap::new();
+}
+
+/// The trigger's condition paths, against its schema.
+fn lint_trigger_condition_paths(
+    spec: &Value,
+    trigger: &TriggerKind,
+    schema: &Value,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    for list in ["conditions", "require"] {
+        let conditions = spec["trigger"][list].as_array().into_iter().flatten();
+        for (i, c) in conditions.enumerate() {
+            if let Some(msg) = check_condition_path(schema, trigger.group, trigger.kind, c) {
+                push(
+                    Severity::Warning,
+                    &format!("spec.trigger.{list}[{i}].path"),
+                    msg,
+                );
+            }
+        }
+    }
+}
+
+/// A list field read from the trigger, against its schema.
+fn lint_list_field_paths(
+    spec: &Value,
+    trigger: &TriggerKind,
+    schema: &Value,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
+        let lf = &r["listField"];
+        let of: Vec<&str> = lf["of"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if let Some(text) = lf["path"].as_str()
+            && (of.is_empty() || of.contains(&"trigger"))
+            && let Some(msg) = check_condition_path(
+                schema,
+                trigger.group,
+                trigger.kind,
+                &json!({ "path": text }),
+            )
+        {
+            push(
+                Severity::Warning,
+                &format!("spec.related[{i}].listField.path"),
+                msg.replace("the condition can never hold", "the list is always empty"),
+            );
+        }
+    }
+}
+
+/// The schemas of related sets of objects (group, kind, schema) by index,
+/// their `where`/`require` paths checked against them; an unknown kind is
+/// warned about.
+fn related_schemas(
+    spec: &Value,
+    schemas: &Schemas,
+    push: &mut impl FnMut(Severity, &str, String),
+) -> BTreeMap<usize, (String, String, Value)> {
+    let mut related = BTreeMap::new();
     for (i, r) in spec["related"].as_array().into_iter().flatten().enumerate() {
         let q = &r["objects"];
         let (Some(kind), group) = (
@@ -451,9 +521,92 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
                 }
             }
         }
-        related_schemas.insert(i, (group.to_string(), kind.to_string(), rs));
+        related.insert(i, (group.to_string(), kind.to_string(), rs));
     }
-    lint_binding_kinds(spec, &mut push);
+    related
+}
+
+/// One template or expression: its helper calls, the trigger paths it
+/// reads (metadata-only, schema), `item` paths in a related set's
+/// conditions, and a label value's length.
+fn lint_text(
+    s: &Source,
+    trigger: &TriggerKind,
+    related: &BTreeMap<usize, (String, String, Value)>,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    let parsed = match analyze(&s.text, s.expr) {
+        Ok(p) => p,
+        // The engine's compile reported it.
+        Err(_) => return,
+    };
+    for (helper, argc) in &parsed.calls {
+        if let Some(msg) = probe_helper(helper, *argc) {
+            push(Severity::Error, &s.field, msg);
+        }
+    }
+    if trigger.metadata_only {
+        for (raw, segs) in &parsed.paths {
+            if segs.first().map(String::as_str) == Some("trigger")
+                && segs.len() > 1
+                && let Some(msg) = beyond_metadata(&segs[1..].join("."), raw)
+            {
+                push(Severity::Warning, &s.field, msg);
+            }
+        }
+    }
+    if let Some(schema) = &trigger.schema {
+        for (raw, segs) in &parsed.paths {
+            if let Some(msg) = check_trigger_path(schema, trigger.group, trigger.kind, raw, segs) {
+                push(Severity::Error, &s.field, msg);
+            }
+        }
+    }
+    if let Some((group, kind, rs)) = related_index(&s.field)
+        .filter(|_| s.field.contains(".where[") || s.field.contains(".require["))
+        .and_then(|i| related.get(&i))
+    {
+        lint_item_paths(&s.field, &parsed, group, kind, rs, push);
+    }
+    if s.limited
+        && let Some(msg) = length_risk(&s.text, &parsed, trigger.kind)
+    {
+        push(Severity::Warning, &s.field, msg);
+    }
+}
+
+/// The `item` paths a related set's condition reads, against the schema
+/// of its kind.
+fn lint_item_paths(
+    field: &str,
+    parsed: &Parsed,
+    group: &str,
+    kind: &str,
+    schema: &Value,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
+    for (raw, segs) in &parsed.paths {
+        if segs.first().map(String::as_str) != Some("item") {
+            continue;
+        }
+        if let Some((missing, fix)) = missing_field(schema, &segs[1..]) {
+            let hint = fix
+                .map(|f| format!(" (did you mean item.{f}?)"))
+                .unwrap_or_default();
+            push(
+                Severity::Warning,
+                field,
+                format!(
+                    "{raw}: {} has no field {missing}{hint}",
+                    kind_ref(group, kind)
+                ),
+            );
+        }
+    }
+}
+
+/// Verbs: known to Kubernetes, or custom ones the rule's annotation lists.
+fn lint_verbs(doc: &Document, spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
     let custom: BTreeSet<String> = doc.value["metadata"]["annotations"][CUSTOM_VERBS_ANNOTATION]
         .as_str()
         .unwrap_or_default()
@@ -461,67 +614,6 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
         .collect();
-    let mut strings = Vec::new();
-    collect_strings(spec, "spec", false, &mut strings);
-    for s in &strings {
-        let parsed = match analyze(&s.text, s.expr) {
-            Ok(p) => p,
-            // The engine's compile reported it.
-            Err(_) => continue,
-        };
-        for (helper, argc) in &parsed.calls {
-            if let Some(msg) = probe_helper(helper, *argc) {
-                push(Severity::Error, &s.field, msg);
-            }
-        }
-        if metadata_only {
-            for (raw, segs) in &parsed.paths {
-                if segs.first().map(String::as_str) == Some("trigger")
-                    && segs.len() > 1
-                    && let Some(msg) = beyond_metadata(&segs[1..].join("."), raw)
-                {
-                    push(Severity::Warning, &s.field, msg);
-                }
-            }
-        }
-        if let Some(schema) = &schema {
-            for (raw, segs) in &parsed.paths {
-                if let Some(msg) =
-                    check_trigger_path(schema, trigger_group, trigger_kind, raw, segs)
-                {
-                    push(Severity::Error, &s.field, msg);
-                }
-            }
-        }
-        if let Some((group, kind, rs)) = related_index(&s.field)
-            .filter(|_| s.field.contains(".where[") || s.field.contains(".require["))
-            .and_then(|i| related_schemas.get(&i))
-        {
-            for (raw, segs) in &parsed.paths {
-                if segs.first().map(String::as_str) != Some("item") {
-                    continue;
-                }
-                if let Some((missing, fix)) = missing_field(rs, &segs[1..]) {
-                    let hint = fix
-                        .map(|f| format!(" (did you mean item.{f}?)"))
-                        .unwrap_or_default();
-                    push(
-                        Severity::Warning,
-                        &s.field,
-                        format!(
-                            "{raw}: {} has no field {missing}{hint}",
-                            kind_ref(group, kind)
-                        ),
-                    );
-                }
-            }
-        }
-        if s.limited
-            && let Some(msg) = length_risk(&s.text, &parsed, trigger_kind)
-        {
-            push(Severity::Warning, &s.field, msg);
-        }
-    }
     for (field, verb) in verbs(spec) {
         if !crate::policy::is_known_verb(&verb) && !custom.contains(&verb) {
             let hint = suggest(&verb, crate::policy::known_verbs())
@@ -628,8 +720,9 @@ fn verbs(spec: &Value) -> Vec<(String, String)> {
 struct Parsed {
     /// Helper calls: name and number of arguments.
     calls: Vec<(String, usize)>,
-    /// Paths read at the top level (not inside `#each`/`#with`): as
-    /// written, and their segments.
+    /// Paths read from the root of the context (the engine's own answer,
+    /// [`crate::engine::template::reads_of`]): as written, and their
+    /// segments.
     paths: Vec<(String, Vec<String>)>,
     /// `shorten`/`hash` bounds: the largest literal length argument seen.
     bounded: bool,
@@ -644,29 +737,35 @@ fn analyze(text: &str, expr: bool) -> Result<Parsed, String> {
     };
     let t = Template::compile(&src).map_err(|e| e.to_string())?;
     let mut p = Parsed::default();
-    walk_template(&t, true, &mut p);
+    walk_template(&t, &mut p);
+    p.paths = root_paths(text, expr);
     Ok(p)
 }
 
-fn walk_template(t: &Template, top: bool, p: &mut Parsed) {
+/// The paths a template (or an expression) reads from the root, as written
+/// and by segments.
+fn root_paths(text: &str, expr: bool) -> Vec<(String, Vec<String>)> {
+    crate::engine::template::reads_of(text, expr)
+        .into_iter()
+        .flat_map(|r| r.paths)
+        .map(|p| (p.raw, p.segments.iter().map(segment_text).collect()))
+        .collect()
+}
+
+/// Gathers the helper calls of a template.
+fn walk_template(t: &Template, p: &mut Parsed) {
     for e in &t.elements {
         match e {
             TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
-                walk_helper(h, top, p)
+                walk_helper(h, p)
             }
             TemplateElement::HelperBlock(h) => {
-                let name = param_name(&h.name);
-                p.calls.push((name.clone(), h.params.len()));
+                p.calls.push((param_name(&h.name), h.params.len()));
                 for a in &h.params {
-                    walk_param(a, top, p);
+                    walk_param(a, p);
                 }
-                // `#each` and `#with` change what a bare path means.
-                let inner = top && !matches!(name.as_str(), "each" | "with");
-                if let Some(t) = &h.template {
-                    walk_template(t, inner, p);
-                }
-                if let Some(t) = &h.inverse {
-                    walk_template(t, top, p);
+                for t in h.template.iter().chain(h.inverse.iter()) {
+                    walk_template(t, p);
                 }
             }
             _ => {}
@@ -677,60 +776,31 @@ fn walk_template(t: &Template, top: bool, p: &mut Parsed) {
 fn param_name(p: &Parameter) -> String {
     match p {
         Parameter::Name(n) => n.clone(),
-        Parameter::Path(path) => path_raw(path),
+        Parameter::Path(handlebars::Path::Relative((_, raw))) => raw.clone(),
         _ => String::new(),
     }
 }
 
-fn path_raw(path: &handlebars::Path) -> String {
-    match path {
-        handlebars::Path::Relative((_, raw)) => raw.clone(),
-        _ => String::new(),
-    }
-}
-
-fn walk_helper(h: &HelperTemplate, top: bool, p: &mut Parsed) {
+fn walk_helper(h: &HelperTemplate, p: &mut Parsed) {
     if h.params.is_empty() && h.hash.is_empty() {
         // `{{a.b}}`: a path, not a call.
-        if top && let Parameter::Path(path) = &h.name {
-            p.paths.push(path_parts(path));
-        }
         return;
     }
     let name = param_name(&h.name);
     if matches!(name.as_str(), "shorten" | "hash") {
         p.bounded = true;
     }
-    // `get trigger "spec.x"` reads trigger.spec.x.
-    if name == "get"
-        && top
-        && let (Some(Parameter::Path(obj)), Some(Parameter::Literal(Value::String(f)))) =
-            (h.params.first(), h.params.get(1))
-        && path_raw(obj) == "trigger"
-    {
-        // Parsed as the helper parses it: `a.[x.y/z]` and `a["x.y/z"]` are
-        // one key; a malformed path is the engine's compile error.
-        if let Ok(path) = crate::engine::path::FieldPath::parse(f) {
-            let mut segs = vec!["trigger".to_string()];
-            segs.extend(path.segments().iter().map(segment_text));
-            p.paths.push((format!("trigger.{f}"), segs));
-        }
-    }
     p.calls.push((name, h.params.len()));
     for a in h.params.iter().chain(h.hash.values()) {
-        walk_param(a, top, p);
+        walk_param(a, p);
     }
 }
 
-fn walk_param(a: &Parameter, top: bool, p: &mut Parsed) {
-    match a {
-        Parameter::Path(path) if top => p.paths.push(path_parts(path)),
-        Parameter::Subexpression(s) => {
-            if let TemplateElement::Expression(h) = s.as_element() {
-                walk_helper(h, top, p);
-            }
-        }
-        _ => {}
+fn walk_param(a: &Parameter, p: &mut Parsed) {
+    if let Parameter::Subexpression(s) = a
+        && let TemplateElement::Expression(h) = s.as_element()
+    {
+        walk_helper(h, p);
     }
 }
 
@@ -991,23 +1061,6 @@ fn object_meta_schema() -> Option<Value> {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
     ))
     .ok()
-}
-
-/// A handlebars path as written and its segments (`a.[x.y/z].b` has
-/// three); `this` dropped, a local (`@index`) has none.
-fn path_parts(path: &handlebars::Path) -> (String, Vec<String>) {
-    match path {
-        handlebars::Path::Relative((segs, raw)) => (
-            raw.clone(),
-            segs.iter()
-                .filter_map(|s| match s {
-                    handlebars::PathSeg::Named(n) if n != "this" => Some(n.clone()),
-                    _ => None,
-                })
-                .collect(),
-        ),
-        _ => (String::new(), Vec::new()),
-    }
 }
 
 /// With `metadataOnly: true`, a path of the trigger outside `apiVersion`,
@@ -1278,10 +1331,8 @@ mod tests {
     use super::*;
 
     fn check(s: &Value, group: &str, kind: &str, raw: &str) -> Option<String> {
-        let t = Template::compile(&format!("{{{{{raw}}}}}")).expect("template");
-        let mut p = Parsed::default();
-        walk_template(&t, true, &mut p);
-        let (raw, segs) = &p.paths[0];
+        let paths = root_paths(&format!("{{{{{raw}}}}}"), false);
+        let (raw, segs) = &paths[0];
         check_trigger_path(s, group, kind, raw, segs)
     }
 

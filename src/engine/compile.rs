@@ -1023,17 +1023,24 @@ mod tests {
             "{{#each trigger.status.refs}}{{name}}{{/each}}",
             "{{trigger.metadata/namespace}}",
             "{{~trigger.spec.a~}}",
+            // Bracketed segments are keys like any other.
+            "{{[trigger].spec.b}} {{trigger.[spec].c}}",
+            r#"{{get trigger 'spec.d'}}"#,
             // Other names: not the trigger.
             "{{vars.trigger}} {{triggers.a}} {{@trigger}} {{x-trigger}} a trigger-b",
+            r#"{{default x "trigger"}}"#,
         ]);
         assert_eq!(
             read,
             Some(
                 [
-                    "metadata",
-                    "metadata.labels",
+                    "metadata.labels.example.org/family",
                     "metadata.name",
+                    "metadata.namespace",
                     "spec.a",
+                    "spec.b",
+                    "spec.c",
+                    "spec.d",
                     "spec.image",
                     "status.items",
                     "status.refs",
@@ -1051,11 +1058,10 @@ mod tests {
             "trigger",
             "{{#with trigger}}{{metadata.name}}{{/with}}",
             r#"{{get trigger (concat "spec." "a")}}"#,
-            r#"{{get trigger 'spec.a'}}"#,
             r#"{{lookup trigger "metadata"}}"#,
-            "{{[trigger].metadata.name}}",
-            "{{trigger.[metadata].name}}",
-            r#"{{default x "trigger"}}"#,
+            "{{this.trigger}}",
+            "{{#each trigger.list}}{{../trigger}}{{/each}}",
+            "{{@root.trigger.a}}",
         ] {
             assert_eq!(paths(&[text]), None, "{text}");
         }

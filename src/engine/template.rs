@@ -11,8 +11,10 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::LazyLock;
 
-use handlebars::template::{Parameter, TemplateElement};
+use handlebars::template::{HelperTemplate, Parameter, TemplateElement};
 use handlebars::{
     BlockContext, BlockParams, Context, Handlebars, Helper, HelperDef, HelperResult, Output, Path,
     PathSeg, RenderContext, RenderError, RenderErrorReason, Renderable, ScopedJson, Template,
@@ -24,6 +26,9 @@ use super::error::ErrorKind;
 use super::fast_hash::HashMap;
 use super::limits::{self, Limit, Limits};
 use super::path::{FieldPath, Segment, scalar_text};
+
+/// A mustache opens with two of these.
+const OPEN_BRACE: u8 = b'{';
 
 /// The compiled templates and expressions of every rule.
 pub struct Templates {
@@ -116,14 +121,15 @@ impl Templates {
         }
     }
 
-    /// Whether `text` needs handlebars at all.
+    /// Whether `text` needs handlebars at all (it has no two opening
+    /// braces in a row).
     pub fn is_literal(text: &str) -> bool {
-        // A byte scan: `str::contains("{{")` sets up a substring searcher
-        // per call, and this runs on every string a render expands.
+        // A byte scan: `str::contains` sets up a substring searcher per
+        // call, and this runs on every string a render expands.
         let b = text.as_bytes();
         !b.iter()
             .zip(b.iter().skip(1))
-            .any(|(x, y)| *x == b'{' && *y == b'{')
+            .any(|(x, y)| *x == OPEN_BRACE && *y == OPEN_BRACE)
     }
 
     /// Parses a template once; later renders reuse it.
@@ -253,9 +259,9 @@ impl Templates {
     }
 
     /// Whether a template compiled before reads nothing but `root` (paths
-    /// under it, literals and the pure helpers below): its text then
-    /// depends only on that value. Unknown, block helpers, `this`, `../`
-    /// and `@` paths answer false.
+    /// under it, by [`element_reads`]) and calls nothing but the pure
+    /// helpers below, outside blocks: its text then depends only on that
+    /// value. Other helpers, blocks and reads of everything answer false.
     pub fn reads_only(&self, text: &str, root: &str) -> bool {
         self.reads_within(text, &[root])
     }
@@ -267,19 +273,18 @@ impl Templates {
         }
         self.hb
             .get_template(text)
-            .is_some_and(|t| elements_read_only(&t.elements, roots))
+            .is_some_and(|t| pure_calls(&t.elements) && element_reads(&t.elements).within(roots))
     }
 
     /// The paths below `root` a template compiled before reads (`item.spec.image`
-    /// → `["spec", "image"]`), when it reads `root` only by such paths of
-    /// object keys; `None` when it reads it whole or any other way (blocks,
-    /// `this`, `../`, `@` paths), or is not compiled.
+    /// → `["spec", "image"]`, by [`element_reads`]), each up to its first
+    /// index; `None` when it reads `root` whole or everything, or is not
+    /// compiled.
     pub fn paths_under(&self, text: &str, root: &str) -> Option<Vec<Vec<String>>> {
         if Self::is_literal(text) {
             return Some(Vec::new());
         }
-        let mut paths = Vec::new();
-        element_paths(&self.hb.get_template(text)?.elements, root, &mut paths).then_some(paths)
+        element_reads(&self.hb.get_template(text)?.elements).keys_under(root)
     }
 
     /// [`Templates::paths_under`] for an expression compiled before.
@@ -627,112 +632,29 @@ fn check_tree(elements: &[TemplateElement]) -> Result<usize, String> {
     Ok(max)
 }
 
-/// Whether these elements read nothing but paths under `root`.
-fn elements_read_only(elements: &[TemplateElement], root: &[&str]) -> bool {
+/// Whether these elements call nothing but the pure helpers below (and the
+/// capture of an expression), outside any block: their text then depends
+/// on what they read ([`element_reads`]) and nothing else.
+fn pure_calls(elements: &[TemplateElement]) -> bool {
     elements.iter().all(|e| match e {
         TemplateElement::RawString(_) | TemplateElement::Comment(_) => true,
         TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
-            let params_ok = h
-                .params
-                .iter()
-                .chain(h.hash.values())
-                .all(|p| param_read_only(p, root));
-            match &h.name {
-                // A pure helper of its arguments (the capture of an
-                // expression too), or the root itself.
-                Parameter::Name(n)
-                    if n == CAPTURE || HELPERS.iter().any(|(name, _, _)| name == n) =>
-                {
-                    params_ok
-                }
-                Parameter::Name(n) => {
-                    root.contains(&n.as_str()) && h.params.is_empty() && h.hash.is_empty()
-                }
-                Parameter::Path(p) => {
-                    path_under(p, root) && h.params.is_empty() && h.hash.is_empty()
-                }
-                _ => false,
-            }
-        }
-        _ => false,
-    })
-}
-
-/// Gathers into `paths` the paths below `root` these elements read; false
-/// when they read `root` whole or any way but by plain key paths.
-fn element_paths(elements: &[TemplateElement], root: &str, paths: &mut Vec<Vec<String>>) -> bool {
-    elements.iter().all(|e| match e {
-        TemplateElement::RawString(_) | TemplateElement::Comment(_) => true,
-        TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
+            let bare = h.params.is_empty() && h.hash.is_empty();
             let name_ok = match &h.name {
-                Parameter::Name(n) => n != root,
-                Parameter::Path(p) => path_reads(p, root, paths),
+                Parameter::Name(n) => {
+                    bare || n == CAPTURE || HELPERS.iter().any(|(name, _, _)| name == n)
+                }
+                Parameter::Path(_) => bare,
                 _ => false,
             };
             name_ok
-                && h.params
-                    .iter()
-                    .chain(h.hash.values())
-                    .all(|p| param_paths(p, root, paths))
+                && h.params.iter().chain(h.hash.values()).all(|p| match p {
+                    Parameter::Subexpression(s) => pure_calls(std::slice::from_ref(s.as_element())),
+                    _ => true,
+                })
         }
         _ => false,
     })
-}
-
-fn param_paths(p: &Parameter, root: &str, paths: &mut Vec<Vec<String>>) -> bool {
-    match p {
-        Parameter::Literal(_) => true,
-        Parameter::Name(n) => n != root,
-        Parameter::Path(p) => path_reads(p, root, paths),
-        Parameter::Subexpression(s) => {
-            element_paths(std::slice::from_ref(s.as_element()), root, paths)
-        }
-        _ => false,
-    }
-}
-
-/// Gathers the path below `root` that `p` reads, if under it; false when
-/// it reads `root` whole or through anything but object keys.
-fn path_reads(p: &Path, root: &str, paths: &mut Vec<Vec<String>>) -> bool {
-    let Some(keys) = path_keys(p) else {
-        return false;
-    };
-    match keys.segments() {
-        [Segment::Key(first), rest @ ..] if first == root => {
-            paths.push(
-                rest.iter()
-                    .filter_map(|s| match s {
-                        Segment::Key(k) => Some(k.clone()),
-                        Segment::Index(_) => None,
-                    })
-                    .collect(),
-            );
-            !rest.is_empty()
-        }
-        _ => true,
-    }
-}
-
-fn param_read_only(p: &Parameter, root: &[&str]) -> bool {
-    match p {
-        Parameter::Literal(_) => true,
-        Parameter::Path(path) => path_under(path, root),
-        Parameter::Name(n) => root.contains(&n.as_str()),
-        Parameter::Subexpression(s) => {
-            elements_read_only(std::slice::from_ref(s.as_element()), root)
-        }
-        _ => false,
-    }
-}
-
-fn path_under(p: &Path, root: &[&str]) -> bool {
-    match p {
-        Path::Relative((segs, _)) => {
-            matches!(segs.first(), Some(PathSeg::Named(n)) if root.contains(&n.as_str()))
-                && segs.iter().all(|s| matches!(s, PathSeg::Named(_)))
-        }
-        Path::Local(_) => false,
-    }
 }
 
 fn params_depth(
@@ -1448,119 +1370,361 @@ fn compile_regex_match(
     builder.build()
 }
 
-// What a template reads: the one place it is worked out. The walks over
-// compiled templates ([`Templates::reads_within`], [`Templates::paths_under`])
-// answer exactly; the scans over a rule's texts below answer for a whole
-// spec at once, conservatively (a text that names a root reads it).
+// What a template reads: the one place it is worked out. [`reads_of`]
+// parses a text and [`element_reads`] walks handlebars' tree; every other
+// question (the paths of `trigger`, the names under `related`, whether a
+// value names a root, what `validate` checks against schemas) is answered
+// from the [`Reads`] they return, never from the text.
 
-/// Whether `c` may continue a handlebars name (anything but whitespace and
-/// the punctuation its grammar gives a meaning).
-fn name_char(c: char) -> bool {
-    !c.is_whitespace() && !"!\"#%&'()*+,./;<=>@[\\]^`{|}~".contains(c)
+/// One path a template reads from the root of its context. The value there
+/// is read whole: anything below it may matter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PathRead {
+    /// As written (`trigger.metadata.name`, `../vars.x`); for `get obj
+    /// "a.b"`, the object's path and the literal joined by a dot.
+    pub raw: String,
+    /// Its segments from the root: keys, and the indexes of a `get` literal.
+    pub segments: Vec<Segment>,
 }
 
-/// Whether a name right after `c` is the tail of another name or path
-/// (`vars.trigger`, `@trigger`).
-fn continues_name(c: char) -> bool {
-    name_char(c) || matches!(c, '.' | '/' | '@')
+/// What a template or expression reads of the context it renders in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reads {
+    /// The paths read from the root, in the order written.
+    pub paths: Vec<PathRead>,
+    /// Whether it reads the whole context, or some of it in a way no path
+    /// names (`this` at the root, any `@root` path, a block helper other than
+    /// `if`/`unless`/`each`/`with`, a partial): then `paths` are not all
+    /// it reads.
+    pub whole: bool,
+}
+
+impl Reads {
+    /// Reads everything.
+    fn everything() -> Reads {
+        Reads {
+            paths: Vec::new(),
+            whole: true,
+        }
+    }
+
+    fn merge(&mut self, other: Reads) {
+        self.whole |= other.whole;
+        self.paths.extend(other.paths);
+    }
+
+    /// Whether it may read `root` (a path under it, or everything).
+    pub(crate) fn mentions(&self, root: &str) -> bool {
+        self.whole || self.paths.iter().any(|p| p.first_key() == Some(root))
+    }
+
+    /// Whether it reads nothing but paths under `roots`.
+    fn within(&self, roots: &[&str]) -> bool {
+        !self.whole
+            && self
+                .paths
+                .iter()
+                .all(|p| p.first_key().is_some_and(|k| roots.contains(&k)))
+    }
+
+    /// The keys below `root` each path under it reads, up to its first
+    /// index (the value there is read whole); `None` when it reads `root`
+    /// whole or everything.
+    fn keys_under(&self, root: &str) -> Option<Vec<Vec<String>>> {
+        if self.whole {
+            return None;
+        }
+        let mut out = Vec::new();
+        for p in self.paths.iter().filter(|p| p.first_key() == Some(root)) {
+            let keys: Vec<String> = p.segments[1..]
+                .iter()
+                .map_while(|s| match s {
+                    Segment::Key(k) => Some(k.clone()),
+                    Segment::Index(_) => None,
+                })
+                .collect();
+            if keys.is_empty() {
+                return None;
+            }
+            out.push(keys);
+        }
+        Some(out)
+    }
+}
+
+impl PathRead {
+    fn first_key(&self) -> Option<&str> {
+        match self.segments.first() {
+            Some(Segment::Key(k)) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+/// What `text` reads rendered as a template, or (`expr`) evaluated as an
+/// expression: the definition of what a template reads, walked over the
+/// tree handlebars parses (see [`element_reads`]). `None` when it does not
+/// parse so (it is then never rendered so); a text nested deeper than the
+/// default limit is not parsed (the parser recurses) and reads everything.
+pub(crate) fn reads_of(text: &str, expr: bool) -> Option<Reads> {
+    let src: Cow<str> = if expr {
+        Cow::Owned(wrap_expr(text).ok()?)
+    } else if Templates::is_literal(text) {
+        return Some(Reads::default());
+    } else {
+        Cow::Borrowed(text)
+    };
+    if lexical_depth(&src) > Limits::default().template_depth {
+        return Some(Reads::everything());
+    }
+    let tpl = Template::compile(&src).ok()?;
+    Some(element_reads(&tpl.elements))
+}
+
+/// What a text of a rule reads, whichever it is: a template, an
+/// expression, or neither (it may be read either way, so both count; one
+/// that parses neither way reads everything).
+fn text_reads(text: &str) -> Rc<Reads> {
+    if let Some(r) = TEXT_READS.with(|m| m.borrow().get(text).cloned()) {
+        return r;
+    }
+    let reads = Rc::new(match (reads_of(text, false), reads_of(text, true)) {
+        (None, None) => Reads::everything(),
+        (a, b) => {
+            let mut all = a.unwrap_or_default();
+            all.merge(b.unwrap_or_default());
+            all
+        }
+    });
+    TEXT_READS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= TEXT_READS_MAX {
+            m.clear();
+        }
+        m.insert(text.to_string(), Rc::clone(&reads));
+    });
+    reads
+}
+
+thread_local! {
+    /// [`text_reads`] by text, a memo of a pure function: the same texts
+    /// of a rule are asked about once per question, per compile and per
+    /// value expanded, and parsing them is the cost (the scans it replaces
+    /// were substring searches).
+    static TEXT_READS: RefCell<HashMap<String, Rc<Reads>>> = RefCell::default();
+}
+
+/// Texts whose reads [`TEXT_READS`] holds at most (emptied when full).
+const TEXT_READS_MAX: usize = 4096;
+
+/// What parsed elements read (see [`ReadWalk`]).
+fn element_reads(elements: &[TemplateElement]) -> Reads {
+    let mut walk = ReadWalk {
+        reads: Reads::default(),
+        frames: vec![Frame::Root],
+    };
+    walk.elements(elements);
+    walk.reads
+}
+
+/// Where a relative path resolves: the root of the context, or the value
+/// an `each`/`with` block runs on (read whole where it is named).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    Root,
+    Block,
+}
+
+/// A walk over a template's tree, as handlebars resolves its paths: a
+/// relative path from the innermost block's value, `../` one block up per
+/// step (past the outermost, the innermost: handlebars' own fallback),
+/// `@root` from the root. Only `each` and `with` open blocks; `if` and
+/// `unless` render in the context they are in, and every inverse (`else`)
+/// in the enclosing one. `@index`-like locals come from a block's value.
+struct ReadWalk {
+    reads: Reads,
+    /// The root, then each open `each`/`with` block, innermost last.
+    frames: Vec<Frame>,
+}
+
+impl ReadWalk {
+    fn elements(&mut self, elements: &[TemplateElement]) {
+        for e in elements {
+            self.element(e);
+        }
+    }
+
+    fn element(&mut self, e: &TemplateElement) {
+        match e {
+            TemplateElement::RawString(_) | TemplateElement::Comment(_) => {}
+            TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => self.call(h),
+            TemplateElement::HelperBlock(h) => self.block(h),
+            // Partials, decorators: refused at compile; nothing known.
+            _ => self.reads.whole = true,
+        }
+    }
+
+    /// A helper call, or a path (`{{a.b}}`, `{{name}}`: a name alone may
+    /// be a helper's, and is counted as a path too).
+    fn call(&mut self, h: &HelperTemplate) {
+        if h.params.is_empty() && h.hash.is_empty() {
+            return self.param(&h.name);
+        }
+        if !matches!(h.name, Parameter::Name(_)) {
+            self.param(&h.name);
+        }
+        let params = match (&h.name, &h.params[..]) {
+            // `get obj "a.b"`: the path below the object, not all of it.
+            (
+                Parameter::Name(n),
+                [
+                    Parameter::Path(obj),
+                    Parameter::Literal(Value::String(lit)),
+                    ..,
+                ],
+            ) if n == "get" && FieldPath::parse(lit).is_ok() => {
+                let below = FieldPath::parse(lit)
+                    .map(|p| p.segments().to_vec())
+                    .unwrap_or_default();
+                self.path(obj, &below, Some(lit));
+                &h.params[2..]
+            }
+            _ => &h.params[..],
+        };
+        for p in params.iter().chain(h.hash.values()) {
+            self.param(p);
+        }
+    }
+
+    fn block(&mut self, h: &HelperTemplate) {
+        for p in h.params.iter().chain(h.hash.values()) {
+            self.param(p);
+        }
+        let name = match &h.name {
+            Parameter::Name(n) => n.as_str(),
+            _ => "",
+        };
+        let opens = match name {
+            "if" | "unless" => false,
+            "each" | "with" => true,
+            // What another block runs its body on is not known.
+            _ => {
+                self.reads.whole = true;
+                self.param(&h.name);
+                false
+            }
+        };
+        if let Some(t) = &h.template {
+            if opens {
+                self.frames.push(Frame::Block);
+            }
+            self.elements(&t.elements);
+            if opens {
+                self.frames.pop();
+            }
+        }
+        if let Some(t) = &h.inverse {
+            self.elements(&t.elements);
+        }
+    }
+
+    fn param(&mut self, p: &Parameter) {
+        match p {
+            Parameter::Literal(_) => {}
+            // Handlebars reads a name as a path of one key.
+            Parameter::Name(n) => {
+                let segs = [PathSeg::Named(n.clone())];
+                self.relative(&segs, n, &[], None);
+            }
+            Parameter::Path(path) => self.path(path, &[], None),
+            Parameter::Subexpression(s) => self.element(s.as_element()),
+            _ => self.reads.whole = true,
+        }
+    }
+
+    /// A path, and `below` it the segments of a `get` literal (`lit`).
+    fn path(&mut self, path: &Path, below: &[Segment], lit: Option<&str>) {
+        match path {
+            // `@root` alone is a local, not the root; counted as the root.
+            Path::Local((_, name, _)) if name == "root" => self.reads.whole = true,
+            // `@index`, `@key`, … come from the block's value.
+            Path::Local(_) => {}
+            Path::Relative((segs, raw)) => self.relative(segs, raw, below, lit),
+        }
+    }
+
+    fn relative(&mut self, segs: &[PathSeg], raw: &str, below: &[Segment], lit: Option<&str>) {
+        let up = segs.iter().take_while(|s| **s == *PATH_UP).count();
+        let (frame, rest) = if segs.first() == Some(&*PATH_ROOT) {
+            // Listed, and counted as reading everything too: callers stay
+            // as cautious with `@root` as the text scans were.
+            self.reads.whole = true;
+            (Frame::Root, &segs[1..])
+        } else {
+            let n = self.frames.len();
+            let at = if up < n { n - 1 - up } else { n - 1 };
+            (self.frames[at], &segs[up..])
+        };
+        if frame == Frame::Block {
+            return;
+        }
+        let mut segments = Vec::with_capacity(rest.len() + below.len());
+        for s in rest {
+            match s {
+                PathSeg::Named(k) => segments.push(Segment::Key(k.clone())),
+                // `@` or `../` further in: not followed.
+                _ => {
+                    self.reads.whole = true;
+                    return;
+                }
+            }
+        }
+        segments.extend_from_slice(below);
+        if segments.is_empty() {
+            self.reads.whole = true;
+            return;
+        }
+        let raw = match lit {
+            Some(l) => format!("{raw}.{l}"),
+            None => raw.to_string(),
+        };
+        self.reads.paths.push(PathRead { raw, segments });
+    }
+}
+
+/// Handlebars' `../` segment, as its parser writes it.
+static PATH_UP: LazyLock<PathSeg> = LazyLock::new(|| first_seg("../a"));
+/// Handlebars' `@root` segment, as its parser writes it.
+static PATH_ROOT: LazyLock<PathSeg> = LazyLock::new(|| first_seg("@root/a"));
+
+/// The first segment of a path handlebars parses (its segment kinds are
+/// not public otherwise).
+fn first_seg(path: &str) -> PathSeg {
+    match Path::parse(path) {
+        Ok(Path::Relative((segs, _))) => segs.into_iter().next(),
+        _ => None,
+    }
+    // A name no path segment can equal: never matched.
+    .unwrap_or_else(|| PathSeg::Named(String::new()))
 }
 
 /// The paths below `trigger` the texts read (`trigger.metadata.name`,
-/// `get trigger "spec.image"`): `None` when one reads it whole or any
-/// other way (a computed path, a literal segment at the root, `/`). A
-/// path may stop above what is read (`trigger.metadata.labels.[a/b]` is
-/// read as `metadata.labels`): the value there is copied whole.
+/// `get trigger "spec.image"`), each up to its first index: `None` when one
+/// reads it whole or everything. A text counts as a template and as an
+/// expression (see [`text_reads`]).
 pub(crate) fn trigger_paths(texts: &[&str]) -> Option<Vec<Vec<String>>> {
-    const ROOT: &str = "trigger";
     let mut paths = Vec::new();
     for t in texts {
-        for (at, _) in t.match_indices(ROOT) {
-            let before = &t[..at];
-            match before.chars().next_back() {
-                Some(c) if continues_name(c) => continue,
-                // A literal segment could name the root (`[trigger]`).
-                Some('[') => return None,
-                _ => {}
-            }
-            let rest = &t[at + ROOT.len()..];
-            let path = match rest.chars().next() {
-                // A longer name (`triggers`).
-                Some(c) if name_char(c) => continue,
-                Some('.') => dotted_keys(&rest[1..]),
-                Some(c) if !ends_name(c) => None,
-                _ => get_literal(before, rest),
-            };
-            paths.push(path.filter(|p| !p.is_empty())?);
-        }
+        paths.extend(text_reads(t).keys_under("trigger")?);
     }
     paths.sort();
     paths.dedup();
     Some(paths)
 }
 
-/// Whether `c` ends a name read whole (`{{x}}`, `(f x)`, `{{x~}}`, `x y`).
-fn ends_name(c: char) -> bool {
-    c.is_whitespace() || matches!(c, '}' | ')' | '~')
-}
-
-/// The keys of a path after `trigger.`, up to the first that is not a
-/// plain name (the rest is read below them); a key that does not end the
-/// way a name does is left out.
-fn dotted_keys(mut rest: &str) -> Option<Vec<String>> {
-    let mut keys = Vec::new();
-    loop {
-        let end = rest.find(|c: char| !name_char(c)).unwrap_or(rest.len());
-        if end == 0 {
-            return Some(keys);
-        }
-        let (key, after) = rest.split_at(end);
-        match after.chars().next() {
-            Some('.') => {
-                keys.push(key.to_string());
-                rest = &after[1..];
-            }
-            // A `/` separates keys too: what follows is read below this one.
-            Some(c) if c != '/' && !ends_name(c) => return Some(keys),
-            _ => {
-                keys.push(key.to_string());
-                return Some(keys);
-            }
-        }
-    }
-}
-
-/// The keys of `get trigger "<path>"`'s path (`before` ends with `get `,
-/// `rest` starts after `trigger`), up to its first index; `None` for any
-/// other use of `trigger` as a whole.
-fn get_literal(before: &str, rest: &str) -> Option<Vec<String>> {
-    let head = before.trim_end();
-    if head.len() == before.len() {
-        return None;
-    }
-    let helper = head.strip_suffix("get")?;
-    if helper.chars().next_back().is_some_and(continues_name) {
-        return None;
-    }
-    let lit = rest.trim_start().strip_prefix('"')?;
-    let lit = &lit[..lit.find('"')?];
-    if lit.contains('\\') {
-        return None;
-    }
-    let path = FieldPath::parse(lit).ok()?;
-    Some(
-        path.segments()
-            .iter()
-            .map_while(|s| match s {
-                Segment::Key(k) => Some(k.clone()),
-                Segment::Index(_) => None,
-            })
-            .collect(),
-    )
-}
-
-/// Whether a template value might read `root`: it names it in any string
-/// (expressions of nested directives too), or reads the whole context
-/// (`this`, `.`, `@root`, `../`).
+/// Whether a template value might read `root`: a string (a map key too,
+/// read as a template or an expression: nested directives' expressions
+/// are strings) reads a path under it, or the whole context.
 pub(crate) fn mentions(v: &Value, root: &str) -> bool {
     match v {
         Value::String(s) => mentions_text(s, root),
@@ -1572,36 +1736,24 @@ pub(crate) fn mentions(v: &Value, root: &str) -> bool {
     }
 }
 
+/// [`mentions`] for one text.
 pub(crate) fn mentions_text(s: &str, root: &str) -> bool {
-    s.contains(root)
-        || s.contains("this")
-        || s.contains("@root")
-        || s.contains("..")
-        || s.starts_with('.')
-        || [" .", "{.", "(.", "=.", "~."].iter().any(|p| s.contains(p))
+    text_reads(s).mentions(root)
 }
 
 /// The names read under `root` in `texts` (as `root.<name>`, a name of
 /// `names`), sorted; `None` when one reads `root` any other way (whole,
-/// or by a name not in `names`). A word that merely ends in `root`
-/// (`myvars`) is not a read of it.
+/// or by a name not in `names`) or everything.
 pub(crate) fn named_reads(texts: &[&str], root: &str, names: &[&str]) -> Option<Vec<String>> {
-    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c == '@';
     let mut out = BTreeSet::new();
     for t in texts {
-        for (at, _) in t.match_indices(root) {
-            if t[..at].chars().next_back().is_some_and(ident) {
-                continue;
-            }
-            let rest = t[at + root.len()..].strip_prefix('.')?;
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-                .unwrap_or(rest.len());
-            let name = &rest[..end];
-            if !names.contains(&name) {
+        let reads = text_reads(t);
+        for keys in reads.keys_under(root)? {
+            let name = keys.into_iter().next()?;
+            if !names.contains(&name.as_str()) {
                 return None;
             }
-            out.insert(name.to_string());
+            out.insert(name);
         }
     }
     Some(out.into_iter().collect())
@@ -2075,13 +2227,24 @@ mod tests {
             paths(&mut tpl, r#"{{imageOrg item.spec.image}}-{{trigger.x}}"#),
             Some(vec![vec!["spec".to_string(), "image".to_string()]])
         );
+        // `get` with a literal path reads below its object.
         assert_eq!(
             paths(&mut tpl, r#"{{get item.metadata.labels.[a.b/c] "x"}}"#),
             Some(vec![vec![
                 "metadata".to_string(),
                 "labels".to_string(),
-                "a.b/c".to_string()
+                "a.b/c".to_string(),
+                "x".to_string()
             ]])
+        );
+        assert_eq!(
+            paths(&mut tpl, r#"{{get item "spec.containers[0].image"}}"#),
+            Some(vec![vec!["spec".to_string(), "containers".to_string()]])
+        );
+        // A block's body reads below the value the block runs on.
+        assert_eq!(
+            paths(&mut tpl, r#"{{#each item.spec}}{{this}}{{/each}}"#),
+            Some(vec![vec!["spec".to_string()]])
         );
         assert_eq!(paths(&mut tpl, "plain"), Some(Vec::new()));
         // An index is a key handlebars looks up in a list: the list is
@@ -2093,10 +2256,11 @@ mod tests {
         // Read whole, or in a way a projection cannot follow.
         for t in [
             r#"{{json item}}"#,
-            r#"{{get item "spec.image"}}"#,
+            r#"{{get item (concat "spec" ".image")}}"#,
             r#"{{#with item}}{{spec.image}}{{/with}}"#,
-            r#"{{#each item.spec}}{{this}}{{/each}}"#,
+            r#"{{#each item.spec}}{{../this}}{{/each}}"#,
             r#"{{@root.item.x}}"#,
+            r#"{{this}}"#,
         ] {
             assert_eq!(paths(&mut tpl, t), None, "{t}");
         }
@@ -2181,7 +2345,10 @@ mod tests {
             ("{{items.name}}", false),
             // `this` at the top is the root: the same value.
             ("{{this.item.name}}", true),
-            ("{{../item.name}}", false),
+            // Past the outermost block, `../` is the root (handlebars'
+            // fallback): the same value.
+            ("{{../item.name}}", true),
+            ("{{../trigger.name}}", false),
             ("{{@root.item.name}}", false),
             ("{{#if item.name}}{{trigger}}{{/if}}", false),
             ("{{#each item.list}}x{{/each}}", false),
@@ -2456,5 +2623,202 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("--max-bytes-per-trigger"), "{err}");
+    }
+
+    /// Names read, joined by commas.
+    fn names(v: Option<Vec<String>>) -> Option<String> {
+        v.map(|v| v.join(","))
+    }
+
+    fn trigger(texts: &[&str]) -> Option<Vec<String>> {
+        trigger_paths(texts).map(|ps| ps.iter().map(|p| p.join(".")).collect())
+    }
+
+    /// Block helpers: `each`/`with` bodies read below the value they run
+    /// on, `if` bodies and every `else` read where the block is.
+    #[test]
+    fn reads_follow_the_context_blocks_open() {
+        let sets = ["a", "b", "c"];
+        let related = |t: &str| names(named_reads(&[t], "related", &sets));
+        // Inside `with`, `related` is the set's own field, not the root's
+        // (the text scan saw `related` read whole).
+        assert_eq!(
+            related("{{#with related.a}}{{related}}{{/with}}"),
+            Some("a".to_string())
+        );
+        assert_eq!(
+            related("{{#each related.a}}{{name}}{{else}}{{related.b.x}}{{/each}}"),
+            Some("a,b".to_string())
+        );
+        assert_eq!(
+            related("{{#if related.a}}{{related.c}}{{else if x}}{{related.b}}{{/if}}"),
+            Some("a,b,c".to_string())
+        );
+        // `this` in a block is the block's value, not the whole context.
+        assert!(!mentions_text(
+            "{{#each related.a}}{{this}}{{/each}}",
+            "vars"
+        ));
+        assert!(mentions_text("{{this}}", "vars"));
+        assert!(mentions_text("{{#if x}}{{this}}{{/if}}", "vars"));
+        // A block of another helper: what its body reads is not known.
+        assert!(mentions_text("{{#lower x}}{{name}}{{/lower}}", "vars"));
+        assert_eq!(
+            trigger(&["{{#with trigger}}{{metadata.name}}{{/with}}"]),
+            None
+        );
+        // Hash values are read.
+        assert_eq!(related("{{f x=related.c y=1}}"), Some("c".to_string()));
+        assert_eq!(trigger(&["{{f 1 all=trigger}}"]), None);
+    }
+
+    /// `../` climbs one `each`/`with` per step; past the outermost it is
+    /// the root (handlebars' own fallback, shown rendering).
+    #[test]
+    fn parent_paths_resolve_as_handlebars_resolves_them() {
+        let t = "{{#each related.a}}{{#each items}}{{../related.c}}/{{../../related.b}}{{/each}}{{/each}}";
+        let ctx = json!({"related": {
+            "a": [{"items": [1], "related": {"c": "inner"}}],
+            "b": "outer-b",
+            "c": "outer-c",
+        }});
+        assert_eq!(render(t, ctx).as_deref(), Ok("inner/outer-b"));
+        assert_eq!(
+            names(named_reads(&[t], "related", &["a", "b", "c"])),
+            Some("a,b".to_string())
+        );
+        assert_eq!(
+            render("{{../x}}", json!({"x": "root"})).as_deref(),
+            Ok("root")
+        );
+        assert_eq!(
+            trigger(&["{{../trigger.spec}}"]),
+            Some(vec!["spec".to_string()])
+        );
+        assert_eq!(
+            trigger(&["{{#each trigger.list}}{{../trigger}}{{/each}}"]),
+            None
+        );
+        let reads = reads_of("{{#with x}}{{../trigger.spec.a}}{{/with}}", false);
+        let paths: Vec<&str> = reads
+            .iter()
+            .flat_map(|r| r.paths.iter().map(|p| p.raw.as_str()))
+            .collect();
+        assert_eq!(paths, ["x", "../trigger.spec.a"]);
+    }
+
+    /// Bracketed segments, subexpressions and `get` with a literal path.
+    #[test]
+    fn reads_through_brackets_subexpressions_and_get() {
+        let sets = ["my set", "a", "b"];
+        let related = |t: &str| names(named_reads(&[t], "related", &sets));
+        // The scan could not name a bracketed set.
+        assert_eq!(
+            related("{{related.[my set].x}}"),
+            Some("my set".to_string())
+        );
+        assert_eq!(related("{{related.[other]}}"), None);
+        assert_eq!(
+            related("{{shorten (concat related.a.x (lower related.b.y)) 10}}"),
+            Some("a,b".to_string())
+        );
+        // `get` with a literal path reads below its object.
+        assert_eq!(
+            related(r#"{{get related "a.items[0]"}}"#),
+            Some("a".to_string())
+        );
+        assert_eq!(related(r#"{{get related (lower "a")}}"#), None);
+        assert_eq!(
+            trigger(&[r#"{{default (get trigger "spec.x[0].y") "-"}}"#]),
+            Some(vec!["spec.x".to_string()])
+        );
+        let reads = reads_of(r#"get trigger "spec.containers[0].image""#, true);
+        let read = reads.as_ref().and_then(|r| r.paths.first());
+        assert_eq!(
+            read.map(|p| (p.raw.as_str(), p.segments.len())),
+            Some(("trigger.spec.containers[0].image", 5))
+        );
+    }
+
+    /// A text of a rule counts as a template and as an expression; one
+    /// that is neither, or is nested too deep to parse, reads everything.
+    #[test]
+    fn texts_read_either_way_and_unparsable_ones_read_everything() {
+        // An expression reads the trigger whole; a template's text does not.
+        assert_eq!(trigger(&["trigger"]), None);
+        assert_eq!(trigger(&["{{x}} trigger"]), Some(Vec::new()));
+        assert_eq!(trigger(&["{{x"]), None);
+        let deep = format!("{}x{}", "(".repeat(5000), ")".repeat(5000));
+        assert_eq!(trigger(&[deep.as_str()]), None);
+        assert!(mentions_text(&deep, "anything"));
+        // Locals are the block's; `@root` counts as everything.
+        assert!(!mentions_text("{{#each x}}{{@index}}{{/each}}", "vars"));
+        assert!(mentions_text("{{@root.x}}", "vars"));
+        assert!(mentions(&json!({"k": ["{{vars.a}}"]}), "vars"));
+        assert!(mentions(&json!({"{{vars.a}}": 1}), "vars"));
+        assert!(!mentions(&json!({"k": ["{{varsx.a}}"]}), "vars"));
+    }
+
+    /// The memo of texts' reads answers as a parse does, and stays bounded.
+    #[test]
+    fn text_reads_are_remembered_within_a_bound() {
+        let text = "{{related.a.x}}";
+        let first = text_reads(text);
+        assert!(Rc::ptr_eq(&first, &text_reads(text)));
+        assert_eq!(Some(&*first), reads_of(text, false).as_ref());
+        for i in 0..=TEXT_READS_MAX {
+            text_reads(&format!("{{{{vars.v{i}}}}}"));
+        }
+        assert!(TEXT_READS.with(|m| m.borrow().len()) <= TEXT_READS_MAX);
+        assert_eq!(*text_reads(text), *first);
+    }
+
+    /// What the walk says a template reads is all that its render depends
+    /// on: rendered with only those parts of `trigger` (as the engine binds
+    /// it) and without the `related` sets it does not name, every template
+    /// renders exactly as with everything (or fails the same way).
+    #[test]
+    fn a_template_renders_the_same_from_what_it_reads() {
+        let ctx = json!({
+            "trigger": {
+                "metadata": {"name": "n", "namespace": "ns", "labels": {"a.b/c": "v", "x": "y"}},
+                "spec": {"image": "r/o/i:1", "list": [{"name": "p", "tags": ["t1"]}, {"name": "q", "tags": []}],
+                         "map": {"k1": "v1", "k2": "v2"}, "flag": true, "empty": []},
+            },
+            "related": {"a": [{"name": "ra", "related": {"b": "own"}}], "b": {"x": "bx"}, "c": "cc"},
+            "vars": {"v": "vv"},
+        });
+        let templates = [
+            "{{trigger.metadata.name}}/{{trigger.metadata.labels.[a.b/c]}}",
+            "{{#each trigger.spec.list}}{{name}}{{#each tags}}{{this}}{{../name}}{{/each}}{{/each}}",
+            "{{#each trigger.spec.list}}{{@index}}{{../trigger.metadata.name}}{{/each}}",
+            "{{#each trigger.spec.map}}{{@key}}={{this}};{{/each}}",
+            "{{#with trigger.metadata}}{{name}}{{../trigger.spec.image}}{{/with}}",
+            "{{#if trigger.spec.flag}}{{trigger.metadata.namespace}}{{else}}{{trigger.nope}}{{/if}}",
+            "{{#each trigger.spec.empty}}x{{else}}{{trigger.metadata.labels.x}}{{/each}}",
+            "{{#unless trigger.spec.flag}}a{{else if trigger.spec.image}}{{imageOrg trigger.spec.image}}{{/unless}}",
+            r#"{{get trigger "spec.list[1].name"}}{{get trigger "metadata.labels" "-"}}"#,
+            r#"{{shorten (concat (lower trigger.metadata.name) "-" (get trigger "spec.image")) 12}}"#,
+            r#"{{lookup trigger.metadata.labels "x"}}{{json trigger.spec.map}}"#,
+            "{{trigger.metadata/namespace}}{{[trigger].spec.[image]}}{{this.trigger.metadata.name}}",
+            "{{#each related.a}}{{name}}{{related.b}}{{../related.c}}{{/each}}",
+            "{{#with related.b}}{{x}}{{/with}}{{vars.v}}",
+            "{{trigger.metadata.missing}}",
+            "{{#each trigger.spec.list}}{{#with this}}{{name}}{{/with}}{{/each}}",
+        ];
+        let sets = ["a", "b", "c"];
+        for t in templates {
+            let whole = render(t, ctx.clone());
+            let Some(paths) = trigger_paths(&[t]) else {
+                panic!("{t}: the trigger is read by paths");
+            };
+            let mut seen = ctx.clone();
+            seen["trigger"] = crate::engine::expand::project(&ctx["trigger"], &paths, false);
+            let named = named_reads(&[t], "related", &sets);
+            if let (Some(named), Some(m)) = (&named, seen["related"].as_object_mut()) {
+                m.retain(|k, _| named.contains(k));
+            }
+            assert_eq!(render(t, seen), whole, "{t}: {paths:?} {named:?}");
+        }
     }
 }

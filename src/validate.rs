@@ -375,10 +375,7 @@ impl<'a> TriggerKind<'a> {
             let version = trigger["version"].as_str().unwrap_or_default();
             let s = schemas.get(group, kind, version);
             if s.is_none() {
-                let hint = schemas
-                    .suggest_kind(group, kind)
-                    .map(|h| format!(" (did you mean {h}?)"))
-                    .unwrap_or_default();
+                let hint = schemas.did_you_mean(group, kind);
                 push(
                     Severity::Warning,
                     "spec.trigger.kind",
@@ -495,10 +492,7 @@ fn related_schemas(
             if !Templates::is_literal(kind) || kind.is_empty() {
                 continue;
             }
-            let hint = schemas
-                .suggest_kind(group, kind)
-                .map(|h| format!(" (did you mean {h}?)"))
-                .unwrap_or_default();
+            let hint = schemas.did_you_mean(group, kind);
             push(
                 Severity::Warning,
                 &format!("spec.related[{i}].objects.kind"),
@@ -952,6 +946,14 @@ impl Schemas {
             }
         }
         Schemas { crds, names }
+    }
+
+    /// ` (did you mean …?)` naming the known kind closest to `kind`, or
+    /// nothing: the tail of an unknown-kind warning.
+    fn did_you_mean(&self, group: &str, kind: &str) -> String {
+        self.suggest_kind(group, kind)
+            .map(|h| format!(" (did you mean {h}?)"))
+            .unwrap_or_default()
     }
 
     /// The known kind closest to `kind` (a typo, the wrong case, a plural,

@@ -601,7 +601,6 @@ fn new_evaluator<'a>(
         rule,
         warnings: RefCell::default(),
         caches,
-        loops: RefCell::default(),
     }
 }
 

@@ -183,10 +183,6 @@ pub(super) struct Evaluator<'a> {
     pub warnings: RefCell<Vec<FieldWarning>>,
     /// What the rule's renders cache and read (see [`EvalCaches`]).
     pub caches: EvalCaches,
-    /// The loop variables bound around the value being expanded, innermost
-    /// last: each with the token of the cached var its `forEach` runs over
-    /// (`vars.<name>`) and the index it is bound to, when it does.
-    pub loops: RefCell<Vec<Bound>>,
 }
 
 /// Where an expansion is, passed down [`Evaluator::expand`] (never a mode
@@ -202,24 +198,29 @@ pub(super) struct Pass<'s> {
     /// result, with its key in the cache if it has one (its policy rules
     /// are then checked entry by entry).
     spans: Option<&'s RefCell<Vec<Span>>>,
-}
-
-impl Pass<'static> {
-    /// A whole value, its strings unmarked.
-    const PLAIN: Pass<'static> = Pass {
-        marked: false,
-        depth: 0,
-        spans: None,
-    };
-    /// A whole value whose strings are marked as data.
-    const MARKED: Pass<'static> = Pass {
-        marked: true,
-        depth: 0,
-        spans: None,
-    };
+    /// The innermost loop variable bound around the value (see [`Loop`]).
+    loops: Option<&'s Loop<'s>>,
 }
 
 impl<'s> Pass<'s> {
+    /// A whole value inside `loops`, its strings unmarked.
+    fn plain(loops: Option<&'s Loop<'s>>) -> Pass<'s> {
+        Pass {
+            marked: false,
+            depth: 0,
+            spans: None,
+            loops,
+        }
+    }
+
+    /// A whole value inside `loops` whose strings are marked as data.
+    fn marked(loops: Option<&'s Loop<'s>>) -> Pass<'s> {
+        Pass {
+            marked: true,
+            ..Pass::plain(loops)
+        }
+    }
+
     /// The pass of the values inside this one.
     fn inner(self) -> Pass<'s> {
         Pass {
@@ -229,9 +230,23 @@ impl<'s> Pass<'s> {
     }
 }
 
-/// A loop variable bound around a value: its name, and the token of the
-/// cached var its `forEach` runs over with its index there, when it does.
-pub(super) type Bound = (String, Option<(u64, usize)>);
+/// A loop variable bound around a value (by a `forEach`), with the token
+/// of the cached var its `forEach` runs over and its index there, when it
+/// does, and the loops around it: passed down the expansion (see
+/// [`Evaluator::nested_key`]), never kept on the evaluator.
+#[derive(Clone, Copy)]
+pub(super) struct Loop<'s> {
+    name: &'s str,
+    bound: Option<(u64, usize)>,
+    outer: Option<&'s Loop<'s>>,
+}
+
+impl<'s> Loop<'s> {
+    /// This loop and those around it, innermost first.
+    fn chain(&'s self) -> impl Iterator<Item = &'s Loop<'s>> {
+        std::iter::successors(Some(self), |l| l.outer)
+    }
+}
 
 /// A listField's source: a value in the render's context, or a related
 /// object as the store holds it (with whether templates see only its
@@ -454,7 +469,7 @@ impl Evaluator<'_> {
             return Ok(cached);
         }
         let nested = if key.is_none() && pass.depth >= 1 {
-            self.nested_key(v, ctx.data(), pass.marked)
+            self.nested_key(v, ctx.data(), pass)
         } else {
             None
         };
@@ -482,36 +497,42 @@ impl Evaluator<'_> {
     /// the API groups whose types changed build theirs again. It can read
     /// nothing else: a loop variable's index is an `@` path, which gives
     /// no key.
-    fn nested_key(&self, v: &Value, data: &Value, marked: bool) -> Option<NestedKey> {
+    fn nested_key(&self, v: &Value, data: &Value, pass: Pass<'_>) -> Option<NestedKey> {
         let Value::Array(items) = v else { return None };
         if !items.iter().any(|x| x.get("forEach").is_some()) {
             return None;
         }
-        let loops = self.loops.borrow();
-        if loops.is_empty() || loops.iter().any(|(n, _)| n == "vars") {
+        let loops = pass.loops?;
+        if loops.chain().any(|l| l.name == "vars") {
             return None;
         }
         // A name bound twice shows only its inner value: the outer one's
         // value is not in the context to name.
         if loops
-            .iter()
-            .enumerate()
-            .any(|(k, (n, _))| loops[..k].iter().any(|(m, _)| m == n))
+            .chain()
+            .any(|l| l.outer.is_some_and(|o| o.chain().any(|m| m.name == l.name)))
         {
             return None;
         }
-        let mut bound = Vec::with_capacity(loops.len());
-        for (n, id) in loops.iter() {
-            let (token, index) = (*id)?;
-            let id = self.caches.content_id(token, index, data.get(n)?);
-            bound.push((n.clone(), id));
-        }
-        self.caches.nested_key(v, marked, bound, || {
-            let names: Vec<String> = loops.iter().map(|(n, _)| n.clone()).collect();
+        let mut bound = Vec::with_capacity(loops.chain().count());
+        self.loop_ids(loops, data, &mut bound)?;
+        self.caches.nested_key(v, pass.marked, bound, || {
             let mut roots: Vec<&str> = vec!["vars"];
-            roots.extend(names.iter().map(String::as_str));
+            roots.extend(loops.chain().map(|l| l.name));
             self.vars_read(v, false, &mut roots)
         })
+    }
+
+    /// Each loop variable bound around a value with the id of its value,
+    /// outermost first: `None` when one does not run over a cached var.
+    fn loop_ids(&self, l: &Loop<'_>, data: &Value, ids: &mut Vec<(String, u64)>) -> Option<()> {
+        if let Some(outer) = l.outer {
+            self.loop_ids(outer, data, ids)?;
+        }
+        let (token, index) = l.bound?;
+        let id = self.caches.content_id(token, index, data.get(l.name)?);
+        ids.push((l.name.to_string(), id));
+        Some(())
     }
 
     /// An output's policy rules checked before from the same cached
@@ -745,7 +766,7 @@ impl Evaluator<'_> {
             DirBody::Item(_) => At::Key(&f, "item"),
             DirBody::Items(_) => At::Key(&f, "items"),
         };
-        let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
+        let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>, pass: Pass<'_>| {
             if let Some(w) = d.when
                 && !truthy(&*this.expr(f_when, w, ctx)?)
             {
@@ -758,10 +779,10 @@ impl Evaluator<'_> {
                     other => out.push(other),
                 },
             }
-            Ok(())
+            Ok::<(), FieldError>(())
         };
         match d.for_each {
-            None => emit(self, ctx, out)?,
+            None => emit(self, ctx, out, pass)?,
             Some(e) => {
                 let var = d.as_name.unwrap_or("item");
                 let body = match d.body {
@@ -774,8 +795,21 @@ impl Evaluator<'_> {
                         !d.when.is_some_and(|w| mentions_text(w, root)) && !mentions(body, root)
                     })
                 };
-                self.for_each(At::Key(&f, "forEach"), e, var, unseen, ctx, |ctx| {
-                    emit(self, ctx, out)
+                let scope = Loop {
+                    name: var,
+                    bound: None,
+                    outer: pass.loops,
+                };
+                self.for_each(At::Key(&f, "forEach"), e, scope, unseen, ctx, |ctx, l| {
+                    emit(
+                        self,
+                        ctx,
+                        out,
+                        Pass {
+                            loops: Some(l),
+                            ..pass
+                        },
+                    )
                 })?;
             }
         }
@@ -830,19 +864,21 @@ impl Evaluator<'_> {
         Ok(Value::Object(out))
     }
 
-    /// Runs `each` once per entry of a `forEach` list, bound as `var`. A
-    /// list read in place by a bare path whose root nothing in the loop
-    /// names (`unseen`) is lent: moved out of the context for the loop and
-    /// put back after, not copied.
+    /// Runs `each` once per entry of a `forEach` list, bound as the
+    /// variable of `scope` (whose loop it is handed). A list read in place
+    /// by a bare path whose root nothing in the loop names (`unseen`) is
+    /// lent: moved out of the context for the loop and put back after,
+    /// not copied.
     fn for_each(
         &self,
         field: At<'_>,
         e: &str,
-        var: &str,
+        scope: Loop<'_>,
         unseen: impl Fn(&str) -> bool,
         ctx: &mut Context,
-        mut each: impl FnMut(&mut Context) -> Result<()>,
+        mut each: impl FnMut(&mut Context, &Loop<'_>) -> Result<()>,
     ) -> Result<()> {
+        let var = scope.name;
         let path = self
             .engine
             .templates
@@ -886,11 +922,6 @@ impl Evaluator<'_> {
         // Bound once for the whole loop: each item is moved into the slot
         // and back out, not inserted and removed under a new key.
         let old = bind(ctx, var, Value::Null);
-        let at = {
-            let mut loops = self.loops.borrow_mut();
-            loops.push((var.to_string(), None));
-            loops.len() - 1
-        };
         for (n, x) in items.by_ref().enumerate() {
             match ctx.data_mut().get_mut(var) {
                 Some(slot) => *slot = x,
@@ -898,10 +929,11 @@ impl Evaluator<'_> {
                 // `with_item` does.
                 None => drop(x),
             }
-            if let Some(l) = self.loops.borrow_mut().get_mut(at) {
-                l.1 = token.map(|t| (t, n));
-            }
-            let r = each(ctx);
+            let bound = Loop {
+                bound: token.map(|t| (t, n)),
+                ..scope
+            };
+            let r = each(ctx, &bound);
             let x = ctx
                 .data_mut()
                 .get_mut(var)
@@ -915,7 +947,6 @@ impl Evaluator<'_> {
                 break;
             }
         }
-        self.loops.borrow_mut().truncate(at);
         rebind(ctx, var, old);
         if let Some(path) = path {
             back.extend(items);
@@ -936,8 +967,15 @@ impl Evaluator<'_> {
         owned_list(field, v.into_owned())
     }
 
-    fn strings(&self, field: At<'_>, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
-        match self.expand(v, ctx, field, Pass::PLAIN)? {
+    /// A list of texts, expanded inside `loops`.
+    fn strings(
+        &self,
+        field: At<'_>,
+        v: &Value,
+        ctx: &mut Context,
+        loops: Option<&Loop<'_>>,
+    ) -> Result<Vec<String>> {
+        match self.expand(v, ctx, field, Pass::plain(loops))? {
             Value::Array(a) => a
                 .into_iter()
                 .enumerate()
@@ -1164,7 +1202,7 @@ impl Evaluator<'_> {
         };
         let names: Option<BTreeSet<String>> = match &q.names {
             Some(n) => Some(
-                self.strings(At::Key(&f, "objects.names"), n, ctx)?
+                self.strings(At::Key(&f, "objects.names"), n, ctx, None)?
                     .into_iter()
                     .collect(),
             ),
@@ -1871,13 +1909,16 @@ impl Evaluator<'_> {
                 None => format!("spec.outputs[{i}]").into(),
             };
             let f: &str = &field;
-            let one = |this: &Self, ctx: &mut Context, out: &mut Vec<Desired>| -> Result<()> {
+            let one = |this: &Self,
+                       ctx: &mut Context,
+                       out: &mut Vec<Desired>,
+                       loops: Option<&Loop<'_>>| {
                 if let Some(w) = &o.when
                     && !truthy(&*this.expr(At::Key(&At::Field(f), "when"), w, ctx)?)
                 {
                     return Ok(());
                 }
-                let d = this.object(&field, o, ctx, trigger, view)?;
+                let d = this.object(&field, o, ctx, (trigger, view), loops)?;
                 if let Some(prev) = out
                     .iter()
                     .find(|p| p.kind == d.kind && p.namespace == d.namespace && p.name == d.name)
@@ -1898,18 +1939,23 @@ impl Evaluator<'_> {
                 limited(f, limits::check_objects(out.len()))
             };
             match &o.for_each {
-                None => one(self, ctx, &mut out)?,
+                None => one(self, ctx, &mut out, None)?,
                 Some(e) => {
                     let var = o.as_name.as_deref().unwrap_or("item");
                     // An output is not one template value to search for
                     // the list's name: its list is always copied.
+                    let scope = Loop {
+                        name: var,
+                        bound: None,
+                        outer: None,
+                    };
                     self.for_each(
                         At::Key(&At::Field(f), "forEach"),
                         e,
-                        var,
+                        scope,
                         |_| false,
                         ctx,
-                        |ctx| one(self, ctx, &mut out),
+                        |ctx, l| one(self, ctx, &mut out, Some(l)),
                     )?;
                 }
             }
@@ -1918,14 +1964,15 @@ impl Evaluator<'_> {
     }
 
     /// One output of a trigger: its metadata, then a role's rules or a
-    /// binding's roleRef and subjects, checked as Kubernetes would.
+    /// binding's roleRef and subjects, checked as Kubernetes would;
+    /// expanded inside `loops` (an output's `forEach`).
     fn object(
         &self,
         field: &Arc<str>,
         o: &crate::api::Output,
         ctx: &mut Context,
-        trigger: Option<&Value>,
-        view: &View,
+        (trigger, view): (Option<&Value>, &View),
+        loops: Option<&Loop<'_>>,
     ) -> Result<Desired> {
         let f: &str = field;
         // Field names are built once: most are read only by an error.
@@ -1934,14 +1981,14 @@ impl Evaluator<'_> {
         let name = self.tpl(name_field, &o.name, ctx)?;
         output::validate_name(name_field, &name)?;
         let namespace = self.object_namespace(&at, o, ctx, trigger)?;
-        let (labels, annotations, tref) = self.object_marks(&at, o, ctx, trigger)?;
+        let (labels, annotations, tref) = self.object_marks(&at, o, ctx, trigger, loops)?;
         // A `*` from data: the object is refused (and revoked) after the
         // render, not failed.
         let mut refusal = None;
         let body = if o.kind.is_role() {
-            self.role_body(&at, o, ctx, view, &mut refusal)?
+            self.role_body(&at, o, ctx, (view, loops), &mut refusal)?
         } else {
-            self.binding_body(&at, o, ctx, &mut refusal)?
+            self.binding_body(&at, o, ctx, loops, &mut refusal)?
         };
         let mut shared = view.interner.borrow_mut();
         // Shared by the objects of a rule, an output, a trigger.
@@ -2010,6 +2057,7 @@ impl Evaluator<'_> {
         o: &crate::api::Output,
         ctx: &mut Context,
         trigger: Option<&Value>,
+        loops: Option<&Loop<'_>>,
     ) -> Result<(
         BTreeMap<String, String>,
         BTreeMap<String, String>,
@@ -2021,14 +2069,14 @@ impl Evaluator<'_> {
         if let Some(l) = &o.labels {
             labels = output::string_map(
                 labels_field,
-                &self.expand(l, ctx, labels_field, Pass::PLAIN)?,
+                &self.expand(l, ctx, labels_field, Pass::plain(loops))?,
             )?;
         }
         let mut annotations = BTreeMap::new();
         if let Some(a) = &o.annotations {
             annotations = output::string_map(
                 annotations_field,
-                &self.expand(a, ctx, annotations_field, Pass::PLAIN)?,
+                &self.expand(a, ctx, annotations_field, Pass::plain(loops))?,
             )?;
         }
         for k in labels.keys().chain(annotations.keys()) {
@@ -2072,17 +2120,20 @@ impl Evaluator<'_> {
         at: &At<'_>,
         o: &crate::api::Output,
         ctx: &mut Context,
-        view: &View,
+        (view, loops): (&View, Option<&Loop<'_>>),
         refusal: &mut Option<FieldError>,
     ) -> Result<Body> {
         let f = at;
         let namespaced = o.kind.namespaced();
         let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
-            Some(r) => self.rendered_rules(At::Key(at, "rules"), r, namespaced, ctx, refusal)?,
+            Some(r) => {
+                let pass = Pass::marked(loops);
+                self.rendered_rules(At::Key(at, "rules"), r, (namespaced, pass), ctx, refusal)?
+            }
             None => Arc::new(Vec::new()),
         };
         if let Some(rf) = &o.rules_from {
-            let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
+            let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, (view, loops))?;
             if rules.is_empty() {
                 // Copies only: the same roles give the same rules,
                 // shared (namespaces accepting the same types).
@@ -2101,7 +2152,7 @@ impl Evaluator<'_> {
         let aggregation = match &o.aggregation_rule {
             Some(a) => Some(output::aggregation_rule(
                 At::Key(at, "aggregationRule"),
-                &self.expand(a, ctx, At::Key(at, "aggregationRule"), Pass::PLAIN)?,
+                &self.expand(a, ctx, At::Key(at, "aggregationRule"), Pass::plain(loops))?,
             )?),
             None => None,
         };
@@ -2114,12 +2165,10 @@ impl Evaluator<'_> {
         &self,
         field: At<'_>,
         r: &Value,
-        namespaced: bool,
+        (namespaced, pass): (bool, Pass<'_>),
         ctx: &mut Context,
         refusal: &mut Option<FieldError>,
     ) -> Result<Arc<Vec<PolicyRule>>> {
-        // Values rendered from templates are marked as data.
-        let pass = Pass::MARKED;
         let cached = self.cached_policy(r, pass);
         let key = self.expansion_key(r, false, pass.marked);
         // Not cached as a whole: its entries' checked rules may be.
@@ -2184,6 +2233,7 @@ impl Evaluator<'_> {
         at: &At<'_>,
         o: &crate::api::Output,
         ctx: &mut Context,
+        loops: Option<&Loop<'_>>,
         refusal: &mut Option<FieldError>,
     ) -> Result<Body> {
         let f = at;
@@ -2216,7 +2266,8 @@ impl Evaluator<'_> {
         let subjects = match &o.subjects {
             Some(s) => {
                 // Names from data are marked: never a `system:` one.
-                let expanded = self.expand(s, ctx, At::Key(at, "subjects"), Pass::MARKED);
+                let pass = Pass::marked(loops);
+                let expanded = self.expand(s, ctx, At::Key(at, "subjects"), pass);
                 let (subjects, r) =
                     output::marked_subjects(At::Key(at, "subjects"), expanded?, o.kind)?;
                 *refusal = refusal.take().or(r);
@@ -2331,11 +2382,11 @@ impl Evaluator<'_> {
         f: &str,
         rf: &RulesFrom,
         ctx: &mut Context,
-        view: &View<'v>,
+        (view, loops): (&View<'v>, Option<&Loop<'_>>),
     ) -> Result<Vec<Seen<'v>>> {
         let names: BTreeSet<String> = match &rf.cluster_role_names {
             Some(n) => self
-                .strings(At::Key(&At::Field(f), "clusterRoleNames"), n, ctx)?
+                .strings(At::Key(&At::Field(f), "clusterRoleNames"), n, ctx, loops)?
                 .into_iter()
                 .collect(),
             None => BTreeSet::new(),

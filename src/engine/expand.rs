@@ -1866,12 +1866,21 @@ impl Evaluator<'_> {
             .var(name, key, || Ok(self.expr(field, expr, ctx)?.into_owned()))
     }
 
+    /// Renders the related sets, then the vars, then the outputs, each
+    /// stage reading the ones before it in the context.
     fn render_lent(
         &self,
         ctx: &mut Context,
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Vec<Desired>> {
+        self.bind_related(ctx, trigger, view)?;
+        self.bind_vars(ctx)?;
+        self.outputs(ctx, trigger, view)
+    }
+
+    /// Binds each related set as `related.<name>`, in order.
+    fn bind_related(&self, ctx: &mut Context, trigger: Option<&Value>, view: &View) -> Result<()> {
         for (i, rel) in self.rule.spec.related.iter().enumerate() {
             let set = self.related(i, rel, ctx, trigger, view)?;
             if let Some(r) = ctx
@@ -1882,6 +1891,11 @@ impl Evaluator<'_> {
                 r.insert(rel.name.clone(), Value::Array(set));
             }
         }
+        Ok(())
+    }
+
+    /// Binds each var as `vars.<name>`, in order.
+    fn bind_vars(&self, ctx: &mut Context) -> Result<()> {
         bind(ctx, "vars", Value::Object(Map::new()));
         let vars_at = At::Field("spec.vars");
         for (i, v) in self.rule.spec.vars.iter().enumerate() {
@@ -1901,6 +1915,16 @@ impl Evaluator<'_> {
                 vars.insert(v.name.clone(), value);
             }
         }
+        Ok(())
+    }
+
+    /// Renders every output (once, or per entry of its `forEach`).
+    fn outputs(
+        &self,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Vec<Desired>> {
         let mut out: Vec<Desired> = Vec::new();
         for (i, o) in self.rule.spec.outputs.iter().enumerate() {
             // Spelled once per rule (never missing: one per output).

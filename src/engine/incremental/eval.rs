@@ -371,7 +371,10 @@ impl EvalCaches {
         let Some((Value::Array(cached), bytes)) = derived.expansions.get(key) else {
             return false;
         };
-        if !(placeholder || !cached.iter().any(Value::is_null)) || limits::charge(*bytes).is_err() {
+        // A copy is used only when it holds no placeholder (null); charged
+        // only when used.
+        let usable = placeholder || !cached.iter().any(Value::is_null);
+        if !usable || limits::charge(*bytes).is_err() {
             return false;
         }
         if placeholder {

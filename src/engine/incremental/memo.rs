@@ -289,11 +289,11 @@ pub(in crate::engine) struct RuleMemo {
     /// from the same inputs (see [`Derived`]).
     pub derived: Derived,
     /// The vars each of the rule's template values reads, by its address
-    /// (see `Evaluator::deps`): the rule's templates do not change while
+    /// (see `EvalCaches::expansion_key`): the rule's templates do not change while
     /// the memo is its engine's.
     pub deps: HashMap<usize, Option<Vec<String>>>,
     /// Per `forEach` directive (by address): whether nothing in its loop
-    /// names its list's root (see `Evaluator::unseen`).
+    /// names its list's root (see `EvalCaches::unseen`).
     pub unseen: HashMap<usize, bool>,
 }
 

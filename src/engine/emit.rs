@@ -17,15 +17,13 @@ use super::Engine;
 use super::compile::CompiledRule;
 use super::error::{EngineError, ErrorKind};
 use super::expand::Evaluator;
-use super::fast_hash::{HashMap, HashSet};
+use super::fast_hash::HashSet;
 use super::grants::{Judge, allow_list_rules};
 use super::incremental::caches::Caches;
+use super::incremental::eval::EvalCaches;
 use super::kinds::{gk_of, output_gk};
 use super::limits;
-use super::memo::{
-    Changes, Derived, Emit, Emitters, ITEM_CACHE_MAX, ItemCache, Memo, Outcome, RuleMemo, TKey,
-    TriggerMemo,
-};
+use super::memo::{Changes, Emit, Emitters, Memo, Outcome, RuleMemo, TKey, TriggerMemo};
 use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, RuleState};
 use super::output;
 use super::output::selection_key;
@@ -291,15 +289,7 @@ fn run_rule(
     let one_shot = memo.one_shot;
     let view = View::new(observed, memo, engine, Some(idx));
     view.refresh_selections(changes);
-    let evaluator = new_evaluator(
-        engine,
-        rule,
-        !one_shot,
-        std::mem::take(&mut rm.items),
-        std::mem::take(&mut rm.derived),
-    );
-    *evaluator.deps.borrow_mut() = std::mem::take(&mut rm.deps);
-    *evaluator.unseen.borrow_mut() = std::mem::take(&mut rm.unseen);
+    let evaluator = new_evaluator(engine, rule, EvalCaches::from_memo(!one_shot, rm));
     let trigger_gk = rule
         .spec
         .trigger
@@ -336,7 +326,10 @@ fn run_rule(
         &dirty,
     );
     let deltas = apply_rendered(rm, dirty, rendered, listed_all, one_shot);
-    store_caches(rm, &evaluator, one_shot, !deltas.is_empty());
+    // What the evaluator cached goes back to the rule's memo, bounded.
+    evaluator
+        .caches
+        .store_into(rm, one_shot, !deltas.is_empty());
     deltas
 }
 
@@ -443,13 +436,7 @@ fn render_dirty(
                         let view =
                             View::detached(observed, emitters, rules, engine, Some(idx), &caches);
                         view.refresh_selections(changes);
-                        let ev = new_evaluator(
-                            engine,
-                            rule,
-                            false,
-                            ItemCache::default(),
-                            Derived::default(),
-                        );
+                        let ev = new_evaluator(engine, rule, EvalCaches::new(false));
                         shared.run(|t| one(&ev, &view, t))
                     });
                 let mine = chunks.run(|t| one(evaluator, view, t));
@@ -540,37 +527,6 @@ fn apply_rendered(
     deltas
 }
 
-/// Takes back into the rule's memo what the evaluator cached (a one-shot
-/// memo keeps nothing), bounded.
-fn store_caches(rm: &mut RuleMemo, evaluator: &Evaluator, one_shot: bool, changed: bool) {
-    rm.items = evaluator.items.take();
-    rm.deps = evaluator.deps.take();
-    rm.unseen = evaluator.unseen.take();
-    evaluator.inputs.take();
-    if one_shot {
-        // Never read again: freed now for the rules after this one.
-        drop(evaluator.derived.take());
-    } else {
-        rm.derived = evaluator.derived.take();
-        if changed {
-            rm.derived.prune();
-            rm.cached_bytes = rm.derived.cached_bytes();
-        }
-    }
-    // Entries of items gone are never looked up again: bounded by starting over.
-    if rm.items.values().map(HashMap::len).sum::<usize>() > ITEM_CACHE_MAX {
-        rm.items.clear();
-    }
-}
-
-/// The reads a render made, without the spare room of their growth (cached
-/// per trigger until it renders again).
-fn cached_reads(evaluator: &Evaluator) -> Vec<super::memo::Read> {
-    let mut reads = evaluator.reads.take();
-    reads.shrink_to_fit();
-    reads
-}
-
 /// Triggers of one rule a one-shot render splits between two threads.
 const SPLIT_MIN: usize = 64;
 
@@ -634,31 +590,17 @@ fn merge_chunks<R>(mut a: Done<R>, b: Done<R>) -> Vec<R> {
     out
 }
 
-/// A rule's evaluator over its cached caches; `record`: whether it records
-/// reads.
+/// A rule's evaluator over its caches.
 fn new_evaluator<'a>(
     engine: &'a Engine,
     rule: &'a CompiledRule,
-    record: bool,
-    items: ItemCache,
-    derived: Derived,
+    caches: EvalCaches,
 ) -> Evaluator<'a> {
     Evaluator {
         engine,
         rule,
-        reads: RefCell::default(),
-        record,
         warnings: RefCell::default(),
-        items: RefCell::new(items),
-        derived: RefCell::new(derived),
-        inputs: RefCell::default(),
-        deps: RefCell::default(),
-        loops: RefCell::default(),
-        nested: RefCell::default(),
-        item_paths: RefCell::default(),
-        unseen: RefCell::default(),
-        shapes: RefCell::default(),
-        var_reads: RefCell::default(),
+        caches,
     }
 }
 
@@ -675,9 +617,7 @@ fn render_trigger(
     match (t, &rule.spec.trigger, trigger_gk) {
         (None, _, _) => {
             let budget = limits::start(&engine.options.limits);
-            evaluator.reads.borrow_mut().clear();
-            evaluator.warnings.borrow_mut().clear();
-            evaluator.inputs.borrow_mut().start(None);
+            evaluator.start(None);
             let mut ctx = evaluator.base_context();
             let outcome = match evaluator.render(&mut ctx, None, view) {
                 Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
@@ -690,7 +630,7 @@ fn render_trigger(
                 TriggerMemo {
                     outcome,
                     bytes,
-                    reads: cached_reads(evaluator),
+                    reads: evaluator.caches.take_reads(),
                     warnings: evaluator.take_warnings(),
                 },
             ))
@@ -701,10 +641,7 @@ fn render_trigger(
             let rendered = limits::used();
             drop(budget);
             if limits::caches_may_have_grown(rendered) {
-                evaluator
-                    .derived
-                    .borrow_mut()
-                    .bound_bytes(super::memo::DERIVED_BYTES_MAX);
+                evaluator.caches.bound_bytes(super::memo::DERIVED_BYTES_MAX);
             }
             let (outcome, bytes) = admitted(outcome);
             if matches!(outcome, Outcome::Failed(_)) {
@@ -716,7 +653,7 @@ fn render_trigger(
                 TriggerMemo {
                     outcome,
                     bytes,
-                    reads: cached_reads(evaluator),
+                    reads: evaluator.caches.take_reads(),
                     warnings: evaluator.take_warnings(),
                 },
             )

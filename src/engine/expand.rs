@@ -5,7 +5,6 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use handlebars::Context;
@@ -16,13 +15,14 @@ use serde_json::{Map, Value, json};
 use super::Engine;
 use super::compile::{Body as DirBody, CompiledRule, anchored, directive};
 use super::error::{ErrorKind, FieldError, FieldWarning};
-use super::fast_hash::HashMap;
+use super::incremental::eval::{
+    EvalCaches, ExpansionKey, ExtractKey, ItemPaths, ListKey, Shape, VarKey,
+};
 use super::kinds::output_gk;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
-    self, AssemblyPart, Derived, ExtractedEntries, ItemCache, ItemVerdict, NestedKey, Owner,
-    OwnerFilter, Read, VarEntry,
+    AssemblyPart, ExtractedEntries, ItemVerdict, NestedKey, Owner, OwnerFilter, Read,
 };
 use super::model::Desired;
 use super::model::Seen;
@@ -174,48 +174,15 @@ pub(super) fn is_deleting(obj: &Value) -> bool {
         .is_some_and(|v| !v.is_null())
 }
 
-/// Renders one rule's triggers: holds what the current render read and
-/// skipped, for the memo.
+/// Renders one rule's triggers: what a rule means, with its caches (what
+/// exists only for speed) behind one handle.
 pub(super) struct Evaluator<'a> {
     pub engine: &'a Engine,
     pub rule: &'a CompiledRule,
-    /// What the current render looked up (see [`Read`]).
-    pub reads: RefCell<Vec<Read>>,
-    /// Whether to record reads (not for a one-shot memo, which keeps no
-    /// read index).
-    pub record: bool,
     /// What the current render skipped with a warning.
     pub warnings: RefCell<Vec<FieldWarning>>,
-    /// Verdicts on listField items, cached by the rule's memo.
-    pub items: RefCell<ItemCache>,
-    /// Lists and vars shared by renders with the same inputs, cached by the
-    /// rule's memo.
-    pub derived: RefCell<Derived>,
-    /// What the current render reads that a cached value can be keyed by.
-    pub inputs: RefCell<Inputs>,
-    /// Per template value (by address): the vars it reads, when it reads
-    /// nothing else (its expansion can then be cached).
-    pub deps: RefCell<HashMap<usize, Option<Vec<String>>>>,
-    /// The loop variables bound around the value being expanded, innermost
-    /// last: each with the token of the cached var its `forEach` runs over
-    /// (`vars.<name>`) and the index it is bound to, when it does.
-    pub loops: RefCell<Vec<Bound>>,
-    /// Per nested list template (by address): its JSON text and the vars it
-    /// reads, when it reads nothing but vars and the loop variables bound
-    /// around it (see [`Evaluator::nested_key`]).
-    pub nested: RefCell<HashMap<usize, Option<NestedReads>>>,
-    /// Per related set: the paths of `item` its `where` conditions read
-    /// (see [`Evaluator::item_paths`]).
-    pub item_paths: RefCell<HashMap<usize, ItemPaths>>,
-    /// Per `forEach` directive (by address): whether nothing in its loop
-    /// names the root of the list it runs over (the list can then be
-    /// lent). The root is its expression's, so one per directive.
-    pub unseen: RefCell<HashMap<usize, bool>>,
-    /// Per related set: what its conditions read (see [`Evaluator::reads_of`]).
-    pub shapes: RefCell<HashMap<usize, Shape>>,
-    /// Per var: the related lists it reads, when it reads nothing else
-    /// (see [`Evaluator::var_key`]).
-    pub var_reads: RefCell<HashMap<usize, Option<Vec<String>>>>,
+    /// What the rule's renders cache and read (see [`EvalCaches`]).
+    pub caches: EvalCaches,
 }
 
 /// Where an expansion is, passed down [`Evaluator::expand`] (never a mode
@@ -231,24 +198,29 @@ pub(super) struct Pass<'s> {
     /// result, with its key in the cache if it has one (its policy rules
     /// are then checked entry by entry).
     spans: Option<&'s RefCell<Vec<Span>>>,
-}
-
-impl Pass<'static> {
-    /// A whole value, its strings unmarked.
-    const PLAIN: Pass<'static> = Pass {
-        marked: false,
-        depth: 0,
-        spans: None,
-    };
-    /// A whole value whose strings are marked as data.
-    const MARKED: Pass<'static> = Pass {
-        marked: true,
-        depth: 0,
-        spans: None,
-    };
+    /// The innermost loop variable bound around the value (see [`Loop`]).
+    loops: Option<&'s Loop<'s>>,
 }
 
 impl<'s> Pass<'s> {
+    /// A whole value inside `loops`, its strings unmarked.
+    fn plain(loops: Option<&'s Loop<'s>>) -> Pass<'s> {
+        Pass {
+            marked: false,
+            depth: 0,
+            spans: None,
+            loops,
+        }
+    }
+
+    /// A whole value inside `loops` whose strings are marked as data.
+    fn marked(loops: Option<&'s Loop<'s>>) -> Pass<'s> {
+        Pass {
+            marked: true,
+            ..Pass::plain(loops)
+        }
+    }
+
     /// The pass of the values inside this one.
     fn inner(self) -> Pass<'s> {
         Pass {
@@ -258,111 +230,22 @@ impl<'s> Pass<'s> {
     }
 }
 
-/// What a related set's conditions read, found once per rule run (the
-/// rule's texts do not change).
+/// A loop variable bound around a value (by a `forEach`), with the token
+/// of the cached var its `forEach` runs over and its index there, when it
+/// does, and the loops around it: passed down the expansion (see
+/// [`Evaluator::nested_key`]), never kept on the evaluator.
 #[derive(Clone, Copy)]
-pub(super) struct Shape {
-    /// Its `where` conditions read nothing but `item`.
-    where_item: bool,
-    /// Its `require` conditions read nothing but `item`.
-    require_item: bool,
-    /// Its `where` conditions read nothing but `item` and `trigger`.
-    where_item_trigger: bool,
+pub(super) struct Loop<'s> {
+    name: &'s str,
+    bound: Option<(u64, usize)>,
+    outer: Option<&'s Loop<'s>>,
 }
 
-/// The paths of `item` a related set's conditions read, if only by paths.
-pub(super) type ItemPaths = Rc<Option<Vec<Vec<String>>>>;
-
-/// A loop variable bound around a value: its name, and the token of the
-/// cached var its `forEach` runs over with its index there, when it does.
-pub(super) type Bound = (String, Option<(u64, usize)>);
-
-/// A nested list template's JSON text and the vars it reads.
-pub(super) type NestedReads = (Arc<str>, Vec<String>);
-
-/// The current render's inputs, for the keys of [`Derived`] values.
-#[derive(Default)]
-pub(super) struct Inputs {
-    /// The trigger, as the store holds it.
-    pub trigger: Option<Arc<Value>>,
-    /// Each related object set's objects, as the store holds them.
-    pub objects: HashMap<String, Vec<Arc<Value>>>,
-    /// Tokens of the related lists taken from (or put into) the cache,
-    /// by name.
-    pub list_tokens: HashMap<String, u64>,
-    /// Tokens of the vars taken from (or put into) the cache, by name.
-    pub var_tokens: HashMap<String, u64>,
-    /// Cached values lent to the context, to take back after the render.
-    pub lent: Vec<Lent>,
-    /// Related objects found by a lookup, by the lookup's filters but its
-    /// owner: the view does not change while one rule runs, and a rule's
-    /// triggers look for the same objects.
-    pub found: HashMap<FoundKey, Found>,
-}
-
-/// The objects one lookup finds before its owner filter, in view order,
-/// and (built when first asked) their positions by the uid of their
-/// controller, with those of controllers without a uid apart.
-pub(super) struct Found {
-    objects: Vec<Arc<Value>>,
-    by_owner: Option<OwnerIndex>,
-    /// Positions of `objects` by the uid of each of their ownerReferences.
-    by_any_owner: Option<HashMap<String, Vec<usize>>>,
-    /// The interned keys of `objects`, when a read without an owner
-    /// filter recorded them (every trigger's read of it hits the same).
-    hits: Option<Arc<BTreeSet<(String, String)>>>,
-}
-
-type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
-
-/// Positions of `objects` by the uid of each controller ownerReference;
-/// those with a controller without a uid (matched by kind and name) apart.
-fn owner_index(objects: &[Arc<Value>]) -> OwnerIndex {
-    let mut by_uid: HashMap<String, Vec<usize>> = HashMap::default();
-    let mut loose = Vec::new();
-    for (n, o) in objects.iter().enumerate() {
-        let controllers = o["metadata"]["ownerReferences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|r| r["controller"].as_bool() == Some(true));
-        for r in controllers {
-            match r["uid"].as_str().unwrap_or_default() {
-                "" => loose.push(n),
-                uid => by_uid.entry(uid.to_string()).or_default().push(n),
-            }
-        }
+impl<'s> Loop<'s> {
+    /// This loop and those around it, innermost first.
+    fn chain(&'s self) -> impl Iterator<Item = &'s Loop<'s>> {
+        std::iter::successors(Some(self), |l| l.outer)
     }
-    (by_uid, loose)
-}
-
-/// The objects at positions `at` (in view order, each once) that pass
-/// `read`'s filters.
-fn passing_at<'a>(
-    objects: &[Arc<Value>],
-    at: impl Iterator<Item = &'a usize>,
-    read: &Read,
-) -> Vec<Arc<Value>> {
-    let mut at: Vec<usize> = at.copied().collect();
-    at.sort_unstable();
-    at.dedup();
-    at.into_iter()
-        .filter_map(|n| objects.get(n))
-        .filter(|o| read.passes(o))
-        .cloned()
-        .collect()
-}
-
-/// Positions of `objects` by the uid of each of their ownerReferences
-/// (controller or not).
-fn any_owner_index(objects: &[Arc<Value>]) -> HashMap<String, Vec<usize>> {
-    let mut by_uid: HashMap<String, Vec<usize>> = HashMap::default();
-    for (n, o) in objects.iter().enumerate() {
-        for uid in super::memo::owner_uids(o) {
-            by_uid.entry(uid.to_string()).or_default().push(n);
-        }
-    }
-    by_uid
 }
 
 /// A listField's source: a value in the render's context, or a related
@@ -379,47 +262,22 @@ type Extract<'r> = (FieldPath, Cow<'r, regex::Regex>, Unmatched);
 
 /// A listField result to cache once its set is judged: its key, and the
 /// budget used and warnings given before it was computed.
-type PendingList = ((usize, Vec<usize>), usize, usize);
+type PendingList = (ListKey, usize, usize);
 
 /// Where one entry of an expanded list landed (see [`Pass::spans`]).
 pub(super) struct Span {
-    pub key: Option<(usize, bool, Vec<u64>)>,
+    pub key: Option<ExpansionKey>,
     pub start: usize,
     pub end: usize,
 }
 
-/// A lookup of related objects: the related set and its rendered
-/// namespace, names and selector (as JSON).
-pub(super) type FoundKey = (
-    usize,
-    Option<String>,
-    Option<Arc<BTreeSet<String>>>,
-    Option<String>,
-);
-
-/// Lookups an [`Inputs::found`] keeps before it starts over.
-const FOUND_MAX: usize = 1_024;
-
-/// A cached value lent to a render's context.
-pub(super) enum Lent {
-    /// `related.<name>`.
-    List(String, (usize, Vec<usize>)),
-    /// `vars.<name>`.
-    Var(String, (usize, Vec<u64>)),
-}
-
-impl Inputs {
-    /// A fresh start for the render of `trigger`.
-    pub fn start(&mut self, trigger: Option<Arc<Value>>) {
-        self.trigger = trigger;
-        self.objects.clear();
-        self.list_tokens.clear();
-        self.var_tokens.clear();
-        self.lent.clear();
-    }
-}
-
 impl Evaluator<'_> {
+    /// A fresh start for the render of `trigger` (`None`: the static set).
+    pub(super) fn start(&self, trigger: Option<Arc<Value>>) {
+        self.warnings.borrow_mut().clear();
+        self.caches.start(trigger);
+    }
+
     /// The warnings of the render just done, sorted and de-duplicated.
     pub(super) fn take_warnings(&self) -> Vec<FieldWarning> {
         let mut w = self.warnings.take();
@@ -607,39 +465,25 @@ impl Evaluator<'_> {
             }
             _ => None,
         };
-        if let Some(cached) = key
-            .as_ref()
-            .and_then(|k| self.derived.borrow().expansion(k))
-        {
+        if let Some(cached) = key.as_ref().and_then(|k| self.caches.cached_expansion(k)) {
             return Ok(cached);
         }
         let nested = if key.is_none() && pass.depth >= 1 {
-            self.nested_key(v, ctx.data(), pass.marked)
+            self.nested_key(v, ctx.data(), pass)
         } else {
             None
         };
         if let Some(cached) = nested
             .as_ref()
-            .and_then(|k| self.derived.borrow().nested_list(k))
+            .and_then(|k| self.caches.cached_nested_list(k))
         {
             return Ok(cached);
         }
         let before = limits::used();
         let out = self.expand_value(v, ctx, field, pass.inner());
-        if let (Some(nk), Ok(value)) = (nested, &out) {
-            self.derived
-                .borrow_mut()
-                .remember_nested_list(nk, value.clone(), before);
-        }
-        if let (Some(key), Ok(value)) = (key, &out) {
-            let cached = if checked_only {
-                Value::Null
-            } else {
-                value.clone()
-            };
-            self.derived
-                .borrow_mut()
-                .remember_expansion(key, cached, before);
+        if let Ok(value) = &out {
+            self.caches
+                .remember_expansion(key, nested, value, checked_only, before);
         }
         out
     }
@@ -653,47 +497,42 @@ impl Evaluator<'_> {
     /// the API groups whose types changed build theirs again. It can read
     /// nothing else: a loop variable's index is an `@` path, which gives
     /// no key.
-    fn nested_key(&self, v: &Value, data: &Value, marked: bool) -> Option<NestedKey> {
+    fn nested_key(&self, v: &Value, data: &Value, pass: Pass<'_>) -> Option<NestedKey> {
         let Value::Array(items) = v else { return None };
         if !items.iter().any(|x| x.get("forEach").is_some()) {
             return None;
         }
-        let loops = self.loops.borrow();
-        if loops.is_empty() || loops.iter().any(|(n, _)| n == "vars") {
+        let loops = pass.loops?;
+        if loops.chain().any(|l| l.name == "vars") {
             return None;
         }
         // A name bound twice shows only its inner value: the outer one's
         // value is not in the context to name.
         if loops
-            .iter()
-            .enumerate()
-            .any(|(k, (n, _))| loops[..k].iter().any(|(m, _)| m == n))
+            .chain()
+            .any(|l| l.outer.is_some_and(|o| o.chain().any(|m| m.name == l.name)))
         {
             return None;
         }
-        let mut bound = Vec::with_capacity(loops.len());
-        for (n, id) in loops.iter() {
-            let (token, index) = (*id)?;
-            let id = self
-                .derived
-                .borrow_mut()
-                .content_id(token, index, data.get(n)?);
-            bound.push((n.clone(), id));
+        let mut bound = Vec::with_capacity(loops.chain().count());
+        self.loop_ids(loops, data, &mut bound)?;
+        self.caches.nested_key(v, pass.marked, bound, || {
+            let mut roots: Vec<&str> = vec!["vars"];
+            roots.extend(loops.chain().map(|l| l.name));
+            self.vars_read(v, false, &mut roots)
+        })
+    }
+
+    /// Each loop variable bound around a value with the id of its value,
+    /// outermost first: `None` when one does not run over a cached var.
+    fn loop_ids(&self, l: &Loop<'_>, data: &Value, ids: &mut Vec<(String, u64)>) -> Option<()> {
+        if let Some(outer) = l.outer {
+            self.loop_ids(outer, data, ids)?;
         }
-        let addr = v as *const Value as usize;
-        let (text, vars) = self
-            .nested
-            .borrow_mut()
-            .entry(addr)
-            .or_insert_with(|| {
-                let names: Vec<String> = loops.iter().map(|(n, _)| n.clone()).collect();
-                let mut roots: Vec<&str> = vec!["vars"];
-                roots.extend(names.iter().map(String::as_str));
-                let read = self.vars_read(v, false, &mut roots)?;
-                Some((Arc::from(serde_json::to_string(v).ok()?), read))
-            })
-            .clone()?;
-        Some((text, marked, self.var_tokens(&vars)?, bound))
+        let (token, index) = l.bound?;
+        let id = self.caches.content_id(token, index, data.get(l.name)?);
+        ids.push((l.name.to_string(), id));
+        Some(())
     }
 
     /// An output's policy rules checked before from the same cached
@@ -703,34 +542,15 @@ impl Evaluator<'_> {
             return None;
         }
         let key = self.expansion_key(v, false, pass.marked)?;
-        self.derived.borrow().checked_policy(&key)
+        self.caches.checked_policy(&key)
     }
 
     /// The key of a whole template value's expansion in the cache: when
     /// it reads nothing but vars (each cached, by its token) and its own
     /// loop variables.
-    fn expansion_key(
-        &self,
-        v: &Value,
-        entry: bool,
-        marked: bool,
-    ) -> Option<(usize, bool, Vec<u64>)> {
-        let addr = v as *const Value as usize;
-        let deps = self
-            .deps
-            .borrow_mut()
-            .entry(addr)
-            .or_insert_with(|| self.vars_read(v, entry, &mut vec!["vars"]))
-            .clone()?;
-        Some((addr, marked, self.var_tokens(&deps)?))
-    }
-
-    /// The tokens of these cached vars, when each is cached.
-    fn var_tokens(&self, vars: &[String]) -> Option<Vec<u64>> {
-        let inputs = self.inputs.borrow();
-        vars.iter()
-            .map(|d| inputs.var_tokens.get(d.as_str()).copied())
-            .collect()
+    fn expansion_key(&self, v: &Value, entry: bool, marked: bool) -> Option<ExpansionKey> {
+        self.caches
+            .expansion_key(v, marked, || self.vars_read(v, entry, &mut vec!["vars"]))
     }
 
     /// The vars a template value (`entry`: an entry of a list, maybe a
@@ -834,7 +654,7 @@ impl Evaluator<'_> {
 
     /// Records where an entry of the outermost list landed, when asked
     /// (see [`Pass::spans`]).
-    fn span(&self, key: Option<(usize, bool, Vec<u64>)>, start: usize, end: usize, pass: Pass<'_>) {
+    fn span(&self, key: Option<ExpansionKey>, start: usize, end: usize, pass: Pass<'_>) {
         if pass.depth != 1 {
             return;
         }
@@ -864,25 +684,10 @@ impl Evaluator<'_> {
                     let key = (pass.depth == 1)
                         .then(|| self.expansion_key(item, true, pass.marked))
                         .flatten();
-                    // Its policy rules were checked before: a list whose
-                    // rules are checked entry by entry needs no copy (and
-                    // keeps none: see below).
-                    let placeholder = key.as_ref().is_some_and(|key| {
-                        pass.spans.is_some()
-                            && matches!(self.derived.borrow().policies.get(key), Some((_, None)))
-                    });
+                    let start = out.len();
                     if let Some(key) = &key
-                        && let Some((Value::Array(cached), bytes)) =
-                            self.derived.borrow().expansions.get(key)
-                        && (placeholder || !cached.iter().any(Value::is_null))
-                        && limits::charge(*bytes).is_ok()
+                        && self.caches.reuse_entry(key, pass.spans.is_some(), &mut out)
                     {
-                        let start = out.len();
-                        if placeholder {
-                            out.resize(start + cached.len(), Value::Null);
-                        } else {
-                            out.extend(cached.iter().cloned());
-                        }
                         if matches!(directive(item), Ok(Some(_))) {
                             limited(
                                 At::Index(&field, i),
@@ -892,7 +697,7 @@ impl Evaluator<'_> {
                         self.span(Some(key.clone()), start, out.len(), pass);
                         continue;
                     }
-                    let (start, before) = (out.len(), limits::used());
+                    let before = limits::used();
                     if let Value::String(s) = item {
                         // A plain string (never a directive), as `entry`
                         // expands it: its field is spelled only on error.
@@ -904,19 +709,9 @@ impl Evaluator<'_> {
                         self.entry(item, i, field, ctx, &mut out, pass)?;
                     }
                     if let Some(key) = &key {
-                        let bytes = limits::used().saturating_sub(before);
-                        // Checked entry by entry, it is read again only as
-                        // placeholders (with its checked rules): nulls, which
-                        // no other read takes for a copy (above).
-                        let cached = if pass.spans.is_some() {
-                            vec![Value::Null; out.len() - start]
-                        } else {
-                            out[start..].to_vec()
-                        };
-                        self.derived
-                            .borrow_mut()
-                            .expansions
-                            .insert(key.clone(), (Value::Array(cached), bytes));
+                        let by_entry = pass.spans.is_some();
+                        self.caches
+                            .remember_entry(key.clone(), &out[start..], by_entry, before);
                     }
                     self.span(key, start, out.len(), pass);
                 }
@@ -971,7 +766,7 @@ impl Evaluator<'_> {
             DirBody::Item(_) => At::Key(&f, "item"),
             DirBody::Items(_) => At::Key(&f, "items"),
         };
-        let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>| -> Result<()> {
+        let emit = |this: &Self, ctx: &mut Context, out: &mut Vec<Value>, pass: Pass<'_>| {
             if let Some(w) = d.when
                 && !truthy(&*this.expr(f_when, w, ctx)?)
             {
@@ -984,10 +779,10 @@ impl Evaluator<'_> {
                     other => out.push(other),
                 },
             }
-            Ok(())
+            Ok::<(), FieldError>(())
         };
         match d.for_each {
-            None => emit(self, ctx, out)?,
+            None => emit(self, ctx, out, pass)?,
             Some(e) => {
                 let var = d.as_name.unwrap_or("item");
                 let body = match d.body {
@@ -996,17 +791,25 @@ impl Evaluator<'_> {
                 // Found once per directive, not per render: `root` is
                 // always its expression's.
                 let unseen = |root: &str| {
-                    let key = item as *const Value as usize;
-                    if let Some(u) = self.unseen.borrow().get(&key) {
-                        return *u;
-                    }
-                    let u =
-                        !d.when.is_some_and(|w| mentions_text(w, root)) && !mentions(body, root);
-                    self.unseen.borrow_mut().insert(key, u);
-                    u
+                    self.caches.unseen(item, || {
+                        !d.when.is_some_and(|w| mentions_text(w, root)) && !mentions(body, root)
+                    })
                 };
-                self.for_each(At::Key(&f, "forEach"), e, var, unseen, ctx, |ctx| {
-                    emit(self, ctx, out)
+                let scope = Loop {
+                    name: var,
+                    bound: None,
+                    outer: pass.loops,
+                };
+                self.for_each(At::Key(&f, "forEach"), e, scope, unseen, ctx, |ctx, l| {
+                    emit(
+                        self,
+                        ctx,
+                        out,
+                        Pass {
+                            loops: Some(l),
+                            ..pass
+                        },
+                    )
                 })?;
             }
         }
@@ -1061,19 +864,21 @@ impl Evaluator<'_> {
         Ok(Value::Object(out))
     }
 
-    /// Runs `each` once per entry of a `forEach` list, bound as `var`. A
-    /// list read in place by a bare path whose root nothing in the loop
-    /// names (`unseen`) is lent: moved out of the context for the loop and
-    /// put back after, not copied.
+    /// Runs `each` once per entry of a `forEach` list, bound as the
+    /// variable of `scope` (whose loop it is handed). A list read in place
+    /// by a bare path whose root nothing in the loop names (`unseen`) is
+    /// lent: moved out of the context for the loop and put back after,
+    /// not copied.
     fn for_each(
         &self,
         field: At<'_>,
         e: &str,
-        var: &str,
+        scope: Loop<'_>,
         unseen: impl Fn(&str) -> bool,
         ctx: &mut Context,
-        mut each: impl FnMut(&mut Context) -> Result<()>,
+        mut each: impl FnMut(&mut Context, &Loop<'_>) -> Result<()>,
     ) -> Result<()> {
+        let var = scope.name;
         let path = self
             .engine
             .templates
@@ -1110,18 +915,13 @@ impl Evaluator<'_> {
             .trim()
             .strip_prefix("vars.")
             .filter(|n| self.rule.spec.vars.iter().any(|v| v.name == *n))
-            .and_then(|n| self.inputs.borrow().var_tokens.get(n).copied());
+            .and_then(|n| self.caches.var_token(n));
         let mut back = Vec::with_capacity(if path.is_some() { list.len() } else { 0 });
         let mut items = list.into_iter();
         let mut result = Ok(());
         // Bound once for the whole loop: each item is moved into the slot
         // and back out, not inserted and removed under a new key.
         let old = bind(ctx, var, Value::Null);
-        let at = {
-            let mut loops = self.loops.borrow_mut();
-            loops.push((var.to_string(), None));
-            loops.len() - 1
-        };
         for (n, x) in items.by_ref().enumerate() {
             match ctx.data_mut().get_mut(var) {
                 Some(slot) => *slot = x,
@@ -1129,10 +929,11 @@ impl Evaluator<'_> {
                 // `with_item` does.
                 None => drop(x),
             }
-            if let Some(l) = self.loops.borrow_mut().get_mut(at) {
-                l.1 = token.map(|t| (t, n));
-            }
-            let r = each(ctx);
+            let bound = Loop {
+                bound: token.map(|t| (t, n)),
+                ..scope
+            };
+            let r = each(ctx, &bound);
             let x = ctx
                 .data_mut()
                 .get_mut(var)
@@ -1146,7 +947,6 @@ impl Evaluator<'_> {
                 break;
             }
         }
-        self.loops.borrow_mut().truncate(at);
         rebind(ctx, var, old);
         if let Some(path) = path {
             back.extend(items);
@@ -1167,8 +967,15 @@ impl Evaluator<'_> {
         owned_list(field, v.into_owned())
     }
 
-    fn strings(&self, field: At<'_>, v: &Value, ctx: &mut Context) -> Result<Vec<String>> {
-        match self.expand(v, ctx, field, Pass::PLAIN)? {
+    /// A list of texts, expanded inside `loops`.
+    fn strings(
+        &self,
+        field: At<'_>,
+        v: &Value,
+        ctx: &mut Context,
+        loops: Option<&Loop<'_>>,
+    ) -> Result<Vec<String>> {
+        match self.expand(v, ctx, field, Pass::plain(loops))? {
             Value::Array(a) => a
                 .into_iter()
                 .enumerate()
@@ -1366,19 +1173,14 @@ impl Evaluator<'_> {
             // (`require` drops objects not followed here: such a set
             // keys no listField.)
             if rel.require.is_empty() {
-                self.inputs.borrow_mut().objects.insert(rel.name.clone(), a);
+                self.caches.keep_objects(&rel.name, a);
             }
         }
         if let Some((key, bytes, warned)) = keep {
             let warnings = self.warnings.borrow()[warned..].to_vec();
             let bytes = limits::used().saturating_sub(bytes);
-            let token = self
-                .derived
-                .borrow_mut()
-                .reserve_list(key.clone(), warnings, bytes, false);
-            let mut inputs = self.inputs.borrow_mut();
-            inputs.list_tokens.insert(rel.name.clone(), token);
-            inputs.lent.push(Lent::List(rel.name.clone(), key));
+            self.caches
+                .reserve_list(&rel.name, key, warnings, bytes, false);
         }
     }
 
@@ -1400,7 +1202,7 @@ impl Evaluator<'_> {
         };
         let names: Option<BTreeSet<String>> = match &q.names {
             Some(n) => Some(
-                self.strings(At::Key(&f, "objects.names"), n, ctx)?
+                self.strings(At::Key(&f, "objects.names"), n, ctx, None)?
                     .into_iter()
                     .collect(),
             ),
@@ -1412,7 +1214,7 @@ impl Evaluator<'_> {
         };
         // Cached reads share their names and selector with the other
         // triggers' (the same for most triggers of a rule).
-        let (read_gk, namespace, names, selector) = if self.record {
+        let (read_gk, namespace, names, selector) = if self.caches.records() {
             let mut shared = view.interner.borrow_mut();
             (
                 shared.kind(&gk),
@@ -1464,88 +1266,18 @@ impl Evaluator<'_> {
         i: usize,
         gk: &GroupKind,
         ns: Option<String>,
-        mut read: Read,
+        read: Read,
         view: &View,
     ) -> Vec<Arc<Value>> {
         // The same lookup by another trigger of this rule finds the
         // same objects: cached for this evaluation (the view does not
-        // change while one rule runs), with an index by controller
-        // for the lookups that filter on their trigger as owner.
-        // By the set (its kind) and its rendered filters: no text
-        // of the kind built per render.
-        let lookup: FoundKey = (
-            i,
-            ns.clone(),
-            read.names.clone(),
-            read.selector
-                .as_deref()
-                .map(|s| serde_json::to_string(s).unwrap_or_default()),
-        );
-        let mut inputs = self.inputs.borrow_mut();
-        if !inputs.found.contains_key(&lookup) {
-            let objects = look_up(gk, ns.as_ref(), &read, view);
-            if inputs.found.len() >= FOUND_MAX {
-                inputs.found.clear();
-            }
-            inputs.found.insert(
-                lookup.clone(),
-                Found {
-                    objects,
-                    by_owner: None,
-                    by_any_owner: None,
-                    hits: None,
-                },
-            );
-        }
-        // Unfiltered, the read hits what the lookup found: its keys
-        // interned once per lookup.
-        let mut hits = None;
-        let found: Vec<Arc<Value>> = match (inputs.found.get_mut(&lookup), &read.owner) {
-            (None, _) => Vec::new(),
-            (Some(f), None) => {
-                if self.record {
-                    hits = Some(Arc::clone(f.hits.get_or_insert_with(|| {
-                        let keys = f.objects.iter().filter_map(|o| key_of(o)).collect();
-                        view.interner.borrow_mut().hits(keys)
-                    })));
-                }
-                f.objects.clone()
-            }
-            (Some(f), Some(OwnerFilter::AnyOf(uids))) => {
-                let by_uid = f
-                    .by_any_owner
-                    .get_or_insert_with(|| any_owner_index(&f.objects));
-                let at = uids.iter().filter_map(|u| by_uid.get(u.as_str())).flatten();
-                passing_at(&f.objects, at, &read)
-            }
-            (Some(f), Some(OwnerFilter::Controller(owner))) if !owner.uid.is_empty() => {
-                let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
-                let at = by_uid
-                    .get(owner.uid.as_str())
-                    .into_iter()
-                    .flatten()
-                    .chain(loose.iter());
-                passing_at(&f.objects, at, &read)
-            }
-            (Some(f), Some(_)) => f
-                .objects
-                .iter()
-                .filter(|o| read.passes(o))
-                .cloned()
-                .collect(),
-        };
-        drop(inputs);
-        if self.record {
-            read.hits = match hits {
-                Some(h) => h,
-                None => {
-                    let keys = found.iter().filter_map(|o| key_of(o)).collect();
-                    view.interner.borrow_mut().hits(keys)
-                }
-            };
-            self.reads.borrow_mut().push(read);
-        }
-        found
+        // change while one rule runs).
+        self.caches.found_objects(
+            (i, ns),
+            read,
+            |ns, read| look_up(gk, ns, read, view),
+            |keys| view.interner.borrow_mut().hits(keys),
+        )
     }
 
     /// A related set read from a listField: the entries of the sets it
@@ -1577,7 +1309,7 @@ impl Evaluator<'_> {
             return Ok(ControlFlow::Break(v));
         }
         let held = self.held_sets(of);
-        let trigger = self.inputs.borrow().trigger.clone();
+        let trigger = self.caches.trigger();
         let sources = self.sources_of(of, ctx.data(), trigger.as_ref(), &held);
         let parts = self.extracted_parts(i, f, l, &path, sources)?;
         let items = self.union_items(i, rel, f, ctx, &parts, conditions_ok, keys)?;
@@ -1596,12 +1328,13 @@ impl Evaluator<'_> {
         of: &[String],
         keep: &mut Option<PendingList>,
     ) -> (Option<Vec<Value>>, bool) {
-        let sources = self.list_sources(of);
+        let sources = self.caches.list_sources(of);
         let shape = self.reads_of(i, rel);
         let conditions_ok = shape.where_item && shape.require_item;
         if let (Some(addrs), true) = (sources, conditions_ok) {
             let key = (i, addrs);
-            if let Some(v) = self.cached_list(&rel.name, &key) {
+            let read = !self.rule.unread.contains(&rel.name);
+            if let Some(v) = self.caches.lend_list(&rel.name, &key, read, &self.warnings) {
                 return (Some(v), conditions_ok);
             }
             *keep = Some((key, limits::used(), self.warnings.borrow().len()));
@@ -1614,12 +1347,11 @@ impl Evaluator<'_> {
     /// metadata): copied (as templates would see them) only when their
     /// entries are extracted afresh.
     fn held_sets<'o>(&self, of: &'o [String]) -> Vec<(&'o String, Vec<Arc<Value>>, bool)> {
-        let inputs = self.inputs.borrow();
         of.iter()
             .filter(|name| self.rule.unread.contains(*name))
             .filter_map(|name| {
                 let q = self.related_query(name)?;
-                Some((name, inputs.objects.get(name)?.clone(), q.metadata_only))
+                Some((name, self.caches.objects_of(name)?, q.metadata_only))
             })
             .collect()
     }
@@ -1638,10 +1370,7 @@ impl Evaluator<'_> {
     ) -> Vec<(Source<'s>, Option<(usize, usize)>)> {
         let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
         // A one-shot render keeps nothing: no addresses.
-        let record = self.record;
-        let inputs = self.inputs.borrow();
-        let mut derived = self.derived.borrow_mut();
-        let mut pin = |o: &Arc<Value>| record.then(|| derived.pin(o));
+        let pin = |o: &Arc<Value>| self.caches.pin(o);
         for name in of {
             if name == "trigger" {
                 // Read where the store holds it: templates may
@@ -1657,16 +1386,15 @@ impl Evaluator<'_> {
                     sources.push((Source::Held(o, *seen), addr));
                 }
             } else {
-                let seen = self.related_query(name).map(|q| q.metadata_only);
-                let values = data["related"][name.as_str()].as_array();
-                let objs = inputs
-                    .objects
-                    .get(name)
-                    .filter(|o| seen.is_some() && values.is_some_and(|v| v.len() == o.len()));
-                for (n, v) in values.into_iter().flatten().enumerate() {
-                    let addr = objs.and_then(|o| o.get(n)).and_then(&mut pin);
-                    let addr = addr.zip(seen).map(|(a, m)| (usize::from(m), a));
-                    sources.push((Source::Seen(v), addr));
+                let Some(values) = data["related"][name.as_str()].as_array() else {
+                    continue;
+                };
+                match self.related_query(name).map(|q| q.metadata_only) {
+                    Some(seen) => self.caches.pin_related(name, values.len(), |n, addr| {
+                        let addr = addr.map(|a| (usize::from(seen), a));
+                        sources.push((Source::Seen(&values[n]), addr));
+                    }),
+                    None => sources.extend(values.iter().map(|v| (Source::Seen(v), None))),
                 }
             }
         }
@@ -1754,18 +1482,24 @@ impl Evaluator<'_> {
         &self,
         f: At<'_>,
         src: Source<'_>,
-        cache: Option<(usize, usize, usize)>,
+        cache: Option<ExtractKey>,
         path: &FieldPath,
         extract: Option<&Extract<'_>>,
     ) -> Arc<ExtractedEntries> {
-        if let Some(key) = &cache
-            && let Some((entries, warned)) = self.derived.borrow().extracts.get(key)
-        {
-            self.warnings.borrow_mut().extend(warned.iter().cloned());
-            return Arc::clone(entries);
-        }
+        self.caches.extracted(cache, &self.warnings, || {
+            Arc::new(self.extract_entries(f, src, path, extract))
+        })
+    }
+
+    /// One listField source's entries, extracted afresh.
+    fn extract_entries(
+        &self,
+        f: At<'_>,
+        src: Source<'_>,
+        path: &FieldPath,
+        extract: Option<&Extract<'_>>,
+    ) -> ExtractedEntries {
         let mut mine: Vec<(String, Value)> = Vec::new();
-        let warned = self.warnings.borrow().len();
         let src: Cow<Value> = match src {
             Source::Seen(v) => Cow::Borrowed(v),
             Source::Held(o, seen) => shown(o, seen),
@@ -1813,36 +1547,7 @@ impl Evaluator<'_> {
             };
             mine.push((json_text(&item), item));
         }
-        let mine = Arc::new(mine);
-        if let Some(key) = cache {
-            let warnings = self.warnings.borrow()[warned..].to_vec();
-            self.derived
-                .borrow_mut()
-                .extracts
-                .insert(key, (Arc::clone(&mine), warnings));
-        }
         mine
-    }
-
-    /// The objects a listField reads, when each is one the store holds
-    /// (the trigger, related objects): their addresses (held), sorted and
-    /// de-duplicated.
-    fn list_sources(&self, of: &[String]) -> Option<Vec<usize>> {
-        let inputs = self.inputs.borrow();
-        let mut derived = self.derived.borrow_mut();
-        let mut addrs: Vec<usize> = Vec::new();
-        for name in of {
-            if name == "trigger" {
-                addrs.push(derived.pin(inputs.trigger.as_ref()?));
-            } else {
-                for o in inputs.objects.get(name)? {
-                    addrs.push(derived.pin(o));
-                }
-            }
-        }
-        addrs.sort_unstable();
-        addrs.dedup();
-        Some(addrs)
     }
 
     /// The uids `ownedBy` names: the trigger's and those of the objects of
@@ -1859,14 +1564,16 @@ impl Evaluator<'_> {
                 .filter(|u| !u.is_empty())
                 .map(str::to_string)
         };
-        let inputs = self.inputs.borrow();
         let mut uids = BTreeSet::new();
         for name in of {
             if name == "trigger" {
                 uids.extend(trigger.and_then(uid));
-            } else if let Some(objs) = inputs.objects.get(name) {
-                uids.extend(objs.iter().filter_map(|o| uid(o)));
-            } else if let Some(items) = ctx.data()["related"][name.as_str()].as_array() {
+            } else if self
+                .caches
+                .with_objects(name, |objs| uids.extend(objs.iter().filter_map(|o| uid(o))))
+                .is_none()
+                && let Some(items) = ctx.data()["related"][name.as_str()].as_array()
+            {
                 uids.extend(items.iter().filter_map(uid));
             }
         }
@@ -1883,36 +1590,16 @@ impl Evaluator<'_> {
             .and_then(|r| r.objects.as_ref())
     }
 
-    /// A cached related list, lent to the render, with what computing it
-    /// warned and charged; `None` when there is none, when it was cached
-    /// hollow and this rule reads it, or when the budget cannot pay for
-    /// it (computed again, to fail as a full render does).
-    fn cached_list(&self, name: &str, key: &(usize, Vec<usize>)) -> Option<Vec<Value>> {
-        let mut derived = self.derived.borrow_mut();
-        let read = !self.rule.unread.contains(name);
-        let (v, warnings, token) = derived.lend_list(key, read)?;
-        self.warnings.borrow_mut().extend(warnings.iter().cloned());
-        let mut inputs = self.inputs.borrow_mut();
-        inputs.list_tokens.insert(name.to_string(), token);
-        inputs.lent.push(Lent::List(name.to_string(), key.clone()));
-        Some(v)
-    }
-
     /// What related set `i`'s conditions read. A condition that reads
     /// nothing but `item` has a verdict that follows from the item's text
     /// alone.
     fn reads_of(&self, i: usize, rel: &Related) -> Shape {
-        if let Some(s) = self.shapes.borrow().get(&i) {
-            return *s;
-        }
         let all = |cs: &[Condition], roots: &[&str]| cs.iter().all(|c| self.reads_within(c, roots));
-        let shape = Shape {
+        self.caches.shape(i, || Shape {
             where_item: all(&rel.filter, &["item"]),
             require_item: all(&rel.require, &["item"]),
             where_item_trigger: all(&rel.filter, &["item", "trigger"]),
-        };
-        self.shapes.borrow_mut().insert(i, shape);
-        shape
+        })
     }
 
     /// Whether a condition reads nothing but `roots`.
@@ -1943,82 +1630,60 @@ impl Evaluator<'_> {
         if !rel.require.is_empty() || !self.reads_of(i, rel).where_item_trigger {
             return None;
         }
-        let trigger = self.inputs.borrow().trigger.clone();
-        let t_addr = trigger
-            .as_ref()
-            .map_or(0, |t| self.derived.borrow_mut().pin(t));
-        let related_at = At::Field("spec.related");
-        let f = At::Index(&related_at, i);
-        let mut passed: Vec<Arc<Value>> = Vec::with_capacity(found.len());
-        for o in found {
-            let key = (i, self.derived.borrow_mut().pin(o), t_addr);
-            let hit = self.derived.borrow().verdicts.get(&key).copied();
-            let ok = match hit {
-                Some((ok, bytes)) if limits::charge(bytes).is_ok() => ok,
-                _ => {
-                    let before = limits::used();
-                    // Only what the conditions read of it is copied.
-                    let projected = self.item_paths(i, &rel.filter);
-                    let item = match &*projected {
-                        Some(paths) => project(o, paths, metadata_only),
-                        None => visible(o, metadata_only),
-                    };
-                    let judge = |ctx: &Context, item: &Value| {
-                        for (j, c) in rel.filter.iter().enumerate() {
-                            if !self.condition(At::Index(&At::Key(&f, "where"), j), c, item, ctx)? {
-                                return Ok(false);
-                            }
-                        }
-                        Ok(true)
-                    };
-                    let (_, ok) = with_item(ctx, item, judge);
-                    #[cfg(debug_assertions)]
-                    if projected.is_some() {
-                        // The projection judges as the whole object does
-                        // (on a budget of its own).
-                        let _budget = limits::start(&self.engine.options.limits);
-                        let (_, whole) = with_item(ctx, visible(o, metadata_only), judge);
-                        debug_assert_eq!(ok, whole, "a projection of {} judged apart", o);
-                    }
-                    let ok = match ok {
-                        Ok(ok) => ok,
-                        Err(e) => return Some(Err(e)),
-                    };
-                    let bytes = limits::used().saturating_sub(before);
-                    self.derived.borrow_mut().verdicts.insert(key, (ok, bytes));
-                    ok
-                }
-            };
-            if ok {
-                passed.push(Arc::clone(o));
-            }
-        }
-        // Kept objects are pinned (each was judged above).
-        let key = (i, passed.iter().map(|a| Arc::as_ptr(a) as usize).collect());
+        let passed = self.caches.judged_objects(i, found, |o| {
+            self.object_passes(i, rel, o, metadata_only, ctx)
+        });
+        let passed = match passed {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
         // Read only by reference (a listField's source): not copied.
         let hollow = self.rule.unread.contains(&rel.name);
-        let items = match self.cached_list(&rel.name, &key) {
-            Some(v) => v,
-            None => {
-                let token =
-                    self.derived
-                        .borrow_mut()
-                        .reserve_list(key.clone(), Vec::new(), 0, hollow);
-                let mut inputs = self.inputs.borrow_mut();
-                inputs.list_tokens.insert(rel.name.clone(), token);
-                inputs.lent.push(Lent::List(rel.name.clone(), key));
-                if hollow {
-                    Vec::new()
-                } else {
+        let items =
+            self.caches
+                .objects_list((i, &rel.name), passed, hollow, &self.warnings, |passed| {
                     passed.iter().map(|o| visible(o, metadata_only)).collect()
+                });
+        Some(Ok(items))
+    }
+
+    /// Whether related object `o` passes set `i`'s `where` (conditions
+    /// that read only the object and the trigger): judged on a copy of
+    /// what they read of it.
+    fn object_passes(
+        &self,
+        i: usize,
+        rel: &Related,
+        o: &Arc<Value>,
+        metadata_only: bool,
+        ctx: &mut Context,
+    ) -> Result<bool> {
+        let related_at = At::Field("spec.related");
+        let f = At::Index(&related_at, i);
+        // Only what the conditions read of it is copied.
+        let projected = self.item_paths(i, &rel.filter);
+        let item = match &*projected {
+            Some(paths) => project(o, paths, metadata_only),
+            None => visible(o, metadata_only),
+        };
+        let judge = |ctx: &Context, item: &Value| {
+            for (j, c) in rel.filter.iter().enumerate() {
+                if !self.condition(At::Index(&At::Key(&f, "where"), j), c, item, ctx)? {
+                    return Ok(false);
                 }
             }
+            Ok(true)
         };
-        self.inputs
-            .borrow_mut()
-            .objects
-            .insert(rel.name.clone(), passed);
-        Some(Ok(items))
+        let (_, ok) = with_item(ctx, item, judge);
+        #[cfg(debug_assertions)]
+        if projected.is_some() {
+            // The projection judges as the whole object does
+            // (on a budget of its own).
+            let _budget = limits::start(&self.engine.options.limits);
+            let (_, whole) = with_item(ctx, visible(o, metadata_only), judge);
+            debug_assert_eq!(ok, whole, "a projection of {} judged apart", o);
+        }
+        ok
     }
 
     /// The entries of a listField (its union, by text) its conditions keep,
@@ -2073,14 +1738,8 @@ impl Evaluator<'_> {
         ctx: &mut Context,
         run: impl FnOnce(&Context, &Value) -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
-        if let Some(verdict) = memo::cached_verdict(&self.items.borrow(), slot, text) {
-            return Ok(verdict);
-        }
-        let before = limits::used();
-        let (_, verdict) = with_item(ctx, item.clone(), run);
-        let verdict = verdict?;
-        memo::remember_verdict(&mut self.items.borrow_mut(), slot, text, &verdict, before);
-        Ok(verdict)
+        self.caches
+            .item_verdict(slot, text, || with_item(ctx, item.clone(), run).1)
     }
 
     /// A related set's `where` conditions on one item (in order), or with
@@ -2113,12 +1772,8 @@ impl Evaluator<'_> {
     /// read it only by paths of object keys (see [`project`]); `None`
     /// otherwise. Found once per rule run.
     fn item_paths(&self, i: usize, conditions: &[Condition]) -> ItemPaths {
-        if let Some(p) = self.item_paths.borrow().get(&i) {
-            return Rc::clone(p);
-        }
-        let p = Rc::new(self.condition_paths(conditions));
-        self.item_paths.borrow_mut().insert(i, Rc::clone(&p));
-        p
+        self.caches
+            .item_paths(i, || self.condition_paths(conditions))
     }
 
     fn condition_paths(&self, conditions: &[Condition]) -> Option<Vec<Vec<String>>> {
@@ -2164,14 +1819,10 @@ impl Evaluator<'_> {
         key: Option<&String>,
         run: impl FnOnce() -> Result<ItemVerdict>,
     ) -> Result<ItemVerdict> {
-        let Some(key) = key else { return run() };
-        if let Some(verdict) = memo::cached_verdict(&self.items.borrow(), slot, key) {
-            return Ok(verdict);
+        match key {
+            Some(key) => self.caches.item_verdict(slot, key, run),
+            None => run(),
         }
-        let before = limits::used();
-        let verdict = run()?;
-        memo::remember_verdict(&mut self.items.borrow_mut(), slot, key, &verdict, before);
-        Ok(verdict)
     }
 
     /// Renders every output for one trigger (or the static set), then
@@ -2183,74 +1834,26 @@ impl Evaluator<'_> {
         view: &View,
     ) -> Result<Vec<Desired>> {
         let out = self.render_lent(ctx, trigger, view);
-        self.take_back(ctx);
+        self.caches.take_back(ctx.data_mut());
         out
-    }
-
-    /// Puts the values lent to `ctx` back in the cache; one that is not
-    /// where it was lent (never so) is dropped from the cache.
-    fn take_back(&self, ctx: &mut Context) {
-        let lent = std::mem::take(&mut self.inputs.borrow_mut().lent);
-        if lent.is_empty() {
-            return;
-        }
-        let mut derived = self.derived.borrow_mut();
-        let data = ctx.data_mut();
-        for l in lent {
-            let (root, name) = match &l {
-                Lent::List(n, _) => ("related", n),
-                Lent::Var(n, _) => ("vars", n),
-            };
-            let v = data
-                .get_mut(root)
-                .and_then(|r| r.get_mut(name.as_str()))
-                .map(std::mem::take)
-                .filter(|v| !v.is_null());
-            match l {
-                Lent::List(_, key) => match (v, derived.lists.get_mut(&key)) {
-                    (Some(v), Some(e)) => e.value = Some(v),
-                    _ => {
-                        derived.lists.remove(&key);
-                    }
-                },
-                Lent::Var(_, key) => match (v, derived.vars.get_mut(&key)) {
-                    (Some(v), Some(e)) => e.value = Some(v),
-                    _ => {
-                        derived.vars.remove(&key);
-                    }
-                },
-            }
-        }
     }
 
     /// A var's key in the cache: when its expression reads nothing but
     /// related lists, each of them cached (by its token).
-    fn var_key(&self, i: usize, expr: &str) -> Option<(usize, Vec<u64>)> {
-        let read = self
-            .var_reads
-            .borrow_mut()
-            .entry(i)
-            .or_insert_with(|| {
-                if !self.engine.templates.expr_reads_only(expr, "related") {
-                    return None;
-                }
-                let names: Vec<&str> = self
-                    .rule
-                    .spec
-                    .related
-                    .iter()
-                    .map(|r| r.name.as_str())
-                    .collect();
-                named_reads(&[expr], "related", &names)
-            })
-            .clone()?;
-        let inputs = self.inputs.borrow();
-        // A list read that is not cached leaves the var uncached.
-        let deps = read
-            .iter()
-            .map(|n| inputs.list_tokens.get(n.as_str()).copied())
-            .collect::<Option<Vec<u64>>>()?;
-        (!deps.is_empty()).then_some((i, deps))
+    fn var_key(&self, i: usize, expr: &str) -> Option<VarKey> {
+        self.caches.var_key(i, || {
+            if !self.engine.templates.expr_reads_only(expr, "related") {
+                return None;
+            }
+            let names: Vec<&str> = self
+                .rule
+                .spec
+                .related
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect();
+            named_reads(&[expr], "related", &names)
+        })
     }
 
     /// A var's value: cached, or evaluated (and cached when it has a key).
@@ -2259,46 +1862,25 @@ impl Evaluator<'_> {
         let at = At::Index(&vars_at, i);
         let field = At::Key(&at, "value");
         let key = self.var_key(i, expr);
-        if let Some(key) = &key {
-            let mut derived = self.derived.borrow_mut();
-            if let Some(e) = derived.vars.get_mut(key)
-                && e.value.is_some()
-                && limits::charge(e.bytes).is_ok()
-                && let Some(v) = e.value.take()
-            {
-                let mut inputs = self.inputs.borrow_mut();
-                inputs.var_tokens.insert(name.to_string(), e.token);
-                inputs.lent.push(Lent::Var(name.to_string(), key.clone()));
-                return Ok(v);
-            }
-        }
-        let before = limits::used();
-        let value = self.expr(field, expr, ctx)?.into_owned();
-        if let Some(key) = key {
-            let bytes = limits::used().saturating_sub(before);
-            let mut derived = self.derived.borrow_mut();
-            let token = derived.token();
-            derived.vars.insert(
-                key.clone(),
-                VarEntry {
-                    value: None,
-                    bytes,
-                    token,
-                },
-            );
-            let mut inputs = self.inputs.borrow_mut();
-            inputs.var_tokens.insert(name.to_string(), token);
-            inputs.lent.push(Lent::Var(name.to_string(), key));
-        }
-        Ok(value)
+        self.caches
+            .var(name, key, || Ok(self.expr(field, expr, ctx)?.into_owned()))
     }
 
+    /// Renders the related sets, then the vars, then the outputs, each
+    /// stage reading the ones before it in the context.
     fn render_lent(
         &self,
         ctx: &mut Context,
         trigger: Option<&Value>,
         view: &View,
     ) -> Result<Vec<Desired>> {
+        self.bind_related(ctx, trigger, view)?;
+        self.bind_vars(ctx)?;
+        self.outputs(ctx, trigger, view)
+    }
+
+    /// Binds each related set as `related.<name>`, in order.
+    fn bind_related(&self, ctx: &mut Context, trigger: Option<&Value>, view: &View) -> Result<()> {
         for (i, rel) in self.rule.spec.related.iter().enumerate() {
             let set = self.related(i, rel, ctx, trigger, view)?;
             if let Some(r) = ctx
@@ -2309,6 +1891,11 @@ impl Evaluator<'_> {
                 r.insert(rel.name.clone(), Value::Array(set));
             }
         }
+        Ok(())
+    }
+
+    /// Binds each var as `vars.<name>`, in order.
+    fn bind_vars(&self, ctx: &mut Context) -> Result<()> {
         bind(ctx, "vars", Value::Object(Map::new()));
         let vars_at = At::Field("spec.vars");
         for (i, v) in self.rule.spec.vars.iter().enumerate() {
@@ -2328,6 +1915,16 @@ impl Evaluator<'_> {
                 vars.insert(v.name.clone(), value);
             }
         }
+        Ok(())
+    }
+
+    /// Renders every output (once, or per entry of its `forEach`).
+    fn outputs(
+        &self,
+        ctx: &mut Context,
+        trigger: Option<&Value>,
+        view: &View,
+    ) -> Result<Vec<Desired>> {
         let mut out: Vec<Desired> = Vec::new();
         for (i, o) in self.rule.spec.outputs.iter().enumerate() {
             // Spelled once per rule (never missing: one per output).
@@ -2336,13 +1933,16 @@ impl Evaluator<'_> {
                 None => format!("spec.outputs[{i}]").into(),
             };
             let f: &str = &field;
-            let one = |this: &Self, ctx: &mut Context, out: &mut Vec<Desired>| -> Result<()> {
+            let one = |this: &Self,
+                       ctx: &mut Context,
+                       out: &mut Vec<Desired>,
+                       loops: Option<&Loop<'_>>| {
                 if let Some(w) = &o.when
                     && !truthy(&*this.expr(At::Key(&At::Field(f), "when"), w, ctx)?)
                 {
                     return Ok(());
                 }
-                let d = this.object(&field, o, ctx, trigger, view)?;
+                let d = this.object(&field, o, ctx, (trigger, view), loops)?;
                 if let Some(prev) = out
                     .iter()
                     .find(|p| p.kind == d.kind && p.namespace == d.namespace && p.name == d.name)
@@ -2363,18 +1963,23 @@ impl Evaluator<'_> {
                 limited(f, limits::check_objects(out.len()))
             };
             match &o.for_each {
-                None => one(self, ctx, &mut out)?,
+                None => one(self, ctx, &mut out, None)?,
                 Some(e) => {
                     let var = o.as_name.as_deref().unwrap_or("item");
                     // An output is not one template value to search for
                     // the list's name: its list is always copied.
+                    let scope = Loop {
+                        name: var,
+                        bound: None,
+                        outer: None,
+                    };
                     self.for_each(
                         At::Key(&At::Field(f), "forEach"),
                         e,
-                        var,
+                        scope,
                         |_| false,
                         ctx,
-                        |ctx| one(self, ctx, &mut out),
+                        |ctx, l| one(self, ctx, &mut out, Some(l)),
                     )?;
                 }
             }
@@ -2383,14 +1988,15 @@ impl Evaluator<'_> {
     }
 
     /// One output of a trigger: its metadata, then a role's rules or a
-    /// binding's roleRef and subjects, checked as Kubernetes would.
+    /// binding's roleRef and subjects, checked as Kubernetes would;
+    /// expanded inside `loops` (an output's `forEach`).
     fn object(
         &self,
         field: &Arc<str>,
         o: &crate::api::Output,
         ctx: &mut Context,
-        trigger: Option<&Value>,
-        view: &View,
+        (trigger, view): (Option<&Value>, &View),
+        loops: Option<&Loop<'_>>,
     ) -> Result<Desired> {
         let f: &str = field;
         // Field names are built once: most are read only by an error.
@@ -2399,14 +2005,14 @@ impl Evaluator<'_> {
         let name = self.tpl(name_field, &o.name, ctx)?;
         output::validate_name(name_field, &name)?;
         let namespace = self.object_namespace(&at, o, ctx, trigger)?;
-        let (labels, annotations, tref) = self.object_marks(&at, o, ctx, trigger)?;
+        let (labels, annotations, tref) = self.object_marks(&at, o, ctx, trigger, loops)?;
         // A `*` from data: the object is refused (and revoked) after the
         // render, not failed.
         let mut refusal = None;
         let body = if o.kind.is_role() {
-            self.role_body(&at, o, ctx, view, &mut refusal)?
+            self.role_body(&at, o, ctx, (view, loops), &mut refusal)?
         } else {
-            self.binding_body(&at, o, ctx, &mut refusal)?
+            self.binding_body(&at, o, ctx, loops, &mut refusal)?
         };
         let mut shared = view.interner.borrow_mut();
         // Shared by the objects of a rule, an output, a trigger.
@@ -2475,6 +2081,7 @@ impl Evaluator<'_> {
         o: &crate::api::Output,
         ctx: &mut Context,
         trigger: Option<&Value>,
+        loops: Option<&Loop<'_>>,
     ) -> Result<(
         BTreeMap<String, String>,
         BTreeMap<String, String>,
@@ -2486,14 +2093,14 @@ impl Evaluator<'_> {
         if let Some(l) = &o.labels {
             labels = output::string_map(
                 labels_field,
-                &self.expand(l, ctx, labels_field, Pass::PLAIN)?,
+                &self.expand(l, ctx, labels_field, Pass::plain(loops))?,
             )?;
         }
         let mut annotations = BTreeMap::new();
         if let Some(a) = &o.annotations {
             annotations = output::string_map(
                 annotations_field,
-                &self.expand(a, ctx, annotations_field, Pass::PLAIN)?,
+                &self.expand(a, ctx, annotations_field, Pass::plain(loops))?,
             )?;
         }
         for k in labels.keys().chain(annotations.keys()) {
@@ -2537,17 +2144,20 @@ impl Evaluator<'_> {
         at: &At<'_>,
         o: &crate::api::Output,
         ctx: &mut Context,
-        view: &View,
+        (view, loops): (&View, Option<&Loop<'_>>),
         refusal: &mut Option<FieldError>,
     ) -> Result<Body> {
         let f = at;
         let namespaced = o.kind.namespaced();
         let mut rules: Arc<Vec<PolicyRule>> = match &o.rules {
-            Some(r) => self.rendered_rules(At::Key(at, "rules"), r, namespaced, ctx, refusal)?,
+            Some(r) => {
+                let pass = Pass::marked(loops);
+                self.rendered_rules(At::Key(at, "rules"), r, (namespaced, pass), ctx, refusal)?
+            }
             None => Arc::new(Vec::new()),
         };
         if let Some(rf) = &o.rules_from {
-            let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, view)?;
+            let roles = self.rules_from(&format!("{f}.rulesFrom"), rf, ctx, (view, loops))?;
             if rules.is_empty() {
                 // Copies only: the same roles give the same rules,
                 // shared (namespaces accepting the same types).
@@ -2566,7 +2176,7 @@ impl Evaluator<'_> {
         let aggregation = match &o.aggregation_rule {
             Some(a) => Some(output::aggregation_rule(
                 At::Key(at, "aggregationRule"),
-                &self.expand(a, ctx, At::Key(at, "aggregationRule"), Pass::PLAIN)?,
+                &self.expand(a, ctx, At::Key(at, "aggregationRule"), Pass::plain(loops))?,
             )?),
             None => None,
         };
@@ -2579,12 +2189,10 @@ impl Evaluator<'_> {
         &self,
         field: At<'_>,
         r: &Value,
-        namespaced: bool,
+        (namespaced, pass): (bool, Pass<'_>),
         ctx: &mut Context,
         refusal: &mut Option<FieldError>,
     ) -> Result<Arc<Vec<PolicyRule>>> {
-        // Values rendered from templates are marked as data.
-        let pass = Pass::MARKED;
         let cached = self.cached_policy(r, pass);
         let key = self.expansion_key(r, false, pass.marked);
         // Not cached as a whole: its entries' checked rules may be.
@@ -2626,20 +2234,15 @@ impl Evaluator<'_> {
                             // Cached as null: never without its
                             // checked rules.
                             if let Some(key) = &key {
-                                self.derived.borrow_mut().expansions.remove(key);
+                                self.caches.forget_expansion(key);
                             }
                             return Err(e);
                         }
                     };
                     *refusal = r;
                     // Checked once for the outputs of a cached expansion.
-                    if let Some(key) =
-                        key.filter(|k| self.derived.borrow().expansions.contains_key(k))
-                    {
-                        self.derived
-                            .borrow_mut()
-                            .policies
-                            .insert(key, (Arc::clone(&rules), refusal.clone()));
+                    if let Some(key) = key {
+                        self.caches.remember_checked_policy(key, &rules, refusal);
                     }
                     rules
                 }
@@ -2654,6 +2257,7 @@ impl Evaluator<'_> {
         at: &At<'_>,
         o: &crate::api::Output,
         ctx: &mut Context,
+        loops: Option<&Loop<'_>>,
         refusal: &mut Option<FieldError>,
     ) -> Result<Body> {
         let f = at;
@@ -2686,7 +2290,8 @@ impl Evaluator<'_> {
         let subjects = match &o.subjects {
             Some(s) => {
                 // Names from data are marked: never a `system:` one.
-                let expanded = self.expand(s, ctx, At::Key(at, "subjects"), Pass::MARKED);
+                let pass = Pass::marked(loops);
+                let expanded = self.expand(s, ctx, At::Key(at, "subjects"), pass);
                 let (subjects, r) =
                     output::marked_subjects(At::Key(at, "subjects"), expanded?, o.kind)?;
                 *refusal = refusal.take().or(r);
@@ -2720,14 +2325,10 @@ impl Evaluator<'_> {
         if spans.last().map_or(0, |s| s.end) != items.len() {
             return None;
         }
-        let cached = |s: &Span| -> Option<Arc<Vec<PolicyRule>>> {
-            let key = s.key.as_ref()?;
-            match self.derived.borrow().policies.get(key) {
-                Some((rules, None)) => Some(Arc::clone(rules)),
-                _ => None,
-            }
-        };
-        let cached: Vec<Option<Arc<Vec<PolicyRule>>>> = spans.iter().map(cached).collect();
+        let cached: Vec<Option<Arc<Vec<PolicyRule>>>> = spans
+            .iter()
+            .map(|s| s.key.as_ref().and_then(|k| self.caches.entry_rules(k)))
+            .collect();
         // Put together before from the same parts: shared, not copied.
         // Only a list with cached entries is worth keeping (its triggers
         // share them); one whose entries all read the trigger is not. A
@@ -2752,10 +2353,12 @@ impl Evaluator<'_> {
             .iter()
             .zip(&cached)
             .all(|(s, k)| s.key.is_none() || k.is_some());
-        if let Some(a) = assembly.as_ref().filter(|_| all_cached)
-            && let Some(rules) = self.derived.borrow().assembled.get(a)
+        if let Some(rules) = assembly
+            .as_ref()
+            .filter(|_| all_cached)
+            .and_then(|a| self.caches.assembled_rules(a))
         {
-            return Some(Ok((Arc::clone(rules), None)));
+            return Some(Ok((rules, None)));
         }
         let mut refusal = None;
         let mut refused = vec![false; spans.len()];
@@ -2786,19 +2389,13 @@ impl Evaluator<'_> {
                 Err(e) => return Some(Err(e)),
             };
             if let Some(key) = s.key.as_ref().filter(|_| !refused[n]) {
-                self.derived
-                    .borrow_mut()
-                    .policies
-                    .insert(key.clone(), (Arc::new(checked.clone()), None));
+                self.caches.remember_entry_rules(key, &checked);
             }
             rules.extend(checked);
         }
         let rules = Arc::new(rules);
         if let Some(a) = assembly.filter(|_| refusal.is_none()) {
-            self.derived
-                .borrow_mut()
-                .assembled
-                .insert(a, Arc::clone(&rules));
+            self.caches.remember_assembled(a, &rules);
         }
         Some(Ok((rules, refusal)))
     }
@@ -2809,11 +2406,11 @@ impl Evaluator<'_> {
         f: &str,
         rf: &RulesFrom,
         ctx: &mut Context,
-        view: &View<'v>,
+        (view, loops): (&View<'v>, Option<&Loop<'_>>),
     ) -> Result<Vec<Seen<'v>>> {
         let names: BTreeSet<String> = match &rf.cluster_role_names {
             Some(n) => self
-                .strings(At::Key(&At::Field(f), "clusterRoleNames"), n, ctx)?
+                .strings(At::Key(&At::Field(f), "clusterRoleNames"), n, ctx, loops)?
                 .into_iter()
                 .collect(),
             None => BTreeSet::new(),
@@ -2837,7 +2434,7 @@ impl Evaluator<'_> {
                 chosen.insert(role.name(), role);
             }
         }
-        if !self.record {
+        if !self.caches.records() {
             return Ok(chosen.into_values().collect());
         }
         // Roles found by name are reached through `names` when they
@@ -2855,7 +2452,7 @@ impl Evaluator<'_> {
         let hits = shared.hits(hits);
         let gk = shared.kind(&gk);
         drop(shared);
-        self.reads.borrow_mut().push(Read {
+        self.caches.record_read(Read {
             gk,
             namespace: None,
             hits,

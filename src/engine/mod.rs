@@ -11,7 +11,7 @@
 //! denials and the allow-list ([`crate::policy`]); `emit` runs the rules in
 //! order over the world `view`; [`kinds`] holds the facts of the emitted
 //! kinds. What exists only for speed lives in `incremental` (the memo, its
-//! read index and the views' caches), which imports no stage.
+//! read index, the views' caches and the evaluator's), which imports no stage.
 //!
 //! Words: *preserved* — a live object left as it is because its rule or
 //! trigger erred, paused, is deleting or is held (an error never deletes

@@ -23,9 +23,7 @@ impl Evaluator<'_> {
         obj: &Arc<Value>,
         view: &View,
     ) -> Outcome {
-        self.reads.borrow_mut().clear();
-        self.warnings.borrow_mut().clear();
-        self.inputs.borrow_mut().start(Some(Arc::clone(obj)));
+        self.start(Some(Arc::clone(obj)));
         let mut ctx = self.base_context();
         let whole;
         let seen: &Value = match &self.rule.trigger_paths {

@@ -289,11 +289,11 @@ pub(in crate::engine) struct RuleMemo {
     /// from the same inputs (see [`Derived`]).
     pub derived: Derived,
     /// The vars each of the rule's template values reads, by its address
-    /// (see `Evaluator::deps`): the rule's templates do not change while
+    /// (see `EvalCaches::expansion_key`): the rule's templates do not change while
     /// the memo is its engine's.
     pub deps: HashMap<usize, Option<Vec<String>>>,
     /// Per `forEach` directive (by address): whether nothing in its loop
-    /// names its list's root (see `Evaluator::unseen`).
+    /// names its list's root (see `EvalCaches::unseen`).
     pub unseen: HashMap<usize, bool>,
 }
 
@@ -1218,93 +1218,77 @@ mod tests {
         store
     }
 
+    /// A rule on Widgets that lists a family's types and grants `verb` on
+    /// them in role `widget:<trigger>:<suffix>`; with `extra`, it also
+    /// reads a set no template uses.
+    fn sharing_rule(suffix: &str, verb: &str, extra: bool) -> String {
+        const EXTRA: &str = r#"
+  - name: extra
+    objects: {apiGroup: apps, kind: Deployment, namespace: system, controlledByTrigger: true}"#;
+        r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: widget-@SUFFIX@}
+spec:
+  trigger: {apiGroup: example.io, kind: Widget}
+  related:
+  - name: family
+    objects:
+      apiGroup: example.io
+      kind: Widget
+      selector: {matchLabels: {example.io/family: "{{trigger.metadata.labels.[example.io/family]}}"}}
+  - name: types
+    listField:
+      path: status.refs
+      of: [trigger, family]
+      extract: {path: name, regex: '(?P<plural>[^.]+)\.(?P<group>.+)'}@EXTRA@
+  vars:
+  - {name: groups, value: 'groupBy (sortBy related.types "plural") "group"'}
+  outputs:
+  - kind: ClusterRole
+    when: related.types
+    name: "widget:{{trigger.metadata.name}}:@SUFFIX@"
+    rules:
+    - forEach: vars.groups
+      as: g
+      item:
+        apiGroups: ["{{g.key}}"]
+        resources: [{forEach: g.items, as: t, item: "{{t.plural}}"}]
+        verbs: [@VERB@]
+"#
+        .replace("@SUFFIX@", suffix)
+        .replace("@VERB@", verb)
+        .replace("@EXTRA@", if extra { EXTRA } else { "" })
+    }
+
+    /// The first rule of [`sharing_rules`]: it reads `extra`.
+    fn rule_a() -> String {
+        sharing_rule("a", "get", true)
+    }
+
     /// Two rules on one trigger kind that list a family's types alike;
     /// only the first reads `extra`.
-    const SHARING_RULES: &str = r#"
-apiVersion: rbacrules.io/v1alpha1
-kind: RbacRule
-metadata: {name: widget-a}
-spec:
-  trigger: {apiGroup: example.io, kind: Widget}
-  related:
-  - name: family
-    objects:
-      apiGroup: example.io
-      kind: Widget
-      selector: {matchLabels: {example.io/family: "{{trigger.metadata.labels.[example.io/family]}}"}}
-  - name: types
-    listField:
-      path: status.refs
-      of: [trigger, family]
-      extract: {path: name, regex: '(?P<plural>[^.]+)\.(?P<group>.+)'}
-  - name: extra
-    objects: {apiGroup: apps, kind: Deployment, namespace: system, controlledByTrigger: true}
-  vars:
-  - {name: groups, value: 'groupBy (sortBy related.types "plural") "group"'}
-  outputs:
-  - kind: ClusterRole
-    when: related.types
-    name: "widget:{{trigger.metadata.name}}:a"
-    rules:
-    - forEach: vars.groups
-      as: g
-      item:
-        apiGroups: ["{{g.key}}"]
-        resources: [{forEach: g.items, as: t, item: "{{t.plural}}"}]
-        verbs: [get]
----
-apiVersion: rbacrules.io/v1alpha1
-kind: RbacRule
-metadata: {name: widget-b}
-spec:
-  trigger: {apiGroup: example.io, kind: Widget}
-  related:
-  - name: family
-    objects:
-      apiGroup: example.io
-      kind: Widget
-      selector: {matchLabels: {example.io/family: "{{trigger.metadata.labels.[example.io/family]}}"}}
-  - name: types
-    listField:
-      path: status.refs
-      of: [trigger, family]
-      extract: {path: name, regex: '(?P<plural>[^.]+)\.(?P<group>.+)'}
-  vars:
-  - {name: groups, value: 'groupBy (sortBy related.types "plural") "group"'}
-  outputs:
-  - kind: ClusterRole
-    when: related.types
-    name: "widget:{{trigger.metadata.name}}:b"
-    rules:
-    - forEach: vars.groups
-      as: g
-      item:
-        apiGroups: ["{{g.key}}"]
-        resources: [{forEach: g.items, as: t, item: "{{t.plural}}"}]
-        verbs: [list]
-"#;
+    fn sharing_rules() -> String {
+        // Each ends and starts with a line break.
+        format!("{}---{}", rule_a(), sharing_rule("b", "list", false))
+    }
 
-    /// An engine of [`SHARING_RULES`].
+    /// An engine of [`sharing_rules`].
     fn sharing_engine() -> crate::engine::Engine {
-        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
-            .unwrap_or_default();
+        let sources =
+            crate::rules::parse_text(std::path::Path::new("sharing.yaml"), &sharing_rules())
+                .unwrap_or_default();
         crate::engine::Engine::new(&sources, crate::engine::Options::default())
     }
 
-    /// [`SHARING_RULES`] and a third rule, ordered between them by name,
+    /// [`sharing_rules`] and a third rule, ordered between them by name,
     /// that lists the family's members by name: it reads `related.family`.
     fn family_reading_engine() -> crate::engine::Engine {
-        let reader = SHARING_RULES
-            .split("\n---\n")
-            .next()
-            .unwrap_or_default()
-            .replace("name: widget-a}", "name: widget-aa}")
-            .replace("widget:{{trigger.metadata.name}}:a", "widget:{{trigger.metadata.name}}:aa")
-            .replace(
+        let reader = sharing_rule("aa", "get", true).replace(
                 "resources: [{forEach: g.items, as: t, item: \"{{t.plural}}\"}]",
                 "resources: [{forEach: g.items, as: t, item: \"{{t.plural}}\"}]\n        resourceNames: [{forEach: related.family, as: m, item: \"{{m.metadata.name}}\"}]",
             );
-        let text = format!("{SHARING_RULES}\n---\n{reader}");
+        let text = format!("{}\n---\n{reader}", sharing_rules());
         let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), &text)
             .unwrap_or_default();
         crate::engine::Engine::new(&sources, crate::engine::Options::default())
@@ -1368,14 +1352,10 @@ spec:
     fn a_rule_that_may_read_the_whole_context_copies_every_set() {
         // `@root`, `this` or `../` could reach any set: none is left out.
         for text in ["{{@root.related.family.length}}", "{{#with this}}{{/with}}"] {
-            let rule = SHARING_RULES
-                .split("\n---\n")
-                .next()
-                .unwrap_or_default()
-                .replace(
-                    "    when: related.types\n",
-                    &format!("    when: related.types\n    labels: {{n: \"{text}\"}}\n"),
-                );
+            let rule = rule_a().replace(
+                "    when: related.types\n",
+                &format!("    when: related.types\n    labels: {{n: \"{text}\"}}\n"),
+            );
             let sources =
                 crate::rules::parse_text(std::path::Path::new("r.yaml"), &rule).unwrap_or_default();
             let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
@@ -1386,8 +1366,9 @@ spec:
 
     #[test]
     fn rules_of_the_same_derivation_share_their_kept_values() {
-        let sources = crate::rules::parse_text(std::path::Path::new("sharing.yaml"), SHARING_RULES)
-            .unwrap_or_default();
+        let sources =
+            crate::rules::parse_text(std::path::Path::new("sharing.yaml"), &sharing_rules())
+                .unwrap_or_default();
         assert_eq!(sources.len(), 2);
         let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());
         let at = |name: &str| engine.rules.iter().position(|r| r.name == name);
@@ -1559,11 +1540,7 @@ spec:
     #[test]
     fn a_rules_list_that_fails_its_check_fails_every_trigger_alike() {
         // Verbs from the family's types: no verbs is no rule, an error.
-        let text = SHARING_RULES
-            .split("\n---\n")
-            .next()
-            .unwrap_or_default()
-            .replace("verbs: [get]", "verbs: []");
+        let text = sharing_rule("a", "", true);
         let sources = crate::rules::parse_text(std::path::Path::new("failing.yaml"), &text)
             .unwrap_or_default();
         let engine = crate::engine::Engine::new(&sources, crate::engine::Options::default());

@@ -903,7 +903,6 @@ impl<'a> Policy<'a> {
     /// Judges one object at a time over `view`.
     fn judge_each<'v>(&'v self, view: &'v View<'_>) -> impl FnMut(&&OutKey) -> Verdict + 'v {
         let options = &self.engine.options;
-        let observed = self.observed;
         let judge = Judge {
             view,
             waivers: &options.waivers,
@@ -912,95 +911,112 @@ impl<'a> Policy<'a> {
             judged: Default::default(),
             bound: Default::default(),
         };
-        // What a verdict depends on besides the object: the selection an
-        // aggregated role reads (its notice), or (empty) any role, for a
-        // binding (judged by what a live role grants).
-        let depends = |o: &Value, reads: &mut Option<BTreeSet<String>>| {
-            if let Some(k) = selection_key(o) {
-                reads.get_or_insert_with(BTreeSet::new).insert(k);
-            } else if o.get("roleRef").is_some() {
-                reads.get_or_insert_with(BTreeSet::new);
-            }
+        move |&key: &&OutKey| self.verdict(&judge, key)
+    }
+
+    /// What policy decides about the object `key`: its one emitter's
+    /// output (contested objects have none) and the live managed object.
+    fn verdict(&self, judge: &Judge<'_, '_>, key: &OutKey) -> Verdict {
+        let cand = self
+            .emitters
+            .get(key)
+            .filter(|es| es.len() == 1)
+            .and_then(|es| es.first());
+        let refused = cand.and_then(|e| refusal_of(judge, e));
+        let desired = cand
+            .filter(|_| refused.is_none())
+            .map(|e| Arc::clone(&e.desired));
+        let live = self
+            .observed
+            .get_shared(gk_of(key.0), &(key.1.clone(), key.2.clone()))
+            .filter(|o| output::is_managed(o));
+        let live_why = match (&desired, live) {
+            (None, Some(l)) => judge.refusal(l),
+            _ => None,
         };
-        move |&key: &&OutKey| {
-            let cand = self
-                .emitters
-                .get(key)
-                .filter(|es| es.len() == 1)
-                .and_then(|es| es.first());
-            let refused = cand.and_then(|e| {
-                let d = &e.desired;
-                let why = match &d.refusal {
-                    Some(err) => Some((
-                        err.field.clone(),
-                        format!("{} {:?}: {}", d.kind, d.name, err.message),
-                    )),
-                    None => judge
-                        .refusal_of(&d.object)
-                        .map(|why| (d.field.to_string(), why)),
-                };
-                why.map(|(field, why)| {
-                    Box::new((e.rule, d.trigger.as_deref().map(str::to_string), field, why))
+        let dependent = dependencies(cand, live.map(|l| &**l));
+        // An aggregated role a rule manages that collects roles nobody
+        // manages: reported on its rule, never refused for them.
+        let notice = match (&desired, live) {
+            (Some(d), _) if d.object.aggregation_rule().is_some() => {
+                judge.notice(d.object.shared_value()).map(|n| {
+                    let trigger = d.trigger.as_deref().map(str::to_string);
+                    (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
                 })
-            });
-            let desired = cand
-                .filter(|_| refused.is_none())
-                .map(|e| Arc::clone(&e.desired));
-            let live = observed
-                .get_shared(gk_of(key.0), &(key.1.clone(), key.2.clone()))
-                .filter(|o| output::is_managed(o));
-            let live_why = match (&desired, live) {
-                (None, Some(l)) => judge.refusal(l),
-                _ => None,
-            };
-            let mut dependent = None;
-            if let Some(e) = cand {
-                let m = &e.desired.object;
-                if m.aggregation_rule().is_some() {
-                    depends(m.shared_value(), &mut dependent);
-                } else if m.role_ref().is_some() {
-                    dependent.get_or_insert_with(BTreeSet::new);
-                }
             }
-            if let Some(l) = live {
-                depends(l, &mut dependent);
+            // Preserved live (no output refused in its place).
+            (None, Some(l))
+                if refused.is_none()
+                    && live_why.is_none()
+                    && l.get("aggregationRule").is_some() =>
+            {
+                judge.notice(l).map(|n| self.live_notice(l, n))
             }
-            // An aggregated role a rule manages that collects roles nobody
-            // manages: reported on its rule, never refused for them.
-            let notice = match (&desired, live) {
-                (Some(d), _) if d.object.aggregation_rule().is_some() => {
-                    judge.notice(d.object.shared_value()).map(|n| {
-                        let trigger = d.trigger.as_deref().map(str::to_string);
-                        (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
-                    })
-                }
-                // Preserved live (no output refused in its place).
-                (None, Some(l))
-                    if refused.is_none()
-                        && live_why.is_none()
-                        && l.get("aggregationRule").is_some() =>
-                {
-                    judge.notice(l).map(|n| {
-                        let rule = l["metadata"]["annotations"][output::rule_annotation()]
-                            .as_str()
-                            .and_then(|r| self.engine.rule_index(r));
-                        let trigger = l["metadata"]["annotations"][output::trigger_annotation()]
-                            .as_str()
-                            .map(str::to_string);
-                        (rule, trigger, "spec.outputs".to_string(), n)
-                    })
-                }
-                _ => None,
-            };
-            Verdict {
-                refused,
-                desired,
-                live: live_why,
-                dependent,
-                notice: notice.map(Box::new),
-            }
+            _ => None,
+        };
+        Verdict {
+            refused,
+            desired,
+            live: live_why,
+            dependent,
+            notice: notice.map(Box::new),
         }
     }
+
+    /// A notice on a preserved live aggregated role, on the rule and
+    /// trigger its annotations name.
+    fn live_notice(&self, live: &Value, text: String) -> Notice {
+        let annotations = &live["metadata"]["annotations"];
+        let rule = annotations[output::rule_annotation()]
+            .as_str()
+            .and_then(|r| self.engine.rule_index(r));
+        let trigger = annotations[output::trigger_annotation()]
+            .as_str()
+            .map(str::to_string);
+        (rule, trigger, "spec.outputs".to_string(), text)
+    }
+}
+
+/// Why an emitted output is refused: the refusal rendering found (a `*`
+/// from data) or policy's judgment of the object; `None` when it passes.
+fn refusal_of(judge: &Judge<'_, '_>, e: &Emit) -> Option<Box<Refusal>> {
+    let d = &e.desired;
+    let why = match &d.refusal {
+        Some(err) => Some((
+            err.field.clone(),
+            format!("{} {:?}: {}", d.kind, d.name, err.message),
+        )),
+        None => judge
+            .refusal_of(&d.object)
+            .map(|why| (d.field.to_string(), why)),
+    };
+    why.map(|(field, why)| Box::new((e.rule, d.trigger.as_deref().map(str::to_string), field, why)))
+}
+
+/// What a verdict depends on besides the object: the selection an
+/// aggregated role reads (its notice), or (empty) any role, for a binding
+/// (judged by what a live role grants).
+fn dependencies(cand: Option<&Emit>, live: Option<&Value>) -> Option<BTreeSet<String>> {
+    fn depends(o: &Value, reads: &mut Option<BTreeSet<String>>) {
+        if let Some(k) = selection_key(o) {
+            reads.get_or_insert_with(BTreeSet::new).insert(k);
+        } else if o.get("roleRef").is_some() {
+            reads.get_or_insert_with(BTreeSet::new);
+        }
+    }
+    let mut reads = None;
+    if let Some(e) = cand {
+        let m = &e.desired.object;
+        if m.aggregation_rule().is_some() {
+            depends(m.shared_value(), &mut reads);
+        } else if m.role_ref().is_some() {
+            reads.get_or_insert_with(BTreeSet::new);
+        }
+    }
+    if let Some(l) = live {
+        depends(l, &mut reads);
+    }
+    reads
 }
 
 /// Policy, once every rule has run, over the final view (live objects and

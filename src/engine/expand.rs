@@ -27,7 +27,7 @@ use super::memo::{
 use super::model::Desired;
 use super::model::Seen;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use super::path::{At, FieldPath, Segment, scalar_text};
+use super::path::{At, FieldPath, Segment, leading_keys, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::{mentions, mentions_text, named_reads, truthy};
 use super::view::View;
@@ -1782,14 +1782,7 @@ impl Evaluator<'_> {
         for c in conditions {
             if let Some(p) = &c.path {
                 let path = FieldPath::parse(p).ok()?;
-                let keys: Vec<String> = path
-                    .segments()
-                    .iter()
-                    .map_while(|s| match s {
-                        Segment::Key(k) => Some(k.clone()),
-                        Segment::Index(_) => None,
-                    })
-                    .collect();
+                let keys = leading_keys(path.segments());
                 if keys.is_empty() {
                     return None;
                 }

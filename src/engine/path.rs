@@ -12,6 +12,19 @@ pub enum Segment {
     Index(usize),
 }
 
+/// The keys `segments` start with, up to the first index: the object
+/// path a projection keeps (an index keeps its whole list). Empty when the
+/// first segment is an index.
+pub fn leading_keys(segments: &[Segment]) -> Vec<String> {
+    segments
+        .iter()
+        .map_while(|s| match s {
+            Segment::Key(k) => Some(k.clone()),
+            Segment::Index(_) => None,
+        })
+        .collect()
+}
+
 /// A parsed field path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldPath {

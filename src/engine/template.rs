@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use super::error::ErrorKind;
 use super::fast_hash::HashMap;
 use super::limits::{self, Limit, Limits};
-use super::path::{FieldPath, Segment, scalar_text};
+use super::path::{FieldPath, Segment, leading_keys, scalar_text};
 
 /// A mustache opens with two of these.
 const OPEN_BRACE: u8 = b'{';
@@ -1436,13 +1436,7 @@ impl Reads {
         }
         let mut out = Vec::new();
         for p in self.paths.iter().filter(|p| p.first_key() == Some(root)) {
-            let keys: Vec<String> = p.segments[1..]
-                .iter()
-                .map_while(|s| match s {
-                    Segment::Key(k) => Some(k.clone()),
-                    Segment::Index(_) => None,
-                })
-                .collect();
+            let keys = leading_keys(&p.segments[1..]);
             if keys.is_empty() {
                 return None;
             }

@@ -18,6 +18,7 @@ use crate::api::{ManageLevel, OutputKind};
 use crate::engine::{
     Engine, Evaluation, Manifest, Memo, ObjectStore, Options, RuleSource, store::object_ref,
 };
+use crate::policy::AllowList;
 use crate::rules::{self, LoadError};
 use crate::yaml::{self, YamlError};
 
@@ -186,6 +187,21 @@ impl Rendered {
     }
 }
 
+impl RenderArgs {
+    /// The evaluation options these arguments ask for, with the allow-list
+    /// loaded from `--allow` (it adds its roles to the store).
+    pub fn options(&self, allow: Option<AllowList>) -> Options {
+        Options {
+            manage: self.manage,
+            allow,
+            waivers: self.waivers.clone(),
+            limits: self.limits.clone(),
+            params: self.params.map(),
+            ..Options::default()
+        }
+    }
+}
+
 /// Evaluates the rules on the objects; every error is returned, nothing
 /// is printed.
 pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
@@ -195,14 +211,7 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         Some(p) => Some(rules::load_allow(p, &mut store)?),
         None => None,
     };
-    let options = Options {
-        manage: args.manage,
-        allow,
-        waivers: args.waivers.clone(),
-        limits: args.limits.clone(),
-        params: args.params.map(),
-        ..Options::default()
-    };
+    let options = args.options(allow);
     let engine = Engine::new(&rules, options.clone());
     // One-shot: no read index; kept with the result (as the store is), so
     // that the CLI, which never frees it (see `main`), does not pay for

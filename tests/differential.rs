@@ -116,15 +116,7 @@ fn golden_inputs(case: &Path) -> (Vec<RuleSource>, Options, ObjectStore) {
         .allow
         .as_ref()
         .map(|p| rbac_rules::rules::load_allow(p, &mut store).expect("allow-list"));
-    let options = Options {
-        manage: args.manage,
-        allow,
-        waivers: args.waivers.clone(),
-        limits: args.limits.clone(),
-        params: args.params.map(),
-        ..Options::default()
-    };
-    (rules, options, store)
+    (rules, args.options(allow), store)
 }
 
 /// Every golden case: the engine's evaluation is the reference's.

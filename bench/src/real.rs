@@ -21,10 +21,12 @@
 //!    `kubectl apply --server-side` processes and times them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -572,6 +574,14 @@ fn kubectl_apply(
     Ok(took)
 }
 
+/// `render`'s arguments alone, parsed from a command line and the
+/// environment.
+#[derive(clap::Parser)]
+struct RenderCli {
+    #[command(flatten)]
+    render: rbac_rules::render::RenderArgs,
+}
+
 /// The scenario's objects as they are live, rendered with the built-in
 /// rules: the outputs to expect.
 fn render_live(dir: &Path, live: &[Value]) -> Result<Vec<Value>, BenchError> {
@@ -581,10 +591,17 @@ fn render_live(dir: &Path, live: &[Value]) -> Result<Vec<Value>, BenchError> {
         path: path.display().to_string(),
         source,
     })?;
-    let rendered = rbac_rules::render::prepare(&rbac_rules::render::RenderArgs {
-        objects: vec![path],
-        ..rbac_rules::render::RenderArgs::default()
-    })?;
+    // Parsed as `rbac-rules render` parses its command line, so that the
+    // `RBAC_RULES_MAX_*` limits in the environment apply here as they do to
+    // the controller (which inherits it).
+    let args = RenderCli::try_parse_from([
+        OsStr::new("render"),
+        OsStr::new("--objects"),
+        path.as_os_str(),
+    ])
+    .map_err(other)?
+    .render;
+    let rendered = rbac_rules::render::prepare(&args)?;
     let mut out = Vec::new();
     rendered.write_to(&mut out).map_err(other)?;
     let out = String::from_utf8(out).map_err(other)?;

@@ -342,8 +342,10 @@ pub(in crate::engine) struct Derived {
     /// The values loops over cached vars bound, by the var's token and the
     /// index: each value's id (see [`Derived::content_id`]).
     pub bound: HashMap<(u64, usize), u64>,
-    /// Those values by a hash of their content, each with its id.
-    pub contents: HashMap<u64, Vec<(Value, u64)>>,
+    /// Those values by a hash of their content, each with its id; held as
+    /// JSON text (maps are sorted, so equal values have equal text), not as
+    /// trees: a tree holds about 640 bytes for every map in it.
+    pub contents: HashMap<u64, Vec<(Box<str>, u64)>>,
     /// The last token or id given: neither is ever reused.
     pub next: u64,
 }
@@ -594,14 +596,22 @@ impl Derived {
         if let Some(id) = self.bound.get(&(token, index)) {
             return *id;
         }
-        let bucket = self.contents.entry(content_hash(value)).or_default();
-        let id = match bucket.iter().find(|(v, _)| v == value) {
-            Some((_, id)) => *id,
-            None => {
-                self.next += 1;
-                bucket.push((value.clone(), self.next));
-                self.next
+        self.next += 1;
+        let fresh = self.next;
+        // A value that cannot be written as text (none can) gets an id of
+        // its own: less sharing, never a wrong one.
+        let id = match serde_json::to_string(value) {
+            Ok(text) => {
+                let bucket = self.contents.entry(content_hash(value)).or_default();
+                match bucket.iter().find(|(t, _)| **t == *text) {
+                    Some((_, id)) => *id,
+                    None => {
+                        bucket.push((text.into_boxed_str(), fresh));
+                        fresh
+                    }
+                }
             }
+            Err(_) => fresh,
         };
         self.bound.insert((token, index), id);
         id
@@ -1724,5 +1734,29 @@ spec:
         assert!(d.expansions.is_empty());
         assert_eq!(d.verdicts.len(), 1);
         drop(a);
+    }
+
+    #[test]
+    fn equal_bound_values_share_an_id_whatever_var_bound_them() {
+        let mut d = Derived::default();
+        let mut a = serde_json::Map::new();
+        a.insert("plural".into(), json!("gadgets"));
+        a.insert("group".into(), json!("example.org"));
+        let mut b = serde_json::Map::new();
+        b.insert("group".into(), json!("example.org"));
+        b.insert("plural".into(), json!("gadgets"));
+        let id = d.content_id(1, 0, &Value::Object(a));
+        // Built in another order, bound by another var: the same value.
+        assert_eq!(d.content_id(2, 3, &Value::Object(b)), id);
+        // Asked again for the same place: the id it was given.
+        assert_eq!(d.content_id(1, 0, &json!("anything")), id);
+        // Values that differ, even as numbers of one magnitude, do not.
+        let one = d.content_id(3, 0, &json!(1));
+        let float = d.content_id(3, 1, &json!(1.0));
+        assert_ne!(one, float);
+        assert_ne!(one, id);
+        assert_eq!(d.content_id(4, 0, &json!(1)), one);
+        // Held as text, one entry per distinct value.
+        assert_eq!(d.contents.values().map(Vec::len).sum::<usize>(), 3);
     }
 }

@@ -405,6 +405,13 @@ pub struct ListFieldQuery {
     /// to the entry (see `unmatched` for entries whose field does not match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extract: Option<Extract>,
+    /// Keeps only these fields of each entry (after `extract`): dotted
+    /// paths of object keys, e.g. `[name, plural, group]`. The rest of each
+    /// entry is dropped as it is read, so a rule that reads a few fields of
+    /// large entries holds only those; a path an entry lacks is left out,
+    /// and an entry that is not a map is kept whole. Default: every field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
 }
 
 /// A regular expression applied to a field of each list entry.

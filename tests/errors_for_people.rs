@@ -99,3 +99,15 @@ fn every_failing_trigger_is_reported() {
     );
     assert_clean(&e);
 }
+
+#[test]
+fn a_list_field_s_field_with_a_list_index_is_named() {
+    let e = render(
+        "  trigger: {kind: Namespace}\n  related:\n  - name: refs\n    listField: {path: metadata, fields: [name, \"owners[0]\"]}\n  outputs:\n  - kind: ClusterRole\n    name: x\n",
+    );
+    assert!(
+        e.contains("spec.related[0].listField.fields[1]: a field is a path of object keys; [0] in \"owners[0]\" is a list index"),
+        "{e}"
+    );
+    assert_clean(&e);
+}

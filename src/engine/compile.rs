@@ -689,6 +689,15 @@ fn check_list_field(c: &mut Compiler, spec: &RbacRuleSpec, i: usize, f: &str, l:
             "a static rule must name the sets to read",
         );
     }
+    for (j, field) in l.fields.iter().enumerate() {
+        if let Err(e) = crate::engine::path::field_keys(field) {
+            c.err(
+                ErrorKind::InvalidRule,
+                format!("{f}.listField.fields[{j}]"),
+                e,
+            );
+        }
+    }
     if let Some(x) = &l.extract {
         c.path(&format!("{f}.listField.extract.path"), &x.path);
         c.regex(&format!("{f}.listField.extract.regex"), &x.regex);

@@ -130,6 +130,70 @@ impl FieldPath {
     }
 }
 
+/// A listField's `fields` entry: a path of object keys (no `[n]`).
+pub fn field_keys(text: &str) -> Result<Vec<String>, String> {
+    FieldPath::parse(text)?
+        .segments
+        .into_iter()
+        .map(|s| match s {
+            Segment::Key(k) => Ok(k),
+            Segment::Index(n) => Err(format!(
+                "a field is a path of object keys; [{n}] in {text:?} is a list index"
+            )),
+        })
+        .collect()
+}
+
+/// `entry` with only the values at `paths` (from [`field_keys`]), each at
+/// its place: a listField's `fields`. A path the entry lacks, or that meets
+/// a value that is not a map before its end, keeps nothing; a path under
+/// another one is in it already. An entry that is not a map is kept whole.
+pub fn keep_fields(entry: &Value, paths: &[Vec<String>]) -> Value {
+    let Value::Object(src) = entry else {
+        return entry.clone();
+    };
+    let mut sorted: Vec<&Vec<String>> = paths.iter().collect();
+    sorted.sort_by_key(|p| p.len());
+    let mut kept: Vec<&[String]> = Vec::new();
+    let mut out = serde_json::Map::new();
+    'paths: for p in sorted {
+        let Some((last, parents)) = p.split_last() else {
+            continue;
+        };
+        if kept.iter().any(|k| p.starts_with(k)) {
+            continue;
+        }
+        let mut from = src;
+        let mut ok = true;
+        for k in parents {
+            match from.get(k) {
+                Some(Value::Object(m)) => from = m,
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        let Some(value) = from.get(last).filter(|_| ok) else {
+            continue;
+        };
+        let mut to = &mut out;
+        for k in parents {
+            let next = to
+                .entry(k.clone())
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            let Value::Object(m) = next else {
+                // Cannot be: a shorter path ending here was kept whole.
+                continue 'paths;
+            };
+            to = m;
+        }
+        to.insert(last.clone(), value.clone());
+        kept.push(p);
+    }
+    Value::Object(out)
+}
+
 /// Text form of a scalar for comparisons: strings as they are, numbers and
 /// booleans as JSON text; `None` for null, lists and maps.
 pub fn scalar_text(value: &Value) -> Option<String> {
@@ -176,6 +240,41 @@ mod tests {
 
     fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
         FieldPath::parse(path).ok().and_then(|p| p.get(value))
+    }
+
+    fn keys(texts: &[&str]) -> Vec<Vec<String>> {
+        texts.iter().map(|t| field_keys(t).unwrap()).collect()
+    }
+
+    #[test]
+    fn keep_fields_keeps_only_the_named_values_at_their_places() {
+        let entry = json!({"name": "gadgets.example.org", "plural": "gadgets",
+            "ownerReferences": [{"uid": "u"}], "labels": {"a": "1", "b": "2"}, "n": 3});
+        assert_eq!(
+            keep_fields(
+                &entry,
+                &keys(&["name", "plural", "labels.b", "missing", "name.deeper"])
+            ),
+            json!({"name": "gadgets.example.org", "plural": "gadgets", "labels": {"b": "2"}})
+        );
+        // A path under a kept one adds nothing; order does not matter.
+        assert_eq!(
+            keep_fields(&entry, &keys(&["labels.a", "labels"])),
+            json!({"labels": {"a": "1", "b": "2"}})
+        );
+        assert_eq!(keep_fields(&entry, &keys(&["zzz"])), json!({}));
+        // Not a map: kept whole.
+        assert_eq!(keep_fields(&json!("text"), &keys(&["name"])), json!("text"));
+        assert_eq!(
+            field_keys(r#"metadata.labels["a.b/c"]"#).unwrap(),
+            vec!["metadata", "labels", "a.b/c"]
+        );
+        assert!(
+            field_keys("refs[0].name")
+                .unwrap_err()
+                .contains("list index")
+        );
+        assert!(field_keys("").is_err());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::run::Result;
 use super::trigger::{Render, add_captures, bind, regex, unbind, visible};
 use crate::api::{ListFieldQuery, ObjectQuery, Related, Unmatched};
 use crate::engine::error::{FieldError, FieldWarning};
-use crate::engine::path::FieldPath;
+use crate::engine::path::{FieldPath, field_keys, keep_fields};
 use crate::engine::store::group_of;
 use crate::engine::{ErrorKind, GroupKind};
 
@@ -163,8 +163,8 @@ impl Render<'_> {
     }
 
     /// `listField`: the entries of the list at `path` in each object of
-    /// `of`, extended with `extract`'s captures, sorted by their JSON text
-    /// and de-duplicated.
+    /// `of`, extended with `extract`'s captures, cut to `fields`, sorted by
+    /// their JSON text and de-duplicated.
     fn list_field(&mut self, f: &str, l: &ListFieldQuery, ctx: &Context) -> Result<Vec<Value>> {
         let path = FieldPath::parse(&l.path).map_err(|e| {
             FieldError::new(ErrorKind::InvalidRule, format!("{f}.listField.path"), e)
@@ -183,6 +183,16 @@ impl Render<'_> {
             )),
             None => None,
         };
+        let mut fields = Vec::with_capacity(l.fields.len());
+        for (j, text) in l.fields.iter().enumerate() {
+            fields.push(field_keys(text).map_err(|e| {
+                FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("{f}.listField.fields[{j}]"),
+                    e,
+                )
+            })?);
+        }
         let mut entries: Vec<(String, Value)> = Vec::new();
         for source in self.list_sources(&l.of, ctx) {
             let list: &[Value] = match path.get(&source) {
@@ -195,6 +205,14 @@ impl Render<'_> {
                     None => Some(entry.clone()),
                     Some((xp, re, unmatched)) => self.extracted(f, entry, xp, re, *unmatched),
                 };
+                // `fields`: only the named values of each entry.
+                let item = item.map(|i| {
+                    if fields.is_empty() {
+                        i
+                    } else {
+                        keep_fields(&i, &fields)
+                    }
+                });
                 if let Some(item) = item {
                     entries.push((serde_json::to_string(&item).unwrap_or_default(), item));
                 }

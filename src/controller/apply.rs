@@ -397,11 +397,18 @@ impl Writer<'_> {
             return Applied::outcome(Outcome::Skipped);
         }
         let mut live = None;
-        let mut conflict = None;
-        let outcome = apply_one(self, a, &mut live, &mut conflict).await;
+        let outcome = apply_one(self, a, &mut live).await;
         if let (Some(learn), Some(live), true) = (self.learn, live, outcome.is_applied()) {
             learn(Learned::Applied(live));
         }
+        // A conflict found now (not remembered) is remembered.
+        let conflict = match &outcome {
+            Outcome::Conflict {
+                message,
+                fresh: true,
+            } => Some(message.clone()),
+            _ => None,
+        };
         Applied { outcome, conflict }
     }
 
@@ -470,16 +477,11 @@ fn log_outcome(id: &ObjectId, outcome: &Outcome) {
 
 /// Sends one planned apply: a create (which may meet someone else's
 /// object), an update, or a re-creation with a new roleRef.
-async fn apply_one(
-    w: &Writer<'_>,
-    a: &Apply,
-    learned: &mut Option<Live>,
-    conflict: &mut Option<String>,
-) -> Outcome {
+async fn apply_one(w: &Writer<'_>, a: &Apply, learned: &mut Option<Live>) -> Outcome {
     // Applies read the response straight into the cached form.
     let wire = api_of::<Wire>(w.client, &a.id);
     match &a.action {
-        ApplyAction::Create => create_one(w, a, learned, conflict).await,
+        ApplyAction::Create => create_one(w, a, learned).await,
         ApplyAction::Update(parts) => done_or_failed(
             send_apply(&wire, w.metrics, a, true, learned).await,
             Outcome::Updated(parts.clone()),
@@ -527,12 +529,7 @@ fn done_or_failed(sent: Result<(), Error>, done: Outcome) -> Outcome {
 /// Creates an object: one unforced apply when the watches know the name
 /// as free (a 409 means someone made it meanwhile); else, or after the
 /// 409, the name's holder is looked at ([`take_over`]).
-async fn create_one(
-    w: &Writer<'_>,
-    a: &Apply,
-    learned: &mut Option<Live>,
-    conflict: &mut Option<String>,
-) -> Outcome {
+async fn create_one(w: &Writer<'_>, a: &Apply, learned: &mut Option<Live>) -> Outcome {
     if let Some(message) = w.memo.get(&a.id) {
         return Outcome::Conflict {
             message: message.to_string(),
@@ -555,18 +552,13 @@ async fn create_one(
             return Outcome::Skipped;
         }
     }
-    take_over(w, a, learned, conflict).await
+    take_over(w, a, learned).await
 }
 
 /// Someone else's object holds the name of an object to create: adopt it
-/// (when [`adoption`] says so) or leave it, as a conflict remembered in
-/// `conflict`. Ours already (the cache lags behind) or gone: applied.
-async fn take_over(
-    w: &Writer<'_>,
-    a: &Apply,
-    learned: &mut Option<Live>,
-    conflict: &mut Option<String>,
-) -> Outcome {
+/// (when [`adoption`] says so) or leave it: a fresh conflict, which the
+/// writer remembers. Ours already (the cache lags behind) or gone: applied.
+async fn take_over(w: &Writer<'_>, a: &Apply, learned: &mut Option<Live>) -> Outcome {
     let wire = api_of::<Wire>(w.client, &a.id);
     let found = api_for(w.client, &a.id)
         .get_opt(&a.id.name)
@@ -588,13 +580,10 @@ async fn take_over(
                         Outcome::Adopted(why),
                     )
                 }
-                Err(message) => {
-                    *conflict = Some(message.clone());
-                    Outcome::Conflict {
-                        message,
-                        fresh: true,
-                    }
-                }
+                Err(message) => Outcome::Conflict {
+                    message,
+                    fresh: true,
+                },
             }
         }
         Ok(_) => {

@@ -27,7 +27,7 @@ use super::memo::{
 use super::model::Desired;
 use super::model::Seen;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use super::path::{At, FieldPath, Segment, field_keys, keep_fields, leading_keys, scalar_text};
+use super::path::{At, FieldPath, Segment, keep_fields, leading_keys, list_fields, scalar_text};
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::{mentions, mentions_text, named_reads, truthy};
 use super::view::View;
@@ -1412,7 +1412,7 @@ impl Evaluator<'_> {
         sources: Vec<(Source<'_>, Option<(usize, usize)>)>,
     ) -> Result<Vec<Arc<ExtractedEntries>>> {
         let extract = self.list_extract(f, l)?;
-        let fields = list_fields(f, l)?;
+        let fields = list_fields(f, &l.fields)?;
         let mut parts: Vec<Arc<ExtractedEntries>> = Vec::with_capacity(sources.len());
         // One source's list is cached whole (by its address) already.
         let several = sources.len() > 1;
@@ -1503,10 +1503,6 @@ impl Evaluator<'_> {
         fields: &[Vec<String>],
     ) -> ExtractedEntries {
         let mut mine: Vec<(String, Value)> = Vec::new();
-        let kept = |entry: &Value| match fields {
-            [] => entry.clone(),
-            _ => keep_fields(entry, fields),
-        };
         let src: Cow<Value> = match src {
             Source::Seen(v) => Cow::Borrowed(v),
             Source::Held(o, seen) => shown(o, seen),
@@ -1520,7 +1516,7 @@ impl Evaluator<'_> {
         };
         for entry in entries {
             let item = match &extract {
-                None => kept(entry),
+                None => keep_fields(Cow::Borrowed(entry), fields),
                 Some((xp, re, unmatched)) => {
                     let text = xp.get(entry).and_then(Value::as_str);
                     let caps = text.and_then(|t| re.captures(t));
@@ -1528,7 +1524,7 @@ impl Evaluator<'_> {
                         match unmatched {
                             Unmatched::Drop => {}
                             Unmatched::Keep => {
-                                let item = kept(entry);
+                                let item = keep_fields(Cow::Borrowed(entry), fields);
                                 mine.push((json_text(&item), item));
                             }
                             Unmatched::Warn => {
@@ -1552,12 +1548,7 @@ impl Evaluator<'_> {
                             m.insert(name.to_string(), json!(c.as_str()));
                         }
                     }
-                    let m = Value::Object(m);
-                    if fields.is_empty() {
-                        m
-                    } else {
-                        keep_fields(&m, fields)
-                    }
+                    keep_fields(Cow::Owned(Value::Object(m)), fields)
                 }
             };
             mine.push((json_text(&item), item));
@@ -2500,23 +2491,6 @@ fn look_up(gk: &GroupKind, ns: Option<&String>, read: &Read, view: &View) -> Vec
 
 /// A value's compact JSON text, as its `Display` writes it but without
 /// the formatter in between (an entry's text is its key).
-/// A listField's `fields`, each as its object keys.
-fn list_fields(f: At<'_>, l: &ListFieldQuery) -> Result<Vec<Vec<String>>> {
-    l.fields
-        .iter()
-        .enumerate()
-        .map(|(j, text)| {
-            field_keys(text).map_err(|e| {
-                FieldError::new(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.listField.fields[{j}]"),
-                    e,
-                )
-            })
-        })
-        .collect()
-}
-
 fn json_text(v: &Value) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
 }

@@ -1,7 +1,13 @@
 //! Dotted field paths such as `spec.claimNames.kind`,
 //! `metadata.labels["example.org/team"]` or `status.objectRefs[0].name`.
 
+use std::borrow::Cow;
+use std::fmt;
+
 use serde_json::Value;
+
+use super::ErrorKind;
+use super::error::FieldError;
 
 /// One step of a [`FieldPath`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,13 +150,36 @@ pub fn field_keys(text: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// `entry` with only the values at `paths` (from [`field_keys`]), each at
-/// its place: a listField's `fields`. A path the entry lacks, or that meets
-/// a value that is not a map before its end, keeps nothing; a path under
-/// another one is in it already. An entry that is not a map is kept whole.
-pub fn keep_fields(entry: &Value, paths: &[Vec<String>]) -> Value {
-    let Value::Object(src) = entry else {
-        return entry.clone();
+/// The `fields` of the listField at `at` (e.g. `spec.related[0]`), each as
+/// its object keys; the first that is not one is an error naming it.
+pub fn list_fields(
+    at: impl fmt::Display,
+    fields: &[String],
+) -> Result<Vec<Vec<String>>, FieldError> {
+    fields
+        .iter()
+        .enumerate()
+        .map(|(j, text)| {
+            field_keys(text).map_err(|e| {
+                FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("{at}.listField.fields[{j}]"),
+                    e,
+                )
+            })
+        })
+        .collect()
+}
+
+/// `entry` with only the values at `paths` (from [`list_fields`]), each at
+/// its place: a listField's `fields`. No paths: the entry as it is. A path
+/// the entry lacks, or that meets a value that is not a map before its
+/// end, keeps nothing; a path under another one is in it already. An entry
+/// that is not a map is kept whole.
+pub fn keep_fields(entry: Cow<'_, Value>, paths: &[Vec<String>]) -> Value {
+    let src = match &*entry {
+        Value::Object(src) if !paths.is_empty() => src,
+        _ => return entry.into_owned(),
     };
     let mut sorted: Vec<&Vec<String>> = paths.iter().collect();
     sorted.sort_by_key(|p| p.len());
@@ -163,18 +192,11 @@ pub fn keep_fields(entry: &Value, paths: &[Vec<String>]) -> Value {
         if kept.iter().any(|k| p.starts_with(k)) {
             continue;
         }
-        let mut from = src;
-        let mut ok = true;
-        for k in parents {
-            match from.get(k) {
-                Some(Value::Object(m)) => from = m,
-                _ => {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        let Some(value) = from.get(last).filter(|_| ok) else {
+        let value = parents
+            .iter()
+            .try_fold(src, |m, k| m.get(k)?.as_object())
+            .and_then(|m| m.get(last));
+        let Some(value) = value else {
             continue;
         };
         let mut to = &mut out;
@@ -252,19 +274,27 @@ mod tests {
             "ownerReferences": [{"uid": "u"}], "labels": {"a": "1", "b": "2"}, "n": 3});
         assert_eq!(
             keep_fields(
-                &entry,
+                Cow::Borrowed(&entry),
                 &keys(&["name", "plural", "labels.b", "missing", "name.deeper"])
             ),
             json!({"name": "gadgets.example.org", "plural": "gadgets", "labels": {"b": "2"}})
         );
         // A path under a kept one adds nothing; order does not matter.
         assert_eq!(
-            keep_fields(&entry, &keys(&["labels.a", "labels"])),
+            keep_fields(Cow::Borrowed(&entry), &keys(&["labels.a", "labels"])),
             json!({"labels": {"a": "1", "b": "2"}})
         );
-        assert_eq!(keep_fields(&entry, &keys(&["zzz"])), json!({}));
+        assert_eq!(
+            keep_fields(Cow::Borrowed(&entry), &keys(&["zzz"])),
+            json!({})
+        );
+        // No fields: the whole entry.
+        assert_eq!(keep_fields(Cow::Borrowed(&entry), &[]), entry);
         // Not a map: kept whole.
-        assert_eq!(keep_fields(&json!("text"), &keys(&["name"])), json!("text"));
+        assert_eq!(
+            keep_fields(Cow::Owned(json!("text")), &keys(&["name"])),
+            json!("text")
+        );
         assert_eq!(
             field_keys(r#"metadata.labels["a.b/c"]"#).unwrap(),
             vec!["metadata", "labels", "a.b/c"]

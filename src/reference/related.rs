@@ -9,6 +9,7 @@
 //! de-duplicated and sorted by their JSON text. Then every item must pass
 //! `where` (else dropped) and `require` (else dropped with a warning).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use handlebars::Context;
@@ -18,7 +19,7 @@ use super::run::Result;
 use super::trigger::{Render, add_captures, bind, regex, unbind, visible};
 use crate::api::{ListFieldQuery, ObjectQuery, Related, Unmatched};
 use crate::engine::error::{FieldError, FieldWarning};
-use crate::engine::path::{FieldPath, field_keys, keep_fields};
+use crate::engine::path::{FieldPath, keep_fields, list_fields};
 use crate::engine::store::group_of;
 use crate::engine::{ErrorKind, GroupKind};
 
@@ -183,16 +184,7 @@ impl Render<'_> {
             )),
             None => None,
         };
-        let mut fields = Vec::with_capacity(l.fields.len());
-        for (j, text) in l.fields.iter().enumerate() {
-            fields.push(field_keys(text).map_err(|e| {
-                FieldError::new(
-                    ErrorKind::InvalidRule,
-                    format!("{f}.listField.fields[{j}]"),
-                    e,
-                )
-            })?);
-        }
+        let fields = list_fields(f, &l.fields)?;
         let mut entries: Vec<(String, Value)> = Vec::new();
         for source in self.list_sources(&l.of, ctx) {
             let list: &[Value] = match path.get(&source) {
@@ -206,13 +198,7 @@ impl Render<'_> {
                     Some((xp, re, unmatched)) => self.extracted(f, entry, xp, re, *unmatched),
                 };
                 // `fields`: only the named values of each entry.
-                let item = item.map(|i| {
-                    if fields.is_empty() {
-                        i
-                    } else {
-                        keep_fields(&i, &fields)
-                    }
-                });
+                let item = item.map(|i| keep_fields(Cow::Owned(i), &fields));
                 if let Some(item) = item {
                     entries.push((serde_json::to_string(&item).unwrap_or_default(), item));
                 }

@@ -596,8 +596,6 @@ impl Derived {
         if let Some(id) = self.bound.get(&(token, index)) {
             return *id;
         }
-        self.next += 1;
-        let fresh = self.next;
         // A value that cannot be written as text (none can) gets an id of
         // its own: less sharing, never a wrong one.
         let id = match serde_json::to_string(value) {
@@ -606,12 +604,13 @@ impl Derived {
                 match bucket.iter().find(|(t, _)| **t == *text) {
                     Some((_, id)) => *id,
                     None => {
-                        bucket.push((text.into_boxed_str(), fresh));
-                        fresh
+                        self.next += 1;
+                        bucket.push((text.into_boxed_str(), self.next));
+                        self.next
                     }
                 }
             }
-            Err(_) => fresh,
+            Err(_) => self.token(),
         };
         self.bound.insert((token, index), id);
         id

@@ -180,6 +180,15 @@ pub struct Trigger {
     /// trigger; the controller then watches metadata only (less memory).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub metadata_only: bool,
+    /// Only these fields of the trigger are seen, besides its `apiVersion`,
+    /// `kind` and `metadata` (always seen): dotted paths of object keys,
+    /// e.g. `[spec.group, spec.names]`. Templates, conditions and listFields
+    /// see nothing else of it, and the controller keeps only what the rules
+    /// reading the kind see (a kind's large fields, such as schemas, are
+    /// dropped as they arrive). Default: the whole object. Not with
+    /// `metadataOnly`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
     /// An annotation that pauses the trigger, e.g. `example.org/paused`
     /// = `"true"`. A paused trigger's outputs are neither created, updated
     /// nor deleted.
@@ -363,6 +372,12 @@ pub struct ObjectQuery {
     /// objects; the controller then watches metadata only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub metadata_only: bool,
+    /// Only these fields of each object are seen, besides its `apiVersion`,
+    /// `kind` and `metadata` (always seen): dotted paths of object keys, as
+    /// the trigger's `fields`. Default: the whole object. Not with
+    /// `metadataOnly`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
     /// Only objects whose controller ownerReference points at the trigger.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub controlled_by_trigger: bool,

@@ -304,8 +304,8 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
     }
     let spec = &doc.value["spec"];
     let trigger = TriggerKind::of(spec, schemas, &mut push);
-    if trigger.metadata_only {
-        lint_metadata_only_conditions(spec, &mut push);
+    if trigger.metadata_only || trigger.fields.is_some() {
+        lint_metadata_only_conditions(spec, &trigger, &mut push);
     }
     if let Some(schema) = &trigger.schema {
         lint_trigger_condition_paths(spec, &trigger, schema, &mut push);
@@ -357,6 +357,9 @@ struct TriggerKind<'a> {
     schema: Option<Value>,
     /// Rules see its apiVersion, kind and metadata only.
     metadata_only: bool,
+    /// Rules see only these paths of it (`fields`, with apiVersion, kind
+    /// and metadata).
+    fields: Option<Vec<Vec<String>>>,
 }
 
 impl<'a> TriggerKind<'a> {
@@ -394,18 +397,33 @@ impl<'a> TriggerKind<'a> {
             kind,
             schema,
             metadata_only: trigger["metadataOnly"] == true,
+            fields: trigger["fields"]
+                .as_array()
+                .filter(|f| !f.is_empty())
+                .map(|f| {
+                    let named: Vec<String> = f
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect();
+                    crate::engine::path::seen_fields(&named)
+                }),
         }
     }
 }
 
-/// A metadata-only trigger shows conditions its apiVersion, kind and
-/// metadata only: a path elsewhere reads nothing.
-fn lint_metadata_only_conditions(spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
+/// A metadata-only trigger, or one with `fields`, shows conditions only
+/// what it sees: a path elsewhere reads nothing.
+fn lint_metadata_only_conditions(
+    spec: &Value,
+    kind: &TriggerKind,
+    push: &mut impl FnMut(Severity, &str, String),
+) {
     let trigger = &spec["trigger"];
     for list in ["conditions", "require"] {
         for (i, c) in trigger[list].as_array().into_iter().flatten().enumerate() {
             if let Some(text) = c["path"].as_str()
-                && let Some(msg) = beyond_metadata(text, &["path ", text].concat())
+                && let Some(msg) = unseen(kind, text, &["path ", text].concat())
             {
                 push(
                     Severity::Warning,
@@ -539,11 +557,11 @@ fn lint_text(
             push(Severity::Error, &s.field, msg);
         }
     }
-    if trigger.metadata_only {
+    if trigger.metadata_only || trigger.fields.is_some() {
         for (raw, segs) in &parsed.paths {
             if segs.first().map(String::as_str) == Some("trigger")
                 && segs.len() > 1
-                && let Some(msg) = beyond_metadata(&segs[1..].join("."), raw)
+                && let Some(msg) = unseen(trigger, &segs[1..].join("."), raw)
             {
                 push(Severity::Warning, &s.field, msg);
             }
@@ -1063,6 +1081,38 @@ fn object_meta_schema() -> Option<Value> {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
     ))
     .ok()
+}
+
+/// A path of the trigger the rule does not see (outside `metadataOnly`'s
+/// metadata, or outside its `fields`): it reads nothing.
+fn unseen(trigger: &TriggerKind, path: &str, shown: &str) -> Option<String> {
+    if trigger.metadata_only {
+        return beyond_metadata(path, shown);
+    }
+    let fields = trigger.fields.as_ref()?;
+    let keys: Vec<String> = crate::engine::path::FieldPath::parse(path)
+        .ok()?
+        .segments()
+        .iter()
+        .map(segment_text)
+        .collect();
+    // Seen: at or below a field, or above one (a map holding it).
+    let seen = fields
+        .iter()
+        .any(|f| keys.starts_with(f) || f.starts_with(&keys));
+    (!seen).then(|| {
+        let named: Vec<String> = fields
+            .iter()
+            .map(|f| f.join("."))
+            .filter(|f| !matches!(f.as_str(), "apiVersion" | "kind" | "metadata"))
+            .collect();
+        format!(
+            "{shown}: the trigger's fields are [{}]: rules see those, apiVersion, kind and \
+             metadata only, so {} is never there (add it to spec.trigger.fields)",
+            named.join(", "),
+            keys.join(".")
+        )
+    })
 }
 
 /// With `metadataOnly: true`, a path of the trigger outside `apiVersion`,

@@ -243,6 +243,8 @@ fn the_shipped_rules_have_no_errors() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.lines().any(|l| l.starts_with("0 error(s)")), "{text}");
+    // What each rule reads of its trigger is among its `fields`.
+    assert!(!text.contains("fields are ["), "{text}");
 }
 
 /// A CRD of the first-hour path: `databases.data.acme.io`, namespaced.
@@ -532,6 +534,42 @@ fn a_metadata_only_trigger_read_beyond_its_metadata_warns() {
             "spec.trigger.conditions[0].path: path spec.group: the trigger is metadataOnly",
             "spec.outputs[0].name: trigger.spec.group: the trigger is metadataOnly",
             "0 error(s), 2 warning(s)",
+        ],
+    );
+}
+
+#[test]
+fn a_trigger_read_beyond_its_fields_warns() {
+    let text = rule(
+        "fl",
+        "  trigger:\n    apiGroup: apiextensions.k8s.io\n    kind: CustomResourceDefinition\n    fields: [spec.names]\n    conditions:\n    - {path: spec.group, equals: x.io}\n    - {path: spec.names.plural, exists: true}\n  outputs:\n  - kind: ClusterRole\n    name: \"a-{{get trigger \\\"status.acceptedNames\\\"}}-{{trigger.spec}}-{{trigger.metadata.name}}\"\n",
+    );
+    let r = validate(&text, None, &[]);
+    assert_has(
+        &r,
+        0,
+        &[
+            "spec.trigger.conditions[0].path: path spec.group: the trigger's fields are [spec.names]",
+            "so spec.group is never there (add it to spec.trigger.fields)",
+            "spec.outputs[0].name: trigger.status.acceptedNames: the trigger's fields are [spec.names]",
+            "0 error(s), 2 warning(s)",
+        ],
+    );
+}
+
+#[test]
+fn fields_beside_metadata_only_or_with_an_index_are_errors() {
+    let text = rule(
+        "fe",
+        "  trigger:\n    kind: Namespace\n    metadataOnly: true\n    fields: [spec.finalizers]\n  related:\n  - name: pods\n    objects:\n      kind: Pod\n      fields: [\"spec.containers[0]\"]\n  outputs:\n  - kind: ClusterRole\n    name: \"a-{{trigger.metadata.name}}\"\n",
+    );
+    let r = validate(&text, None, &[]);
+    assert_has(
+        &r,
+        1,
+        &[
+            "spec.trigger.fields: give at most one of metadataOnly and fields",
+            "spec.related[0].objects.fields[0]: a field is a path of object keys; [0]",
         ],
     );
 }

@@ -156,7 +156,7 @@ impl Watches {
         match resolve(&self.client, groups, &interest).await {
             Ok(ar) => {
                 tracing::info!(kind = %gk, version = %ar.version, metadata_only = interest.metadata_only, "watching");
-                let task = self.watch_kind(&ar, &gk, epoch, interest.metadata_only);
+                let task = self.watch_kind(&ar, &gk, epoch, &interest);
                 self.kinds.insert(gk, task);
                 world.watch_kind(interest, epoch, None);
                 true
@@ -174,16 +174,18 @@ impl Watches {
         ar: &ApiResource,
         gk: &GroupKind,
         epoch: u64,
-        metadata_only: bool,
+        interest: &Interest,
     ) -> Task {
-        if metadata_only {
+        if interest.metadata_only {
             // Only metadata is fetched and cached: no CRD bodies in memory.
             let api = Api::<WireMeta>::all_with(self.client.clone(), ar);
-            self.spawn_kind(api, ar, gk, epoch, |m: WireMeta| m.0)
+            self.spawn_kind(api, ar, gk, epoch, None, |m: WireMeta| m.0)
         } else {
-            // Read straight into JSON, without managedFields.
+            // Read straight into JSON, without managedFields; of a kind
+            // whose readers all name `fields`, only what they see is kept.
             let api = Api::<Wire>::all_with(self.client.clone(), ar);
-            self.spawn_kind(api, ar, gk, epoch, |w: Wire| w)
+            let keep = interest.fields.is_some().then(|| interest.clone());
+            self.spawn_kind(api, ar, gk, epoch, keep, |w: Wire| w)
         }
     }
 
@@ -194,6 +196,7 @@ impl Watches {
         ar: &ApiResource,
         gk: &GroupKind,
         epoch: u64,
+        keep: Option<Interest>,
         wire: fn(K) -> Wire,
     ) -> Task
     where
@@ -213,7 +216,11 @@ impl Watches {
                 match refusal(&ev, &ar) {
                     Some(why) => refused(report(), why),
                     None => {
-                        Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar)))
+                        let value = |o: Wire| match &keep {
+                            Some(i) => i.keep(o.into_value(&ar)),
+                            None => o.into_value(&ar),
+                        };
+                        Feed::Kind(feed_gk.clone(), epoch, map_event(ev, value))
                     }
                 }
             },

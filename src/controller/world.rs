@@ -1763,6 +1763,7 @@ mod tests {
             gk: gk.clone(),
             version: None,
             metadata_only: false,
+            fields: None,
         };
         let epoch = w.next_epoch();
         w.watch_kind(interest, epoch, None);

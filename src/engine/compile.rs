@@ -49,6 +49,11 @@ pub struct CompiledRule {
     /// such paths: the trigger is bound to templates as those parts of it
     /// (see [`super::expand::project`]), not copied whole.
     pub trigger_paths: Option<Vec<Vec<String>>>,
+    /// What of its trigger the rule sees, when it names `fields`
+    /// ([`super::path::seen_fields`]); `None`: all it may see.
+    pub trigger_fields: Option<Vec<Vec<String>>>,
+    /// The same of each related set of objects, by position.
+    pub related_fields: Vec<Option<Vec<Vec<String>>>>,
     /// Each output's field (`spec.outputs[i]`), spelled once: every
     /// object an output emits names it.
     pub output_fields: Vec<std::sync::Arc<str>>,
@@ -58,6 +63,35 @@ pub struct CompiledRule {
 }
 
 impl CompiledRule {
+    /// How much of its trigger the rule sees.
+    pub(super) fn trigger_seen(&self) -> super::expand::Sight<'_> {
+        super::expand::Sight {
+            metadata_only: self.spec.trigger.as_ref().is_some_and(|t| t.metadata_only),
+            fields: self.trigger_fields.as_deref(),
+            id: 2,
+        }
+    }
+
+    /// How much of the objects of related set `i` the rule sees.
+    pub(super) fn related_seen(&self, i: usize) -> super::expand::Sight<'_> {
+        let q = self.spec.related.get(i).and_then(|r| r.objects.as_ref());
+        super::expand::Sight {
+            metadata_only: q.is_some_and(|q| q.metadata_only),
+            fields: self.related_fields.get(i).and_then(Option::as_deref),
+            id: 3 + i,
+        }
+    }
+
+    /// [`CompiledRule::related_seen`] of the set of objects named `name`.
+    pub(super) fn related_seen_named(&self, name: &str) -> Option<super::expand::Sight<'_>> {
+        let i = self
+            .spec
+            .related
+            .iter()
+            .position(|r| r.name == name && r.objects.is_some())?;
+        Some(self.related_seen(i))
+    }
+
     /// Gives the declared params the installation's values (`--param`);
     /// the others keep their defaults. A value without the declared
     /// format is an error of the rule.
@@ -193,6 +227,37 @@ pub struct Interest {
     pub version: Option<String>,
     /// Whether metadata is all any rule reads of this kind.
     pub metadata_only: bool,
+    /// The paths every rule reading this kind sees of its objects, when
+    /// each reader names them (`fields`, or `metadataOnly`): `apiVersion`,
+    /// `kind`, `metadata` and the union of the named fields. `None`: some
+    /// rule sees objects whole.
+    pub fields: Option<Vec<Vec<String>>>,
+}
+
+impl Interest {
+    /// An interest in `gk` by one reader seeing objects as `metadata_only`
+    /// and `fields` say.
+    fn of(gk: GroupKind, version: Option<String>, metadata_only: bool, fields: &[String]) -> Self {
+        let seen = (metadata_only || !fields.is_empty())
+            .then(|| super::path::seen_fields(if metadata_only { &[] } else { fields }));
+        Interest {
+            gk,
+            version,
+            metadata_only,
+            fields: seen,
+        }
+    }
+
+    /// `obj` as the readers of this kind see it, at most: only the paths
+    /// of [`Interest::fields`] when each reader names them.
+    pub fn keep(&self, obj: Value) -> Value {
+        match &self.fields {
+            Some(paths) if !super::path::fits_fields(&obj, paths) => {
+                super::path::keep_fields(std::borrow::Cow::Owned(obj), paths)
+            }
+            _ => obj,
+        }
+    }
 }
 
 /// The kinds a rule's spec reads — the trigger, related object queries,
@@ -200,40 +265,54 @@ pub struct Interest {
 pub(super) fn interests_of(spec: &RbacRuleSpec) -> Vec<Interest> {
     let mut out = Vec::new();
     if let Some(t) = &spec.trigger {
-        out.push(Interest {
-            gk: GroupKind::new(&t.api_group, &t.kind),
-            version: t.version.clone(),
-            metadata_only: t.metadata_only,
-        });
+        out.push(Interest::of(
+            GroupKind::new(&t.api_group, &t.kind),
+            t.version.clone(),
+            t.metadata_only,
+            &t.fields,
+        ));
     }
     for q in spec.related.iter().filter_map(|rel| rel.objects.as_ref()) {
-        out.push(Interest {
-            gk: GroupKind::new(&q.api_group, &q.kind),
-            version: q.version.clone(),
-            metadata_only: q.metadata_only,
-        });
+        out.push(Interest::of(
+            GroupKind::new(&q.api_group, &q.kind),
+            q.version.clone(),
+            q.metadata_only,
+            &q.fields,
+        ));
     }
     if spec.outputs.iter().any(|o| o.rules_from.is_some()) {
-        out.push(Interest {
-            gk: output_gk(OutputKind::ClusterRole),
-            version: None,
-            metadata_only: false,
-        });
+        out.push(Interest::of(
+            output_gk(OutputKind::ClusterRole),
+            None,
+            false,
+            &[],
+        ));
     }
     merge_interests(out)
 }
 
-/// One interest per kind: metadata-only only if every reader says so; the
-/// first version named wins.
+/// One interest per kind: metadata-only only if every reader says so, the
+/// fields of every reader when each names them; the first version named
+/// wins.
 pub fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interest> {
     let mut out: BTreeMap<GroupKind, Interest> = BTreeMap::new();
     for i in items {
-        let e = out.entry(i.gk.clone()).or_insert(Interest {
+        let e = out.entry(i.gk.clone()).or_insert_with(|| Interest {
             gk: i.gk,
             version: None,
             metadata_only: true,
+            fields: Some(Vec::new()),
         });
         e.metadata_only &= i.metadata_only;
+        e.fields = match (e.fields.take(), i.fields) {
+            (Some(mut a), Some(b)) => {
+                a.extend(b);
+                a.sort();
+                a.dedup();
+                Some(a)
+            }
+            _ => None,
+        };
         if e.version.is_none() {
             e.version = i.version;
         }
@@ -255,6 +334,21 @@ struct Compiler<'a> {
 impl Compiler<'_> {
     fn err(&mut self, kind: ErrorKind, field: impl Into<String>, msg: impl Into<String>) {
         self.errors.push(FieldError::new(kind, field, msg));
+    }
+
+    /// A trigger's or object query's `fields` (at `at`): paths of object
+    /// keys, and not beside `metadataOnly`.
+    fn fields(&mut self, at: &str, fields: &[String], metadata_only: bool) {
+        if let Err(e) = super::path::object_fields(at, fields) {
+            self.errors.push(e);
+        }
+        if metadata_only && !fields.is_empty() {
+            self.err(
+                ErrorKind::InvalidRule,
+                format!("{at}.fields"),
+                "give at most one of metadataOnly and fields (metadataOnly sees metadata only)",
+            );
+        }
     }
 
     fn template(&mut self, field: &str, text: &str) {
@@ -579,6 +673,7 @@ fn check_trigger(c: &mut Compiler, t: &Trigger) {
             "annotation is required",
         );
     }
+    c.fields("spec.trigger", &t.fields, t.metadata_only);
 }
 
 /// Checks the related sets: names, and each set's query or list field.
@@ -631,6 +726,7 @@ fn check_objects_query(c: &mut Compiler, spec: &RbacRuleSpec, i: usize, f: &str,
             "needs a trigger",
         );
     }
+    c.fields(&format!("{f}.objects"), &q.fields, q.metadata_only);
     if q.controlled_by_trigger && !q.owned_by.is_empty() {
         c.err(
             ErrorKind::InvalidRule,
@@ -955,6 +1051,21 @@ fn compiled(name: &str, spec: &RbacRuleSpec, regexes: HashMap<String, Regex>) ->
         derivation: Derivation::of(spec, &params),
         unread,
         trigger_paths,
+        trigger_fields: spec
+            .trigger
+            .as_ref()
+            .filter(|t| !t.fields.is_empty())
+            .map(|t| super::path::seen_fields(&t.fields)),
+        related_fields: spec
+            .related
+            .iter()
+            .map(|r| {
+                r.objects
+                    .as_ref()
+                    .filter(|q| !q.fields.is_empty())
+                    .map(|q| super::path::seen_fields(&q.fields))
+            })
+            .collect(),
         output_fields: (0..spec.outputs.len())
             .map(|i| format!("spec.outputs[{i}]").into())
             .collect(),
@@ -1019,6 +1130,39 @@ mod tests {
 
     fn paths(texts: &[&str]) -> Option<Vec<String>> {
         trigger_paths(texts).map(|ps| ps.iter().map(|p| p.join(".")).collect())
+    }
+
+    #[test]
+    fn a_kind_is_kept_as_the_union_of_what_its_readers_see() {
+        let gk = || GroupKind::new("example.org", "Widget");
+        let reader = |m: bool, f: &[&str]| {
+            let f: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+            Interest::of(gk(), None, m, &f)
+        };
+        let obj = serde_json::json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "w"},
+            "spec": {"group": "g", "schema": {"big": 1}, "names": {"plural": "ws"}},
+            "status": {"x": 1}});
+        let merged = |rs: Vec<Interest>| merge_interests(rs).remove(0);
+        // Fields and metadata-only readers: the union of their fields.
+        let i = merged(vec![
+            reader(false, &["spec.group"]),
+            reader(true, &[]),
+            reader(false, &["spec.names.plural", "spec.group"]),
+        ]);
+        assert!(!i.metadata_only);
+        assert_eq!(
+            i.keep(obj.clone()),
+            serde_json::json!({"apiVersion": "example.org/v1", "kind": "Widget",
+                "metadata": {"name": "w"}, "spec": {"group": "g", "names": {"plural": "ws"}}})
+        );
+        // One reader of the whole object: whole.
+        let i = merged(vec![reader(false, &["spec.group"]), reader(false, &[])]);
+        assert_eq!(i.fields, None);
+        assert_eq!(i.keep(obj.clone()), obj);
+        // Metadata-only readers only: metadata-only.
+        let i = merged(vec![reader(true, &[]), reader(true, &[])]);
+        assert!(i.metadata_only);
     }
 
     #[test]

@@ -27,7 +27,9 @@ use super::memo::{
 use super::model::Desired;
 use super::model::Seen;
 use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use super::path::{At, FieldPath, Segment, keep_fields, leading_keys, list_fields, scalar_text};
+use super::path::{
+    At, FieldPath, Segment, fits_fields, keep_fields, leading_keys, list_fields, scalar_text,
+};
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::{mentions, mentions_text, named_reads, truthy};
 use super::view::View;
@@ -38,14 +40,53 @@ use crate::policy;
 
 type Result<T> = std::result::Result<T, FieldError>;
 
+/// How much of an object a rule's trigger or related set sees.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sight<'a> {
+    /// Only `apiVersion`, `kind` and `metadata` (`metadataOnly`).
+    pub metadata_only: bool,
+    /// Only these paths (`fields`, with `apiVersion`, `kind` and
+    /// `metadata`); `None`: every path.
+    pub fields: Option<&'a [Vec<String>]>,
+    /// Which view of its rule this is, when a view of fields (cache keys
+    /// tell views of one object apart by it): see [`Sight::key`].
+    pub id: usize,
+}
+
+impl Sight<'_> {
+    /// The whole object, or its metadata only, with no `fields`.
+    #[cfg(test)]
+    pub fn plain(metadata_only: bool) -> Sight<'static> {
+        Sight {
+            metadata_only,
+            fields: None,
+            id: 0,
+        }
+    }
+
+    /// A number for this view in cache keys: 0 whole, 1 metadata only,
+    /// else its own.
+    pub fn key(&self) -> usize {
+        if self.metadata_only {
+            1
+        } else if self.fields.is_some() {
+            self.id
+        } else {
+            0
+        }
+    }
+}
+
 /// Removes what templates must not depend on or need not see.
-pub(super) fn visible(obj: &Value, metadata_only: bool) -> Value {
-    let mut v = if metadata_only {
+pub(super) fn visible(obj: &Value, seen: Sight<'_>) -> Value {
+    let mut v = if seen.metadata_only {
         json!({
             "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
             "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
             "metadata": obj.get("metadata").cloned().unwrap_or(Value::Null),
         })
+    } else if let Some(fields) = seen.fields {
+        keep_fields(Cow::Borrowed(obj), fields)
     } else {
         obj.clone()
     };
@@ -56,19 +97,20 @@ pub(super) fn visible(obj: &Value, metadata_only: bool) -> Value {
 }
 
 /// [`visible`]`(obj)`, borrowed when that is `obj` itself (no
-/// managedFields, and only metadata when only metadata is seen): the
-/// controller's store holds objects so.
-pub(super) fn shown(obj: &Value, metadata_only: bool) -> Cow<'_, Value> {
+/// managedFields, and only what is seen): the controller's store holds
+/// objects so.
+pub(super) fn shown<'o>(obj: &'o Value, seen: Sight<'_>) -> Cow<'o, Value> {
     let bare = obj["metadata"].get("managedFields").is_none()
-        && (!metadata_only
+        && (!seen.metadata_only
             || obj.as_object().is_some_and(|m| {
                 m.keys()
                     .all(|k| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
-            }));
+            }))
+        && seen.fields.is_none_or(|f| fits_fields(obj, f));
     if bare {
         Cow::Borrowed(obj)
     } else {
-        Cow::Owned(visible(obj, metadata_only))
+        Cow::Owned(visible(obj, seen))
     }
 }
 
@@ -76,9 +118,24 @@ pub(super) fn shown(obj: &Value, metadata_only: bool) -> Cow<'_, Value> {
 /// path's value copied whole where it ends or meets a non-map, missing
 /// where `obj` has none. Templates and conditions that read `obj` only by
 /// these paths see the same values in it.
-pub(super) fn project(obj: &Value, paths: &[Vec<String>], metadata_only: bool) -> Value {
+pub(super) fn project(obj: &Value, paths: &[Vec<String>], seen: Sight<'_>) -> Value {
+    if seen.fields.is_some() {
+        // What the paths read of what is seen.
+        let base = shown(obj, seen);
+        if let Cow::Owned(o) = &base {
+            return project(
+                o,
+                paths,
+                Sight {
+                    fields: None,
+                    ..seen
+                },
+            );
+        }
+    }
+    let metadata_only = seen.metadata_only;
     let Value::Object(src) = obj else {
-        return visible(obj, metadata_only);
+        return visible(obj, seen);
     };
     let mut sorted: Vec<&Vec<String>> = paths.iter().collect();
     sorted.sort_by_key(|p| p.len());
@@ -87,7 +144,7 @@ pub(super) fn project(obj: &Value, paths: &[Vec<String>], metadata_only: bool) -
     let mut whole: Vec<&[String]> = Vec::new();
     for p in sorted {
         let Some(first) = p.first() else {
-            return visible(obj, metadata_only);
+            return visible(obj, seen);
         };
         if whole.iter().any(|w| p.starts_with(w))
             || (metadata_only && !matches!(first.as_str(), "apiVersion" | "kind" | "metadata"))
@@ -253,8 +310,12 @@ impl<'s> Loop<'s> {
 /// metadata), copied only when its entries are extracted.
 enum Source<'a> {
     Seen(&'a Value),
-    Held(&'a Arc<Value>, bool),
+    Held(&'a Arc<Value>, Sight<'a>),
 }
+
+/// A set of related objects no template reads: its name, the objects as
+/// the store holds them, and how much of them the rule sees.
+type HeldSet<'o, 'r> = (&'o String, Vec<Arc<Value>>, Sight<'r>);
 
 /// A listField's extract: the path of the text in each entry, the regex
 /// it must match, and what becomes of an entry it does not.
@@ -1064,14 +1125,12 @@ impl Evaluator<'_> {
             let (gk, ns, read) = self.related_read(q, f, ctx, trigger, view)?;
             let found = self.find_related(i, &gk, ns, read, view);
             let found: Vec<&Arc<Value>> = found.iter().collect();
-            if let Some(items) = self.cached_objects(i, rel, &found, q.metadata_only, ctx) {
+            let seen = self.rule.related_seen(i);
+            if let Some(items) = self.cached_objects(i, rel, &found, seen, ctx) {
                 return items;
             }
             arcs = Some(found.iter().map(|o| Arc::clone(o)).collect());
-            found
-                .into_iter()
-                .map(|o| visible(o, q.metadata_only))
-                .collect()
+            found.into_iter().map(|o| visible(o, seen)).collect()
         } else if let Some(l) = &rel.list_field {
             match self.list_field(i, rel, l, f, ctx, &mut keys, &mut judged, &mut keep)? {
                 ControlFlow::Break(done) => return Ok(done),
@@ -1343,15 +1402,15 @@ impl Evaluator<'_> {
     }
 
     /// The objects of the sets a listField names that no template reads,
-    /// as the store holds them (with whether templates see only their
-    /// metadata): copied (as templates would see them) only when their
-    /// entries are extracted afresh.
-    fn held_sets<'o>(&self, of: &'o [String]) -> Vec<(&'o String, Vec<Arc<Value>>, bool)> {
+    /// as the store holds them (with how much of them templates see):
+    /// copied (as templates would see them) only when their entries are
+    /// extracted afresh.
+    fn held_sets<'o>(&self, of: &'o [String]) -> Vec<HeldSet<'o, '_>> {
         of.iter()
             .filter(|name| self.rule.unread.contains(*name))
             .filter_map(|name| {
-                let q = self.related_query(name)?;
-                Some((name, self.caches.objects_of(name)?, q.metadata_only))
+                let seen = self.rule.related_seen_named(name)?;
+                Some((name, self.caches.objects_of(name)?, seen))
             })
             .collect()
     }
@@ -1362,11 +1421,11 @@ impl Evaluator<'_> {
     /// extracted entries are cached by these: a trigger in its own family
     /// shares them).
     fn sources_of<'s>(
-        &self,
+        &'s self,
         of: &'s [String],
         data: &'s Value,
         trigger: Option<&'s Arc<Value>>,
-        held: &'s [(&String, Vec<Arc<Value>>, bool)],
+        held: &'s [HeldSet<'s, 's>],
     ) -> Vec<(Source<'s>, Option<(usize, usize)>)> {
         let mut sources: Vec<(Source, Option<(usize, usize)>)> = Vec::new();
         // A one-shot render keeps nothing: no addresses.
@@ -1375,23 +1434,28 @@ impl Evaluator<'_> {
             if name == "trigger" {
                 // Read where the store holds it: templates may
                 // see only the parts of it they read.
-                let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
+                let seen = self
+                    .rule
+                    .spec
+                    .trigger
+                    .as_ref()
+                    .map(|_| self.rule.trigger_seen());
                 if let Some((o, m)) = trigger.zip(seen) {
-                    let addr = pin(o).map(|a| (usize::from(m), a));
+                    let addr = pin(o).map(|a| (m.key(), a));
                     sources.push((Source::Held(o, m), addr));
                 }
             } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
                 for o in objs {
-                    let addr = pin(o).map(|a| (usize::from(*seen), a));
+                    let addr = pin(o).map(|a| (seen.key(), a));
                     sources.push((Source::Held(o, *seen), addr));
                 }
             } else {
                 let Some(values) = data["related"][name.as_str()].as_array() else {
                     continue;
                 };
-                match self.related_query(name).map(|q| q.metadata_only) {
+                match self.rule.related_seen_named(name) {
                     Some(seen) => self.caches.pin_related(name, values.len(), |n, addr| {
-                        let addr = addr.map(|a| (usize::from(seen), a));
+                        let addr = addr.map(|a| (seen.key(), a));
                         sources.push((Source::Seen(&values[n]), addr));
                     }),
                     None => sources.extend(values.iter().map(|v| (Source::Seen(v), None))),
@@ -1586,16 +1650,6 @@ impl Evaluator<'_> {
         uids
     }
 
-    /// The `objects` query of the related set `name`, if it is one.
-    fn related_query(&self, name: &str) -> Option<&crate::api::ObjectQuery> {
-        self.rule
-            .spec
-            .related
-            .iter()
-            .find(|r| r.name == name)
-            .and_then(|r| r.objects.as_ref())
-    }
-
     /// What related set `i`'s conditions read. A condition that reads
     /// nothing but `item` has a verdict that follows from the item's text
     /// alone.
@@ -1630,15 +1684,15 @@ impl Evaluator<'_> {
         i: usize,
         rel: &Related,
         found: &[&Arc<Value>],
-        metadata_only: bool,
+        seen: Sight<'_>,
         ctx: &mut Context,
     ) -> Option<Result<Vec<Value>>> {
         if !rel.require.is_empty() || !self.reads_of(i, rel).where_item_trigger {
             return None;
         }
-        let passed = self.caches.judged_objects(i, found, |o| {
-            self.object_passes(i, rel, o, metadata_only, ctx)
-        });
+        let passed = self
+            .caches
+            .judged_objects(i, found, |o| self.object_passes(i, rel, o, seen, ctx));
         let passed = match passed {
             Ok(p) => p,
             Err(e) => return Some(Err(e)),
@@ -1648,7 +1702,7 @@ impl Evaluator<'_> {
         let items =
             self.caches
                 .objects_list((i, &rel.name), passed, hollow, &self.warnings, |passed| {
-                    passed.iter().map(|o| visible(o, metadata_only)).collect()
+                    passed.iter().map(|o| visible(o, seen)).collect()
                 });
         Some(Ok(items))
     }
@@ -1661,7 +1715,7 @@ impl Evaluator<'_> {
         i: usize,
         rel: &Related,
         o: &Arc<Value>,
-        metadata_only: bool,
+        seen: Sight<'_>,
         ctx: &mut Context,
     ) -> Result<bool> {
         let related_at = At::Field("spec.related");
@@ -1669,8 +1723,8 @@ impl Evaluator<'_> {
         // Only what the conditions read of it is copied.
         let projected = self.item_paths(i, &rel.filter);
         let item = match &*projected {
-            Some(paths) => project(o, paths, metadata_only),
-            None => visible(o, metadata_only),
+            Some(paths) => project(o, paths, seen),
+            None => visible(o, seen),
         };
         let judge = |ctx: &Context, item: &Value| {
             for (j, c) in rel.filter.iter().enumerate() {
@@ -1686,7 +1740,7 @@ impl Evaluator<'_> {
             // The projection judges as the whole object does
             // (on a budget of its own).
             let _budget = limits::start(&self.engine.options.limits);
-            let (_, whole) = with_item(ctx, visible(o, metadata_only), judge);
+            let (_, whole) = with_item(ctx, visible(o, seen), judge);
             debug_assert_eq!(ok, whole, "a projection of {} judged apart", o);
         }
         ok
@@ -2566,7 +2620,7 @@ mod tests {
                 .iter()
                 .map(|p| p.iter().map(|k| k.to_string()).collect())
                 .collect();
-            project(&obj, &paths, m)
+            project(&obj, &paths, Sight::plain(m))
         };
         assert_eq!(
             p(&[&["spec", "image"], &["spec", "missing", "x"]], false),
@@ -2592,6 +2646,23 @@ mod tests {
             json!({"metadata": {"name": "n", "labels": {"a": "1"}}})
         );
         assert_eq!(p(&[], false), json!({}));
-        assert_eq!(p(&[&[]], false), visible(&obj, false));
+        assert_eq!(p(&[&[]], false), visible(&obj, Sight::plain(false)));
+        // With `fields`: the paths read of what is seen.
+        let fields = super::super::path::seen_fields(&["spec.text".into()]);
+        let seen = Sight {
+            metadata_only: false,
+            fields: Some(&fields),
+            id: 2,
+        };
+        let paths = [vec!["spec".to_string()], vec!["status".to_string()]];
+        assert_eq!(project(&obj, &paths, seen), json!({"spec": {"text": "t"}}));
+        assert_eq!(
+            visible(&obj, seen),
+            json!({"apiVersion": "v1", "kind": "K",
+                "metadata": {"name": "n", "labels": {"a": "1"}}, "spec": {"text": "t"}})
+        );
+        let kept = visible(&obj, seen);
+        assert!(matches!(shown(&kept, seen), Cow::Borrowed(_)));
+        assert!(matches!(shown(&obj, seen), Cow::Owned(_)));
     }
 }

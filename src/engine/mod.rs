@@ -335,6 +335,7 @@ fn interests_of_rules(rules: &[CompiledRule], options: &Options) -> Vec<Interest
                 gk: kinds::output_gk(kind),
                 version: None,
                 metadata_only: false,
+                fields: None,
             });
         }
     }

@@ -156,19 +156,69 @@ pub fn list_fields(
     at: impl fmt::Display,
     fields: &[String],
 ) -> Result<Vec<Vec<String>>, FieldError> {
+    object_fields(format_args!("{at}.listField"), fields)
+}
+
+/// The `fields` at `at` (`at.fields[j]`), each as its object keys; the
+/// first that is not one is an error naming it.
+pub fn object_fields(
+    at: impl fmt::Display,
+    fields: &[String],
+) -> Result<Vec<Vec<String>>, FieldError> {
     fields
         .iter()
         .enumerate()
         .map(|(j, text)| {
             field_keys(text).map_err(|e| {
-                FieldError::new(
-                    ErrorKind::InvalidRule,
-                    format!("{at}.listField.fields[{j}]"),
-                    e,
-                )
+                FieldError::new(ErrorKind::InvalidRule, format!("{at}.fields[{j}]"), e)
             })
         })
         .collect()
+}
+
+/// The paths an object query's or trigger's `fields` keep of each object:
+/// `apiVersion`, `kind` and `metadata` always, then the named ones.
+/// Unparsable paths are left out (compiling the rule reports them).
+pub fn seen_fields(fields: &[String]) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = ["apiVersion", "kind", "metadata"]
+        .into_iter()
+        .map(|k| vec![k.to_string()])
+        .collect();
+    out.extend(fields.iter().filter_map(|f| field_keys(f).ok()));
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether [`keep_fields`]`(v, paths)` is `v` itself: every value of `v`
+/// lies at or below one of `paths` (an empty map below a path's start is
+/// not kept, so it does not fit).
+pub fn fits_fields(v: &Value, paths: &[Vec<String>]) -> bool {
+    fn walk(m: &serde_json::Map<String, Value>, paths: &[&[String]]) -> bool {
+        m.iter().all(|(k, v)| {
+            let below: Vec<&[String]> = paths
+                .iter()
+                .filter(|p| p.first() == Some(k))
+                .map(|p| &p[1..])
+                .collect();
+            if below.iter().any(|p| p.is_empty()) {
+                return true;
+            }
+            match v {
+                Value::Object(inner) if !below.is_empty() && !inner.is_empty() => {
+                    walk(inner, &below)
+                }
+                _ => false,
+            }
+        })
+    }
+    match v {
+        Value::Object(m) if !paths.is_empty() => {
+            let all: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
+            walk(m, &all)
+        }
+        _ => true,
+    }
 }
 
 /// `entry` with only the values at `paths` (from [`list_fields`]), each at

@@ -30,7 +30,8 @@ impl Shaper {
 
     /// `obj` as the engine needs it: RBAC objects whole (policy, aggregation
     /// and the live objects rules keep read them); a kind some rule reads
-    /// whole, whole; any other kind as its `apiVersion`, `kind` and
+    /// beyond metadata, what its readers see (whole, or the union of their
+    /// `fields`); any other kind as its `apiVersion`, `kind` and
     /// `metadata`. Never `metadata.managedFields`, which no rule sees.
     pub fn shape(&self, mut obj: Value) -> Value {
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -42,19 +43,16 @@ impl Shaper {
         if OutputKind::ALL.iter().any(|k| output_gk(*k) == gk) {
             return obj;
         }
-        let whole = self
-            .interests
-            .iter()
-            .any(|i| i.gk == gk && !i.metadata_only);
-        if whole {
-            return obj;
-        }
-        match obj {
-            Value::Object(mut m) => {
-                m.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
-                Value::Object(m)
-            }
-            other => other,
+        match self.interests.iter().find(|i| i.gk == gk) {
+            // Read by some rule: what its readers see.
+            Some(i) if !i.metadata_only => i.keep(obj),
+            _ => match obj {
+                Value::Object(mut m) => {
+                    m.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
+                    Value::Object(m)
+                }
+                other => other,
+            },
         }
     }
 }
@@ -69,6 +67,7 @@ mod tests {
             gk: GroupKind::new(group, kind),
             version: None,
             metadata_only,
+            fields: None,
         }
     }
 

@@ -2807,7 +2807,11 @@ mod tests {
                 panic!("{t}: the trigger is read by paths");
             };
             let mut seen = ctx.clone();
-            seen["trigger"] = crate::engine::expand::project(&ctx["trigger"], &paths, false);
+            seen["trigger"] = crate::engine::expand::project(
+                &ctx["trigger"],
+                &paths,
+                crate::engine::expand::Sight::plain(false),
+            );
             let named = named_reads(&[t], "related", &sets);
             if let (Some(named), Some(m)) = (&named, seen["related"].as_object_mut()) {
                 m.retain(|k, _| named.contains(k));

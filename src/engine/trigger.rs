@@ -32,13 +32,13 @@ impl Evaluator<'_> {
                 bind(
                     &mut ctx,
                     "trigger",
-                    project(obj, paths, trigger.metadata_only),
+                    project(obj, paths, self.rule.trigger_seen()),
                 );
-                whole = shown(obj, trigger.metadata_only);
+                whole = shown(obj, self.rule.trigger_seen());
                 &whole
             }
             None => {
-                bind(&mut ctx, "trigger", visible(obj, trigger.metadata_only));
+                bind(&mut ctx, "trigger", visible(obj, self.rule.trigger_seen()));
                 &ctx.data()["trigger"]
             }
         };

@@ -145,7 +145,7 @@ impl Render<'_> {
         Ok(found
             .into_iter()
             .filter(|o| passes(o))
-            .map(|o| visible(o, q.metadata_only))
+            .map(|o| visible(o, q.metadata_only, &q.fields))
             .collect())
     }
 
@@ -217,9 +217,8 @@ impl Render<'_> {
         let mut sources = Vec::new();
         for name in of {
             if name == "trigger" {
-                let seen = self.rule.spec.trigger.as_ref().map(|t| t.metadata_only);
-                if let (Some(t), Some(metadata_only)) = (self.trigger, seen) {
-                    sources.push(visible(t, metadata_only));
+                if let (Some(t), Some(trigger)) = (self.trigger, &self.rule.spec.trigger) {
+                    sources.push(visible(t, trigger.metadata_only, &trigger.fields));
                 }
             } else if let Some(items) = ctx.data()["related"][name.as_str()].as_array() {
                 sources.extend(items.iter().cloned());

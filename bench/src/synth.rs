@@ -332,7 +332,9 @@ impl Plane<'_> {
         let mut spec = json!({
             "group": d.type_group,
             "names": {"kind": format!("X{stem}"), "plural": format!("x{stem}s")},
-            "versions": [{"name": "v1alpha1", "served": true, "referenceable": true}],
+            // As every XRD carries one (the built-in rules read none).
+            "versions": [{"name": "v1alpha1", "served": true, "referenceable": true,
+                "schema": schema(&format!("x{stem}s"))}],
         });
         if claims {
             spec["claimNames"] = json!({"kind": stem, "plural": format!("{stem}s")});

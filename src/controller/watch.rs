@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -18,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::apply::api_resource;
-use super::wire::{Wire, WireMeta};
+use super::wire::{Wire, WireMeta, keeping};
 use super::world::{Feed, Source, World, map_event, output_kind};
 use crate::api::{ManageLevel, OutputKind, RbacRule};
 use crate::engine::{GroupKind, Interest};
@@ -66,6 +67,7 @@ impl Watches {
         base.push(spawn(
             Api::<Wire>::all_with(client.clone(), &rules),
             watcher::Config::default(),
+            None,
             tx.clone(),
             move |ev| rule_feed(ev, &rules),
             || Source::Rules,
@@ -78,6 +80,7 @@ impl Watches {
             base.push(spawn(
                 Api::<ClusterRole>::all(client.clone()),
                 watcher::Config::default().fields(&format!("metadata.name={name}")),
+                None,
                 tx.clone(),
                 |ev| Feed::Allow(Box::new(ev)),
                 || Source::Allow,
@@ -202,6 +205,11 @@ impl Watches {
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     {
+        // Objects cut as they are parsed, then as the readers see them.
+        let cut: Option<Arc<[Vec<String>]>> = keep
+            .as_ref()
+            .and_then(|i| i.fields.as_deref())
+            .map(Arc::from);
         let source_gk = gk.clone();
         let source = move || Source::Kind(source_gk.clone(), epoch);
         let feed_gk = gk.clone();
@@ -210,6 +218,7 @@ impl Watches {
         spawn(
             api,
             watcher::Config::default().page_size(KIND_PAGE_SIZE),
+            cut,
             self.tx.clone(),
             move |ev| {
                 let ev = map_event(ev, wire);
@@ -315,6 +324,7 @@ fn watch_outputs(client: &Client, tx: &mpsc::UnboundedSender<Feed>, kind: Output
     spawn(
         api,
         watcher::Config::default().page_size(OUTPUT_PAGE_SIZE),
+        None,
         tx.clone(),
         move |ev| match refusal(&ev, &ar) {
             Some(why) => refused(Source::Owned(kind), why),
@@ -378,6 +388,7 @@ async fn resolve(
 fn spawn<K>(
     api: Api<K>,
     config: watcher::Config,
+    cut: Option<Arc<[Vec<String>]>>,
     tx: mpsc::UnboundedSender<Feed>,
     feed: impl Fn(Event<K>) -> Feed + Send + 'static,
     source: impl Fn() -> Source + Send + 'static,
@@ -386,7 +397,12 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     Task(tokio::spawn(async move {
-        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut inner = watcher(api, config).default_backoff().boxed();
+        // Bodies are parsed within a poll of the watch: cut there.
+        let mut stream = futures::stream::poll_fn(move |cx| match &cut {
+            Some(paths) => keeping(paths, || inner.poll_next_unpin(cx)),
+            None => inner.poll_next_unpin(cx),
+        });
         while let Some(item) = stream.next().await {
             let msg = match item {
                 Ok(ev) => feed(ev),

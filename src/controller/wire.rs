@@ -6,8 +6,9 @@
 //! memory of a list).
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -166,6 +167,137 @@ impl<'de> Deserialize<'de> for Wire {
 
 struct WireVisitor;
 
+thread_local! {
+    /// The paths the objects [`Wire`] reads on this thread keep, while
+    /// [`keeping`] runs.
+    static KEEP: RefCell<Option<Arc<[Vec<String>]>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (a poll of one kind's watch) with the objects [`Wire`] reads
+/// cut to `paths` (paths of object keys) as they are parsed: what no path
+/// reaches is skipped, never built, so a list page of large objects (XRDs
+/// with their schemas) costs what is kept of it.
+pub fn keeping<R>(paths: &Arc<[Vec<String>]>, f: impl FnOnce() -> R) -> R {
+    /// Puts back what was set, also when `f` unwinds.
+    struct Restore(Option<Arc<[Vec<String>]>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            KEEP.with(|k| *k.borrow_mut() = old);
+        }
+    }
+    let _restore = Restore(KEEP.with(|k| k.replace(Some(Arc::clone(paths)))));
+    f()
+}
+
+/// The rest of each path in `paths` that starts with `key`.
+fn tails(paths: &[impl AsRef<[String]>], key: &str) -> Vec<Vec<String>> {
+    paths
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p: &&[String]| p.first().is_some_and(|k| k == key))
+        .map(|p| p[1..].to_vec())
+        .collect()
+}
+
+/// A value of which only `paths` (none empty) are kept, as
+/// [`crate::engine::path::keep_fields`] keeps them: `None` when nothing
+/// is (a value that is not a map, or a map without any of them).
+struct Pick<'a> {
+    paths: Vec<Vec<String>>,
+    level: usize,
+    too_deep: &'a Cell<bool>,
+}
+
+impl<'de> DeserializeSeed<'de> for Pick<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        if self.level > SHALLOW {
+            // Deep down: read whole (without the recursion limit), then cut.
+            let whole = Deep::at(self.level, self.too_deep).deserialize(d)?;
+            return Ok(match whole {
+                Value::Object(_) => {
+                    let kept = crate::engine::path::keep_fields(Cow::Owned(whole), &self.paths);
+                    kept.as_object()
+                        .is_some_and(|m| !m.is_empty())
+                        .then_some(kept)
+                }
+                _ => None,
+            });
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Pick<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+
+    fn visit_none<E>(self) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        self.deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Value>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Value>, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let below = tails(&self.paths, &key);
+            if below.is_empty() {
+                map.next_value::<IgnoredAny>()?;
+            } else if below.iter().any(|p| p.is_empty()) {
+                let value = map.next_value_seed(Deep::at(self.level + 1, self.too_deep))?;
+                out.insert(key, value);
+            } else {
+                let seed = Pick {
+                    paths: below,
+                    level: self.level + 1,
+                    too_deep: self.too_deep,
+                };
+                if let Some(value) = map.next_value_seed(seed)? {
+                    out.insert(key, value);
+                }
+            }
+        }
+        Ok((!out.is_empty()).then_some(Value::Object(out)))
+    }
+}
+
 impl<'de> Visitor<'de> for WireVisitor {
     type Value = Wire;
 
@@ -174,6 +306,7 @@ impl<'de> Visitor<'de> for WireVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Wire, A::Error> {
+        let keep = KEEP.with(|k| k.borrow().clone());
         let mut body = Map::new();
         let mut ours = None;
         let too_deep = Cell::new(false);
@@ -186,8 +319,27 @@ impl<'de> Visitor<'de> for WireVisitor {
                 }
             } else {
                 // The object's own braces are level 1.
-                let value = map.next_value_seed(Deep::at(2, &too_deep))?;
-                body.insert(key, value);
+                let below = keep.as_deref().map(|paths| tails(paths, &key));
+                match below {
+                    // No reader sees it: skipped, never built.
+                    Some(below) if below.is_empty() => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    Some(below) if !below.iter().any(|p| p.is_empty()) => {
+                        let seed = Pick {
+                            paths: below,
+                            level: 2,
+                            too_deep: &too_deep,
+                        };
+                        if let Some(value) = map.next_value_seed(seed)? {
+                            body.insert(key, value);
+                        }
+                    }
+                    _ => {
+                        let value = map.next_value_seed(Deep::at(2, &too_deep))?;
+                        body.insert(key, value);
+                    }
+                }
             }
         }
         let text = |k: &str| {
@@ -539,6 +691,47 @@ mod tests {
     use crate::api::OutputKind;
     use crate::controller::apply::api_resource;
     use crate::engine::output::RBAC_API_VERSION;
+
+    #[test]
+    fn objects_read_while_keeping_paths_are_those_paths_of_the_whole() {
+        let deep = (0..300).fold(json!("bottom"), |v, _| json!({ "d": v }));
+        let obj = json!({"apiVersion": "x.io/v1", "kind": "X",
+            "metadata": {"name": "a", "managedFields": [{"manager": "m"}]},
+            "spec": {"group": "g.io", "names": {"plural": "xs", "kind": "X"},
+                "versions": [{"name": "v1", "schema": {"deep": deep}}], "scalar": 3,
+                "empty": {}, "claimNames": null},
+            "status": {"deep": deep}});
+        let text = obj.to_string();
+        let cases: [&[&str]; 5] = [
+            &["spec.group", "spec.names"],
+            &[
+                "spec.names.plural",
+                "spec.scalar.x",
+                "spec.empty.x",
+                "missing.y",
+            ],
+            &["spec", "spec.group"],
+            &["spec.claimNames", "status.deep.d.d"],
+            &[],
+        ];
+        for fields in cases {
+            let named: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+            let paths: Arc<[Vec<String>]> = crate::engine::path::seen_fields(&named).into();
+            let wire: Wire = keeping(&paths, || serde_json::from_str(&text)).expect("reads");
+            let mut de = serde_json::Deserializer::from_str(&text);
+            de.disable_recursion_limit();
+            let whole = Value::deserialize(&mut de).expect("json");
+            let mut expected = crate::engine::path::keep_fields(Cow::Owned(whole), &paths);
+            expected["metadata"]
+                .as_object_mut()
+                .map(|m| m.remove("managedFields"));
+            assert_eq!(Value::Object(wire.body), expected, "{fields:?}");
+        }
+        // Unset again: the next object is read whole.
+        let wire: Wire = serde_json::from_str(&text).expect("reads");
+        assert_eq!(wire.body["status"]["deep"], obj["status"]["deep"]);
+        assert_eq!(wire.body["spec"], obj["spec"]);
+    }
 
     #[test]
     fn a_received_object_is_summarised_like_its_json() {

@@ -44,6 +44,12 @@ impl Received {
     /// Answers with a status code and a JSON body.
     pub fn respond(self, code: u16, body: Value) {
         let bytes = serde_json::to_vec(&body).expect("response body");
+        self.respond_bytes(code, bytes);
+    }
+
+    /// Answers with a status code and a body of JSON text (one too deep
+    /// to build as a value on a test's stack).
+    pub fn respond_bytes(self, code: u16, bytes: Vec<u8>) {
         let response = Response::builder()
             .status(StatusCode::from_u16(code).expect("status code"))
             .header("content-type", "application/json")

@@ -304,9 +304,7 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
     }
     let spec = &doc.value["spec"];
     let trigger = TriggerKind::of(spec, schemas, &mut push);
-    if trigger.metadata_only || trigger.fields.is_some() {
-        lint_metadata_only_conditions(spec, &trigger, &mut push);
-    }
+    lint_unseen_condition_paths(spec, &trigger, &mut push);
     if let Some(schema) = &trigger.schema {
         lint_trigger_condition_paths(spec, &trigger, schema, &mut push);
         lint_list_field_paths(spec, &trigger, schema, &mut push);
@@ -414,7 +412,7 @@ impl<'a> TriggerKind<'a> {
 
 /// A metadata-only trigger, or one with `fields`, shows conditions only
 /// what it sees: a path elsewhere reads nothing.
-fn lint_metadata_only_conditions(
+fn lint_unseen_condition_paths(
     spec: &Value,
     kind: &TriggerKind,
     push: &mut impl FnMut(Severity, &str, String),
@@ -557,14 +555,12 @@ fn lint_text(
             push(Severity::Error, &s.field, msg);
         }
     }
-    if trigger.metadata_only || trigger.fields.is_some() {
-        for (raw, segs) in &parsed.paths {
-            if segs.first().map(String::as_str) == Some("trigger")
-                && segs.len() > 1
-                && let Some(msg) = unseen(trigger, &segs[1..].join("."), raw)
-            {
-                push(Severity::Warning, &s.field, msg);
-            }
+    for (raw, segs) in &parsed.paths {
+        if segs.first().map(String::as_str) == Some("trigger")
+            && segs.len() > 1
+            && let Some(msg) = unseen(trigger, &segs[1..].join("."), raw)
+        {
+            push(Severity::Warning, &s.field, msg);
         }
     }
     if let Some(schema) = &trigger.schema {

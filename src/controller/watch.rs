@@ -185,10 +185,10 @@ impl Watches {
             self.spawn_kind(api, ar, gk, epoch, None, |m: WireMeta| m.0)
         } else {
             // Read straight into JSON, without managedFields; of a kind
-            // whose readers all name `fields`, only what they see is kept.
+            // whose readers all name `fields`, only what they see is built.
             let api = Api::<Wire>::all_with(self.client.clone(), ar);
-            let keep = interest.fields.is_some().then(|| interest.clone());
-            self.spawn_kind(api, ar, gk, epoch, keep, |w: Wire| w)
+            let cut = interest.fields.as_deref().map(Arc::from);
+            self.spawn_kind(api, ar, gk, epoch, cut, |w: Wire| w)
         }
     }
 
@@ -199,17 +199,12 @@ impl Watches {
         ar: &ApiResource,
         gk: &GroupKind,
         epoch: u64,
-        keep: Option<Interest>,
+        cut: Option<Arc<[Vec<String>]>>,
         wire: fn(K) -> Wire,
     ) -> Task
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     {
-        // Objects cut as they are parsed, then as the readers see them.
-        let cut: Option<Arc<[Vec<String>]>> = keep
-            .as_ref()
-            .and_then(|i| i.fields.as_deref())
-            .map(Arc::from);
         let source_gk = gk.clone();
         let source = move || Source::Kind(source_gk.clone(), epoch);
         let feed_gk = gk.clone();
@@ -225,11 +220,7 @@ impl Watches {
                 match refusal(&ev, &ar) {
                     Some(why) => refused(report(), why),
                     None => {
-                        let value = |o: Wire| match &keep {
-                            Some(i) => i.keep(o.into_value(&ar)),
-                            None => o.into_value(&ar),
-                        };
-                        Feed::Kind(feed_gk.clone(), epoch, map_event(ev, value))
+                        Feed::Kind(feed_gk.clone(), epoch, map_event(ev, |o| o.into_value(&ar)))
                     }
                 }
             },

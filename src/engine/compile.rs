@@ -336,12 +336,20 @@ impl Compiler<'_> {
         self.errors.push(FieldError::new(kind, field, msg));
     }
 
+    /// A list of paths of object keys at `at` (`at[j]`): each one that is
+    /// not is an error.
+    fn key_paths(&mut self, at: &str, paths: &[String]) {
+        for (j, p) in paths.iter().enumerate() {
+            if let Err(e) = super::path::field_keys(p) {
+                self.err(ErrorKind::InvalidRule, format!("{at}[{j}]"), e);
+            }
+        }
+    }
+
     /// A trigger's or object query's `fields` (at `at`): paths of object
     /// keys, and not beside `metadataOnly`.
     fn fields(&mut self, at: &str, fields: &[String], metadata_only: bool) {
-        if let Err(e) = super::path::object_fields(at, fields) {
-            self.errors.push(e);
-        }
+        self.key_paths(&format!("{at}.fields"), fields);
         if metadata_only && !fields.is_empty() {
             self.err(
                 ErrorKind::InvalidRule,
@@ -785,15 +793,7 @@ fn check_list_field(c: &mut Compiler, spec: &RbacRuleSpec, i: usize, f: &str, l:
             "a static rule must name the sets to read",
         );
     }
-    for (j, field) in l.fields.iter().enumerate() {
-        if let Err(e) = crate::engine::path::field_keys(field) {
-            c.err(
-                ErrorKind::InvalidRule,
-                format!("{f}.listField.fields[{j}]"),
-                e,
-            );
-        }
-    }
+    c.key_paths(&format!("{f}.listField.fields"), &l.fields);
     if let Some(x) = &l.extract {
         c.path(&format!("{f}.listField.extract.path"), &x.path);
         c.regex(&format!("{f}.listField.extract.regex"), &x.regex);

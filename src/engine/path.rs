@@ -136,7 +136,8 @@ impl FieldPath {
     }
 }
 
-/// A listField's `fields` entry: a path of object keys (no `[n]`).
+/// A `fields` entry (of a listField, trigger or object query): a path of
+/// object keys (no `[n]`).
 pub fn field_keys(text: &str) -> Result<Vec<String>, String> {
     FieldPath::parse(text)?
         .segments
@@ -156,21 +157,16 @@ pub fn list_fields(
     at: impl fmt::Display,
     fields: &[String],
 ) -> Result<Vec<Vec<String>>, FieldError> {
-    object_fields(format_args!("{at}.listField"), fields)
-}
-
-/// The `fields` at `at` (`at.fields[j]`), each as its object keys; the
-/// first that is not one is an error naming it.
-pub fn object_fields(
-    at: impl fmt::Display,
-    fields: &[String],
-) -> Result<Vec<Vec<String>>, FieldError> {
     fields
         .iter()
         .enumerate()
         .map(|(j, text)| {
             field_keys(text).map_err(|e| {
-                FieldError::new(ErrorKind::InvalidRule, format!("{at}.fields[{j}]"), e)
+                FieldError::new(
+                    ErrorKind::InvalidRule,
+                    format!("{at}.listField.fields[{j}]"),
+                    e,
+                )
             })
         })
         .collect()

@@ -101,8 +101,9 @@ pub(super) fn visible(obj: &Value, metadata_only: bool, fields: &[String]) -> Va
             "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
             "metadata": obj.get("metadata").cloned().unwrap_or(Value::Null),
         })
-    } else if !fields.is_empty() && obj.is_object() {
-        only_fields(obj, fields)
+    } else if !fields.is_empty() {
+        let seen = crate::engine::path::seen_fields(fields);
+        crate::engine::path::keep_fields(std::borrow::Cow::Borrowed(obj), &seen)
     } else {
         obj.clone()
     };
@@ -110,40 +111,6 @@ pub(super) fn visible(obj: &Value, metadata_only: bool, fields: &[String]) -> Va
         m.remove("managedFields");
     }
     v
-}
-
-/// `apiVersion`, `kind`, `metadata` and the values at `fields` (paths of
-/// object keys) of `obj`, each where it is; a path that `obj` lacks, or
-/// that meets a value that is not a map before its end, adds nothing.
-fn only_fields(obj: &Value, fields: &[String]) -> Value {
-    let always = ["apiVersion", "kind", "metadata"].map(String::from);
-    let mut out = serde_json::Map::new();
-    let paths = always.iter().map(|k| vec![k.clone()]);
-    let named = fields
-        .iter()
-        .filter_map(|f| crate::engine::path::field_keys(f).ok());
-    'paths: for keys in paths.chain(named) {
-        let mut at = Some(obj);
-        for k in &keys {
-            at = at.and_then(Value::as_object).and_then(|m| m.get(k));
-        }
-        let (Some(value), Some((last, parents))) = (at, keys.split_last()) else {
-            continue;
-        };
-        let mut to = &mut out;
-        for k in parents {
-            let next = to
-                .entry(k.clone())
-                .or_insert_with(|| Value::Object(serde_json::Map::new()));
-            match next {
-                Value::Object(m) => to = m,
-                // A shorter path put this value here whole.
-                _ => continue 'paths,
-            }
-        }
-        to.entry(last.clone()).or_insert_with(|| value.clone());
-    }
-    Value::Object(out)
 }
 
 /// Binds `name` in the context, giving back what it was bound to.

@@ -175,7 +175,7 @@ thread_local! {
 
 /// Runs `f` (a poll of one kind's watch) with the objects [`Wire`] reads
 /// cut to `paths` (paths of object keys) as they are parsed: what no path
-/// reaches is skipped, never built, so a list page of large objects (XRDs
+/// reaches is skipped, never built, so a list page of large objects (types
 /// with their schemas) costs what is kept of it.
 pub fn keeping<R>(paths: &Arc<[Vec<String>]>, f: impl FnOnce() -> R) -> R {
     /// Puts back what was set, also when `f` unwinds.

@@ -99,9 +99,11 @@ impl Names {
 pub enum Scenario {
     /// CI-cheap: 7 revisions, 100 CRDs, 50 XRDs, 100 namespaces.
     Small,
-    /// 70 revisions, 1,000 CRDs, 500 XRDs, 2,000 namespaces (2,640 objects in).
+    /// 70 revisions, 1,000 CRDs, 500 XRDs, 2,000 namespaces, and the CRDs
+    /// a real cluster holds for their types (4,390 objects in).
     Large,
-    /// 70 revisions, 1,000 CRDs, 5,000 XRDs, 20,000 namespaces (25,140 in).
+    /// 70 revisions, 1,000 CRDs, 5,000 XRDs, 20,000 namespaces, and their
+    /// types' CRDs (33,640 in).
     Xl,
 }
 

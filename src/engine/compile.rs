@@ -45,6 +45,10 @@ pub struct CompiledRule {
     /// listField's `of` names them): their objects are read where the
     /// store holds them, never copied into the render's context.
     pub unread: BTreeSet<String>,
+    /// Related object sets read only by their truth (a `when` whose whole
+    /// text is `related.<name>`): the render's context holds as many nulls
+    /// as the set has objects, not copies of them.
+    pub presence: BTreeSet<String>,
     /// The paths below `trigger` its texts read, when they read it only by
     /// such paths: the trigger is bound to templates as those parts of it
     /// (see [`super::expand::project`]), not copied whole.
@@ -183,6 +187,57 @@ fn unread_related(spec: &RbacRuleSpec, texts: &[&str]) -> BTreeSet<String> {
             .collect(),
         None => BTreeSet::new(),
     }
+}
+
+/// The related object sets whose every read is a truth test: each text
+/// (from [`without_names`]) that reads one is a `when` whose whole text is
+/// `related.<name>`, and no listField's `of` or `ownedBy` names it (those
+/// read its objects).
+fn presence_related(spec: &RbacRuleSpec, stripped: &Value) -> BTreeSet<String> {
+    /// Each text below `v` with the key of the map it is in, if any.
+    fn texts<'v>(v: &'v Value, key: Option<&'v str>, out: &mut Vec<(Option<&'v str>, &'v str)>) {
+        match v {
+            Value::String(s) => out.push((key, s)),
+            Value::Array(a) => a.iter().for_each(|x| texts(x, None, out)),
+            Value::Object(m) => m.iter().for_each(|(k, x)| {
+                out.push((None, k));
+                texts(x, Some(k), out);
+            }),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    for x in stripped.as_object().into_iter().flat_map(|m| m.values()) {
+        texts(x, None, &mut all);
+    }
+    let names: Vec<&str> = spec.related.iter().map(|r| r.name.as_str()).collect();
+    let mut truth = BTreeSet::new();
+    let mut other: BTreeSet<String> = spec
+        .related
+        .iter()
+        .flat_map(|r| {
+            let of = r.list_field.iter().flat_map(|l| l.of.iter());
+            let owners = r.objects.iter().flat_map(|q| q.owned_by.iter());
+            of.chain(owners).cloned()
+        })
+        .collect();
+    for (key, text) in all {
+        let Some(read) = named_reads(&[text], "related", &names) else {
+            return BTreeSet::new();
+        };
+        for name in read {
+            if key == Some("when") && text.trim().strip_prefix("related.") == Some(name.as_str()) {
+                truth.insert(name);
+            } else {
+                other.insert(name);
+            }
+        }
+    }
+    spec.related
+        .iter()
+        .filter(|r| r.objects.is_some() && truth.contains(&r.name) && !other.contains(&r.name))
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 /// A rule's trigger, related sets and vars, each as JSON text.
@@ -1041,6 +1096,10 @@ fn compiled(name: &str, spec: &RbacRuleSpec, regexes: HashMap<String, Regex>) ->
         .as_deref()
         .map(|t| unread_related(spec, t))
         .unwrap_or_default();
+    let presence = match (&stripped, &texts) {
+        (Some(v), Some(_)) => presence_related(spec, v),
+        _ => BTreeSet::new(),
+    };
     let trigger_paths = texts.as_deref().and_then(trigger_paths);
     let params: serde_json::Map<String, Value> = spec
         .params
@@ -1050,6 +1109,7 @@ fn compiled(name: &str, spec: &RbacRuleSpec, regexes: HashMap<String, Regex>) ->
     CompiledRule {
         derivation: Derivation::of(spec, &params),
         unread,
+        presence,
         trigger_paths,
         trigger_fields: spec
             .trigger
@@ -1245,6 +1305,88 @@ mod tests {
             read.values()
                 .flatten()
                 .any(|p| p.iter().any(|x| x == "spec.image"))
+        );
+    }
+
+    /// The sets of a rule whose reads are all truth tests.
+    fn presence_of(rule: &str) -> Vec<String> {
+        let sources = crate::rules::parse_text(std::path::Path::new("r.yaml"), rule)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let s = sources.first().expect("one rule");
+        let mut templates = Templates::new();
+        let rule = compile(&s.name, &s.spec, &mut templates).expect("compiles");
+        rule.presence.into_iter().collect()
+    }
+
+    #[test]
+    fn a_set_read_only_by_when_is_read_by_its_truth() {
+        let rule = |outputs: &str| {
+            format!(
+                r#"apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: r}}
+spec:
+  trigger: {{apiGroup: example.org, kind: Widget}}
+  related:
+  - name: a
+    objects: {{apiGroup: example.org, kind: Part}}
+  - name: b
+    when: related.a
+    objects: {{apiGroup: example.org, kind: Part}}
+  - name: c
+    objects: {{apiGroup: example.org, kind: Part}}
+  - name: d
+    listField: {{path: metadata, of: [c]}}
+  - name: e
+    objects: {{apiGroup: example.org, kind: Part}}
+  - name: f
+    when: related.e
+    objects: {{apiGroup: example.org, kind: Part, ownedBy: [e]}}
+  outputs:
+  - kind: ClusterRole
+    when: related.b
+    name: "x-{{{{trigger.metadata.name}}}}"
+    rules:
+    - when: related.c
+      item: {{apiGroups: [""], resources: [pods], verbs: [get]}}
+{outputs}"#
+            )
+        };
+        // `a` and `b` only by `when`; `c` is a listField's source and `e`
+        // an owner set: their objects are read.
+        assert_eq!(presence_of(&rule("")), ["a", "b"]);
+        // Any other read of a set copies it.
+        for (text, left) in [
+            ("{{json related.a}}", vec!["b"]),
+            ("{{related.b.length}}", vec!["a"]),
+            ("{{#each related.a}}{{/each}}", vec!["b"]),
+            ("{{@root.related}}", vec![]),
+        ] {
+            let more =
+                format!("  - kind: ClusterRole\n    name: \"y\"\n    labels: {{l: \"{text}\"}}\n");
+            assert_eq!(presence_of(&rule(&more)), left, "{text}");
+        }
+        // A `when` that reads more than the set's truth is not a truth test.
+        let more = "  - kind: ClusterRole\n    name: yy\n    when: related.a.0.metadata\n";
+        assert_eq!(presence_of(&rule(more)), ["b"]);
+    }
+
+    #[test]
+    fn the_builtin_xrd_rules_read_their_crds_by_truth_only() {
+        let sources = crate::rules::builtin().expect("built-in rules");
+        let mut templates = Templates::new();
+        let mut found = BTreeSet::new();
+        for s in &sources {
+            let rule = compile(&s.name, &s.spec, &mut templates).expect("compiles");
+            found.extend(rule.presence.iter().map(|n| format!("{}/{n}", s.name)));
+        }
+        assert!(found.iter().any(|n| n.ends_with("/xrCrd")), "{found:?}");
+        assert!(found.iter().any(|n| n.ends_with("/claimCrd")), "{found:?}");
+        // The provider rules' sets feed listFields and ownedBy: copied.
+        assert!(
+            !found
+                .iter()
+                .any(|n| n.ends_with("/family") || n.ends_with("/crds"))
         );
     }
 }

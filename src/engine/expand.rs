@@ -1130,7 +1130,14 @@ impl Evaluator<'_> {
                 return items;
             }
             arcs = Some(found.iter().map(|o| Arc::clone(o)).collect());
-            found.into_iter().map(|o| visible(o, seen)).collect()
+            if self.rule.presence.contains(&rel.name)
+                && rel.filter.is_empty()
+                && rel.require.is_empty()
+            {
+                vec![Value::Null; found.len()]
+            } else {
+                found.into_iter().map(|o| visible(o, seen)).collect()
+            }
         } else if let Some(l) = &rel.list_field {
             match self.list_field(i, rel, l, f, ctx, &mut keys, &mut judged, &mut keep)? {
                 ControlFlow::Break(done) => return Ok(done),
@@ -1144,6 +1151,10 @@ impl Evaluator<'_> {
         }
         if !judged && !rel.require.is_empty() {
             items = self.require_items(i, rel, f, ctx, items, &keys)?;
+        }
+        if self.rule.presence.contains(&rel.name) {
+            // Read only by its truth: no copy of its objects is kept.
+            items = vec![Value::Null; items.len()];
         }
         self.remember_related(rel, arcs, keep);
         Ok(items)
@@ -1699,10 +1710,16 @@ impl Evaluator<'_> {
         };
         // Read only by reference (a listField's source): not copied.
         let hollow = self.rule.unread.contains(&rel.name);
+        // Read only by its truth: nulls stand for its objects.
+        let truth = self.rule.presence.contains(&rel.name);
         let items =
             self.caches
                 .objects_list((i, &rel.name), passed, hollow, &self.warnings, |passed| {
-                    passed.iter().map(|o| visible(o, seen)).collect()
+                    if truth {
+                        vec![Value::Null; passed.len()]
+                    } else {
+                        passed.iter().map(|o| visible(o, seen)).collect()
+                    }
                 });
         Some(Ok(items))
     }

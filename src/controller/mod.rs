@@ -549,6 +549,8 @@ impl<'a> Loop<'a> {
     /// dropped and made again.
     fn start_main_pass(&mut self, mut syncer: Syncer) {
         let (pass, holds) = self.prepare_main(&mut syncer);
+        // What the plan found equal needs no rules of its own.
+        self.world.shed_rules();
         self.slow.start(&mut self.world, self.ctx.args, &holds);
         // Objects no desired copy stands for are judged on their own
         // bodies: unpacked, and judged in the next pass.
@@ -664,6 +666,7 @@ impl<'a> Loop<'a> {
         let allow = self.world.allow_rules();
         let snapshot = self.world.snapshot(allow.as_ref(), &holds);
         let pass = syncer.prepare_slow(evaluation, &snapshot, &lane);
+        self.world.shed_rules();
         let of_lane = |r: Option<&String>| r.is_some_and(|r| lane.contains(r));
         if unpack_kept(&mut self.world, pass.plan(), of_lane) {
             // As for the main pass: policy judges them in the slow lane's

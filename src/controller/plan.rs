@@ -307,23 +307,43 @@ pub struct Live {
 /// object. Holding the desired copy keeps its address from being reused.
 /// Not part of the object's value (equality ignores it).
 #[derive(Debug, Default)]
-struct EqualTo(std::sync::Mutex<Option<Manifest>>);
+struct EqualTo(std::sync::Mutex<Equal>);
+
+/// What [`EqualTo`] holds: the desired copy equal to the live version
+/// now, and the first one ever found equal to it. A later plan may find
+/// the version no longer equal (the desired copy changed), but what was
+/// equal to it stays so: the body's `rules` are given back from it
+/// ([`Live::shed_rules`]).
+#[derive(Clone, Debug, Default)]
+struct Equal {
+    now: Option<Manifest>,
+    once: Option<Manifest>,
+}
 
 impl EqualTo {
     fn get(&self) -> Option<Manifest> {
-        self.0.lock().ok().and_then(|m| m.clone())
+        self.0.lock().ok().and_then(|m| m.now.clone())
+    }
+
+    /// A desired copy once found equal to this version.
+    fn once(&self) -> Option<Manifest> {
+        self.0.lock().ok().and_then(|m| m.once.clone())
     }
 
     fn set(&self, desired: Option<&Manifest>) {
         if let Ok(mut m) = self.0.lock() {
-            *m = desired.cloned();
+            m.now = desired.cloned();
+            if m.once.is_none() {
+                m.once = desired.cloned();
+            }
         }
     }
 }
 
 impl Clone for EqualTo {
     fn clone(&self) -> Self {
-        EqualTo(std::sync::Mutex::new(self.get()))
+        let equal = self.0.lock().map(|m| m.clone()).unwrap_or_default();
+        EqualTo(std::sync::Mutex::new(equal))
     }
 }
 
@@ -425,6 +445,8 @@ mod restore {
     pub const LABELS: u16 = 64;
     pub const ANNOTATIONS: u16 = 128;
     pub const CREATED: u16 = 256;
+    /// `rules`, from the desired copy found equal ([`super::Live::shed_rules`]).
+    pub const RULES: u16 = 512;
 }
 
 /// Values shared by content among those alive: the one copy of a value
@@ -701,10 +723,21 @@ impl Live {
         let Some(map) = v.as_object_mut() else {
             return Ok(v);
         };
+        let has = |bit: u16| packed.restore & bit != 0;
         if let Some(rules) = &packed.rules {
             map.insert("rules".into(), serde_json::from_slice(rules)?);
+        } else if has(RULES) {
+            // Shed while a desired copy was found equal: its rules are
+            // these (compared by digest).
+            let Some(equal) = self.equal.once() else {
+                return Err(serde::de::Error::custom(
+                    "shed rules without a desired copy",
+                ));
+            };
+            if let Some(rules) = equal.to_value().get_mut("rules").map(Value::take) {
+                map.insert("rules".into(), rules);
+            }
         }
-        let has = |bit: u16| packed.restore & bit != 0;
         let text = |s: &str| Value::String(s.to_string());
         let object = |pairs: &Pairs| {
             Value::Object(
@@ -761,6 +794,44 @@ impl Live {
     #[cfg(test)]
     pub(super) fn packed_rest(&self) -> Option<Arc<[u8]>> {
         self.packed.as_ref().map(|p| Arc::clone(&p.rest))
+    }
+
+    /// Drops the packed body's `rules` once a plan found a desired copy
+    /// equal to this version: that copy has the same rules, and holds
+    /// them anyway (the namespace Roles' lists, each namespace's own, were
+    /// most of the live cache). [`Live::unpack`] takes them from it.
+    /// Whether anything was dropped.
+    pub fn shed_rules(&mut self) -> bool {
+        let Some(packed) = self.packed.as_mut() else {
+            return false;
+        };
+        if packed.rules.is_none() {
+            return false;
+        }
+        // Only where the copy has these rules: an aggregated ClusterRole's
+        // desired copy has none (the API server fills them).
+        let Some(equal) = self.equal.once() else {
+            return false;
+        };
+        let rules = field(&equal.to_value(), "rules");
+        if rules.is_null() || self.content.rules != Some(digest(&rules)) {
+            return false;
+        }
+        packed.rules = None;
+        packed.restore |= restore::RULES;
+        true
+    }
+
+    /// Remembers `desired` as equal to this version, as a plan does.
+    #[cfg(test)]
+    pub(super) fn found_equal(&self, desired: &Manifest) {
+        self.equal.set(Some(desired));
+    }
+
+    /// Whether the packed body's `rules` were shed.
+    #[cfg(test)]
+    pub(super) fn rules_shed(&self) -> bool {
+        self.packed.as_ref().is_some_and(|p| p.rules.is_none())
     }
 
     /// Whether the body is packed.
@@ -1733,6 +1804,65 @@ mod plan_tests {
             .into_iter()
             .map(|o| (ObjectId::of(&o).expect("id"), Live::new(o)))
             .collect()
+    }
+
+    #[test]
+    fn rules_found_equal_to_a_desired_copy_are_shed_and_given_back_from_it() {
+        let rules = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let with_rules = |rules: &Value| {
+            let mut o = manifest(OutputKind::Role, "a", "x", "r", "T/a");
+            o["rules"] = rules.clone();
+            o
+        };
+        let mut body = with_rules(&rules);
+        body["metadata"]["uid"] = json!("u");
+        body["metadata"]["resourceVersion"] = json!("3");
+        let evaluation = |rules: &Value| {
+            let mut d = desired(OutputKind::Role, "a", "x", "r", "T/a");
+            d.object = crate::engine::Manifest::from_value(&with_rules(rules)).expect("manifest");
+            Evaluation {
+                desired: [d].into_iter().collect(),
+                reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+                ..Evaluation::default()
+            }
+        };
+        let id = ObjectId::new(OutputKind::Role, "a", "x");
+        let mut lives = BTreeMap::from([(id.clone(), Live::new(body.clone()))]);
+        let l = lives.get_mut(&id).expect("live");
+        l.pack();
+        // Not yet found equal: kept.
+        assert!(!l.shed_rules());
+        let p = plan(&evaluation(&rules), &lives, &BTreeSet::new(), true);
+        assert_eq!(p.unchanged.len(), 1);
+        let l = lives.get_mut(&id).expect("live");
+        assert!(l.shed_rules());
+        assert!(l.packed.as_ref().is_some_and(|p| p.rules.is_none()));
+        assert!(!l.shed_rules(), "once");
+        // The desired copy changes: this version is no longer equal to it,
+        // and its body is still whole.
+        let other = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]);
+        let p = plan(&evaluation(&other), &lives, &BTreeSet::new(), true);
+        assert_eq!(p.applies.len(), 1);
+        let l = lives.get_mut(&id).expect("live");
+        assert!(l.equal.get().is_none());
+        assert!(l.unpack());
+        assert_eq!(l.object(), &body);
+        // A desired copy without rules (an aggregated ClusterRole's) sheds
+        // nothing: the server's rules are the body's own.
+        let mut agg = manifest(OutputKind::ClusterRole, "", "agg", "r", "T/a");
+        agg["rules"] = rules.clone();
+        agg["aggregationRule"] = json!({"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]});
+        let mut l = Live::new(agg.clone());
+        l.pack();
+        let mut wanted = agg.clone();
+        if let Some(m) = wanted.as_object_mut() {
+            m.remove("rules");
+        }
+        let m = crate::engine::Manifest::from_value(&wanted).expect("manifest");
+        l.equal.set(Some(&m));
+        assert!(!l.shed_rules());
+        assert!(l.unpack());
+        assert_eq!(l.object(), &agg);
     }
 
     #[test]

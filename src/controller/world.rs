@@ -509,6 +509,16 @@ impl World {
         any
     }
 
+    /// Drops the packed `rules` of our objects a plan found equal to their
+    /// desired copy ([`Live::shed_rules`]). How many.
+    pub fn shed_rules(&mut self) -> usize {
+        self.owned
+            .values_mut()
+            .map(Live::shed_rules)
+            .filter(|shed| *shed)
+            .count()
+    }
+
     /// Unpacks our objects of held rules where a rule reads the kind: the
     /// engine's view shows a held rule's live objects (it renders no copy
     /// of them), so they are in the store before the evaluation that holds
@@ -1730,6 +1740,37 @@ mod tests {
         assert_eq!(w.store.list(&output_gk(kind)).count(), 0);
         // The unchanged object kept its copy (the plan's memo holds).
         assert_eq!(before, w.owned[&a]);
+    }
+
+    #[test]
+    fn shed_rules_stay_shed_through_a_relist_of_the_same_version() {
+        let mut w = base_world();
+        let kind = OutputKind::ClusterRole;
+        let mut a = cluster_role("a", true);
+        a["metadata"]["uid"] = json!("u-a");
+        a["metadata"]["resourceVersion"] = json!("5");
+        listed(&mut w, |e| owned(kind, e), vec![a.clone()]);
+        let id = ObjectId::new(kind, "", "a");
+        // Nothing found equal yet: nothing shed.
+        assert_eq!(w.shed_rules(), 0);
+        let desired = crate::engine::Manifest::from_value(&a).expect("manifest");
+        w.owned[&id].found_equal(&desired);
+        assert_eq!(w.shed_rules(), 1);
+        assert!(w.owned[&id].rules_shed());
+        // The same version listed again keeps the shed copy.
+        w.apply(owned(kind, Event::Init));
+        w.apply(owned(kind, Event::InitApply(a.clone())));
+        w.apply(owned(kind, Event::InitDone));
+        assert!(w.owned[&id].rules_shed());
+        // A new version is a new copy, whole until a plan finds it equal.
+        a["metadata"]["resourceVersion"] = json!("6");
+        w.apply(owned(kind, Event::Apply(a.clone())));
+        assert!(!w.owned[&id].rules_shed());
+        // Unpacked, the shed copy gives back its rules from the desired one.
+        let mut l = w.owned[&id].clone();
+        l.found_equal(&desired);
+        assert!(l.shed_rules() && l.unpack());
+        assert_eq!(l.object()["rules"], a["rules"]);
     }
 
     #[test]

@@ -119,6 +119,31 @@ impl<T> Listing<T> {
     }
 }
 
+/// Whether `new` differs from `old` in `metadata.resourceVersion` alone:
+/// the server bumps it on every write, also of what the watch cut away (a
+/// status update of a kind read by `fields` or `metadataOnly`). Such an
+/// event changes nothing a rule sees, so the stored copy stays: rules see
+/// the resourceVersion of the last version that changed anything else.
+fn same_but_version(old: &Value, new: &Value) -> bool {
+    let (Some(a), Some(b)) = (old.as_object(), new.as_object()) else {
+        return old == new;
+    };
+    fn meta(m: &serde_json::Map<String, Value>) -> Option<&serde_json::Map<String, Value>> {
+        m.get("metadata").and_then(Value::as_object)
+    }
+    // Entries besides resourceVersion, all of them equal.
+    let same =
+        |x: &serde_json::Map<String, Value>, y: &serde_json::Map<String, Value>, skip: &str| {
+            let n = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| *k != skip).count();
+            n(x) == n(y) && x.iter().all(|(k, v)| k == skip || y.get(k) == Some(v))
+        };
+    same(a, b, "metadata")
+        && match (meta(a), meta(b)) {
+            (Some(x), Some(y)) => same(x, y, "resourceVersion"),
+            _ => a.get("metadata") == b.get("metadata"),
+        }
+}
+
 /// Rebuilds a map with full nodes. Objects mostly arrive in key order (a
 /// write pass answers in plan order), and a B-tree filled at its right
 /// edge keeps its nodes about half full: for the live cache, about 2.5 MB
@@ -334,7 +359,11 @@ impl World {
             Event::InitApply(o) => {
                 if let Some(k) = key_of(&o) {
                     w.seen.get_or_insert_with(BTreeSet::new).insert(k.clone());
-                    if self.store.get(gk, &k) != Some(&o) {
+                    if !self
+                        .store
+                        .get(gk, &k)
+                        .is_some_and(|old| same_but_version(old, &o))
+                    {
                         let _ = self.store.insert(o);
                     }
                 }
@@ -357,7 +386,12 @@ impl World {
             }
             Event::Apply(o) => {
                 let differs = key_of(&o)
-                    .map(|k| self.store.get(gk, &k) != Some(&o))
+                    .map(|k| {
+                        !self
+                            .store
+                            .get(gk, &k)
+                            .is_some_and(|old| same_but_version(old, &o))
+                    })
                     .unwrap_or(false);
                 if differs {
                     let _ = self.store.insert(o);
@@ -1106,6 +1140,45 @@ mod tests {
                 .expect("watched for the allow-list check");
             assert!(!i.metadata_only, "{k}: rules are needed, not just metadata");
         }
+    }
+
+    #[test]
+    fn a_new_resource_version_alone_is_not_a_change() {
+        let mut w = base_world();
+        let gk = GroupKind::new("example.org", "Widget");
+        watch(&mut w, &gk, 1);
+        let version = |rv: &str, label: &str| {
+            let mut o = widget("a");
+            o["metadata"]["resourceVersion"] = json!(rv);
+            o["metadata"]["labels"] = json!({"l": label});
+            o
+        };
+        listed(
+            &mut w,
+            |e| Feed::Kind(gk.clone(), 1, e),
+            vec![version("1", "x")],
+        );
+        let key = (String::new(), "a".to_string());
+        // A write the watch cut away (a status update) bumps only the
+        // resourceVersion: no change, the stored copy stays.
+        let c = w.apply(Feed::Kind(gk.clone(), 1, Event::Apply(version("2", "x"))));
+        assert!(!c.dirty);
+        assert_eq!(w.store.get(&gk, &key), Some(&version("1", "x")));
+        // Relisted so: the same.
+        let before = w.store.version();
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
+        w.apply(Feed::Kind(
+            gk.clone(),
+            1,
+            Event::InitApply(version("3", "x")),
+        ));
+        w.apply(Feed::Kind(gk.clone(), 1, Event::InitDone));
+        assert_eq!(w.store.changes_since(before).map(Iterator::count), Some(0));
+        assert_eq!(w.store.get(&gk, &key), Some(&version("1", "x")));
+        // Anything else that changes is a change, with its resourceVersion.
+        let c = w.apply(Feed::Kind(gk.clone(), 1, Event::Apply(version("4", "y"))));
+        assert!(c.dirty);
+        assert_eq!(w.store.get(&gk, &key), Some(&version("4", "y")));
     }
 
     #[test]

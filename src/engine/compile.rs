@@ -150,22 +150,23 @@ fn without_names(spec: &RbacRuleSpec) -> Option<Value> {
 
 /// Every text of `spec` (from [`without_names`]) a render could read the
 /// context by: each string and map key below the spec's fields (their own
-/// names are not texts: one is `related`).
-fn spec_texts(spec: &Value) -> Vec<&str> {
-    fn texts<'v>(v: &'v Value, out: &mut Vec<&'v str>) {
+/// names are not texts: one is `related`), with the key of the map a
+/// string is the value of (`None` for keys and list items).
+fn spec_texts(spec: &Value) -> Vec<(Option<&str>, &str)> {
+    fn texts<'v>(v: &'v Value, key: Option<&'v str>, out: &mut Vec<(Option<&'v str>, &'v str)>) {
         match v {
-            Value::String(s) => out.push(s),
-            Value::Array(a) => a.iter().for_each(|x| texts(x, out)),
+            Value::String(s) => out.push((key, s)),
+            Value::Array(a) => a.iter().for_each(|x| texts(x, None, out)),
             Value::Object(m) => m.iter().for_each(|(k, x)| {
-                out.push(k);
-                texts(x, out);
+                out.push((None, k));
+                texts(x, Some(k), out);
             }),
             _ => {}
         }
     }
     let mut all = Vec::new();
     for x in spec.as_object().into_iter().flat_map(|m| m.values()) {
-        texts(x, &mut all);
+        texts(x, None, &mut all);
     }
     all
 }
@@ -190,26 +191,10 @@ fn unread_related(spec: &RbacRuleSpec, texts: &[&str]) -> BTreeSet<String> {
 }
 
 /// The related object sets whose every read is a truth test: each text
-/// (from [`without_names`]) that reads one is a `when` whose whole text is
+/// (from [`spec_texts`]) that reads one is a `when` whose whole text is
 /// `related.<name>`, and no listField's `of` or `ownedBy` names it (those
 /// read its objects).
-fn presence_related(spec: &RbacRuleSpec, stripped: &Value) -> BTreeSet<String> {
-    /// Each text below `v` with the key of the map it is in, if any.
-    fn texts<'v>(v: &'v Value, key: Option<&'v str>, out: &mut Vec<(Option<&'v str>, &'v str)>) {
-        match v {
-            Value::String(s) => out.push((key, s)),
-            Value::Array(a) => a.iter().for_each(|x| texts(x, None, out)),
-            Value::Object(m) => m.iter().for_each(|(k, x)| {
-                out.push((None, k));
-                texts(x, Some(k), out);
-            }),
-            _ => {}
-        }
-    }
-    let mut all = Vec::new();
-    for x in stripped.as_object().into_iter().flat_map(|m| m.values()) {
-        texts(x, None, &mut all);
-    }
+fn presence_related(spec: &RbacRuleSpec, all: &[(Option<&str>, &str)]) -> BTreeSet<String> {
     let names: Vec<&str> = spec.related.iter().map(|r| r.name.as_str()).collect();
     let mut truth = BTreeSet::new();
     let mut other: BTreeSet<String> = spec
@@ -221,7 +206,7 @@ fn presence_related(spec: &RbacRuleSpec, stripped: &Value) -> BTreeSet<String> {
             of.chain(owners).cloned()
         })
         .collect();
-    for (key, text) in all {
+    for &(key, text) in all {
         let Some(read) = named_reads(&[text], "related", &names) else {
             return BTreeSet::new();
         };
@@ -1088,18 +1073,21 @@ fn check_output_kind_values(c: &mut Compiler, f: &str, o: &Output) {
 fn compiled(name: &str, spec: &RbacRuleSpec, regexes: HashMap<String, Regex>) -> CompiledRule {
     let interests = interests_of(spec);
     let stripped = without_names(spec);
-    let texts = stripped.as_ref().map(spec_texts);
     // A text that could read the whole context reads every set and
     // the whole trigger.
-    let texts = texts.filter(|all| !all.iter().any(|t| mentions_text(t, "\u{0}")));
+    let keyed = stripped
+        .as_ref()
+        .map(spec_texts)
+        .filter(|all| !all.iter().any(|(_, t)| mentions_text(t, "\u{0}")));
+    let texts: Option<Vec<&str>> = keyed.as_ref().map(|k| k.iter().map(|(_, t)| *t).collect());
     let unread = texts
         .as_deref()
         .map(|t| unread_related(spec, t))
         .unwrap_or_default();
-    let presence = match (&stripped, &texts) {
-        (Some(v), Some(_)) => presence_related(spec, v),
-        _ => BTreeSet::new(),
-    };
+    let presence = keyed
+        .as_deref()
+        .map(|k| presence_related(spec, k))
+        .unwrap_or_default();
     let trigger_paths = texts.as_deref().and_then(trigger_paths);
     let params: serde_json::Map<String, Value> = spec
         .params

@@ -1130,14 +1130,7 @@ impl Evaluator<'_> {
                 return items;
             }
             arcs = Some(found.iter().map(|o| Arc::clone(o)).collect());
-            if self.rule.presence.contains(&rel.name)
-                && rel.filter.is_empty()
-                && rel.require.is_empty()
-            {
-                vec![Value::Null; found.len()]
-            } else {
-                found.into_iter().map(|o| visible(o, seen)).collect()
-            }
+            found.into_iter().map(|o| visible(o, seen)).collect()
         } else if let Some(l) = &rel.list_field {
             match self.list_field(i, rel, l, f, ctx, &mut keys, &mut judged, &mut keep)? {
                 ControlFlow::Break(done) => return Ok(done),
@@ -1153,7 +1146,8 @@ impl Evaluator<'_> {
             items = self.require_items(i, rel, f, ctx, items, &keys)?;
         }
         if self.rule.presence.contains(&rel.name) {
-            // Read only by its truth: no copy of its objects is kept.
+            // Read only by its truth (judged on the objects above): nulls
+            // stand for them, as in `cached_objects`.
             items = vec![Value::Null; items.len()];
         }
         self.remember_related(rel, arcs, keep);

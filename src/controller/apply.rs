@@ -678,12 +678,16 @@ async fn send_apply(
         api.patch(&a.id.name, &params, &Patch::Apply(&a.object))
             .await
     };
-    sent.map(|o| *learned = Some(o.into_live(&api_resource(a.id.kind))))
-        .map_err(|source| Error::Api {
-            action: "apply",
-            object: a.id.to_string(),
-            source,
-        })
+    sent.map(|o| {
+        let mut live = o.into_live(&api_resource(a.id.kind));
+        live.settle(a);
+        *learned = Some(live);
+    })
+    .map_err(|source| Error::Api {
+        action: "apply",
+        object: a.id.to_string(),
+        source,
+    })
 }
 
 async fn delete_one(

@@ -534,6 +534,9 @@ const SLIM_TOP: [&str; 6] = [
     "roleRef",
     "subjects",
 ];
+/// What [`Live::slim`] keeps at the top of an aggregated ClusterRole: not
+/// its `rules`, which the API server fills from the roles it selects.
+const SLIM_TOP_AGGREGATED: [&str; 3] = ["apiVersion", "kind", "aggregationRule"];
 const SLIM_META: [&str; 5] = [
     "name",
     "namespace",
@@ -606,8 +609,22 @@ impl Live {
     /// resourceVersion, labels, annotations, and the RBAC fields (`rules`,
     /// `aggregationRule`, `roleRef`, `subjects`). uid and the compared
     /// parts stay in the summary. Idempotent; nothing while packed.
+    ///
+    /// An aggregated ClusterRole keeps no `rules`: the API server fills
+    /// them from the roles it selects, policy judges those roles (never
+    /// these rules), and the plan compares them by the summary's digest.
+    /// They are the largest bodies the controller writes: the aggregate
+    /// of every type's rules.
     pub fn slim(&mut self) {
-        self.keep(&SLIM_TOP, &SLIM_META);
+        let aggregated = self
+            .object
+            .as_deref()
+            .is_some_and(|o| o.get("aggregationRule").is_some());
+        if aggregated {
+            self.keep(&SLIM_TOP_AGGREGATED, &SLIM_META);
+        } else {
+            self.keep(&SLIM_TOP, &SLIM_META);
+        }
     }
 
     /// Keeps the body as JSON bytes only (a fraction of its size as a
@@ -820,6 +837,18 @@ impl Live {
         packed.rules = None;
         packed.restore |= restore::RULES;
         true
+    }
+
+    /// Judges an apply's response against the manifest sent, as the next
+    /// plan would: when equal, that is remembered and the body's `rules`
+    /// are shed at once. A write pass of thousands of objects then never
+    /// holds each rule list twice (in the response and in the desired
+    /// copy) until the plan after it.
+    pub fn settle(&mut self, sent: &Apply) {
+        if differences(&sent.body(), self).is_empty() {
+            self.equal.set(Some(&sent.object));
+            self.shed_rules();
+        }
     }
 
     /// Remembers `desired` as equal to this version, as a plan does.
@@ -1621,6 +1650,44 @@ mod tests {
     }
 
     #[test]
+    fn an_aggregated_cluster_role_is_kept_without_the_rules_the_server_filled() {
+        let selector = json!({"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]});
+        let filled = json!([{"apiGroups": ["x.io"], "resources": ["ts"], "verbs": ["*"]}]);
+        let body = json!({
+            "apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+            "metadata": {"name": "agg", "uid": "u", "resourceVersion": "7",
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+            "aggregationRule": selector,
+            "rules": filled,
+        });
+        let mut l = live(body.clone());
+        let summary = l.content.clone();
+        l.slim();
+        assert_eq!(
+            *l.object(),
+            json!({
+                "apiVersion": RBAC_API_VERSION, "kind": "ClusterRole",
+                "metadata": {"name": "agg", "resourceVersion": "7",
+                    "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+                "aggregationRule": selector,
+            })
+        );
+        // The plan still tells these rules from others by the digest.
+        assert_eq!(l.content, summary);
+        assert!(l.content.rules.is_some());
+        l.pack();
+        assert!(l.packed.as_ref().is_some_and(|p| p.rules.is_none()));
+        // A role without an aggregationRule keeps its rules.
+        let mut plain = body.clone();
+        if let Some(m) = plain.as_object_mut() {
+            m.remove("aggregationRule");
+        }
+        let mut l = live(plain);
+        l.slim();
+        assert_eq!(l.object()["rules"], filled);
+    }
+
+    #[test]
     fn packed_objects_share_equal_rule_lists_and_unpack_whole() {
         let rules = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
         let mut a = role(rules.clone());
@@ -1863,6 +1930,56 @@ mod plan_tests {
         assert!(!l.shed_rules());
         assert!(l.unpack());
         assert_eq!(l.object(), &agg);
+    }
+
+    #[test]
+    fn an_apply_response_equal_to_what_was_sent_is_settled_at_once() {
+        let rules = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let mut sent = manifest(OutputKind::Role, "a", "x", "r", "T/a");
+        sent["rules"] = rules.clone();
+        let object = crate::engine::Manifest::from_value(&sent).expect("manifest");
+        let apply = Apply {
+            id: ObjectId::new(OutputKind::Role, "a", "x"),
+            rule: "r".into(),
+            object: object.clone(),
+            keep_helm: false,
+            action: ApplyAction::Create,
+        };
+        // The server's answer: what was sent, with what the server adds.
+        let mut answer = sent.clone();
+        answer["metadata"]["uid"] = json!("u");
+        answer["metadata"]["resourceVersion"] = json!("3");
+        let mut l = Live::new(answer.clone());
+        l.pack();
+        l.settle(&apply);
+        assert!(l.rules_shed());
+        assert!(l.equal.get().is_some_and(|e| Manifest::ptr_eq(&e, &object)));
+        // The next plan takes it as equal without comparing bodies, and
+        // the body comes back whole from the copy sent.
+        let id = apply.id.clone();
+        let lives = BTreeMap::from([(id.clone(), l)]);
+        let mut d = desired(OutputKind::Role, "a", "x", "r", "T/a");
+        d.object = object.clone();
+        let evaluation = Evaluation {
+            desired: [d].into_iter().collect(),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            ..Evaluation::default()
+        };
+        let p = plan(&evaluation, &lives, &BTreeSet::new(), true);
+        assert!(p.applies.is_empty());
+        let mut l = lives.into_values().next().expect("live");
+        assert!(l.unpack());
+        assert_eq!(l.object(), &answer);
+        // An answer that differs (another manager's rule merged in) is
+        // neither remembered nor shed: the next plan writes it again.
+        let mut merged = answer.clone();
+        merged["rules"] =
+            json!([rules[0], {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+        let mut l = Live::new(merged);
+        l.pack();
+        l.settle(&apply);
+        assert!(!l.rules_shed());
+        assert!(l.equal.get().is_none());
     }
 
     #[test]

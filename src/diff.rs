@@ -613,10 +613,8 @@ mod tests {
         ]);
 
         let without = entries(&plan, &owned, &existing, false);
-        let changes: Vec<(Change, &str)> = without
-            .iter()
-            .map(|e| (e.change, e.id.name.as_str()))
-            .collect();
+        let changes: Vec<(Change, &str)> =
+            without.iter().map(|e| (e.change, &*e.id.name)).collect();
         assert_eq!(
             changes,
             vec![

@@ -279,7 +279,7 @@ async fn a_500_keeps_the_live_object_and_prunes_only_what_nothing_wants() {
         "the failed role is never deleted; the orphan is"
     );
     // The cache learns the prune from the watch; the failed role is still live.
-    live.retain(|id, _| id.name != "widgets-old");
+    live.retain(|id, _| &*id.name != "widgets-old");
     let second = sync_once(&mut s, &rules, &live).await;
     assert!(!second.retry, "{:?}", outcomes(&second));
     assert_eq!(script.rbac().len(), 4);

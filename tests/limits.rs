@@ -371,7 +371,7 @@ async fn the_controller_evaluates_off_the_runtime_and_keeps_the_bad_rules_object
         .plan
         .applies
         .iter()
-        .map(|a| (&*a.rule, a.id.name.as_str()))
+        .map(|a| (&*a.rule, &*a.id.name))
         .collect();
     assert_eq!(planned, vec![("good", "reader")]);
     assert!(report.plan.deletes.is_empty(), "{:?}", report.plan.deletes);
@@ -380,7 +380,7 @@ async fn the_controller_evaluates_off_the_runtime_and_keeps_the_bad_rules_object
             .plan
             .kept
             .iter()
-            .any(|k| k.0.name == "x" && k.1.as_deref() == Some("bad")),
+            .any(|k| &*k.0.name == "x" && k.1.as_deref() == Some("bad")),
         "{:?}",
         report.plan.kept
     );

@@ -5,6 +5,7 @@
 //! is shutting down sends nothing more.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -450,7 +451,7 @@ fn role_ref(id: &ObjectId, object: &Manifest) -> Option<ObjectId> {
     let namespace = if kind.namespaced() {
         id.namespace.clone()
     } else {
-        String::new()
+        Arc::from("")
     };
     Some(ObjectId::new(kind, namespace, name))
 }

@@ -27,14 +27,19 @@ pub struct ObjectId {
     /// is the write order: roles before the bindings that name them.
     pub kind: OutputKind,
     /// Namespace; empty for cluster-scoped kinds.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ObjectId {
-    /// An id.
-    pub fn new(kind: OutputKind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    /// An id. Its text is shared by its clones: the live cache holds each
+    /// id twice (the key and the object's own), thousands at once.
+    pub fn new(
+        kind: OutputKind,
+        namespace: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
+    ) -> Self {
         ObjectId {
             kind,
             namespace: namespace.into(),
@@ -651,7 +656,7 @@ impl Live {
             let mut rest = BTreeMap::new();
             for (k, v) in m {
                 let bit = match (k.as_str(), &self.id) {
-                    ("name", Some(id)) if v.as_str() == Some(id.name.as_str()) => NAME,
+                    ("name", Some(id)) if v.as_str() == Some(&*id.name) => NAME,
                     ("namespace", Some(id))
                         if !id.namespace.is_empty() && v.as_str() == Some(&id.namespace) =>
                     {
@@ -1329,7 +1334,7 @@ pub fn plan(
     out.applies.shrink_to_fit();
 
     for (id, l) in live {
-        if wanted.contains(&(id.kind, id.namespace.as_str(), id.name.as_str())) || !l.is_managed() {
+        if wanted.contains(&(id.kind, &*id.namespace, &*id.name)) || !l.is_managed() {
             continue;
         }
         plan_unwanted(evaluation, id, l, held, prune, &mut out);
@@ -1426,7 +1431,7 @@ fn plan_unwanted(
     }
     // A refusal revokes: no keep reason saves an object policy refuses
     // (only an incomplete view defers it, like any prune).
-    let key = (id.kind, id.namespace.clone(), id.name.clone());
+    let key = (id.kind, id.namespace.to_string(), id.name.to_string());
     if let Some(why) = evaluation.revoked.get(&key).filter(|_| prune) {
         out.deletes.push(Delete {
             id: id.clone(),
@@ -1466,7 +1471,7 @@ fn keep_reason(
 ) -> Option<KeepReason> {
     if evaluation
         .contested
-        .contains(&(id.kind, id.namespace.clone(), id.name.clone()))
+        .contains(&(id.kind, id.namespace.to_string(), id.name.to_string()))
     {
         return Some(KeepReason::Contested);
     }
@@ -2010,7 +2015,7 @@ mod plan_tests {
             .kept
             .iter()
             .filter(|k| k.2 == KeepReason::Protected)
-            .map(|k| k.0.name.as_str())
+            .map(|k| &*k.0.name)
             .collect();
         assert_eq!(kept, ["x", "cluster-admin"]);
     }
@@ -2088,13 +2093,10 @@ mod plan_tests {
         ]);
         let held = BTreeSet::from(["held".to_string()]);
         let p = plan(&evaluation, &live, &held, true);
-        let deleted: Vec<&str> = p.deletes.iter().map(|d| d.id.name.as_str()).collect();
+        let deleted: Vec<&str> = p.deletes.iter().map(|d| &*d.id.name).collect();
         assert_eq!(deleted, vec!["gone", "stale"]);
-        let kept: BTreeMap<&str, KeepReason> = p
-            .kept
-            .iter()
-            .map(|(id, _, r)| (id.name.as_str(), *r))
-            .collect();
+        let kept: BTreeMap<&str, KeepReason> =
+            p.kept.iter().map(|(id, _, r)| (&*id.name, *r)).collect();
         assert_eq!(
             kept,
             BTreeMap::from([
@@ -2187,7 +2189,7 @@ mod plan_tests {
         edited["rules"] = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
         live.insert(ObjectId::new(OutputKind::Role, "a", "y"), Live::new(edited));
         let p = plan(&evaluation, &live, &BTreeSet::new(), true);
-        let ids: Vec<&str> = p.applies.iter().map(|a| a.id.name.as_str()).collect();
+        let ids: Vec<&str> = p.applies.iter().map(|a| &*a.id.name).collect();
         assert_eq!(ids, vec!["y"]);
         assert_eq!(p.applies[0].action, ApplyAction::Update(vec!["rules"]));
         assert_eq!(p.unchanged.len(), 1);

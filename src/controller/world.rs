@@ -297,7 +297,13 @@ impl World {
             }
             Event::InitApply(o) => {
                 if let Some(id) = o.id() {
-                    self.relisting.entry(kind).or_default().insert(id.clone());
+                    // The cached key's text, when known: a relist of
+                    // thousands of objects adds no second copy of names.
+                    let id = match self.owned.get_key_value(id) {
+                        Some((known, _)) => known.clone(),
+                        None => id.clone(),
+                    };
+                    self.relisting.entry(kind).or_default().insert(id);
                 }
                 self.upsert_rbac(o)
             }
@@ -452,7 +458,7 @@ impl World {
     fn forget_rbac(&mut self, id: &ObjectId) -> bool {
         let foreign = self.foreign.remove(id);
         let owned = self.remove_owned(id);
-        let key = (id.namespace.clone(), id.name.clone());
+        let key = (id.namespace.to_string(), id.name.to_string());
         let read = self.store.remove(gk_of(id.kind), &key).is_some();
         owned || foreign || read
     }
@@ -472,7 +478,7 @@ impl World {
         // ClusterRoles, an allow-list), else only its name is.
         if self.kinds.contains_key(gk) {
             o.unpack();
-            let key = (id.namespace.clone(), id.name.clone());
+            let key = (id.namespace.to_string(), id.name.to_string());
             if let Some(object) = o.shared()
                 && self.store.get(gk, &key) != Some(&**object)
             {
@@ -585,7 +591,7 @@ impl World {
     /// read the kind see it.
     fn mirror(&mut self, id: &ObjectId, object: Option<&Arc<Value>>) {
         let gk = gk_of(id.kind);
-        let key = (id.namespace.clone(), id.name.clone());
+        let key = (id.namespace.to_string(), id.name.to_string());
         match object {
             Some(o) => {
                 if self.store.insert_shared(o.clone()).is_err() {
@@ -1806,7 +1812,7 @@ mod tests {
         assert!(w.foreign.contains(&ObjectId::new(kind, "", "x")));
         let c = w.apply(owned(kind, Event::InitDone));
         assert!(c.dirty);
-        let names: Vec<&str> = w.owned.keys().map(|id| id.name.as_str()).collect();
+        let names: Vec<&str> = w.owned.keys().map(|id| &*id.name).collect();
         assert_eq!(names, vec!["a"]);
         assert!(w.foreign.is_empty());
         // No rule reads ClusterRoles: ours are packed, out of the store.

@@ -824,6 +824,18 @@ impl Live {
     /// most of the live cache). [`Live::unpack`] takes them from it.
     /// Whether anything was dropped.
     pub fn shed_rules(&mut self) -> bool {
+        if self.packed.as_ref().is_none_or(|p| p.rules.is_none()) {
+            return false;
+        }
+        match self.equal.once() {
+            Some(equal) => self.shed_rules_as(&equal.to_value()),
+            None => false,
+        }
+    }
+
+    /// [`Live::shed_rules`], given the JSON of the desired copy once found
+    /// equal to this version.
+    fn shed_rules_as(&mut self, equal: &Value) -> bool {
         let Some(packed) = self.packed.as_mut() else {
             return false;
         };
@@ -832,10 +844,7 @@ impl Live {
         }
         // Only where the copy has these rules: an aggregated ClusterRole's
         // desired copy has none (the API server fills them).
-        let Some(equal) = self.equal.once() else {
-            return false;
-        };
-        let rules = field(&equal.to_value(), "rules");
+        let rules = field(equal, "rules");
         if rules.is_null() || self.content.rules != Some(digest(&rules)) {
             return false;
         }
@@ -850,9 +859,13 @@ impl Live {
     /// holds each rule list twice (in the response and in the desired
     /// copy) until the plan after it.
     pub fn settle(&mut self, sent: &Apply) {
-        if differences(&sent.body(), self).is_empty() {
+        // One JSON copy of what was sent serves the comparison and the
+        // shedding: a response is fresh, so the copy sent is the first
+        // found equal to it (the one its rules are given back from).
+        let body = sent.body();
+        if differences(&body, self).is_empty() {
             self.equal.set(Some(&sent.object));
-            self.shed_rules();
+            self.shed_rules_as(&body);
         }
     }
 

@@ -347,6 +347,20 @@ impl World {
         }
     }
 
+    /// Whether `o` changes what the store holds under `k`: a new
+    /// resourceVersion alone does not ([`same_but_version`]).
+    fn changes_stored(
+        &self,
+        gk: &GroupKind,
+        k: &crate::engine::store::ObjectKey,
+        o: &Value,
+    ) -> bool {
+        !self
+            .store
+            .get(gk, k)
+            .is_some_and(|old| same_but_version(old, o))
+    }
+
     /// An event of the watch on a kind the rules read (of its current
     /// `epoch`; a stopped watch's late events are dropped); whether it
     /// changed the store. As for the output kinds, a list is applied
@@ -365,11 +379,7 @@ impl World {
             Event::InitApply(o) => {
                 if let Some(k) = key_of(&o) {
                     w.seen.get_or_insert_with(BTreeSet::new).insert(k.clone());
-                    if !self
-                        .store
-                        .get(gk, &k)
-                        .is_some_and(|old| same_but_version(old, &o))
-                    {
+                    if self.changes_stored(gk, &k, &o) {
                         let _ = self.store.insert(o);
                     }
                 }
@@ -391,14 +401,7 @@ impl World {
                 true
             }
             Event::Apply(o) => {
-                let differs = key_of(&o)
-                    .map(|k| {
-                        !self
-                            .store
-                            .get(gk, &k)
-                            .is_some_and(|old| same_but_version(old, &o))
-                    })
-                    .unwrap_or(false);
+                let differs = key_of(&o).is_some_and(|k| self.changes_stored(gk, &k, &o));
                 if differs {
                     let _ = self.store.insert(o);
                 }

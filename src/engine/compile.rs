@@ -1268,18 +1268,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn builtin_rules_see_only_what_they_read_of_their_triggers() {
+    /// Every built-in rule, compiled, by name.
+    fn compiled_builtins() -> Vec<(String, CompiledRule)> {
         let sources = crate::rules::builtin().expect("built-in rules");
         let mut templates = Templates::new();
+        sources
+            .iter()
+            .map(|s| {
+                let rule = compile(&s.name, &s.spec, &mut templates).expect("compiles");
+                (s.name.clone(), rule)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn builtin_rules_see_only_what_they_read_of_their_triggers() {
         let mut read = BTreeMap::new();
-        for s in &sources {
-            let rule = compile(&s.name, &s.spec, &mut templates).expect("compiles");
+        for (name, rule) in compiled_builtins() {
             if rule.spec.trigger.is_some() {
                 let paths = rule
                     .trigger_paths
                     .map(|ps| ps.iter().map(|p| p.join(".")).collect::<Vec<_>>());
-                read.insert(s.name.clone(), paths);
+                read.insert(name, paths);
             }
         }
         // Every built-in rule with a trigger reads it only by paths (some
@@ -1361,12 +1371,9 @@ spec:
 
     #[test]
     fn the_builtin_xrd_rules_read_their_crds_by_truth_only() {
-        let sources = crate::rules::builtin().expect("built-in rules");
-        let mut templates = Templates::new();
         let mut found = BTreeSet::new();
-        for s in &sources {
-            let rule = compile(&s.name, &s.spec, &mut templates).expect("compiles");
-            found.extend(rule.presence.iter().map(|n| format!("{}/{n}", s.name)));
+        for (name, rule) in compiled_builtins() {
+            found.extend(rule.presence.iter().map(|n| format!("{name}/{n}")));
         }
         assert!(found.iter().any(|n| n.ends_with("/xrCrd")), "{found:?}");
         assert!(found.iter().any(|n| n.ends_with("/claimCrd")), "{found:?}");

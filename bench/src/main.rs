@@ -53,4 +53,4 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// As the shipped binary's `_rjem_malloc_conf`.
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static MALLOC_CONF: &[u8; 44] = b"dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1\0";
+static MALLOC_CONF: &[u8; 57] = b"dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1,tcache:false\0";

@@ -579,6 +579,7 @@ impl<'a> Loop<'a> {
         let allow = self.world.allow_rules();
         let mut holds = self.world.holds();
         self.world.unpack_held(&holds);
+        let mut seen = self.world.store.version();
         let mut pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
         while !pass.slow_rules().is_empty() {
             let moved = pass.slow_rules().to_vec();
@@ -592,8 +593,12 @@ impl<'a> Loop<'a> {
                 break;
             }
             self.world.unpack_held(&holds);
+            seen = self.world.store.version();
             pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
         }
+        // The main engine's memo has read the journal this far, and
+        // nothing else reads it (the slow lane copies the store whole).
+        self.world.store.forget_through(seen);
         (pass, holds)
     }
 

@@ -1907,7 +1907,8 @@ mod plan_tests {
             d.object = crate::engine::Manifest::from_value(&with_rules(rules)).expect("manifest");
             Evaluation {
                 desired: [d].into_iter().collect(),
-                reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+                reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))])
+                    .into(),
                 ..Evaluation::default()
             }
         };
@@ -1980,7 +1981,7 @@ mod plan_tests {
         d.object = object.clone();
         let evaluation = Evaluation {
             desired: [d].into_iter().collect(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
             ..Evaluation::default()
         };
         let p = plan(&evaluation, &lives, &BTreeSet::new(), true);
@@ -2008,7 +2009,7 @@ mod plan_tests {
                 desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
             ]
             .into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),
@@ -2043,7 +2044,7 @@ mod plan_tests {
                 desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
             ]
             .into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),
@@ -2087,7 +2088,8 @@ mod plan_tests {
                 ("r".to_string(), report(RuleState::Evaluated, &["T/paused"])),
                 ("failed".to_string(), report(RuleState::Failed, &[])),
                 ("inactive".to_string(), report(RuleState::Inactive, &[])),
-            ]),
+            ])
+            .into(),
             contested,
             revoked: BTreeMap::new(),
             changed: Vec::new(),
@@ -2136,7 +2138,7 @@ mod plan_tests {
     fn an_adopted_helm_object_keeps_the_resource_policy_annotation() {
         let evaluation = Evaluation {
             desired: vec![desired(OutputKind::ClusterRole, "", "x", "r", "T/a")].into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),
@@ -2186,7 +2188,7 @@ mod plan_tests {
         let y = desired(OutputKind::Role, "a", "y", "r", "T/a");
         let of = |x: Desired| Evaluation {
             desired: [x, y.clone()].into_iter().collect(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
             ..Evaluation::default()
         };
         let evaluation = of(desired(OutputKind::Role, "a", "x", "r", "T/a"));
@@ -2224,7 +2226,7 @@ mod plan_tests {
     fn a_changed_role_ref_recreates_the_binding() {
         let evaluation = Evaluation {
             desired: vec![desired(OutputKind::RoleBinding, "a", "b", "r", "T/a")].into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]),
+            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),

@@ -709,7 +709,7 @@ impl SlowLane {
             }
             None => Evaluation {
                 desired: Default::default(),
-                reports: BTreeMap::new(),
+                reports: Default::default(),
                 contested: BTreeSet::new(),
                 revoked: BTreeMap::new(),
                 changed: Vec::new(),

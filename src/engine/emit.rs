@@ -52,6 +52,9 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         memo.renders = 0;
         return last.clone();
     }
+    // Replaced below; dropped now, its reports (the memo's, shared) are
+    // updated in place unless an evaluation returned before holds them.
+    memo.last = None;
     let mut changes = changes_since(observed, memo, fresh);
     let previous = memo.desired.clone();
     let mut report_dirty: BTreeSet<usize> = BTreeSet::new();
@@ -110,7 +113,7 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     memo.seen = Some(observed.version());
     let evaluation = Evaluation {
         desired: memo.desired.clone(),
-        reports: memo.reports.clone(),
+        reports: Arc::clone(&memo.reports),
         contested: memo.contested.keys().cloned().collect(),
         revoked: memo.revoked.clone(),
         changed,
@@ -152,7 +155,7 @@ fn start_over(engine: &Engine, memo: &mut Memo, report_dirty: &mut BTreeSet<usiz
         rules: (0..engine.rules.len())
             .map(|_| RuleMemo::default())
             .collect(),
-        reports: engine.fixed_reports.clone(),
+        reports: Arc::new(engine.fixed_reports.clone()),
         one_shot: memo.one_shot,
         ..Memo::default()
     };
@@ -216,7 +219,7 @@ fn update_reports(engine: &Engine, memo: &mut Memo, report_dirty: BTreeSet<usize
         } else {
             build_report(&rule.name, &memo.rules[idx])
         };
-        memo.reports.insert(rule.name.clone(), report);
+        Arc::make_mut(&mut memo.reports).insert(rule.name.clone(), report);
     }
 }
 

@@ -207,7 +207,7 @@ impl Engine {
                 }
                 Evaluation {
                     desired: DesiredSet::default(),
-                    reports,
+                    reports: std::sync::Arc::new(reports),
                     contested: BTreeSet::new(),
                     revoked: BTreeMap::new(),
                     changed: Vec::new(),

@@ -260,8 +260,9 @@ impl RuleReport {
 pub struct Evaluation {
     /// Desired objects, sorted by kind, namespace and name.
     pub desired: DesiredSet,
-    /// Per rule, by name.
-    pub reports: BTreeMap<String, RuleReport>,
+    /// Per rule, by name; shared (by the memo and the evaluations it
+    /// returns), not copied: a copy is thousands of trigger names.
+    pub reports: Arc<BTreeMap<String, RuleReport>>,
     /// Objects two rules or triggers both emit: neither copy is desired and
     /// the live object must be left alone.
     pub contested: BTreeSet<(OutputKind, String, String)>,

@@ -213,6 +213,24 @@ impl ObjectStore {
         (self.id, self.generation)
     }
 
+    /// Drops the journal up to `version` (a value of
+    /// [`ObjectStore::version`]) once every reader has read that far: held
+    /// otherwise until the bound, the first lists' entries alone are one
+    /// per object. A reader still behind it is told nothing
+    /// ([`ObjectStore::changes_since`]) and starts over.
+    pub fn forget_through(&mut self, version: (u64, u64)) {
+        let (id, generation) = version;
+        if id != self.id || generation <= self.floor || generation > self.generation {
+            return;
+        }
+        let end = self.journal.partition_point(|(g, _, _)| *g <= generation);
+        self.journal.drain(..end);
+        self.floor = generation;
+        if self.journal.capacity() > 4 * self.journal.len() + 64 {
+            self.journal.shrink_to(2 * self.journal.len());
+        }
+    }
+
     /// The objects changed since `version` (a value of
     /// [`ObjectStore::version`]), oldest first and possibly repeated, or
     /// `None` when the journal cannot tell (another store, or too old).
@@ -393,5 +411,28 @@ mod tests {
         // Another store, or a clone, cannot answer for this one.
         assert!(s.clone().changes_since(s.version()).is_none());
         assert!(ObjectStore::new().changes_since(v).is_none());
+    }
+
+    #[test]
+    fn a_journal_read_through_is_forgotten_and_a_reader_behind_starts_over() {
+        let mut s = ObjectStore::new();
+        s.insert_shared(ns("a", "1")).expect("insert");
+        let behind = s.version();
+        s.insert_shared(ns("b", "1")).expect("insert");
+        let read = s.version();
+        s.insert_shared(ns("c", "1")).expect("insert");
+        s.forget_through(read);
+        assert_eq!(s.journal.len(), 1);
+        // A reader at the version forgotten through still learns what
+        // came after; one behind it cannot be told.
+        assert_eq!(changed(&s, read), ["c"]);
+        assert!(s.changes_since(behind).is_none());
+        // Another store's version, or an older one, forgets nothing.
+        s.forget_through(ObjectStore::new().version());
+        s.forget_through(behind);
+        assert_eq!(changed(&s, read), ["c"]);
+        s.forget_through(s.version());
+        assert!(s.journal.is_empty());
+        assert_eq!(s.changes_since(s.version()).map(Iterator::count), Some(0));
     }
 }

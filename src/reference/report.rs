@@ -40,7 +40,7 @@ pub(super) fn assemble(
     changed.sort_by(|a, b| (a.0.as_str(), &a.1, &a.2).cmp(&(b.0.as_str(), &b.1, &b.2)));
     Evaluation {
         desired: DesiredSet::from(v.desired),
-        reports,
+        reports: reports.into(),
         contested: v.contested.into_iter().collect(),
         revoked: v.revoked,
         changed,

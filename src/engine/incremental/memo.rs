@@ -79,7 +79,7 @@ pub struct Memo {
     /// The rules of an aggregated allow-list, as last computed.
     pub(in crate::engine) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
     pub(in crate::engine) desired: DesiredSet,
-    pub(in crate::engine) reports: BTreeMap<String, RuleReport>,
+    pub(in crate::engine) reports: Arc<BTreeMap<String, RuleReport>>,
     /// The last result, returned again when nothing changed.
     pub(in crate::engine) last: Option<Evaluation>,
     /// The views' caches (policy rules, denials, copies, selections).
@@ -1476,6 +1476,26 @@ spec:
             assert_eq!(by_key.is_some(), !name.is_empty() && name != "a");
             assert!(emitters.get_parts(OutputKind::ClusterRole, &okey).is_none());
         }
+    }
+
+    #[test]
+    fn evaluations_share_the_memo_s_reports_until_one_changes() {
+        let engine = sharing_engine();
+        let mut store = two_widgets();
+        let mut memo = Memo::new();
+        let first = engine.evaluate_incremental(&store, &mut memo);
+        let again = engine.evaluate_incremental(&store, &mut memo);
+        // Nothing changed: the same reports, not a copy.
+        assert!(Arc::ptr_eq(&first.reports, &again.reports));
+        assert!(Arc::ptr_eq(&first.reports, &memo.reports));
+        // A change makes new reports; the ones returned before stay as
+        // they were.
+        let before = (*first.reports).clone();
+        assert!(store.insert(widget("w-1", &["cs.example.org"])).is_ok());
+        let changed = engine.evaluate_incremental(&store, &mut memo);
+        assert!(!Arc::ptr_eq(&first.reports, &changed.reports));
+        assert!(Arc::ptr_eq(&changed.reports, &memo.reports));
+        assert_eq!(format!("{:?}", *first.reports), format!("{before:?}"));
     }
 
     #[test]

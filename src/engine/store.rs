@@ -214,9 +214,9 @@ impl ObjectStore {
     }
 
     /// Drops the journal up to `version` (a value of
-    /// [`ObjectStore::version`]) once every reader has read that far: held
-    /// otherwise until the bound, the first lists' entries alone are one
-    /// per object. A reader still behind it is told nothing
+    /// [`ObjectStore::version`]), once every reader has read that far;
+    /// else it is held up to its bound (after the first lists alone, one
+    /// entry per object). A reader still behind `version` is told nothing
     /// ([`ObjectStore::changes_since`]) and starts over.
     pub fn forget_through(&mut self, version: (u64, u64)) {
         let (id, generation) = version;

@@ -14,7 +14,8 @@ use serde_json::{Map, Value, json};
 
 use crate::api::OutputKind;
 use crate::engine::output::{RBAC_API_VERSION, rule_annotation, trigger_annotation};
-use crate::engine::{Desired, Evaluation, Manifest};
+use crate::engine::store::ObjectKey;
+use crate::engine::{Desired, Evaluation, Manifest, OutKey};
 
 /// Field manager of every write, and the manager whose managedFields entry
 /// says which labels and annotations are ours.
@@ -61,6 +62,16 @@ impl ObjectId {
                 .unwrap_or_default(),
             meta.get("name")?.as_str()?,
         ))
+    }
+
+    /// Its key in the engine's store: namespace and name.
+    pub fn store_key(&self) -> ObjectKey {
+        (self.namespace.to_string(), self.name.to_string())
+    }
+
+    /// Its key among the engine's outputs: kind, namespace and name.
+    pub fn out_key(&self) -> OutKey {
+        (self.kind, self.namespace.to_string(), self.name.to_string())
     }
 }
 
@@ -1444,7 +1455,7 @@ fn plan_unwanted(
     }
     // A refusal revokes: no keep reason saves an object policy refuses
     // (only an incomplete view defers it, like any prune).
-    let key = (id.kind, id.namespace.to_string(), id.name.to_string());
+    let key = id.out_key();
     if let Some(why) = evaluation.revoked.get(&key).filter(|_| prune) {
         out.deletes.push(Delete {
             id: id.clone(),
@@ -1482,10 +1493,7 @@ fn keep_reason(
     held: &BTreeSet<String>,
     prune: bool,
 ) -> Option<KeepReason> {
-    if evaluation
-        .contested
-        .contains(&(id.kind, id.namespace.to_string(), id.name.to_string()))
-    {
+    if evaluation.contested.contains(&id.out_key()) {
         return Some(KeepReason::Contested);
     }
     match rule {
@@ -1855,6 +1863,14 @@ mod plan_tests {
         }
     }
 
+    /// The reports of an evaluation where rule `r` ran and keeps nothing.
+    fn r_evaluated() -> Arc<BTreeMap<String, RuleReport>> {
+        Arc::new(BTreeMap::from([(
+            "r".to_string(),
+            report(RuleState::Evaluated, &[]),
+        )]))
+    }
+
     fn manifest(kind: OutputKind, ns: &str, name: &str, rule: &str, trigger: &str) -> Value {
         let mut meta = json!({"name": name,
             "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
@@ -1907,8 +1923,7 @@ mod plan_tests {
             d.object = crate::engine::Manifest::from_value(&with_rules(rules)).expect("manifest");
             Evaluation {
                 desired: [d].into_iter().collect(),
-                reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))])
-                    .into(),
+                reports: r_evaluated(),
                 ..Evaluation::default()
             }
         };
@@ -1981,7 +1996,7 @@ mod plan_tests {
         d.object = object.clone();
         let evaluation = Evaluation {
             desired: [d].into_iter().collect(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
+            reports: r_evaluated(),
             ..Evaluation::default()
         };
         let p = plan(&evaluation, &lives, &BTreeSet::new(), true);
@@ -2009,7 +2024,7 @@ mod plan_tests {
                 desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
             ]
             .into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
+            reports: r_evaluated(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),
@@ -2044,7 +2059,7 @@ mod plan_tests {
                 desired(OutputKind::ClusterRole, "", "x", "r", "T/a"),
             ]
             .into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
+            reports: r_evaluated(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),
@@ -2138,7 +2153,7 @@ mod plan_tests {
     fn an_adopted_helm_object_keeps_the_resource_policy_annotation() {
         let evaluation = Evaluation {
             desired: vec![desired(OutputKind::ClusterRole, "", "x", "r", "T/a")].into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
+            reports: r_evaluated(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),
@@ -2188,7 +2203,7 @@ mod plan_tests {
         let y = desired(OutputKind::Role, "a", "y", "r", "T/a");
         let of = |x: Desired| Evaluation {
             desired: [x, y.clone()].into_iter().collect(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
+            reports: r_evaluated(),
             ..Evaluation::default()
         };
         let evaluation = of(desired(OutputKind::Role, "a", "x", "r", "T/a"));
@@ -2226,7 +2241,7 @@ mod plan_tests {
     fn a_changed_role_ref_recreates_the_binding() {
         let evaluation = Evaluation {
             desired: vec![desired(OutputKind::RoleBinding, "a", "b", "r", "T/a")].into(),
-            reports: BTreeMap::from([("r".to_string(), report(RuleState::Evaluated, &[]))]).into(),
+            reports: r_evaluated(),
             contested: BTreeSet::new(),
             revoked: BTreeMap::new(),
             changed: Vec::new(),

@@ -461,7 +461,7 @@ impl World {
     fn forget_rbac(&mut self, id: &ObjectId) -> bool {
         let foreign = self.foreign.remove(id);
         let owned = self.remove_owned(id);
-        let key = (id.namespace.to_string(), id.name.to_string());
+        let key = id.store_key();
         let read = self.store.remove(gk_of(id.kind), &key).is_some();
         owned || foreign || read
     }
@@ -481,7 +481,7 @@ impl World {
         // ClusterRoles, an allow-list), else only its name is.
         if self.kinds.contains_key(gk) {
             o.unpack();
-            let key = (id.namespace.to_string(), id.name.to_string());
+            let key = id.store_key();
             if let Some(object) = o.shared()
                 && self.store.get(gk, &key) != Some(&**object)
             {
@@ -594,7 +594,7 @@ impl World {
     /// read the kind see it.
     fn mirror(&mut self, id: &ObjectId, object: Option<&Arc<Value>>) {
         let gk = gk_of(id.kind);
-        let key = (id.namespace.to_string(), id.name.to_string());
+        let key = id.store_key();
         match object {
             Some(o) => {
                 if self.store.insert_shared(o.clone()).is_err() {

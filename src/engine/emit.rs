@@ -90,7 +90,6 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         &mut differing,
         &mut report_dirty,
     );
-    bound_cached_bytes(memo);
     if changes.all {
         let contested: BTreeSet<OutKey> = memo.emitters.contested().cloned().collect();
         settle_conflicts(memo, &contested, &mut report_dirty);
@@ -173,8 +172,17 @@ fn run_rules(
     differing: &mut HashSet<(usize, usize)>,
     report_dirty: &mut BTreeSet<usize>,
 ) {
+    let held = |idx: usize| engine.options.held.contains(&engine.rules[idx].name);
+    // Each rule's derived values live until the last rule that takes them
+    // over has run: none is kept for the next evaluation (see `Derived`).
+    let mut handed_on = vec![false; engine.rules.len()];
+    for idx in (0..engine.rules.len()).filter(|i| !held(*i)) {
+        if let Some((from, _)) = super::memo::derived_from(&engine.rules, idx) {
+            handed_on[from] = true;
+        }
+    }
     for (idx, rule) in engine.rules.iter().enumerate() {
-        if engine.options.held.contains(&rule.name) {
+        if held(idx) {
             continue;
         }
         let mut rm = std::mem::take(&mut memo.rules[idx]);
@@ -182,7 +190,14 @@ fn run_rules(
             super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
         }
         let before = rm.signature.clone();
-        let deltas = run_rule(engine, idx, rule, observed, memo, &mut rm, changes);
+        let deltas = run_rule(
+            engine,
+            (idx, rule, handed_on[idx]),
+            observed,
+            memo,
+            &mut rm,
+            changes,
+        );
         if !deltas.is_empty() {
             report_dirty.insert(idx);
         }
@@ -195,18 +210,6 @@ fn run_rules(
             changes.whole.extend(rule.produces.iter().cloned());
         }
         memo.rules[idx] = rm;
-    }
-}
-
-/// What the rules cache for the next evaluation, bounded together.
-fn bound_cached_bytes(memo: &mut Memo) {
-    if memo.rules.iter().map(|r| r.cached_bytes).sum::<usize>()
-        > super::memo::DERIVED_BYTES_TOTAL_MAX
-    {
-        for rm in &mut memo.rules {
-            rm.derived.bound_bytes(0);
-            rm.cached_bytes = 0;
-        }
     }
 }
 
@@ -279,11 +282,11 @@ fn changed_keys(
     changed
 }
 
-/// Renders again the triggers of one rule that the changes reach.
+/// Renders again the triggers of one rule that the changes reach;
+/// `handed_on`: a later rule takes over its derived values.
 fn run_rule(
     engine: &Engine,
-    idx: usize,
-    rule: &CompiledRule,
+    (idx, rule, handed_on): (usize, &CompiledRule, bool),
     observed: &ObjectStore,
     memo: &Memo,
     rm: &mut RuleMemo,
@@ -332,7 +335,7 @@ fn run_rule(
     // What the evaluator cached goes back to the rule's memo, bounded.
     evaluator
         .caches
-        .store_into(rm, one_shot, !deltas.is_empty());
+        .store_into(rm, (one_shot, handed_on), !deltas.is_empty());
     deltas
 }
 

@@ -178,26 +178,39 @@ impl EvalCaches {
         }
     }
 
-    /// Gives back to the rule's memo what it keeps (a one-shot memo keeps
-    /// nothing), bounded; `changed`: some trigger's outcome changed.
-    pub fn store_into(&self, rm: &mut RuleMemo, one_shot: bool, changed: bool) {
-        rm.items = self.items.take();
+    /// Gives back to the rule's memo what it keeps, bounded; `changed`:
+    /// some trigger's outcome changed. Its derived values and item verdicts
+    /// only when `handed_on` (a later rule of this evaluation takes them
+    /// over; a one-shot memo hands on only item verdicts): else they are
+    /// freed now, and nothing derived outlives the evaluation.
+    pub fn store_into(
+        &self,
+        rm: &mut RuleMemo,
+        (one_shot, handed_on): (bool, bool),
+        changed: bool,
+    ) {
+        let items = self.items.take();
+        let derived = self.derived.take();
         rm.deps = self.deps.take();
         rm.unseen = self.unseen.take();
         self.inputs.take();
-        if one_shot {
-            // Never read again: freed now for the rules after this one.
-            drop(self.derived.take());
-        } else {
-            rm.derived = self.derived.take();
-            if changed {
-                rm.derived.prune();
-                rm.cached_bytes = rm.derived.cached_bytes();
+        if !handed_on {
+            #[cfg(test)]
+            {
+                rm.freed = Some((derived, items));
             }
+            return;
         }
+        rm.items = items;
         // Entries of items gone are never looked up again: bounded by starting over.
         if rm.items.values().map(HashMap::len).sum::<usize>() > ITEM_CACHE_MAX {
             rm.items.clear();
+        }
+        if !one_shot {
+            rm.derived = derived;
+            if changed {
+                rm.derived.prune();
+            }
         }
     }
 

@@ -772,10 +772,13 @@ fn partial(o: &Value) -> Value {
     json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o["metadata"]})
 }
 
+/// A watch event as the API server writes it: `type` before `object` (a
+/// JSON map would sort `object` first).
 fn event_line(kind: &str, o: &Value, metadata_only: bool) -> Bytes {
     let object = if metadata_only { partial(o) } else { o.clone() };
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    line.push(b'\n');
+    let mut line = format!(r#"{{"type":{}, "object":"#, json!(kind)).into_bytes();
+    line.extend(serde_json::to_vec(&object).unwrap_or_default());
+    line.extend(b"}\n");
     Bytes::from(line)
 }
 

@@ -439,13 +439,17 @@ impl<'de> Deserialize<'de> for Ours {
 struct OursVisitor;
 
 /// One `managedFields` entry: other fields are skipped, and `fieldsV1` is
-/// taken as text (scanned without recursion, so any depth) and parsed
-/// only for our entry: another manager's fields of a deep object are as
-/// deep as the object.
+/// read only for our entry (another manager's fields of a deep object are
+/// as deep as the object), as [`Deep`] reads values: through the caller's
+/// deserializer, so also when serde buffered the object (a watch event
+/// whose `object` comes before its `type`; raw text cannot be taken from
+/// a buffer), and as text past [`SHALLOW`] levels.
 struct Entry {
     manager: Option<String>,
     operation: Option<String>,
-    fields: Option<Box<RawValue>>,
+    fields: Option<Value>,
+    /// `fieldsV1` nests deeper than [`MAX_DEPTH`] (read as null).
+    too_deep: bool,
 }
 
 impl<'de> Deserialize<'de> for Entry {
@@ -468,7 +472,11 @@ impl<'de> Visitor<'de> for EntryVisitor {
             manager: None,
             operation: None,
             fields: None,
+            too_deep: false,
         };
+        // fieldsV1's braces sit at level 5 of the object (object,
+        // metadata, managedFields, entry, fieldsV1).
+        let too_deep = Cell::new(false);
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "manager" => e.manager = map.next_value()?,
@@ -478,12 +486,15 @@ impl<'de> Visitor<'de> for EntryVisitor {
                 "fieldsV1" if e.manager.as_deref().is_some_and(|m| m != FIELD_MANAGER) => {
                     map.next_value::<IgnoredAny>()?;
                 }
-                "fieldsV1" => e.fields = map.next_value()?,
+                "fieldsV1" => {
+                    e.fields = Some(map.next_value_seed(Deep::at(5, &too_deep))?);
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
+        e.too_deep = too_deep.get();
         Ok(e)
     }
 }
@@ -502,11 +513,14 @@ impl<'de> Visitor<'de> for OursVisitor {
                 && e.manager.as_deref() == Some(FIELD_MANAGER)
                 && e.operation.as_deref() == Some("Apply")
             {
-                let fields = match &e.fields {
-                    Some(raw) => read_deep(raw.get(), 5).map_err(de::Error::custom)?,
-                    None => Value::Null,
-                };
-                ours = Some(OwnedFields::from_fields_v1(&fields));
+                if e.too_deep {
+                    return Err(de::Error::custom(format!(
+                        "nests deeper than {MAX_DEPTH} levels, the most the API server accepts"
+                    )));
+                }
+                ours = Some(OwnedFields::from_fields_v1(
+                    e.fields.as_ref().unwrap_or(&Value::Null),
+                ));
             }
         }
         Ok(Ours(ours))
@@ -514,13 +528,13 @@ impl<'de> Visitor<'de> for OursVisitor {
 }
 
 /// Levels read through the caller's deserializer before the rest of a
-/// value is taken as text and read by [`read_deep`]. kube decodes with
+/// value is taken as text and read by [`read_fresh`]. kube decodes with
 /// serde_json, whose recursion limit (128, counted from the watch event or
 /// list around the object) refuses a deep object, and in a list every
 /// object with it; text is scanned without recursion or limit.
 const SHALLOW: usize = 64;
 
-/// Stack left (bytes) below which [`read_deep`] continues on a new
+/// Stack left (bytes) below which [`read_fresh`] continues on a new
 /// segment, and the size of a segment: a level takes well under 4 KiB
 /// even unoptimised.
 const RED_ZONE: usize = 128 * 1024;
@@ -532,7 +546,7 @@ const SEGMENT: usize = 4 * 1024 * 1024;
 #[derive(Clone, Copy)]
 struct Deep<'a> {
     level: usize,
-    /// Read from text by [`read_deep`] (no recursion limit), not by the
+    /// Read from text by [`read_fresh`] (no recursion limit), not by the
     /// caller's deserializer.
     fresh: bool,
     too_deep: &'a Cell<bool>,
@@ -556,22 +570,11 @@ impl<'a> Deep<'a> {
 }
 
 /// Parses JSON text whose maps and lists sit at nesting `level` without
-/// serde_json's recursion limit. The recursion is bounded by [`MAX_DEPTH`]
-/// and never overflows the stack: each level checks the stack left and
-/// goes on in a new heap segment when it runs low (stacker, the crate
-/// rustc uses for the same). This needs no large-stack thread, so kube's
-/// decoder can call it from any task.
-fn read_deep(text: &str, level: usize) -> Result<Value, String> {
-    let too_deep = Cell::new(false);
-    let value = read_fresh(text, level, &too_deep)?;
-    if too_deep.get() {
-        return Err(format!(
-            "nests deeper than {MAX_DEPTH} levels, the most the API server accepts"
-        ));
-    }
-    Ok(value)
-}
-
+/// serde_json's recursion limit; past [`MAX_DEPTH`] it sets `too_deep` and
+/// reads null. The recursion never overflows the stack: each level checks
+/// the stack left and goes on in a new heap segment when it runs low
+/// (stacker, the crate rustc uses for the same). This needs no
+/// large-stack thread, so kube's decoder can call it from any task.
 fn read_fresh(text: &str, level: usize, too_deep: &Cell<bool>) -> Result<Value, String> {
     let mut de = serde_json::Deserializer::from_str(text);
     de.disable_recursion_limit();
@@ -761,6 +764,28 @@ mod tests {
         let ours = live.ours().expect("ours");
         assert!(ours.top.contains("rules"));
         assert!(ours.labels.contains("a") && !ours.labels.contains("x"));
+    }
+
+    #[test]
+    fn a_watch_event_whose_object_comes_before_its_type_is_read_whole() {
+        // serde buffers the object until it reads the tag: a server that
+        // writes keys sorted (the bench's stand-in did) once failed every
+        // event of an object we applied, and each failure cost a relist.
+        let obj = json!({"apiVersion": RBAC_API_VERSION, "kind": "Role",
+            "metadata": {"name": "r", "namespace": "n", "resourceVersion": "7",
+              "managedFields": [
+                {"fieldsV1": {"f:rules": {}}, "manager": "kubectl", "operation": "Update"},
+                {"manager": FIELD_MANAGER, "operation": "Apply",
+                  "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}, "f:rules": {}}}]},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
+        let text = format!(r#"{{"object":{obj},"type":"MODIFIED"}}"#);
+        let event: kube::api::WatchEvent<Wire> = serde_json::from_str(&text).expect("event");
+        let kube::api::WatchEvent::Modified(wire) = event else {
+            panic!("a modification");
+        };
+        let live = wire.into_live(&api_resource(OutputKind::Role));
+        let ours = live.ours().expect("ours");
+        assert!(ours.top.contains("rules") && ours.labels.contains("a"));
     }
 
     #[test]

@@ -1709,6 +1709,7 @@ spec:
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&two_widgets(), &mut memo);
         assert_eq!(e.desired.len(), 4, "{:?}", e.reports);
+        assert!(memo.rules.iter().all(|r| r.derived.assembled.is_empty()));
         let kept: Vec<usize> = memo
             .rules
             .iter()

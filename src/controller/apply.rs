@@ -136,6 +136,11 @@ impl Outcome {
             Outcome::Created | Outcome::Updated(_) | Outcome::Recreated | Outcome::Adopted(_)
         )
     }
+
+    /// Whether the write changed an object: applied, or deleted.
+    pub fn is_write(&self) -> bool {
+        self.is_applied() || matches!(self, Outcome::Deleted | Outcome::Revoked(_))
+    }
 }
 
 /// One planned write and its outcome, borrowed from a pass's report (see

@@ -405,6 +405,8 @@ struct Loop<'a> {
     /// (a task of its own, beside the loop) and comes back with its report.
     idle: Option<Syncer>,
     running: Option<RunningPass>,
+    /// Whether the running pass is the main one (not the slow lane's).
+    running_main: bool,
     /// Asked to stop while a pass runs: the pass finishes first (the gate
     /// is closed, so it sends nothing more) — never cut between the delete
     /// and the apply of a re-created binding.
@@ -437,6 +439,7 @@ impl<'a> Loop<'a> {
             slow: SlowLaneRuns::default(),
             idle: None,
             running: None,
+            running_main: false,
             stopping: false,
             debounce,
             due: None,
@@ -564,6 +567,7 @@ impl<'a> Loop<'a> {
             return;
         }
         let held = holds.len();
+        self.running_main = true;
         self.spawn_pass(syncer, pass, held);
     }
 
@@ -626,7 +630,13 @@ impl<'a> Loop<'a> {
             Ok(done) => {
                 tracing::info!(rules = ?done.lane, seconds = done.took.as_secs_f64(), "slow lane evaluated");
                 self.slow.state = Some(done.state);
-                self.slow.ready = Some((done.evaluation, done.lane));
+                if self.slow.is_stale(done.main_writes) {
+                    // Planned from held rules' objects a main pass has
+                    // since written: evaluated again before any write.
+                    self.slow.again = true;
+                } else {
+                    self.slow.ready = Some((done.evaluation, done.lane, done.main_writes));
+                }
             }
             Err(_) => tracing::error!("the slow lane's evaluation ended without a result"),
         }
@@ -651,9 +661,14 @@ impl<'a> Loop<'a> {
     /// Plans the slow lane's result against the live objects as they are
     /// now, and writes it like a pass of its own.
     fn write_slow_lane(&mut self) {
-        let Some((evaluation, lane)) = self.slow.ready.take() else {
+        let Some((evaluation, lane, main_writes)) = self.slow.ready.take() else {
             return;
         };
+        if self.slow.is_stale(main_writes) {
+            let holds = self.world.holds();
+            self.slow.start(&mut self.world, self.ctx.args, &holds);
+            return;
+        }
         let Some(mut syncer) = self.idle.take() else {
             return;
         };
@@ -681,6 +696,7 @@ impl<'a> Loop<'a> {
             return;
         }
         let held = self.world.rules.len() - lane.len();
+        self.running_main = false;
         self.spawn_pass(syncer, pass, held);
     }
 
@@ -704,6 +720,9 @@ impl<'a> Loop<'a> {
         };
         self.idle = Some(syncer);
         log_report(&report, held);
+        if self.running_main && report.outcomes.iter().any(apply::Outcome::is_write) {
+            self.slow.main_wrote();
+        }
         if self.stopping {
             return true;
         }
@@ -772,6 +791,8 @@ struct SlowDone {
     /// The rules it evaluated.
     lane: std::collections::BTreeSet<String>,
     took: Duration,
+    /// [`SlowLaneRuns::main_writes`] when it started.
+    main_writes: u64,
 }
 
 /// The slow lane's runs, as the control loop keeps them (see
@@ -784,14 +805,44 @@ struct SlowLaneRuns {
     running: Option<tokio::sync::oneshot::Receiver<SlowDone>>,
     /// A main pass started while a run was in progress: run again after.
     again: bool,
-    /// The last result, until it is planned and written.
+    /// The last result, until it is planned and written, with
+    /// [`SlowLaneRuns::main_writes`] when its run started.
     ready: Option<(
         crate::engine::Evaluation,
         std::collections::BTreeSet<String>,
+        u64,
     )>,
+    /// Main passes that wrote something: the lane reads the held rules'
+    /// objects as they are live, so a result planned before such a pass
+    /// may copy what it has since replaced.
+    main_writes: u64,
+    /// Results dropped in a row as stale (see [`SlowLaneRuns::is_stale`]).
+    dropped: u32,
 }
 
+/// Stale results the lane drops in a row at most: past it one is written
+/// (a later run corrects it), so that main passes that keep writing do
+/// not starve the lane's rules.
+const MAX_STALE_DROPS: u32 = 3;
+
 impl SlowLaneRuns {
+    /// A main pass wrote objects.
+    fn main_wrote(&mut self) {
+        self.main_writes += 1;
+    }
+
+    /// Whether a result whose run started at `main_writes` is to be
+    /// dropped: a main pass wrote since, and fewer than
+    /// [`MAX_STALE_DROPS`] results were dropped in a row.
+    fn is_stale(&mut self, main_writes: u64) -> bool {
+        if main_writes == self.main_writes || self.dropped >= MAX_STALE_DROPS {
+            self.dropped = 0;
+            return false;
+        }
+        self.dropped += 1;
+        true
+    }
+
     /// Starts a run of the slow lane over the world as it is, if some rule
     /// is in the lane; after a run in progress when there is one. Every
     /// main pass asks for one: what it re-plans (live objects edited,
@@ -840,6 +891,7 @@ impl SlowLaneRuns {
         let mut state = self.state.take().unwrap_or_default();
         world.copy_store(&mut state.store, &mut state.kinds);
         let rules = world.rules.clone();
+        let main_writes = self.main_writes;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("rbac-rules-slow-lane".to_string())
@@ -851,6 +903,7 @@ impl SlowLaneRuns {
                     evaluation,
                     lane,
                     took: started.elapsed(),
+                    main_writes,
                 });
             });
         match spawned {
@@ -883,5 +936,29 @@ fn log_report(report: &sync::SyncReport, held: usize) {
             held,
             "reconciled"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_lane_result_planned_before_a_main_pass_wrote_is_dropped_a_few_times_at_most() {
+        let mut lane = SlowLaneRuns::default();
+        // Nothing written since the run started: written.
+        assert!(!lane.is_stale(0));
+        // A main pass wrote since: dropped (evaluated again), and so
+        // again while main passes keep writing, up to the bound.
+        lane.main_wrote();
+        for _ in 0..MAX_STALE_DROPS {
+            assert!(lane.is_stale(0));
+        }
+        // Past it one is written, and the count starts over.
+        assert!(!lane.is_stale(0));
+        assert!(lane.is_stale(0));
+        // A run started after the last main write is fresh.
+        assert!(!lane.is_stale(lane.main_writes));
+        assert!(lane.is_stale(0));
     }
 }

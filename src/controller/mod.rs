@@ -360,9 +360,7 @@ fn ticker(seconds: u64) -> tokio::time::Interval {
 }
 
 /// The running pass's end (never, while none runs).
-async fn pass_done(
-    running: &mut Option<RunningPass>,
-) -> Result<(Syncer, sync::SyncReport, usize), tokio::task::JoinError> {
+async fn pass_done(running: &mut Option<RunningPass>) -> Result<PassDone, tokio::task::JoinError> {
     match running.as_mut() {
         Some(pass) => pass.await,
         None => std::future::pending().await,
@@ -405,8 +403,6 @@ struct Loop<'a> {
     /// (a task of its own, beside the loop) and comes back with its report.
     idle: Option<Syncer>,
     running: Option<RunningPass>,
-    /// Whether the running pass is the main one (not the slow lane's).
-    running_main: bool,
     /// Asked to stop while a pass runs: the pass finishes first (the gate
     /// is closed, so it sends nothing more) — never cut between the delete
     /// and the apply of a re-created binding.
@@ -439,7 +435,6 @@ impl<'a> Loop<'a> {
             slow: SlowLaneRuns::default(),
             idle: None,
             running: None,
-            running_main: false,
             stopping: false,
             debounce,
             due: None,
@@ -567,8 +562,7 @@ impl<'a> Loop<'a> {
             return;
         }
         let held = holds.len();
-        self.running_main = true;
-        self.spawn_pass(syncer, pass, held);
+        self.spawn_pass(syncer, pass, held, true);
     }
 
     /// Evaluates and plans the main pass, and the holds it was planned
@@ -608,14 +602,20 @@ impl<'a> Loop<'a> {
 
     /// Starts writing `pass` beside the loop; what each write did comes
     /// back through the watches' queue, the syncer with the report.
-    fn spawn_pass(&mut self, mut syncer: Syncer, pass: sync::Pass, held: usize) {
+    /// `main`: the main pass, not the slow lane's.
+    fn spawn_pass(&mut self, mut syncer: Syncer, pass: sync::Pass, held: usize, main: bool) {
         let learned = self.learned.clone();
         self.running = Some(tokio::spawn(async move {
             let learn = move |l: apply::Learned| {
                 let _ = learned.send(world::Feed::Learned(l));
             };
             let report = syncer.write(pass, Some(&learn)).await;
-            (syncer, report, held)
+            PassDone {
+                syncer,
+                report,
+                held,
+                main,
+            }
         }));
     }
 
@@ -630,7 +630,7 @@ impl<'a> Loop<'a> {
             Ok(done) => {
                 tracing::info!(rules = ?done.lane, seconds = done.took.as_secs_f64(), "slow lane evaluated");
                 self.slow.state = Some(done.state);
-                if self.slow.is_stale(done.main_writes) {
+                if self.slow.drop_stale(done.main_writes) {
                     // Planned from held rules' objects a main pass has
                     // since written: evaluated again before any write.
                     self.slow.again = true;
@@ -664,7 +664,7 @@ impl<'a> Loop<'a> {
         let Some((evaluation, lane, main_writes)) = self.slow.ready.take() else {
             return;
         };
-        if self.slow.is_stale(main_writes) {
+        if self.slow.drop_stale(main_writes) {
             let holds = self.world.holds();
             self.slow.start(&mut self.world, self.ctx.args, &holds);
             return;
@@ -696,19 +696,20 @@ impl<'a> Loop<'a> {
             return;
         }
         let held = self.world.rules.len() - lane.len();
-        self.running_main = false;
-        self.spawn_pass(syncer, pass, held);
+        self.spawn_pass(syncer, pass, held, false);
     }
 
     /// A write pass ended: the syncer is back (a new one if the pass
     /// panicked), and failed writes are retried after a wait that grows
     /// while they keep failing. Whether the loop ends (stop was asked).
-    fn pass_ended(
-        &mut self,
-        done: Result<(Syncer, sync::SyncReport, usize), tokio::task::JoinError>,
-    ) -> bool {
+    fn pass_ended(&mut self, done: Result<PassDone, tokio::task::JoinError>) -> bool {
         self.running = None;
-        let (syncer, report, held) = match done {
+        let PassDone {
+            syncer,
+            report,
+            held,
+            main,
+        } = match done {
             Ok(done) => done,
             Err(e) => {
                 // The pass panicked: start afresh, retry soon.
@@ -720,7 +721,7 @@ impl<'a> Loop<'a> {
         };
         self.idle = Some(syncer);
         log_report(&report, held);
-        if self.running_main && report.outcomes.iter().any(apply::Outcome::is_write) {
+        if main && report.outcomes.iter().any(apply::Outcome::is_write) {
             self.slow.main_wrote();
         }
         if self.stopping {
@@ -780,9 +781,18 @@ fn unpack_kept(
     world.unpack(kept.map(|(id, _, _)| id))
 }
 
-/// A write pass running beside the loop; yields the syncer back, the
-/// report, and how many rules were held.
-type RunningPass = tokio::task::JoinHandle<(Syncer, sync::SyncReport, usize)>;
+/// A write pass running beside the loop.
+type RunningPass = tokio::task::JoinHandle<PassDone>;
+
+/// What a write pass gives back.
+struct PassDone {
+    syncer: Syncer,
+    report: sync::SyncReport,
+    /// How many rules were held.
+    held: usize,
+    /// Whether it was the main pass (not the slow lane's).
+    main: bool,
+}
 
 /// What the slow lane's thread gives back.
 struct SlowDone {
@@ -816,7 +826,7 @@ struct SlowLaneRuns {
     /// objects as they are live, so a result planned before such a pass
     /// may copy what it has since replaced.
     main_writes: u64,
-    /// Results dropped in a row as stale (see [`SlowLaneRuns::is_stale`]).
+    /// Results dropped in a row as stale (see [`SlowLaneRuns::drop_stale`]).
     dropped: u32,
 }
 
@@ -834,7 +844,7 @@ impl SlowLaneRuns {
     /// Whether a result whose run started at `main_writes` is to be
     /// dropped: a main pass wrote since, and fewer than
     /// [`MAX_STALE_DROPS`] results were dropped in a row.
-    fn is_stale(&mut self, main_writes: u64) -> bool {
+    fn drop_stale(&mut self, main_writes: u64) -> bool {
         if main_writes == self.main_writes || self.dropped >= MAX_STALE_DROPS {
             self.dropped = 0;
             return false;
@@ -947,18 +957,18 @@ mod tests {
     fn a_slow_lane_result_planned_before_a_main_pass_wrote_is_dropped_a_few_times_at_most() {
         let mut lane = SlowLaneRuns::default();
         // Nothing written since the run started: written.
-        assert!(!lane.is_stale(0));
+        assert!(!lane.drop_stale(0));
         // A main pass wrote since: dropped (evaluated again), and so
         // again while main passes keep writing, up to the bound.
         lane.main_wrote();
         for _ in 0..MAX_STALE_DROPS {
-            assert!(lane.is_stale(0));
+            assert!(lane.drop_stale(0));
         }
         // Past it one is written, and the count starts over.
-        assert!(!lane.is_stale(0));
-        assert!(lane.is_stale(0));
+        assert!(!lane.drop_stale(0));
+        assert!(lane.drop_stale(0));
         // A run started after the last main write is fresh.
-        assert!(!lane.is_stale(lane.main_writes));
-        assert!(lane.is_stale(0));
+        assert!(!lane.drop_stale(lane.main_writes));
+        assert!(lane.drop_stale(0));
     }
 }

@@ -770,7 +770,7 @@ mod tests {
     fn a_watch_event_whose_object_comes_before_its_type_is_read_whole() {
         // serde buffers the object until it reads the tag: a server that
         // writes keys sorted (the bench's stand-in did) once failed every
-        // event of an object we applied, and each failure cost a relist.
+        // event of an object we applied, and the change was missed.
         let obj = json!({"apiVersion": RBAC_API_VERSION, "kind": "Role",
             "metadata": {"name": "r", "namespace": "n", "resourceVersion": "7",
               "managedFields": [

@@ -173,20 +173,23 @@ fn run_rules(
     report_dirty: &mut BTreeSet<usize>,
 ) {
     let held = |idx: usize| engine.options.held.contains(&engine.rules[idx].name);
-    // Each rule's derived values live until the last rule that takes them
-    // over has run: none is kept for the next evaluation (see `Derived`).
+    // The rule each rule not held takes its derived values from. Those
+    // live until the last rule that takes them over has run: none is kept
+    // for the next evaluation (see `Derived`).
+    let takes: Vec<_> = (0..engine.rules.len())
+        .map(|idx| (!held(idx)).then(|| super::memo::derived_from(&engine.rules, idx)))
+        .map(Option::flatten)
+        .collect();
     let mut handed_on = vec![false; engine.rules.len()];
-    for idx in (0..engine.rules.len()).filter(|i| !held(*i)) {
-        if let Some((from, _)) = super::memo::derived_from(&engine.rules, idx) {
-            handed_on[from] = true;
-        }
+    for (from, _) in takes.iter().flatten() {
+        handed_on[*from] = true;
     }
     for (idx, rule) in engine.rules.iter().enumerate() {
         if held(idx) {
             continue;
         }
         let mut rm = std::mem::take(&mut memo.rules[idx]);
-        if let Some((from, common)) = super::memo::derived_from(&engine.rules, idx) {
+        if let Some((from, common)) = takes[idx] {
             super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
         }
         let before = rm.signature.clone();

@@ -192,16 +192,24 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => print_crd(),
-        Command::Render(args) => {
+        Command::Render(mut args) => {
             init_logging(LogFormat::Text);
+            if let Err(e) = args.params.read_environment() {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
             rbac_rules::render::main(&args)
         }
         Command::Diff {
             cluster,
             logging,
-            args,
+            mut args,
         } => {
             init_logging(logging.log_format);
+            if let Err(e) = args.params.read_environment() {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
             diff(&cluster, &args)
         }
         Command::Validate(args) => rbac_rules::validate::main(&args),
@@ -218,9 +226,18 @@ fn main() -> ExitCode {
         Command::Run {
             cluster,
             logging,
-            args,
+            mut args,
         } => {
             init_logging(logging.log_format);
+            // Settings are read once, before anything starts: a bad one
+            // stops the controller here, with its name, not later.
+            if let Err(e) = args.params.read_environment() {
+                tracing::error!(error = %e, "cannot start");
+                return ExitCode::FAILURE;
+            }
+            for (name, origin) in args.params.origins() {
+                tracing::info!(param = %name, from = %origin.describe(&name), "param set");
+            }
             run(cluster, args)
         }
     }

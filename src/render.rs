@@ -197,6 +197,7 @@ impl RenderArgs {
             waivers: self.waivers.clone(),
             limits: self.limits.clone(),
             params: self.params.map(),
+            param_origins: self.params.origins(),
             ..Options::default()
         }
     }
@@ -257,12 +258,19 @@ fn load_rules(args: &RenderArgs) -> Result<(Vec<RuleSource>, Origins), RenderErr
         .collect();
     let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
     let params = args.params.map();
+    let given = args.params.origins();
     let unknown = crate::params::undeclared(&params, &rules);
     if !unknown.is_empty() {
         return Err(RenderError::Evaluation(
             unknown
                 .iter()
-                .map(|k| format!("error: --param {k}: no rule declares a param of this name"))
+                .map(|k| {
+                    let origin = given
+                        .get(*k)
+                        .unwrap_or(&crate::params::Origin::Flag)
+                        .describe(k);
+                    format!("error: {origin}: no rule declares a param of this name")
+                })
                 .collect(),
         ));
     }

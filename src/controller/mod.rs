@@ -896,6 +896,7 @@ impl SlowLaneRuns {
             waivers: args.waivers.clone(),
             limits: sync::split_totals(&args.limits).1,
             params: args.params.map(),
+            param_origins: args.params.origins(),
             ..crate::engine::Options::default()
         };
         let mut state = self.state.take().unwrap_or_default();

@@ -122,6 +122,7 @@ pub struct Syncer {
     /// Default denials switched off.
     waivers: Waivers,
     params: std::collections::BTreeMap<String, String>,
+    param_origins: std::collections::BTreeMap<String, crate::params::Origin>,
     limits: Limits,
     /// See [`RETRY_TOTALS`].
     retry_totals: std::time::Duration,
@@ -146,6 +147,8 @@ pub struct PlanSettings {
     pub limits: Limits,
     /// The installation's params (`--param NAME=VALUE`).
     pub params: std::collections::BTreeMap<String, String>,
+    /// Where each param was given, for messages.
+    pub param_origins: std::collections::BTreeMap<String, crate::params::Origin>,
 }
 
 impl PlanSettings {
@@ -163,6 +166,7 @@ impl PlanSettings {
             waivers: waivers.clone(),
             limits: limits.clone(),
             params: params.map(),
+            param_origins: params.origins(),
         }
     }
 }
@@ -195,6 +199,7 @@ impl Syncer {
             writes: WriteOptions::default(),
             waivers: Waivers::default(),
             params: std::collections::BTreeMap::new(),
+            param_origins: std::collections::BTreeMap::new(),
             limits: Limits::default(),
             retry_totals: RETRY_TOTALS,
             lane: None,
@@ -214,7 +219,7 @@ impl Syncer {
             .adopt_existing(settings.adopt_existing)
             .with_waivers(settings.waivers.clone())
             .with_limits(settings.limits.clone())
-            .with_params(settings.params.clone())
+            .with_params(settings.params.clone(), settings.param_origins.clone())
     }
 
     /// Bounds each rule's time in this syncer's evaluations by `seconds`
@@ -294,8 +299,13 @@ impl Syncer {
     }
 
     /// The installation's settings rules read as `params.<name>`.
-    pub fn with_params(mut self, params: std::collections::BTreeMap<String, String>) -> Self {
+    pub fn with_params(
+        mut self,
+        params: std::collections::BTreeMap<String, String>,
+        origins: std::collections::BTreeMap<String, crate::params::Origin>,
+    ) -> Self {
         self.params = params;
+        self.param_origins = origins;
         self.engine = None;
         self
     }
@@ -353,6 +363,7 @@ impl Syncer {
                         waivers: self.waivers.clone(),
                         limits,
                         params: self.params.clone(),
+                        param_origins: self.param_origins.clone(),
                         ..Options::default()
                     },
                 );

@@ -98,8 +98,13 @@ impl CompiledRule {
 
     /// Gives the declared params the installation's values (`--param`);
     /// the others keep their defaults. A value without the declared
-    /// format is an error of the rule.
-    pub fn set_params(&mut self, given: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    /// format is an error of the rule, naming the param, the value, the
+    /// format and where the value was given (`origins`).
+    pub fn set_params(
+        &mut self,
+        given: &BTreeMap<String, String>,
+        origins: &BTreeMap<String, crate::params::Origin>,
+    ) -> Result<(), FieldError> {
         for (i, p) in self.spec.params.iter().enumerate() {
             let Some(v) = given.get(&p.name) else {
                 continue;
@@ -110,7 +115,15 @@ impl CompiledRule {
                 return Err(FieldError::new(
                     ErrorKind::InvalidRule,
                     format!("spec.params[{i}]"),
-                    format!("--param {}={v:?} is not a valid {}", p.name, f.as_str()),
+                    format!(
+                        "param {}: {v:?} (from {}) is not a valid {}",
+                        p.name,
+                        origins
+                            .get(&p.name)
+                            .unwrap_or(&crate::params::Origin::Flag)
+                            .describe(&p.name),
+                        f.as_str()
+                    ),
                 ));
             }
             self.params.insert(p.name.clone(), Value::String(v.clone()));

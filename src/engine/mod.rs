@@ -96,6 +96,10 @@ pub struct Options {
     /// The installation's settings (`--param NAME=VALUE`): each overrides
     /// the default of the param of that name in every rule declaring it.
     pub params: BTreeMap<String, String>,
+    /// Where each of [`Options::params`] was given (a flag or an
+    /// environment variable), named when its value is refused; a param
+    /// missing here is named as `--param`.
+    pub param_origins: BTreeMap<String, crate::params::Origin>,
 }
 
 impl Default for Options {
@@ -108,6 +112,7 @@ impl Default for Options {
             held: BTreeSet::new(),
             limits: Limits::default(),
             params: BTreeMap::new(),
+            param_origins: BTreeMap::new(),
         }
     }
 }
@@ -266,7 +271,8 @@ impl Compiled {
                 continue;
             }
             match compile::compile(&src.name, &src.spec, &mut templates).and_then(|mut c| {
-                c.set_params(&options.params).map_err(|e| vec![e])?;
+                c.set_params(&options.params, &options.param_origins)
+                    .map_err(|e| vec![e])?;
                 Ok(c)
             }) {
                 Ok(c) => compiled.push(c),

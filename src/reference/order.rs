@@ -83,7 +83,7 @@ fn compile_one(
     templates: &mut Templates,
 ) -> Result<CompiledRule, RuleReport> {
     let errors = match compile::compile(&src.name, &src.spec, templates) {
-        Ok(mut rule) => match rule.set_params(&options.params) {
+        Ok(mut rule) => match rule.set_params(&options.params, &options.param_origins) {
             Ok(()) => return Ok(rule),
             Err(e) => vec![e],
         },

@@ -292,11 +292,12 @@ fn chart_values_switch_features() {
         var("RBAC_RULES_ALLOW_CLUSTERROLE"),
         Some("rbac-rules:allow".into())
     );
-    // Crossplane in another namespace: one value.
+    // Crossplane in another namespace: one variable, the param's own.
     assert_eq!(
-        var("RBAC_RULES_PARAMS"),
-        Some("crossplaneNamespace=xp-system".into())
+        var("RBAC_RULES_PARAM_crossplaneNamespace"),
+        Some("xp-system".into())
     );
+    assert_eq!(var("RBAC_RULES_PARAMS"), None);
     assert_eq!(
         c["args"].as_array().expect("args").last(),
         Some(&"--debounce-ms=500".into())
@@ -378,6 +379,10 @@ fn the_schema_refuses_wrong_values() {
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("serviceMonitor.interval=soon", "interval"),
         ("replicas=-1", "replicas"),
+        // A param's name becomes part of a variable's name: only names
+        // rules can declare.
+        ("params.crossplane-namespace=x", "crossplane-namespace"),
+        ("params.crossplaneNamespace=3", "params.crossplaneNamespace"),
     ] {
         let err = try_template(&helm, &chart, &["--kube-version", "1.30.0", "--set", set])
             .expect_err(set);
@@ -601,4 +606,88 @@ fn notes_tell_the_truth() {
     let open = notes(&["allowClusterRole=", "admissionFence=false"]);
     assert!(open.contains("allowClusterRole is empty"), "{open}");
     assert!(open.contains("admissionFence is off"), "{open}");
+}
+
+/// The `RBAC_RULES_PARAM*` variables of the chart's Deployment with `set`.
+fn param_env(helm: &str, set: &[&str]) -> Vec<(String, String)> {
+    let objects = template(helm, set);
+    let d = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("Deployment");
+    d["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| {
+            let name = e["name"].as_str()?;
+            name.starts_with("RBAC_RULES_PARAM").then(|| {
+                (
+                    name.to_string(),
+                    e["value"].as_str().unwrap_or("").to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Settings are data: the issue's value (in one variable split at `,` it
+/// set a second param and bound Crossplane's role in team-a) stays one
+/// value of one variable, and the controller's binary refuses it by its
+/// format, naming the variable; nothing is rendered.
+#[test]
+fn a_param_value_cannot_set_another_param() {
+    let Some(helm) = helm() else { return };
+    let hostile = "devs,crossplaneNamespace=team-a";
+    let env = param_env(
+        &helm,
+        &[r"params.crossplaneNamespace=devs\,crossplaneNamespace=team-a"],
+    );
+    assert_eq!(
+        env,
+        vec![(
+            "RBAC_RULES_PARAM_crossplaneNamespace".to_string(),
+            hostile.to_string()
+        )]
+    );
+    // Two params: two variables, each value whole (`=` included).
+    let env = param_env(
+        &helm,
+        &[
+            "params.crossplaneNamespace=xp-system",
+            r"params.other=a=b\,c",
+        ],
+    );
+    assert_eq!(
+        env,
+        vec![
+            (
+                "RBAC_RULES_PARAM_crossplaneNamespace".to_string(),
+                "xp-system".to_string()
+            ),
+            ("RBAC_RULES_PARAM_other".to_string(), "a=b,c".to_string()),
+        ]
+    );
+    // What the controller makes of the chart's variable: the value is
+    // refused, by name and origin; no role is rendered, none in team-a.
+    let env = param_env(
+        &helm,
+        &[r"params.crossplaneNamespace=devs\,crossplaneNamespace=team-a"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_rbac-rules"))
+        .current_dir(root())
+        .args(["render", "--objects", "examples/crossplane-cluster.yaml"])
+        .env_remove("RBAC_RULES_PARAMS")
+        .envs(env)
+        .output()
+        .expect("run rbac-rules");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains(
+            "param crossplaneNamespace: \"devs,crossplaneNamespace=team-a\" (from environment variable RBAC_RULES_PARAM_crossplaneNamespace) is not a valid dnsLabel"
+        ),
+        "{stderr}"
+    );
 }

@@ -307,7 +307,7 @@ fn package_isolation_believes_only_crd_names_and_binds_in_crossplane_system() {
             &eval,
             "ClusterRole",
             "",
-            "package:tenant:pkg:v1:view"
+            "package:team-b:tenant:pkg:v1:view"
         )),
         pairs(&[("good.example.org", "tenants")])
     );

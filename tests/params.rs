@@ -354,3 +354,31 @@ fn the_engine_names_where_a_refused_value_came_from() {
         Some(e.message.clone())
     );
 }
+
+/// `run` and `diff` read their params before anything starts: the old
+/// variable stops them at once, naming its replacement (no cluster is
+/// contacted: the kubeconfig points nowhere).
+#[test]
+fn run_and_diff_refuse_the_old_variable_before_starting() {
+    for (command, code) in [("run", 1), ("diff", 2)] {
+        let out = support::cli::rbac_rules()
+            .arg(command)
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env(
+                "RBAC_RULES_PARAMS",
+                "crossplaneNamespace=devs,crossplaneNamespace=team-a",
+            )
+            .output()
+            .expect("run rbac-rules");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{command}: {stderr}");
+        assert!(
+            stderr.contains("RBAC_RULES_PARAMS is no longer read"),
+            "{command}: {stderr}"
+        );
+        assert!(
+            stderr.contains("RBAC_RULES_PARAM_crossplaneNamespace=devs"),
+            "{command}: {stderr}"
+        );
+    }
+}

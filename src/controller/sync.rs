@@ -343,6 +343,17 @@ impl Syncer {
             Some(c) if c.key == key => c,
             _ => {
                 let sources = sources_of(&key);
+                // A setting no rule reads is most likely a misspelt name
+                // (`render` refuses it; the controller's rules change
+                // while it runs, so it says so each time they do).
+                for name in crate::params::undeclared(&self.params, &sources) {
+                    let from = self
+                        .param_origins
+                        .get(name)
+                        .unwrap_or(&crate::params::Origin::Flag)
+                        .describe(name);
+                    tracing::warn!(param = %name, %from, "no rule declares this param: its value is not used");
+                }
                 tracing::debug!(rules = sources.len(), "compiling rules");
                 let mut limits = if key.3 {
                     split_totals(&self.limits).0

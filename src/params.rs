@@ -6,13 +6,13 @@
 //! environment variable (`RBAC_RULES_PARAM_<name>`), and nothing in a value
 //! (a `,`, a `=`, a newline) is ever read as the start of another setting.
 //! The old `RBAC_RULES_PARAMS`, one variable split at every `,`, let a value
-//! such as `devs,crossplaneNamespace=team-a` set a second param; it is
+//! such as `devs,appNamespace=team-a` set a second param; it is
 //! refused with a message naming its replacement, never read.
 
 use std::collections::BTreeMap;
 
 /// The prefix of the environment variables that each give one param:
-/// `RBAC_RULES_PARAM_crossplaneNamespace=xp-system`. The name after it is
+/// `RBAC_RULES_PARAM_appNamespace=xp-system`. The name after it is
 /// the param's name as rules spell it (camelCase included).
 pub const ENV_PREFIX: &str = "RBAC_RULES_PARAM_";
 
@@ -62,7 +62,7 @@ pub enum ParamError {
     )]
     OldVariable {
         /// The replacement for what it holds, e.g.
-        /// `RBAC_RULES_PARAM_crossplaneNamespace=xp-system`.
+        /// `RBAC_RULES_PARAM_appNamespace=xp-system`.
         example: String,
     },
 }
@@ -243,8 +243,8 @@ mod tests {
         let mut p = ParamArgs::default();
         p.read_from(vars(&[
             (
-                "RBAC_RULES_PARAM_crossplaneNamespace",
-                "devs,crossplaneNamespace=team-a",
+                "RBAC_RULES_PARAM_appNamespace",
+                "devs,appNamespace=team-a",
             ),
             ("RBAC_RULES_PARAMETERS", "x=y"),
             ("HOME", "/root"),
@@ -253,11 +253,11 @@ mod tests {
         assert_eq!(
             p.map(),
             BTreeMap::from([(
-                "crossplaneNamespace".to_string(),
-                "devs,crossplaneNamespace=team-a".to_string()
+                "appNamespace".to_string(),
+                "devs,appNamespace=team-a".to_string()
             )])
         );
-        assert_eq!(p.origins()["crossplaneNamespace"], Origin::Env);
+        assert_eq!(p.origins()["appNamespace"], Origin::Env);
     }
 
     #[test]
@@ -275,11 +275,11 @@ mod tests {
     #[test]
     fn the_old_variable_and_bad_names_are_refused() {
         let e = ParamArgs::default()
-            .read_from(vars(&[("RBAC_RULES_PARAMS", "crossplaneNamespace=xp")]))
+            .read_from(vars(&[("RBAC_RULES_PARAMS", "appNamespace=xp")]))
             .expect_err("old");
         assert!(
             e.to_string()
-                .contains("RBAC_RULES_PARAM_crossplaneNamespace=xp"),
+                .contains("RBAC_RULES_PARAM_appNamespace=xp"),
             "{e}"
         );
         let e = ParamArgs::default()

@@ -242,10 +242,7 @@ mod tests {
     fn one_variable_one_param() {
         let mut p = ParamArgs::default();
         p.read_from(vars(&[
-            (
-                "RBAC_RULES_PARAM_appNamespace",
-                "devs,appNamespace=team-a",
-            ),
+            ("RBAC_RULES_PARAM_appNamespace", "devs,appNamespace=team-a"),
             ("RBAC_RULES_PARAMETERS", "x=y"),
             ("HOME", "/root"),
         ]))
@@ -278,8 +275,7 @@ mod tests {
             .read_from(vars(&[("RBAC_RULES_PARAMS", "appNamespace=xp")]))
             .expect_err("old");
         assert!(
-            e.to_string()
-                .contains("RBAC_RULES_PARAM_appNamespace=xp"),
+            e.to_string().contains("RBAC_RULES_PARAM_appNamespace=xp"),
             "{e}"
         );
         let e = ParamArgs::default()

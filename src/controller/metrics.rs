@@ -53,6 +53,10 @@ pub struct Metrics {
     pub renders: Counter,
     /// `rbac_rules_managed_objects`: live objects carrying our label.
     pub managed_objects: Gauge,
+    /// `rbac_rules_foreign_claims`: live RBAC objects labelled
+    /// app.kubernetes.io/managed-by=rbac-rules that rbac-rules did not make
+    /// (left alone, reported).
+    pub foreign_claims: Gauge,
     /// `rbac_rules_watched_kinds`: kinds watched for the rules.
     pub watched_kinds: Gauge,
     /// `rbac_rules_leader`: 1 while this replica holds the lease.
@@ -77,6 +81,7 @@ impl Metrics {
         let renders = Counter::default();
         let managed_objects = Gauge::default();
         let watched_kinds = Gauge::default();
+        let foreign_claims = Gauge::default();
         let leader = Gauge::default();
         registry.register(
             "reconciles",
@@ -109,6 +114,11 @@ impl Metrics {
             managed_objects.clone(),
         );
         registry.register(
+            "foreign_claims",
+            "Live RBAC objects labelled app.kubernetes.io/managed-by=rbac-rules that rbac-rules did not make (left alone)",
+            foreign_claims.clone(),
+        );
+        registry.register(
             "watched_kinds",
             "Kinds watched for the rules' triggers and related objects",
             watched_kinds.clone(),
@@ -125,6 +135,7 @@ impl Metrics {
             render_duration,
             renders,
             managed_objects,
+            foreign_claims,
             watched_kinds,
             leader,
             registry: Arc::new(registry),

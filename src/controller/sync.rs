@@ -41,6 +41,10 @@ pub struct Snapshot<'a> {
     /// Objects of the output kinds without our label: creating one of these
     /// names looks it up first (adoption or conflict); other creates do not.
     pub foreign: &'a BTreeSet<ObjectId>,
+    /// Objects of the output kinds labelled ours that our inventory did not
+    /// make, with the rule each names: among `foreign` (never pruned,
+    /// revoked or overwritten), and reported on that rule.
+    pub forged: &'a BTreeMap<ObjectId, Option<String>>,
     /// Rules not to evaluate now, and why; their objects are left alone.
     pub holds: &'a BTreeMap<String, Hold>,
     /// The allow-list, when `--allow-clusterrole` is set and found.
@@ -264,6 +268,7 @@ impl Syncer {
         Pass {
             evaluation,
             plan,
+            claims: Claims::of(snap.forged, Some(lane)),
             rules,
             holds: BTreeMap::new(),
             foreign,
@@ -434,6 +439,7 @@ impl Syncer {
         Pass {
             evaluation,
             plan,
+            claims: Claims::of(snap.forged, None),
             rules: snap.rules.clone(),
             holds: snap.holds.clone(),
             foreign,
@@ -454,6 +460,7 @@ impl Syncer {
         let Pass {
             evaluation,
             plan,
+            claims,
             rules,
             holds,
             foreign,
@@ -470,6 +477,9 @@ impl Syncer {
             return report;
         }
         self.count_pass(&evaluation, &report.plan);
+        if every_rule {
+            self.metrics.foreign_claims.set(claims.total as i64);
+        }
         let writes = apply::Writes {
             options: &self.writes,
             foreign: &foreign,
@@ -503,6 +513,7 @@ impl Syncer {
                 evaluation: &evaluation,
                 holds: &holds,
                 managed: &managed,
+                claims: &claims,
             };
             let (new_status, events) = self.feedback(name, rule, &report, &facts, &now);
             if !self.gate.open() {
@@ -569,6 +580,12 @@ impl Syncer {
             writes: &writes,
             managed: facts.managed.get(name).copied().unwrap_or(0),
             manage: self.manage,
+            foreign_claims: facts
+                .claims
+                .by_rule
+                .get(name)
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
         };
         let new_status = status::compute(rule, &inputs, now);
         let mut events = status::events(rule, &writes, new_status.as_ref());
@@ -608,6 +625,41 @@ struct RuleFacts<'a> {
     holds: &'a BTreeMap<String, Hold>,
     /// Objects per rule that exist after the writes.
     managed: &'a BTreeMap<String, i64>,
+    /// Objects others labelled ours, by the rule they name.
+    claims: &'a Claims,
+}
+
+/// Objects of the output kinds labelled ours that our inventory did not
+/// make: what each rule is told (a notice: its Degraded condition and a
+/// Warning Event), and how many there are (`rbac_rules_foreign_claims`;
+/// one naming no rule is logged when the world first sees it).
+#[derive(Debug, Default)]
+struct Claims {
+    /// Rule → one message per object naming it.
+    by_rule: BTreeMap<String, Vec<String>>,
+    /// Every such object.
+    total: usize,
+}
+
+impl Claims {
+    /// The claims of `forged`; only those naming a rule of `only`, when
+    /// given (a slow lane's pass reports its own rules).
+    fn of(forged: &BTreeMap<ObjectId, Option<String>>, only: Option<&BTreeSet<String>>) -> Self {
+        let mut by_rule: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (id, rule) in forged {
+            let Some(rule) = rule else { continue };
+            if only.is_some_and(|o| !o.contains(rule)) {
+                continue;
+            }
+            let text =
+                crate::engine::output::foreign_claim_message(&id.to_string(), Some(rule), true);
+            by_rule.entry(rule.clone()).or_default().push(text);
+        }
+        Claims {
+            by_rule,
+            total: forged.len(),
+        }
+    }
 }
 
 impl SyncReport {
@@ -623,6 +675,8 @@ impl SyncReport {
 pub struct Pass {
     evaluation: Evaluation,
     plan: Plan,
+    /// Objects others labelled ours, to report.
+    claims: Claims,
     rules: BTreeMap<String, RbacRule>,
     holds: BTreeMap<String, Hold>,
     /// The planned creates whose names objects without our label hold.

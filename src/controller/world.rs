@@ -194,6 +194,10 @@ pub struct World {
     /// one of these names is looked up before it is written (adoption or
     /// conflict); every other name is free, so a create needs no read.
     pub foreign: BTreeSet<ObjectId>,
+    /// Objects of the output kinds labelled ours that our inventory did not
+    /// make ([`Live::is_ours`]), with the rule they name: foreign (neither
+    /// pruned, revoked, overwritten nor judged as ours), and reported.
+    pub forged: BTreeMap<ObjectId, Option<String>>,
     owned_listing: BTreeMap<OutputKind, Listing<Live>>,
     /// Size of `owned` when it was last packed ([`pack_map`]).
     owned_packed_len: usize,
@@ -459,6 +463,7 @@ impl World {
     /// An object of an output kind is gone: from our cache, the names, and
     /// the store.
     fn forget_rbac(&mut self, id: &ObjectId) -> bool {
+        self.forged.remove(id);
         let foreign = self.foreign.remove(id);
         let owned = self.remove_owned(id);
         let key = id.store_key();
@@ -470,9 +475,17 @@ impl World {
         let Some(id) = o.id().cloned() else {
             return false;
         };
-        if o.is_managed() {
+        if o.is_ours() {
+            self.forged.remove(&id);
             let foreign = self.foreign.remove(&id);
             return self.upsert_live(id, o) || foreign;
+        }
+        // Labelled ours by someone else: anyone's, and reported.
+        let forged = o.is_managed();
+        if forged {
+            self.note_forged(&id, o.rule());
+        } else {
+            self.forged.remove(&id);
         }
         let owned = self.remove_owned(&id);
         let gk = gk_of(id.kind);
@@ -482,13 +495,37 @@ impl World {
         if self.kinds.contains_key(gk) {
             o.unpack();
             let key = id.store_key();
-            if let Some(object) = o.shared()
-                && self.store.get(gk, &key) != Some(&**object)
-            {
-                read = self.store.insert_shared(Arc::clone(object)).is_ok();
+            if let Some(object) = o.shared() {
+                // The engine sees it without the claim, as anyone's.
+                let object = match forged {
+                    true => {
+                        let mut copy = Value::clone(object);
+                        crate::engine::output::disown(&mut copy);
+                        Arc::new(copy)
+                    }
+                    false => Arc::clone(object),
+                };
+                if self.store.get(gk, &key) != Some(&*object) {
+                    read = self.store.insert_shared(object).is_ok();
+                }
             }
         }
         self.foreign.insert(id) || owned || read
+    }
+
+    /// Records an object labelled ours that our inventory did not make,
+    /// logging it when it is new or names another rule (the pass reports
+    /// it on the rule it names, and counts it).
+    fn note_forged(&mut self, id: &ObjectId, rule: Option<&str>) {
+        let rule = rule.map(str::to_string);
+        if self.forged.get(id) != Some(&rule) {
+            tracing::warn!(
+                object = %id,
+                rule = rule.as_deref().unwrap_or_default(),
+                "labelled app.kubernetes.io/managed-by=rbac-rules, but rbac-rules did not make it (no Apply entry of its field manager): not ours, left alone"
+            );
+            self.forged.insert(id.clone(), rule);
+        }
     }
 
     /// Caches one of our objects.
@@ -680,6 +717,7 @@ impl World {
             observed: &self.store,
             owned: &self.owned,
             foreign: &self.foreign,
+            forged: &self.forged,
             holds,
             allow,
             prune: self.kinds_settled(),

@@ -1110,9 +1110,36 @@ mod tests {
         r
     }
 
-    /// An event of an output-kind watch, as the watch task makes it.
+    /// An event of an output-kind watch, as the watch task makes it; an
+    /// object labelled ours without `managedFields` gets the entry our
+    /// server-side apply leaves (ours: we made it).
     fn owned(kind: OutputKind, e: Event<Value>) -> Feed {
-        Feed::Owned(kind, map_event(e, Live::new))
+        Feed::Owned(kind, map_event(e, |o| Live::new(made_by_us(o))))
+    }
+
+    /// `o` as our apply leaves it: an `Apply` entry of our field manager
+    /// owning every label, annotation and top-level field, when labelled
+    /// ours and without `managedFields`.
+    fn made_by_us(mut o: Value) -> Value {
+        if !crate::engine::output::is_managed(&o) || o["metadata"].get("managedFields").is_some() {
+            return o;
+        }
+        let keys = |v: &Value| -> serde_json::Map<String, Value> {
+            v.as_object()
+                .into_iter()
+                .flat_map(|m| m.keys())
+                .map(|k| (format!("f:{k}"), json!({})))
+                .collect()
+        };
+        let mut fields = keys(&o);
+        fields.insert(
+            "f:metadata".into(),
+            json!({"f:labels": keys(&o["metadata"]["labels"]),
+                   "f:annotations": keys(&o["metadata"]["annotations"])}),
+        );
+        o["metadata"]["managedFields"] =
+            json!([{"manager": "rbac-rules", "operation": "Apply", "fieldsV1": fields}]);
+        o
     }
 
     fn widget(name: &str) -> Value {
@@ -1555,6 +1582,69 @@ mod tests {
             Event::Delete(cluster_role("ours", false)),
         ));
         assert!(!w.foreign.contains(&ours));
+    }
+
+    /// A ClusterRole labelled ours by someone else: its managedFields hold
+    /// entries of other managers only (a kubectl create, a server-side
+    /// apply under another name).
+    fn forged_role(name: &str, manager: &str, operation: &str) -> Value {
+        let mut o = cluster_role(name, true);
+        o["metadata"]["annotations"] = json!({"rbacrules.io/rule": "r"});
+        o["metadata"]["managedFields"] =
+            json!([{"manager": manager, "operation": operation, "fieldsV1": {}}]);
+        o
+    }
+
+    #[test]
+    fn objects_others_label_ours_are_foreign_and_reported() {
+        let mut w = base_world();
+        let gk = output_gk(OutputKind::ClusterRole);
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "trigger": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"},
+            "outputs": [{"kind": "ClusterRole", "name": "copy-{{trigger.metadata.name}}"}]
+        }))
+        .expect("spec");
+        let mut reader = RbacRule::new("reader", spec);
+        reader.metadata.generation = Some(1);
+        w.apply(Feed::Rules(Box::new(Event::Apply(reader))));
+        let interest = w.interests(ManageLevel::All).remove(&gk).expect("interest");
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        listed(
+            &mut w,
+            |e| owned(OutputKind::ClusterRole, e),
+            vec![
+                forged_role("created", "kubectl-create", "Update"),
+                forged_role("applied", "kubectl", "Apply"),
+                // Our manager's name, but not by apply: not our write.
+                forged_role("updated", "rbac-rules", "Update"),
+                cluster_role("ours", true),
+            ],
+        );
+        let id = |n: &str| ObjectId::new(OutputKind::ClusterRole, "", n);
+        for n in ["created", "applied", "updated"] {
+            assert!(!w.owned.contains_key(&id(n)), "{n}");
+            assert!(w.foreign.contains(&id(n)), "{n}");
+            assert_eq!(w.forged.get(&id(n)), Some(&Some("r".to_string())), "{n}");
+            // The engine sees it as anyone's: without the claim.
+            let stored = w.store.get(&gk, &id(n).store_key()).expect("stored");
+            assert!(!crate::engine::output::is_managed(stored), "{n}");
+            assert_eq!(stored["metadata"]["annotations"]["rbacrules.io/rule"], "r");
+        }
+        assert!(w.owned.contains_key(&id("ours")) && !w.forged.contains_key(&id("ours")));
+        let snap_forged = w.snapshot(None, &BTreeMap::new()).forged.len();
+        assert_eq!(snap_forged, 3);
+        // The label taken off: no longer a claim; deleted: forgotten.
+        w.apply(owned(
+            OutputKind::ClusterRole,
+            Event::Apply(cluster_role("created", false)),
+        ));
+        assert!(!w.forged.contains_key(&id("created")));
+        w.apply(owned(
+            OutputKind::ClusterRole,
+            Event::Delete(forged_role("applied", "kubectl", "Apply")),
+        ));
+        assert!(!w.forged.contains_key(&id("applied")) && !w.foreign.contains(&id("applied")));
     }
 
     #[test]

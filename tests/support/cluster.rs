@@ -334,6 +334,11 @@ impl FakeCluster {
         s.publish(&collection, "ADDED", &object);
     }
 
+    /// The RbacRules as stored (with the statuses the controller wrote).
+    pub fn rules(&self) -> Vec<Value> {
+        self.state.lock().expect("lock").rules.clone()
+    }
+
     /// Puts an RBAC object at `path` as the controller would have made it
     /// (a server-side apply by its field manager): ours.
     pub fn put_ours(&self, path: &str, mut object: Value) {

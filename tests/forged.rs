@@ -441,8 +441,9 @@ fn without_our_keys(o: &Value) -> Value {
     for field in ["labels", "annotations"] {
         if let Some(m) = o["metadata"][field].as_object_mut() {
             m.retain(|k, v| {
-                !k.starts_with("rbacrules.io/")
-                    && !(k == "app.kubernetes.io/managed-by" && v == "rbac-rules")
+                let claim = k.starts_with("rbacrules.io/")
+                    || (k == "app.kubernetes.io/managed-by" && v == "rbac-rules");
+                !claim
             });
         }
     }

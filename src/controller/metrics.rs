@@ -337,6 +337,7 @@ mod tests {
         metrics.error("Conflict");
         metrics.render_duration.observe(0.002);
         metrics.managed_objects.set(7);
+        metrics.foreign_claims.set(2);
         let text = get(address, "/metrics").await;
         for line in [
             "rbac_rules_reconciles_total 1",
@@ -344,6 +345,7 @@ mod tests {
             "rbac_rules_reconcile_errors_total{reason=\"Conflict\"} 1",
             "rbac_rules_render_duration_seconds_count 1",
             "rbac_rules_managed_objects 7",
+            "rbac_rules_foreign_claims 2",
             "rbac_rules_leader 0",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");

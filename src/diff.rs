@@ -503,7 +503,7 @@ fn report_foreign_claims(forged: &BTreeMap<ObjectId, Option<String>>) {
     for (id, rule) in forged {
         eprintln!(
             "warning: {}",
-            crate::engine::output::foreign_claim_message(&id.to_string(), rule.as_deref(), true)
+            crate::engine::output::foreign_claim_message(&id.to_string(), rule.as_deref())
         );
     }
 }

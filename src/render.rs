@@ -312,8 +312,7 @@ fn load_objects(
         match output::vet_claim(&mut value) {
             Provenance::Foreign => {
                 let rule = value["metadata"]["annotations"][output::rule_annotation()].as_str();
-                let text =
-                    output::foreign_claim_message(&output::describe_object(&value), rule, true);
+                let text = output::foreign_claim_message(&output::describe_object(&value), rule);
                 claims
                     .warnings
                     .push(format!("warning: {}#{index}: {text}", path.display()));
@@ -355,11 +354,10 @@ fn unverified_revocations(eval: &Evaluation, claims: &Claims) -> Vec<String> {
         .iter()
         .filter(|(key, _)| claims.unverified.contains(*key))
         .map(|((kind, ns, name), why)| {
-            let text = crate::engine::output::foreign_claim_message(
-                &format!("live {}", show_key(kind, ns, name)),
-                None,
-                false,
-            );
+            let text = crate::engine::output::unverified_claim_message(&format!(
+                "live {}",
+                show_key(kind, ns, name)
+            ));
             format!(
                 "warning: {text}: if rbac-rules made it, the controller revokes it ({why}); if not, it leaves it alone"
             )

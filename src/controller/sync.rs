@@ -642,18 +642,37 @@ struct Claims {
 }
 
 impl Claims {
+    /// Objects named per rule, at most: a condition shows five problems,
+    /// and whoever writes the objects must not make every pass build a
+    /// message per object.
+    const SHOWN: usize = 5;
+
     /// The claims of `forged`; only those naming a rule of `only`, when
     /// given (a slow lane's pass reports its own rules).
     fn of(forged: &BTreeMap<ObjectId, Option<String>>, only: Option<&BTreeSet<String>>) -> Self {
         let mut by_rule: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut more: BTreeMap<&str, usize> = BTreeMap::new();
         for (id, rule) in forged {
             let Some(rule) = rule else { continue };
             if only.is_some_and(|o| !o.contains(rule)) {
                 continue;
             }
-            let text =
-                crate::engine::output::foreign_claim_message(&id.to_string(), Some(rule), true);
-            by_rule.entry(rule.clone()).or_default().push(text);
+            let shown = by_rule.entry(rule.clone()).or_default();
+            if shown.len() < Self::SHOWN {
+                shown.push(crate::engine::output::foreign_claim_message(
+                    &id.to_string(),
+                    Some(rule),
+                ));
+            } else {
+                *more.entry(rule).or_default() += 1;
+            }
+        }
+        for (rule, n) in more {
+            if let Some(shown) = by_rule.get_mut(rule) {
+                shown.push(format!(
+                    "{n} more objects labelled app.kubernetes.io/managed-by=rbac-rules name rule {rule:?} but were not made by rbac-rules: left alone"
+                ));
+            }
         }
         Claims {
             by_rule,
@@ -850,4 +869,44 @@ fn managed_counts(report: &SyncReport) -> BTreeMap<String, i64> {
         .into_iter()
         .map(|(rule, n)| (rule.to_string(), n))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::OutputKind;
+
+    #[test]
+    fn claims_name_a_few_objects_per_rule_and_count_all() {
+        let mut forged = BTreeMap::new();
+        for i in 0..8 {
+            forged.insert(
+                ObjectId::new(OutputKind::Role, "team-a", format!("r{i}")),
+                Some("ns-viewer".to_string()),
+            );
+        }
+        forged.insert(ObjectId::new(OutputKind::ClusterRole, "", "x"), None);
+        forged.insert(
+            ObjectId::new(OutputKind::ClusterRole, "", "y"),
+            Some("other".to_string()),
+        );
+        let claims = Claims::of(&forged, None);
+        assert_eq!(claims.total, 10);
+        let viewer = &claims.by_rule["ns-viewer"];
+        assert_eq!(viewer.len(), Claims::SHOWN + 1, "{viewer:?}");
+        assert!(
+            viewer[0].starts_with("Role team-a/r0 is labelled"),
+            "{viewer:?}"
+        );
+        assert!(
+            viewer[Claims::SHOWN].starts_with("3 more objects"),
+            "{viewer:?}"
+        );
+        assert_eq!(claims.by_rule["other"].len(), 1);
+        // A slow lane's pass tells only its own rules; the count is the
+        // main pass's.
+        let lane = BTreeSet::from(["other".to_string()]);
+        let claims = Claims::of(&forged, Some(&lane));
+        assert_eq!(claims.by_rule.keys().collect::<Vec<_>>(), vec!["other"]);
+    }
 }

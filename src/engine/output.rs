@@ -125,23 +125,30 @@ pub fn describe_object(obj: &Value) -> String {
     }
 }
 
-/// The report of an object labelled ours that our inventory did not make
-/// (or, offline, that nothing shows it did): what it claims and what is
-/// done with it.
-pub fn foreign_claim_message(obj_desc: &str, rule: Option<&str>, known: bool) -> String {
-    let claims = match rule {
+/// What an object labelled ours (naming `rule`, if it does) claims.
+fn claim_of(rule: Option<&str>) -> String {
+    match rule {
         Some(r) => format!("labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} and naming rule {r:?}"),
         None => format!("labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"),
-    };
-    if known {
-        format!(
-            "{obj_desc} is {claims}, but rbac-rules did not make it (its managedFields hold no Apply entry of field manager {FIELD_MANAGER:?}): not ours, left alone — neither pruned, revoked nor overwritten; remove the label, or delete it if it should not exist"
-        )
-    } else {
-        format!(
-            "{obj_desc} is {claims}; the input does not show who made it (no managedFields: dump with `kubectl get --show-managed-fields`)"
-        )
     }
+}
+
+/// The report of an object labelled ours (`what`: `Kind [ns/]name`) that
+/// our inventory did not make: what it claims and what is done with it.
+pub fn foreign_claim_message(what: &str, rule: Option<&str>) -> String {
+    format!(
+        "{what} is {}, but rbac-rules did not make it (its managedFields hold no Apply entry of field manager {FIELD_MANAGER:?}): not ours, left alone — neither pruned, revoked nor overwritten; remove the label, or delete it if it should not exist",
+        claim_of(rule)
+    )
+}
+
+/// The report of an object labelled ours in an input without
+/// `managedFields`, where nothing shows who made it.
+pub fn unverified_claim_message(what: &str) -> String {
+    format!(
+        "{what} is {}; the input does not show who made it (no managedFields: dump with `kubectl get --show-managed-fields`)",
+        claim_of(None)
+    )
 }
 
 /// Provenance keys, all under `rbacrules.io/`.

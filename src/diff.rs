@@ -20,7 +20,7 @@ use crate::api::ManageLevel;
 use crate::controller::apply::{self, Gate};
 use crate::controller::metrics::Metrics;
 use crate::controller::plan::{
-    ApplyAction, Live, ObjectId, OwnedFields, Plan, is_managed, keep_helm_annotation,
+    ApplyAction, Live, ObjectId, OwnedFields, Plan, is_ours, keep_helm_annotation,
 };
 use crate::controller::sync::{PlanSettings, Syncer};
 use crate::controller::watch::Watches;
@@ -198,7 +198,7 @@ pub fn entries(
         let live = owned.get(&a.id);
         let body = a.body();
         out.push(match (&a.action, existing.get(&a.id).cloned().flatten()) {
-            (ApplyAction::Create, Some(found)) if !is_managed(&found) => {
+            (ApplyAction::Create, Some(found)) if !is_ours(&found) => {
                 match apply::adoption(&a.id, &body, &found, adopt_existing) {
                     Ok(why) => {
                         let mut desired = body.clone();
@@ -445,6 +445,7 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
     let snap = world.snapshot(allow.as_ref(), &holds);
     let (evaluation, plan) = planner(client.clone(), args).evaluate(&snap);
     report_problems(&evaluation, &holds);
+    report_foreign_claims(&world.forged);
     let mut existing = BTreeMap::new();
     for a in &plan.applies {
         // As the writer: only names the watches saw taken by another
@@ -494,6 +495,17 @@ fn planner(client: Client, args: &DiffArgs) -> Syncer {
         Arc::new(Gate::new(false)),
         None,
     )
+}
+
+/// Objects labelled ours that rbac-rules did not make: left alone (no
+/// entry of the diff), a warning each; the exit status is not theirs.
+fn report_foreign_claims(forged: &BTreeMap<ObjectId, Option<String>>) {
+    for (id, rule) in forged {
+        eprintln!(
+            "warning: {}",
+            crate::engine::output::foreign_claim_message(&id.to_string(), rule.as_deref())
+        );
+    }
 }
 
 fn report_problems(

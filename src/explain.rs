@@ -77,7 +77,12 @@ pub fn explain_data(args: &ExplainArgs) -> Result<(String, Value), String> {
     let inputs: Vec<Value> = yaml::load_tree(&args.objects, args.recursive)
         .map_err(|e| format!("error: {e}"))?
         .into_iter()
-        .map(|d| d.value)
+        .map(|d| {
+            // Someone else's object labelled ours is read as anyone's.
+            let mut v = d.value;
+            crate::engine::output::vet_claim(&mut v);
+            v
+        })
         .collect();
     let mut store = ObjectStore::new();
     for o in &inputs {

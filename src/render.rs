@@ -4,7 +4,14 @@
 //! rules skipped on purpose as `warning:` lines on stderr.
 //! Any invalid rule, input or render, any output policy refuses
 //! (EscalationDenied) and any live managed object in the input that policy
-//! would revoke: every error on stderr, nothing on stdout, exit 1.
+//! would revoke, when its `managedFields` show rbac-rules made it: every
+//! error on stderr, nothing on stdout, exit 1.
+//!
+//! The managed-by label is a claim anyone who may write an RBAC object can
+//! make: an object whose `managedFields` show someone else made it is read
+//! as anyone's (a warning), and one the input cannot tell (a dump without
+//! `managedFields`) that policy would revoke is a warning too. Neither
+//! changes the exit status.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
@@ -207,7 +214,7 @@ impl RenderArgs {
 /// is printed.
 pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
     let (rules, origins) = load_rules(args)?;
-    let mut store = load_objects(args, &rules)?;
+    let (mut store, claims) = load_objects(args, &rules)?;
     let allow = match &args.allow {
         Some(p) => Some(rules::load_allow(p, &mut store)?),
         None => None,
@@ -222,11 +229,13 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         true => crate::reference::evaluate(&rules, &options, &store),
         false => engine.evaluate_incremental(&store, &mut memo),
     };
-    let errors = errors_of(&eval, &origins);
+    let errors = errors_of(&eval, &origins, &claims);
     if !errors.is_empty() {
         return Err(RenderError::Evaluation(errors));
     }
-    let warnings = warnings_of(&eval, &origins);
+    let mut warnings = claims.warnings.clone();
+    warnings.extend(unverified_revocations(&eval, &claims));
+    warnings.extend(warnings_of(&eval, &origins));
     let filled = if args.flatten {
         flatten(&store, &eval)?
     } else {
@@ -277,16 +286,51 @@ fn load_rules(args: &RenderArgs) -> Result<(Vec<RuleSource>, Origins), RenderErr
     Ok((rules, origins))
 }
 
+/// What the input says of the objects labelled ours
+/// (`app.kubernetes.io/managed-by: rbac-rules`): a label anyone who may
+/// write an RBAC object can set, so a claim, not a proof.
+#[derive(Default)]
+struct Claims {
+    /// Labelled, with no `managedFields` in the input (a dump by `kubectl
+    /// get -o yaml`): nothing tells ours from someone else's, so what
+    /// policy would revoke of them is a warning, never an error.
+    unverified: BTreeSet<crate::engine::OutKey>,
+    /// One warning per object whose `managedFields` show rbac-rules did
+    /// not make it: loaded without the claim (as anyone's).
+    warnings: Vec<String>,
+}
+
 /// The objects `--objects` names, each cut to what the rules read and put
 /// in the store as it is parsed (never all parsed documents and the store
-/// at once); the first object the store refuses is the error.
-fn load_objects(args: &RenderArgs, rules: &[RuleSource]) -> Result<ObjectStore, RenderError> {
+/// at once); the first object the store refuses is the error. Objects
+/// others labelled ours lose the claim ([`crate::engine::output::vet_claim`]).
+fn load_objects(
+    args: &RenderArgs,
+    rules: &[RuleSource],
+) -> Result<(ObjectStore, Claims), RenderError> {
+    use crate::engine::output::{self, Provenance};
     let mut store = ObjectStore::new();
+    let mut claims = Claims::default();
     let mut refused: Option<RenderError> = None;
     let shaper = crate::engine::shape::Shaper::new(crate::engine::shape::interests(rules));
-    yaml::for_each_in_tree(&args.objects, args.recursive, |path, index, value| {
+    yaml::for_each_in_tree(&args.objects, args.recursive, |path, index, mut value| {
         if refused.is_some() {
             return;
+        }
+        match output::vet_claim(&mut value) {
+            Provenance::Foreign => {
+                let rule = value["metadata"]["annotations"][output::rule_annotation()].as_str();
+                let text = output::foreign_claim_message(&output::describe_object(&value), rule);
+                claims
+                    .warnings
+                    .push(format!("warning: {}#{index}: {text}", path.display()));
+            }
+            Provenance::Unknown => {
+                if let Some(key) = output::out_key(&value) {
+                    claims.unverified.insert(key);
+                }
+            }
+            Provenance::Proven | Provenance::Unclaimed => {}
         }
         if let Err(message) = store.insert(shaper.shape(value)) {
             refused = Some(RenderError::Object {
@@ -297,14 +341,43 @@ fn load_objects(args: &RenderArgs, rules: &[RuleSource]) -> Result<ObjectStore, 
     })?;
     match refused {
         Some(e) => Err(e),
-        None => Ok(store),
+        None => Ok((store, claims)),
     }
+}
+
+/// `Kind name` or `Kind namespace/name`.
+fn show_key(kind: &OutputKind, ns: &str, name: &str) -> String {
+    if ns.is_empty() {
+        format!("{kind} {name}")
+    } else {
+        format!("{kind} {ns}/{name}")
+    }
+}
+
+/// The live objects policy would revoke that the input cannot show are
+/// ours: warnings. Someone else may have labelled them (the controller then
+/// leaves them alone), so they never fail a render.
+fn unverified_revocations(eval: &Evaluation, claims: &Claims) -> Vec<String> {
+    eval.revoked
+        .iter()
+        .filter(|(key, _)| claims.unverified.contains(*key))
+        .map(|((kind, ns, name), why)| {
+            let text = crate::engine::output::unverified_claim_message(&format!(
+                "live {}",
+                show_key(kind, ns, name)
+            ));
+            format!(
+                "warning: {text}: if rbac-rules made it, the controller revokes it ({why}); if not, it leaves it alone"
+            )
+        })
+        .collect()
 }
 
 /// Every error, each naming the file its rule came from, then rule and
 /// field; and every live object in the input that policy would revoke
-/// (the controller would delete it) and no error already names.
-fn errors_of(eval: &Evaluation, origins: &Origins) -> Vec<String> {
+/// (the controller would delete it) and no error already names, when the
+/// input shows rbac-rules made it (see [`Claims::unverified`]).
+fn errors_of(eval: &Evaluation, origins: &Origins, claims: &Claims) -> Vec<String> {
     let mut errors: Vec<String> = eval
         .errors()
         .map(|e| with_origin("error", origins, &e.rule, e))
@@ -318,11 +391,13 @@ fn errors_of(eval: &Evaluation, origins: &Origins) -> Vec<String> {
         if refused_outputs.contains(why.as_str()) {
             continue;
         }
-        let obj = if ns.is_empty() {
-            format!("{kind} {name}")
-        } else {
-            format!("{kind} {ns}/{name}")
-        };
+        if claims
+            .unverified
+            .contains(&(*kind, ns.to_string(), name.to_string()))
+        {
+            continue;
+        }
+        let obj = show_key(kind, ns, name);
         errors.push(format!("error: revoked: live {obj}: {why}"));
     }
     errors

@@ -107,9 +107,19 @@ impl Request {
 /// hold lets it through unchecked; otherwise every validation must be true.
 /// Returns the messages of the failed validations.
 fn admit(op: &str, user: &str, object: &Value, old: &Value) -> Result<(), Vec<String>> {
-    let p = policy();
-    let request = Request::new(&p, op, user, object, old);
-    if !matched(&p, &request) {
+    admit_by(&policy(), op, user, object, old)
+}
+
+/// [`admit`] by the policy `p`.
+fn admit_by(
+    p: &Value,
+    op: &str,
+    user: &str,
+    object: &Value,
+    old: &Value,
+) -> Result<(), Vec<String>> {
+    let request = Request::new(p, op, user, object, old);
+    if !matched(p, &request) {
         return Ok(());
     }
     let failed: Vec<String> = p["spec"]["validations"]
@@ -652,4 +662,169 @@ fn a_role_without_rules_as_the_server_presents_it() {
     admit("UPDATE", CONTROLLER, &aggregated, &aggregated).expect("re-applied");
     admit("DELETE", CONTROLLER, &Value::Null, &aggregated).expect("deleted");
     write(&as_served(&managed("Role", "empty", json!({})))).expect("a Role without rules");
+}
+
+// ---------------------------------------------------------------------
+// The inventory fence (deploy/inventory-fence.yaml): nobody but the
+// controller puts its inventory keys on an RBAC object.
+// ---------------------------------------------------------------------
+
+fn inventory_policy() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/inventory-fence.yaml"
+    ))
+    .expect("deploy/inventory-fence.yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("a ValidatingAdmissionPolicy")
+        .clone();
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
+        .expect("its binding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    policy
+}
+
+/// A namespace admin's write, as the inventory fence judges it.
+fn tenant_write(op: &str, user: &str, object: &Value, old: &Value) -> Result<(), Vec<String>> {
+    admit_by(&inventory_policy(), op, user, object, old)
+}
+
+fn tenant_role(labels: Value, annotations: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "mine", "namespace": "team-a", "labels": labels, "annotations": annotations},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+}
+
+/// Identities a namespace admin has or can act as (an SA it creates, named
+/// like the controller's, in its own namespace), and other writers.
+const OTHERS: [&str; 6] = [
+    "alice",
+    "system:admin",
+    "system:serviceaccount:team-a:default",
+    "system:serviceaccount:team-a:rbac-rules",
+    "system:serviceaccount:rbac-rules-system:default",
+    "system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+];
+
+#[test]
+fn every_inventory_expression_compiles_and_deletes_are_not_fenced() {
+    let p = inventory_policy();
+    let env = env();
+    for list in ["matchConditions", "validations"] {
+        for v in p["spec"][list].as_array().expect("list") {
+            let e = v["expression"].as_str().expect("expression");
+            env.compile(e).unwrap_or_else(|err| panic!("{e}: {err:?}"));
+        }
+    }
+    // Taking an object out of the inventory by deleting it stays anyone's
+    // right (RBAC decides).
+    assert_eq!(
+        p["spec"]["matchConstraints"]["resourceRules"][0]["operations"],
+        json!(["CREATE", "UPDATE"])
+    );
+}
+
+/// Nobody but the controller creates an object with our keys, adds them
+/// or changes them; writes that keep them, take them off or carry none
+/// pass.
+#[test]
+fn nobody_but_the_controller_puts_our_keys_on_an_object() {
+    let ours = tenant_role(
+        json!({"app.kubernetes.io/managed-by": "rbac-rules", "rbacrules.io/rule": "ns-viewer"}),
+        json!({"rbacrules.io/rule": "ns-viewer", "rbacrules.io/trigger": "Namespace/team-a"}),
+    );
+    let plain = tenant_role(json!({"app": "mine"}), json!({}));
+    let label_only = tenant_role(
+        json!({"app.kubernetes.io/managed-by": "rbac-rules"}),
+        json!({}),
+    );
+    let annotation_only = tenant_role(json!({}), json!({"rbacrules.io/rule": "ns-viewer"}));
+    let trigger_only = tenant_role(
+        json!({}),
+        json!({"rbacrules.io/trigger": "Namespace/team-b"}),
+    );
+    let mut repointed = ours.clone();
+    repointed["metadata"]["annotations"]["rbacrules.io/rule"] = json!("another-rule");
+    let mut relabelled = ours.clone();
+    relabelled["metadata"]["labels"]["rbacrules.io/rule"] = json!("another-rule");
+    let mut widened = ours.clone();
+    widened["rules"] = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+    let mut extra_label = ours.clone();
+    extra_label["metadata"]["labels"]["team"] = json!("a");
+    let helm = tenant_role(json!({"app.kubernetes.io/managed-by": "Helm"}), json!({}));
+    for user in OTHERS {
+        for forged in [&ours, &label_only, &annotation_only, &trigger_only] {
+            refused(
+                tenant_write("CREATE", user, forged, &Value::Null),
+                "rbac-rules controller",
+            );
+            refused(
+                tenant_write("UPDATE", user, forged, &plain),
+                "rbac-rules controller",
+            );
+        }
+        refused(
+            tenant_write("UPDATE", user, &ours, &helm),
+            "managed-by=rbac-rules",
+        );
+        refused(
+            tenant_write("UPDATE", user, &repointed, &ours),
+            "rbacrules.io/rule",
+        );
+        refused(
+            tenant_write("UPDATE", user, &relabelled, &ours),
+            "rbacrules.io/rule",
+        );
+        // Kept as they are: the aggregation controller, the garbage
+        // collector, a label of someone else's, drift the controller undoes.
+        for kept in [&ours, &widened, &extra_label] {
+            tenant_write("UPDATE", user, kept, &ours)
+                .unwrap_or_else(|e| panic!("{user}: keeping our keys refused: {e:?}"));
+        }
+        // Taken off, or never ours.
+        for theirs in [&plain, &helm] {
+            tenant_write("UPDATE", user, theirs, &ours)
+                .unwrap_or_else(|e| panic!("{user}: taking our keys off refused: {e:?}"));
+            tenant_write("CREATE", user, theirs, &Value::Null)
+                .unwrap_or_else(|e| panic!("{user}: a plain Role refused: {e:?}"));
+        }
+    }
+    // The controller itself is not matched: its writes are the other
+    // fence's (deploy/admission.yaml).
+    let controller = "system:serviceaccount:rbac-rules-system:rbac-rules";
+    tenant_write("CREATE", controller, &ours, &Value::Null).expect("the controller");
+    tenant_write("UPDATE", controller, &repointed, &ours).expect("the controller");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Over any labels and annotations a tenant writes on a new object: the
+    /// fence admits it exactly when it carries none of our keys.
+    #[test]
+    fn a_tenants_new_object_is_admitted_iff_it_claims_nothing(
+        labels in proptest::collection::btree_map(
+            proptest::sample::select(vec!["app.kubernetes.io/managed-by", "rbacrules.io/rule",
+                "rbacrules.io/trigger", "app", "rbacrules.io/aggregate-to-controller"]),
+            proptest::sample::select(vec!["rbac-rules", "Helm", "x"]), 0..4),
+        annotations in proptest::collection::btree_map(
+            proptest::sample::select(vec!["rbacrules.io/rule", "rbacrules.io/trigger", "note"]),
+            proptest::sample::select(vec!["ns-viewer", "x"]), 0..3),
+        user in proptest::sample::select(OTHERS.to_vec()),
+    ) {
+        let role = tenant_role(json!(labels), json!(annotations));
+        let claims = labels.get("app.kubernetes.io/managed-by") == Some(&"rbac-rules")
+            || labels.contains_key("rbacrules.io/rule")
+            || labels.contains_key("rbacrules.io/trigger")
+            || annotations.contains_key("rbacrules.io/rule")
+            || annotations.contains_key("rbacrules.io/trigger");
+        let admitted = tenant_write("CREATE", user, &role, &Value::Null).is_ok();
+        proptest::prop_assert_eq!(admitted, !claims, "{} {}", user, role);
+    }
 }

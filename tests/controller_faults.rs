@@ -530,6 +530,9 @@ async fn gone_and_dropped_watches_relist_without_duplicate_writes_or_prunes() {
                         let mut obj = r.body.clone();
                         obj["metadata"]["uid"] = json!(format!("{p}-uid"));
                         obj["metadata"]["resourceVersion"] = json!("61");
+                        // As the API server records our apply.
+                        obj["metadata"]["managedFields"] =
+                            json!([support::cluster::our_apply_entry(&obj)]);
                         roles
                             .lock()
                             .expect("lock")

@@ -18,7 +18,9 @@ use rbac_rules::controller::plan::{KeepReason, ObjectId};
 use rbac_rules::controller::status::Hold;
 use rbac_rules::controller::sync::Snapshot;
 use serde_json::{Value, json};
-use support::api::{NO_FOREIGN, namespace, owned, pair, rule, rules, snapshot, store, syncer};
+use support::api::{
+    NO_FOREIGN, NO_FORGED, namespace, owned, pair, rule, rules, snapshot, store, syncer,
+};
 
 const ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles";
 const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings";
@@ -497,6 +499,7 @@ async fn an_unmanaged_object_of_the_same_name_is_left_alone_and_reported() {
     let report = s
         .sync(&Snapshot {
             foreign: &taken,
+            forged: &NO_FORGED,
             ..snapshot(&rules, &observed, &owned, &holds)
         })
         .await;
@@ -549,6 +552,7 @@ async fn a_known_conflict_is_not_looked_up_again() {
         observed: &observed,
         owned: &owned,
         foreign: &taken,
+        forged: &NO_FORGED,
         holds: &holds,
         allow: None,
         prune: true,
@@ -670,6 +674,7 @@ async fn held_rules_and_an_incomplete_view_never_delete() {
             observed: &observed,
             owned: &owned,
             foreign: &NO_FOREIGN,
+            forged: &NO_FORGED,
             holds: &holds,
             allow: None,
             prune: false,
@@ -1043,6 +1048,7 @@ async fn builtin_rules_converge_with_no_second_write() {
         observed: &observed,
         owned: &BTreeMap::new(),
         foreign: &NO_FOREIGN,
+        forged: &NO_FORGED,
         holds: &holds,
         allow: None,
         prune: true,
@@ -1096,6 +1102,7 @@ async fn builtin_rules_converge_with_no_second_write() {
         observed: &observed,
         owned: &owned,
         foreign: &NO_FOREIGN,
+        forged: &NO_FORGED,
         holds: &holds,
         allow: None,
         prune: true,
@@ -1197,6 +1204,7 @@ async fn adopt_scenario(
     let report = s
         .sync(&Snapshot {
             foreign: &taken,
+            forged: &NO_FORGED,
             ..snapshot(&rules, &observed, &owned, &holds)
         })
         .await;
@@ -1275,6 +1283,7 @@ async fn conflict_scenario(existing: Value, adopt_flag: bool) -> String {
     let report = s
         .sync(&Snapshot {
             foreign: &taken,
+            forged: &NO_FORGED,
             ..snapshot(&rules, &observed, &owned, &holds)
         })
         .await;

@@ -35,7 +35,7 @@ async fn a_packed_role_kept_for_a_paused_trigger_is_still_judged_and_revoked() {
     // Ours by provenance, kept as it is while its trigger is paused, and
     // granting everything: policy refuses it.
     let hostile = format!("{RBAC}/namespaces/team-a/roles/viewer");
-    fake.put_rbac(
+    fake.put_ours(
         &hostile,
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "viewer", "namespace": "team-a",
@@ -99,7 +99,7 @@ async fn a_reader_of_a_kept_cluster_role_never_writes_without_its_rules() {
     fake.annotate_namespace("team-a", json!({"rbacrules.io/paused": "true"}));
     // Made by the first rule before its trigger was paused: kept as it is.
     let kept = format!("{RBAC}/clusterroles/base-team-a");
-    fake.put_rbac(
+    fake.put_ours(
         &kept,
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": "base-team-a",

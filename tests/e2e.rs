@@ -63,8 +63,9 @@
 //! 4. a Namespace annotated to accept the XRD's claims gets Roles
 //!    `crossplane-{admin,edit,view}`; a user bound to its `crossplane-edit`
 //!    may create claims there and nowhere else (SubjectAccessReview);
-//! 5. a hand edit of a generated ClusterRole (rules and a label) is
-//!    reverted;
+//! 5. a Role labelled ours by someone else (a namespace admin) is neither
+//!    pruned nor written, and reported on the rule it names; a hand edit
+//!    of a generated ClusterRole (rules and a label) is reverted;
 //! 6. a restarted controller writes nothing: `rbac_rules_api_writes_total`
 //!    stays 0 and no managed object or RbacRule changes resourceVersion;
 //! 7. deleting the XRD removes its roles and the claim permission; removing
@@ -647,6 +648,7 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Kubeconfig, controller: &mut Option<Co
     let xrd_uid = xrd(ctx).await;
     let (pr_uid, deployment) = provider_revision(ctx).await;
     namespace_and_claims(ctx).await;
+    forged_role_is_left_alone(ctx).await;
     edit_is_reverted(ctx).await;
     no_forbidden(controller.as_ref().expect("controller")).await;
     restart_writes_nothing(ctx, controller, &sa_kubeconfig).await;
@@ -1465,6 +1467,58 @@ async fn namespace_and_claims(ctx: &Ctx) {
             ns.unwrap_or("every namespace")
         );
     }
+}
+
+/// A Role a namespace admin labels as the controller's, naming one of its
+/// rules and triggers (created with a plain POST: its managedFields hold no
+/// Apply entry of the field manager rbac-rules) is never pruned nor
+/// written, and the rule it names reports it (`NotOurs`); deleted, the
+/// rule is Ready again.
+async fn forged_role_is_left_alone(ctx: &Ctx) {
+    let ns = ctx.claims_ns.as_str();
+    let name = "e2e-forged";
+    let created = ctx
+        .create(
+            &role_ar(),
+            Some(ns),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": name, "namespace": ns,
+                    "labels": {"app.kubernetes.io/managed-by": "rbac-rules",
+                               "rbacrules.io/rule": "crossplane-namespace"},
+                    "annotations": {"rbacrules.io/rule": "crossplane-namespace",
+                                    "rbacrules.io/trigger": format!("Namespace/{ns}")}},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+        )
+        .await;
+    let rv = created["metadata"]["resourceVersion"].clone();
+    eventually(
+        format!("RbacRule crossplane-namespace to report Role {ns}/{name}"),
+        async || {
+            let r = Api::<RbacRule>::all(ctx.client.clone())
+                .get("crossplane-namespace")
+                .await
+                .map_err(|e| e.to_string())?;
+            let conditions = r.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions.iter().find(|c| c.type_ == "Degraded") {
+                Some(c) if c.message.contains(&format!("Role {ns}/{name}")) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let now = ctx
+        .must_get(&role_ar(), Some(ns), name)
+        .await
+        .expect("the forged Role is left in place");
+    assert_eq!(now["metadata"]["resourceVersion"], rv, "written: {now}");
+    ctx.api(&role_ar(), Some(ns))
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete the forged Role");
+    eventually("RbacRule crossplane-namespace Ready again", async || {
+        rule_ready(ctx, "crossplane-namespace").await.map(|_| ())
+    })
+    .await;
 }
 
 /// A hand edit of a generated ClusterRole is reverted.

@@ -967,7 +967,10 @@ fn render_reads_an_aggregated_allow_list_file() {
 }
 
 /// `render` reports a live managed object in the input that policy
-/// refuses: the controller would revoke it.
+/// refuses: the controller would revoke it. An error when the input shows
+/// rbac-rules made it (its managedFields hold our Apply entry); a warning,
+/// exit 0, when the input cannot tell (a dump without managedFields: the
+/// label alone is anyone's to set).
 #[test]
 fn render_reports_live_objects_it_would_revoke() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -978,16 +981,37 @@ fn render_reports_live_objects_it_would_revoke() {
     )
     .expect("write");
     let objects = dir.path().join("objects.yaml");
+    let escalator = |managed_fields: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: old-escalator\n  labels: {{app.kubernetes.io/managed-by: rbac-rules}}\n  annotations: {{rbacrules.io/rule: r}}\n{managed_fields}rules:\n- {{apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [escalate]}}\n"
+        )
+    };
     std::fs::write(
         &objects,
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: old-escalator\n  labels: {app.kubernetes.io/managed-by: rbac-rules}\n  annotations: {rbacrules.io/rule: r}\nrules:\n- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [escalate]}\n",
+        escalator("  managedFields: [{manager: rbac-rules, operation: Apply, fieldsV1: {}}]\n"),
     )
     .expect("write");
     let out = support::cli::render_files(&rules, &objects, &[]);
     assert_eq!(out.code, Some(1));
     let err = out.stderr.as_str();
+    let why =
+        "ClusterRole \"old-escalator\" grants [rbac.authorization.k8s.io] clusterroles: escalate";
     assert!(
-        err.contains("revoked: live ClusterRole old-escalator: ClusterRole \"old-escalator\" grants [rbac.authorization.k8s.io] clusterroles: escalate"),
+        err.contains(&format!("revoked: live ClusterRole old-escalator: {why}")),
+        "{err}"
+    );
+    // As `kubectl get -o yaml` dumps it: no managedFields.
+    std::fs::write(&objects, escalator("")).expect("write");
+    let out = support::cli::render_files(&rules, &objects, &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr.as_str());
+    assert!(out.stdout.as_str().contains("name: fine"));
+    let err = out.stderr.as_str();
+    assert!(!err.contains("error:"), "{err}");
+    assert!(
+        err.contains("warning: live ClusterRole old-escalator is labelled")
+            && err.contains(&format!(
+                "if rbac-rules made it, the controller revokes it ({why})"
+            )),
         "{err}"
     );
 }
@@ -1681,6 +1705,7 @@ spec:
             writes: &[],
             managed: 1,
             manage: Default::default(),
+            foreign_claims: &[],
         },
         &now,
     )

@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::Error;
 use super::metrics::Metrics;
 use super::plan::{
-    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_helm_released, is_managed,
+    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_helm_released, is_ours,
 };
 use super::wire::Wire;
 use crate::api::OutputKind;
@@ -571,7 +571,9 @@ async fn take_over(w: &Writer<'_>, a: &Apply, learned: &mut Option<Live>) -> Out
         .await
         .map(|o| o.map(|o| serde_json::to_value(&o).unwrap_or_default()));
     match found {
-        Ok(Some(existing)) if !is_managed(&existing) => {
+        // Labelled ours by someone else is someone else's: adopted only
+        // as anyone's would be.
+        Ok(Some(existing)) if !is_ours(&existing) => {
             match adoption(&a.id, &a.body(), &existing, w.adopt_existing) {
                 Ok(why) => {
                     if !w.gate.open() {

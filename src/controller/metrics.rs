@@ -53,6 +53,10 @@ pub struct Metrics {
     pub renders: Counter,
     /// `rbac_rules_managed_objects`: live objects carrying our label.
     pub managed_objects: Gauge,
+    /// `rbac_rules_foreign_claims`: live RBAC objects labelled
+    /// app.kubernetes.io/managed-by=rbac-rules that rbac-rules did not make
+    /// (left alone, reported).
+    pub foreign_claims: Gauge,
     /// `rbac_rules_watched_kinds`: kinds watched for the rules.
     pub watched_kinds: Gauge,
     /// `rbac_rules_leader`: 1 while this replica holds the lease.
@@ -77,6 +81,7 @@ impl Metrics {
         let renders = Counter::default();
         let managed_objects = Gauge::default();
         let watched_kinds = Gauge::default();
+        let foreign_claims = Gauge::default();
         let leader = Gauge::default();
         registry.register(
             "reconciles",
@@ -109,6 +114,11 @@ impl Metrics {
             managed_objects.clone(),
         );
         registry.register(
+            "foreign_claims",
+            "Live RBAC objects labelled app.kubernetes.io/managed-by=rbac-rules that rbac-rules did not make (left alone)",
+            foreign_claims.clone(),
+        );
+        registry.register(
             "watched_kinds",
             "Kinds watched for the rules' triggers and related objects",
             watched_kinds.clone(),
@@ -125,6 +135,7 @@ impl Metrics {
             render_duration,
             renders,
             managed_objects,
+            foreign_claims,
             watched_kinds,
             leader,
             registry: Arc::new(registry),
@@ -326,6 +337,7 @@ mod tests {
         metrics.error("Conflict");
         metrics.render_duration.observe(0.002);
         metrics.managed_objects.set(7);
+        metrics.foreign_claims.set(2);
         let text = get(address, "/metrics").await;
         for line in [
             "rbac_rules_reconciles_total 1",
@@ -333,6 +345,7 @@ mod tests {
             "rbac_rules_reconcile_errors_total{reason=\"Conflict\"} 1",
             "rbac_rules_render_duration_seconds_count 1",
             "rbac_rules_managed_objects 7",
+            "rbac_rules_foreign_claims 2",
             "rbac_rules_leader 0",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");

@@ -18,8 +18,8 @@ use crate::engine::store::ObjectKey;
 use crate::engine::{Desired, Evaluation, Manifest, OutKey};
 
 /// Field manager of every write, and the manager whose managedFields entry
-/// says which labels and annotations are ours.
-pub const FIELD_MANAGER: &str = "rbac-rules";
+/// says which labels and annotations are ours (and that the object is).
+pub use crate::engine::output::FIELD_MANAGER;
 
 /// Identity of an RBAC object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -953,10 +953,21 @@ impl Live {
             && self.content == other.content
     }
 
-    /// Whether it carries our managed-by label.
+    /// Whether it carries our managed-by label (a claim anyone who may
+    /// write the object can make; see [`Live::is_ours`]).
     pub fn is_managed(&self) -> bool {
         self.label(crate::engine::output::MANAGED_BY_LABEL)
             == Some(crate::engine::output::MANAGED_BY_VALUE)
+    }
+
+    /// Whether our inventory made it: it carries our label and its
+    /// `managedFields` an `Apply` entry of our field manager (every write
+    /// of ours is one). An object someone else labelled ours has no such
+    /// entry, unless its writer applied it under our manager's name (the
+    /// admission fence's `rbac-rules-inventory` policy refuses that label
+    /// to everyone but the controller).
+    pub fn is_ours(&self) -> bool {
+        self.is_managed() && self.ours().is_some()
     }
 
     /// A label's value.
@@ -1030,6 +1041,13 @@ fn add_helm_keep(desired: &mut Value) {
 }
 
 pub use crate::engine::output::is_managed;
+
+/// Whether an object as the API server returns it (with its
+/// `managedFields`) is ours: labelled, and with an `Apply` entry of our
+/// field manager (see [`Live::is_ours`]).
+pub fn is_ours(obj: &Value) -> bool {
+    crate::engine::output::provenance(obj) == crate::engine::output::Provenance::Proven
+}
 
 /// Drops what the API server treats as absent: null, empty lists, empty
 /// maps and empty strings in maps (`apiGroup: ""` of a ServiceAccount

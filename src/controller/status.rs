@@ -98,6 +98,9 @@ pub struct RuleInputs<'a> {
     pub managed: i64,
     /// The controller's `--manage` level.
     pub manage: ManageLevel,
+    /// Objects labelled ours, naming this rule, that our inventory did not
+    /// make (one message each): left alone, and a notice.
+    pub foreign_claims: &'a [String],
 }
 
 /// Computes a rule's status. `None`: leave the current status as it is (a
@@ -183,15 +186,26 @@ fn problems_of(rule: &RbacRule, inputs: &RuleInputs<'_>) -> (Vec<Problem>, Optio
 /// The evaluated rule's notices: they need a person but are no failure
 /// (Degraded, not un-Ready).
 fn notices_of(inputs: &RuleInputs<'_>) -> Vec<Problem> {
-    match (inputs.hold, inputs.report) {
+    let mut out: Vec<Problem> = match (inputs.hold, inputs.report) {
         (None, Some(r)) => r
             .notices
             .iter()
             .map(|e| (e.kind.reason(), describe(e)))
             .collect(),
         _ => Vec::new(),
-    }
+    };
+    out.extend(
+        inputs
+            .foreign_claims
+            .iter()
+            .map(|m| (FOREIGN_CLAIM, m.clone())),
+    );
+    out
 }
+
+/// Condition reason of an object labelled ours, naming the rule, that our
+/// inventory did not make.
+pub const FOREIGN_CLAIM: &str = "NotOurs";
 
 /// A condition's (status, reason, message).
 type CondValue = (&'static str, &'static str, String);

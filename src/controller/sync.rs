@@ -41,6 +41,10 @@ pub struct Snapshot<'a> {
     /// Objects of the output kinds without our label: creating one of these
     /// names looks it up first (adoption or conflict); other creates do not.
     pub foreign: &'a BTreeSet<ObjectId>,
+    /// Objects of the output kinds labelled ours that our inventory did not
+    /// make, with the rule each names: among `foreign` (never pruned,
+    /// revoked or overwritten), and reported on that rule.
+    pub forged: &'a BTreeMap<ObjectId, Option<String>>,
     /// Rules not to evaluate now, and why; their objects are left alone.
     pub holds: &'a BTreeMap<String, Hold>,
     /// The allow-list, when `--allow-clusterrole` is set and found.
@@ -269,6 +273,7 @@ impl Syncer {
         Pass {
             evaluation,
             plan,
+            claims: Claims::of(snap.forged, Some(lane)),
             rules,
             holds: BTreeMap::new(),
             foreign,
@@ -456,6 +461,7 @@ impl Syncer {
         Pass {
             evaluation,
             plan,
+            claims: Claims::of(snap.forged, None),
             rules: snap.rules.clone(),
             holds: snap.holds.clone(),
             foreign,
@@ -476,6 +482,7 @@ impl Syncer {
         let Pass {
             evaluation,
             plan,
+            claims,
             rules,
             holds,
             foreign,
@@ -492,6 +499,9 @@ impl Syncer {
             return report;
         }
         self.count_pass(&evaluation, &report.plan);
+        if every_rule {
+            self.metrics.foreign_claims.set(claims.total as i64);
+        }
         let writes = apply::Writes {
             options: &self.writes,
             foreign: &foreign,
@@ -525,6 +535,7 @@ impl Syncer {
                 evaluation: &evaluation,
                 holds: &holds,
                 managed: &managed,
+                claims: &claims,
             };
             let (new_status, events) = self.feedback(name, rule, &report, &facts, &now);
             if !self.gate.open() {
@@ -591,6 +602,12 @@ impl Syncer {
             writes: &writes,
             managed: facts.managed.get(name).copied().unwrap_or(0),
             manage: self.manage,
+            foreign_claims: facts
+                .claims
+                .by_rule
+                .get(name)
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
         };
         let new_status = status::compute(rule, &inputs, now);
         let mut events = status::events(rule, &writes, new_status.as_ref());
@@ -630,6 +647,60 @@ struct RuleFacts<'a> {
     holds: &'a BTreeMap<String, Hold>,
     /// Objects per rule that exist after the writes.
     managed: &'a BTreeMap<String, i64>,
+    /// Objects others labelled ours, by the rule they name.
+    claims: &'a Claims,
+}
+
+/// Objects of the output kinds labelled ours that our inventory did not
+/// make: what each rule is told (a notice: its Degraded condition and a
+/// Warning Event), and how many there are (`rbac_rules_foreign_claims`;
+/// one naming no rule is logged when the world first sees it).
+#[derive(Debug, Default)]
+struct Claims {
+    /// Rule → one message per object naming it.
+    by_rule: BTreeMap<String, Vec<String>>,
+    /// Every such object.
+    total: usize,
+}
+
+impl Claims {
+    /// Objects named per rule, at most: a condition shows five problems,
+    /// and whoever writes the objects must not make every pass build a
+    /// message per object.
+    const SHOWN: usize = 5;
+
+    /// The claims of `forged`; only those naming a rule of `only`, when
+    /// given (a slow lane's pass reports its own rules).
+    fn of(forged: &BTreeMap<ObjectId, Option<String>>, only: Option<&BTreeSet<String>>) -> Self {
+        let mut by_rule: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut more: BTreeMap<&str, usize> = BTreeMap::new();
+        for (id, rule) in forged {
+            let Some(rule) = rule else { continue };
+            if only.is_some_and(|o| !o.contains(rule)) {
+                continue;
+            }
+            let shown = by_rule.entry(rule.clone()).or_default();
+            if shown.len() < Self::SHOWN {
+                shown.push(crate::engine::output::foreign_claim_message(
+                    &id.to_string(),
+                    Some(rule),
+                ));
+            } else {
+                *more.entry(rule).or_default() += 1;
+            }
+        }
+        for (rule, n) in more {
+            if let Some(shown) = by_rule.get_mut(rule) {
+                shown.push(format!(
+                    "{n} more objects labelled app.kubernetes.io/managed-by=rbac-rules name rule {rule:?} but were not made by rbac-rules: left alone"
+                ));
+            }
+        }
+        Claims {
+            by_rule,
+            total: forged.len(),
+        }
+    }
 }
 
 impl SyncReport {
@@ -645,6 +716,8 @@ impl SyncReport {
 pub struct Pass {
     evaluation: Evaluation,
     plan: Plan,
+    /// Objects others labelled ours, to report.
+    claims: Claims,
     rules: BTreeMap<String, RbacRule>,
     holds: BTreeMap<String, Hold>,
     /// The planned creates whose names objects without our label hold.
@@ -818,4 +891,44 @@ fn managed_counts(report: &SyncReport) -> BTreeMap<String, i64> {
         .into_iter()
         .map(|(rule, n)| (rule.to_string(), n))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::OutputKind;
+
+    #[test]
+    fn claims_name_a_few_objects_per_rule_and_count_all() {
+        let mut forged = BTreeMap::new();
+        for i in 0..8 {
+            forged.insert(
+                ObjectId::new(OutputKind::Role, "team-a", format!("r{i}")),
+                Some("ns-viewer".to_string()),
+            );
+        }
+        forged.insert(ObjectId::new(OutputKind::ClusterRole, "", "x"), None);
+        forged.insert(
+            ObjectId::new(OutputKind::ClusterRole, "", "y"),
+            Some("other".to_string()),
+        );
+        let claims = Claims::of(&forged, None);
+        assert_eq!(claims.total, 10);
+        let viewer = &claims.by_rule["ns-viewer"];
+        assert_eq!(viewer.len(), Claims::SHOWN + 1, "{viewer:?}");
+        assert!(
+            viewer[0].starts_with("Role team-a/r0 is labelled"),
+            "{viewer:?}"
+        );
+        assert!(
+            viewer[Claims::SHOWN].starts_with("3 more objects"),
+            "{viewer:?}"
+        );
+        assert_eq!(claims.by_rule["other"].len(), 1);
+        // A slow lane's pass tells only its own rules; the count is the
+        // main pass's.
+        let lane = BTreeSet::from(["other".to_string()]);
+        let claims = Claims::of(&forged, Some(&lane));
+        assert_eq!(claims.by_rule.keys().collect::<Vec<_>>(), vec!["other"]);
+    }
 }

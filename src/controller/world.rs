@@ -194,6 +194,10 @@ pub struct World {
     /// one of these names is looked up before it is written (adoption or
     /// conflict); every other name is free, so a create needs no read.
     pub foreign: BTreeSet<ObjectId>,
+    /// Objects of the output kinds labelled ours that our inventory did not
+    /// make ([`Live::is_ours`]), with the rule they name: foreign (neither
+    /// pruned, revoked, overwritten nor judged as ours), and reported.
+    pub forged: BTreeMap<ObjectId, Option<String>>,
     owned_listing: BTreeMap<OutputKind, Listing<Live>>,
     /// Size of `owned` when it was last packed ([`pack_map`]).
     owned_packed_len: usize,
@@ -459,6 +463,7 @@ impl World {
     /// An object of an output kind is gone: from our cache, the names, and
     /// the store.
     fn forget_rbac(&mut self, id: &ObjectId) -> bool {
+        self.forged.remove(id);
         let foreign = self.foreign.remove(id);
         let owned = self.remove_owned(id);
         let key = id.store_key();
@@ -470,9 +475,17 @@ impl World {
         let Some(id) = o.id().cloned() else {
             return false;
         };
-        if o.is_managed() {
+        if o.is_ours() {
+            self.forged.remove(&id);
             let foreign = self.foreign.remove(&id);
             return self.upsert_live(id, o) || foreign;
+        }
+        // Labelled ours by someone else: anyone's, and reported.
+        let forged = o.is_managed();
+        if forged {
+            self.note_forged(&id, o.rule());
+        } else {
+            self.forged.remove(&id);
         }
         let owned = self.remove_owned(&id);
         let gk = gk_of(id.kind);
@@ -482,13 +495,37 @@ impl World {
         if self.kinds.contains_key(gk) {
             o.unpack();
             let key = id.store_key();
-            if let Some(object) = o.shared()
-                && self.store.get(gk, &key) != Some(&**object)
-            {
-                read = self.store.insert_shared(Arc::clone(object)).is_ok();
+            if let Some(object) = o.shared() {
+                // The engine sees it without the claim, as anyone's.
+                let object = match forged {
+                    true => {
+                        let mut copy = Value::clone(object);
+                        crate::engine::output::disown(&mut copy);
+                        Arc::new(copy)
+                    }
+                    false => Arc::clone(object),
+                };
+                if self.store.get(gk, &key) != Some(&*object) {
+                    read = self.store.insert_shared(object).is_ok();
+                }
             }
         }
         self.foreign.insert(id) || owned || read
+    }
+
+    /// Records an object labelled ours that our inventory did not make,
+    /// logging it when it is new or names another rule (the pass reports
+    /// it on the rule it names, and counts it).
+    fn note_forged(&mut self, id: &ObjectId, rule: Option<&str>) {
+        let rule = rule.map(str::to_string);
+        if self.forged.get(id) != Some(&rule) {
+            tracing::warn!(
+                object = %id,
+                rule = rule.as_deref().unwrap_or_default(),
+                "labelled app.kubernetes.io/managed-by=rbac-rules, but rbac-rules did not make it (no Apply entry of its field manager): not ours, left alone"
+            );
+            self.forged.insert(id.clone(), rule);
+        }
     }
 
     /// Caches one of our objects.
@@ -680,6 +717,7 @@ impl World {
             observed: &self.store,
             owned: &self.owned,
             foreign: &self.foreign,
+            forged: &self.forged,
             holds,
             allow,
             prune: self.kinds_settled(),
@@ -1072,9 +1110,36 @@ mod tests {
         r
     }
 
-    /// An event of an output-kind watch, as the watch task makes it.
+    /// An event of an output-kind watch, as the watch task makes it; an
+    /// object labelled ours without `managedFields` gets the entry our
+    /// server-side apply leaves (ours: we made it).
     fn owned(kind: OutputKind, e: Event<Value>) -> Feed {
-        Feed::Owned(kind, map_event(e, Live::new))
+        Feed::Owned(kind, map_event(e, |o| Live::new(made_by_us(o))))
+    }
+
+    /// `o` as our apply leaves it: an `Apply` entry of our field manager
+    /// owning every label, annotation and top-level field, when labelled
+    /// ours and without `managedFields`.
+    fn made_by_us(mut o: Value) -> Value {
+        if !crate::engine::output::is_managed(&o) || o["metadata"].get("managedFields").is_some() {
+            return o;
+        }
+        let keys = |v: &Value| -> serde_json::Map<String, Value> {
+            v.as_object()
+                .into_iter()
+                .flat_map(|m| m.keys())
+                .map(|k| (format!("f:{k}"), json!({})))
+                .collect()
+        };
+        let mut fields = keys(&o);
+        fields.insert(
+            "f:metadata".into(),
+            json!({"f:labels": keys(&o["metadata"]["labels"]),
+                   "f:annotations": keys(&o["metadata"]["annotations"])}),
+        );
+        o["metadata"]["managedFields"] =
+            json!([{"manager": "rbac-rules", "operation": "Apply", "fieldsV1": fields}]);
+        o
     }
 
     fn widget(name: &str) -> Value {
@@ -1517,6 +1582,69 @@ mod tests {
             Event::Delete(cluster_role("ours", false)),
         ));
         assert!(!w.foreign.contains(&ours));
+    }
+
+    /// A ClusterRole labelled ours by someone else: its managedFields hold
+    /// entries of other managers only (a kubectl create, a server-side
+    /// apply under another name).
+    fn forged_role(name: &str, manager: &str, operation: &str) -> Value {
+        let mut o = cluster_role(name, true);
+        o["metadata"]["annotations"] = json!({"rbacrules.io/rule": "r"});
+        o["metadata"]["managedFields"] =
+            json!([{"manager": manager, "operation": operation, "fieldsV1": {}}]);
+        o
+    }
+
+    #[test]
+    fn objects_others_label_ours_are_foreign_and_reported() {
+        let mut w = base_world();
+        let gk = output_gk(OutputKind::ClusterRole);
+        let spec: RbacRuleSpec = serde_json::from_value(json!({
+            "trigger": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"},
+            "outputs": [{"kind": "ClusterRole", "name": "copy-{{trigger.metadata.name}}"}]
+        }))
+        .expect("spec");
+        let mut reader = RbacRule::new("reader", spec);
+        reader.metadata.generation = Some(1);
+        w.apply(Feed::Rules(Box::new(Event::Apply(reader))));
+        let interest = w.interests(ManageLevel::All).remove(&gk).expect("interest");
+        let epoch = w.next_epoch();
+        w.watch_kind(interest, epoch, None);
+        listed(
+            &mut w,
+            |e| owned(OutputKind::ClusterRole, e),
+            vec![
+                forged_role("created", "kubectl-create", "Update"),
+                forged_role("applied", "kubectl", "Apply"),
+                // Our manager's name, but not by apply: not our write.
+                forged_role("updated", "rbac-rules", "Update"),
+                cluster_role("ours", true),
+            ],
+        );
+        let id = |n: &str| ObjectId::new(OutputKind::ClusterRole, "", n);
+        for n in ["created", "applied", "updated"] {
+            assert!(!w.owned.contains_key(&id(n)), "{n}");
+            assert!(w.foreign.contains(&id(n)), "{n}");
+            assert_eq!(w.forged.get(&id(n)), Some(&Some("r".to_string())), "{n}");
+            // The engine sees it as anyone's: without the claim.
+            let stored = w.store.get(&gk, &id(n).store_key()).expect("stored");
+            assert!(!crate::engine::output::is_managed(stored), "{n}");
+            assert_eq!(stored["metadata"]["annotations"]["rbacrules.io/rule"], "r");
+        }
+        assert!(w.owned.contains_key(&id("ours")) && !w.forged.contains_key(&id("ours")));
+        let snap_forged = w.snapshot(None, &BTreeMap::new()).forged.len();
+        assert_eq!(snap_forged, 3);
+        // The label taken off: no longer a claim; deleted: forgotten.
+        w.apply(owned(
+            OutputKind::ClusterRole,
+            Event::Apply(cluster_role("created", false)),
+        ));
+        assert!(!w.forged.contains_key(&id("created")));
+        w.apply(owned(
+            OutputKind::ClusterRole,
+            Event::Delete(forged_role("applied", "kubectl", "Apply")),
+        ));
+        assert!(!w.forged.contains_key(&id("applied")) && !w.foreign.contains(&id("applied")));
     }
 
     #[test]

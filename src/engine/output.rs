@@ -24,8 +24,131 @@ pub const MANAGED_BY_VALUE: &str = "rbac-rules";
 
 /// Whether an object carries `app.kubernetes.io/managed-by: rbac-rules`:
 /// the controller's inventory of what it made.
+///
+/// The label is a claim, not a proof: anyone who may write an RBAC object
+/// may label it so. Where objects are loaded, [`provenance`] tells a claim
+/// our inventory made from one someone else wrote, and [`disown`] takes the
+/// claim off the latter before the engine sees it; so in the engine's
+/// store the label means "ours, or not known to be someone else's".
 pub fn is_managed(obj: &Value) -> bool {
     obj["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE)
+}
+
+/// Field manager of every write of the controller (server-side apply): its
+/// `Apply` entry in `metadata.managedFields` is what proves that our
+/// inventory made an object.
+pub const FIELD_MANAGER: &str = "rbac-rules";
+
+/// What a loaded object's inventory claim is worth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provenance {
+    /// It carries no claim (not our managed-by label).
+    Unclaimed,
+    /// Labelled, and its `managedFields` hold an `Apply` entry of our
+    /// field manager: our inventory made it (every write of ours is a
+    /// server-side apply, in every version of rbac-rules).
+    Proven,
+    /// Labelled, but its `managedFields` hold no `Apply` entry of ours:
+    /// someone else labelled it. Never ours: neither pruned, revoked,
+    /// overwritten nor judged as ours; reported.
+    Foreign,
+    /// Labelled, and the input has no `managedFields` (a dump by
+    /// `kubectl get -o yaml`, which leaves them out): nothing tells. Treated
+    /// as ours where only a view is at stake; never fatal.
+    Unknown,
+}
+
+/// The worth of `obj`'s inventory claim, from its `metadata.managedFields`
+/// (read before they are dropped).
+pub fn provenance(obj: &Value) -> Provenance {
+    if !is_managed(obj) {
+        return Provenance::Unclaimed;
+    }
+    match obj["metadata"].get("managedFields") {
+        None | Some(Value::Null) => Provenance::Unknown,
+        Some(entries) if has_our_apply_entry(entries) => Provenance::Proven,
+        Some(_) => Provenance::Foreign,
+    }
+}
+
+/// Whether a `managedFields` list holds an `Apply` entry of our field
+/// manager.
+pub fn has_our_apply_entry(entries: &Value) -> bool {
+    entries.as_array().is_some_and(|es| {
+        es.iter().any(|e| {
+            e["manager"].as_str() == Some(FIELD_MANAGER) && e["operation"].as_str() == Some("Apply")
+        })
+    })
+}
+
+/// Takes the inventory claim (our managed-by label) off an object our
+/// inventory did not make, so that the engine judges and shows it as
+/// anyone's: not hidden behind a rule's output, not revoked, not counted
+/// as ours in an aggregation. Whether anything was taken.
+pub fn disown(obj: &mut Value) -> bool {
+    obj.get_mut("metadata")
+        .and_then(|m| m.get_mut("labels"))
+        .and_then(Value::as_object_mut)
+        .is_some_and(|labels| labels.remove(MANAGED_BY_LABEL).is_some())
+}
+
+/// An object as an offline command loads it: one someone else labelled
+/// ours (its `managedFields` say so) loses the claim ([`disown`]); what its
+/// claim is worth is returned.
+pub fn vet_claim(obj: &mut Value) -> Provenance {
+    let p = provenance(obj);
+    if p == Provenance::Foreign {
+        disown(obj);
+    }
+    p
+}
+
+/// The output kind, namespace and name of an RBAC object.
+pub fn out_key(obj: &Value) -> Option<(OutputKind, String, String)> {
+    let group = obj["apiVersion"].as_str()?.split_once('/')?.0;
+    if group != RBAC_GROUP {
+        return None;
+    }
+    let kind = OutputKind::parse(obj["kind"].as_str()?)?;
+    let meta = &obj["metadata"];
+    let ns = meta["namespace"].as_str().unwrap_or_default().to_string();
+    Some((kind, ns, meta["name"].as_str()?.to_string()))
+}
+
+/// `Kind namespace/name` (or `Kind name`) of an object, for messages.
+pub fn describe_object(obj: &Value) -> String {
+    let kind = obj["kind"].as_str().unwrap_or("object");
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
+        _ => format!("{kind} {name}"),
+    }
+}
+
+/// What an object labelled ours (naming `rule`, if it does) claims.
+fn claim_of(rule: Option<&str>) -> String {
+    match rule {
+        Some(r) => format!("labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} and naming rule {r:?}"),
+        None => format!("labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"),
+    }
+}
+
+/// The report of an object labelled ours (`what`: `Kind [ns/]name`) that
+/// our inventory did not make: what it claims and what is done with it.
+pub fn foreign_claim_message(what: &str, rule: Option<&str>) -> String {
+    format!(
+        "{what} is {}, but rbac-rules did not make it (its managedFields hold no Apply entry of field manager {FIELD_MANAGER:?}): not ours, left alone — neither pruned, revoked nor overwritten; remove the label, or delete it if it should not exist",
+        claim_of(rule)
+    )
+}
+
+/// The report of an object labelled ours in an input without
+/// `managedFields`, where nothing shows who made it.
+pub fn unverified_claim_message(what: &str) -> String {
+    format!(
+        "{what} is {}; the input does not show who made it (no managedFields: dump with `kubectl get --show-managed-fields`)",
+        claim_of(None)
+    )
 }
 
 /// Provenance keys, all under `rbacrules.io/`.

@@ -307,6 +307,9 @@ pub fn owned(objects: Vec<Value>) -> BTreeMap<ObjectId, Live> {
 /// No object of the output kinds without our label.
 pub static NO_FOREIGN: BTreeSet<ObjectId> = BTreeSet::new();
 
+/// No object labelled ours that we did not make.
+pub static NO_FORGED: BTreeMap<ObjectId, Option<String>> = BTreeMap::new();
+
 /// The usual reconcile input: no allow-list, no foreign objects, pruning
 /// allowed.
 pub fn snapshot<'a>(
@@ -320,6 +323,7 @@ pub fn snapshot<'a>(
         observed,
         owned,
         foreign: &NO_FOREIGN,
+        forged: &NO_FORGED,
         holds,
         allow: None,
         prune: true,

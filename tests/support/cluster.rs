@@ -334,6 +334,18 @@ impl FakeCluster {
         s.publish(&collection, "ADDED", &object);
     }
 
+    /// The RbacRules as stored (with the statuses the controller wrote).
+    pub fn rules(&self) -> Vec<Value> {
+        self.state.lock().expect("lock").rules.clone()
+    }
+
+    /// Puts an RBAC object at `path` as the controller would have made it
+    /// (a server-side apply by its field manager): ours.
+    pub fn put_ours(&self, path: &str, mut object: Value) {
+        object["metadata"]["managedFields"] = json!([our_apply_entry(&object)]);
+        self.put_rbac(path, object);
+    }
+
     /// Sets a Namespace's annotations (before the controller lists it).
     pub fn annotate_namespace(&self, name: &str, annotations: Value) {
         let mut s = self.state.lock().expect("lock");
@@ -454,6 +466,7 @@ fn apply(state: &Mutex<State>, path: &str, body: Value) -> Value {
         .map(|e| e["metadata"]["uid"].clone())
         .unwrap_or_else(|| json!(format!("{path}-uid")));
     obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    obj["metadata"]["managedFields"] = json!([our_apply_entry(&obj)]);
     s.rbac.insert(path.to_string(), obj.clone());
     s.applies += 1;
     s.in_flight -= 1;
@@ -465,6 +478,37 @@ fn apply(state: &Mutex<State>, path: &str, body: Value) -> Value {
     };
     s.publish(&collection, kind, &obj);
     obj
+}
+
+/// The `managedFields` entry a server-side apply by the controller leaves:
+/// its field manager, `Apply`, and the fields it set (labels, annotations
+/// and top-level fields), as the API server records them.
+pub fn our_apply_entry(obj: &Value) -> Value {
+    let keys = |v: &Value| -> serde_json::Map<String, Value> {
+        v.as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .map(|k| (format!("f:{k}"), json!({})))
+            .collect()
+    };
+    let mut fields = serde_json::Map::new();
+    for (k, v) in obj.as_object().into_iter().flatten() {
+        if !matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+            let sub = if v.is_object() {
+                Value::Object(keys(v))
+            } else {
+                json!({})
+            };
+            fields.insert(format!("f:{k}"), sub);
+        }
+    }
+    fields.insert(
+        "f:metadata".into(),
+        json!({"f:labels": keys(&obj["metadata"]["labels"]),
+               "f:annotations": keys(&obj["metadata"]["annotations"])}),
+    );
+    json!({"manager": "rbac-rules", "operation": "Apply", "apiVersion": "rbac.authorization.k8s.io/v1",
+           "fieldsType": "FieldsV1", "fieldsV1": fields})
 }
 
 fn answer(state: &Mutex<State>, method: &str, path: &str, body: Value) -> Response<RespBody> {

@@ -1681,6 +1681,7 @@ spec:
             writes: &[],
             managed: 1,
             manage: Default::default(),
+            held_prunes: None,
         },
         &now,
     )

@@ -129,6 +129,9 @@ pub struct Syncer {
     /// which the control loop moves it to the slow lane. `None`: no lane
     /// (the rule's own limits alone).
     lane: Option<f64>,
+    /// `--max-unconfirmed-prunes`: more prunes of one rule in a pass are
+    /// held until confirmed ([`plan::hold_mass_prunes`]).
+    max_unconfirmed_prunes: usize,
 }
 
 /// What of the controller's settings changes a plan. `run` and `diff` build
@@ -146,6 +149,8 @@ pub struct PlanSettings {
     pub limits: Limits,
     /// The installation's params (`--param NAME=VALUE`).
     pub params: std::collections::BTreeMap<String, String>,
+    /// `--max-unconfirmed-prunes` (`None`: its default).
+    pub max_unconfirmed_prunes: Option<usize>,
 }
 
 impl PlanSettings {
@@ -163,6 +168,7 @@ impl PlanSettings {
             waivers: waivers.clone(),
             limits: limits.clone(),
             params: params.map(),
+            max_unconfirmed_prunes: None,
         }
     }
 }
@@ -198,6 +204,7 @@ impl Syncer {
             limits: Limits::default(),
             retry_totals: RETRY_TOTALS,
             lane: None,
+            max_unconfirmed_prunes: plan::DEFAULT_MAX_UNCONFIRMED_PRUNES,
         }
     }
 
@@ -215,6 +222,19 @@ impl Syncer {
             .with_waivers(settings.waivers.clone())
             .with_limits(settings.limits.clone())
             .with_params(settings.params.clone())
+            .max_unconfirmed_prunes(
+                settings
+                    .max_unconfirmed_prunes
+                    .unwrap_or(plan::DEFAULT_MAX_UNCONFIRMED_PRUNES),
+            )
+    }
+
+    /// Holds the prunes of a rule that would prune more than `n` objects
+    /// in one pass until they are confirmed on the rule (see
+    /// [`plan::hold_mass_prunes`]); revocations are never held.
+    pub fn max_unconfirmed_prunes(mut self, n: usize) -> Self {
+        self.max_unconfirmed_prunes = n;
+        self
     }
 
     /// Bounds each rule's time in this syncer's evaluations by `seconds`
@@ -248,7 +268,8 @@ impl Syncer {
             .filter(|r| !lane.contains(*r))
             .cloned()
             .collect();
-        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        plan::hold_mass_prunes(&mut plan, self.max_unconfirmed_prunes, snap.rules);
         let foreign = plan
             .applies
             .iter()
@@ -395,7 +416,8 @@ impl Syncer {
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(renders, "evaluated");
         // The live objects remember what this plan finds equal.
-        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        plan::hold_mass_prunes(&mut plan, self.max_unconfirmed_prunes, snap.rules);
         (evaluation, plan)
     }
 
@@ -569,9 +591,11 @@ impl Syncer {
             writes: &writes,
             managed: facts.managed.get(name).copied().unwrap_or(0),
             manage: self.manage,
+            held_prunes: report.plan.held_prunes.get(name),
         };
         let new_status = status::compute(rule, &inputs, now);
         let mut events = status::events(rule, &writes, new_status.as_ref());
+        events.extend(status::held_prunes_event(rule, inputs.held_prunes, &events));
         let seen = self.warned.entry(name.to_string()).or_default();
         events.extend(status::skipped_event(inputs.report, seen));
         (new_status, events)

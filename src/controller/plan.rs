@@ -2281,7 +2281,11 @@ mod plan_tests {
         };
         let mut foreign = manifest(OutputKind::Role, "a", "foreign", "r", "T/a");
         foreign["metadata"]["labels"] = json!({});
+        // A gone rule's object is pruned only when the rule asked for it.
+        let mut gone_delete = manifest(OutputKind::Role, "a", "gone-delete", "gone-rule", "T/a");
+        gone_delete["metadata"]["annotations"][deletion_policy_annotation()] = json!("Delete");
         let live = live_of(vec![
+            gone_delete,
             manifest(OutputKind::Role, "a", "both", "r", "T/a"),
             manifest(OutputKind::Role, "a", "paused", "r", "T/paused"),
             manifest(OutputKind::Role, "a", "failed", "failed", "T/a"),
@@ -2294,7 +2298,7 @@ mod plan_tests {
         let held = BTreeSet::from(["held".to_string()]);
         let p = plan(&evaluation, &live, &held, true);
         let deleted: Vec<&str> = p.deletes.iter().map(|d| &*d.id.name).collect();
-        assert_eq!(deleted, vec!["gone", "stale"]);
+        assert_eq!(deleted, vec!["gone-delete", "stale"]);
         let kept: BTreeMap<&str, KeepReason> =
             p.kept.iter().map(|(id, _, r)| (&*id.name, *r)).collect();
         assert_eq!(
@@ -2302,6 +2306,7 @@ mod plan_tests {
             BTreeMap::from([
                 ("both", KeepReason::Contested),
                 ("failed", KeepReason::Kept),
+                ("gone", KeepReason::Orphaned),
                 ("held", KeepReason::Held),
                 ("inactive", KeepReason::Kept),
                 ("paused", KeepReason::Kept),
@@ -2315,7 +2320,7 @@ mod plan_tests {
                 .iter()
                 .filter(|k| k.2 == KeepReason::PruneDeferred)
                 .count(),
-            2
+            3
         );
     }
 

@@ -178,7 +178,8 @@ impl Controller {
             .lines()
             .filter(|l| l.starts_with("rbac_rules_api_writes_total{") && l.contains(label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .sum::<f64>()
+            + 0.0
     }
 
     async fn reconciles(&self) -> f64 {
@@ -569,7 +570,7 @@ async fn unchanged(
     assert_eq!(answers, baseline, "{step}: access changed");
     let deletes = c.writes("action=\"delete\"").await;
     eprintln!(
-        "keep: {step}: {} of {} objects kept with their uids, {} access answers unchanged, {deletes} DELETEs sent in all",
+        "keep: {step}: {} of {} objects kept with their uids, {} access answers unchanged, {deletes:.0} DELETEs sent in all",
         before.len() - lost.len(),
         before.len(),
         answers.len()

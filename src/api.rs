@@ -159,9 +159,7 @@ impl fmt::Display for ManageLevel {
 }
 
 /// What becomes of a rule's objects when the rule is deleted.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema,
-)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum DeletionPolicy {
     /// Leave them in place (they keep our labels, so a rule emitting them
     /// again takes them back; remove the label

@@ -70,7 +70,12 @@ async fn serve(mut server: ApiServer) -> Vec<Seen> {
             let body = r.body.clone();
             r.respond(201, body);
         } else if r.path.ends_with("/status") {
-            let name = r.path.split('/').nth_back(1).unwrap_or_default().to_string();
+            let name = r
+                .path
+                .split('/')
+                .nth_back(1)
+                .unwrap_or_default()
+                .to_string();
             let body = json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "RbacRule",
                 "metadata": {"name": name}, "spec": viewer_spec(None),
                 "status": r.body["status"]});
@@ -133,9 +138,7 @@ async fn a_deleted_rule_with_the_default_policy_sends_no_delete() {
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(serve(server));
     let mut s = syncer(client);
-    let report = s
-        .sync(&snapshot(&rules, &observed, &live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &live, &holds)).await;
     drop(s);
     let seen = scenario.await.expect("scenario");
     assert!(seen.is_empty(), "nothing sent: {seen:?}");
@@ -183,7 +186,10 @@ async fn a_delete_rule_writes_its_policy_on_its_outputs_and_an_orphan_rule_does_
         drop(s);
         let seen = scenario.await.expect("scenario");
         let (m, p, body) = &seen[0];
-        assert_eq!((m, p.as_str()), (&Method::PATCH, &*format!("{ROLES}/viewer")));
+        assert_eq!(
+            (m, p.as_str()),
+            (&Method::PATCH, &*format!("{ROLES}/viewer"))
+        );
         let mut want = role("team-a", "viewer", "ns-viewer", json!({}));
         if let Some(a) = annotation {
             want["metadata"]["annotations"]["rbacrules.io/deletion-policy"] = json!(a);
@@ -211,9 +217,7 @@ async fn an_object_with_helm_keep_is_never_pruned() {
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(serve(server));
     let mut s = syncer(client);
-    let report = s
-        .sync(&snapshot(&rules, &observed, &live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&rules, &observed, &live, &holds)).await;
     drop(s);
     let seen = scenario.await.expect("scenario");
     assert!(deletes(&seen).is_empty(), "{seen:?}");
@@ -285,14 +289,13 @@ async fn an_adopted_object_is_marked_kept_marked_and_released_not_deleted() {
     let live = owned(vec![adopted.clone()]);
     let scenario = tokio::spawn(serve(server));
     let mut s = syncer(client);
-    let report = s
-        .sync(&snapshot(&rules_, &observed, &live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&rules_, &observed, &live, &holds)).await;
     drop(s);
     let seen = scenario.await.expect("scenario");
     assert!(report.plan.applies.is_empty(), "{:?}", report.plan.applies);
     assert!(
-        seen.iter().all(|(m, p, _)| *m != Method::PATCH || p.ends_with("/status")),
+        seen.iter()
+            .all(|(m, p, _)| *m != Method::PATCH || p.ends_with("/status")),
         "{seen:?}"
     );
 
@@ -302,9 +305,7 @@ async fn an_adopted_object_is_marked_kept_marked_and_released_not_deleted() {
     let no_rules = rules(vec![]);
     let scenario = tokio::spawn(serve(server));
     let mut s = syncer(client);
-    let report = s
-        .sync(&snapshot(&no_rules, &observed, &live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&no_rules, &observed, &live, &holds)).await;
     drop(s);
     let seen = scenario.await.expect("scenario");
     assert!(seen.is_empty(), "{seen:?}");
@@ -331,9 +332,7 @@ async fn a_mass_prune_is_held_and_reported_then_proceeds_once_confirmed() {
     let rules_ = rules(vec![rule("ns-viewer", viewer_spec(Some("Delete")), None)]);
     let scenario = tokio::spawn(serve(server));
     let mut s = syncer(client).max_unconfirmed_prunes(2);
-    let report = s
-        .sync(&snapshot(&rules_, &observed, &live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&rules_, &observed, &live, &holds)).await;
     drop(s);
     let seen = scenario.await.expect("scenario");
     assert!(deletes(&seen).is_empty(), "held: {seen:?}");
@@ -392,9 +391,7 @@ async fn prunes_up_to_the_limit_need_no_confirmation() {
     let rules_ = rules(vec![rule("ns-viewer", viewer_spec(None), None)]);
     let scenario = tokio::spawn(serve(server));
     let mut s = syncer(client).max_unconfirmed_prunes(3);
-    let report = s
-        .sync(&snapshot(&rules_, &observed, &live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&rules_, &observed, &live, &holds)).await;
     drop(s);
     let seen = scenario.await.expect("scenario");
     assert_eq!(deletes(&seen).len(), 3, "{seen:?}");
@@ -435,9 +432,7 @@ async fn a_policy_refusal_revokes_even_in_a_mass_and_nothing_holds_it() {
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(serve(server));
     let mut s = syncer(client).max_unconfirmed_prunes(0);
-    let report = s
-        .sync(&snapshot(&rules_, &observed, &live, &holds))
-        .await;
+    let report = s.sync(&snapshot(&rules_, &observed, &live, &holds)).await;
     drop(s);
     let seen = scenario.await.expect("scenario");
     let mut d = deletes(&seen);
@@ -459,4 +454,26 @@ async fn a_policy_refusal_revokes_even_in_a_mass_and_nothing_holds_it() {
         3
     );
     let _ = STATUS;
+}
+
+#[tokio::test]
+async fn an_orphaned_object_policy_refuses_is_still_revoked() {
+    let (client, server) = pair();
+    // Its rule is gone (Orphan): the object stays only while policy allows
+    // what it grants; one granting everything is revoked.
+    let rules_ = rules(vec![]);
+    let mut observed = store(vec![namespace("team-a", json!({}))]);
+    let mut hostile = role("team-a", "viewer", "gone", json!({}));
+    hostile["rules"] = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+    observed.insert(hostile.clone()).expect("role");
+    let live = owned(vec![hostile, role("team-a", "fine", "gone", json!({}))]);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(serve(server));
+    let mut s = syncer(client);
+    let report = s.sync(&snapshot(&rules_, &observed, &live, &holds)).await;
+    drop(s);
+    let seen = scenario.await.expect("scenario");
+    assert_eq!(deletes(&seen), vec![format!("{ROLES}/viewer")], "{seen:?}");
+    assert!(matches!(report.written()[0].outcome, Outcome::Revoked(_)));
+    assert_eq!(report.plan.kept.len(), 1, "the allowed one stays");
 }

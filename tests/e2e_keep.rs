@@ -419,7 +419,9 @@ async fn nothing_is_lost_unless_asked_for() {
         client,
         dir: tempfile::tempdir().expect("temp dir"),
         ns: format!("keep-e2e-{sfx}"),
-        teams: (0..TEAMS).map(|i| format!("keep-e2e-{sfx}-team-{i}")).collect(),
+        teams: (0..TEAMS)
+            .map(|i| format!("keep-e2e-{sfx}-team-{i}"))
+            .collect(),
         group: format!("keep-{sfx}.example.org"),
         xrd: format!("widgets.keep-{sfx}.example.org"),
         pr: format!("provider-keep-{sfx}-0a1b2c3d"),
@@ -466,7 +468,10 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Path, controller: &mut Option<Controll
             .await
             .ok_or("gone")?;
         let a = &o["metadata"]["annotations"];
-        match (a["rbacrules.io/adopted"].as_str(), a["helm.sh/resource-policy"].as_str()) {
+        match (
+            a["rbacrules.io/adopted"].as_str(),
+            a["helm.sh/resource-policy"].as_str(),
+        ) {
             (Some("true"), Some("keep")) => Ok(()),
             _ => Err(format!("annotations {a}")),
         }
@@ -505,7 +510,14 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Path, controller: &mut Option<Controll
         .await
         .expect("delete RbacRule crossplane-namespace");
     c.passes_since(n).await;
-    unchanged(ctx, c, &before, &baseline, "kubectl delete rbacrule crossplane-namespace").await;
+    unchanged(
+        ctx,
+        c,
+        &before,
+        &baseline,
+        "kubectl delete rbacrule crossplane-namespace",
+    )
+    .await;
 
     // 2. Every built-in rule gone (builtinRules=false, helm uninstall).
     let n = c.reconciles().await;
@@ -517,7 +529,14 @@ async fn scenario(ctx: &Ctx, kubeconfig: &Path, controller: &mut Option<Controll
             .unwrap_or_else(|e| panic!("delete RbacRule {name}: {e}"));
     }
     c.passes_since(n).await;
-    unchanged(ctx, c, &before, &baseline, "every built-in RbacRule deleted").await;
+    unchanged(
+        ctx,
+        c,
+        &before,
+        &baseline,
+        "every built-in RbacRule deleted",
+    )
+    .await;
     let log = c.log();
     for bad in ["pruned", "write failed", "revoked"] {
         assert!(
@@ -619,7 +638,11 @@ async fn delete_policy_and_hold(ctx: &Ctx, c: &Controller) {
         let name = name.clone();
         async move {
             rules
-                .patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&doc))
+                .patch(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&doc),
+                )
                 .await
                 .expect("apply the rule");
         }
@@ -634,18 +657,22 @@ async fn delete_policy_and_hold(ctx: &Ctx, c: &Controller) {
         n
     };
     apply(rule("keep-e2e-a")).await;
-    eventually("four Roles keep-e2e-a", async || match roles_named("keep-e2e-a").await {
-        n if n == TEAMS => Ok(()),
-        n => Err(format!("{n}")),
+    eventually("four Roles keep-e2e-a", async || {
+        match roles_named("keep-e2e-a").await {
+            n if n == TEAMS => Ok(()),
+            n => Err(format!("{n}")),
+        }
     })
     .await;
     let deletes_before = c.writes("action=\"delete\"").await;
 
     // Renamed: four new Roles, four prunes of one rule: held (over 2).
     apply(rule("keep-e2e-b")).await;
-    eventually("four Roles keep-e2e-b", async || match roles_named("keep-e2e-b").await {
-        n if n == TEAMS => Ok(()),
-        n => Err(format!("{n}")),
+    eventually("four Roles keep-e2e-b", async || {
+        match roles_named("keep-e2e-b").await {
+            n if n == TEAMS => Ok(()),
+            n => Err(format!("{n}")),
+        }
     })
     .await;
     let message = eventually("the PruneHeld condition", async || {
@@ -687,13 +714,17 @@ async fn delete_policy_and_hold(ctx: &Ctx, c: &Controller) {
         .patch(
             &name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"rbacrules.io/confirm-prune": token}}})),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"rbacrules.io/confirm-prune": token}}}),
+            ),
         )
         .await
         .expect("confirm");
-    eventually("the confirmed prunes", async || match roles_named("keep-e2e-a").await {
-        0 => Ok(()),
-        n => Err(format!("{n} left")),
+    eventually("the confirmed prunes", async || {
+        match roles_named("keep-e2e-a").await {
+            0 => Ok(()),
+            n => Err(format!("{n} left")),
+        }
     })
     .await;
     assert_eq!(
@@ -706,10 +737,13 @@ async fn delete_policy_and_hold(ctx: &Ctx, c: &Controller) {
         .delete(&name, &DeleteParams::default())
         .await
         .expect("delete the Delete rule");
-    eventually("the Delete rule's Roles pruned", async || match roles_named("keep-e2e-b").await {
-        0 => Ok(()),
-        n => Err(format!("{n} left")),
-    })
+    eventually(
+        "the Delete rule's Roles pruned",
+        async || match roles_named("keep-e2e-b").await {
+            0 => Ok(()),
+            n => Err(format!("{n} left")),
+        },
+    )
     .await;
     eprintln!(
         "keep: deletionPolicy Delete: {TEAMS} prunes held until confirmed, then pruned; the rule deleted: its {TEAMS} Roles pruned"
@@ -823,15 +857,22 @@ async fn setup(ctx: &Ctx) {
             &format!("provider-e2e-{}", ctx.pr),
             "provider-e2e",
             json!({"pkg.crossplane.io/provider": "provider-e2e"}),
-            Some(json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-                "name": ctx.pr, "uid": pr_uid, "controller": true, "blockOwnerDeletion": true})),
+            Some(
+                json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+                "name": ctx.pr, "uid": pr_uid, "controller": true, "blockOwnerDeletion": true}),
+            ),
         ),
     )
     .await;
     ctx.create(
         &deploy_ar(),
         Some(&ctx.ns),
-        deployment("crossplane", "crossplane", json!({"app": "crossplane"}), None),
+        deployment(
+            "crossplane",
+            "crossplane",
+            json!({"app": "crossplane"}),
+            None,
+        ),
     )
     .await;
     // crossplane-browse as Crossplane's chart installs it, before rbac-rules.
@@ -849,7 +890,9 @@ async fn setup(ctx: &Ctx) {
         )
         .await;
     } else {
-        eprintln!("keep: crossplane-browse exists already: run on a fresh cluster to test adoption");
+        eprintln!(
+            "keep: crossplane-browse exists already: run on a fresh cluster to test adoption"
+        );
     }
     // Users bound to the generated roles (their bindings are not managed).
     let sfx = &ctx.sfx;

@@ -87,7 +87,8 @@ pub struct RunArgs {
     /// names equal desired outputs (e.g. roles a Helm chart installed;
     /// those get `helm.sh/resource-policy: keep`). Objects controlled by an
     /// output's own trigger are adopted without it; objects controlled by
-    /// anything else never.
+    /// anything else never. Every adopted object is marked
+    /// `rbacrules.io/adopted` and never pruned.
     #[arg(long, env = "RBAC_RULES_ADOPT_EXISTING", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub adopt_existing: bool,
     /// Writes (applies and deletes) in flight at once. Roles are still

@@ -1647,7 +1647,14 @@ pub fn hold_mass_prunes(
             continue;
         }
         let objects = ids.into_iter().cloned().collect();
-        held.insert(rule.to_string(), HeldPrunes { token, objects, max });
+        held.insert(
+            rule.to_string(),
+            HeldPrunes {
+                token,
+                objects,
+                max,
+            },
+        );
     }
     if held.is_empty() {
         return;

@@ -477,3 +477,52 @@ async fn an_orphaned_object_policy_refuses_is_still_revoked() {
     assert!(matches!(report.written()[0].outcome, Outcome::Revoked(_)));
     assert_eq!(report.plan.kept.len(), 1, "the allowed one stays");
 }
+
+#[tokio::test]
+async fn outputs_of_triggers_the_rule_does_not_believe_are_pruned_even_in_a_mass() {
+    let (client, server) = pair();
+    // Three namespaces now fail the trigger's require (their data is not
+    // believed): their Roles go at once, like a refusal, whatever the
+    // limit; the mass from team-z's rename is held.
+    let mut spec = viewer_spec(None);
+    spec["trigger"]["require"] = json!([{"path": "metadata.labels.trusted", "equals": "yes"}]);
+    let rules_ = rules(vec![rule("ns-viewer", spec, None)]);
+    let teams = ["team-a", "team-b", "team-c"];
+    let mut namespaces: Vec<Value> = teams.iter().map(|n| namespace(n, json!({}))).collect();
+    let mut trusted = namespace("team-z", json!({}));
+    trusted["metadata"]["labels"] = json!({"trusted": "yes"});
+    namespaces.push(trusted);
+    let observed = store(namespaces);
+    let mut objects: Vec<Value> = teams
+        .iter()
+        .map(|n| role(n, "viewer", "ns-viewer", json!({})))
+        .collect();
+    objects.push(role("team-z", "viewer", "ns-viewer", json!({})));
+    for n in ["x", "y"] {
+        objects.push(role("team-z", &format!("old-{n}"), "ns-viewer", json!({})));
+    }
+    let live = owned(objects);
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(serve(server));
+    let mut s = syncer(client).max_unconfirmed_prunes(1);
+    let report = s.sync(&snapshot(&rules_, &observed, &live, &holds)).await;
+    drop(s);
+    let seen = scenario.await.expect("scenario");
+    let mut d = deletes(&seen);
+    d.sort();
+    assert_eq!(
+        d,
+        teams
+            .iter()
+            .map(|n| format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{n}/roles/viewer"))
+            .collect::<Vec<_>>()
+    );
+    let held = &report.plan.held_prunes["ns-viewer"];
+    assert_eq!(
+        held.objects
+            .iter()
+            .map(|o| o.to_string())
+            .collect::<Vec<_>>(),
+        vec!["Role team-z/old-x", "Role team-z/old-y"]
+    );
+}

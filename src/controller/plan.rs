@@ -1615,20 +1615,32 @@ impl HeldPrunes {
 /// objects in this plan, unless the rule confirms exactly that set
 /// (its annotation [`CONFIRM_PRUNE_ANNOTATION`] equals the set's token):
 /// they become kept ([`KeepReason::PruneHeld`]) and are listed in
-/// [`Plan::held_prunes`]. Revocations are never held nor counted (a
-/// refusal revokes, however many), and neither are the prunes of a rule
-/// that is gone (only its own `deletionPolicy: Delete` prunes them: the
-/// choice was made, and there is no rule left to confirm on).
+/// [`Plan::held_prunes`]. Never held nor counted: revocations (a refusal
+/// revokes, however many), the outputs of a trigger that fails its rule's
+/// `spec.trigger.require` in `evaluation` (the rule says its data is not
+/// to be believed: like a refusal, what was made from it goes), and the
+/// prunes of a rule that is gone (only its own `deletionPolicy: Delete`
+/// prunes them: the choice was made, and there is no rule left to confirm
+/// on). `live` gives each object's trigger.
 pub fn hold_mass_prunes(
     plan: &mut Plan,
     max: usize,
     rules: &BTreeMap<String, crate::api::RbacRule>,
+    evaluation: &Evaluation,
+    live: &BTreeMap<ObjectId, Live>,
 ) {
+    let distrusted = distrusted_triggers(evaluation);
+    let holdable = |d: &Delete| {
+        d.revoked.is_none()
+            && rules.contains_key(&d.rule)
+            && !live
+                .get(&d.id)
+                .and_then(Live::trigger)
+                .is_some_and(|t| distrusted.contains(&(d.rule.as_str(), t)))
+    };
     let mut per_rule: BTreeMap<&str, Vec<&ObjectId>> = BTreeMap::new();
-    for d in plan.deletes.iter().filter(|d| d.revoked.is_none()) {
-        if rules.contains_key(&d.rule) {
-            per_rule.entry(&d.rule).or_default().push(&d.id);
-        }
+    for d in plan.deletes.iter().filter(|d| holdable(d)) {
+        per_rule.entry(&d.rule).or_default().push(&d.id);
     }
     let mut held: BTreeMap<String, HeldPrunes> = BTreeMap::new();
     for (rule, mut ids) in per_rule {
@@ -1661,7 +1673,7 @@ pub fn hold_mass_prunes(
     }
     let deletes = std::mem::take(&mut plan.deletes);
     for d in deletes {
-        if d.revoked.is_none() && held.contains_key(&d.rule) {
+        if held.contains_key(&d.rule) && holdable(&d) {
             plan.kept.push((d.id, Some(d.rule), KeepReason::PruneHeld));
         } else {
             plan.deletes.push(d);
@@ -1671,6 +1683,21 @@ pub fn hold_mass_prunes(
         tracing::warn!(rule = %rule, prunes = h.objects.len(), max, token = %h.token, "mass prune held until confirmed");
     }
     plan.held_prunes = held;
+}
+
+/// (rule, trigger) of every trigger that fails its rule's
+/// `spec.trigger.require`: its outputs are pruned at once, never held.
+fn distrusted_triggers(evaluation: &Evaluation) -> BTreeSet<(&str, &str)> {
+    evaluation
+        .reports
+        .iter()
+        .flat_map(|(rule, r)| {
+            r.warnings
+                .iter()
+                .filter(|w| w.field.starts_with("spec.trigger.require"))
+                .filter_map(move |w| Some((rule.as_str(), w.trigger.as_deref()?)))
+        })
+        .collect()
 }
 
 /// The token of a set of prunes: 12 hex digits of a digest of the sorted

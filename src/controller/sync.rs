@@ -269,7 +269,13 @@ impl Syncer {
             .cloned()
             .collect();
         let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
-        plan::hold_mass_prunes(&mut plan, self.max_unconfirmed_prunes, snap.rules);
+        plan::hold_mass_prunes(
+            &mut plan,
+            self.max_unconfirmed_prunes,
+            snap.rules,
+            &evaluation,
+            snap.owned,
+        );
         let foreign = plan
             .applies
             .iter()
@@ -417,7 +423,13 @@ impl Syncer {
         tracing::debug!(renders, "evaluated");
         // The live objects remember what this plan finds equal.
         let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
-        plan::hold_mass_prunes(&mut plan, self.max_unconfirmed_prunes, snap.rules);
+        plan::hold_mass_prunes(
+            &mut plan,
+            self.max_unconfirmed_prunes,
+            snap.rules,
+            &evaluation,
+            snap.owned,
+        );
         (evaluation, plan)
     }
 

@@ -2359,6 +2359,50 @@ mod plan_tests {
     }
 
     #[test]
+    fn revocations_are_never_held_nor_counted_in_a_mass() {
+        let mut revoked = BTreeMap::new();
+        for n in ["r1", "r2", "r3"] {
+            revoked.insert(
+                (OutputKind::Role, "a".to_string(), n.to_string()),
+                "refused".to_string(),
+            );
+        }
+        let evaluation = Evaluation {
+            desired: vec![].into(),
+            reports: r_evaluated(),
+            contested: BTreeSet::new(),
+            revoked,
+            changed: Vec::new(),
+        };
+        let live = live_of(
+            ["r1", "r2", "r3", "p1", "p2"]
+                .iter()
+                .map(|n| manifest(OutputKind::Role, "a", n, "r", "T/a"))
+                .collect(),
+        );
+        let spec: crate::api::RbacRuleSpec =
+            serde_json::from_value(json!({"outputs": []})).expect("spec");
+        let rules = BTreeMap::from([("r".to_string(), crate::api::RbacRule::new("r", spec))]);
+        let names =
+            |p: &Plan| -> Vec<String> { p.deletes.iter().map(|d| d.id.name.to_string()).collect() };
+        // Two prunes: at the limit, they go with the three revocations.
+        let mut p = plan(&evaluation, &live, &BTreeSet::new(), true);
+        hold_mass_prunes(&mut p, 2, &rules, &evaluation, &live);
+        assert_eq!(names(&p), vec!["p1", "p2", "r1", "r2", "r3"]);
+        assert!(p.held_prunes.is_empty());
+        // Below it: the prunes are held, the revocations still go.
+        let mut p = plan(&evaluation, &live, &BTreeSet::new(), true);
+        hold_mass_prunes(&mut p, 1, &rules, &evaluation, &live);
+        assert_eq!(names(&p), vec!["r1", "r2", "r3"]);
+        assert_eq!(p.held_prunes["r"].objects.len(), 2);
+        assert!(
+            p.kept
+                .iter()
+                .all(|k| k.2 == KeepReason::PruneHeld && k.0.name.starts_with('p'))
+        );
+    }
+
+    #[test]
     fn an_adopted_helm_object_keeps_the_resource_policy_annotation() {
         let evaluation = Evaluation {
             desired: vec![desired(OutputKind::ClusterRole, "", "x", "r", "T/a")].into(),

@@ -42,8 +42,8 @@ pub struct RbacRuleSpec {
     #[serde(default, skip_serializing_if = "ManageLevel::is_default")]
     pub manage_level: ManageLevel,
 
-    /// What becomes of this rule's objects when the rule itself is deleted
-    /// (Crossplane's convention): `Orphan` (the default) leaves every one
+    /// What becomes of this rule's objects when the rule itself is deleted,
+    /// as for a managed resource: `Orphan` (the default) leaves every one
     /// of them in place, granting what it granted; `Delete` prunes them.
     /// Either way a policy refusal still revokes, an object that existed
     /// before the controller adopted it and one carrying

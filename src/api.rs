@@ -42,6 +42,16 @@ pub struct RbacRuleSpec {
     #[serde(default, skip_serializing_if = "ManageLevel::is_default")]
     pub manage_level: ManageLevel,
 
+    /// What becomes of this rule's objects when the rule itself is deleted,
+    /// as for a managed resource: `Orphan` (the default) leaves every one
+    /// of them in place, granting what it granted; `Delete` prunes them.
+    /// Either way a policy refusal still revokes, an object that existed
+    /// before the controller adopted it and one carrying
+    /// `helm.sh/resource-policy: keep` are never deleted, and while the
+    /// rule exists an output it no longer emits is pruned.
+    #[serde(default, skip_serializing_if = "DeletionPolicy::is_default")]
+    pub deletion_policy: DeletionPolicy,
+
     /// The kind of object that makes this rule emit its outputs: one output
     /// set per matching object. Omit it for a static rule that emits its
     /// outputs exactly once.
@@ -145,6 +155,32 @@ impl ManageLevel {
 impl fmt::Display for ManageLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// What becomes of a rule's objects when the rule is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Leave them in place (they keep our labels, so a rule emitting them
+    /// again takes them back; remove the label
+    /// `app.kubernetes.io/managed-by` to release one entirely).
+    #[default]
+    Orphan,
+    /// Prune them.
+    Delete,
+}
+
+impl DeletionPolicy {
+    fn is_default(&self) -> bool {
+        *self == DeletionPolicy::Orphan
+    }
+
+    /// Its spelling in the spec and in the annotation.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DeletionPolicy::Orphan => "Orphan",
+            DeletionPolicy::Delete => "Delete",
+        }
     }
 }
 

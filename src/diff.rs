@@ -20,7 +20,7 @@ use crate::api::ManageLevel;
 use crate::controller::apply::{self, Gate};
 use crate::controller::metrics::Metrics;
 use crate::controller::plan::{
-    ApplyAction, Live, ObjectId, OwnedFields, Plan, is_ours, keep_helm_annotation,
+    ApplyAction, Live, ObjectId, OwnedFields, Plan, is_ours, keep_helm_annotation, mark_adopted,
 };
 use crate::controller::sync::{PlanSettings, Syncer};
 use crate::controller::watch::Watches;
@@ -203,6 +203,7 @@ pub fn entries(
                     Ok(why) => {
                         let mut desired = body.clone();
                         keep_helm_annotation(&mut desired, &found);
+                        mark_adopted(&mut desired);
                         let after = applied(&found, None, &desired);
                         entry(Change::Adopt, Some(why), Some(found), Some(after))
                     }
@@ -567,6 +568,7 @@ mod tests {
             rule: "r".into(),
             object: crate::engine::Manifest::from_value(&role(name, ours(), rules)).unwrap(),
             keep_helm: false,
+            adopted: false,
             action,
         }
     }

@@ -275,8 +275,11 @@ async fn prunes_only_managed_objects_nothing_wants_with_preconditions() {
     let mut stale = role_manifest("old-viewer");
     stale["metadata"]["uid"] = json!("old-uid");
     stale["metadata"]["resourceVersion"] = json!("42");
+    // (Its rule asked for deletion: the default, Orphan, keeps it; see
+    // tests/controller_keep.rs.)
     let mut orphan = role_manifest("from-deleted-rule");
     orphan["metadata"]["annotations"]["rbacrules.io/rule"] = json!("deleted-rule");
+    orphan["metadata"]["annotations"]["rbacrules.io/deletion-policy"] = json!("Delete");
     orphan["metadata"]["labels"]["rbacrules.io/rule"] = json!("deleted-rule");
     let mut paused = role_manifest("viewer");
     paused["metadata"]["namespace"] = json!("team-b");
@@ -911,6 +914,7 @@ async fn control_loop(spec: Value, namespaces: String) -> (Vec<String>, Vec<Valu
         adopt_existing: false,
         max_concurrent_writes: 4,
         slow_rule_seconds: rbac_rules::controller::DEFAULT_SLOW_RULE_SECONDS,
+        max_unconfirmed_prunes: rbac_rules::controller::plan::DEFAULT_MAX_UNCONFIRMED_PRUNES,
         waivers: Default::default(),
         limits: Default::default(),
         params: Default::default(),
@@ -1138,8 +1142,10 @@ fn foreign_role(owner_refs: Value, labels: Value, annotations: Value) -> Value {
 async fn adopt_scenario(
     existing: Value,
     adopt_flag: bool,
-    body: Value,
+    mut body: Value,
 ) -> BTreeMap<String, String> {
+    // Every adoption marks the object: it existed before, never pruned.
+    body["metadata"]["annotations"]["rbacrules.io/adopted"] = json!("true");
     let (client, mut server) = pair();
     let rules = rules(vec![rule(
         "ns-viewer",
@@ -1414,11 +1420,11 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
         ]
     );
     assert_eq!(unchanged, 0);
-    // What the adoption's apply would leave: our manifest exactly.
-    assert_eq!(
-        entries[0].after.as_ref().expect("after"),
-        &role_manifest("viewer")
-    );
+    // What the adoption's apply would leave: our manifest exactly, marked
+    // as adopted (it existed before: never pruned).
+    let mut adopted = role_manifest("viewer");
+    adopted["metadata"]["annotations"]["rbacrules.io/adopted"] = json!("true");
+    assert_eq!(entries[0].after.as_ref().expect("after"), &adopted);
     assert_eq!(exit_code(&entries), 1);
 }
 

@@ -1706,6 +1706,7 @@ spec:
             managed: 1,
             manage: Default::default(),
             foreign_claims: &[],
+            held_prunes: None,
         },
         &now,
     )

@@ -583,6 +583,8 @@ async fn take_over(w: &Writer<'_>, a: &Apply, learned: &mut Option<Live>) -> Out
                     // so nobody loses a permission.
                     let mut adopted = a.clone();
                     adopted.keep_helm |= is_helm_released(&existing);
+                    // It existed before: never pruned from now on.
+                    adopted.adopted = true;
                     done_or_failed(
                         send_apply(&wire, w.metrics, &adopted, true, learned).await,
                         Outcome::Adopted(why),
@@ -677,7 +679,7 @@ async fn send_apply(
     let params = PatchParams::apply(FIELD_MANAGER);
     let params = if force { params.force() } else { params };
     metrics.write(a.id.kind.as_str(), "apply");
-    let sent = if a.keep_helm {
+    let sent = if a.marked() {
         api.patch(&a.id.name, &params, &Patch::Apply(&a.body()))
             .await
     } else {

@@ -87,7 +87,8 @@ pub struct RunArgs {
     /// names equal desired outputs (e.g. roles a Helm chart installed;
     /// those get `helm.sh/resource-policy: keep`). Objects controlled by an
     /// output's own trigger are adopted without it; objects controlled by
-    /// anything else never.
+    /// anything else never. Every adopted object is marked
+    /// `rbacrules.io/adopted` and never pruned.
     #[arg(long, env = "RBAC_RULES_ADOPT_EXISTING", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub adopt_existing: bool,
     /// Writes (applies and deletes) in flight at once. Roles are still
@@ -103,6 +104,13 @@ pub struct RunArgs {
     /// rules reading what it emits, are written when it is done.
     #[arg(long, env = "RBAC_RULES_SLOW_RULE_SECONDS", default_value_t = DEFAULT_SLOW_RULE_SECONDS, value_parser = parse_lane_seconds)]
     pub slow_rule_seconds: f64,
+    /// Most objects one rule may prune in one pass without confirmation:
+    /// more are held (nothing deleted), reported on the rule (`Degraded`,
+    /// reason `PruneHeld`, and an Event) with the token that confirms them
+    /// (`kubectl annotate rbacrule NAME rbacrules.io/confirm-prune=TOKEN`).
+    /// Revocations (policy refusals) are never held.
+    #[arg(long, env = "RBAC_RULES_MAX_UNCONFIRMED_PRUNES", default_value_t = plan::DEFAULT_MAX_UNCONFIRMED_PRUNES)]
+    pub max_unconfirmed_prunes: usize,
     /// Default denials to switch off.
     #[command(flatten)]
     pub waivers: crate::policy::Waivers,
@@ -117,13 +125,15 @@ pub struct RunArgs {
 impl RunArgs {
     /// The settings that change a plan (what `diff` shares with `run`).
     pub fn plan_settings(&self) -> sync::PlanSettings {
-        sync::PlanSettings::of(
+        let mut settings = sync::PlanSettings::of(
             self.manage,
             self.adopt_existing,
             &self.waivers,
             &self.limits,
             &self.params,
-        )
+        );
+        settings.max_unconfirmed_prunes = Some(self.max_unconfirmed_prunes);
+        settings
     }
 }
 

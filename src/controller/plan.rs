@@ -13,7 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::{Map, Value, json};
 
 use crate::api::OutputKind;
-use crate::engine::output::{RBAC_API_VERSION, rule_annotation, trigger_annotation};
+use crate::engine::output::{
+    RBAC_API_VERSION, adopted_annotation, deletion_policy_annotation, rule_annotation,
+    trigger_annotation,
+};
 use crate::engine::store::ObjectKey;
 use crate::engine::{Desired, Evaluation, Manifest, OutKey};
 
@@ -990,6 +993,12 @@ impl Live {
         self.annotation(&trigger_annotation())
     }
 
+    /// Whether the controller adopted it: it existed before
+    /// ([`adopted_annotation`]).
+    pub fn is_adopted(&self) -> bool {
+        self.annotation(&adopted_annotation()).is_some()
+    }
+
     /// What our field manager owns on it, when known.
     pub fn ours(&self) -> Option<&OwnedFields> {
         self.meta.ours.as_ref()
@@ -1029,6 +1038,15 @@ pub fn is_helm_released(existing: &Value) -> bool {
 }
 
 fn add_helm_keep(desired: &mut Value) {
+    add_annotation(desired, HELM_RESOURCE_POLICY, "keep");
+}
+
+/// Marks a manifest as adopted ([`adopted_annotation`]).
+pub fn mark_adopted(desired: &mut Value) {
+    add_annotation(desired, &adopted_annotation(), "true");
+}
+
+fn add_annotation(desired: &mut Value, key: &str, value: &str) {
     let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
@@ -1036,7 +1054,7 @@ fn add_helm_keep(desired: &mut Value) {
         .entry("annotations")
         .or_insert_with(|| Value::Object(Map::new()));
     if let Some(a) = annotations.as_object_mut() {
-        a.insert(HELM_RESOURCE_POLICY.into(), Value::String("keep".into()));
+        a.insert(key.into(), Value::String(value.into()));
     }
 }
 
@@ -1231,6 +1249,10 @@ pub struct Apply {
     /// Whether to add Helm's keep annotation (see [`keep_helm_annotation`]):
     /// the live object carries Helm's release annotation.
     pub keep_helm: bool,
+    /// Whether to add the adopted mark ([`adopted_annotation`]): the object
+    /// existed before the controller took it over, so it is never pruned.
+    /// Set on adoption, kept on every later apply (the live object has it).
+    pub adopted: bool,
     /// Why.
     pub action: ApplyAction,
 }
@@ -1243,7 +1265,15 @@ impl Apply {
         if self.keep_helm {
             add_helm_keep(&mut v);
         }
+        if self.adopted {
+            mark_adopted(&mut v);
+        }
         v
+    }
+
+    /// Whether the body differs from the manifest (sent as [`Apply::body`]).
+    pub fn marked(&self) -> bool {
+        self.keep_helm || self.adopted
     }
 }
 
@@ -1283,6 +1313,17 @@ pub enum KeepReason {
     /// own; see [`crate::policy::protected_object`]) that carries our label:
     /// never written, pruned or revoked, whatever its labels say.
     Protected,
+    /// Its rule is gone and did not ask for deletion (`deletionPolicy:
+    /// Orphan`, the default): left in place, granting what it granted.
+    Orphaned,
+    /// Carries `helm.sh/resource-policy: keep`: never pruned.
+    ResourcePolicyKeep,
+    /// Existed before the controller adopted it: released, never pruned.
+    Adopted,
+    /// One of more prunes of its rule in one pass than
+    /// `--max-unconfirmed-prunes`: held until confirmed on the rule
+    /// ([`CONFIRM_PRUNE_ANNOTATION`]).
+    PruneHeld,
 }
 
 /// Why the object `id` (with labels read through `label`) is protected:
@@ -1337,6 +1378,8 @@ pub struct Plan {
     pub unchanged: Unchanged,
     /// Live managed objects left alone, with their rule (if any).
     pub kept: Vec<(ObjectId, Option<String>, KeepReason)>,
+    /// Per rule, the prunes held until confirmed ([`hold_mass_prunes`]).
+    pub held_prunes: BTreeMap<String, HeldPrunes>,
 }
 
 impl Plan {
@@ -1403,6 +1446,7 @@ fn plan_desired(d: &Desired, live: &BTreeMap<ObjectId, Live>, out: &mut Plan) {
         }
         return;
     }
+    let adopted = live.get(&id).is_some_and(Live::is_adopted);
     let (action, keep_helm) = match live.get(&id) {
         None => (ApplyAction::Create, false),
         Some(l) => match change_of(d, l) {
@@ -1418,6 +1462,7 @@ fn plan_desired(d: &Desired, live: &BTreeMap<ObjectId, Live>, out: &mut Plan) {
         rule: d.rule.clone(),
         object: d.object.clone(),
         keep_helm,
+        adopted,
         action,
     });
 }
@@ -1437,6 +1482,9 @@ fn change_of(d: &Desired, l: &Live) -> Option<(ApplyAction, bool)> {
     let keep_helm = l.annotation(HELM_RELEASE_ANNOTATION).is_some();
     if keep_helm {
         add_helm_keep(&mut object);
+    }
+    if l.is_adopted() {
+        mark_adopted(&mut object);
     }
     let diff = differences(&object, l);
     if diff.is_empty() {
@@ -1484,10 +1532,9 @@ fn plan_unwanted(
         });
         return;
     }
-    match (
-        keep_reason(evaluation, id, l, rule.as_deref(), held, prune),
-        rule,
-    ) {
+    let reason = keep_reason(evaluation, id, l, rule.as_deref(), held, prune)
+        .or_else(|| rule.as_deref().and_then(|r| prune_guard(evaluation, r, l)));
+    match (reason, rule) {
         (Some(reason), rule) => out.kept.push((id.clone(), rule, reason)),
         (None, Some(rule)) => out.deletes.push(Delete {
             id: id.clone(),
@@ -1521,6 +1568,162 @@ fn keep_reason(
         Some(_) if !prune => Some(KeepReason::PruneDeferred),
         Some(_) => None,
     }
+}
+
+/// Why an object its rule no longer wants (not refused by policy) is not
+/// pruned, whatever the rule: it carries Helm's `keep` resource policy, it
+/// existed before it was adopted, or its rule is gone without asking for
+/// deletion. A refusal never reaches here: it revokes first.
+fn prune_guard(evaluation: &Evaluation, rule: &str, l: &Live) -> Option<KeepReason> {
+    if l.annotation(HELM_RESOURCE_POLICY) == Some("keep") {
+        return Some(KeepReason::ResourcePolicyKeep);
+    }
+    if l.is_adopted() {
+        return Some(KeepReason::Adopted);
+    }
+    // Every rule the engine was given has a report: none, the rule is gone.
+    // Its policy is read from the object (absent: Orphan), the spec is gone.
+    let gone = !evaluation.reports.contains_key(rule);
+    let delete = l.annotation(&deletion_policy_annotation())
+        == Some(crate::api::DeletionPolicy::Delete.as_str());
+    (gone && !delete).then_some(KeepReason::Orphaned)
+}
+
+/// Annotation on an RbacRule confirming its held prunes: the token its
+/// `Degraded` condition (reason `PruneHeld`) names.
+pub const CONFIRM_PRUNE_ANNOTATION: &str = "rbacrules.io/confirm-prune";
+
+/// Default of `--max-unconfirmed-prunes`.
+pub const DEFAULT_MAX_UNCONFIRMED_PRUNES: usize = 20;
+
+/// The prunes of one rule held in a pass ([`hold_mass_prunes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldPrunes {
+    /// What confirms exactly this set: the value of
+    /// [`CONFIRM_PRUNE_ANNOTATION`] to put on the rule.
+    pub token: String,
+    /// The objects, in order.
+    pub objects: Vec<ObjectId>,
+    /// The limit they exceed.
+    pub max: usize,
+}
+
+impl HeldPrunes {
+    /// What the rule's condition and Event say: what is held and how to
+    /// confirm it.
+    pub fn message(&self, rule: &str) -> String {
+        let shown: Vec<String> = self.objects.iter().take(5).map(|o| o.to_string()).collect();
+        let more = match self.objects.len().saturating_sub(shown.len()) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        format!(
+            "{} deletions held: more than --max-unconfirmed-prunes ({}) in one pass ({}{more}); \
+             nothing is deleted until confirmed: kubectl annotate rbacrule {rule} --overwrite \
+             {CONFIRM_PRUNE_ANNOTATION}={}",
+            self.objects.len(),
+            self.max,
+            shown.join(", "),
+            self.token
+        )
+    }
+}
+
+/// Holds the prunes of every rule that would prune more than `max`
+/// objects in this plan, unless the rule confirms exactly that set
+/// (its annotation [`CONFIRM_PRUNE_ANNOTATION`] equals the set's token):
+/// they become kept ([`KeepReason::PruneHeld`]) and are listed in
+/// [`Plan::held_prunes`]. Never held nor counted: revocations (a refusal
+/// revokes, however many), the outputs of a trigger that fails its rule's
+/// `spec.trigger.require` in `evaluation` (the rule says its data is not
+/// to be believed: like a refusal, what was made from it goes), and the
+/// prunes of a rule that is gone (only its own `deletionPolicy: Delete`
+/// prunes them: the choice was made, and there is no rule left to confirm
+/// on). `live` gives each object's trigger.
+pub fn hold_mass_prunes(
+    plan: &mut Plan,
+    max: usize,
+    rules: &BTreeMap<String, crate::api::RbacRule>,
+    evaluation: &Evaluation,
+    live: &BTreeMap<ObjectId, Live>,
+) {
+    let distrusted = distrusted_triggers(evaluation);
+    let holdable = |d: &Delete| {
+        d.revoked.is_none()
+            && rules.contains_key(&d.rule)
+            && !live
+                .get(&d.id)
+                .and_then(Live::trigger)
+                .is_some_and(|t| distrusted.contains(&(d.rule.as_str(), t)))
+    };
+    let mut per_rule: BTreeMap<&str, Vec<&ObjectId>> = BTreeMap::new();
+    for d in plan.deletes.iter().filter(|d| holdable(d)) {
+        per_rule.entry(&d.rule).or_default().push(&d.id);
+    }
+    let mut held: BTreeMap<String, HeldPrunes> = BTreeMap::new();
+    for (rule, mut ids) in per_rule {
+        if ids.len() <= max {
+            continue;
+        }
+        ids.sort();
+        let token = prune_token(&ids);
+        let confirmed = rules
+            .get(rule)
+            .and_then(|r| r.metadata.annotations.as_ref())
+            .and_then(|a| a.get(CONFIRM_PRUNE_ANNOTATION))
+            .is_some_and(|t| t.trim() == token);
+        if confirmed {
+            tracing::info!(rule, token, prunes = ids.len(), "mass prune confirmed");
+            continue;
+        }
+        let objects = ids.into_iter().cloned().collect();
+        held.insert(
+            rule.to_string(),
+            HeldPrunes {
+                token,
+                objects,
+                max,
+            },
+        );
+    }
+    if held.is_empty() {
+        return;
+    }
+    let deletes = std::mem::take(&mut plan.deletes);
+    for d in deletes {
+        if held.contains_key(&d.rule) && holdable(&d) {
+            plan.kept.push((d.id, Some(d.rule), KeepReason::PruneHeld));
+        } else {
+            plan.deletes.push(d);
+        }
+    }
+    for (rule, h) in &held {
+        tracing::warn!(rule = %rule, prunes = h.objects.len(), max, token = %h.token, "mass prune held until confirmed");
+    }
+    plan.held_prunes = held;
+}
+
+/// (rule, trigger) of every trigger that fails its rule's
+/// `spec.trigger.require`: its outputs are pruned at once, never held.
+fn distrusted_triggers(evaluation: &Evaluation) -> BTreeSet<(&str, &str)> {
+    evaluation
+        .reports
+        .iter()
+        .flat_map(|(rule, r)| {
+            r.warnings
+                .iter()
+                .filter(|w| w.field.starts_with("spec.trigger.require"))
+                .filter_map(move |w| Some((rule.as_str(), w.trigger.as_deref()?)))
+        })
+        .collect()
+}
+
+/// The token of a set of prunes: 12 hex digits of a digest of the sorted
+/// ids, so that a confirmation confirms that set and no other.
+fn prune_token(ids: &[&ObjectId]) -> String {
+    let text: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    let d = digest(&Value::from(text));
+    d[..6].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -1995,6 +2198,7 @@ mod plan_tests {
             rule: "r".into(),
             object: object.clone(),
             keep_helm: false,
+            adopted: false,
             action: ApplyAction::Create,
         };
         // The server's answer: what was sent, with what the server adds.
@@ -2129,7 +2333,11 @@ mod plan_tests {
         };
         let mut foreign = manifest(OutputKind::Role, "a", "foreign", "r", "T/a");
         foreign["metadata"]["labels"] = json!({});
+        // A gone rule's object is pruned only when the rule asked for it.
+        let mut gone_delete = manifest(OutputKind::Role, "a", "gone-delete", "gone-rule", "T/a");
+        gone_delete["metadata"]["annotations"][deletion_policy_annotation()] = json!("Delete");
         let live = live_of(vec![
+            gone_delete,
             manifest(OutputKind::Role, "a", "both", "r", "T/a"),
             manifest(OutputKind::Role, "a", "paused", "r", "T/paused"),
             manifest(OutputKind::Role, "a", "failed", "failed", "T/a"),
@@ -2142,7 +2350,7 @@ mod plan_tests {
         let held = BTreeSet::from(["held".to_string()]);
         let p = plan(&evaluation, &live, &held, true);
         let deleted: Vec<&str> = p.deletes.iter().map(|d| &*d.id.name).collect();
-        assert_eq!(deleted, vec!["gone", "stale"]);
+        assert_eq!(deleted, vec!["gone-delete", "stale"]);
         let kept: BTreeMap<&str, KeepReason> =
             p.kept.iter().map(|(id, _, r)| (&*id.name, *r)).collect();
         assert_eq!(
@@ -2150,6 +2358,7 @@ mod plan_tests {
             BTreeMap::from([
                 ("both", KeepReason::Contested),
                 ("failed", KeepReason::Kept),
+                ("gone", KeepReason::Orphaned),
                 ("held", KeepReason::Held),
                 ("inactive", KeepReason::Kept),
                 ("paused", KeepReason::Kept),
@@ -2163,7 +2372,51 @@ mod plan_tests {
                 .iter()
                 .filter(|k| k.2 == KeepReason::PruneDeferred)
                 .count(),
-            2
+            3
+        );
+    }
+
+    #[test]
+    fn revocations_are_never_held_nor_counted_in_a_mass() {
+        let mut revoked = BTreeMap::new();
+        for n in ["r1", "r2", "r3"] {
+            revoked.insert(
+                (OutputKind::Role, "a".to_string(), n.to_string()),
+                "refused".to_string(),
+            );
+        }
+        let evaluation = Evaluation {
+            desired: vec![].into(),
+            reports: r_evaluated(),
+            contested: BTreeSet::new(),
+            revoked,
+            changed: Vec::new(),
+        };
+        let live = live_of(
+            ["r1", "r2", "r3", "p1", "p2"]
+                .iter()
+                .map(|n| manifest(OutputKind::Role, "a", n, "r", "T/a"))
+                .collect(),
+        );
+        let spec: crate::api::RbacRuleSpec =
+            serde_json::from_value(json!({"outputs": []})).expect("spec");
+        let rules = BTreeMap::from([("r".to_string(), crate::api::RbacRule::new("r", spec))]);
+        let names =
+            |p: &Plan| -> Vec<String> { p.deletes.iter().map(|d| d.id.name.to_string()).collect() };
+        // Two prunes: at the limit, they go with the three revocations.
+        let mut p = plan(&evaluation, &live, &BTreeSet::new(), true);
+        hold_mass_prunes(&mut p, 2, &rules, &evaluation, &live);
+        assert_eq!(names(&p), vec!["p1", "p2", "r1", "r2", "r3"]);
+        assert!(p.held_prunes.is_empty());
+        // Below it: the prunes are held, the revocations still go.
+        let mut p = plan(&evaluation, &live, &BTreeSet::new(), true);
+        hold_mass_prunes(&mut p, 1, &rules, &evaluation, &live);
+        assert_eq!(names(&p), vec!["r1", "r2", "r3"]);
+        assert_eq!(p.held_prunes["r"].objects.len(), 2);
+        assert!(
+            p.kept
+                .iter()
+                .all(|k| k.2 == KeepReason::PruneHeld && k.0.name.starts_with('p'))
         );
     }
 

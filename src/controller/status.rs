@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::Error;
 use super::apply::{Outcome, Written};
+use super::plan::HeldPrunes;
 use crate::api::{ManageLevel, RbacRule, RbacRuleStatus};
 use crate::engine::{EngineError, EngineWarning, RuleReport, RuleState};
 
@@ -101,6 +102,8 @@ pub struct RuleInputs<'a> {
     /// Objects labelled ours, naming this rule, that our inventory did not
     /// make (one message each): left alone, and a notice.
     pub foreign_claims: &'a [String],
+    /// Its prunes held until confirmed in this pass, if any.
+    pub held_prunes: Option<&'a HeldPrunes>,
 }
 
 /// Computes a rule's status. `None`: leave the current status as it is (a
@@ -112,7 +115,7 @@ pub fn compute(rule: &RbacRule, inputs: &RuleInputs<'_>, now: &Time) -> Option<R
     let current = rule.status.as_ref();
     let generation = rule.metadata.generation;
     let (problems, not_ready) = problems_of(rule, inputs);
-    let (ready_cond, degraded_cond) = conditions(problems, notices_of(inputs), not_ready);
+    let (ready_cond, degraded_cond) = conditions(problems, notices_of(rule, inputs), not_ready);
     let cond = |type_: &str, value: CondValue| condition(current, type_, value, generation, now);
     Some(RbacRuleStatus {
         conditions: vec![cond(READY, ready_cond), cond(DEGRADED, degraded_cond)],
@@ -185,7 +188,7 @@ fn problems_of(rule: &RbacRule, inputs: &RuleInputs<'_>) -> (Vec<Problem>, Optio
 
 /// The evaluated rule's notices: they need a person but are no failure
 /// (Degraded, not un-Ready).
-fn notices_of(inputs: &RuleInputs<'_>) -> Vec<Problem> {
+fn notices_of(rule: &RbacRule, inputs: &RuleInputs<'_>) -> Vec<Problem> {
     let mut out: Vec<Problem> = match (inputs.hold, inputs.report) {
         (None, Some(r)) => r
             .notices
@@ -200,12 +203,21 @@ fn notices_of(inputs: &RuleInputs<'_>) -> Vec<Problem> {
             .iter()
             .map(|m| (FOREIGN_CLAIM, m.clone())),
     );
+    // Held prunes need a person's decision: first, so the condition's
+    // reason says it.
+    if let Some(h) = inputs.held_prunes {
+        let name = rule.metadata.name.as_deref().unwrap_or_default();
+        out.insert(0, (PRUNE_HELD, h.message(name)));
+    }
     out
 }
 
 /// Condition reason of an object labelled ours, naming the rule, that our
 /// inventory did not make.
 pub const FOREIGN_CLAIM: &str = "NotOurs";
+
+/// Degraded reason and Event reason of held prunes.
+pub const PRUNE_HELD: &str = "PruneHeld";
 
 /// A condition's (status, reason, message).
 type CondValue = (&'static str, &'static str, String);
@@ -376,6 +388,33 @@ pub fn events(
         });
     }
     out
+}
+
+/// A Warning Event `PruneHeld` for prunes held in this pass, unless one is
+/// among `events` already or the rule's status names this very set (its
+/// token): once per held set, saying what is held and how to confirm.
+pub fn held_prunes_event(
+    rule: &RbacRule,
+    held: Option<&HeldPrunes>,
+    events: &[Event],
+) -> Option<Event> {
+    let h = held?;
+    let told = rule.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == DEGRADED && c.message.contains(&h.token))
+    });
+    if told || events.iter().any(|e| e.reason == PRUNE_HELD) {
+        return None;
+    }
+    let name = rule.metadata.name.as_deref().unwrap_or_default();
+    Some(Event {
+        type_: EventType::Warning,
+        reason: PRUNE_HELD.to_string(),
+        note: Some(truncate(&h.message(name), MAX_NOTE)),
+        action: "Prune".to_string(),
+        secondary: None,
+    })
 }
 
 /// A Warning Event `Skipped` for the warnings of `report` not reported

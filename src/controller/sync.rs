@@ -134,6 +134,9 @@ pub struct Syncer {
     /// which the control loop moves it to the slow lane. `None`: no lane
     /// (the rule's own limits alone).
     lane: Option<f64>,
+    /// `--max-unconfirmed-prunes`: more prunes of one rule in a pass are
+    /// held until confirmed ([`plan::hold_mass_prunes`]).
+    max_unconfirmed_prunes: usize,
 }
 
 /// What of the controller's settings changes a plan. `run` and `diff` build
@@ -153,6 +156,8 @@ pub struct PlanSettings {
     pub params: std::collections::BTreeMap<String, String>,
     /// Where each param was given, for messages.
     pub param_origins: std::collections::BTreeMap<String, crate::params::Origin>,
+    /// `--max-unconfirmed-prunes` (`None`: its default).
+    pub max_unconfirmed_prunes: Option<usize>,
 }
 
 impl PlanSettings {
@@ -171,6 +176,7 @@ impl PlanSettings {
             limits: limits.clone(),
             params: params.map(),
             param_origins: params.origins(),
+            max_unconfirmed_prunes: None,
         }
     }
 }
@@ -207,6 +213,7 @@ impl Syncer {
             limits: Limits::default(),
             retry_totals: RETRY_TOTALS,
             lane: None,
+            max_unconfirmed_prunes: plan::DEFAULT_MAX_UNCONFIRMED_PRUNES,
         }
     }
 
@@ -224,6 +231,19 @@ impl Syncer {
             .with_waivers(settings.waivers.clone())
             .with_limits(settings.limits.clone())
             .with_params(settings.params.clone(), settings.param_origins.clone())
+            .max_unconfirmed_prunes(
+                settings
+                    .max_unconfirmed_prunes
+                    .unwrap_or(plan::DEFAULT_MAX_UNCONFIRMED_PRUNES),
+            )
+    }
+
+    /// Holds the prunes of a rule that would prune more than `n` objects
+    /// in one pass until they are confirmed on the rule (see
+    /// [`plan::hold_mass_prunes`]); revocations are never held.
+    pub fn max_unconfirmed_prunes(mut self, n: usize) -> Self {
+        self.max_unconfirmed_prunes = n;
+        self
     }
 
     /// Bounds each rule's time in this syncer's evaluations by `seconds`
@@ -257,7 +277,14 @@ impl Syncer {
             .filter(|r| !lane.contains(*r))
             .cloned()
             .collect();
-        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        plan::hold_mass_prunes(
+            &mut plan,
+            self.max_unconfirmed_prunes,
+            snap.rules,
+            &evaluation,
+            snap.owned,
+        );
         let foreign = plan
             .applies
             .iter()
@@ -422,7 +449,14 @@ impl Syncer {
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(renders, "evaluated");
         // The live objects remember what this plan finds equal.
-        let plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
+        plan::hold_mass_prunes(
+            &mut plan,
+            self.max_unconfirmed_prunes,
+            snap.rules,
+            &evaluation,
+            snap.owned,
+        );
         (evaluation, plan)
     }
 
@@ -608,9 +642,11 @@ impl Syncer {
                 .get(name)
                 .map(Vec::as_slice)
                 .unwrap_or_default(),
+            held_prunes: report.plan.held_prunes.get(name),
         };
         let new_status = status::compute(rule, &inputs, now);
         let mut events = status::events(rule, &writes, new_status.as_ref());
+        events.extend(status::held_prunes_event(rule, inputs.held_prunes, &events));
         let seen = self.warned.entry(name.to_string()).or_default();
         events.extend(status::skipped_event(inputs.report, seen));
         (new_status, events)

@@ -266,11 +266,25 @@ impl World {
                 let same_spec = self.rules.get(&name).is_some_and(|old| {
                     old.spec == r.spec && old.metadata.generation == r.metadata.generation
                 });
+                // A confirmation of held prunes is read by the next plan.
+                let confirm = |r: &RbacRule| {
+                    r.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(super::plan::CONFIRM_PRUNE_ANNOTATION).cloned())
+                };
+                let confirmed = self
+                    .rules
+                    .get(&name)
+                    .is_some_and(|old| confirm(old) != confirm(&r));
                 self.rules.insert(name, r);
-                if same_spec {
-                    Change::default()
-                } else {
-                    changed
+                match (same_spec, confirmed) {
+                    (true, false) => Change::default(),
+                    (true, true) => Change {
+                        dirty: true,
+                        ..Change::default()
+                    },
+                    (false, _) => changed,
                 }
             }
             Step::Remove(r) => {

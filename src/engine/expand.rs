@@ -2192,6 +2192,12 @@ impl Evaluator<'_> {
             super::template::shorten(&self.rule.name, 63),
         );
         annotations.insert(output::rule_annotation(), self.rule.name.clone());
+        if self.rule.spec.deletion_policy == crate::api::DeletionPolicy::Delete {
+            annotations.insert(
+                output::deletion_policy_annotation(),
+                crate::api::DeletionPolicy::Delete.as_str().to_string(),
+            );
+        }
         // Spelled once: the annotation and the object's provenance.
         let tref = trigger.map(object_ref);
         if let Some(r) = &tref {

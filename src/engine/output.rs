@@ -163,6 +163,17 @@ pub fn rule_annotation() -> String {
 pub fn trigger_annotation() -> String {
     [GROUP, "/trigger"].concat()
 }
+/// Annotation `Delete` on the outputs of a rule whose `deletionPolicy` is
+/// `Delete`: read from the live object once the rule is gone (absent:
+/// `Orphan`, the objects stay).
+pub fn deletion_policy_annotation() -> String {
+    [GROUP, "/deletion-policy"].concat()
+}
+/// Annotation the controller puts on an object it adopted (it existed
+/// before): never pruned, whatever the rule's deletion policy.
+pub fn adopted_annotation() -> String {
+    [GROUP, "/adopted"].concat()
+}
 
 fn invalid(field: impl std::fmt::Display, msg: impl Into<String>) -> FieldError {
     FieldError::new(ErrorKind::InvalidOutput, field.to_string(), msg)

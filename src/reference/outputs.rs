@@ -15,7 +15,7 @@ use super::run::Result;
 use super::trigger::Render;
 use super::values::Marked;
 use super::world::Seen;
-use crate::api::{GROUP, Output, OutputKind, RulesFrom};
+use crate::api::{DeletionPolicy, GROUP, Output, OutputKind, RulesFrom};
 use crate::engine::compile::gk_of;
 use crate::engine::error::FieldError;
 use crate::engine::manifest::{Body, Meta, OwnerRef};
@@ -166,6 +166,12 @@ impl Render<'_> {
         labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
         labels.insert(output::rule_label(), shorten(&self.rule.name, 63));
         annotations.insert(output::rule_annotation(), self.rule.name.clone());
+        if self.rule.spec.deletion_policy == DeletionPolicy::Delete {
+            annotations.insert(
+                output::deletion_policy_annotation(),
+                DeletionPolicy::Delete.as_str().to_string(),
+            );
+        }
         if let Some(t) = self.trigger {
             annotations.insert(output::trigger_annotation(), object_ref(t));
         }

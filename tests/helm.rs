@@ -43,6 +43,12 @@ fn expected_copies() -> Vec<(PathBuf, String)> {
             "system:serviceaccount:{{ .Release.Namespace }}:",
         ),
     ));
+    // The inventory fence verbatim: the template puts the release's
+    // namespace and ServiceAccount into its one exemption.
+    out.push((
+        root().join(CHART).join("files/inventory-fence.yaml"),
+        read(&root().join("deploy/inventory-fence.yaml")),
+    ));
     let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy/controller"))
         .expect("deploy/controller")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -690,4 +696,63 @@ fn a_param_value_cannot_set_another_param() {
         ),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_inventory_fence_is_opt_in_and_exempts_only_the_releases_service_account() {
+    let Some(helm) = helm() else { return };
+    let chart = root().join(CHART);
+    let policies = |text: &str| -> Vec<Value> {
+        text.split("\n---\n")
+            .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+            .filter(|o| o["metadata"]["name"] == "rbac-rules-inventory")
+            .collect()
+    };
+    let off = try_template(&helm, &chart, &["--kube-version", "1.30.0"]).expect("template");
+    assert!(policies(&off).is_empty(), "on by default");
+    let on = try_template(
+        &helm,
+        &chart,
+        &[
+            "--kube-version",
+            "1.30.0",
+            "--namespace",
+            "platform-rbac",
+            "--set",
+            "inventoryFence=true",
+        ],
+    )
+    .expect("template");
+    let objs = policies(&on);
+    assert_eq!(objs.len(), 2, "the policy and its binding");
+    let policy = objs
+        .iter()
+        .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+        .expect("policy");
+    let exemption = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .expect("expression");
+    assert!(
+        exemption.contains("'system:serviceaccount:platform-rbac:rbac-rules'"),
+        "{exemption}"
+    );
+    assert!(!exemption.contains("rbac-rules-system"), "{exemption}");
+    // The validations are the file's, unchanged.
+    let file: Vec<Value> = read_docs(&root().join("deploy/inventory-fence.yaml"));
+    let original = file
+        .iter()
+        .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+        .expect("file policy");
+    assert_eq!(
+        policy["spec"]["validations"],
+        original["spec"]["validations"]
+    );
+}
+
+fn read_docs(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .expect("read")
+        .split("\n---\n")
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .collect()
 }

@@ -175,10 +175,10 @@ fn refresh_allow_rules(
     } else {
         allow.rules.clone()
     };
-    if memo.allow_rules.as_ref() == Some(&rules) {
-        return None;
+    if memo.allow_rules.as_ref() != Some(&rules) {
+        changes.all = true;
     }
-    changes.all = true;
+    // Set again after a fresh start too (which empties the memo).
     Some(rules)
 }
 

@@ -36,7 +36,8 @@ fn namespace(name: &str) -> Value {
 
 /// The shipped allow-list (deploy/controller/allow-list.yaml).
 fn shipped_allow_list() -> AllowList {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/controller/allow-list.yaml");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/controller/allow-list.yaml");
     let text = std::fs::read_to_string(path).expect("allow-list reads");
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("allow-list parses");
     let role: ClusterRole = serde_json::from_value(docs[0].clone()).expect("a ClusterRole");
@@ -116,7 +117,9 @@ spec:
 }
 
 fn desired(eval: &Evaluation, kind: OutputKind, name: &str) -> bool {
-    eval.desired.iter().any(|d| d.kind == kind && d.name == name)
+    eval.desired
+        .iter()
+        .any(|d| d.kind == kind && d.name == name)
 }
 
 fn revoked(eval: &Evaluation, kind: OutputKind, ns: &str, name: &str) -> Option<String> {
@@ -144,12 +147,21 @@ fn binding_an_aggregate_of_third_party_roles_is_refused() {
             "clusterroles: escalate",
         ),
     ] {
-        let name = role["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = role["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         for options in [Options::default(), with_allow(shipped_allow_list())] {
             let eval = evaluate(&aggregate_and_bind(selector), &[role.clone()], options);
             assert!(desired(&eval, OutputKind::ClusterRole, "gathered"));
-            assert!(!desired(&eval, OutputKind::ClusterRoleBinding, "gathered"), "{name}");
-            assert!(!desired(&eval, OutputKind::RoleBinding, "gathered"), "{name}");
+            assert!(
+                !desired(&eval, OutputKind::ClusterRoleBinding, "gathered"),
+                "{name}"
+            );
+            assert!(
+                !desired(&eval, OutputKind::RoleBinding, "gathered"),
+                "{name}"
+            );
             for (kind, ns) in [
                 (OutputKind::ClusterRoleBinding, ""),
                 (OutputKind::RoleBinding, "team-a"),
@@ -161,8 +173,11 @@ fn binding_an_aggregate_of_third_party_roles_is_refused() {
             }
             let errors: Vec<_> = eval.errors().collect();
             assert_eq!(errors.len(), 2, "{errors:?}");
-            assert!(errors.iter().all(|e| e.kind == ErrorKind::EscalationDenied
-                && e.rule == "gatherer"));
+            assert!(
+                errors
+                    .iter()
+                    .all(|e| e.kind == ErrorKind::EscalationDenied && e.rule == "gatherer")
+            );
         }
     }
 }
@@ -200,8 +215,13 @@ fn a_role_labelled_into_a_shipped_crossplane_aggregate() {
     );
     let eval = evaluate(&builtin(), &[escalating], options.clone());
     assert!(desired(&eval, OutputKind::ClusterRole, "crossplane-admin"));
-    let why =
-        revoked(&eval, OutputKind::ClusterRoleBinding, "", "crossplane-admin").expect("revoked");
+    let why = revoked(
+        &eval,
+        OutputKind::ClusterRoleBinding,
+        "",
+        "crossplane-admin",
+    )
+    .expect("revoked");
     assert!(why.contains("\"someones-rbac-writer\""), "{why}");
     assert!(why.contains("escalate"), "{why}");
 
@@ -211,7 +231,11 @@ fn a_role_labelled_into_a_shipped_crossplane_aggregate() {
         json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]}]),
     );
     let eval = evaluate(&builtin(), &[jobs], options);
-    assert!(desired(&eval, OutputKind::ClusterRoleBinding, "crossplane-admin"));
+    assert!(desired(
+        &eval,
+        OutputKind::ClusterRoleBinding,
+        "crossplane-admin"
+    ));
     assert!(eval.revoked.is_empty(), "{:?}", eval.revoked);
     let notices: Vec<_> = eval.notices().collect();
     assert_eq!(notices.len(), 1, "{notices:?}");
@@ -294,19 +318,25 @@ fn copies_leave_out_third_party_and_refused_sources_and_copy_the_rest() {
     ));
     // The copies as the controller wrote them before: live, managed.
     for ns in ["team-a", "team-b"] {
-        objects.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        objects.push(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "team", "namespace": ns, "uid": format!("uid-team-{ns}"),
                          "labels": {"app.kubernetes.io/managed-by": "rbac-rules"},
                          "annotations": {"rbacrules.io/rule": "copies",
                                          "rbacrules.io/trigger": format!("Namespace/{ns}")}},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}));
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
+        );
     }
     for options in [Options::default(), with_allow(shipped_allow_list())] {
         let eval = evaluate(&rules(COPIES), &objects, options);
         // The refused leaf is refused alone.
         assert!(revoked(&eval, OutputKind::ClusterRole, "", "base-escalating").is_some());
         for ns in ["team-a", "team-b"] {
-            assert!(revoked(&eval, OutputKind::Role, ns, "team").is_none(), "{:?}", eval.revoked);
+            assert!(
+                revoked(&eval, OutputKind::Role, ns, "team").is_none(),
+                "{:?}",
+                eval.revoked
+            );
             let copied = policy_rules(&rules_json(&eval, ns, "team"));
             let want = policy_rules(&json!([
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
@@ -316,7 +346,10 @@ fn copies_leave_out_third_party_and_refused_sources_and_copy_the_rest() {
             let (all, _) = rbac_rules::policy::covers(&copied, &want);
             assert!(all, "{ns}: {copied:?}");
             let (within, extra) = rbac_rules::policy::covers(&want, &copied);
-            assert!(within, "{ns}: copied more than its innocent sources: {extra:?}");
+            assert!(
+                within,
+                "{ns}: copied more than its innocent sources: {extra:?}"
+            );
         }
         let warnings: Vec<_> = eval.warnings().filter(|w| w.rule == "copies").collect();
         for (source, why) in [
@@ -335,7 +368,11 @@ fn copies_leave_out_third_party_and_refused_sources_and_copy_the_rest() {
                 );
             }
         }
-        assert!(eval.errors().all(|e| e.rule == "bases"), "{:?}", eval.errors().collect::<Vec<_>>());
+        assert!(
+            eval.errors().all(|e| e.rule == "bases"),
+            "{:?}",
+            eval.errors().collect::<Vec<_>>()
+        );
     }
 }
 
@@ -353,7 +390,9 @@ fn grant(i: u8) -> Value {
         0 => json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
         1 => json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}),
         2 => json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
-        3 => json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"]}),
+        3 => {
+            json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"]})
+        }
         4 => json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "patch"]}),
         _ => json!({"apiGroups": [""], "resources": ["events"], "verbs": ["list"]}),
     }
@@ -406,12 +445,18 @@ spec:
 "#;
 
 fn selectors_of(agg: &Value) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector> {
-    serde_json::from_value(agg["aggregationRule"]["clusterRoleSelectors"].clone()).unwrap_or_default()
+    serde_json::from_value(agg["aggregationRule"]["clusterRoleSelectors"].clone())
+        .unwrap_or_default()
 }
 
-fn selected(selectors: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector], o: &Value) -> bool {
+fn selected(
+    selectors: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector],
+    o: &Value,
+) -> bool {
     let labels = o["metadata"]["labels"].as_object();
-    selectors.iter().any(|s| rbac_rules::selector::matches_json(s, labels))
+    selectors
+        .iter()
+        .any(|s| rbac_rules::selector::matches_json(s, labels))
 }
 
 proptest! {
@@ -497,4 +542,135 @@ proptest! {
         prop_assert_eq!(&eval.desired, &want.desired);
         prop_assert_eq!(&eval.revoked, &want.revoked);
     }
+}
+
+const WATCHED: &str = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: gatherer}
+spec:
+  outputs:
+  - kind: ClusterRole
+    name: gathered
+    aggregationRule:
+      clusterRoleSelectors: [{matchLabels: {example.org/pick: "true"}}]
+  - kind: ClusterRoleBinding
+    name: gathered
+    roleRef: {kind: ClusterRole, name: gathered}
+    subjects: [{kind: Group, name: platform}]
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: copies}
+spec:
+  trigger: {kind: Namespace}
+  outputs:
+  - kind: Role
+    name: team
+    rulesFrom:
+      clusterRoleSelector: {matchLabels: {example.org/copy: "true"}}
+      clusterRoleNames: [named]
+"#;
+
+/// A labeller's write to a live ClusterRole no rule manages (its labels or
+/// its rules) reaches the copies and bindings that select it, and only
+/// those: the copies' triggers are rendered again (the aggregate's rule is
+/// not: it reads no role), the binding judged again, and the result is a
+/// full evaluation's.
+#[test]
+fn a_labellers_write_rejudges_what_selects_the_role() {
+    const NAMESPACES: usize = 5;
+    let rules = rules(WATCHED);
+    let engine = Engine::new(&rules, Options::default());
+    let mut objects: Vec<Value> = (0..NAMESPACES)
+        .map(|i| namespace(&format!("team-{i}")))
+        .collect();
+    objects.push(cluster_role(
+        "named",
+        json!({}),
+        json!([{"apiGroups": [""], "resources": ["services"], "verbs": ["get"]}]),
+    ));
+    objects.push(cluster_role(
+        "bystander",
+        json!({}),
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+    ));
+    let mut s = store(&objects);
+    let mut memo = rbac_rules::engine::Memo::new();
+    let check = |s: &rbac_rules::engine::ObjectStore, memo: &mut rbac_rules::engine::Memo| {
+        let got = engine.evaluate_incremental(s, memo);
+        let full = Engine::new(&rules, Options::default()).evaluate(s);
+        assert_eq!(got.desired, full.desired);
+        assert_eq!(got.revoked, full.revoked);
+        assert_eq!(got.reports, full.reports);
+        got
+    };
+    let eval = check(&s, &mut memo);
+    assert!(desired(&eval, OutputKind::ClusterRoleBinding, "gathered"));
+    let relabel = |s: &mut rbac_rules::engine::ObjectStore, labels: Value, rules: Value| {
+        s.insert(cluster_role("bystander", labels, rules))
+            .expect("role");
+    };
+
+    // Labelled for the copies: every namespace's copy renders again and
+    // leaves it out, with a warning; the binding stands.
+    relabel(
+        &mut s,
+        json!({"example.org/copy": "true"}),
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+    );
+    let eval = check(&s, &mut memo);
+    assert_eq!(memo.renders(), NAMESPACES);
+    assert_eq!(
+        eval.warnings().filter(|w| w.value == "bystander").count(),
+        NAMESPACES
+    );
+    assert!(desired(&eval, OutputKind::ClusterRoleBinding, "gathered"));
+    assert_eq!(
+        eval.desired
+            .iter()
+            .filter(|d| d.kind == OutputKind::Role)
+            .count(),
+        NAMESPACES
+    );
+
+    // Labelled into the aggregate instead: the copies render again (it
+    // left their selection), the binding is refused.
+    relabel(
+        &mut s,
+        json!({"example.org/pick": "true"}),
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+    );
+    let eval = check(&s, &mut memo);
+    assert_eq!(memo.renders(), NAMESPACES);
+    assert_eq!(eval.warnings().count(), 0);
+    assert!(revoked(&eval, OutputKind::ClusterRoleBinding, "", "gathered").is_some());
+
+    // Its rules made harmless: nothing renders again (no copy selects
+    // it), the binding is judged again and desired.
+    relabel(
+        &mut s,
+        json!({"example.org/pick": "true"}),
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
+    );
+    let eval = check(&s, &mut memo);
+    assert_eq!(memo.renders(), 0);
+    assert!(desired(&eval, OutputKind::ClusterRoleBinding, "gathered"));
+    assert!(eval.revoked.is_empty());
+
+    // The named source made escalating: the copies render again and leave
+    // it out.
+    s.insert(cluster_role(
+        "named",
+        json!({}),
+        json!([{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}]),
+    ))
+    .expect("role");
+    let eval = check(&s, &mut memo);
+    assert_eq!(memo.renders(), NAMESPACES);
+    assert_eq!(
+        eval.warnings().filter(|w| w.value == "named").count(),
+        NAMESPACES
+    );
+    assert!(eval.revoked.is_empty(), "{:?}", eval.revoked);
 }

@@ -154,12 +154,7 @@ impl Judge<'_, '_> {
             String::new()
         };
         let key = (ns, role_name.to_string());
-        let Some(role) = self
-            .view
-            .observed
-            .get_shared(gk, &key)
-            .filter(|r| !ours(r))
-        else {
+        let Some(role) = self.view.observed.get_shared(gk, &key).filter(|r| !ours(r)) else {
             // A managed or emitted aggregate: by what it aggregates.
             if let Some(agg) = self.view.get_seen(gk, &key)
                 && let Some(agg) = match agg {

@@ -138,8 +138,11 @@ mod tests {
             "app.kubernetes.io/part-of": "argocd",
         });
         let labels = labels.as_object();
-        let channel = sel(serde_json::json!({"matchLabels": {"rbac.crossplane.io/aggregate-to-edit": "true"}}));
-        let chosen = sel(serde_json::json!({"matchLabels": {"app.kubernetes.io/part-of": "argocd"}}));
+        let channel = sel(
+            serde_json::json!({"matchLabels": {"rbac.crossplane.io/aggregate-to-edit": "true"}}),
+        );
+        let chosen =
+            sel(serde_json::json!({"matchLabels": {"app.kubernetes.io/part-of": "argocd"}}));
         let mixed = sel(serde_json::json!({"matchLabels": {
             "rbac.crossplane.io/aggregate-to-edit": "true",
             "app.kubernetes.io/part-of": "argocd",
@@ -147,9 +150,15 @@ mod tests {
         assert!(joined_by_aggregation_label(&[channel.clone()], labels));
         assert!(!joined_by_aggregation_label(&[chosen.clone()], labels));
         assert!(!joined_by_aggregation_label(&[mixed], labels));
-        assert!(joined_by_aggregation_label(&[chosen, channel.clone()], labels));
+        assert!(joined_by_aggregation_label(
+            &[chosen, channel.clone()],
+            labels
+        ));
         assert!(!joined_by_aggregation_label(&[channel], None));
-        assert!(!joined_by_aggregation_label(&[sel(serde_json::json!({}))], labels));
+        assert!(!joined_by_aggregation_label(
+            &[sel(serde_json::json!({}))],
+            labels
+        ));
     }
 
     #[test]

@@ -152,7 +152,11 @@ fn binding_an_aggregate_of_third_party_roles_is_refused() {
             .unwrap_or_default()
             .to_string();
         for options in [Options::default(), with_allow(shipped_allow_list())] {
-            let eval = evaluate(&aggregate_and_bind(selector), &[role.clone()], options);
+            let eval = evaluate(
+                &aggregate_and_bind(selector),
+                std::slice::from_ref(&role),
+                options,
+            );
             assert!(desired(&eval, OutputKind::ClusterRole, "gathered"));
             assert!(
                 !desired(&eval, OutputKind::ClusterRoleBinding, "gathered"),

@@ -147,8 +147,14 @@ mod tests {
             "rbac.crossplane.io/aggregate-to-edit": "true",
             "app.kubernetes.io/part-of": "argocd",
         }}));
-        assert!(joined_by_aggregation_label(&[channel.clone()], labels));
-        assert!(!joined_by_aggregation_label(&[chosen.clone()], labels));
+        assert!(joined_by_aggregation_label(
+            std::slice::from_ref(&channel),
+            labels
+        ));
+        assert!(!joined_by_aggregation_label(
+            std::slice::from_ref(&chosen),
+            labels
+        ));
         assert!(!joined_by_aggregation_label(&[mixed], labels));
         assert!(joined_by_aggregation_label(
             &[chosen, channel.clone()],

@@ -310,6 +310,13 @@ fn copies_leave_out_third_party_and_refused_sources_and_copy_the_rest() {
         json!({"example.org/copy": "true"}),
         json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
     ));
+    // One that someone labelled as ours too, naming no rule: still no
+    // rule's.
+    objects.push(cluster_role(
+        "forged-ours",
+        json!({"example.org/copy": "true", "app.kubernetes.io/managed-by": "rbac-rules"}),
+        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]),
+    ));
     objects.push(cluster_role(
         "named-reader",
         json!({}),
@@ -359,6 +366,7 @@ fn copies_leave_out_third_party_and_refused_sources_and_copy_the_rest() {
         for (source, why) in [
             ("argocd-application-controller", "no rule manages it"),
             ("innocent-third-party", "no rule manages it"),
+            ("forged-ours", "no rule manages it"),
             ("base-escalating", "left out of the copy: it grants"),
             ("named-escalating", "impersonate"),
         ] {

@@ -2546,9 +2546,14 @@ impl Evaluator<'_> {
     ) -> Vec<Seen<'v>> {
         let mut kept = Vec::with_capacity(chosen.len());
         for (name, role) in chosen {
+            // A live role is a rule's when it carries our label and names
+            // its rule (a label alone is what anyone may write).
             let managed = match role {
                 Seen::Emitted(_) => true,
-                Seen::Observed(o) => super::grants::ours(o),
+                Seen::Observed(o) => {
+                    super::grants::ours(o)
+                        && o["metadata"]["annotations"][output::rule_annotation()].is_string()
+                }
             };
             let why: Option<Cow<'_, str>> = if !managed && !names.contains(name) {
                 Some(Cow::Borrowed(policy::LEFT_OUT_UNMANAGED))

@@ -33,7 +33,7 @@ use super::{AllowList, Waivers, denied_grants, describe_all};
 
 /// The name part of a label key that marks a role for aggregation, by
 /// Kubernetes' convention (`rbac.authorization.k8s.io/aggregate-to-edit`,
-/// `rbac.crossplane.io/aggregate-to-ns-view`).
+/// `rbac.example.org/aggregate-to-ns-view`).
 const AGGREGATION_KEY_PREFIX: &str = "aggregate-to-";
 
 /// Whether a label key is an aggregation label: its name part (after the
@@ -125,7 +125,7 @@ mod tests {
 
     #[test]
     fn aggregation_keys() {
-        assert!(is_aggregation_key("rbac.crossplane.io/aggregate-to-edit"));
+        assert!(is_aggregation_key("rbac.example.org/aggregate-to-edit"));
         assert!(is_aggregation_key("aggregate-to-team"));
         assert!(!is_aggregation_key("app.kubernetes.io/part-of"));
         assert!(!is_aggregation_key("aggregate-to-x/name"));
@@ -134,17 +134,16 @@ mod tests {
     #[test]
     fn joined_by_aggregation_labels_only() {
         let labels = serde_json::json!({
-            "rbac.crossplane.io/aggregate-to-edit": "true",
+            "rbac.example.org/aggregate-to-edit": "true",
             "app.kubernetes.io/part-of": "argocd",
         });
         let labels = labels.as_object();
-        let channel = sel(
-            serde_json::json!({"matchLabels": {"rbac.crossplane.io/aggregate-to-edit": "true"}}),
-        );
+        let channel =
+            sel(serde_json::json!({"matchLabels": {"rbac.example.org/aggregate-to-edit": "true"}}));
         let chosen =
             sel(serde_json::json!({"matchLabels": {"app.kubernetes.io/part-of": "argocd"}}));
         let mixed = sel(serde_json::json!({"matchLabels": {
-            "rbac.crossplane.io/aggregate-to-edit": "true",
+            "rbac.example.org/aggregate-to-edit": "true",
             "app.kubernetes.io/part-of": "argocd",
         }}));
         assert!(joined_by_aggregation_label(

@@ -248,7 +248,12 @@ impl Render<'_> {
         }
         let mut kept = Vec::new();
         for (name, role) in chosen {
-            let managed = role.observed().is_none_or(super::judge::ours);
+            // A live role is a rule's when it carries our label and names
+            // its rule (a label alone is what anyone may write).
+            let managed = role.observed().is_none_or(|o| {
+                super::judge::ours(o)
+                    && o["metadata"]["annotations"][output::rule_annotation()].is_string()
+            });
             let why = if !managed && !names.contains(&name) {
                 Some(crate::policy::LEFT_OUT_UNMANAGED.to_string())
             } else {

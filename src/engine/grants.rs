@@ -141,9 +141,11 @@ impl Judge<'_, '_> {
                 "{what} binds everyone: {s} (switch: --allow-everyone-bindings)"
             ));
         }
-        // What the bound role grants, with or without an allow-list,
-        // when it is a live role no rule manages: a managed or emitted
-        // role is judged itself (and refused alone).
+        // What the bound role grants, with or without an allow-list: a
+        // live role no rule manages by its rules (aggregated: by what it
+        // aggregates); a managed or emitted role is judged itself (and
+        // refused alone), and an aggregated one by the roles no rule
+        // manages that it aggregates.
         let gk = match role_kind {
             "Role" => gk_of(OutputKind::Role),
             _ => gk_of(OutputKind::ClusterRole),
@@ -171,18 +173,17 @@ impl Judge<'_, '_> {
             }
             return;
         };
-        {
-            let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
-            let verdict = self.bound_verdict(role);
-            // `cluster-admin` and `system:*` have their own denial and
-            // switch (above): the allow-list alone judges them here.
-            let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
-            if !named {
-                push_denials(why, &bound, &verdict.0);
-            }
-            if let Some(m) = &verdict.1 {
-                why.push(format!("{bound} what the allow-list does not: {m}"));
-            }
+        // A live role no rule manages: by what it grants.
+        let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
+        let verdict = self.bound_verdict(role);
+        // `cluster-admin` and `system:*` have their own denial and
+        // switch (above): the allow-list alone judges them here.
+        let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
+        if !named {
+            push_denials(why, &bound, &verdict.0);
+        }
+        if let Some(m) = &verdict.1 {
+            why.push(format!("{bound} what the allow-list does not: {m}"));
         }
     }
 

@@ -6,7 +6,10 @@
 //!   copy is desired, each emitter gets a `Conflict` and keeps its trigger.
 //! - Every other emitted object is judged on what it grants: a role its
 //!   rules, a binding the role it names when that is a live role no rule
-//!   manages. It is refused for a protected name or label, a default
+//!   manages, or, when it is an aggregated ClusterRole a rule makes, the
+//!   live roles no rule manages that it aggregates (one breaking a denial,
+//!   or missing the allow-list when picked by a label the rule chose:
+//!   [`crate::policy::effective`]). It is refused for a protected name or label, a default
 //!   denial (cluster-admin equivalents, escalating verbs, bindings to
 //!   `cluster-admin`, `system:*` or everyone), a protected aggregation, a
 //!   grant outside the allow-list, or a `*` from data. A refused object is

@@ -254,6 +254,19 @@ fn generated_objects() -> Vec<Value> {
             json!({}),
             json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["escalate"]}]),
         ),
+        // Third parties' roles a labeller may label into a selection:
+        // outside the allow-list, one picked by a label the rule chose, one
+        // by an aggregation label.
+        role(
+            "third-party",
+            json!({"tier": "true"}),
+            json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "delete", "patch"]}]),
+        ),
+        role(
+            "labelled-in",
+            json!({"rbac.crossplane.io/aggregate-to-edit": "true"}),
+            json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
+        ),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
                "metadata": {"name": "worker", "namespace": "team-a", "uid": "u-sa",
                             "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "team-a", "uid": "u-team-a", "controller": true}]}}),
@@ -351,6 +364,10 @@ spec:
   - kind: ClusterRole
     name: gen-aggregate
     aggregationRule: {{clusterRoleSelectors: [{{matchLabels: {{"{label}": "true"}}}}, {{matchLabels: {{example.org/aggregate: "true"}}}}]}}
+  - kind: ClusterRoleBinding
+    name: gen-aggregate
+    roleRef: {{kind: ClusterRole, name: gen-aggregate}}
+    subjects: [{{kind: Group, name: aggregate-users}}]
 ---
 apiVersion: rbacrules.io/v1alpha1
 kind: RbacRule

@@ -205,11 +205,18 @@ fn stale_managed_cluster_roles_are_not_copied() {
         stale,
         unmanaged,
     ]));
+    // Issue 41: a hand-made role only the selector found is left out (its
+    // labels are data), with a warning; it was copied before.
     assert_eq!(
         role_rules(&eval, "copied"),
-        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
-               {"apiGroups": ["example.org"], "resources": ["gears"], "verbs": ["get"]}]),
-        "hand-made roles are copied (name order), stale managed ones are not"
+        json!([{"apiGroups": ["example.org"], "resources": ["gears"], "verbs": ["get"]}]),
+        "neither hand-made roles the selector finds nor stale managed ones are copied"
+    );
+    assert!(
+        eval.warnings()
+            .any(|w| w.value == "hand-made" && w.message.contains("no rule manages it")),
+        "{:?}",
+        eval.warnings().collect::<Vec<_>>()
     );
 }
 
@@ -484,6 +491,9 @@ spec:
     rulesFrom:
       clusterRoleSelector:
         matchLabels: {example.org/copy: "true"}
+      # A role no rule manages is copied when named (issue 41: one only
+      # the selector finds is left out).
+      clusterRoleNames: [base]
 "#;
     let base = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "base", "labels": {"example.org/copy": "true"}},

@@ -56,10 +56,14 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // updated in place unless an evaluation returned before holds them.
     memo.last = None;
     let mut changes = changes_since(observed, memo, fresh);
+    let allow_rules = refresh_allow_rules(engine, observed, memo, &mut changes);
     let previous = memo.desired.clone();
     let mut report_dirty: BTreeSet<usize> = BTreeSet::new();
     if changes.all {
         start_over(engine, memo, &mut report_dirty);
+    }
+    if allow_rules.is_some() {
+        memo.allow_rules = allow_rules;
     }
     memo.renders = 0;
     // What the outputs cached from earlier evaluations hold: the evaluation's
@@ -145,6 +149,36 @@ fn changes_since(observed: &ObjectStore, memo: &Memo, fresh: bool) -> Changes {
         None => changes.all = true,
     }
     changes
+}
+
+/// The allow-list's effective rules, when they must be (re)computed: at
+/// first, and for an aggregated list when ClusterRoles changed. Copies and
+/// policy are judged by them, so when they differ from the memo's,
+/// everything is evaluated again (`changes.all`): an allow-list changes
+/// rarely.
+fn refresh_allow_rules(
+    engine: &Engine,
+    observed: &ObjectStore,
+    memo: &Memo,
+    changes: &mut Changes,
+) -> Option<Vec<PolicyRule>> {
+    let allow = engine.options.allow.as_ref()?;
+    let gk = output_gk(OutputKind::ClusterRole);
+    let roles_changed = changes.whole(&gk) || changes.keys.get(&gk).is_some_and(|k| !k.is_empty());
+    let known = memo.allow_rules.is_some() && !changes.all;
+    if known && !(allow.is_aggregated() && roles_changed) {
+        return None;
+    }
+    let rules = if allow.is_aggregated() {
+        allow_list_rules(observed, allow)
+    } else {
+        allow.rules.clone()
+    };
+    if memo.allow_rules.as_ref() != Some(&rules) {
+        changes.all = true;
+    }
+    // Set again after a fresh start too (which empties the memo).
+    Some(rules)
 }
 
 /// Starts the memo afresh for this engine: every rule's report is made anew.
@@ -433,7 +467,8 @@ fn render_dirty(
             // them out chunk by chunk, merged back in trigger order.
             let chunks = Chunks::new(dirty);
             let shared = &chunks;
-            let (emitters, rules) = (&memo.emitters, memo.rules.as_slice());
+            let (emitters, rules, allow_rules) =
+                (&memo.emitters, memo.rules.as_slice(), memo.allow_rules());
             std::thread::scope(|s| {
                 // The evaluation thread's large stack: renders recurse.
                 let other = std::thread::Builder::new()
@@ -442,8 +477,14 @@ fn render_dirty(
                     .spawn_scoped(s, move || {
                         let _scope = limits::enter(scope);
                         let caches = Caches::default();
-                        let view =
-                            View::detached(observed, emitters, rules, engine, Some(idx), &caches);
+                        let view = View::detached(
+                            observed,
+                            emitters,
+                            rules,
+                            engine,
+                            Some(idx),
+                            (&caches, allow_rules),
+                        );
                         view.refresh_selections(changes);
                         let ev = new_evaluator(engine, rule, EvalCaches::new(false));
                         shared.run(|t| one(&ev, &view, t))
@@ -900,7 +941,7 @@ impl<'a> Policy<'a> {
             self.rules,
             self.engine,
             None,
-            caches,
+            (caches, self.allow_rules),
         )
     }
 
@@ -919,6 +960,7 @@ impl<'a> Policy<'a> {
             allow: options.allow.as_ref().map(|a| (a, self.allow_rules)),
             judged: Default::default(),
             bound: Default::default(),
+            aggregates: Default::default(),
         };
         move |&key: &&OutKey| self.verdict(&judge, key)
     }
@@ -1058,8 +1100,8 @@ fn apply_policy(
     let roles_changed = role_kinds
         .iter()
         .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
-    let mut all = changes.all;
-    let (protected, allow_rules) = allow_list(engine, observed, memo, roles_changed, &mut all);
+    let all = changes.all;
+    let (protected, allow_rules) = allow_list(engine, memo);
     let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
     let keys: Vec<Arc<OutKey>> = if all {
         every_key(observed, memo, touched)
@@ -1119,37 +1161,14 @@ fn apply_policy(
 }
 
 /// The selectors no output may feed, and the allow-list's effective rules
-/// (an aggregated list's read again when roles changed; when they differ,
-/// everything is judged again: `all`).
-fn allow_list(
-    engine: &Engine,
-    observed: &ObjectStore,
-    memo: &mut Memo,
-    roles_changed: bool,
-    all: &mut bool,
-) -> (Vec<LabelSelector>, Vec<PolicyRule>) {
+/// (brought up to date at the start of the evaluation).
+fn allow_list(engine: &Engine, memo: &Memo) -> (Vec<LabelSelector>, Vec<PolicyRule>) {
     let options = &engine.options;
     let mut protected = options.protected.clone();
-    let allow_rules = match &options.allow {
-        Some(a) => {
-            protected.extend(a.selectors.iter().cloned());
-            if a.is_aggregated() {
-                if roles_changed || memo.allow_rules.is_none() {
-                    let rules = allow_list_rules(observed, a);
-                    if memo.allow_rules.as_ref() != Some(&rules) {
-                        *all = true;
-                        memo.allow_rules = Some(rules);
-                    }
-                }
-                memo.allow_rules.clone().unwrap_or_default()
-            } else {
-                a.rules.clone()
-            }
-        }
-        None => Vec::new(),
-    };
-
-    (protected, allow_rules)
+    if let Some(a) = &options.allow {
+        protected.extend(a.selectors.iter().cloned());
+    }
+    (protected, memo.allow_rules().to_vec())
 }
 
 /// Every key policy judges after everything changed: collected, then
@@ -1422,12 +1441,14 @@ fn prune_rules_cache(memo: &mut Memo) {
     let rules = memo.caches.rules.get_mut();
     let denials = memo.caches.denials.get_mut();
     let copies = memo.caches.copies.get_mut();
-    let size = rules.len() + denials.len() + copies.len();
+    let verdicts = memo.caches.copy_verdicts.get_mut();
+    let size = rules.len() + denials.len() + copies.len() + verdicts.len();
     if size > 2 * memo.rules_cache_pruned.max(1024) {
-        // Copies and denials hold their rule lists weakly.
+        // Copies, denials and copy verdicts hold their rule lists weakly.
         copies.retain(|_, (held, _)| held.iter().all(|h| h.strong_count() > 0));
         rules.retain(|_, (held, _)| Arc::strong_count(held) > 1);
         denials.retain(|_, (held, _)| held.strong_count() > 0);
-        memo.rules_cache_pruned = rules.len() + denials.len() + copies.len();
+        verdicts.retain(|_, (held, _)| held.strong_count() > 0);
+        memo.rules_cache_pruned = rules.len() + denials.len() + copies.len() + verdicts.len();
     }
 }

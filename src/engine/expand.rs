@@ -2505,16 +2505,17 @@ impl Evaluator<'_> {
             }
         }
         if !self.caches.records() {
-            return Ok(chosen.into_values().collect());
+            return Ok(self.copied_sources(f, chosen, &names, view));
         }
         // Roles found by name are reached through `names` when they
-        // change: only those the selector found are cached as hits.
+        // change: only those the selector found are cached as hits (left
+        // out or not: a change to one may put it in).
         let hits = chosen
             .keys()
             .filter(|n| !names.contains(**n))
             .map(|n| (String::new(), (*n).to_string()))
             .collect();
-        let roles = chosen.into_values().collect();
+        let roles = self.copied_sources(f, chosen, &names, view);
         // Shared with the reads of other triggers that made the same.
         let mut shared = view.interner.borrow_mut();
         let names = shared.names(names);
@@ -2532,6 +2533,49 @@ impl Evaluator<'_> {
             owner: None,
         });
         Ok(roles)
+    }
+}
+
+impl Evaluator<'_> {
+    /// The sources a copy (`rulesFrom`) takes, in name order: all but
+    /// those left out, each with a warning — a role no rule manages that
+    /// only the selector found (its labels are data, not the rule
+    /// author's choice), and a role whose rules policy would refuse
+    /// ([`crate::policy::copy_refusal`]), so that neither refuses the copy
+    /// of the others.
+    fn copied_sources<'v>(
+        &self,
+        f: &str,
+        chosen: BTreeMap<&str, Seen<'v>>,
+        names: &BTreeSet<String>,
+        view: &View<'v>,
+    ) -> Vec<Seen<'v>> {
+        let mut kept = Vec::with_capacity(chosen.len());
+        for (name, role) in chosen {
+            // A live role is a rule's when it carries our label and names
+            // its rule (a label alone is what anyone may write).
+            let managed = match role {
+                Seen::Emitted(_) => true,
+                Seen::Observed(o) => {
+                    super::grants::ours(o)
+                        && o["metadata"]["annotations"][output::rule_annotation()].is_string()
+                }
+            };
+            let why: Option<Cow<'_, str>> = if !managed && !names.contains(name) {
+                Some(Cow::Borrowed(policy::LEFT_OUT_UNMANAGED))
+            } else {
+                view.copy_refusal(&view.role_rules(role))
+                    .map(|why| Cow::Owned(format!("{}{why}", policy::LEFT_OUT_REFUSED)))
+            };
+            match why {
+                Some(why) => self
+                    .warnings
+                    .borrow_mut()
+                    .push(FieldWarning::new(f, name, why)),
+                None => kept.push(role),
+            }
+        }
+        kept
     }
 }
 

@@ -50,6 +50,9 @@ pub(super) type JudgedRules =
 /// Verdicts on bound live roles (see [`Judge::bound`]).
 pub(super) type BoundRoles = HashMap<usize, (Arc<Value>, Arc<(Vec<String>, Option<String>)>)>;
 
+/// Verdicts on bound aggregates (see [`Judge::aggregate_verdict`]).
+pub(super) type AggregateVerdicts = HashMap<usize, (Arc<Value>, Arc<Vec<String>>)>;
+
 /// What policy judges objects with.
 pub(super) struct Judge<'v, 'a> {
     pub view: &'v View<'a>,
@@ -59,6 +62,9 @@ pub(super) struct Judge<'v, 'a> {
     /// Verdicts on live roles no rule manages that bindings name, by the
     /// role's address (held).
     pub bound: RefCell<BoundRoles>,
+    /// Why bindings of aggregated roles a rule makes are refused, by the
+    /// aggregate's address (held).
+    pub aggregates: RefCell<AggregateVerdicts>,
     pub waivers: &'v crate::policy::Waivers,
     pub protected: &'v [LabelSelector],
     pub allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
@@ -135,9 +141,11 @@ impl Judge<'_, '_> {
                 "{what} binds everyone: {s} (switch: --allow-everyone-bindings)"
             ));
         }
-        // What the bound role grants, with or without an allow-list,
-        // when it is a live role no rule manages: a managed or emitted
-        // role is judged itself (and refused alone).
+        // What the bound role grants, with or without an allow-list: a
+        // live role no rule manages by its rules (aggregated: by what it
+        // aggregates); a managed or emitted role is judged itself (and
+        // refused alone), and an aggregated one by the roles no rule
+        // manages that it aggregates.
         let gk = match role_kind {
             "Role" => gk_of(OutputKind::Role),
             _ => gk_of(OutputKind::ClusterRole),
@@ -147,23 +155,35 @@ impl Judge<'_, '_> {
         } else {
             String::new()
         };
-        if let Some(role) = self
-            .view
-            .observed
-            .get_shared(gk, &(ns, role_name.to_string()))
-            .filter(|r| !ours(r))
-        {
-            let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
-            let verdict = self.bound_verdict(role);
-            // `cluster-admin` and `system:*` have their own denial and
-            // switch (above): the allow-list alone judges them here.
-            let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
-            if !named {
-                push_denials(why, &bound, &verdict.0);
+        let key = (ns, role_name.to_string());
+        let Some(role) = self.view.observed.get_shared(gk, &key).filter(|r| !ours(r)) else {
+            // A managed or emitted aggregate: by what it aggregates.
+            if let Some(agg) = self.view.get_seen(gk, &key)
+                && let Some(agg) = match agg {
+                    Seen::Emitted(m) => m.aggregation_rule().map(|_| m.shared_value()),
+                    Seen::Observed(o) => o.get("aggregationRule").map(|_| o),
+                }
+            {
+                let found = self.aggregate_verdict(agg, role_name);
+                if let Some(text) = policy::describe_members(&found) {
+                    why.push(format!(
+                        "{what} binds role {role_name:?}, which aggregates {text}"
+                    ));
+                }
             }
-            if let Some(m) = &verdict.1 {
-                why.push(format!("{bound} what the allow-list does not: {m}"));
-            }
+            return;
+        };
+        // A live role no rule manages: by what it grants.
+        let bound = lazy(|f| write!(f, "{what} binds role {role_name:?}, which grants"));
+        let verdict = self.bound_verdict(role);
+        // `cluster-admin` and `system:*` have their own denial and
+        // switch (above): the allow-list alone judges them here.
+        let named = role_name == "cluster-admin" || policy::is_system_name(role_name);
+        if !named {
+            push_denials(why, &bound, &verdict.0);
+        }
+        if let Some(m) = &verdict.1 {
+            why.push(format!("{bound} what the allow-list does not: {m}"));
         }
     }
 
@@ -367,6 +387,60 @@ impl Judge<'_, '_> {
         v
     }
 
+    /// What a binding of an aggregated ClusterRole a rule makes (`agg`,
+    /// named `name`) is refused for: the roles no rule manages that it
+    /// aggregates and that break a default denial, or miss the allow-list
+    /// when picked by a label the rule chose rather than one that only asks
+    /// for aggregation ([`crate::policy::effective`]). Worked out once per
+    /// aggregate and judge: every binding of it asks the same.
+    fn aggregate_verdict(&self, agg: &Arc<Value>, name: &str) -> Arc<Vec<String>> {
+        let at = Arc::as_ptr(agg) as usize;
+        if let Some((held, v)) = self.aggregates.borrow().get(&at)
+            && Arc::ptr_eq(held, agg)
+        {
+            return Arc::clone(v);
+        }
+        let selectors = selectors_of(agg);
+        let mut found = Vec::new();
+        for m in self.view.selected(&selectors) {
+            let Seen::Observed(o) = m else { continue };
+            if ours(o) || m.name() == name {
+                continue;
+            }
+            let rules = self.view.role_rules(m);
+            let mut grants: Vec<String> = self
+                .view
+                .denials_of(&rules, self.waivers)
+                .all()
+                .cloned()
+                .collect();
+            if let Some((allow, effective)) = self.allow
+                && !rules.is_empty()
+                && !policy::joined_by_aggregation_label(
+                    &selectors,
+                    o["metadata"]["labels"].as_object(),
+                )
+            {
+                let missing = allow.uncovered(effective, &rules);
+                if !missing.is_empty() {
+                    grants.push(format!("what the allow-list does not: {}", shown(&missing)));
+                }
+            }
+            if !grants.is_empty() {
+                found.push(format!(
+                    "ClusterRole {:?} (no rule manages it), which grants {}",
+                    m.name(),
+                    grants.join("; ")
+                ));
+            }
+        }
+        let v = Arc::new(found);
+        self.aggregates
+            .borrow_mut()
+            .insert(at, (Arc::clone(agg), Arc::clone(&v)));
+        v
+    }
+
     /// What a live role no rule manages grants: its rules, or, aggregated,
     /// those of the unmanaged roles it selects (managed and emitted ones
     /// are judged themselves, and what they grant passes).
@@ -391,7 +465,7 @@ impl Judge<'_, '_> {
 /// Whether a live RBAC object is the controller's: it carries our label
 /// and is not protected (a protected object labelled ours is not, and is
 /// judged as anyone's).
-fn ours(o: &Value) -> bool {
+pub(super) fn ours(o: &Value) -> bool {
     let kind = o["kind"].as_str().unwrap_or_default();
     let name = o["metadata"]["name"].as_str().unwrap_or_default();
     output::is_managed(o)

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::{Arc, LazyLock};
 
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
@@ -55,6 +56,9 @@ pub(super) struct View<'a> {
     cluster_roles: RefCell<Option<Rc<SeenList<'a>>>>,
     /// Shares metadata between the manifests the reader emits.
     pub interner: RefCell<Interner>,
+    /// The allow-list's effective rules (an aggregated list's as this
+    /// evaluation read them): what copies are judged by.
+    pub allow_rules: &'a [PolicyRule],
 }
 
 impl<'a> View<'a> {
@@ -66,7 +70,7 @@ impl<'a> View<'a> {
         rules: &'a [RuleMemo],
         engine: &'a Engine,
         reader: Option<usize>,
-        caches: &'a Caches,
+        (caches, allow_rules): (&'a Caches, &'a [PolicyRule]),
     ) -> Self {
         View {
             observed,
@@ -75,6 +79,7 @@ impl<'a> View<'a> {
             engine,
             reader,
             caches,
+            allow_rules,
             merged: RefCell::default(),
             selected: RefCell::default(),
             cluster_roles: RefCell::default(),
@@ -94,7 +99,7 @@ impl<'a> View<'a> {
             &memo.rules,
             engine,
             reader,
-            &memo.caches,
+            (&memo.caches, memo.allow_rules()),
         )
     }
 
@@ -493,6 +498,26 @@ impl<'a> View<'a> {
             .borrow_mut()
             .insert(key, (held, Arc::clone(&rules)));
         rules
+    }
+
+    /// Why a ClusterRole granting `rules` is left out of a copy
+    /// ([`crate::policy::copy_refusal`]), worked out once per shared list.
+    pub fn copy_refusal(&self, rules: &Rules) -> Option<Arc<str>> {
+        let at = Arc::as_ptr(rules) as usize;
+        if let Some((held, v)) = self.caches.copy_verdicts.borrow().get(&at)
+            && std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules))
+        {
+            return v.clone();
+        }
+        let options = &self.engine.options;
+        let allow = options.allow.as_ref().map(|a| (a, self.allow_rules));
+        let v: Option<Arc<str>> =
+            crate::policy::copy_refusal(rules, &options.waivers, allow).map(Into::into);
+        self.caches
+            .copy_verdicts
+            .borrow_mut()
+            .insert(at, (Arc::downgrade(rules), v.clone()));
+        v
     }
 
     /// A role's own rules: an emitted role's as it holds them (none for an

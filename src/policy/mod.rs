@@ -6,10 +6,12 @@
 
 pub mod allow;
 pub mod denials;
+pub mod effective;
 pub mod rbac;
 
 pub use allow::*;
 pub use denials::*;
+pub use effective::*;
 pub use rbac::*;
 
 /// What the tests of each part build rules with.

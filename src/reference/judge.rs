@@ -108,12 +108,14 @@ impl Judge<'_, '_> {
             ),
             _ => (gk_of(OutputKind::ClusterRole), String::new()),
         };
-        let Some(role) = self
-            .world
-            .observed
-            .get(gk, &(ns, role_name.to_string()))
-            .filter(|r| !ours(r))
-        else {
+        let key = (ns, role_name.to_string());
+        let Some(role) = self.world.observed.get(gk, &key).filter(|r| !ours(r)) else {
+            // A managed or emitted aggregate: by what it aggregates.
+            if let Some(agg) = self.world.seen(gk, &key).map(|s| s.json())
+                && agg.get("aggregationRule").is_some()
+            {
+                self.aggregate_refusals(agg, what, role_name, why);
+            }
             return;
         };
         let bound = format!("{what} binds role {role_name:?}, which grants");
@@ -123,6 +125,41 @@ impl Judge<'_, '_> {
         }
         if let Some(m) = self.uncovered(&rules) {
             why.push(format!("{bound} what the allow-list does not: {m}"));
+        }
+    }
+
+    /// A binding of an aggregated ClusterRole a rule makes (`agg`), by
+    /// what it aggregates that no rule manages: a role that breaks a
+    /// default denial, or misses the allow-list and was picked by a label
+    /// the rule chose (not one that only asks for aggregation), refuses
+    /// the binding ([`crate::policy::effective`]).
+    fn aggregate_refusals(&self, agg: &Value, what: &str, role_name: &str, why: &mut Vec<String>) {
+        let mut found: Vec<String> = Vec::new();
+        for m in self.selected_live(&selectors_of(agg)) {
+            let member = text(&m["metadata"], "name");
+            if ours(m) || member == role_name {
+                continue;
+            }
+            let rules = rules_of(m);
+            let mut grants = policy::denied_grants(&rules, self.waivers);
+            let joined = policy::joined_by_aggregation_label(
+                &selectors_of(agg),
+                m["metadata"]["labels"].as_object(),
+            );
+            if !joined && let Some(missing) = self.uncovered(&rules) {
+                grants.push(format!("what the allow-list does not: {missing}"));
+            }
+            if !grants.is_empty() {
+                found.push(format!(
+                    "ClusterRole {member:?} (no rule manages it), which grants {}",
+                    grants.join("; ")
+                ));
+            }
+        }
+        if let Some(text) = policy::describe_members(&found) {
+            why.push(format!(
+                "{what} binds role {role_name:?}, which aggregates {text}"
+            ));
         }
     }
 
@@ -232,7 +269,7 @@ impl Judge<'_, '_> {
 
 /// Whether a live RBAC object is the controller's: it carries our label
 /// and is not protected.
-fn ours(o: &Value) -> bool {
+pub(super) fn ours(o: &Value) -> bool {
     let (kind, name) = (text(o, "kind"), text(&o["metadata"], "name"));
     output::is_managed(o)
         && policy::protected_object(kind, name, |k| o["metadata"]["labels"][k].as_str()).is_none()

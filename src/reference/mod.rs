@@ -63,19 +63,20 @@ use crate::engine::{Evaluation, ObjectStore, Options, RuleSource};
 /// here lists every desired object (as for a fresh memo).
 pub fn evaluate(rules: &[RuleSource], options: &Options, observed: &ObjectStore) -> Evaluation {
     let prepared = order::prepare(rules, options);
+    let grants = policy::Grants::new(observed, options);
     let mut emitted = world::Emitted::default();
     let mut runs: Vec<run::RuleRun> = Vec::new();
     for (idx, rule) in prepared.rules.iter().enumerate() {
         let run = if options.held.contains(&rule.name) {
             run::RuleRun::held()
         } else {
-            let world = world::World::new(observed, &prepared, &emitted, &runs, Some(idx));
+            let world = world::World::new(observed, &prepared, &emitted, &runs, Some(idx), &grants);
             trigger::run_rule(rule, &prepared.templates, &world)
         };
         emitted.add(idx, &run);
         runs.push(run);
     }
-    let world = world::World::new(observed, &prepared, &emitted, &runs, None);
+    let world = world::World::new(observed, &prepared, &emitted, &runs, None, &grants);
     let verdicts = policy::judge_all(&world, options);
     report::assemble(&prepared, &runs, &emitted, verdicts)
 }

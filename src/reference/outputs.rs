@@ -17,7 +17,7 @@ use super::values::Marked;
 use super::world::Seen;
 use crate::api::{DeletionPolicy, GROUP, Output, OutputKind, RulesFrom};
 use crate::engine::compile::gk_of;
-use crate::engine::error::FieldError;
+use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::manifest::{Body, Meta, OwnerRef};
 use crate::engine::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::engine::store::{key_of, object_ref};
@@ -225,7 +225,11 @@ impl Render<'_> {
     }
 
     /// `rulesFrom`: the ClusterRoles the rule sees named by
-    /// `clusterRoleNames` or selected by `clusterRoleSelector`, by name.
+    /// `clusterRoleNames` or selected by `clusterRoleSelector`, by name,
+    /// but those left out (each with a warning): a role no rule manages
+    /// that only the selector found (its labels are data, not the rule
+    /// author's choice), and a role whose rules policy would refuse
+    /// ([`crate::policy::copy_refusal`]).
     fn rules_from(&self, f: &str, rf: &RulesFrom, ctx: &mut Context) -> Result<Vec<Seen<'_>>> {
         let names = match &rf.cluster_role_names {
             Some(n) => self.strings(&format!("{f}.clusterRoleNames"), n, ctx)?,
@@ -237,9 +241,9 @@ impl Render<'_> {
         };
         let mut chosen: BTreeMap<String, Seen> = BTreeMap::new();
         let gk = gk_of(OutputKind::ClusterRole);
-        for n in names {
+        for n in &names {
             if let Some(role) = self.world.seen(gk, &(String::new(), n.clone())) {
-                chosen.insert(n, role);
+                chosen.insert(n.clone(), role);
             }
         }
         if let Some(s) = &selector {
@@ -248,7 +252,31 @@ impl Render<'_> {
                 chosen.insert(name.to_string(), role);
             }
         }
-        Ok(chosen.into_values().collect())
+        let mut kept = Vec::new();
+        for (name, role) in chosen {
+            // A live role is a rule's when it carries our label and names
+            // its rule (a label alone is what anyone may write).
+            let managed = role.observed().is_none_or(|o| {
+                super::judge::ours(o)
+                    && o["metadata"]["annotations"][output::rule_annotation()].is_string()
+            });
+            let why = if !managed && !names.contains(&name) {
+                Some(crate::policy::LEFT_OUT_UNMANAGED.to_string())
+            } else {
+                self.world
+                    .grants
+                    .copy_refusal(&role.rules())
+                    .map(|why| format!("{}{why}", crate::policy::LEFT_OUT_REFUSED))
+            };
+            match why {
+                Some(why) => self
+                    .left_out
+                    .borrow_mut()
+                    .push(FieldWarning::new(f, &name, why)),
+                None => kept.push(role),
+            }
+        }
+        Ok(kept)
     }
 
     /// A binding's roleRef and subjects; with a refusal when a subject's

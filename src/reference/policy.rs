@@ -6,7 +6,10 @@
 //!   copy is desired, each emitter gets a `Conflict` and keeps its trigger.
 //! - Every other emitted object is judged on what it grants: a role its
 //!   rules, a binding the role it names when that is a live role no rule
-//!   manages. It is refused for a protected name or label, a default
+//!   manages, or, when it is an aggregated ClusterRole a rule makes, the
+//!   live roles no rule manages that it aggregates (one breaking a denial,
+//!   or missing the allow-list when picked by a label the rule chose:
+//!   [`crate::policy::effective`]). It is refused for a protected name or label, a default
 //!   denial (cluster-admin equivalents, escalating verbs, bindings to
 //!   `cluster-admin`, `system:*` or everyone), a protected aggregation, a
 //!   grant outside the allow-list, or a `*` from data. A refused object is
@@ -27,8 +30,8 @@ use super::world::{Emitter, World};
 use crate::api::OutputKind;
 use crate::engine::compile::gk_of;
 use crate::engine::output;
-use crate::engine::{Desired, Options, OutKey};
-use crate::policy::AllowList;
+use crate::engine::{Desired, ObjectStore, Options, OutKey};
+use crate::policy::{AllowList, Waivers};
 
 /// A refused output: its rule (place in evaluation order), trigger, field
 /// and why.
@@ -58,18 +61,49 @@ pub(super) struct Verdicts {
     pub notices: BTreeMap<OutKey, Notice>,
 }
 
+/// How outputs and copies are judged: the waivers, and the allow-list with
+/// its effective rules (an aggregated list's: those of the live
+/// ClusterRoles it selects that no rule manages).
+pub(super) struct Grants<'o> {
+    pub waivers: &'o Waivers,
+    pub allow: Option<(&'o AllowList, Vec<PolicyRule>)>,
+}
+
+impl<'o> Grants<'o> {
+    pub fn new(observed: &ObjectStore, options: &'o Options) -> Self {
+        let allow = options.allow.as_ref().map(|a| {
+            let rules = if a.is_aggregated() {
+                allow_list_rules(observed, a)
+            } else {
+                a.rules.clone()
+            };
+            (a, rules)
+        });
+        Grants {
+            waivers: &options.waivers,
+            allow,
+        }
+    }
+
+    /// Why a ClusterRole granting `rules` is left out of a copy
+    /// ([`crate::policy::copy_refusal`]).
+    pub fn copy_refusal(&self, rules: &[PolicyRule]) -> Option<String> {
+        let allow = self.allow.as_ref().map(|(a, r)| (*a, r.as_slice()));
+        crate::policy::copy_refusal(rules, self.waivers, allow)
+    }
+}
+
 /// Judges every emitted and every live RBAC object, in key order.
 pub(super) fn judge_all(world: &World, options: &Options) -> Verdicts {
     let mut protected = options.protected.clone();
-    let allow = options.allow.as_ref().map(|a| {
+    if let Some(a) = &options.allow {
         protected.extend(a.selectors.iter().cloned());
-        let rules = if a.is_aggregated() {
-            allow_list_rules(world, a)
-        } else {
-            a.rules.clone()
-        };
-        (a, rules)
-    });
+    }
+    let allow = world
+        .grants
+        .allow
+        .as_ref()
+        .map(|(a, rules)| (*a, rules.clone()));
     let judge = Judge {
         world,
         waivers: &options.waivers,
@@ -96,9 +130,9 @@ pub(super) fn judge_all(world: &World, options: &Options) -> Verdicts {
 
 /// The rules of an aggregated allow-list: those of the live ClusterRoles
 /// its selectors pick that no rule manages.
-fn allow_list_rules(world: &World, allow: &AllowList) -> Vec<PolicyRule> {
+fn allow_list_rules(observed: &ObjectStore, allow: &AllowList) -> Vec<PolicyRule> {
     let mut out = Vec::new();
-    for role in world.observed.list(gk_of(OutputKind::ClusterRole)) {
+    for role in observed.list(gk_of(OutputKind::ClusterRole)) {
         let labels = role["metadata"]["labels"].as_object();
         if !output::is_managed(role)
             && allow

@@ -31,6 +31,9 @@ pub(super) struct Render<'a> {
     /// The trigger object as the store holds it.
     pub trigger: Option<&'a Value>,
     pub warnings: Vec<FieldWarning>,
+    /// Sources left out of a copy (`rulesFrom`), found while rendering
+    /// outputs (which read the render shared).
+    pub left_out: std::cell::RefCell<Vec<FieldWarning>>,
 }
 
 /// Renders every trigger of `rule` (once, for a static rule).
@@ -42,12 +45,14 @@ pub(super) fn run_rule(rule: &CompiledRule, templates: &Templates, world: &World
             world,
             trigger: None,
             warnings: Vec::new(),
+            left_out: Default::default(),
         };
         let mut ctx = render.base_context();
         let outcome = match render.render(&mut ctx) {
             Ok(outputs) => Outcome::Rendered(outputs),
             Err(e) => Outcome::Failed(e),
         };
+        render.warnings.extend(render.left_out.take());
         let warnings = sorted(render.warnings);
         return RuleRun {
             held: false,
@@ -69,8 +74,10 @@ pub(super) fn run_rule(rule: &CompiledRule, templates: &Templates, world: &World
             world,
             trigger: Some(obj),
             warnings: Vec::new(),
+            left_out: Default::default(),
         };
         let outcome = render.trigger_outcome(trigger, obj);
+        render.warnings.extend(render.left_out.take());
         let warnings = sorted(render.warnings);
         triggers.push(TriggerRun {
             key: Some(key),

@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::order::Prepared;
+use super::policy::Grants;
 use super::run::RuleRun;
 use crate::api::OutputKind;
 use crate::engine::compile::{gk_of, output_kind};
@@ -87,6 +88,8 @@ pub(super) struct World<'a> {
     pub runs: &'a [RuleRun],
     /// The reading rule's place in evaluation order; `None`: policy.
     pub reader: Option<usize>,
+    /// What copies (`rulesFrom`) and outputs are judged by.
+    pub grants: &'a Grants<'a>,
     /// Every ClusterRole the reader sees, by name (`rulesFrom` and
     /// aggregation select among them).
     pub cluster_roles: Vec<Seen<'a>>,
@@ -102,6 +105,7 @@ impl<'a> World<'a> {
         emitted: &'a Emitted,
         runs: &'a [RuleRun],
         reader: Option<usize>,
+        grants: &'a Grants<'a>,
     ) -> Self {
         let mut world = World {
             observed,
@@ -109,6 +113,7 @@ impl<'a> World<'a> {
             emitted,
             runs,
             reader,
+            grants,
             cluster_roles: Vec::new(),
             by_label: BTreeMap::new(),
         };

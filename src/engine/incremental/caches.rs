@@ -33,6 +33,12 @@ pub(crate) type Denials = crate::policy::Denied;
 /// Denials of roles, by the address of their rule list (weakly held).
 pub(crate) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denials>)>;
 
+/// Why a copy leaves a source out (`None`: copied), by the address of the
+/// source's rule list (weakly held); see [`crate::policy::copy_refusal`].
+/// Valid for one allow-list: a memo whose allow-list's rules change starts
+/// afresh.
+pub(crate) type CopyVerdicts = HashMap<usize, (Weak<Vec<PolicyRule>>, Option<Arc<str>>)>;
+
 /// The ClusterRoles some selectors (any of them) pick, as one reader sees
 /// them; kept up to date from the changed keys, so a selection costs what
 /// changed.
@@ -80,6 +86,7 @@ pub(crate) struct Caches {
     pub rules: RefCell<RulesCache>,
     pub denials: RefCell<DenialsCache>,
     pub copies: RefCell<CopiesCache>,
+    pub copy_verdicts: RefCell<CopyVerdicts>,
     /// Cached ClusterRole selections, per reader.
     pub selections: RefCell<Selections>,
 }

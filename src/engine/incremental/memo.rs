@@ -76,7 +76,9 @@ pub struct Memo {
     /// aggregated ClusterRoles, with the selections they read (by JSON),
     /// and bindings under an allow-list (with none: any role change).
     pub(in crate::engine) dependents: BTreeMap<OutKey, BTreeSet<String>>,
-    /// The rules of an aggregated allow-list, as last computed.
+    /// The allow-list's effective rules (an aggregated list's, as last
+    /// computed); `None` without an allow-list or before the first
+    /// evaluation.
     pub(in crate::engine) allow_rules: Option<Vec<k8s_openapi::api::rbac::v1::PolicyRule>>,
     pub(in crate::engine) desired: DesiredSet,
     pub(in crate::engine) reports: Arc<BTreeMap<String, RuleReport>>,
@@ -107,6 +109,12 @@ impl Memo {
             one_shot: true,
             ..Memo::default()
         }
+    }
+
+    /// The allow-list's effective rules as last computed (none without an
+    /// allow-list).
+    pub(in crate::engine) fn allow_rules(&self) -> &[k8s_openapi::api::rbac::v1::PolicyRule] {
+        self.allow_rules.as_deref().unwrap_or_default()
     }
 
     /// How many trigger (or static) output sets the last evaluation

@@ -5,7 +5,9 @@ use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use serde_json::{Value, json};
 
 mod support;
-use support::engine::{deployment, namespace, revision, revision_crds, xrd, xrd_crds};
+use support::engine::{
+    deployment, namespace, provider, revision, revision_crds, xrd, xrd_crds,
+};
 
 /// A small deterministic generator (xorshift), so failures replay.
 struct Rng(u64);
@@ -57,6 +59,7 @@ fn initial() -> Cluster {
         xrd_crds(i, true).into_iter().for_each(|o| c.put(o));
     }
     for p in 0..PROVIDERS {
+        c.put(provider(p));
         c.put(revision(p, p % 3, "org", 3));
         revision_crds(p, 3).into_iter().for_each(|o| c.put(o));
         c.put(deployment(p, &format!("sa-{p}")));
@@ -149,6 +152,21 @@ fn incremental_equals_full_on_random_changes() {
                     crd["metadata"]["ownerReferences"][0]["controller"] = json!(rng.chance(50));
                     c.put(crd);
                     "CRD owner changed"
+                } else if rng.chance(30) {
+                    // Taken over: older than its Provider or XRD.
+                    crd["metadata"]["creationTimestamp"] = json!("2025-12-31T23:59:59Z");
+                    c.put(crd);
+                    "CRD older than its owner"
+                } else if rng.chance(20) {
+                    // An ancestor changes: the Provider re-created later
+                    // (its revisions' CRDs now older), or back.
+                    let p = rng.below(PROVIDERS);
+                    let mut v = provider(p);
+                    if rng.chance(50) {
+                        v["metadata"]["creationTimestamp"] = json!("2026-01-01T00:02:00Z");
+                    }
+                    c.put(v);
+                    "Provider re-created"
                 } else {
                     c.put(crd);
                     "CRD added"

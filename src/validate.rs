@@ -321,8 +321,8 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
 }
 
 /// `ownedBy` believes any ownerReference, and controllers add
-/// non-controller ones to objects they did not make (Crossplane's package
-/// manager does, for every object an inactive revision names): a warning,
+/// non-controller ones to objects they did not make (a package manager
+/// may, for every existing object an inactive package names): a warning,
 /// pointing at the proof no later writer can forge.
 fn lint_weak_lineage(spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
     let related = spec["related"].as_array().into_iter().flatten();

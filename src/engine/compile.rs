@@ -1381,6 +1381,11 @@ spec:
   - name: f
     when: related.e
     objects: {{apiGroup: example.org, kind: Part, ownedBy: [e]}}
+  - name: g
+    objects: {{apiGroup: example.org, kind: Part}}
+  - name: h
+    when: related.g
+    objects: {{apiGroup: example.org, kind: Part, controlledBy: [g], notOlderThan: c}}
   outputs:
   - kind: ClusterRole
     when: related.b
@@ -1391,8 +1396,9 @@ spec:
 {outputs}"#
             )
         };
-        // `a` and `b` only by `when`; `c` is a listField's source and `e`
-        // an owner set: their objects are read.
+        // `a` and `b` only by `when`; `c` is a listField's source and a
+        // `notOlderThan` set, `e` and `g` owner sets: their objects are
+        // read.
         assert_eq!(presence_of(&rule("")), ["a", "b"]);
         // Any other read of a set copies it.
         for (text, left) in [
@@ -1418,11 +1424,12 @@ spec:
         }
         assert!(found.iter().any(|n| n.ends_with("/xrCrd")), "{found:?}");
         assert!(found.iter().any(|n| n.ends_with("/claimCrd")), "{found:?}");
-        // The provider rules' sets feed listFields and ownedBy: copied.
+        // The provider rules' sets feed listFields, controlledBy and
+        // notOlderThan, which read their objects: not counts.
         assert!(
-            !found
-                .iter()
-                .any(|n| n.ends_with("/family") || n.ends_with("/crds"))
+            !found.iter().any(|n| n.ends_with("/family")
+                || n.ends_with("/crds")
+                || n.ends_with("/providers"))
         );
     }
 }

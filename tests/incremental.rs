@@ -352,6 +352,36 @@ fn a_change_re_renders_only_what_depends_on_it() {
     engine.evaluate_incremental(&c.store, &mut memo);
     assert_eq!(memo.renders(), 1, "provider-1's binding only");
 
+    // Lineage: a CRD of provider-2 loses its controller reference (an
+    // inactive revision's kind of reference): the triggers that found it,
+    // provider-2 and its family member provider-5, in both provider rules.
+    let mut crd = revision_crds(2, 3).swap_remove(0);
+    crd["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+    c.put(crd);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 4, "provider-2 and provider-5, two rules each");
+    assert_eq!(e.desired, engine.evaluate(&c.store).desired);
+    // An ancestor: provider-1's Provider made again after its CRDs. Every
+    // revision reads the Providers (each member dates its own CRDs by its
+    // own Provider): all revisions of both rules, and provider-1's types go.
+    let mut p1 = provider(1);
+    p1["metadata"]["creationTimestamp"] = json!("2026-01-01T00:02:00Z");
+    c.put(p1);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 2 * PROVIDERS, "every revision, two rules");
+    assert_eq!(e.desired, engine.evaluate(&c.store).desired);
+    // Its family member provider-4 still lends it its own types.
+    let edit = e
+        .desired
+        .iter()
+        .find(|d| d.name == "crossplane:provider:provider-1:aggregate-to-edit")
+        .map(|d| d.object.to_value().to_string())
+        .unwrap_or_default();
+    assert!(
+        !edit.contains("p1.example.org") && edit.contains("p4.example.org"),
+        "provider-1's CRDs are older than its Provider now: {edit}"
+    );
+
     // A live ClusterRole that namespace Roles copy from (drift on a
     // generated role): the namespaces copying it, not the others.
     let name = "crossplane:composite:xthings1.example.org:aggregate-to-edit";

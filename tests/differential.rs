@@ -1017,10 +1017,14 @@ fn every_object_changed_deleted_and_created_again_agrees() {
     let path = root().join("examples/crossplane-cluster.yaml");
     rbac_rules::yaml::for_each_in_tree(&[path], false, |_, _, v| crossplane.push(v)).expect("read");
     let mut generated = generated_rules(&[3, 2, 1, 1, 3, 0, 4]);
-    generated.extend(generated_rules(&[0, 0, 0, 0, 0, 0, 2]).into_iter().map(|mut r| {
-        r.name = format!("{}-2", r.name);
-        r
-    }));
+    generated.extend(
+        generated_rules(&[0, 0, 0, 0, 0, 0, 2])
+            .into_iter()
+            .map(|mut r| {
+                r.name = format!("{}-2", r.name);
+                r
+            }),
+    );
     let cases = [
         (
             "built-in",

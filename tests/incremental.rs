@@ -5,9 +5,7 @@ use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use serde_json::{Value, json};
 
 mod support;
-use support::engine::{
-    deployment, namespace, provider, revision, revision_crds, xrd, xrd_crds,
-};
+use support::engine::{deployment, namespace, provider, revision, revision_crds, xrd, xrd_crds};
 
 /// A small deterministic generator (xorshift), so failures replay.
 struct Rng(u64);
@@ -359,7 +357,11 @@ fn a_change_re_renders_only_what_depends_on_it() {
     crd["metadata"]["ownerReferences"][0]["controller"] = json!(false);
     c.put(crd);
     let e = engine.evaluate_incremental(&c.store, &mut memo);
-    assert_eq!(memo.renders(), 4, "provider-2 and provider-5, two rules each");
+    assert_eq!(
+        memo.renders(),
+        4,
+        "provider-2 and provider-5, two rules each"
+    );
     assert_eq!(e.desired, engine.evaluate(&c.store).desired);
     // An ancestor: provider-1's Provider made again after its CRDs. Every
     // revision reads the Providers (each member dates its own CRDs by its

@@ -92,7 +92,11 @@ fn with_providers(objects: &[Value]) -> Vec<Value> {
     let mut out = objects.to_vec();
     let mut added = BTreeSet::new();
     for o in objects.iter().filter(|o| o["kind"] == "ProviderRevision") {
-        for r in o["metadata"]["ownerReferences"].as_array().into_iter().flatten() {
+        for r in o["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             let uid = r["uid"].as_str().unwrap_or_default();
             if r["kind"] == "Provider" && !uids.contains(uid) && added.insert(uid.to_string()) {
                 out.push(provider(uid, OWNER_CREATED));
@@ -459,7 +463,10 @@ fn package_author_an_active_revision_or_mrd_takes_over_a_foreign_crd() {
     // (and the MRD or the Provider beside it), but it is older than the
     // revision's Provider.
     for (what, second) in [
-        ("revision", owner_ref("Provider", &provider_uid("provider-evil"), false)),
+        (
+            "revision",
+            owner_ref("Provider", &provider_uid("provider-evil"), false),
+        ),
         (
             "mrd",
             json!({"apiVersion": "apiextensions.crossplane.io/v1alpha1",
@@ -658,11 +665,19 @@ fn a_crd_controlled_by_an_mrd_the_trigger_controls_is_believed_when_made_after_t
         revision("provider-s3", "org", &[], false),
         mrd("uid-mrd-mine", "uid-provider-s3"),
         mrd("uid-mrd-other", "uid-someone-else"),
-        crd_with("mine.s3.example.org", CRD_CREATED, vec![mrd_ref("uid-mrd-mine")]),
+        crd_with(
+            "mine.s3.example.org",
+            CRD_CREATED,
+            vec![mrd_ref("uid-mrd-mine")],
+        ),
         // Taken over by my MRD: older than my Provider.
         crd_with(FOREIGN, FOREIGN_CREATED, vec![mrd_ref("uid-mrd-mine")]),
         // Another revision's MRD's.
-        crd_with("theirs.s3.example.org", CRD_CREATED, vec![mrd_ref("uid-mrd-other")]),
+        crd_with(
+            "theirs.s3.example.org",
+            CRD_CREATED,
+            vec![mrd_ref("uid-mrd-other")],
+        ),
     ];
     let engine = Engine::new(&rules(MRD_RULE), Options::default());
     let eval = engine.evaluate(&store(&with_providers(&objects)));

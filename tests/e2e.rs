@@ -1742,7 +1742,8 @@ fn fixtures_parse() {
         names,
         [
             "providerrevisions.pkg.crossplane.io",
-            "compositeresourcedefinitions.apiextensions.crossplane.io"
+            "compositeresourcedefinitions.apiextensions.crossplane.io",
+            "providers.pkg.crossplane.io"
         ]
     );
     for crd in &stand_ins {

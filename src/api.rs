@@ -414,15 +414,35 @@ pub struct ObjectQuery {
     /// `metadataOnly`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<String>,
-    /// Only objects whose controller ownerReference points at the trigger.
+    /// Only objects whose controller ownerReference points at the trigger
+    /// (by uid; by kind and name when either has no uid).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub controlled_by_trigger: bool,
+    /// Only objects whose controller ownerReference (`controller: true`,
+    /// matched by uid) is the trigger or an object of one of these earlier
+    /// related sets of objects: `trigger` and/or set names. Other
+    /// ownerReferences are ignored: some controllers add them to objects
+    /// they did not make. An object with more than one controller
+    /// reference has none. Not with `controlledByTrigger` or `ownedBy`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controlled_by: Vec<String>,
+    /// Only objects created no earlier than their controlling ancestor in
+    /// this set (`trigger` or the name of an earlier related set of
+    /// objects): the first of its objects met walking controller
+    /// ownerReferences (by uid) up from the object, through the trigger and
+    /// the objects of the sets `controlledBy` names. Compared by
+    /// `metadata.creationTimestamp`, which only the API server sets: an
+    /// object that existed before its ancestor was taken over, not made by
+    /// it. No such ancestor, or a timestamp missing or not RFC 3339: not
+    /// kept. Not with `controlledByTrigger` or `ownedBy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_older_than: Option<String>,
     /// Only objects with an ownerReference (controller or not, matched by
     /// uid) to one of these: `trigger` and/or names of earlier related sets
-    /// of objects (any of their objects). Proof of lineage: an
-    /// ownerReference is written by whoever may write the object, not by
-    /// whoever writes the owner, so a type a trigger merely names is
-    /// believed only when its CustomResourceDefinition is owned by it.
+    /// of objects (any of their objects). Weak proof of lineage: some
+    /// controllers add non-controller ownerReferences to objects they did
+    /// not make (`validate` warns); prefer `controlledBy` with
+    /// `notOlderThan`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owned_by: Vec<String>,
     /// Template: only objects in this namespace.

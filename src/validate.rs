@@ -317,6 +317,27 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
         lint_text(s, &trigger, &related, &mut push);
     }
     lint_verbs(doc, spec, &mut push);
+    lint_weak_lineage(spec, &mut push);
+}
+
+/// `ownedBy` believes any ownerReference, and controllers add
+/// non-controller ones to objects they did not make (a package manager
+/// may, for every existing object an inactive package names): a warning,
+/// pointing at the proof no later writer can forge.
+fn lint_weak_lineage(spec: &Value, push: &mut impl FnMut(Severity, &str, String)) {
+    let related = spec["related"].as_array().into_iter().flatten();
+    for (i, r) in related.enumerate() {
+        let owned_by = &r["objects"]["ownedBy"];
+        if owned_by.as_array().is_some_and(|a| !a.is_empty()) {
+            push(
+                Severity::Warning,
+                &format!("spec.related[{i}].objects.ownedBy"),
+                "ownedBy believes non-controller ownerReferences, which others can add to \
+                 objects they did not make; prove lineage with controlledBy and notOlderThan"
+                    .to_string(),
+            );
+        }
+    }
 }
 
 /// Whether the document loads as a rule (else its errors are reported and

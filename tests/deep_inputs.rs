@@ -369,6 +369,7 @@ kind: CompositeResourceDefinition
 metadata:
   name: xwidgets.example.org
   uid: xrd-uid
+  creationTimestamp: \"2026-01-01T00:00:00Z\"
 spec:
   group: example.org
   names: {{kind: XWidget, plural: xwidgets}}
@@ -383,6 +384,7 @@ apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
   name: xwidgets.example.org
+  creationTimestamp: \"2026-01-01T00:01:00Z\"
   uid: crd-uid
   ownerReferences:
   - {{apiVersion: apiextensions.crossplane.io/v1, kind: CompositeResourceDefinition, name: xwidgets.example.org, uid: xrd-uid, controller: true, blockOwnerDeletion: true}}

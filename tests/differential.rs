@@ -234,7 +234,7 @@ fn generated_objects() -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                "metadata": {"name": name, "labels": labels, "uid": format!("u-{name}")}, "rules": rules})
     };
-    let ns = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels, "uid": format!("u-{name}")}});
+    let ns = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels, "uid": format!("u-{name}"), "creationTimestamp": "2026-01-01T00:00:00Z"}});
     vec![
         ns("team-a", json!({"example.org/team": "a", "tier": "gold"})),
         ns("team-b", json!({"example.org/team": "b"})),
@@ -269,6 +269,9 @@ fn generated_objects() -> Vec<Value> {
         ),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
                "metadata": {"name": "worker", "namespace": "team-a", "uid": "u-sa",
+                            // The same instant as its Namespace's, with an offset:
+                            // "no earlier" holds, compared as instants.
+                            "creationTimestamp": "2026-01-01T01:00:00+01:00",
                             "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "team-a", "uid": "u-team-a", "controller": true}]}}),
     ]
 }
@@ -323,6 +326,19 @@ fn generated_rules(choices: &[u8]) -> Vec<RuleSource> {
         5,
         &["gen-{{trigger.metadata.name}}", "gen-static", "shared"],
     );
+    // Lineage: which owners the ServiceAccounts' ownerReferences must
+    // name, and since when (through the other Namespaces' controllers).
+    let lineage = pick(
+        6,
+        &[
+            "controlledByTrigger: true",
+            "controlledBy: [trigger]",
+            "controlledBy: [trigger], notOlderThan: trigger",
+            "notOlderThan: trigger",
+            "controlledBy: [trigger, peers], notOlderThan: trigger",
+            "ownedBy: [trigger, peers]",
+        ],
+    );
     let yaml = format!(
         r#"
 apiVersion: rbacrules.io/v1alpha1
@@ -334,8 +350,10 @@ spec:
     selector: {{matchExpressions: [{{key: "{label}", operator: Exists}}]}}
     pause: {{annotation: example.org/paused}}
   related:
+  - name: peers
+    objects: {{kind: Namespace, metadataOnly: true}}
   - name: sas
-    objects: {{kind: ServiceAccount, namespace: "{{{{trigger.metadata.name}}}}", controlledByTrigger: true}}
+    objects: {{kind: ServiceAccount, namespace: "{{{{trigger.metadata.name}}}}", {lineage}}}
   outputs:
   - kind: Role
     name: "{name}"
@@ -407,6 +425,11 @@ enum Change {
     Annotate(u16, u8, bool),
     Deleting(u16),
     NewUid(u16),
+    /// Give object `.0` an ownerReference to object `.1` (a controller one
+    /// when `.2`), replacing its first, or remove its references.
+    Own(u16, u16, Option<bool>),
+    /// Set object `.0`'s creationTimestamp to one of a few (or none).
+    Age(u16, u8),
     /// Write (some of) the desired objects, as the controller applies them.
     Apply(u64),
     /// Delete what the controller would prune or revoke.
@@ -432,6 +455,8 @@ fn change() -> impl Strategy<Value = Change> {
         2 => (any::<u16>(), any::<u8>(), any::<bool>()).prop_map(|(a, b, c)| Change::Annotate(a, b, c)),
         1 => any::<u16>().prop_map(Change::Deleting),
         1 => any::<u16>().prop_map(Change::NewUid),
+        2 => (any::<u16>(), any::<u16>(), any::<Option<bool>>()).prop_map(|(a, b, c)| Change::Own(a, b, c)),
+        2 => (any::<u16>(), any::<u8>()).prop_map(|(a, b)| Change::Age(a, b)),
         3 => any::<u64>().prop_map(Change::Apply),
         2 => Just(Change::Prune),
         1 => any::<u16>().prop_map(Change::Tamper),
@@ -574,6 +599,53 @@ impl World {
                     o["metadata"]["uid"] = json!(format!("uid-{}", self.version));
                     self.write(o);
                 }
+            }
+            Change::Own(i, j, controller) => {
+                let (Some(mut o), Some(owner)) = (self.object(*i), self.object(*j)) else {
+                    return false;
+                };
+                match controller {
+                    None => {
+                        if let Some(m) = o["metadata"].as_object_mut() {
+                            m.remove("ownerReferences");
+                        }
+                    }
+                    Some(c) => {
+                        let r = json!({"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                       "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                                       "controller": c});
+                        let refs = &mut o["metadata"]["ownerReferences"];
+                        match refs.as_array_mut() {
+                            Some(a) if !a.is_empty() && *c => a[0] = r,
+                            Some(a) => a.push(r),
+                            None => *refs = json!([r]),
+                        }
+                    }
+                }
+                self.write(o);
+            }
+            Change::Age(i, t) => {
+                // Before, at (in two forms) and after the seeds' owners'
+                // creation, and not a time.
+                const AGES: [&str; 5] = [
+                    "2025-06-01T00:00:00Z",
+                    "2026-01-01T00:00:00Z",
+                    "2026-01-01T01:00:00+01:00",
+                    "2026-01-01T00:01:00Z",
+                    "yesterday",
+                ];
+                let Some(mut o) = self.object(*i) else {
+                    return false;
+                };
+                match AGES.get(*t as usize % (AGES.len() + 1)) {
+                    Some(a) => o["metadata"]["creationTimestamp"] = json!(a),
+                    None => {
+                        if let Some(m) = o["metadata"].as_object_mut() {
+                            m.remove("creationTimestamp");
+                        }
+                    }
+                }
+                self.write(o);
             }
             Change::Apply(bits) => self.apply_desired(*bits),
             Change::Prune => self.prune(),
@@ -930,7 +1002,7 @@ fn generated_rules_agree_over_change_sequences() {
         failure_persistence: None,
         ..Config::default()
     });
-    let choices = prop::collection::vec(any::<u8>(), 6);
+    let choices = prop::collection::vec(any::<u8>(), 7);
     let mut seen = Vec::new();
     for _ in 0..6 * cases() {
         let c = choices.new_tree(&mut runner).expect("choices").current();
@@ -961,11 +1033,15 @@ fn every_object_changed_deleted_and_created_again_agrees() {
     let mut crossplane = Vec::new();
     let path = root().join("examples/crossplane-cluster.yaml");
     rbac_rules::yaml::for_each_in_tree(&[path], false, |_, _, v| crossplane.push(v)).expect("read");
-    let mut generated = generated_rules(&[3, 2, 1, 1, 3, 0]);
-    generated.extend(generated_rules(&[0; 6]).into_iter().map(|mut r| {
-        r.name = format!("{}-2", r.name);
-        r
-    }));
+    let mut generated = generated_rules(&[3, 2, 1, 1, 3, 0, 4]);
+    generated.extend(
+        generated_rules(&[0, 0, 0, 0, 0, 0, 2])
+            .into_iter()
+            .map(|mut r| {
+                r.name = format!("{}-2", r.name);
+                r
+            }),
+    );
     let cases = [
         (
             "built-in",

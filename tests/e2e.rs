@@ -1216,6 +1216,20 @@ async fn xrd(ctx: &Ctx) -> String {
 /// A ProviderRevision with two CRDs in its status and a Deployment it
 /// controls. Returns its uid and the Deployment's name.
 async fn provider_revision(ctx: &Ctx) -> (String, String) {
+    // Its Provider, the revision's controller, made first: the built-in
+    // rules believe only CRDs no older than it.
+    let provider = ctx
+        .create(
+            &provider_ar(),
+            None,
+            json!({
+                "apiVersion": "pkg.crossplane.io/v1",
+                "kind": "Provider",
+                "metadata": {"name": ctx.pr},
+                "spec": {"package": "xpkg.example.org/e2e/provider-e2e:v0.1.0"},
+            }),
+        )
+        .await;
     let pr = ctx
         .create(
             &pr_ar(),
@@ -1223,7 +1237,11 @@ async fn provider_revision(ctx: &Ctx) -> (String, String) {
             json!({
                 "apiVersion": "pkg.crossplane.io/v1",
                 "kind": "ProviderRevision",
-                "metadata": {"name": ctx.pr, "labels": {"pkg.crossplane.io/package": "provider-e2e"}},
+                "metadata": {"name": ctx.pr, "labels": {"pkg.crossplane.io/package": "provider-e2e"},
+                             "ownerReferences": [{
+                                 "apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+                                 "name": ctx.pr, "uid": provider["metadata"]["uid"],
+                                 "controller": true, "blockOwnerDeletion": true}]},
                 "spec": {
                     "image": "xpkg.example.org/e2e/provider-e2e:v0.1.0",
                     "desiredState": "Active",
@@ -1778,7 +1796,8 @@ fn fixtures_parse() {
         names,
         [
             "providerrevisions.pkg.crossplane.io",
-            "compositeresourcedefinitions.apiextensions.crossplane.io"
+            "compositeresourcedefinitions.apiextensions.crossplane.io",
+            "providers.pkg.crossplane.io"
         ]
     );
     for crd in &stand_ins {

@@ -661,7 +661,21 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
         &read_yaml("rules/crossplane-xrd.yaml"),
     );
     assert_eq!(made.len(), 4, "the manager's four XRD roles");
-    // A provider: a revision with two types and the Deployment it controls.
+    // A provider: its Provider (made first: the rules believe only CRDs no
+    // older than it), a revision with two types and the Deployment it
+    // controls.
+    let provider = create_fresh(
+        client,
+        &provider_ar(),
+        None,
+        MANAGER,
+        &json!({
+        "apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+        "metadata": {"name": run.pr},
+        "spec": {"package": "xpkg.example.org/mig/provider-mig:v0.1.0"}}),
+    )
+    .await;
+    run.remember(provider_ar(), None, &run.pr);
     create_fresh(
         client,
         &pr_ar(),
@@ -669,7 +683,9 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
         MANAGER,
         &json!({
         "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-        "metadata": {"name": run.pr},
+        "metadata": {"name": run.pr, "ownerReferences": [{
+            "apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "name": run.pr,
+            "uid": provider["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
         "spec": {"image": "xpkg.example.org/mig/provider-mig:v0.1.0",
                  "desiredState": "Active", "revision": 1}}),
     )

@@ -446,6 +446,9 @@ fn interests_name_every_kind_the_rules_read() {
                 true
             ),
             ("Deployment.apps".to_string(), false),
+            // Lineage: a revision's CRDs are no older than its Provider
+            // (metadata only).
+            ("Provider.pkg.crossplane.io".to_string(), true),
             ("ProviderRevision.pkg.crossplane.io".to_string(), false),
             ("ClusterRole.rbac.authorization.k8s.io".to_string(), false),
             // Policy judges the bindings by what a live role grants.
@@ -558,7 +561,7 @@ fn an_xrd_with_the_longest_possible_name_gets_its_roles() {
     let name = format!("{}.{group}", "x".repeat(253 - group.len() - 1));
     assert_eq!(name.len(), 253);
     let xrd = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-        "metadata": {"name": name, "uid": "xrd-long"},
+        "metadata": {"name": name, "uid": "xrd-long", "creationTimestamp": support::engine::OWNER_CREATED},
         "spec": {"group": group, "names": {"kind": "XLong", "plural": "x".repeat(253 - group.len() - 1)}}});
     let crd = support::engine::crd(&name, "CompositeResourceDefinition", "xrd-long", true);
     let builtin = rbac_rules::rules::builtin().expect("built-in rules");

@@ -5,7 +5,7 @@ use rbac_rules::engine::{Engine, Evaluation, Memo, ObjectStore, Options};
 use serde_json::{Value, json};
 
 mod support;
-use support::engine::{deployment, namespace, revision, revision_crds, xrd, xrd_crds};
+use support::engine::{deployment, namespace, provider, revision, revision_crds, xrd, xrd_crds};
 
 /// A small deterministic generator (xorshift), so failures replay.
 struct Rng(u64);
@@ -57,6 +57,7 @@ fn initial() -> Cluster {
         xrd_crds(i, true).into_iter().for_each(|o| c.put(o));
     }
     for p in 0..PROVIDERS {
+        c.put(provider(p));
         c.put(revision(p, p % 3, "org", 3));
         revision_crds(p, 3).into_iter().for_each(|o| c.put(o));
         c.put(deployment(p, &format!("sa-{p}")));
@@ -149,6 +150,21 @@ fn incremental_equals_full_on_random_changes() {
                     crd["metadata"]["ownerReferences"][0]["controller"] = json!(rng.chance(50));
                     c.put(crd);
                     "CRD owner changed"
+                } else if rng.chance(30) {
+                    // Taken over: older than its Provider or XRD.
+                    crd["metadata"]["creationTimestamp"] = json!("2025-12-31T23:59:59Z");
+                    c.put(crd);
+                    "CRD older than its owner"
+                } else if rng.chance(20) {
+                    // An ancestor changes: the Provider re-created later
+                    // (its revisions' CRDs now older), or back.
+                    let p = rng.below(PROVIDERS);
+                    let mut v = provider(p);
+                    if rng.chance(50) {
+                        v["metadata"]["creationTimestamp"] = json!("2026-01-01T00:02:00Z");
+                    }
+                    c.put(v);
+                    "Provider re-created"
                 } else {
                     c.put(crd);
                     "CRD added"
@@ -333,6 +349,40 @@ fn a_change_re_renders_only_what_depends_on_it() {
     c.put(deployment(1, "renamed"));
     engine.evaluate_incremental(&c.store, &mut memo);
     assert_eq!(memo.renders(), 1, "provider-1's binding only");
+
+    // Lineage: a CRD of provider-2 loses its controller reference (an
+    // inactive revision's kind of reference): the triggers that found it,
+    // provider-2 and its family member provider-5, in both provider rules.
+    let mut crd = revision_crds(2, 3).swap_remove(0);
+    crd["metadata"]["ownerReferences"][0]["controller"] = json!(false);
+    c.put(crd);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(
+        memo.renders(),
+        4,
+        "provider-2 and provider-5, two rules each"
+    );
+    assert_eq!(e.desired, engine.evaluate(&c.store).desired);
+    // An ancestor: provider-1's Provider made again after its CRDs. Every
+    // revision reads the Providers (each member dates its own CRDs by its
+    // own Provider): all revisions of both rules, and provider-1's types go.
+    let mut p1 = provider(1);
+    p1["metadata"]["creationTimestamp"] = json!("2026-01-01T00:02:00Z");
+    c.put(p1);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 2 * PROVIDERS, "every revision, two rules");
+    assert_eq!(e.desired, engine.evaluate(&c.store).desired);
+    // Its family member provider-4 still lends it its own types.
+    let edit = e
+        .desired
+        .iter()
+        .find(|d| d.name == "crossplane:provider:provider-1:aggregate-to-edit")
+        .map(|d| d.object.to_value().to_string())
+        .unwrap_or_default();
+    assert!(
+        !edit.contains("p1.example.org") && edit.contains("p4.example.org"),
+        "provider-1's CRDs are older than its Provider now: {edit}"
+    );
 
     // A live ClusterRole that namespace Roles copy from (drift on a
     // generated role): the namespaces copying it, not the others.

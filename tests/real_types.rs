@@ -168,7 +168,7 @@ fn hostile_object_refs_are_skipped_and_the_good_one_rendered() {
         for v in ["foo.bar.k8s.io", "nodes.x.kubernetes.io"] {
             expected.insert((
                 rule.to_string(),
-                "spec.related[2].require[0]".to_string(),
+                "spec.related[3].require[0]".to_string(),
                 trigger.to_string(),
                 v.to_string(),
             ));
@@ -529,7 +529,7 @@ fn render_prints_warnings_on_stderr_and_exits_zero() {
     assert_eq!(out.code, Some(0));
     let stderr = out.stderr;
     assert!(
-        stderr.lines().any(|l| l.starts_with("warning: rules/crossplane-provider.yaml#1: rule \"crossplane-provider-system\": spec.related[2].require[0] (trigger ProviderRevision.pkg.crossplane.io/provider-evil-5555): skipped \"foo.bar.k8s.io\"")),
+        stderr.lines().any(|l| l.starts_with("warning: rules/crossplane-provider.yaml#1: rule \"crossplane-provider-system\": spec.related[3].require[0] (trigger ProviderRevision.pkg.crossplane.io/provider-evil-5555): skipped \"foo.bar.k8s.io\"")),
         "{stderr}"
     );
     assert!(!stderr.contains("error"), "{stderr}");

@@ -55,7 +55,8 @@ fn wildcards_from(eval: &Evaluation, trigger: &str) -> Vec<String> {
 
 fn xrd(name: &str, group: &str, plural: &str) -> Value {
     json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-           "metadata": {"name": name, "uid": format!("uid-{name}")},
+           "metadata": {"name": name, "uid": format!("uid-{name}"),
+                        "creationTimestamp": support::engine::OWNER_CREATED},
            "spec": {"group": group, "names": {"kind": "X", "plural": plural},
                     "claimNames": {"kind": "C", "plural": plural},
                     "versions": [{"name": "v1", "served": true, "referenceable": true}]}})
@@ -67,7 +68,10 @@ fn provider_revision(name: &str, crds: &[&str]) -> Value {
         .map(|c| json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": c}))
         .collect();
     json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-           "metadata": {"name": name, "uid": format!("uid-{name}")},
+           "metadata": {"name": name, "uid": format!("uid-{name}"),
+                        "creationTimestamp": support::engine::REVISION_CREATED,
+                        // Controlled by Provider 0 (see support::engine::provider).
+                        "ownerReferences": [support::engine::provider_ref(0, true)]},
            "spec": {"image": "xpkg.crossplane.io/example/provider-x:v1"},
            "status": {"objectRefs": refs}})
 }
@@ -125,7 +129,8 @@ fn provider_object_refs_never_become_wildcards() {
             &builtin(),
             &[
                 provider_revision("provider-evil-1", &[crd, "widgets.example.org"]),
-                // The CRD the revision owns (lineage): only it is a type.
+                support::engine::provider(0),
+                // The CRD the revision controls (lineage): only it is a type.
                 support::engine::crd(
                     "widgets.example.org",
                     "ProviderRevision",

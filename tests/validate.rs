@@ -590,3 +590,66 @@ fn a_misspelt_list_field_path_of_the_trigger_warns() {
         ],
     );
 }
+
+/// A rule reading Deployments owned by its trigger namespace's objects,
+/// with the given ownership filter.
+fn lineage_rule(filter: &str) -> String {
+    rule(
+        "lineage",
+        &format!(
+            "  trigger:\n    kind: Namespace\n  related:\n  - name: sas\n    objects:\n      kind: ServiceAccount\n      metadataOnly: true\n  - name: deployments\n    objects:\n      apiGroup: apps\n      kind: Deployment\n      metadataOnly: true\n      {filter}\n  outputs:\n  - kind: ClusterRole\n    name: \"ns:{{{{trigger.metadata.name}}}}\"\n    rules:\n    - forEach: related.deployments\n      as: d\n      item:\n        apiGroups: [apps]\n        resources: [deployments]\n        resourceNames: [\"{{{{d.metadata.name}}}}\"]\n        verbs: [get]\n"
+        ),
+    )
+}
+
+#[test]
+fn owned_by_is_warned_about_and_controlled_by_is_not() {
+    let r = validate(&lineage_rule("ownedBy: [trigger, sas]"), None, &[]);
+    assert_has(
+        &r,
+        0,
+        &[
+            "spec.related[1].objects.ownedBy",
+            "non-controller ownerReferences",
+            "controlledBy and notOlderThan",
+        ],
+    );
+    let strict = validate(&lineage_rule("ownedBy: [trigger]"), None, &["--strict"]);
+    assert_eq!(strict.code, Some(1), "{}", strict.stdout);
+    let r = validate(
+        &lineage_rule("controlledBy: [trigger, sas]\n      notOlderThan: trigger"),
+        None,
+        &["--strict"],
+    );
+    assert_has(&r, 0, &[]);
+    assert!(!r.stdout.contains("ownedBy"), "{}", r.stdout);
+}
+
+#[test]
+fn lineage_names_only_the_trigger_and_earlier_sets_of_objects() {
+    for (filter, field, message) in [
+        (
+            "controlledBy: [later]",
+            "spec.related[1].objects.controlledBy[0]",
+            "neither the trigger nor an earlier related set of objects",
+        ),
+        (
+            "notOlderThan: deployments",
+            "spec.related[1].objects.notOlderThan",
+            "neither the trigger nor an earlier related set of objects",
+        ),
+        (
+            "ownedBy: [sas]\n      notOlderThan: trigger",
+            "spec.related[1].objects.notOlderThan",
+            "at most one of controlledByTrigger, ownedBy and controlledBy",
+        ),
+        (
+            "controlledByTrigger: true\n      controlledBy: [trigger]",
+            "spec.related[1].objects.controlledBy",
+            "at most one of controlledByTrigger, ownedBy and controlledBy",
+        ),
+    ] {
+        let r = validate(&lineage_rule(filter), None, &[]);
+        assert_has(&r, 1, &[field, message]);
+    }
+}

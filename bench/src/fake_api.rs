@@ -113,7 +113,8 @@ const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 /// The RBAC kinds.
 const RBAC_KINDS: [&str; 4] = ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
 
-/// The generated control plane's own kinds (package revisions and XRDs).
+/// The generated control plane's own kinds (packages, their revisions and
+/// XRDs).
 pub fn resources_of(names: &'static Names) -> Vec<Resource> {
     [
         (
@@ -125,6 +126,11 @@ pub fn resources_of(names: &'static Names) -> Vec<Resource> {
             &names.definition.api_version,
             &names.definition.kind,
             &names.definition.plural,
+        ),
+        (
+            &names.package.api_version,
+            &names.package.kind,
+            &names.package.plural,
         ),
     ]
     .into_iter()

@@ -72,6 +72,7 @@ fn resource(obj: &Value, names: &Names) -> Result<ApiResource, BenchError> {
     let plural = match kind {
         k if k == names.revision.kind => names.revision.plural.clone(),
         k if k == names.definition.kind => names.definition.plural.clone(),
+        k if k == names.package.kind => names.package.plural.clone(),
         "Namespace" | "Deployment" | "CustomResourceDefinition" | "RbacRule" => {
             format!("{}s", kind.to_lowercase())
         }
@@ -123,6 +124,8 @@ pub fn for_server(obj: &Value, uids: &HashMap<String, String>) -> Value {
     if let Some(meta) = o["metadata"].as_object_mut() {
         meta.remove("uid");
         meta.remove("resourceVersion");
+        // The API server dates each object as it creates it.
+        meta.remove("creationTimestamp");
     }
     map_owner_uids(&mut o, uids);
     if o["kind"] == "Deployment" {
@@ -640,6 +643,12 @@ pub(super) async fn controller_phases(
     let mut versions = Versions::default();
     let objects = plane.objects(&mut versions);
     let is = |o: &Value, k: &str| o["kind"] == k;
+    // Packages first: their revisions' ownerReferences name their uids,
+    // and the API server dates each object as it is created (a CRD must
+    // be no older than its package or XRD).
+    let (packages, objects): (Vec<Value>, Vec<Value>) = objects
+        .into_iter()
+        .partition(|o| is(o, &names.package.kind));
     let (owners, rest): (Vec<Value>, Vec<Value>) = objects
         .into_iter()
         .partition(|o| is(o, &names.revision.kind) || is(o, &names.definition.kind));
@@ -647,14 +656,16 @@ pub(super) async fn controller_phases(
         .into_iter()
         .partition(|o| is(o, "CustomResourceDefinition"));
     let mut uids = HashMap::new();
+    apply_all(&client, names, &packages, &mut uids).await?;
     apply_all(&client, names, &owners, &mut uids).await?;
     apply_all(&client, names, &rest, &mut uids).await?;
     let crds_started = Instant::now();
     apply_all(&client, names, &crds, &mut uids).await?;
     let crds_ms = ms(crds_started.elapsed());
     let setup_ms = ms(started.elapsed());
-    let live: Vec<Value> = owners
+    let live: Vec<Value> = packages
         .iter()
+        .chain(&owners)
         .chain(&rest)
         .chain(&crds)
         .map(|o| as_live(o, &uids))

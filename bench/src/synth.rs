@@ -8,8 +8,10 @@
 //! - package revisions in families (the family label, one image org per
 //!   family), whose `status.objectRefs` list the scenario's CRDs, spread
 //!   evenly;
+//! - one package per revision, controlling it and created before it;
 //! - the CRDs themselves, as a real cluster holds them: each revision's
-//!   owned by it, each XRD's (its types and claims) controlled by it (the
+//!   controlled by it (its package an owner too), each XRD's (its types and
+//!   claims) controlled by it, all created after their package or XRD (the
 //!   proof of lineage the built-in rules require);
 //! - one Deployment per revision in the system namespace, controlled by its
 //!   revision (ownerReference with `controller: true`);
@@ -29,6 +31,8 @@ pub struct Names {
     pub revision: RevisionNames,
     /// Namespace of the revisions' Deployments.
     pub system_namespace: String,
+    /// The packages that control the revisions.
+    pub package: PackageNames,
     /// The XRDs.
     pub definition: DefinitionNames,
     /// How a Namespace accepts claims.
@@ -51,6 +55,18 @@ pub struct RevisionNames {
     pub name_prefix: String,
     /// See `name_prefix`.
     pub name_suffix: String,
+}
+
+/// Names of the package kind.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PackageNames {
+    /// apiVersion.
+    pub api_version: String,
+    /// kind.
+    pub kind: String,
+    /// Plural, as in API paths.
+    pub plural: String,
 }
 
 /// Names of the XRD kind.
@@ -100,10 +116,10 @@ pub enum Scenario {
     /// CI-cheap: 7 revisions, 100 CRDs, 50 XRDs, 100 namespaces.
     Small,
     /// 70 revisions, 1,000 CRDs, 500 XRDs, 2,000 namespaces, and the CRDs
-    /// a real cluster holds for their types (4,390 objects in).
+    /// a real cluster holds for their types (4,460 objects in).
     Large,
     /// 70 revisions, 1,000 CRDs, 5,000 XRDs, 20,000 namespaces, and their
-    /// types' CRDs (33,640 in).
+    /// types' CRDs (33,710 in).
     Xl,
 }
 
@@ -166,10 +182,10 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// Objects in: revisions, Deployments, CRDs (the revisions', each
+    /// Objects in: packages, revisions, Deployments, CRDs (the revisions', each
     /// XRD's and each claim's), XRDs and Namespaces.
     pub fn objects_in(&self) -> usize {
-        2 * self.revisions + self.crds + 2 * self.xrds + self.claim_xrds() + self.namespaces
+        3 * self.revisions + self.crds + 2 * self.xrds + self.claim_xrds() + self.namespaces
     }
 
     /// XRDs with claimNames (the even-numbered ones).
@@ -255,10 +271,38 @@ impl Plane<'_> {
                 "name": self.revision_name(p),
                 "uid": revision_uid(p),
                 "resourceVersion": rv,
+                "creationTimestamp": REVISION_CREATED,
                 "labels": labels,
+                "ownerReferences": [self.package_ref(p, true)],
             },
             "spec": {"image": format!("xpkg.example.org/org{f}/package-p{p}:v1.0.0"), "desiredState": "Active"},
             "status": {"objectRefs": refs},
+        })
+    }
+
+    /// The package of revision `p`: it controls the revision.
+    fn package(&self, p: usize, rv: String) -> Value {
+        let k = &self.names.package;
+        json!({
+            "apiVersion": k.api_version,
+            "kind": k.kind,
+            "metadata": {
+                "name": format!("{}{p}", self.names.revision.name_prefix),
+                "uid": package_uid(p),
+                "resourceVersion": rv,
+                "creationTimestamp": OWNER_CREATED,
+            },
+            "spec": {"package": format!("xpkg.example.org/org{}/package-p{p}:v1.0.0", self.family(p))},
+        })
+    }
+
+    /// An ownerReference to the package of revision `p`.
+    fn package_ref(&self, p: usize, controller: bool) -> Value {
+        let k = &self.names.package;
+        json!({
+            "apiVersion": k.api_version, "kind": k.kind,
+            "name": format!("{}{p}", self.names.revision.name_prefix), "uid": package_uid(p),
+            "controller": controller, "blockOwnerDeletion": true,
         })
     }
 
@@ -314,7 +358,8 @@ impl Plane<'_> {
         out
     }
 
-    /// The CRDs revision `p` owns: one per name in `refs`.
+    /// The CRDs revision `p` controls (its package an owner too): one per
+    /// name in `refs`.
     fn revision_crds(&self, p: usize, refs: &[Value], versions: &mut Versions) -> Vec<Value> {
         let r = &self.names.revision;
         let owner = json!({
@@ -322,9 +367,16 @@ impl Plane<'_> {
             "name": self.revision_name(p), "uid": revision_uid(p),
             "controller": true, "blockOwnerDeletion": true,
         });
+        let package = self.package_ref(p, false);
         refs.iter()
             .filter_map(|r| r["name"].as_str()?.split_once('.'))
-            .map(|(plural, group)| crd(plural, group, &owner, versions.bump()))
+            .map(|(plural, group)| {
+                let mut c = crd(plural, group, &owner, versions.bump());
+                if let Some(refs) = c["metadata"]["ownerReferences"].as_array_mut() {
+                    refs.push(package.clone());
+                }
+                c
+            })
             .collect()
     }
 
@@ -344,7 +396,8 @@ impl Plane<'_> {
         json!({
             "apiVersion": d.api_version,
             "kind": d.kind,
-            "metadata": {"name": format!("x{stem}s.{}", d.type_group), "uid": uid, "resourceVersion": rv},
+            "metadata": {"name": format!("x{stem}s.{}", d.type_group), "uid": uid, "resourceVersion": rv,
+                         "creationTimestamp": OWNER_CREATED},
             "spec": spec,
         })
     }
@@ -385,11 +438,14 @@ impl Plane<'_> {
         })
     }
 
-    /// Every object, in a fixed order: revisions, Deployments, the
+    /// Every object, in a fixed order: packages, revisions, Deployments, the
     /// revisions' CRDs, XRDs and their CRDs, Namespaces.
     pub fn objects(&self, versions: &mut Versions) -> Vec<Value> {
         let s = &self.sizes;
         let mut out = Vec::with_capacity(s.objects_in());
+        for p in 0..s.revisions {
+            out.push(self.package(p, versions.bump()));
+        }
         for p in 0..s.revisions {
             out.push(self.revision(p, self.revision_refs(p), versions.bump()));
         }
@@ -454,6 +510,18 @@ impl Plane<'_> {
     }
 }
 
+/// When the packages and XRDs were created: before the revisions and
+/// CRDs, as a real cluster holds them.
+const OWNER_CREATED: &str = "2026-01-01T00:00:00Z";
+/// When the revisions were created.
+const REVISION_CREATED: &str = "2026-01-01T00:00:10Z";
+/// When the CRDs were created (by their revision or XRD).
+const CRD_CREATED: &str = "2026-01-01T00:01:00Z";
+
+fn package_uid(p: usize) -> String {
+    format!("00000000-0000-4000-7000-{p:012}")
+}
+
 fn revision_uid(p: usize) -> String {
     format!("00000000-0000-4000-8000-{p:012}")
 }
@@ -506,6 +574,7 @@ fn crd(plural: &str, group: &str, owner: &Value, rv: String) -> Value {
             "name": format!("{plural}.{group}"),
             "uid": format!("crd-{plural}.{group}"),
             "resourceVersion": rv,
+            "creationTimestamp": CRD_CREATED,
             "ownerReferences": [owner],
         },
         "spec": {
@@ -572,10 +641,11 @@ mod tests {
     fn large_has_the_issue_sizes() {
         let pl = plane(Scenario::Large);
         let objs = pl.objects(&mut Versions::default());
-        // 2,640 objects and the 1,750 CRDs a real cluster holds for them.
-        assert_eq!(objs.len(), 4_390);
-        assert_eq!(pl.sizes.objects_in(), 4_390);
-        assert_eq!(Scenario::Xl.sizes().objects_in(), 33_640);
+        // 2,710 objects (70 of them the revisions' packages) and the 1,750
+        // CRDs a real cluster holds for them.
+        assert_eq!(objs.len(), 4_460);
+        assert_eq!(pl.sizes.objects_in(), 4_460);
+        assert_eq!(Scenario::Xl.sizes().objects_in(), 33_710);
         let kind = |o: &Value, k: &str| o["kind"] == k;
         let refs: usize = objs
             .iter()

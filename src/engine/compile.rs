@@ -156,6 +156,8 @@ fn without_names(spec: &RbacRuleSpec) -> Option<Value> {
         // Names of sets, not texts: the engine reads their uids itself.
         if let Some(m) = r.get_mut("objects").and_then(Value::as_object_mut) {
             m.remove("ownedBy");
+            m.remove("controlledBy");
+            m.remove("notOlderThan");
         }
     }
     Some(v)
@@ -205,8 +207,8 @@ fn unread_related(spec: &RbacRuleSpec, texts: &[&str]) -> BTreeSet<String> {
 
 /// The related object sets whose every read is a truth test: each text
 /// (from [`spec_texts`]) that reads one is a `when` whose whole text is
-/// `related.<name>`, and no listField's `of` or `ownedBy` names it (those
-/// read its objects).
+/// `related.<name>`, and no listField's `of`, `ownedBy`, `controlledBy` or
+/// `notOlderThan` names it (those read its objects).
 fn presence_related(spec: &RbacRuleSpec, all: &[(Option<&str>, &str)]) -> BTreeSet<String> {
     let names: Vec<&str> = spec.related.iter().map(|r| r.name.as_str()).collect();
     let mut truth = BTreeSet::new();
@@ -215,7 +217,10 @@ fn presence_related(spec: &RbacRuleSpec, all: &[(Option<&str>, &str)]) -> BTreeS
         .iter()
         .flat_map(|r| {
             let of = r.list_field.iter().flat_map(|l| l.of.iter());
-            let owners = r.objects.iter().flat_map(|q| q.owned_by.iter());
+            let owners = r.objects.iter().flat_map(|q| {
+                let lineage = q.controlled_by.iter().chain(&q.not_older_than);
+                q.owned_by.iter().chain(lineage)
+            });
             of.chain(owners).cloned()
         })
         .collect();
@@ -788,25 +793,61 @@ fn check_objects_query(c: &mut Compiler, spec: &RbacRuleSpec, i: usize, f: &str,
         );
     }
     c.fields(&format!("{f}.objects"), &q.fields, q.metadata_only);
-    if q.controlled_by_trigger && !q.owned_by.is_empty() {
+    let filters = [
+        (q.controlled_by_trigger, "controlledByTrigger"),
+        (!q.owned_by.is_empty(), "ownedBy"),
+        (
+            !q.controlled_by.is_empty() || q.not_older_than.is_some(),
+            if q.controlled_by.is_empty() {
+                "notOlderThan"
+            } else {
+                "controlledBy"
+            },
+        ),
+    ];
+    let given: Vec<&str> = filters
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| *n)
+        .collect();
+    if let [_, second, ..] = given[..] {
         c.err(
             ErrorKind::InvalidRule,
-            format!("{f}.objects.ownedBy"),
-            "give at most one of controlledByTrigger and ownedBy",
+            format!("{f}.objects.{second}"),
+            "give at most one of controlledByTrigger, ownedBy and controlledBy (with notOlderThan)",
         );
     }
-    for (j, of) in q.owned_by.iter().enumerate() {
-        let known = if of == "trigger" {
+    // Set names: the trigger or an earlier related set of objects.
+    let known = |of: &str| {
+        if of == "trigger" {
             spec.trigger.is_some()
         } else {
             spec.related[..i]
                 .iter()
-                .any(|p| &p.name == of && p.objects.is_some())
-        };
-        if !known {
+                .any(|p| p.name == of && p.objects.is_some())
+        }
+    };
+    let named = q
+        .owned_by
+        .iter()
+        .enumerate()
+        .map(|(j, of)| (format!("{f}.objects.ownedBy[{j}]"), of))
+        .chain(
+            q.controlled_by
+                .iter()
+                .enumerate()
+                .map(|(j, of)| (format!("{f}.objects.controlledBy[{j}]"), of)),
+        )
+        .chain(
+            q.not_older_than
+                .iter()
+                .map(|of| (format!("{f}.objects.notOlderThan"), of)),
+        );
+    for (field, of) in named {
+        if !known(of) {
             c.err(
                 ErrorKind::InvalidRule,
-                format!("{f}.objects.ownedBy[{j}]"),
+                field,
                 format!("{of:?} is neither the trigger nor an earlier related set of objects"),
             );
         }
@@ -1353,6 +1394,11 @@ spec:
   - name: f
     when: related.e
     objects: {{apiGroup: example.org, kind: Part, ownedBy: [e]}}
+  - name: g
+    objects: {{apiGroup: example.org, kind: Part}}
+  - name: h
+    when: related.g
+    objects: {{apiGroup: example.org, kind: Part, controlledBy: [g], notOlderThan: c}}
   outputs:
   - kind: ClusterRole
     when: related.b
@@ -1363,8 +1409,9 @@ spec:
 {outputs}"#
             )
         };
-        // `a` and `b` only by `when`; `c` is a listField's source and `e`
-        // an owner set: their objects are read.
+        // `a` and `b` only by `when`; `c` is a listField's source and a
+        // `notOlderThan` set, `e` and `g` owner sets: their objects are
+        // read.
         assert_eq!(presence_of(&rule("")), ["a", "b"]);
         // Any other read of a set copies it.
         for (text, left) in [
@@ -1390,11 +1437,12 @@ spec:
         }
         assert!(found.iter().any(|n| n.ends_with("/xrCrd")), "{found:?}");
         assert!(found.iter().any(|n| n.ends_with("/claimCrd")), "{found:?}");
-        // The provider rules' sets feed listFields and ownedBy: copied.
+        // The provider rules' sets feed listFields, controlledBy and
+        // notOlderThan, which read their objects: not counts.
         assert!(
-            !found
-                .iter()
-                .any(|n| n.ends_with("/family") || n.ends_with("/crds"))
+            !found.iter().any(|n| n.ends_with("/family")
+                || n.ends_with("/crds")
+                || n.ends_with("/providers"))
         );
     }
 }

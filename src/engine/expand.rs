@@ -23,6 +23,7 @@ use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
     AssemblyPart, ExtractedEntries, ItemVerdict, NestedKey, Owner, OwnerFilter, Read,
+    controller_uid,
 };
 use super::model::Desired;
 use super::model::Seen;
@@ -32,6 +33,7 @@ use super::path::{
 };
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::{mentions, mentions_text, named_reads, truthy};
+use super::time::creation_time;
 use super::view::View;
 use crate::api::{
     Condition, GROUP, ListFieldQuery, ObjectQuery, OutputKind, Related, RulesFrom, Unmatched,
@@ -1315,6 +1317,10 @@ impl Evaluator<'_> {
                     trigger,
                     ctx,
                 ))))
+            } else if !q.controlled_by.is_empty() || q.not_older_than.is_some() {
+                Some(OwnerFilter::Lineage(Arc::new(
+                    self.lineage_owners(q, trigger, ctx),
+                )))
             } else {
                 None
             },
@@ -1653,6 +1659,87 @@ impl Evaluator<'_> {
             }
         }
         uids
+    }
+
+    /// The controllers `controlledBy` and `notOlderThan` accept, by uid,
+    /// each with the creation time of its controlling ancestor in the
+    /// `notOlderThan` set (walking up controller references through the
+    /// trigger and the sets `controlledBy` names; a uid names the first
+    /// object with it, ancestors first). Computed once per render, so the
+    /// filter reads the found object alone (as the read index asks).
+    fn lineage_owners(
+        &self,
+        q: &ObjectQuery,
+        trigger: Option<&Value>,
+        ctx: &Context,
+    ) -> BTreeMap<String, Option<i64>> {
+        // (uid, controller's uid, creation time) of each object of a set.
+        type Fact = (String, Option<String>, Option<i64>);
+        let fact = |o: &Value| -> Option<Fact> {
+            let uid = o["metadata"]["uid"].as_str().filter(|u| !u.is_empty())?;
+            Some((
+                uid.to_string(),
+                controller_uid(o).map(str::to_string),
+                creation_time(o),
+            ))
+        };
+        let facts = |name: &str| -> Vec<Fact> {
+            if name == "trigger" {
+                return trigger.and_then(fact).into_iter().collect();
+            }
+            self.caches
+                .with_objects(name, |objs| objs.iter().filter_map(|o| fact(o)).collect())
+                .or_else(|| {
+                    let items = ctx.data()["related"][name].as_array()?;
+                    Some(items.iter().filter_map(fact).collect())
+                })
+                .unwrap_or_default()
+        };
+        let allowed: Option<Vec<String>> = (!q.controlled_by.is_empty()).then(|| {
+            let all = q.controlled_by.iter().flat_map(|n| facts(n));
+            all.map(|(u, _, _)| u).collect()
+        });
+        let Some(set) = &q.not_older_than else {
+            return allowed.into_iter().flatten().map(|u| (u, None)).collect();
+        };
+        // uid -> (an ancestor?, controller's uid, creation time).
+        let mut nodes: BTreeMap<String, (bool, Option<String>, Option<i64>)> = BTreeMap::new();
+        for (u, c, t) in facts(set) {
+            nodes.entry(u).or_insert((true, c, t));
+        }
+        let through = std::iter::once("trigger").chain(
+            q.controlled_by
+                .iter()
+                .map(String::as_str)
+                .filter(|n| *n != "trigger"),
+        );
+        for name in through {
+            for (u, c, t) in facts(name) {
+                nodes.entry(u).or_insert((false, c, t));
+            }
+        }
+        let ancestor_time = |start: &str| -> Option<i64> {
+            let mut seen = BTreeSet::new();
+            let mut at = start;
+            loop {
+                if !seen.insert(at) {
+                    return None;
+                }
+                let (ancestor, controller, created) = nodes.get(at)?;
+                if *ancestor {
+                    return *created;
+                }
+                at = controller.as_deref()?;
+            }
+        };
+        let candidates: Vec<String> = match allowed {
+            Some(a) => a,
+            None => nodes.keys().cloned().collect(),
+        };
+        candidates
+            .into_iter()
+            .filter_map(|u| ancestor_time(&u).map(|t| (u, Some(t))))
+            .collect()
     }
 
     /// What related set `i`'s conditions read. A condition that reads

@@ -37,6 +37,7 @@ pub mod path;
 pub mod shape;
 pub mod store;
 pub mod template;
+pub mod time;
 mod trigger;
 mod view;
 

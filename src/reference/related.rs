@@ -4,9 +4,10 @@
 //!
 //! A set whose `when` is false is empty. `objects` lists objects of one
 //! kind the rule sees (narrowed by `namespace`, `names`, `selector`,
-//! `controlledByTrigger`, `ownedBy`); `listField` takes the entries of a
-//! list field of the trigger or earlier sets (with `extract` captures),
-//! de-duplicated and sorted by their JSON text. Then every item must pass
+//! `controlledByTrigger`, `controlledBy`, `notOlderThan`, `ownedBy`);
+//! `listField` takes the entries of a list field of the trigger or earlier
+//! sets (with `extract` captures), de-duplicated and sorted by their JSON
+//! text. Then every item must pass
 //! `where` (else dropped) and `require` (else dropped with a warning).
 
 use std::borrow::Cow;
@@ -131,6 +132,11 @@ impl Render<'_> {
             None => None,
         };
         let owners = self.owner_uids(&q.owned_by, ctx);
+        let controllers = self.owner_uids(&q.controlled_by, ctx);
+        let lineage = q
+            .not_older_than
+            .as_ref()
+            .map(|s| self.lineage(s, &q.controlled_by, ctx));
         let passes = |o: &Value| {
             let name = o["metadata"]["name"].as_str().unwrap_or_default();
             let labels = o["metadata"]["labels"].as_object();
@@ -140,6 +146,9 @@ impl Render<'_> {
                     .is_none_or(|s| crate::selector::matches_json(s, labels))
                 && (!q.controlled_by_trigger || self.trigger.is_some_and(|t| controls(t, o)))
                 && (q.owned_by.is_empty() || owner_refs(o).any(|u| owners.contains(u)))
+                && (q.controlled_by.is_empty()
+                    || controller_uid(o).is_some_and(|u| controllers.contains(u)))
+                && lineage.as_ref().is_none_or(|l| l.not_older(o))
         };
         let found = self.world.list(&gk, ns.as_deref());
         Ok(found
@@ -161,6 +170,28 @@ impl Render<'_> {
             }
         }
         uids
+    }
+
+    /// The objects `notOlderThan` walks: those of `set` (its ancestors)
+    /// and those the walk passes through (the trigger and the objects of
+    /// the sets `controlledBy` names).
+    fn lineage(&self, set: &str, through: &[String], ctx: &Context) -> Lineage {
+        let objects_of = |name: &str| -> Vec<Value> {
+            if name == "trigger" {
+                self.trigger.into_iter().cloned().collect()
+            } else {
+                ctx.data()["related"][name]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            }
+        };
+        let ancestors = objects_of(set);
+        let mut held = objects_of("trigger");
+        for name in through.iter().filter(|n| *n != "trigger") {
+            held.extend(objects_of(name));
+        }
+        Lineage { ancestors, held }
     }
 
     /// `listField`: the entries of the list at `path` in each object of
@@ -259,6 +290,62 @@ impl Render<'_> {
         let mut m = m.clone();
         add_captures(&mut m, re, &caps);
         Some(Value::Object(m))
+    }
+}
+
+/// What `notOlderThan` reads: the objects of its set, and those a walk
+/// up controller ownerReferences may pass through.
+struct Lineage {
+    ancestors: Vec<Value>,
+    held: Vec<Value>,
+}
+
+impl Lineage {
+    /// Whether `obj` was created no earlier than its controlling ancestor:
+    /// walking up controller references by uid, the first object that is
+    /// one of `ancestors` (each uid names the first object with it,
+    /// ancestors before the others).
+    fn not_older(&self, obj: &Value) -> bool {
+        let find = |uid: &str| {
+            let has = |o: &&Value| o["metadata"]["uid"].as_str() == Some(uid);
+            match self.ancestors.iter().find(has) {
+                Some(a) => Some((a, true)),
+                None => self.held.iter().find(has).map(|h| (h, false)),
+            }
+        };
+        let Some(created) = crate::engine::time::creation_time(obj) else {
+            return false;
+        };
+        let mut seen = BTreeSet::new();
+        let mut at = controller_uid(obj);
+        while let Some(uid) = at {
+            if !seen.insert(uid) {
+                return false;
+            }
+            match find(uid) {
+                Some((a, true)) => {
+                    return crate::engine::time::creation_time(a).is_some_and(|t| created >= t);
+                }
+                Some((h, false)) => at = controller_uid(h),
+                None => return false,
+            }
+        }
+        false
+    }
+}
+
+/// The uid of `obj`'s controller: its only ownerReference with
+/// `controller: true`, when that has a uid. Kubernetes refuses a second
+/// controller reference; data with one proves nothing.
+fn controller_uid(obj: &Value) -> Option<&str> {
+    let mut controllers = obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["controller"].as_bool() == Some(true));
+    match (controllers.next(), controllers.next()) {
+        (Some(r), None) => r["uid"].as_str().filter(|u| !u.is_empty()),
+        _ => None,
     }
 }
 

@@ -72,6 +72,12 @@ pub fn xrd_ar() -> ApiResource {
     )
 }
 
+/// Crossplane's Provider (a stand-in CRD in tests): it controls its
+/// revisions, and dates their CRDs.
+pub fn provider_ar() -> ApiResource {
+    ar("pkg.crossplane.io", "v1", "Provider", "providers")
+}
+
 pub fn pr_ar() -> ApiResource {
     ar(
         "pkg.crossplane.io",

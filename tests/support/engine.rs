@@ -34,11 +34,21 @@ pub fn rules_of(eval: &Evaluation, kind: OutputKind, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// When the fixtures' Providers and XRDs were created: before their
+/// revisions ([`REVISION_CREATED`]) and CRDs ([`CRD_CREATED`]), as
+/// Crossplane makes them.
+pub const OWNER_CREATED: &str = "2026-01-01T00:00:00Z";
+/// When the fixtures' ProviderRevisions were created.
+pub const REVISION_CREATED: &str = "2026-01-01T00:00:10Z";
+/// When the fixtures' CRDs were created (by their revision or XRD).
+pub const CRD_CREATED: &str = "2026-01-01T00:01:00Z";
+
 /// A CompositeResourceDefinition `xthings<i>.example.org`, with a claim
 /// (XRD 3's claim plural is the hostile `*`) and paused as asked.
 pub fn xrd(i: usize, claim: bool, paused: bool) -> Value {
     let mut v = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-        "metadata": {"name": format!("xthings{i}.example.org"), "uid": format!("xrd-{i}")},
+        "metadata": {"name": format!("xthings{i}.example.org"), "uid": format!("xrd-{i}"),
+                     "creationTimestamp": OWNER_CREATED},
         "spec": {"group": "example.org", "names": {"kind": format!("XThing{i}"), "plural": format!("xthings{i}")}}});
     if claim {
         // XRD 3's claim is hostile: its warning comes and goes with it.
@@ -75,9 +85,28 @@ pub fn revision(p: usize, family: usize, org: &str, types: usize) -> Value {
     }
     json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
         "metadata": {"name": format!("provider-{p}"), "uid": format!("pr-{p}"),
+                     "creationTimestamp": REVISION_CREATED,
+                     "ownerReferences": [provider_ref(p, true)],
                      "labels": {"pkg.crossplane.io/provider-family": format!("family-{family}")}},
         "spec": {"image": format!("registry.example.org/{org}/provider-{p}:v1")},
         "status": {"objectRefs": refs}})
+}
+
+/// The Provider `provider-<p>` (uid `prov-<p>`) whose revision is
+/// [`revision`] `p`: a revision's CRDs are believed only when no older
+/// than it.
+pub fn provider(p: usize) -> Value {
+    json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+        "metadata": {"name": format!("provider-{p}"), "uid": format!("prov-{p}"),
+                     "creationTimestamp": OWNER_CREATED},
+        "spec": {"package": format!("registry.example.org/org/provider-{p}:v1")}})
+}
+
+/// An ownerReference to Provider `p`, as its revision (controller) and
+/// the revision's objects (not controller) carry.
+pub fn provider_ref(p: usize, controller: bool) -> Value {
+    json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "name": format!("provider-{p}"),
+           "uid": format!("prov-{p}"), "controller": controller, "blockOwnerDeletion": true})
 }
 
 /// Every (group, resource) an object's rules grant.
@@ -105,7 +134,7 @@ pub fn granted(
 pub fn crd(name: &str, owner_kind: &str, owner_uid: &str, controller: bool) -> Value {
     let (plural, group) = name.split_once('.').unwrap_or((name, ""));
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name, "uid": format!("crd-{name}"),
+        "metadata": {"name": name, "uid": format!("crd-{name}"), "creationTimestamp": CRD_CREATED,
                      "ownerReferences": [{"apiVersion": "example.org/v1", "kind": owner_kind,
                                           "name": owner_uid, "uid": owner_uid, "controller": controller}]},
         "spec": {"group": group, "names": {"plural": plural}}})
@@ -132,8 +161,10 @@ pub fn xrd_crds(i: usize, claim: bool) -> Vec<Value> {
     out
 }
 
-/// The CRDs revision `p` (see [`revision`]) owns: its `types`, and with 3
-/// one in a Kubernetes group too (skipped with a warning).
+/// The CRDs revision `p` (see [`revision`]) controls: its `types`, and
+/// with 3 one in a Kubernetes group too (skipped with a warning); each
+/// also owned (not as controller) by the revision's Provider, as
+/// Crossplane's package manager makes them.
 pub fn revision_crds(p: usize, types: usize) -> Vec<Value> {
     let uid = format!("pr-{p}");
     let mut out: Vec<Value> = (0..types)
@@ -153,6 +184,11 @@ pub fn revision_crds(p: usize, types: usize) -> Vec<Value> {
             &uid,
             true,
         ));
+    }
+    for c in &mut out {
+        if let Some(refs) = c["metadata"]["ownerReferences"].as_array_mut() {
+            refs.push(provider_ref(p, false));
+        }
     }
     out
 }

@@ -855,6 +855,14 @@ impl EvalCaches {
                 let at = uids.iter().filter_map(|u| by_uid.get(u.as_str())).flatten();
                 passing_at(&f.objects, at, read)
             }
+            Some(OwnerFilter::Lineage(owners)) => {
+                let (by_uid, _) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
+                let at = owners
+                    .keys()
+                    .filter_map(|u| by_uid.get(u.as_str()))
+                    .flatten();
+                passing_at(&f.objects, at, read)
+            }
             Some(OwnerFilter::Controller(owner)) if !owner.uid.is_empty() => {
                 let (by_uid, loose) = f.by_owner.get_or_insert_with(|| owner_index(&f.objects));
                 let at = by_uid

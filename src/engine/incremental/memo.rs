@@ -27,6 +27,7 @@ use crate::engine::fast_hash::{HashMap, HashSet};
 use crate::engine::limits;
 use crate::engine::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, Seen};
 use crate::engine::store::{GroupKind, ObjectKey, group_of};
+use crate::engine::time::creation_time;
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -886,6 +887,11 @@ pub(in crate::engine) enum OwnerFilter {
     Controller(Owner),
     /// Any ownerReference whose uid is one of these (`ownedBy`).
     AnyOf(Arc<BTreeSet<String>>),
+    /// A controller ownerReference whose uid is a key here, on an object
+    /// created no earlier than its value, when it has one (`controlledBy`,
+    /// `notOlderThan`: the render computed the creation time of each
+    /// owner's controlling ancestor, so the filter reads the object alone).
+    Lineage(Arc<BTreeMap<String, Option<i64>>>),
 }
 
 impl OwnerFilter {
@@ -894,6 +900,11 @@ impl OwnerFilter {
         match self {
             OwnerFilter::Controller(o) => o.controls(obj),
             OwnerFilter::AnyOf(uids) => owner_uids(obj).any(|u| uids.contains(u)),
+            OwnerFilter::Lineage(owners) => match controller_uid(obj).and_then(|u| owners.get(u)) {
+                None => false,
+                Some(None) => true,
+                Some(Some(least)) => creation_time(obj).is_some_and(|t| t >= *least),
+            },
         }
     }
 
@@ -902,7 +913,23 @@ impl OwnerFilter {
         match self {
             OwnerFilter::Controller(o) => format!("{}|{:?}|{}", o.uid, o.gk, o.name),
             OwnerFilter::AnyOf(uids) => format!("any:{uids:?}"),
+            OwnerFilter::Lineage(owners) => format!("lineage:{owners:?}"),
         }
+    }
+}
+
+/// The uid of `obj`'s controller: its only ownerReference with
+/// `controller: true`, when that has a uid (Kubernetes refuses a second
+/// one; data with two proves nothing).
+pub(in crate::engine) fn controller_uid(obj: &Value) -> Option<&str> {
+    let mut controllers = obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["controller"].as_bool() == Some(true));
+    match (controllers.next(), controllers.next()) {
+        (Some(r), None) => r["uid"].as_str().filter(|u| !u.is_empty()),
+        _ => None,
     }
 }
 

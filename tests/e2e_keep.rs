@@ -801,13 +801,26 @@ async fn setup(ctx: &Ctx) {
             name,
         });
     }
-    // A ProviderRevision, its CRDs and its Deployment.
+    // A Provider (made first: the rules believe only CRDs no older than
+    // it), the ProviderRevision it controls, its CRDs and its Deployment.
+    let provider = ctx
+        .create(
+            &provider_ar(),
+            None,
+            json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+                "metadata": {"name": ctx.pr},
+                "spec": {"package": "xpkg.example.org/e2e/provider-e2e:v0.1.0"}}),
+        )
+        .await;
     let pr = ctx
         .create(
             &pr_ar(),
             None,
             json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-                "metadata": {"name": ctx.pr, "labels": {"pkg.crossplane.io/package": "provider-e2e"}},
+                "metadata": {"name": ctx.pr, "labels": {"pkg.crossplane.io/package": "provider-e2e"},
+                    "ownerReferences": [{"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+                        "name": ctx.pr, "uid": provider["metadata"]["uid"],
+                        "controller": true, "blockOwnerDeletion": true}]},
                 "spec": {"image": "xpkg.example.org/e2e/provider-e2e:v0.1.0",
                     "desiredState": "Active", "revision": 1}}),
         )

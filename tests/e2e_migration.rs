@@ -729,7 +729,9 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>, log: &Path) {
             namespaced: false,
         },
     ];
-    let mut inputs = vec![pr.clone(), deployment];
+    // The Provider too: the rules believe a CRD only when it is no older
+    // than the Provider of the revision that controls it.
+    let mut inputs = vec![provider.clone(), pr.clone(), deployment];
     for crd in lineage_crds(client, CROSSPLANE, &pr, &run.pr_group, &types, true).await {
         run.remember(
             crd_ar(),

@@ -1939,6 +1939,10 @@ impl Evaluator<'_> {
         view: &View,
     ) -> Result<Vec<Desired>> {
         self.bind_related(ctx, trigger, view)?;
+        // What the trigger read, as the rule sees it: what its outputs may
+        // amplify (`limits::admit`).
+        let data = ctx.data();
+        limits::note_input(limits::weight(&data["trigger"]) + limits::weight(&data["related"]));
         self.bind_vars(ctx)?;
         self.outputs(ctx, trigger, view)
     }

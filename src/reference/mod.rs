@@ -36,11 +36,15 @@
 //! formats, output validation ([`crate::engine::output`]), selectors and
 //! RBAC coverage ([`crate::policy`]).
 //!
-//! Limits: time limits are not meaning and are not applied. The size and
-//! count limits (`--max-list-length`, bytes and objects per trigger, rule
-//! and evaluation) are not applied either: the reference assumes inputs
-//! within them (the differential tests keep their inputs so). The template
-//! depth limit is applied, as part of compiling a rule.
+//! Limits: time limits are not meaning and are not applied. The limits of
+//! one trigger's render (`--max-list-length`, bytes and objects per
+//! trigger, the amplification bound) are not applied either: the reference
+//! assumes inputs within them (the differential tests keep their inputs
+//! so). The totals of a rule and of the evaluation are applied, as the
+//! engine applies them: when one is over its limit, the triggers
+//! [`crate::engine::limits::shed`] picks from the outputs fail and every
+//! rule runs again without them. The template depth limit is applied, as
+//! part of compiling a rule.
 
 mod conditions;
 mod judge;
@@ -55,7 +59,9 @@ mod values;
 mod vars;
 mod world;
 
-use crate::engine::{Evaluation, ObjectStore, Options, RuleSource};
+use crate::engine::error::FieldError;
+use crate::engine::limits::Shed;
+use crate::engine::{ErrorKind, Evaluation, ObjectStore, Options, RuleSource};
 
 /// Evaluates `rules` against `observed`: what
 /// [`Engine::evaluate`](crate::engine::Engine::evaluate) returns for
@@ -63,19 +69,47 @@ use crate::engine::{Evaluation, ObjectStore, Options, RuleSource};
 /// here lists every desired object (as for a fresh memo).
 pub fn evaluate(rules: &[RuleSource], options: &Options, observed: &ObjectStore) -> Evaluation {
     let prepared = order::prepare(rules, options);
+    let first = evaluate_shedding(&prepared, options, observed, &Shed::new());
+    let shed = crate::engine::limits::shed(first.desired.iter(), &options.limits);
+    if shed.is_empty() {
+        return first;
+    }
+    evaluate_shedding(&prepared, options, observed, &shed)
+}
+
+/// Every rule run in order, the triggers in `shed` failing with their
+/// message instead of rendering; then policy and the reports.
+fn evaluate_shedding(
+    prepared: &order::Prepared,
+    options: &Options,
+    observed: &ObjectStore,
+    shed: &Shed,
+) -> Evaluation {
     let mut emitted = world::Emitted::default();
     let mut runs: Vec<run::RuleRun> = Vec::new();
     for (idx, rule) in prepared.rules.iter().enumerate() {
-        let run = if options.held.contains(&rule.name) {
+        let mut run = if options.held.contains(&rule.name) {
             run::RuleRun::held()
         } else {
-            let world = world::World::new(observed, &prepared, &emitted, &runs, Some(idx));
+            let world = world::World::new(observed, prepared, &emitted, &runs, Some(idx));
             trigger::run_rule(rule, &prepared.templates, &world)
         };
+        if let Some(shed) = shed.get(&rule.name) {
+            for t in &mut run.triggers {
+                if let Some(message) = shed.get(&t.tref) {
+                    t.outcome = run::Outcome::Failed(FieldError::new(
+                        ErrorKind::LimitExceeded,
+                        "spec.outputs",
+                        message.clone(),
+                    ));
+                    t.warnings = Vec::new();
+                }
+            }
+        }
         emitted.add(idx, &run);
         runs.push(run);
     }
-    let world = world::World::new(observed, &prepared, &emitted, &runs, None);
+    let world = world::World::new(observed, prepared, &emitted, &runs, None);
     let verdicts = policy::judge_all(&world, options);
-    report::assemble(&prepared, &runs, &emitted, verdicts)
+    report::assemble(prepared, &runs, &emitted, verdicts)
 }

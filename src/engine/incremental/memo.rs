@@ -90,6 +90,9 @@ pub struct Memo {
     pub(in crate::engine) renders: usize,
     /// Made by [`Memo::one_shot`]: keeps no read index.
     pub(in crate::engine) one_shot: bool,
+    /// Triggers shed by a total (`limits::shed`): they fail, unrendered,
+    /// until the memo starts afresh.
+    pub(in crate::engine) shed: crate::engine::limits::Shed,
 }
 
 impl Memo {
@@ -113,6 +116,22 @@ impl Memo {
     /// rendered; the rest were reused.
     pub fn renders(&self) -> usize {
         self.renders
+    }
+
+    /// Whether every rule's and the evaluation's totals, as the memo counts
+    /// what its triggers hold (every output rendered, an upper bound of what
+    /// the evaluation keeps), are within `limits`: then nothing needs
+    /// shedding.
+    pub(in crate::engine) fn within_totals(&self, limits: &crate::engine::Limits) -> bool {
+        let (mut bytes, mut objects) = (0usize, 0usize);
+        for r in &self.rules {
+            if r.held > limits.bytes_per_rule || r.emitted > limits.objects_per_rule {
+                return false;
+            }
+            bytes = bytes.saturating_add(r.held);
+            objects = objects.saturating_add(r.emitted);
+        }
+        bytes <= limits.bytes_per_evaluation && objects <= limits.objects_per_evaluation
     }
 }
 

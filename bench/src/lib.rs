@@ -465,8 +465,33 @@ fn render_phase(args: &BenchArgs, floor: bool) -> Result<Value, BenchError> {
         .into_inner()
         .map_err(|e| BenchError::Other(e.to_string()))?;
     let took = started.elapsed();
+    let held = held_figures(rendered.evaluation());
     std::mem::forget(rendered);
-    Ok(json!({"full_render_ms": ms(took), "objects_out": counted.documents}))
+    Ok(json!({"full_render_ms": ms(took), "objects_out": counted.documents, "held": held}))
+}
+
+/// What the evaluation's outputs hold, as the engine counts it (what its
+/// totals compare with their limits), and with the rule lists that outputs
+/// share (one `Arc`) counted once: how much of the count is shared.
+fn held_figures(eval: &Evaluation) -> Value {
+    use rbac_rules::engine::limits::{manifest_weight, rules_weight};
+    let (mut counted, mut shared_once) = (0usize, 0usize);
+    let mut lists = std::collections::HashSet::new();
+    for d in eval.desired.iter() {
+        let w = manifest_weight(&d.object);
+        counted += w;
+        match d.object.rules() {
+            Some(r) => {
+                let body = rules_weight(r);
+                shared_once += w - body;
+                if lists.insert(std::sync::Arc::as_ptr(r) as usize) {
+                    shared_once += body;
+                }
+            }
+            None => shared_once += w,
+        }
+    }
+    json!({"bytes": counted, "bytes_shared_once": shared_once, "distinct_rule_lists": lists.len()})
 }
 
 /// A sink that counts the YAML documents written to it (lines `---`).

@@ -828,17 +828,7 @@ pub fn manifest_weight(m: &Manifest) -> usize {
     }
     match m.body() {
         Body::Role { rules, aggregation } => {
-            for r in rules.iter() {
-                n = n.saturating_add(
-                    NODE_BYTES
-                        + strs(&r.api_groups)
-                        + strs(&r.resources)
-                        + NODE_BYTES
-                        + r.verbs.iter().map(|v| NODE_BYTES + v.len()).sum::<usize>()
-                        + strs(&r.resource_names)
-                        + strs(&r.non_resource_urls),
-                );
-            }
+            n = n.saturating_add(rules_weight(rules));
             if let Some(a) = aggregation {
                 for sel in a.cluster_role_selectors.iter().flatten() {
                     n = n.saturating_add(NODE_BYTES);
@@ -871,6 +861,26 @@ pub fn manifest_weight(m: &Manifest) -> usize {
         }
     }
     n
+}
+
+/// What a role's rules hold, as [`manifest_weight`] counts them.
+pub fn rules_weight(rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> usize {
+    let strs = |xs: &Option<Vec<String>>| {
+        xs.iter()
+            .flatten()
+            .fold(NODE_BYTES, |n, x| n.saturating_add(NODE_BYTES + x.len()))
+    };
+    rules.iter().fold(0usize, |n, r| {
+        n.saturating_add(
+            NODE_BYTES
+                + strs(&r.api_groups)
+                + strs(&r.resources)
+                + NODE_BYTES
+                + r.verbs.iter().map(|v| NODE_BYTES + v.len()).sum::<usize>()
+                + strs(&r.resource_names)
+                + strs(&r.non_resource_urls),
+        )
+    })
 }
 
 /// About what a value takes in memory: a node cost per value plus its

@@ -688,6 +688,7 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
     if add {
         rm.emitted += outputs;
         rm.held = rm.held.saturating_add(m.bytes);
+        rm.rendered = rm.rendered.saturating_add(m.bytes);
     } else {
         rm.emitted = rm.emitted.saturating_sub(outputs);
         rm.held = rm.held.saturating_sub(m.bytes);

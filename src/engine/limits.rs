@@ -667,117 +667,201 @@ type TriggerId = (Arc<str>, Option<Arc<str>>);
 /// set), the message each fails with.
 pub type Shed = BTreeMap<String, BTreeMap<Option<String>, String>>;
 
-/// What one trigger's outputs hold.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Weight {
+/// One trigger's outputs, for [`shed`].
+#[derive(Debug, Default)]
+struct Held {
+    /// What they hold, each object whole: how heavy the trigger is.
+    bytes: usize,
+    objects: usize,
+    /// What they hold besides their rule lists.
+    own: usize,
+    /// Their rule lists, by index in the evaluation's distinct lists.
+    lists: Vec<usize>,
+}
+
+/// What a set of triggers holds together: every object's own bytes, and
+/// each distinct rule list once, however many objects carry it.
+struct Pool<'a> {
+    /// The bytes of each distinct rule list.
+    list_bytes: &'a [usize],
+    /// Per distinct list, how many objects of the pool carry it.
+    carried: Vec<u32>,
     bytes: usize,
     objects: usize,
 }
 
+impl<'a> Pool<'a> {
+    fn new(list_bytes: &'a [usize]) -> Self {
+        Pool {
+            list_bytes,
+            carried: vec![0; list_bytes.len()],
+            bytes: 0,
+            objects: 0,
+        }
+    }
+
+    fn add(&mut self, h: &Held) {
+        self.bytes = self.bytes.saturating_add(h.own);
+        self.objects = self.objects.saturating_add(h.objects);
+        for &l in &h.lists {
+            if self.carried[l] == 0 {
+                self.bytes = self.bytes.saturating_add(self.list_bytes[l]);
+            }
+            self.carried[l] += 1;
+        }
+    }
+
+    fn remove(&mut self, h: &Held) {
+        self.bytes = self.bytes.saturating_sub(h.own);
+        self.objects = self.objects.saturating_sub(h.objects);
+        for &l in &h.lists {
+            self.carried[l] = self.carried[l].saturating_sub(1);
+            if self.carried[l] == 0 {
+                self.bytes = self.bytes.saturating_sub(self.list_bytes[l]);
+            }
+        }
+    }
+}
+
 /// The triggers to shed so that every rule's and the evaluation's totals
-/// fit their limits, each with the error message it fails with: a pure
-/// function of the outputs (`desired`, as an evaluation returns them).
+/// fit their limits, each with the error message it fails with, and the
+/// bytes the evaluation's outputs hold after: a pure function of the
+/// outputs (`desired`, as an evaluation returns them).
 ///
-/// Per rule first, then for the evaluation, each total over its limit
-/// sheds its heaviest triggers (most bytes for a byte limit, most objects
-/// for an object limit; ties by the other measure, then by rule and
-/// trigger name) until it fits: the trigger that amplifies goes, never
-/// the one that happens to come last. Both evaluators call it, so they
-/// shed the same triggers.
-pub fn shed<'a>(desired: impl Iterator<Item = &'a Desired>, limits: &Limits) -> Shed {
-    let mut by_trigger: BTreeMap<TriggerId, Weight> = BTreeMap::new();
+/// What a total counts is what the outputs really hold: rule lists with
+/// the same content count once (the engine shares them between objects:
+/// a provider family's roles, Namespaces accepting the same types), by
+/// content, so that how the evaluator happened to share them plays no
+/// part. Per rule first, then for the evaluation, each total over its
+/// limit sheds its heaviest triggers (most bytes held, its objects whole,
+/// for a byte limit; most objects for an object limit; ties by the other
+/// measure, then the first by rule and trigger name) until it fits: the
+/// trigger that amplifies goes, never the one that happens to come last.
+/// Both evaluators call it, so they shed the same triggers.
+pub fn shed<'a>(desired: impl Iterator<Item = &'a Desired>, limits: &Limits) -> (Shed, usize) {
+    use std::hash::{Hash, Hasher};
+    type Rules = Vec<k8s_openapi::api::rbac::v1::PolicyRule>;
+    // Distinct lists by content (hashed once per shared list).
+    let mut by_address: std::collections::HashMap<*const Rules, usize> =
+        std::collections::HashMap::new();
+    let mut by_hash: std::collections::HashMap<u64, Vec<(usize, &'a Arc<Rules>)>> =
+        std::collections::HashMap::new();
+    let mut list_bytes: Vec<usize> = Vec::new();
+    let mut by_trigger: BTreeMap<TriggerId, Held> = BTreeMap::new();
     for d in desired {
-        let w = by_trigger
+        let h = by_trigger
             .entry((Arc::clone(&d.rule), d.trigger.clone()))
             .or_default();
-        w.bytes = w.bytes.saturating_add(manifest_weight(&d.object));
-        w.objects += 1;
+        let whole = manifest_weight(&d.object);
+        h.bytes = h.bytes.saturating_add(whole);
+        h.objects += 1;
+        let Some(rules) = d.object.rules() else {
+            h.own = h.own.saturating_add(whole);
+            continue;
+        };
+        let body = rules_weight(rules);
+        h.own = h.own.saturating_add(whole.saturating_sub(body));
+        let id = *by_address.entry(Arc::as_ptr(rules)).or_insert_with(|| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            for r in rules.iter() {
+                (&r.api_groups, &r.resources, &r.verbs).hash(&mut hasher);
+                (&r.resource_names, &r.non_resource_urls).hash(&mut hasher);
+            }
+            let same = by_hash.entry(hasher.finish()).or_default();
+            match same.iter().find(|(_, other)| other.as_slice() == rules.as_slice()) {
+                Some((id, _)) => *id,
+                None => {
+                    list_bytes.push(body);
+                    same.push((list_bytes.len() - 1, rules));
+                    list_bytes.len() - 1
+                }
+            }
+        });
+        h.lists.push(id);
     }
     let mut out = BTreeMap::new();
-    let mut rules: BTreeMap<Arc<str>, Vec<(&TriggerId, Weight)>> = BTreeMap::new();
-    for (id, w) in &by_trigger {
-        rules.entry(Arc::clone(&id.0)).or_default().push((id, *w));
+    let mut rules: BTreeMap<Arc<str>, Vec<(&TriggerId, &Held)>> = BTreeMap::new();
+    for (id, h) in &by_trigger {
+        rules.entry(Arc::clone(&id.0)).or_default().push((id, h));
     }
     let rule_limits = (
         (limits.bytes_per_rule, Limit::BytesPerRule),
         (limits.objects_per_rule, Limit::ObjectsPerRule),
     );
-    let mut kept: Vec<(&TriggerId, Weight)> = Vec::new();
+    let mut kept: Vec<(&TriggerId, &Held)> = Vec::new();
     for (_, triggers) in rules {
-        kept.extend(shed_over(triggers, rule_limits, limits, &mut out));
+        let (k, _) = shed_over(triggers, &list_bytes, rule_limits, limits, &mut out);
+        kept.extend(k);
     }
     let evaluation_limits = (
         (limits.bytes_per_evaluation, Limit::BytesPerEvaluation),
         (limits.objects_per_evaluation, Limit::ObjectsPerEvaluation),
     );
-    shed_over(kept, evaluation_limits, limits, &mut out);
+    let (_, held) = shed_over(kept, &list_bytes, evaluation_limits, limits, &mut out);
     let mut shed = Shed::new();
     for ((rule, trigger), message) in out {
         shed.entry(rule.to_string())
             .or_default()
             .insert(trigger.map(|t| t.to_string()), message);
     }
-    shed
+    (shed, held)
 }
 
-/// Sheds from `triggers` (heaviest first) until their bytes and objects fit
-/// `max`; returns the ones kept. Shed ones go into `out` with their
-/// message.
+/// Sheds from `triggers` (heaviest first) until what they hold together
+/// fits `max` (bytes, objects); returns the ones kept and the bytes they
+/// hold. Shed ones go into `out` with their message.
 fn shed_over<'a>(
-    mut triggers: Vec<(&'a TriggerId, Weight)>,
+    mut triggers: Vec<(&'a TriggerId, &'a Held)>,
+    list_bytes: &[usize],
     max: ((usize, Limit), (usize, Limit)),
     limits: &Limits,
     out: &mut BTreeMap<TriggerId, String>,
-) -> Vec<(&'a TriggerId, Weight)> {
-    let total = |t: &[(&TriggerId, Weight)]| {
-        t.iter().fold(Weight::default(), |a, (_, w)| Weight {
-            bytes: a.bytes.saturating_add(w.bytes),
-            objects: a.objects.saturating_add(w.objects),
-        })
-    };
+) -> (Vec<(&'a TriggerId, &'a Held)>, usize) {
+    let mut pool = Pool::new(list_bytes);
+    for (_, h) in &triggers {
+        pool.add(h);
+    }
     let ((max_bytes, bytes_limit), (max_objects, objects_limit)) = max;
-    let mut sum = total(&triggers);
     for by_bytes in [true, false] {
-        let over = |s: Weight| match by_bytes {
-            true => s.bytes > max_bytes,
-            false => s.objects > max_objects,
+        let over = |p: &Pool| match by_bytes {
+            true => p.bytes > max_bytes,
+            false => p.objects > max_objects,
         };
-        if !over(sum) {
+        if !over(&pool) {
             continue;
         }
         // Lightest first, so that the heaviest are popped off the end;
         // among equals the first in name order is shed first.
         triggers.sort_by(|(ia, a), (ib, b)| {
-            let key = |w: &Weight| match by_bytes {
-                true => (w.bytes, w.objects),
-                false => (w.objects, w.bytes),
+            let key = |h: &Held| match by_bytes {
+                true => (h.bytes, h.objects),
+                false => (h.objects, h.bytes),
             };
             key(a).cmp(&key(b)).then_with(|| ib.cmp(ia))
         });
-        while over(sum) {
-            let Some((id, w)) = triggers.pop() else { break };
-            sum.bytes = sum.bytes.saturating_sub(w.bytes);
-            sum.objects = sum.objects.saturating_sub(w.objects);
+        while over(&pool) {
+            let Some((id, h)) = triggers.pop() else { break };
+            pool.remove(h);
             let message = match by_bytes {
                 true => bytes_limit.message(
                     limits,
                     &format!(
                         "this trigger's outputs, {} bytes, are the heaviest while the total is over its limit (shed, heaviest first)",
-                        w.bytes
+                        h.bytes
                     ),
                 ),
                 false => objects_limit.message(
                     limits,
                     &format!(
                         "this trigger's {} objects are the most while the total is over its limit (shed, most first)",
-                        w.objects
+                        h.objects
                     ),
                 ),
             };
             out.insert(id.clone(), message);
         }
     }
-    triggers
+    (triggers, pool.bytes)
 }
 
 thread_local! {

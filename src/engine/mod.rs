@@ -229,8 +229,9 @@ impl Engine {
         if memo.within_totals(limits) {
             return evaluation;
         }
-        let shed = limits::shed(evaluation.desired.iter(), limits);
+        let (shed, held) = limits::shed(evaluation.desired.iter(), limits);
         if shed.is_empty() {
+            memo.measured(held);
             return evaluation;
         }
         drop(evaluation);

@@ -70,7 +70,7 @@ use crate::engine::{ErrorKind, Evaluation, ObjectStore, Options, RuleSource};
 pub fn evaluate(rules: &[RuleSource], options: &Options, observed: &ObjectStore) -> Evaluation {
     let prepared = order::prepare(rules, options);
     let first = evaluate_shedding(&prepared, options, observed, &Shed::new());
-    let shed = crate::engine::limits::shed(first.desired.iter(), &options.limits);
+    let (shed, _) = crate::engine::limits::shed(first.desired.iter(), &options.limits);
     if shed.is_empty() {
         return first;
     }

@@ -520,7 +520,8 @@ fn the_evaluation_budget_bounds_all_rules_together_and_sheds_the_heaviest() {
     assert!((1..20).contains(&shed), "{shed}");
     assert!(held_by(&eval, "c-big") > 0, "what fits renders");
     // The reference sheds the same triggers.
-    let reference = rbac_rules::reference::evaluate(&sources, &with_limits(limits), &namespaces(20));
+    let reference =
+        rbac_rules::reference::evaluate(&sources, &with_limits(limits), &namespaces(20));
     assert_eq!(
         reference.reports["c-big"].errors,
         eval.reports["c-big"].errors
@@ -757,7 +758,10 @@ fn the_new_limits_are_flags_with_environment_variables() {
         let r = render(&text, &[flag, value]);
         assert_eq!(r.code, Some(0), "{flag} {value}: {}", r.stderr);
     }
-    assert_eq!(render(&text, &["--max-bytes-per-rule", "auto"]).code, Some(2));
+    assert_eq!(
+        render(&text, &["--max-bytes-per-rule", "auto"]).code,
+        Some(2)
+    );
     let help = command(["run", "--help"]).output().expect("run --help");
     let help = String::from_utf8_lossy(&help.stdout);
     for env in [
@@ -798,11 +802,7 @@ fn which_triggers_are_shed_is_the_same_every_time_heaviest_first() {
     };
     let first = engine.evaluate(&store);
     let fitted = kept(&first);
-    assert!(
-        !fitted.is_empty() && fitted.len() < 100,
-        "{}",
-        fitted.len()
-    );
+    assert!(!fitted.is_empty() && fitted.len() < 100, "{}", fitted.len());
     // The lighter ones (ns-0 … ns-9) are all kept: the heavier go first.
     let light: Vec<String> = (0..10).map(|i| format!("ns-{i}")).collect();
     assert!(fitted.len() >= 10, "{fitted:?}");
@@ -1151,8 +1151,17 @@ fn builtin_render(sizes: synth::Sizes) -> usize {
     let rules = rbac_rules::rules::builtin().expect("built-in rules");
     let eval = Engine::new(&rules, options).evaluate(&store);
     let errors: Vec<String> = eval.errors().map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{} errors: {:?}", errors.len(), &errors[..errors.len().min(3)]);
-    assert!(eval.revoked.is_empty(), "{:?}", eval.revoked.keys().take(3).collect::<Vec<_>>());
+    assert!(
+        errors.is_empty(),
+        "{} errors: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(3)]
+    );
+    assert!(
+        eval.revoked.is_empty(),
+        "{:?}",
+        eval.revoked.keys().take(3).collect::<Vec<_>>()
+    );
     eval.desired.len()
 }
 

@@ -712,10 +712,25 @@ fn run_args(metrics: &str) -> rbac_rules::controller::RunArgs {
     run
 }
 
-/// The default limits: the bench measures what the shipped settings do
+/// The default limits, as `rbac-rules` takes them from the environment
+/// (`RBAC_RULES_MAX_*`): the bench measures what the shipped settings do
 /// (every scenario renders with nothing shed; docs/performance.md).
 fn bench_limits() -> rbac_rules::engine::Limits {
-    rbac_rules::engine::Limits::default()
+    #[derive(clap::Parser)]
+    struct FromEnv {
+        #[command(flatten)]
+        limits: rbac_rules::engine::Limits,
+    }
+    use clap::Parser;
+    match FromEnv::try_parse_from(["rbac-rules-bench"]) {
+        Ok(f) => f.limits,
+        Err(e) => {
+            progress(&format!(
+                "limits from the environment: {e}; using the defaults"
+            ));
+            rbac_rules::engine::Limits::default()
+        }
+    }
 }
 
 /// A running controller child.

@@ -1918,7 +1918,8 @@ impl Evaluator<'_> {
             if held > floor {
                 let data = ctx.data();
                 limits::note_input(
-                    limits::weight(&data["trigger"]).saturating_add(limits::weight(&data["related"])),
+                    limits::weight(&data["trigger"])
+                        .saturating_add(limits::weight(&data["related"])),
                 );
                 return;
             }

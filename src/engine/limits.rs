@@ -184,9 +184,7 @@ fn parse_evaluation_bytes(s: &str) -> Result<usize, String> {
 /// [`memory_limit`] (one in [`MEMORY_SHARE_DIVISOR`]), or
 /// [`FALLBACK_BYTES_PER_EVALUATION`] when none can be read.
 pub fn auto_bytes_per_evaluation() -> usize {
-    memory_limit().map_or(FALLBACK_BYTES_PER_EVALUATION, |m| {
-        m / MEMORY_SHARE_DIVISOR
-    })
+    memory_limit().map_or(FALLBACK_BYTES_PER_EVALUATION, |m| m / MEMORY_SHARE_DIVISOR)
 }
 
 /// The memory this process may use, read once: the cgroup's limit (v2
@@ -231,7 +229,10 @@ fn cgroup_limit(cgroups: Option<&str>, read: impl Fn(&str) -> Option<String>) ->
                 }
             }
         } else if controllers.split(',').any(|c| c == "memory") {
-            for dir in [format!("/sys/fs/cgroup/memory{path}"), "/sys/fs/cgroup/memory".into()] {
+            for dir in [
+                format!("/sys/fs/cgroup/memory{path}"),
+                "/sys/fs/cgroup/memory".into(),
+            ] {
                 if let Some(v) = read(&format!("{dir}/memory.limit_in_bytes")).and_then(parse) {
                     return Some(v);
                 }
@@ -633,7 +634,11 @@ fn scope_deadline() -> Option<(Instant, Limit)> {
 /// more than `limits.output_floor_per_trigger` plus
 /// `limits.output_amplification` times `input`, the bytes the trigger
 /// read), or the time that is up. What other triggers hold plays no part.
-pub(crate) fn admit(outputs: &[Arc<Desired>], limits: &Limits, input: usize) -> Result<usize, String> {
+pub(crate) fn admit(
+    outputs: &[Arc<Desired>],
+    limits: &Limits,
+    input: usize,
+) -> Result<usize, String> {
     if let Some((at, of)) = scope_deadline()
         && Instant::now() > at
     {
@@ -768,7 +773,10 @@ pub fn shed<'a>(desired: impl Iterator<Item = &'a Desired>, limits: &Limits) -> 
                 (&r.resource_names, &r.non_resource_urls).hash(&mut hasher);
             }
             let same = by_hash.entry(hasher.finish()).or_default();
-            match same.iter().find(|(_, other)| other.as_slice() == rules.as_slice()) {
+            match same
+                .iter()
+                .find(|(_, other)| other.as_slice() == rules.as_slice())
+            {
                 Some((id, _)) => *id,
                 None => {
                     list_bytes.push(body);
@@ -1100,6 +1108,96 @@ mod tests {
         assert_eq!(admit(&[], &limits, 0), Ok(0));
     }
 
+    /// A Role of `rule` for `trigger` whose rules list `resources`.
+    fn role(rule: &str, trigger: &str, name: &str, resources: usize) -> Desired {
+        let res: Vec<String> = (0..resources).map(|i| format!("things{i}")).collect();
+        let object = Manifest::from_value(&json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": "ns"},
+            "rules": [{"apiGroups": ["example.org"], "resources": res, "verbs": ["get"]}],
+        }))
+        .expect("a role");
+        Desired {
+            kind: crate::api::OutputKind::Role,
+            namespace: "ns".into(),
+            name: name.into(),
+            rule: rule.into(),
+            trigger: Some(trigger.into()),
+            field: "spec.outputs[0]".into(),
+            refusal: None,
+            object,
+        }
+    }
+
+    #[test]
+    fn shedding_counts_equal_rule_lists_once_and_sheds_the_heaviest_first() {
+        let outputs = [
+            role("r", "T/b", "big-b", 400),
+            role("r", "T/a", "big-a", 400),
+            role("r", "T/c", "small", 2),
+            role("q", "T/d", "mid", 100),
+        ];
+        let w = |d: &Desired| manifest_weight(&d.object);
+        let list = |d: &Desired| rules_weight(d.object.rules().expect("rules"));
+        let whole: usize = outputs.iter().map(w).sum();
+        // The two big lists are equal: held once.
+        let held = whole - list(&outputs[0]);
+        let unlimited = Limits::default();
+        let (shed0, measured) = shed(outputs.iter(), &unlimited);
+        assert!(shed0.is_empty());
+        assert_eq!(measured, held);
+        // A byte under: one of the two equal big ones goes, the first by
+        // name; the list it shares stays held by the other.
+        let own_a = w(&outputs[1]) - list(&outputs[1]);
+        let tight = Limits {
+            bytes_per_evaluation: held - 1,
+            ..Limits::default()
+        };
+        let (s, after) = shed(outputs.iter(), &tight);
+        let shed_of = |s: &Shed, r: &str| -> Vec<Option<String>> {
+            s.get(r)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(shed_of(&s, "r"), [Some("T/a".to_string())]);
+        assert_eq!(after, held - own_a);
+        assert!(s["r"][&Some("T/a".to_string())].contains("--max-bytes-per-evaluation"));
+        // Tighter: shedding a frees too little, so b goes too, and with it
+        // the list; the lighter rule keeps its trigger.
+        let tighter = Limits {
+            bytes_per_evaluation: held - own_a - 1,
+            ..Limits::default()
+        };
+        let (s, after) = shed(outputs.iter(), &tighter);
+        assert_eq!(
+            shed_of(&s, "r"),
+            [Some("T/a".to_string()), Some("T/b".to_string())]
+        );
+        assert!(shed_of(&s, "q").is_empty());
+        assert_eq!(after, w(&outputs[2]) + w(&outputs[3]));
+        // Per rule: only r's triggers are weighed against r's limit.
+        let per_rule = Limits {
+            bytes_per_rule: w(&outputs[3]) + 1,
+            ..Limits::default()
+        };
+        let (s, _) = shed(outputs.iter(), &per_rule);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s["r"].len(), 2);
+        // By objects: the trigger with the most goes.
+        let mut many = outputs.to_vec();
+        many.push(role("q", "T/d", "mid-2", 1));
+        let by_objects = Limits {
+            objects_per_evaluation: 4,
+            ..Limits::default()
+        };
+        let (s, _) = shed(many.iter(), &by_objects);
+        assert_eq!(s.len(), 1);
+        assert!(s["q"][&Some("T/d".to_string())].contains("--max-objects-per-evaluation"));
+        // The same outputs in another order: the same answer.
+        many.reverse();
+        assert_eq!(shed(many.iter(), &by_objects).0, s);
+    }
+
     #[test]
     fn the_memory_limit_comes_from_the_cgroup_then_the_machine() {
         let files = |v2: Option<&'static str>, v1: Option<&'static str>| {
@@ -1114,10 +1212,16 @@ mod tests {
             }
         };
         let v2 = Some("0::/kubepods/pod1/c1\n");
-        assert_eq!(cgroup_limit(v2, files(Some("536870912\n"), None)), Some(512 << 20));
+        assert_eq!(
+            cgroup_limit(v2, files(Some("536870912\n"), None)),
+            Some(512 << 20)
+        );
         assert_eq!(cgroup_limit(v2, files(Some("max\n"), None)), None);
         let v1 = Some("5:memory:/kubepods/pod1\n4:cpu,cpuacct:/x\n");
-        assert_eq!(cgroup_limit(v1, files(None, Some("1073741824"))), Some(1 << 30));
+        assert_eq!(
+            cgroup_limit(v1, files(None, Some("1073741824"))),
+            Some(1 << 30)
+        );
         // v1's "no limit".
         assert_eq!(
             cgroup_limit(v1, files(None, Some("9223372036854771712"))),

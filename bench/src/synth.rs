@@ -110,7 +110,7 @@ pub enum Scenario {
     /// every member's roles list all 2,108), 50 XRDs, 100 namespaces.
     Aws,
     /// `xl`'s 20,000 namespaces accepting 10 claims each and 5,000 XRDs,
-    /// with the whole AWS family of `aws` (35,040 objects in).
+    /// with the whole AWS family of `aws` (34,910 objects in).
     Crossplane,
 }
 

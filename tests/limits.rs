@@ -1040,16 +1040,19 @@ fn the_heavy_tenant_is_shed_not_the_light_one_who_renders_last() {
     };
     let (heavy, light) = (weight("a-heavy"), weight("z-light"));
     assert!(heavy > 50 * light, "{heavy} {light}");
+    // What both hold, their equal rule lists once.
+    let (_, both) = rbac_rules::engine::limits::shed(whole.desired.iter(), &Limits::default());
+    assert!(both < heavy + light && both > heavy);
     // The rule's budget holds the heavy tenant alone, not both: before,
     // the heavy one (first in order) filled it and the light one's two
     // objects were refused.
     for limits in [
         Limits {
-            bytes_per_rule: heavy + light - 1,
+            bytes_per_rule: both - 1,
             ..Limits::default()
         },
         Limits {
-            bytes_per_evaluation: heavy + light - 1,
+            bytes_per_evaluation: both - 1,
             ..Limits::default()
         },
     ] {
@@ -1193,4 +1196,56 @@ fn the_defaults_accept_namespaces_each_accepting_ten_claims() {
         accepted_per_namespace: 10,
     });
     assert!(out > 3 * 600, "{out}");
+}
+
+#[test]
+fn a_pass_stops_holding_past_its_cap_then_the_heaviest_are_shed() {
+    // 40 triggers × 200 KB, each within its own bound: 8 MB, and the
+    // evaluation may hold 1 MB. The pass stops holding at 4 MB (4 × the
+    // limit) instead of holding all 8; the heaviest of what it held are
+    // shed, and the evaluation made again holds at most 1 MB.
+    let limits = Limits {
+        bytes_per_evaluation: 1_000_000,
+        ..Limits::default()
+    };
+    let sources = vec![small_rule("a-good"), big_rule("big", 10, 20_000)];
+    let eval = Engine::new(&sources, with_limits(limits.clone())).evaluate(&namespaces(40));
+    let all = held_by(&eval, "a-good") + held_by(&eval, "big");
+    assert!(all <= limits.bytes_per_evaluation, "{all}");
+    assert!(held_by(&eval, "big") > 0, "what fits renders");
+    assert_eq!(
+        eval.desired.iter().filter(|d| &*d.rule == "a-good").count(),
+        40,
+        "the light rule keeps every trigger"
+    );
+    let errors = limit_errors(&eval, "big", "--max-bytes-per-evaluation");
+    assert_eq!(errors, eval.reports["big"].errors.len());
+    assert!(errors >= 30, "{errors}");
+    // In memory: 40 Namespaces × 10 Roles × 100 KB, distinct, each trigger
+    // within its own bound (1 MiB); a pass may hold 8 MB of the 40.
+    let xs: Vec<String> = (0..10).map(|i| format!("i{i}")).collect();
+    let rule = format!(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {{name: big}}\nspec:\n  trigger: {{kind: Namespace}}\n  vars:\n  - name: a\n    value: '\"{}\"'\n  - name: xs\n    value: 'split \"{}\" \",\"'\n  outputs:\n  - kind: Role\n    forEach: vars.xs\n    name: 'big-{{{{item}}}}'\n    annotations:\n      example.org/big: '{{{{replace @root.vars.a \"a\" \"{}\"}}}}{{{{item}}}}{{{{@root.trigger.metadata.name}}}}'\n---\n{GOOD}",
+        "a".repeat(950),
+        xs.join(","),
+        "b".repeat(100)
+    );
+    let objects: String = (0..40)
+        .map(|i| {
+            format!(
+                "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ns-{i}, uid: u-{i}}}\n"
+            )
+        })
+        .collect();
+    let (code, capped) = render_peak(&rule, &objects, &["--max-bytes-per-evaluation", "2000000"]);
+    assert_eq!(code, Some(1), "the heaviest are shed, no crash");
+    let (code, whole) = render_peak(&rule, &objects, &["--max-bytes-per-evaluation", "none"]);
+    assert_eq!(code, Some(0));
+    if let (Some(c), Some(w)) = (capped, whole) {
+        eprintln!("capped {c:.0} MiB, whole {w:.0} MiB");
+        // (43 and 136 MiB in a debug build; without the cap, shedding
+        // only after the pass, 72 MiB: the whole pass held at once.)
+        assert!(c + 20.0 < w, "capped {c:.0} MiB, whole {w:.0} MiB");
+        assert!(c < 60.0, "capped {c:.0} MiB");
+    }
 }

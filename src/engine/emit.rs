@@ -62,8 +62,12 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         start_over(engine, memo, &mut report_dirty);
     }
     memo.renders = 0;
-    // The evaluation's clock (see `limits::Scope`).
-    let _scope = limits::evaluation(&engine.options.limits);
+    // The evaluation's clock, and what the outputs cached from earlier
+    // evaluations hold (see `limits::Scope`).
+    let _scope = limits::evaluation(
+        &engine.options.limits,
+        memo.rules.iter().map(|r| r.held).sum(),
+    );
     // After everything changed the memo starts empty, so every output is
     // new and what the outputs touched is every emitted key: policy judges
     // those all anyway, and only contested keys need settling. Tracked per
@@ -302,8 +306,19 @@ fn run_rule(
         .as_ref()
         .map(|t| GroupKind::new(&t.api_group, &t.kind));
     let (dirty, listed_all) = dirty_triggers(rule, trigger_gk.as_ref(), rm, &view, changes);
-    // The rule's clock.
+    // The rule's clock; what the triggers rendered again held is given
+    // back (their renders count anew).
     let _rule_scope = limits::rule();
+    limits::replaced(
+        dirty
+            .iter()
+            .filter_map(|t| match t {
+                None => rm.static_set.as_ref(),
+                Some(k) => rm.triggers.get(k).map(|(_, m)| m),
+            })
+            .map(|m| m.bytes)
+            .sum(),
+    );
     let rendered = render_dirty(
         engine,
         idx,

@@ -554,12 +554,24 @@ pub(crate) fn check_objects(n: usize) -> Result<(), String> {
     })
 }
 
-/// The deadlines a trigger renders under: its evaluation's and its rule's.
+/// What the outputs of one pass may hold, counted whole, before the pass
+/// stops holding more: this many times `--max-bytes-per-evaluation`. The
+/// guard sheds after the pass ([`shed`]); this bounds the pass itself, in
+/// case many triggers each within their own bound add up to far more.
+pub const PASS_CAP_FACTOR: usize = 4;
+
+/// Evaluations made again, at most, each without the triggers shed so far
+/// (see [`shed`]).
+pub const MAX_SHED_PASSES: usize = 8;
+
+/// The deadlines a trigger renders under (its evaluation's and its
+/// rule's), and what the evaluation's outputs hold so far, counted whole.
 #[derive(Clone, Debug)]
 pub(crate) struct Scope {
     limits: Limits,
     evaluation: Instant,
     rule: Option<Instant>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 thread_local! {
@@ -584,13 +596,26 @@ fn install(scope: Option<Scope>) -> ScopeGuard {
     }
 }
 
-/// Starts an evaluation's clock on this thread.
-pub(crate) fn evaluation(limits: &Limits) -> ScopeGuard {
+/// Starts an evaluation's clock on this thread; `held`: what the outputs
+/// kept from earlier evaluations hold, counted whole.
+pub(crate) fn evaluation(limits: &Limits, held: usize) -> ScopeGuard {
     install(Some(Scope {
         limits: limits.clone(),
         evaluation: Instant::now() + Duration::from_secs_f64(limits.seconds_per_evaluation),
         rule: None,
+        held: Arc::new(std::sync::atomic::AtomicUsize::new(held)),
     }))
+}
+
+/// Gives back what outputs about to be rendered again (or gone) held.
+pub(crate) fn replaced(bytes: usize) {
+    if let Some(s) = current() {
+        let _ = s.held.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |h| Some(h.saturating_sub(bytes)),
+        );
+    }
 }
 
 /// Starts a rule's clock within the evaluation on this thread.
@@ -653,6 +678,19 @@ pub(crate) fn admit(
                 "the trigger's outputs would hold {bytes} bytes, more than {bound} for the {input} bytes it read (itself and its related objects)"
             ),
         ));
+    }
+    if let Some(s) = current() {
+        let cap = limits.bytes_per_evaluation.saturating_mul(PASS_CAP_FACTOR);
+        let before = s.held.fetch_add(bytes, std::sync::atomic::Ordering::SeqCst);
+        if before.saturating_add(bytes) > cap {
+            replaced(bytes);
+            return Err(Limit::BytesPerEvaluation.message(
+                limits,
+                &format!(
+                    "the evaluation's outputs, counted whole, would pass {PASS_CAP_FACTOR} times the limit with this trigger's {bytes} bytes before the heaviest are shed: this trigger was cut off, and is tried again once they are"
+                ),
+            ));
+        }
     }
     Ok(bytes)
 }
@@ -1237,7 +1275,7 @@ mod tests {
             seconds_per_rule: 0.001,
             ..Limits::default()
         };
-        let _e = evaluation(&limits);
+        let _e = evaluation(&limits, 0);
         let _r = rule();
         std::thread::sleep(Duration::from_millis(5));
         let _t = start(&limits);
@@ -1251,7 +1289,7 @@ mod tests {
     fn scopes_restore_and_outside_one_nothing_is_limited() {
         assert!(current().is_none());
         {
-            let _e = evaluation(&Limits::default());
+            let _e = evaluation(&Limits::default(), 0);
             assert!(current().is_some_and(|s| s.rule.is_none()));
             {
                 let _r = rule();

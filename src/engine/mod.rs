@@ -222,29 +222,35 @@ impl Engine {
     /// evaluation's total is over its limit ([`limits::shed`], which the
     /// reference applies too): they fail, and the evaluation is made again
     /// from a fresh memo without them, so that what later rules read is
-    /// what is kept. Shed triggers stay shed until the memo starts afresh.
+    /// what is kept; again while what it keeps is still over (triggers a
+    /// pass cut off at its cap, `limits::PASS_CAP_FACTOR`, render then), at
+    /// most [`limits::MAX_SHED_PASSES`] times. Shed triggers stay shed until
+    /// the memo starts afresh.
     fn guarded(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
-        let evaluation = emit::evaluate(self, observed, memo);
+        let mut evaluation = emit::evaluate(self, observed, memo);
         let limits = &self.options.limits;
-        if memo.within_totals(limits) {
-            return evaluation;
+        for _ in 0..limits::MAX_SHED_PASSES {
+            if memo.within_totals(limits) {
+                break;
+            }
+            let (shed, held) = limits::shed(evaluation.desired.iter(), limits);
+            if shed.is_empty() {
+                memo.measured(held);
+                break;
+            }
+            drop(evaluation);
+            let mut all = std::mem::take(&mut memo.shed);
+            for (rule, triggers) in shed {
+                all.entry(rule).or_default().extend(triggers);
+            }
+            *memo = Memo {
+                shed: all,
+                one_shot: memo.one_shot,
+                ..Memo::default()
+            };
+            evaluation = emit::evaluate(self, observed, memo);
         }
-        let (shed, held) = limits::shed(evaluation.desired.iter(), limits);
-        if shed.is_empty() {
-            memo.measured(held);
-            return evaluation;
-        }
-        drop(evaluation);
-        let mut all = std::mem::take(&mut memo.shed);
-        for (rule, triggers) in shed {
-            all.entry(rule).or_default().extend(triggers);
-        }
-        *memo = Memo {
-            shed: all,
-            one_shot: memo.one_shot,
-            ..Memo::default()
-        };
-        emit::evaluate(self, observed, memo)
+        evaluation
     }
 }
 

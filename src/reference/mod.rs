@@ -43,7 +43,9 @@
 //! so). The totals of a rule and of the evaluation are applied, as the
 //! engine applies them: when one is over its limit, the triggers
 //! [`crate::engine::limits::shed`] picks from the outputs fail and every
-//! rule runs again without them. The template depth limit is applied, as
+//! rule runs again without them (again while one is still over, as many
+//! times as the engine). The engine's cap on what one pass holds before
+//! shedding (a memory stop, in render order) is not applied. The template depth limit is applied, as
 //! part of compiling a rule.
 
 mod conditions;
@@ -69,12 +71,19 @@ use crate::engine::{ErrorKind, Evaluation, ObjectStore, Options, RuleSource};
 /// here lists every desired object (as for a fresh memo).
 pub fn evaluate(rules: &[RuleSource], options: &Options, observed: &ObjectStore) -> Evaluation {
     let prepared = order::prepare(rules, options);
-    let first = evaluate_shedding(&prepared, options, observed, &Shed::new());
-    let (shed, _) = crate::engine::limits::shed(first.desired.iter(), &options.limits);
-    if shed.is_empty() {
-        return first;
+    let mut all = Shed::new();
+    let mut evaluation = evaluate_shedding(&prepared, options, observed, &all);
+    for _ in 0..crate::engine::limits::MAX_SHED_PASSES {
+        let (shed, _) = crate::engine::limits::shed(evaluation.desired.iter(), &options.limits);
+        if shed.is_empty() {
+            break;
+        }
+        for (rule, triggers) in shed {
+            all.entry(rule).or_default().extend(triggers);
+        }
+        evaluation = evaluate_shedding(&prepared, options, observed, &all);
     }
-    evaluate_shedding(&prepared, options, observed, &shed)
+    evaluation
 }
 
 /// Every rule run in order, the triggers in `shed` failing with their

@@ -159,6 +159,11 @@ pub struct Rendered {
 }
 
 impl Rendered {
+    /// The evaluation rendered.
+    pub fn evaluation(&self) -> &Evaluation {
+        &self.eval
+    }
+
     /// Writes every object as a multi-document YAML stream, sorted by kind,
     /// namespace and name.
     pub fn write_to(&self, out: &mut impl Write) -> Result<(), YamlError> {

@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Override the scenario's sizes (each knob alone; the rest stay the
+    /// scenario's).
+    #[command(flatten)]
+    pub knobs: Knobs,
     /// Changes of each kind timed by the incremental phase.
     #[arg(long, default_value_t = 100)]
     pub changes: usize,
@@ -83,6 +87,64 @@ pub struct BenchArgs {
     /// Internal: the controller's metrics address.
     #[arg(long, hide = true)]
     pub metrics_address: Option<String>,
+}
+
+/// Sizes that override a scenario's, one by one: to build the shapes of
+/// a real cluster (a platform's namespaces and claims, a provider family).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct Knobs {
+    /// Namespaces.
+    #[arg(long, value_name = "N")]
+    pub namespaces: Option<usize>,
+    /// Claim-bearing XRDs each namespace accepts claims of.
+    #[arg(long, value_name = "N")]
+    pub claims_per_namespace: Option<usize>,
+    /// XRDs (half of them with claimNames).
+    #[arg(long, value_name = "N")]
+    pub xrds: Option<usize>,
+    /// Provider revisions.
+    #[arg(long, value_name = "N")]
+    pub revisions: Option<usize>,
+    /// Revisions per provider family (each member's roles list the types
+    /// of its whole family).
+    #[arg(long, value_name = "N")]
+    pub family_size: Option<usize>,
+    /// CRDs the revisions list, all together.
+    #[arg(long, value_name = "N")]
+    pub crds: Option<usize>,
+}
+
+impl Knobs {
+    /// `sizes` with these knobs set.
+    pub fn apply(&self, mut sizes: Sizes) -> Sizes {
+        let set = |v: &mut usize, k: Option<usize>| {
+            if let Some(k) = k {
+                *v = k;
+            }
+        };
+        set(&mut sizes.namespaces, self.namespaces);
+        set(&mut sizes.accepted_per_namespace, self.claims_per_namespace);
+        set(&mut sizes.xrds, self.xrds);
+        set(&mut sizes.revisions, self.revisions);
+        set(&mut sizes.family_size, self.family_size);
+        set(&mut sizes.crds, self.crds);
+        sizes
+    }
+
+    /// The knobs set, as arguments for a child phase.
+    fn args(&self) -> Vec<String> {
+        [
+            ("namespaces", self.namespaces),
+            ("claims-per-namespace", self.claims_per_namespace),
+            ("xrds", self.xrds),
+            ("revisions", self.revisions),
+            ("family-size", self.family_size),
+            ("crds", self.crds),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("--{k}={v}")))
+        .collect()
+    }
 }
 
 /// A phase run in a child process.
@@ -150,7 +212,7 @@ pub fn main(args: &BenchArgs) -> ExitCode {
 /// `--write-objects`: the generated objects, as one YAML stream.
 fn write_objects(args: &BenchArgs) -> Result<(), BenchError> {
     match &args.write_objects {
-        Some(path) => write_plane(&plane(args.scenario)?, path),
+        Some(path) => write_plane(&plane(args)?, path),
         None => Ok(()),
     }
 }
@@ -189,17 +251,17 @@ fn progress(msg: &str) {
     eprintln!("bench: {msg}");
 }
 
-/// The control plane of a scenario.
-fn plane(scenario: Scenario) -> Result<Plane<'static>, BenchError> {
+/// The control plane of the scenario, with the knobs set.
+pub fn plane(args: &BenchArgs) -> Result<Plane<'static>, BenchError> {
     Ok(Plane {
         names: Names::builtin().map_err(BenchError::Other)?,
-        sizes: scenario.sizes(),
+        sizes: args.knobs.apply(args.scenario.sizes()),
     })
 }
 
 /// Orchestrates the phases and merges their figures.
 fn run_all(args: &BenchArgs) -> Result<Value, BenchError> {
-    let plane = plane(args.scenario)?;
+    let plane = plane(args)?;
     let sizes = plane.sizes;
     let dir = std::env::temp_dir().join(format!("rbac-rules-bench-{}", std::process::id()));
     let empty = dir.join("no-rules");
@@ -302,6 +364,7 @@ fn command(args: &BenchArgs, extra: &[String]) -> Result<Command, BenchError> {
     };
     cmd.arg(format!("--scenario={}", args.scenario.name()))
         .arg(format!("--changes={}", args.changes))
+        .args(args.knobs.args())
         .args(args.only.map(|k| format!("--only={}", k.key())))
         .args(extra)
         .stderr(Stdio::inherit());
@@ -402,8 +465,33 @@ fn render_phase(args: &BenchArgs, floor: bool) -> Result<Value, BenchError> {
         .into_inner()
         .map_err(|e| BenchError::Other(e.to_string()))?;
     let took = started.elapsed();
+    let held = held_figures(rendered.evaluation());
     std::mem::forget(rendered);
-    Ok(json!({"full_render_ms": ms(took), "objects_out": counted.documents}))
+    Ok(json!({"full_render_ms": ms(took), "objects_out": counted.documents, "held": held}))
+}
+
+/// What the evaluation's outputs hold, as the engine counts it (what its
+/// totals compare with their limits), and with the rule lists that outputs
+/// share (one `Arc`) counted once: how much of the count is shared.
+fn held_figures(eval: &Evaluation) -> Value {
+    use rbac_rules::engine::limits::{manifest_weight, rules_weight};
+    let (mut counted, mut shared_once) = (0usize, 0usize);
+    let mut lists = std::collections::HashSet::new();
+    for d in eval.desired.iter() {
+        let w = manifest_weight(&d.object);
+        counted += w;
+        match d.object.rules() {
+            Some(r) => {
+                let body = rules_weight(r);
+                shared_once += w - body;
+                if lists.insert(std::sync::Arc::as_ptr(r) as usize) {
+                    shared_once += body;
+                }
+            }
+            None => shared_once += w,
+        }
+    }
+    json!({"bytes": counted, "bytes_shared_once": shared_once, "distinct_rule_lists": lists.len()})
 }
 
 /// A sink that counts the YAML documents written to it (lines `---`).
@@ -478,7 +566,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// The incremental engine: a warm memo, then `changes` changes of each
 /// kind, each evaluated alone.
 fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
-    let plane = plane(args.scenario)?;
+    let plane = plane(args)?;
     let sizes = plane.sizes;
     let mut versions = Versions::default();
     let mut store = ObjectStore::new();
@@ -624,11 +712,25 @@ fn run_args(metrics: &str) -> rbac_rules::controller::RunArgs {
     run
 }
 
-/// The default limits, with room for `xl` (80,295 outputs, about 284 MB
-/// as the engine counts what they hold): the bench measures speed at sizes
-/// past the shipped Deployment's memory limit.
+/// The default limits, as `rbac-rules` takes them from the environment
+/// (`RBAC_RULES_MAX_*`): the bench measures what the shipped settings do
+/// (every scenario renders with nothing shed; docs/performance.md).
 fn bench_limits() -> rbac_rules::engine::Limits {
-    rbac_rules::engine::Limits::default().with_totals_times(16)
+    #[derive(clap::Parser)]
+    struct FromEnv {
+        #[command(flatten)]
+        limits: rbac_rules::engine::Limits,
+    }
+    use clap::Parser;
+    match FromEnv::try_parse_from(["rbac-rules-bench"]) {
+        Ok(f) => f.limits,
+        Err(e) => {
+            progress(&format!(
+                "limits from the environment: {e}; using the defaults"
+            ));
+            rbac_rules::engine::Limits::default()
+        }
+    }
 }
 
 /// A running controller child.

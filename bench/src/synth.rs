@@ -121,6 +121,13 @@ pub enum Scenario {
     /// 70 revisions, 1,000 CRDs, 5,000 XRDs, 20,000 namespaces, and their
     /// types' CRDs (33,710 in).
     Xl,
+    /// The Upbound AWS provider family on Crossplane v2: 151 revisions of
+    /// one family, 2,108 CRDs, each member lending its family's types (so
+    /// every member's roles list all 2,108), 50 XRDs, 100 namespaces.
+    Aws,
+    /// `xl`'s 20,000 namespaces accepting 10 claims each and 5,000 XRDs,
+    /// with the whole AWS family of `aws` (34,910 objects in).
+    Crossplane,
 }
 
 impl Scenario {
@@ -151,6 +158,22 @@ impl Scenario {
                 namespaces: 20_000,
                 accepted_per_namespace: 10,
             },
+            Scenario::Aws => Sizes {
+                revisions: 151,
+                family_size: 151,
+                crds: 2_108,
+                xrds: 50,
+                namespaces: 100,
+                accepted_per_namespace: 10,
+            },
+            Scenario::Crossplane => Sizes {
+                revisions: 151,
+                family_size: 151,
+                crds: 2_108,
+                xrds: 5_000,
+                namespaces: 20_000,
+                accepted_per_namespace: 10,
+            },
         }
     }
 
@@ -160,6 +183,8 @@ impl Scenario {
             Scenario::Small => "small",
             Scenario::Large => "large",
             Scenario::Xl => "xl",
+            Scenario::Aws => "aws",
+            Scenario::Crossplane => "crossplane",
         }
     }
 }

@@ -102,12 +102,12 @@ struct CachedEngine {
     fresh: Instant,
 }
 
-/// How long a trigger left out by a rule's or the evaluation's total of
-/// bytes or objects waits, at least, before it is tried again with every
-/// other (the memo starts afresh): room may have been made since, by other
-/// triggers that went or shrank, and a failed trigger renders again
-/// otherwise only when what it reads changes. Every resync or watch event
-/// after it brings the retry.
+/// How long a trigger shed by a rule's or the evaluation's total of bytes
+/// or objects (`limits::shed`) waits, at least, before it is tried again
+/// with every other (the memo starts afresh): room may have been made
+/// since, by other triggers that went or shrank, and the memo keeps a shed
+/// trigger failed until then. Every resync or watch event after it brings
+/// the retry.
 pub const RETRY_TOTALS: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Runs reconciles with one client. Keeps the compiled engine and the
@@ -435,7 +435,7 @@ impl Syncer {
             && evaluation.errors().any(Limit::left_out_by_a_total)
         {
             // The next evaluation renders everything again, in order.
-            tracing::info!("triggers left out by a total: the next evaluation renders all again");
+            tracing::info!("triggers shed by a total: the next evaluation renders all again");
             cached.memo = Memo::new();
             cached.fresh = Instant::now();
         }

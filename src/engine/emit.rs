@@ -66,12 +66,11 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         memo.allow_rules = allow_rules;
     }
     memo.renders = 0;
-    // What the outputs cached from earlier evaluations hold: the evaluation's
-    // totals start there (see `limits::Scope`).
+    // The evaluation's clock, and what the outputs cached from earlier
+    // evaluations hold (see `limits::Scope`).
     let _scope = limits::evaluation(
         &engine.options.limits,
         memo.rules.iter().map(|r| r.held).sum(),
-        memo.rules.iter().map(|r| r.emitted).sum(),
     );
     // After everything changed the memo starts empty, so every output is
     // new and what the outputs touched is every emitted key: policy judges
@@ -190,6 +189,8 @@ fn start_over(engine: &Engine, memo: &mut Memo, report_dirty: &mut BTreeSet<usiz
             .collect(),
         reports: Arc::new(engine.fixed_reports.clone()),
         one_shot: memo.one_shot,
+        // Shed triggers stay shed until the caller starts a new memo.
+        shed: std::mem::take(&mut memo.shed),
         ..Memo::default()
     };
     report_dirty.extend(0..engine.rules.len());
@@ -339,23 +340,18 @@ fn run_rule(
         .as_ref()
         .map(|t| GroupKind::new(&t.api_group, &t.kind));
     let (dirty, listed_all) = dirty_triggers(rule, trigger_gk.as_ref(), rm, &view, changes);
-    // The rule's totals: what its other triggers keep, and (given back to
-    // the evaluation) what the ones rendered again held.
-    let replaced = dirty
-        .iter()
-        .filter_map(|t| match t {
-            None => rm.static_set.as_ref(),
-            Some(k) => rm.triggers.get(k).map(|(_, m)| m),
-        })
-        .fold((0, 0), |(b, o), m| {
-            (b + m.bytes, o + m.outcome.outputs().len())
-        });
-    let _rule_scope = limits::rule(
-        (
-            rm.held.saturating_sub(replaced.0),
-            rm.emitted.saturating_sub(replaced.1),
-        ),
-        replaced,
+    // The rule's clock; what the triggers rendered again held is given
+    // back (their renders count anew).
+    let _rule_scope = limits::rule();
+    limits::replaced(
+        dirty
+            .iter()
+            .filter_map(|t| match t {
+                None => rm.static_set.as_ref(),
+                Some(k) => rm.triggers.get(k).map(|(_, m)| m),
+            })
+            .map(|m| m.bytes)
+            .sum(),
     );
     let rendered = render_dirty(
         engine,
@@ -459,7 +455,9 @@ fn render_dirty(
 ) -> Rendered {
     let one_shot = memo.one_shot;
     let scope = limits::current();
-    let one = |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, rule, tgk, ev, v, t);
+    let shed = memo.shed.get(&rule.name);
+    let one =
+        |ev: &Evaluator, v: &View, t: &TKey| render_trigger(engine, (rule, shed), tgk, ev, v, t);
     let split: Option<Rendered> =
         (one_shot && tgk.is_some() && dirty.len() >= SPLIT_MIN).then(|| {
             // A one-shot render's triggers read only the store and earlier
@@ -494,19 +492,6 @@ fn render_dirty(
             })
         });
     match split {
-        Some(split) if limits::rule_refused() => {
-            // Which triggers fit the rule's or the evaluation's total
-            // depends on the order they come in, and two threads' order is
-            // not the triggers': rendered again on one thread, in order.
-            limits::give_back(
-                split
-                    .iter()
-                    .flatten()
-                    .map(|(_, m)| (m.bytes, m.outcome.outputs().len())),
-            );
-            drop(split);
-            dirty.iter().map(|t| one(evaluator, view, t)).collect()
-        }
         Some(split) => split,
         None => dirty.iter().map(|t| one(evaluator, view, t)).collect(),
     }
@@ -658,14 +643,28 @@ fn new_evaluator<'a>(
 /// trigger is gone.
 fn render_trigger(
     engine: &Engine,
-    rule: &CompiledRule,
+    (rule, shed): (&CompiledRule, Option<&BTreeMap<Option<String>, String>>),
     trigger_gk: Option<&GroupKind>,
     evaluator: &Evaluator,
     view: &View,
     t: &TKey,
 ) -> Option<(Option<String>, TriggerMemo)> {
+    // Shed by a total (`limits::shed`): failed, not rendered.
+    let shed_memo = |m: &String| TriggerMemo {
+        outcome: Outcome::Failed(super::error::FieldError::new(
+            ErrorKind::LimitExceeded,
+            "spec.outputs",
+            m.clone(),
+        )),
+        bytes: 0,
+        reads: evaluator.caches.take_reads(),
+        warnings: Vec::new(),
+    };
     match (t, &rule.spec.trigger, trigger_gk) {
         (None, _, _) => {
+            if let Some(m) = shed.and_then(|s| s.get(&None)) {
+                return Some((None, shed_memo(m)));
+            }
             let budget = limits::start(&engine.options.limits);
             evaluator.start(None);
             let mut ctx = evaluator.base_context();
@@ -673,8 +672,9 @@ fn render_trigger(
                 Ok(outs) => Outcome::Rendered(outs.into_iter().map(Arc::new).collect()),
                 Err(e) => Outcome::Failed(e),
             };
+            let input = limits::input();
             drop(budget);
-            let (outcome, bytes) = admitted(outcome);
+            let (outcome, bytes) = admitted(outcome, &engine.options.limits, input);
             Some((
                 None,
                 TriggerMemo {
@@ -686,20 +686,25 @@ fn render_trigger(
             ))
         }
         (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
+            let tref = object_ref(obj);
+            if let Some(m) = shed.and_then(|s| s.get(&Some(tref.clone()))) {
+                return (Some(tref), shed_memo(m));
+            }
             let budget = limits::start(&engine.options.limits);
             let outcome = evaluator.trigger_outcome(trigger, obj, view);
             let rendered = limits::used();
+            let input = limits::input();
             drop(budget);
             if limits::caches_may_have_grown(rendered) {
                 evaluator.caches.bound_bytes(super::memo::DERIVED_BYTES_MAX);
             }
-            let (outcome, bytes) = admitted(outcome);
+            let (outcome, bytes) = admitted(outcome, &engine.options.limits, input);
             if matches!(outcome, Outcome::Failed(_)) {
                 // Its text, interned for outputs now gone, goes too.
                 view.interner.borrow_mut().forget_unused();
             }
             (
-                Some(object_ref(obj)),
+                Some(tref),
                 TriggerMemo {
                     outcome,
                     bytes,
@@ -712,14 +717,14 @@ fn render_trigger(
     }
 }
 
-/// A rendered trigger's outputs admitted into its rule's and the
-/// evaluation's totals (`limits::admit`), with the bytes they hold; over
-/// a limit, the trigger fails (`LimitExceeded`) and its outputs go.
-fn admitted(outcome: Outcome) -> (Outcome, usize) {
+/// A rendered trigger's outputs admitted by its own bound (`limits::admit`:
+/// what it may hold for the `input` bytes it read), with the bytes they
+/// hold; over it, the trigger fails (`LimitExceeded`) and its outputs go.
+fn admitted(outcome: Outcome, limits: &super::Limits, input: usize) -> (Outcome, usize) {
     let Outcome::Rendered(outputs) = outcome else {
         return (outcome, 0);
     };
-    match limits::admit(&outputs) {
+    match limits::admit(&outputs, limits, input) {
         Ok(bytes) => (Outcome::Rendered(outputs), bytes),
         Err(m) => (
             Outcome::Failed(super::error::FieldError::new(
@@ -739,6 +744,7 @@ fn count(rm: &mut RuleMemo, t: &TKey, tref: Option<&str>, m: &TriggerMemo, add: 
     if add {
         rm.emitted += outputs;
         rm.held = rm.held.saturating_add(m.bytes);
+        rm.rendered = rm.rendered.saturating_add(m.bytes);
     } else {
         rm.emitted = rm.emitted.saturating_sub(outputs);
         rm.held = rm.held.saturating_sub(m.bytes);

@@ -1985,8 +1985,32 @@ impl Evaluator<'_> {
         view: &View,
     ) -> Result<Vec<Desired>> {
         let out = self.render_lent(ctx, trigger, view);
+        if let Ok(outs) = &out {
+            self.note_input(ctx, outs);
+        }
         self.caches.take_back(ctx.data_mut());
         out
+    }
+
+    /// Notes what the trigger read (itself and its related objects, as the
+    /// rule sees them), which its outputs may amplify (`limits::admit`):
+    /// measured only when the outputs hold more than the floor, which
+    /// needs no input (a walk of every trigger's related sets would cost
+    /// each trigger the size of sets the triggers share).
+    fn note_input(&self, ctx: &Context, outs: &[Desired]) {
+        let floor = self.engine.options.limits.output_floor_per_trigger;
+        let mut held = 0usize;
+        for d in outs {
+            held = held.saturating_add(limits::manifest_weight(&d.object));
+            if held > floor {
+                let data = ctx.data();
+                limits::note_input(
+                    limits::weight(&data["trigger"])
+                        .saturating_add(limits::weight(&data["related"])),
+                );
+                return;
+            }
+        }
     }
 
     /// A var's key in the cache: when its expression reads nothing but

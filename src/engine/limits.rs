@@ -1,5 +1,6 @@
 //! Bounds on evaluation: no rule can abort the process, hang it, or take
-//! the memory and time the other rules need.
+//! the memory and time the other rules need, and a bound falls on whoever
+//! amplifies, never on whoever happens to render last.
 //!
 //! Template nesting is checked when a rule is compiled. The other limits
 //! are a *budget* per trigger (or per static output set), kept in a
@@ -8,18 +9,25 @@
 //! when it runs over. Evaluation itself runs on a pooled thread with a large
 //! stack ([`isolated`]), where a panic becomes an error.
 //!
-//! Above the trigger, a [`Scope`] keeps the running totals of the rule
-//! being evaluated and of the whole evaluation: the bytes and objects the
-//! engine *holds* as outputs (kept between evaluations, so an incremental
-//! evaluation counts what earlier ones kept) and the wall time spent. A
-//! trigger whose outputs would take a total over its limit, or that renders
-//! after its rule's or the evaluation's time is up, fails with
-//! `LimitExceeded`: the offender is the trigger that crossed the line, and
-//! its live objects are preserved, as after any error.
+//! What a trigger's outputs may *hold* is bounded relative to what it read
+//! (its **amplification**, [`admit`]): at most a floor plus a factor times
+//! the bytes of the trigger and its related objects as the rule sees them.
+//! A trigger over it fails alone, whatever the others hold.
+//!
+//! Above the triggers, the totals of a rule and of the whole evaluation
+//! (bytes and objects held) are a **guard**, not a queue: when a total is
+//! over its limit, [`shed`] picks the heaviest triggers (most bytes held,
+//! then most objects; ties by rule and trigger name) until it fits, a pure
+//! function of the evaluation's outputs that the engine and the reference
+//! both apply. The evaluation's byte limit defaults to a share of the
+//! container's memory limit ([`memory_limit`]). A shed trigger fails with
+//! `LimitExceeded` and its live objects are preserved, as after any error.
+//! Time limits of a rule and of an evaluation keep their running
+//! deadlines.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::manifest::{Body, Manifest};
@@ -37,16 +45,19 @@ pub const DEFAULT_BYTES_PER_TRIGGER: usize = 16 * 1024 * 1024;
 pub const DEFAULT_OBJECTS_PER_TRIGGER: usize = 10_000;
 /// Default of [`Limits::seconds_per_trigger`].
 pub const DEFAULT_SECONDS_PER_TRIGGER: f64 = 10.0;
-/// Default of [`Limits::bytes_per_rule`]: 32 MiB (see docs/security.md,
-/// "Bounded evaluation", for how the defaults keep the controller within
-/// its Deployment's memory limit).
-pub const DEFAULT_BYTES_PER_RULE: usize = 32 * 1024 * 1024;
-/// Default of [`Limits::bytes_per_evaluation`]: 48 MiB.
-pub const DEFAULT_BYTES_PER_EVALUATION: usize = 48 * 1024 * 1024;
-/// Default of [`Limits::objects_per_rule`].
-pub const DEFAULT_OBJECTS_PER_RULE: usize = 50_000;
-/// Default of [`Limits::objects_per_evaluation`].
-pub const DEFAULT_OBJECTS_PER_EVALUATION: usize = 100_000;
+/// Default of [`Limits::output_amplification`]: a trigger's outputs may
+/// hold this many times the bytes it read, above the floor.
+pub const DEFAULT_OUTPUT_AMPLIFICATION: usize = 64;
+/// Default of [`Limits::output_floor_per_trigger`]: 1 MiB held, whatever
+/// the trigger read.
+pub const DEFAULT_OUTPUT_FLOOR_PER_TRIGGER: usize = 1024 * 1024;
+/// The share of the memory limit ([`memory_limit`]) the evaluation's outputs
+/// may hold, as [`held`] counts them, by default: one in
+/// `MEMORY_SHARE_DIVISOR` (see docs/security.md, "Bounded evaluation", for
+/// the measurement that sets it).
+pub const MEMORY_SHARE_DIVISOR: usize = 2;
+/// The evaluation's byte limit when no memory limit can be read.
+pub const FALLBACK_BYTES_PER_EVALUATION: usize = 256 * 1024 * 1024;
 /// Default of [`Limits::seconds_per_rule`].
 pub const DEFAULT_SECONDS_PER_RULE: f64 = 20.0;
 /// Default of [`Limits::seconds_per_evaluation`].
@@ -58,6 +69,8 @@ pub const MAX_TEMPLATE_DEPTH: usize = 256;
 pub(crate) const EVAL_STACK_BYTES: usize = 256 * 1024 * 1024;
 /// What a JSON value costs besides its text, for the byte budget.
 const NODE_BYTES: usize = 32;
+/// How a limit that may be off (`none`) is held: no total reaches it.
+pub const NO_LIMIT: usize = usize::MAX;
 
 /// The limits of one evaluation; the flags of `render` and `run` (with an
 /// environment variable each for `run`).
@@ -87,22 +100,39 @@ pub struct Limits {
     #[arg(long = "max-seconds-per-trigger", env = "RBAC_RULES_MAX_SECONDS_PER_TRIGGER",
           default_value_t = DEFAULT_SECONDS_PER_TRIGGER, value_parser = parse_seconds)]
     pub seconds_per_trigger: f64,
+    /// Bytes a trigger's outputs may hold, above the floor, per byte of
+    /// what it read (the trigger and its related objects as the rule sees
+    /// them): a trigger that amplifies more fails alone.
+    #[arg(long = "max-output-amplification", env = "RBAC_RULES_MAX_OUTPUT_AMPLIFICATION",
+          default_value_t = DEFAULT_OUTPUT_AMPLIFICATION)]
+    pub output_amplification: usize,
+    /// Bytes any trigger's outputs may hold, whatever it read (the floor
+    /// of --max-output-amplification).
+    #[arg(long = "output-floor-bytes-per-trigger",
+          env = "RBAC_RULES_OUTPUT_FLOOR_BYTES_PER_TRIGGER",
+          default_value_t = DEFAULT_OUTPUT_FLOOR_PER_TRIGGER)]
+    pub output_floor_per_trigger: usize,
     /// Bytes one rule's outputs may hold, over all its triggers (about 32
-    /// bytes per value plus its text).
+    /// bytes per value plus its text); over it, the rule's heaviest
+    /// triggers are shed first. `none`: no limit.
     #[arg(long = "max-bytes-per-rule", env = "RBAC_RULES_MAX_BYTES_PER_RULE",
-          default_value_t = DEFAULT_BYTES_PER_RULE)]
+          default_value = "none", value_parser = parse_bound)]
     pub bytes_per_rule: usize,
-    /// Bytes all rules' outputs may hold together.
+    /// Bytes all rules' outputs may hold together; over it, the heaviest
+    /// triggers of any rule are shed first. `auto`: half the container's
+    /// memory limit (cgroup memory.max), or of the machine's memory.
     #[arg(long = "max-bytes-per-evaluation", env = "RBAC_RULES_MAX_BYTES_PER_EVALUATION",
-          default_value_t = DEFAULT_BYTES_PER_EVALUATION)]
+          default_value = "auto", value_parser = parse_evaluation_bytes)]
     pub bytes_per_evaluation: usize,
-    /// Objects one rule may emit, over all its triggers.
+    /// Objects one rule may emit, over all its triggers; over it, the
+    /// triggers with the most objects are shed first. `none`: no limit.
     #[arg(long = "max-objects-per-rule", env = "RBAC_RULES_MAX_OBJECTS_PER_RULE",
-          default_value_t = DEFAULT_OBJECTS_PER_RULE)]
+          default_value = "none", value_parser = parse_bound)]
     pub objects_per_rule: usize,
-    /// Objects all rules may emit together.
+    /// Objects all rules may emit together (shed as for the rule's).
+    /// `none`: no limit.
     #[arg(long = "max-objects-per-evaluation", env = "RBAC_RULES_MAX_OBJECTS_PER_EVALUATION",
-          default_value_t = DEFAULT_OBJECTS_PER_EVALUATION)]
+          default_value = "none", value_parser = parse_bound)]
     pub objects_per_evaluation: usize,
     /// Wall time one rule may spend rendering in one evaluation, in seconds.
     #[arg(long = "max-seconds-per-rule", env = "RBAC_RULES_MAX_SECONDS_PER_RULE",
@@ -122,27 +152,107 @@ impl Default for Limits {
             bytes_per_trigger: DEFAULT_BYTES_PER_TRIGGER,
             objects_per_trigger: DEFAULT_OBJECTS_PER_TRIGGER,
             seconds_per_trigger: DEFAULT_SECONDS_PER_TRIGGER,
-            bytes_per_rule: DEFAULT_BYTES_PER_RULE,
-            bytes_per_evaluation: DEFAULT_BYTES_PER_EVALUATION,
-            objects_per_rule: DEFAULT_OBJECTS_PER_RULE,
-            objects_per_evaluation: DEFAULT_OBJECTS_PER_EVALUATION,
+            output_amplification: DEFAULT_OUTPUT_AMPLIFICATION,
+            output_floor_per_trigger: DEFAULT_OUTPUT_FLOOR_PER_TRIGGER,
+            bytes_per_rule: NO_LIMIT,
+            bytes_per_evaluation: auto_bytes_per_evaluation(),
+            objects_per_rule: NO_LIMIT,
+            objects_per_evaluation: NO_LIMIT,
             seconds_per_rule: DEFAULT_SECONDS_PER_RULE,
             seconds_per_evaluation: DEFAULT_SECONDS_PER_EVALUATION,
         }
     }
 }
 
-impl Limits {
-    /// These limits with the per-rule and per-evaluation bytes and objects
-    /// `factor` times higher: for runs that knowingly go past what the
-    /// shipped Deployment's memory holds (the bench's `xl` scenario).
-    pub fn with_totals_times(mut self, factor: usize) -> Limits {
-        self.bytes_per_rule = self.bytes_per_rule.saturating_mul(factor);
-        self.bytes_per_evaluation = self.bytes_per_evaluation.saturating_mul(factor);
-        self.objects_per_rule = self.objects_per_rule.saturating_mul(factor);
-        self.objects_per_evaluation = self.objects_per_evaluation.saturating_mul(factor);
-        self
+/// A count or size, or `none` (no limit).
+fn parse_bound(s: &str) -> Result<usize, String> {
+    match s {
+        "none" => Ok(NO_LIMIT),
+        _ => s.parse().map_err(|e| format!("{e} (a number, or none)")),
     }
+}
+
+/// [`Limits::bytes_per_evaluation`]: a number, `auto` or `none`.
+fn parse_evaluation_bytes(s: &str) -> Result<usize, String> {
+    match s {
+        "auto" => Ok(auto_bytes_per_evaluation()),
+        _ => parse_bound(s).map_err(|e| format!("{e}, or auto")),
+    }
+}
+
+/// The default of [`Limits::bytes_per_evaluation`]: a share of
+/// [`memory_limit`] (one in [`MEMORY_SHARE_DIVISOR`]), or
+/// [`FALLBACK_BYTES_PER_EVALUATION`] when none can be read.
+pub fn auto_bytes_per_evaluation() -> usize {
+    memory_limit().map_or(FALLBACK_BYTES_PER_EVALUATION, |m| m / MEMORY_SHARE_DIVISOR)
+}
+
+/// The memory this process may use, read once: the cgroup's limit (v2
+/// `memory.max`, or v1 `memory.limit_in_bytes`) when one is set, else the
+/// machine's memory (`MemTotal`): `render` on a workstation is bounded by
+/// what the machine has, so that a pathological input is shed, with its
+/// errors named, rather than swapped or killed.
+pub fn memory_limit() -> Option<usize> {
+    static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        cgroup_limit(read("/proc/self/cgroup").as_deref(), |p| read(p))
+            .or_else(|| mem_total(read("/proc/meminfo").as_deref()?))
+    })
+}
+
+/// The cgroup memory limit of this process, from `/proc/self/cgroup` and
+/// the files `read` returns; `None` when no limit is set ("max", or v1's
+/// page-rounded `i64::MAX`).
+fn cgroup_limit(cgroups: Option<&str>, read: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    let parse = |t: String| -> Option<usize> {
+        let v: u64 = t.trim().parse().ok()?;
+        // v1 writes "no limit" as i64::MAX rounded down to a page.
+        (v < (1 << 62)).then(|| usize::try_from(v).ok()).flatten()
+    };
+    let lines = cgroups.unwrap_or_default();
+    for line in lines.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let path = path.trim_end_matches('/');
+        if controllers.is_empty() {
+            // v2: the limit is the lowest of the path's and its parents'
+            // (a container sees its own cgroup as the root).
+            let mut at = path.to_string();
+            loop {
+                if let Some(v) = read(&format!("/sys/fs/cgroup{at}/memory.max")).and_then(parse) {
+                    return Some(v);
+                }
+                match at.rfind('/') {
+                    Some(i) if !at.is_empty() => at.truncate(i),
+                    _ => break,
+                }
+            }
+        } else if controllers.split(',').any(|c| c == "memory") {
+            for dir in [
+                format!("/sys/fs/cgroup/memory{path}"),
+                "/sys/fs/cgroup/memory".into(),
+            ] {
+                if let Some(v) = read(&format!("{dir}/memory.limit_in_bytes")).and_then(parse) {
+                    return Some(v);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn mem_total(meminfo: &str) -> Option<usize> {
+    let kib: usize = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
 }
 
 fn parse_depth(s: &str) -> Result<usize, String> {
@@ -174,6 +284,8 @@ pub enum Limit {
     Objects,
     /// [`Limits::seconds_per_trigger`].
     Time,
+    /// [`Limits::output_amplification`] (and its floor).
+    Amplification,
     /// [`Limits::bytes_per_rule`].
     BytesPerRule,
     /// [`Limits::bytes_per_evaluation`].
@@ -197,6 +309,7 @@ impl Limit {
             Limit::Bytes => "--max-bytes-per-trigger",
             Limit::Objects => "--max-objects-per-trigger",
             Limit::Time => "--max-seconds-per-trigger",
+            Limit::Amplification => "--max-output-amplification",
             Limit::BytesPerRule => "--max-bytes-per-rule",
             Limit::BytesPerEvaluation => "--max-bytes-per-evaluation",
             Limit::ObjectsPerRule => "--max-objects-per-rule",
@@ -207,7 +320,7 @@ impl Limit {
     }
 
     /// The limits on a rule's or the evaluation's totals of bytes and
-    /// objects: which triggers fit them depends on the others'.
+    /// objects: which triggers are shed depends on the others'.
     pub const TOTALS: [Limit; 4] = [
         Limit::BytesPerRule,
         Limit::BytesPerEvaluation,
@@ -215,7 +328,7 @@ impl Limit {
         Limit::ObjectsPerEvaluation,
     ];
 
-    /// Whether an error is a trigger left out by one of [`Limit::TOTALS`].
+    /// Whether an error is a trigger shed by one of [`Limit::TOTALS`].
     pub fn left_out_by_a_total(e: &super::EngineError) -> bool {
         e.kind == super::ErrorKind::LimitExceeded
             && Limit::TOTALS
@@ -225,16 +338,24 @@ impl Limit {
 
     /// The message of an error: what happened, the limit and its flag.
     pub fn message(self, limits: &Limits, what: &str) -> String {
+        let bound = |v: usize| match v {
+            NO_LIMIT => "none".to_string(),
+            v => v.to_string(),
+        };
         let value = match self {
             Limit::TemplateDepth => limits.template_depth.to_string(),
             Limit::ListLength => limits.list_length.to_string(),
             Limit::Bytes => limits.bytes_per_trigger.to_string(),
             Limit::Objects => limits.objects_per_trigger.to_string(),
             Limit::Time => format!("{}s", limits.seconds_per_trigger),
-            Limit::BytesPerRule => limits.bytes_per_rule.to_string(),
-            Limit::BytesPerEvaluation => limits.bytes_per_evaluation.to_string(),
-            Limit::ObjectsPerRule => limits.objects_per_rule.to_string(),
-            Limit::ObjectsPerEvaluation => limits.objects_per_evaluation.to_string(),
+            Limit::Amplification => format!(
+                "{} + {} per byte read",
+                limits.output_floor_per_trigger, limits.output_amplification
+            ),
+            Limit::BytesPerRule => bound(limits.bytes_per_rule),
+            Limit::BytesPerEvaluation => bound(limits.bytes_per_evaluation),
+            Limit::ObjectsPerRule => bound(limits.objects_per_rule),
+            Limit::ObjectsPerEvaluation => bound(limits.objects_per_evaluation),
             Limit::TimePerRule => format!("{}s", limits.seconds_per_rule),
             Limit::TimePerEvaluation => format!("{}s", limits.seconds_per_evaluation),
         };
@@ -246,6 +367,9 @@ impl Limit {
 struct Budget {
     limits: Limits,
     bytes: usize,
+    /// Bytes of what the trigger read: itself and its related objects, as
+    /// the rule sees them ([`note_input`]).
+    input: usize,
     deadline: Instant,
     /// Whose deadline `deadline` is: the trigger's, its rule's or the
     /// evaluation's, whichever comes first.
@@ -289,6 +413,7 @@ pub(crate) fn start(limits: &Limits) -> BudgetGuard {
     let budget = Budget {
         limits: limits.clone(),
         bytes: 0,
+        input: 0,
         deadline,
         deadline_of,
         ticks: 0,
@@ -324,6 +449,20 @@ pub(crate) fn tripped() -> Option<String> {
 /// Bytes charged to this trigger so far (0 outside a trigger).
 pub(crate) fn used() -> usize {
     BUDGET.with(|b| b.borrow().as_ref().map_or(0, |b| b.bytes))
+}
+
+/// Notes what the trigger read: `n` bytes of it and its related objects.
+pub(crate) fn note_input(n: usize) {
+    BUDGET.with(|b| {
+        if let Some(b) = b.borrow_mut().as_mut() {
+            b.input = b.input.saturating_add(n);
+        }
+    });
+}
+
+/// Bytes the trigger read so far (0 outside a trigger).
+pub(crate) fn input() -> usize {
+    BUDGET.with(|b| b.borrow().as_ref().map_or(0, |b| b.input))
 }
 
 /// One step of work: checks the clock now and then.
@@ -415,70 +554,24 @@ pub(crate) fn check_objects(n: usize) -> Result<(), String> {
     })
 }
 
-/// Running totals of a rule, or of a whole evaluation: what the outputs
-/// hold, and when the time is up. Shared by the threads that render it.
-#[derive(Debug)]
-struct Totals {
-    bytes: AtomicUsize,
-    objects: AtomicUsize,
-    deadline: Instant,
-    /// Whether a trigger's outputs were refused for a total (of this rule,
-    /// or of the evaluation while this rule rendered).
-    refused: std::sync::atomic::AtomicBool,
-}
+/// What the outputs of one pass may hold, counted whole, before the pass
+/// stops holding more: this many times `--max-bytes-per-evaluation`. The
+/// guard sheds after the pass ([`shed`]); this bounds the pass itself, in
+/// case many triggers each within their own bound add up to far more.
+pub const PASS_CAP_FACTOR: usize = 4;
 
-impl Totals {
-    fn new(bytes: usize, objects: usize, seconds: f64) -> Arc<Totals> {
-        Arc::new(Totals {
-            bytes: AtomicUsize::new(bytes),
-            objects: AtomicUsize::new(objects),
-            deadline: Instant::now() + Duration::from_secs_f64(seconds),
-            refused: std::sync::atomic::AtomicBool::new(false),
-        })
-    }
+/// Evaluations made again, at most, each without the triggers shed so far
+/// (see [`shed`]).
+pub const MAX_SHED_PASSES: usize = 8;
 
-    /// Adds `bytes` and `objects` unless that takes a total over its
-    /// limit: then nothing is added and the limit is returned.
-    fn take(&self, bytes: usize, objects: usize, max: (usize, usize)) -> Result<(), usize> {
-        let b = self.bytes.fetch_add(bytes, Ordering::SeqCst);
-        let o = self.objects.fetch_add(objects, Ordering::SeqCst);
-        let over = if b.saturating_add(bytes) > max.0 {
-            Some(0)
-        } else if o.saturating_add(objects) > max.1 {
-            Some(1)
-        } else {
-            None
-        };
-        match over {
-            None => Ok(()),
-            Some(which) => {
-                self.give_back(bytes, objects);
-                Err(which)
-            }
-        }
-    }
-
-    fn give_back(&self, bytes: usize, objects: usize) {
-        // Never below zero: a total is a sum of what was added.
-        let _ = self
-            .bytes
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
-                Some(b.saturating_sub(bytes))
-            });
-        let _ = self
-            .objects
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |o| {
-                Some(o.saturating_sub(objects))
-            });
-    }
-}
-
-/// The totals a trigger renders under: its evaluation's and its rule's.
+/// The deadlines a trigger renders under (its evaluation's and its
+/// rule's), and what the evaluation's outputs hold so far, counted whole.
 #[derive(Clone, Debug)]
 pub(crate) struct Scope {
     limits: Limits,
-    evaluation: Arc<Totals>,
-    rule: Option<Arc<Totals>>,
+    evaluation: Instant,
+    rule: Option<Instant>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 thread_local! {
@@ -503,32 +596,33 @@ fn install(scope: Option<Scope>) -> ScopeGuard {
     }
 }
 
-/// Starts an evaluation's totals on this thread: `bytes` and `objects`
-/// are what the outputs kept from earlier evaluations hold.
-pub(crate) fn evaluation(limits: &Limits, bytes: usize, objects: usize) -> ScopeGuard {
+/// Starts an evaluation's clock on this thread; `held`: what the outputs
+/// kept from earlier evaluations hold, counted whole.
+pub(crate) fn evaluation(limits: &Limits, held: usize) -> ScopeGuard {
     install(Some(Scope {
         limits: limits.clone(),
-        evaluation: Totals::new(bytes, objects, limits.seconds_per_evaluation),
+        evaluation: Instant::now() + Duration::from_secs_f64(limits.seconds_per_evaluation),
         rule: None,
+        held: Arc::new(std::sync::atomic::AtomicUsize::new(held)),
     }))
 }
 
-/// Starts a rule's totals within the evaluation on this thread. `unchanged`:
-/// what the rule's outputs that stay as they are hold (bytes, objects);
-/// `replaced`: what the outputs of the triggers about to render again
-/// held, given back to the evaluation (their renders charge it anew).
-pub(crate) fn rule(unchanged: (usize, usize), replaced: (usize, usize)) -> ScopeGuard {
-    let current = current();
-    let scope = current.map(|s| {
-        s.evaluation.give_back(replaced.0, replaced.1);
-        Scope {
-            rule: Some(Totals::new(
-                unchanged.0,
-                unchanged.1,
-                s.limits.seconds_per_rule,
-            )),
-            ..s
-        }
+/// Gives back what outputs about to be rendered again (or gone) held.
+pub(crate) fn replaced(bytes: usize) {
+    if let Some(s) = current() {
+        let _ = s.held.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |h| Some(h.saturating_sub(bytes)),
+        );
+    }
+}
+
+/// Starts a rule's clock within the evaluation on this thread.
+pub(crate) fn rule() -> ScopeGuard {
+    let scope = current().map(|s| Scope {
+        rule: Some(Instant::now() + Duration::from_secs_f64(s.limits.seconds_per_rule)),
+        ..s
     });
     install(scope)
 }
@@ -550,102 +644,270 @@ fn scope_deadline() -> Option<(Instant, Limit)> {
     SCOPE.with(|s| {
         let s = s.borrow();
         let s = s.as_ref()?;
-        let mut at = (s.evaluation.deadline, Limit::TimePerEvaluation);
-        if let Some(r) = &s.rule
-            && r.deadline < at.0
+        let mut at = (s.evaluation, Limit::TimePerEvaluation);
+        if let Some(r) = s.rule
+            && r < at.0
         {
-            at = (r.deadline, Limit::TimePerRule);
+            at = (r, Limit::TimePerRule);
         }
         Some(at)
     })
 }
 
-/// Admits a trigger's rendered outputs into the rule's and the
-/// evaluation's totals: the bytes they hold, or the limit they would take
-/// a total over (or the time that is up) as an error of that trigger.
-/// Outside an evaluation (no scope): always admitted.
-pub(crate) fn admit(outputs: &[Arc<Desired>]) -> Result<usize, String> {
-    let Some(scope) = current() else {
-        return Ok(held(outputs));
-    };
-    let limits = &scope.limits;
+/// Admits a trigger's rendered outputs: the bytes they hold, or as an error
+/// of that trigger alone the amplification bound they break (they hold
+/// more than `limits.output_floor_per_trigger` plus
+/// `limits.output_amplification` times `input`, the bytes the trigger
+/// read), or the time that is up. What other triggers hold plays no part.
+pub(crate) fn admit(
+    outputs: &[Arc<Desired>],
+    limits: &Limits,
+    input: usize,
+) -> Result<usize, String> {
     if let Some((at, of)) = scope_deadline()
         && Instant::now() > at
     {
         return Err(time_message(limits, of));
     }
     let bytes = held(outputs);
-    let objects = outputs.len();
-    let refused = || {
-        if let Some(rule) = &scope.rule {
-            rule.refused.store(true, Ordering::SeqCst);
-        }
-    };
-    if let Some(rule) = &scope.rule
-        && let Err(which) = rule.take(
-            bytes,
-            objects,
-            (limits.bytes_per_rule, limits.objects_per_rule),
-        )
-    {
-        refused();
-        return Err(if which == 0 {
-            Limit::BytesPerRule.message(
-                limits,
-                &format!("the rule's outputs would hold more bytes with this trigger's {bytes}"),
-            )
-        } else {
-            Limit::ObjectsPerRule.message(
-                limits,
-                &format!("the rule would emit more objects with this trigger's {objects}"),
-            )
-        });
+    let bound = amplification_bound(limits, input);
+    if bytes > bound {
+        return Err(Limit::Amplification.message(
+            limits,
+            &format!(
+                "the trigger's outputs would hold {bytes} bytes, more than {bound} for the {input} bytes it read (itself and its related objects)"
+            ),
+        ));
     }
-    if let Err(which) = scope.evaluation.take(
-        bytes,
-        objects,
-        (limits.bytes_per_evaluation, limits.objects_per_evaluation),
-    ) {
-        if let Some(rule) = &scope.rule {
-            rule.give_back(bytes, objects);
+    if let Some(s) = current() {
+        let cap = limits.bytes_per_evaluation.saturating_mul(PASS_CAP_FACTOR);
+        let before = s.held.fetch_add(bytes, std::sync::atomic::Ordering::SeqCst);
+        if before.saturating_add(bytes) > cap {
+            replaced(bytes);
+            return Err(Limit::BytesPerEvaluation.message(
+                limits,
+                &format!(
+                    "the evaluation's outputs, counted whole, would pass {PASS_CAP_FACTOR} times the limit with this trigger's {bytes} bytes before the heaviest are shed: this trigger was cut off, and is tried again once they are"
+                ),
+            ));
         }
-        refused();
-        return Err(if which == 0 {
-            Limit::BytesPerEvaluation.message(
-                limits,
-                &format!("all rules' outputs would hold more bytes with this trigger's {bytes}"),
-            )
-        } else {
-            Limit::ObjectsPerEvaluation.message(
-                limits,
-                &format!("all rules would emit more objects with this trigger's {objects}"),
-            )
-        });
     }
     Ok(bytes)
 }
 
-/// Whether the rule rendering on this thread had a trigger refused for
-/// a total (bytes or objects, of the rule or of the evaluation).
-pub(crate) fn rule_refused() -> bool {
-    SCOPE.with(|s| {
-        s.borrow()
-            .as_ref()
-            .and_then(|s| s.rule.as_ref())
-            .is_some_and(|r| r.refused.load(Ordering::SeqCst))
-    })
+/// What a trigger that read `input` bytes may hold.
+pub fn amplification_bound(limits: &Limits, input: usize) -> usize {
+    limits
+        .output_floor_per_trigger
+        .saturating_add(limits.output_amplification.saturating_mul(input))
 }
 
-/// Gives back to the rule's and the evaluation's totals what admitted
-/// outputs held (bytes, objects each), as they are dropped unused.
-pub(crate) fn give_back(admitted: impl Iterator<Item = (usize, usize)>) {
-    let Some(scope) = current() else { return };
-    for (bytes, objects) in admitted {
-        if let Some(rule) = &scope.rule {
-            rule.give_back(bytes, objects);
+/// A trigger of a rule, as the evaluation's outputs name it: the rule, and
+/// the trigger's reference (`None`: the rule's static set).
+type TriggerId = (Arc<str>, Option<Arc<str>>);
+
+/// Shed triggers: per rule, per trigger reference (`None`: the static
+/// set), the message each fails with.
+pub type Shed = BTreeMap<String, BTreeMap<Option<String>, String>>;
+
+/// One trigger's outputs, for [`shed`].
+#[derive(Debug, Default)]
+struct Held {
+    /// What they hold, each object whole: how heavy the trigger is.
+    bytes: usize,
+    objects: usize,
+    /// What they hold besides their rule lists.
+    own: usize,
+    /// Their rule lists, by index in the evaluation's distinct lists.
+    lists: Vec<usize>,
+}
+
+/// What a set of triggers holds together: every object's own bytes, and
+/// each distinct rule list once, however many objects carry it.
+struct Pool<'a> {
+    /// The bytes of each distinct rule list.
+    list_bytes: &'a [usize],
+    /// Per distinct list, how many objects of the pool carry it.
+    carried: Vec<u32>,
+    bytes: usize,
+    objects: usize,
+}
+
+impl<'a> Pool<'a> {
+    fn new(list_bytes: &'a [usize]) -> Self {
+        Pool {
+            list_bytes,
+            carried: vec![0; list_bytes.len()],
+            bytes: 0,
+            objects: 0,
         }
-        scope.evaluation.give_back(bytes, objects);
     }
+
+    fn add(&mut self, h: &Held) {
+        self.bytes = self.bytes.saturating_add(h.own);
+        self.objects = self.objects.saturating_add(h.objects);
+        for &l in &h.lists {
+            if self.carried[l] == 0 {
+                self.bytes = self.bytes.saturating_add(self.list_bytes[l]);
+            }
+            self.carried[l] += 1;
+        }
+    }
+
+    fn remove(&mut self, h: &Held) {
+        self.bytes = self.bytes.saturating_sub(h.own);
+        self.objects = self.objects.saturating_sub(h.objects);
+        for &l in &h.lists {
+            self.carried[l] = self.carried[l].saturating_sub(1);
+            if self.carried[l] == 0 {
+                self.bytes = self.bytes.saturating_sub(self.list_bytes[l]);
+            }
+        }
+    }
+}
+
+/// The triggers to shed so that every rule's and the evaluation's totals
+/// fit their limits, each with the error message it fails with, and the
+/// bytes the evaluation's outputs hold after: a pure function of the
+/// outputs (`desired`, as an evaluation returns them).
+///
+/// What a total counts is what the outputs really hold: rule lists with
+/// the same content count once (the engine shares them between objects:
+/// a provider family's roles, Namespaces accepting the same types), by
+/// content, so that how the evaluator happened to share them plays no
+/// part. Per rule first, then for the evaluation, each total over its
+/// limit sheds its heaviest triggers (most bytes held, its objects whole,
+/// for a byte limit; most objects for an object limit; ties by the other
+/// measure, then the first by rule and trigger name) until it fits: the
+/// trigger that amplifies goes, never the one that happens to come last.
+/// Both evaluators call it, so they shed the same triggers.
+pub fn shed<'a>(desired: impl Iterator<Item = &'a Desired>, limits: &Limits) -> (Shed, usize) {
+    use std::hash::{Hash, Hasher};
+    type Rules = Vec<k8s_openapi::api::rbac::v1::PolicyRule>;
+    // Distinct lists by content (hashed once per shared list).
+    let mut by_address: std::collections::HashMap<*const Rules, usize> =
+        std::collections::HashMap::new();
+    let mut by_hash: std::collections::HashMap<u64, Vec<(usize, &'a Arc<Rules>)>> =
+        std::collections::HashMap::new();
+    let mut list_bytes: Vec<usize> = Vec::new();
+    let mut by_trigger: BTreeMap<TriggerId, Held> = BTreeMap::new();
+    for d in desired {
+        let h = by_trigger
+            .entry((Arc::clone(&d.rule), d.trigger.clone()))
+            .or_default();
+        let whole = manifest_weight(&d.object);
+        h.bytes = h.bytes.saturating_add(whole);
+        h.objects += 1;
+        let Some(rules) = d.object.rules() else {
+            h.own = h.own.saturating_add(whole);
+            continue;
+        };
+        let body = rules_weight(rules);
+        h.own = h.own.saturating_add(whole.saturating_sub(body));
+        let id = *by_address.entry(Arc::as_ptr(rules)).or_insert_with(|| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            for r in rules.iter() {
+                (&r.api_groups, &r.resources, &r.verbs).hash(&mut hasher);
+                (&r.resource_names, &r.non_resource_urls).hash(&mut hasher);
+            }
+            let same = by_hash.entry(hasher.finish()).or_default();
+            match same
+                .iter()
+                .find(|(_, other)| other.as_slice() == rules.as_slice())
+            {
+                Some((id, _)) => *id,
+                None => {
+                    list_bytes.push(body);
+                    same.push((list_bytes.len() - 1, rules));
+                    list_bytes.len() - 1
+                }
+            }
+        });
+        h.lists.push(id);
+    }
+    let mut out = BTreeMap::new();
+    let mut rules: BTreeMap<Arc<str>, Vec<(&TriggerId, &Held)>> = BTreeMap::new();
+    for (id, h) in &by_trigger {
+        rules.entry(Arc::clone(&id.0)).or_default().push((id, h));
+    }
+    let rule_limits = (
+        (limits.bytes_per_rule, Limit::BytesPerRule),
+        (limits.objects_per_rule, Limit::ObjectsPerRule),
+    );
+    let mut kept: Vec<(&TriggerId, &Held)> = Vec::new();
+    for (_, triggers) in rules {
+        let (k, _) = shed_over(triggers, &list_bytes, rule_limits, limits, &mut out);
+        kept.extend(k);
+    }
+    let evaluation_limits = (
+        (limits.bytes_per_evaluation, Limit::BytesPerEvaluation),
+        (limits.objects_per_evaluation, Limit::ObjectsPerEvaluation),
+    );
+    let (_, held) = shed_over(kept, &list_bytes, evaluation_limits, limits, &mut out);
+    let mut shed = Shed::new();
+    for ((rule, trigger), message) in out {
+        shed.entry(rule.to_string())
+            .or_default()
+            .insert(trigger.map(|t| t.to_string()), message);
+    }
+    (shed, held)
+}
+
+/// Sheds from `triggers` (heaviest first) until what they hold together
+/// fits `max` (bytes, objects); returns the ones kept and the bytes they
+/// hold. Shed ones go into `out` with their message.
+fn shed_over<'a>(
+    mut triggers: Vec<(&'a TriggerId, &'a Held)>,
+    list_bytes: &[usize],
+    max: ((usize, Limit), (usize, Limit)),
+    limits: &Limits,
+    out: &mut BTreeMap<TriggerId, String>,
+) -> (Vec<(&'a TriggerId, &'a Held)>, usize) {
+    let mut pool = Pool::new(list_bytes);
+    for (_, h) in &triggers {
+        pool.add(h);
+    }
+    let ((max_bytes, bytes_limit), (max_objects, objects_limit)) = max;
+    for by_bytes in [true, false] {
+        let over = |p: &Pool| match by_bytes {
+            true => p.bytes > max_bytes,
+            false => p.objects > max_objects,
+        };
+        if !over(&pool) {
+            continue;
+        }
+        // Lightest first, so that the heaviest are popped off the end;
+        // among equals the first in name order is shed first.
+        triggers.sort_by(|(ia, a), (ib, b)| {
+            let key = |h: &Held| match by_bytes {
+                true => (h.bytes, h.objects),
+                false => (h.objects, h.bytes),
+            };
+            key(a).cmp(&key(b)).then_with(|| ib.cmp(ia))
+        });
+        while over(&pool) {
+            let Some((id, h)) = triggers.pop() else { break };
+            pool.remove(h);
+            let message = match by_bytes {
+                true => bytes_limit.message(
+                    limits,
+                    &format!(
+                        "this trigger's outputs, {} bytes, are the heaviest while the total is over its limit (shed, heaviest first)",
+                        h.bytes
+                    ),
+                ),
+                false => objects_limit.message(
+                    limits,
+                    &format!(
+                        "this trigger's {} objects are the most while the total is over its limit (shed, most first)",
+                        h.objects
+                    ),
+                ),
+            };
+            out.insert(id.clone(), message);
+        }
+    }
+    (triggers, pool.bytes)
 }
 
 thread_local! {
@@ -696,17 +958,7 @@ pub fn manifest_weight(m: &Manifest) -> usize {
     }
     match m.body() {
         Body::Role { rules, aggregation } => {
-            for r in rules.iter() {
-                n = n.saturating_add(
-                    NODE_BYTES
-                        + strs(&r.api_groups)
-                        + strs(&r.resources)
-                        + NODE_BYTES
-                        + r.verbs.iter().map(|v| NODE_BYTES + v.len()).sum::<usize>()
-                        + strs(&r.resource_names)
-                        + strs(&r.non_resource_urls),
-                );
-            }
+            n = n.saturating_add(rules_weight(rules));
             if let Some(a) = aggregation {
                 for sel in a.cluster_role_selectors.iter().flatten() {
                     n = n.saturating_add(NODE_BYTES);
@@ -739,6 +991,26 @@ pub fn manifest_weight(m: &Manifest) -> usize {
         }
     }
     n
+}
+
+/// What a role's rules hold, as [`manifest_weight`] counts them.
+pub fn rules_weight(rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> usize {
+    let strs = |xs: &Option<Vec<String>>| {
+        xs.iter()
+            .flatten()
+            .fold(NODE_BYTES, |n, x| n.saturating_add(NODE_BYTES + x.len()))
+    };
+    rules.iter().fold(0usize, |n, r| {
+        n.saturating_add(
+            NODE_BYTES
+                + strs(&r.api_groups)
+                + strs(&r.resources)
+                + NODE_BYTES
+                + r.verbs.iter().map(|v| NODE_BYTES + v.len()).sum::<usize>()
+                + strs(&r.resource_names)
+                + strs(&r.non_resource_urls),
+        )
+    })
 }
 
 /// About what a value takes in memory: a node cost per value plus its
@@ -862,33 +1134,139 @@ mod tests {
     }
 
     #[test]
-    fn totals_refuse_what_would_go_over_and_keep_what_fits() {
+    fn amplification_is_bounded_per_trigger_by_what_it_read() {
         let limits = Limits {
-            bytes_per_rule: 100,
-            objects_per_rule: 3,
-            bytes_per_evaluation: 150,
+            output_amplification: 10,
+            output_floor_per_trigger: 100,
             ..Limits::default()
         };
-        let _e = evaluation(&limits, 40, 0);
-        let _r = rule((0, 0), (0, 0));
-        let scope = current().expect("a scope");
-        let rule_totals = scope.rule.as_ref().expect("a rule");
-        assert!(!rule_refused());
-        assert_eq!(rule_totals.take(60, 1, (100, 3)), Ok(()));
-        // Over the rule's bytes: nothing added.
-        assert_eq!(rule_totals.take(60, 1, (100, 3)), Err(0));
-        assert_eq!(rule_totals.bytes.load(Ordering::SeqCst), 60);
-        // Over its objects.
-        assert_eq!(rule_totals.take(1, 3, (100, 3)), Err(1));
-        assert_eq!(rule_totals.objects.load(Ordering::SeqCst), 1);
-        rule_totals.give_back(100, 100);
-        assert_eq!(
-            rule_totals.bytes.load(Ordering::SeqCst),
-            0,
-            "never below zero"
-        );
+        assert_eq!(amplification_bound(&limits, 0), 100);
+        assert_eq!(amplification_bound(&limits, 50), 600);
         // Nothing emitted is always admitted, and holds nothing.
-        assert_eq!(admit(&[]), Ok(0));
+        assert_eq!(admit(&[], &limits, 0), Ok(0));
+    }
+
+    /// A Role of `rule` for `trigger` whose rules list `resources`.
+    fn role(rule: &str, trigger: &str, name: &str, resources: usize) -> Desired {
+        let res: Vec<String> = (0..resources).map(|i| format!("things{i}")).collect();
+        let object = Manifest::from_value(&json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": "ns"},
+            "rules": [{"apiGroups": ["example.org"], "resources": res, "verbs": ["get"]}],
+        }))
+        .expect("a role");
+        Desired {
+            kind: crate::api::OutputKind::Role,
+            namespace: "ns".into(),
+            name: name.into(),
+            rule: rule.into(),
+            trigger: Some(trigger.into()),
+            field: "spec.outputs[0]".into(),
+            refusal: None,
+            object,
+        }
+    }
+
+    #[test]
+    fn shedding_counts_equal_rule_lists_once_and_sheds_the_heaviest_first() {
+        let outputs = [
+            role("r", "T/b", "big-b", 400),
+            role("r", "T/a", "big-a", 400),
+            role("r", "T/c", "small", 2),
+            role("q", "T/d", "mid", 100),
+        ];
+        let w = |d: &Desired| manifest_weight(&d.object);
+        let list = |d: &Desired| rules_weight(d.object.rules().expect("rules"));
+        let whole: usize = outputs.iter().map(w).sum();
+        // The two big lists are equal: held once.
+        let held = whole - list(&outputs[0]);
+        let unlimited = Limits::default();
+        let (shed0, measured) = shed(outputs.iter(), &unlimited);
+        assert!(shed0.is_empty());
+        assert_eq!(measured, held);
+        // A byte under: one of the two equal big ones goes, the first by
+        // name; the list it shares stays held by the other.
+        let own_a = w(&outputs[1]) - list(&outputs[1]);
+        let tight = Limits {
+            bytes_per_evaluation: held - 1,
+            ..Limits::default()
+        };
+        let (s, after) = shed(outputs.iter(), &tight);
+        let shed_of = |s: &Shed, r: &str| -> Vec<Option<String>> {
+            s.get(r)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(shed_of(&s, "r"), [Some("T/a".to_string())]);
+        assert_eq!(after, held - own_a);
+        assert!(s["r"][&Some("T/a".to_string())].contains("--max-bytes-per-evaluation"));
+        // Tighter: shedding a frees too little, so b goes too, and with it
+        // the list; the lighter rule keeps its trigger.
+        let tighter = Limits {
+            bytes_per_evaluation: held - own_a - 1,
+            ..Limits::default()
+        };
+        let (s, after) = shed(outputs.iter(), &tighter);
+        assert_eq!(
+            shed_of(&s, "r"),
+            [Some("T/a".to_string()), Some("T/b".to_string())]
+        );
+        assert!(shed_of(&s, "q").is_empty());
+        assert_eq!(after, w(&outputs[2]) + w(&outputs[3]));
+        // Per rule: only r's triggers are weighed against r's limit.
+        let per_rule = Limits {
+            bytes_per_rule: w(&outputs[3]) + 1,
+            ..Limits::default()
+        };
+        let (s, _) = shed(outputs.iter(), &per_rule);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s["r"].len(), 2);
+        // By objects: the trigger with the most goes.
+        let mut many = outputs.to_vec();
+        many.push(role("q", "T/d", "mid-2", 1));
+        let by_objects = Limits {
+            objects_per_evaluation: 4,
+            ..Limits::default()
+        };
+        let (s, _) = shed(many.iter(), &by_objects);
+        assert_eq!(s.len(), 1);
+        assert!(s["q"][&Some("T/d".to_string())].contains("--max-objects-per-evaluation"));
+        // The same outputs in another order: the same answer.
+        many.reverse();
+        assert_eq!(shed(many.iter(), &by_objects).0, s);
+    }
+
+    #[test]
+    fn the_memory_limit_comes_from_the_cgroup_then_the_machine() {
+        let files = |v2: Option<&'static str>, v1: Option<&'static str>| {
+            move |p: &str| -> Option<String> {
+                match p {
+                    "/sys/fs/cgroup/kubepods/pod1/c1/memory.max" => v2.map(str::to_string),
+                    "/sys/fs/cgroup/memory/kubepods/pod1/memory.limit_in_bytes" => {
+                        v1.map(str::to_string)
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let v2 = Some("0::/kubepods/pod1/c1\n");
+        assert_eq!(
+            cgroup_limit(v2, files(Some("536870912\n"), None)),
+            Some(512 << 20)
+        );
+        assert_eq!(cgroup_limit(v2, files(Some("max\n"), None)), None);
+        let v1 = Some("5:memory:/kubepods/pod1\n4:cpu,cpuacct:/x\n");
+        assert_eq!(
+            cgroup_limit(v1, files(None, Some("1073741824"))),
+            Some(1 << 30)
+        );
+        // v1's "no limit".
+        assert_eq!(
+            cgroup_limit(v1, files(None, Some("9223372036854771712"))),
+            None
+        );
+        assert_eq!(mem_total("MemTotal:       16384 kB\n"), Some(16 << 20));
+        assert!(auto_bytes_per_evaluation() > 0);
     }
 
     #[test]
@@ -897,13 +1275,13 @@ mod tests {
             seconds_per_rule: 0.001,
             ..Limits::default()
         };
-        let _e = evaluation(&limits, 0, 0);
-        let _r = rule((0, 0), (0, 0));
+        let _e = evaluation(&limits, 0);
+        let _r = rule();
         std::thread::sleep(Duration::from_millis(5));
         let _t = start(&limits);
         let e = charge(1).unwrap_err();
         assert!(e.contains("--max-seconds-per-rule"), "{e}");
-        let e = admit(&[]).unwrap_err();
+        let e = admit(&[], &limits, 0).unwrap_err();
         assert!(e.contains("--max-seconds-per-rule"), "{e}");
     }
 
@@ -911,16 +1289,15 @@ mod tests {
     fn scopes_restore_and_outside_one_nothing_is_limited() {
         assert!(current().is_none());
         {
-            let _e = evaluation(&Limits::default(), 0, 0);
+            let _e = evaluation(&Limits::default(), 0);
             assert!(current().is_some_and(|s| s.rule.is_none()));
             {
-                let _r = rule((0, 0), (0, 0));
+                let _r = rule();
                 assert!(current().is_some_and(|s| s.rule.is_some()));
             }
             assert!(current().is_some_and(|s| s.rule.is_none()));
         }
         assert!(current().is_none());
-        assert!(!rule_refused());
     }
 
     #[test]

@@ -202,7 +202,7 @@ impl Engine {
     /// anyway, every rule fails with an `Internal` error (so every live
     /// object is preserved) and the memo starts afresh.
     pub fn evaluate_incremental(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
-        match limits::isolated(|| emit::evaluate(self, observed, &mut *memo)) {
+        match limits::isolated(|| self.guarded(observed, &mut *memo)) {
             Ok(e) => e,
             Err(e) => {
                 tracing::error!(error = %e, "evaluation failed");
@@ -220,6 +220,43 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+impl Engine {
+    /// Evaluates, then sheds the heaviest triggers while a rule's or the
+    /// evaluation's total is over its limit ([`limits::shed`], which the
+    /// reference applies too): they fail, and the evaluation is made again
+    /// from a fresh memo without them, so that what later rules read is
+    /// what is kept; again while what it keeps is still over (triggers a
+    /// pass cut off at its cap, `limits::PASS_CAP_FACTOR`, render then), at
+    /// most [`limits::MAX_SHED_PASSES`] times. Shed triggers stay shed until
+    /// the memo starts afresh.
+    fn guarded(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
+        let mut evaluation = emit::evaluate(self, observed, memo);
+        let limits = &self.options.limits;
+        for _ in 0..limits::MAX_SHED_PASSES {
+            if memo.within_totals(limits) {
+                break;
+            }
+            let (shed, held) = limits::shed(evaluation.desired.iter(), limits);
+            if shed.is_empty() {
+                memo.measured(held);
+                break;
+            }
+            drop(evaluation);
+            let mut all = std::mem::take(&mut memo.shed);
+            for (rule, triggers) in shed {
+                all.entry(rule).or_default().extend(triggers);
+            }
+            *memo = Memo {
+                shed: all,
+                one_shot: memo.one_shot,
+                ..Memo::default()
+            };
+            evaluation = emit::evaluate(self, observed, memo);
+        }
+        evaluation
     }
 }
 

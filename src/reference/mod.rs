@@ -36,11 +36,17 @@
 //! formats, output validation ([`crate::engine::output`]), selectors and
 //! RBAC coverage ([`crate::policy`]).
 //!
-//! Limits: time limits are not meaning and are not applied. The size and
-//! count limits (`--max-list-length`, bytes and objects per trigger, rule
-//! and evaluation) are not applied either: the reference assumes inputs
-//! within them (the differential tests keep their inputs so). The template
-//! depth limit is applied, as part of compiling a rule.
+//! Limits: time limits are not meaning and are not applied. The limits of
+//! one trigger's render (`--max-list-length`, bytes and objects per
+//! trigger, the amplification bound) are not applied either: the reference
+//! assumes inputs within them (the differential tests keep their inputs
+//! so). The totals of a rule and of the evaluation are applied, as the
+//! engine applies them: when one is over its limit, the triggers
+//! [`crate::engine::limits::shed`] picks from the outputs fail and every
+//! rule runs again without them (again while one is still over, as many
+//! times as the engine). The engine's cap on what one pass holds before
+//! shedding (a memory stop, in render order) is not applied. The template depth limit is applied, as
+//! part of compiling a rule.
 
 mod conditions;
 mod judge;
@@ -55,7 +61,9 @@ mod values;
 mod vars;
 mod world;
 
-use crate::engine::{Evaluation, ObjectStore, Options, RuleSource};
+use crate::engine::error::FieldError;
+use crate::engine::limits::Shed;
+use crate::engine::{ErrorKind, Evaluation, ObjectStore, Options, RuleSource};
 
 /// Evaluates `rules` against `observed`: what
 /// [`Engine::evaluate`](crate::engine::Engine::evaluate) returns for
@@ -63,20 +71,55 @@ use crate::engine::{Evaluation, ObjectStore, Options, RuleSource};
 /// here lists every desired object (as for a fresh memo).
 pub fn evaluate(rules: &[RuleSource], options: &Options, observed: &ObjectStore) -> Evaluation {
     let prepared = order::prepare(rules, options);
+    let mut all = Shed::new();
+    let mut evaluation = evaluate_shedding(&prepared, options, observed, &all);
+    for _ in 0..crate::engine::limits::MAX_SHED_PASSES {
+        let (shed, _) = crate::engine::limits::shed(evaluation.desired.iter(), &options.limits);
+        if shed.is_empty() {
+            break;
+        }
+        for (rule, triggers) in shed {
+            all.entry(rule).or_default().extend(triggers);
+        }
+        evaluation = evaluate_shedding(&prepared, options, observed, &all);
+    }
+    evaluation
+}
+
+/// Every rule run in order, the triggers in `shed` failing with their
+/// message instead of rendering; then policy and the reports.
+fn evaluate_shedding(
+    prepared: &order::Prepared,
+    options: &Options,
+    observed: &ObjectStore,
+    shed: &Shed,
+) -> Evaluation {
     let grants = policy::Grants::new(observed, options);
     let mut emitted = world::Emitted::default();
     let mut runs: Vec<run::RuleRun> = Vec::new();
     for (idx, rule) in prepared.rules.iter().enumerate() {
-        let run = if options.held.contains(&rule.name) {
+        let mut run = if options.held.contains(&rule.name) {
             run::RuleRun::held()
         } else {
-            let world = world::World::new(observed, &prepared, &emitted, &runs, Some(idx), &grants);
+            let world = world::World::new(observed, prepared, &emitted, &runs, Some(idx), &grants);
             trigger::run_rule(rule, &prepared.templates, &world)
         };
+        if let Some(shed) = shed.get(&rule.name) {
+            for t in &mut run.triggers {
+                if let Some(message) = shed.get(&t.tref) {
+                    t.outcome = run::Outcome::Failed(FieldError::new(
+                        ErrorKind::LimitExceeded,
+                        "spec.outputs",
+                        message.clone(),
+                    ));
+                    t.warnings = Vec::new();
+                }
+            }
+        }
         emitted.add(idx, &run);
         runs.push(run);
     }
-    let world = world::World::new(observed, &prepared, &emitted, &runs, None, &grants);
+    let world = world::World::new(observed, prepared, &emitted, &runs, None, &grants);
     let verdicts = policy::judge_all(&world, options);
-    report::assemble(&prepared, &runs, &emitted, verdicts)
+    report::assemble(prepared, &runs, &emitted, verdicts)
 }

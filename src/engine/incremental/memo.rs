@@ -93,6 +93,12 @@ pub struct Memo {
     pub(in crate::engine) renders: usize,
     /// Made by [`Memo::one_shot`]: keeps no read index.
     pub(in crate::engine) one_shot: bool,
+    /// Triggers shed by a total (`limits::shed`): they fail, unrendered,
+    /// until the memo starts afresh.
+    pub(in crate::engine) shed: crate::engine::limits::Shed,
+    /// The evaluation's outputs' bytes as `limits::shed` last measured them,
+    /// and the rules' `rendered` then.
+    pub(in crate::engine) measured: Option<(usize, usize)>,
 }
 
 impl Memo {
@@ -122,6 +128,34 @@ impl Memo {
     /// rendered; the rest were reused.
     pub fn renders(&self) -> usize {
         self.renders
+    }
+
+    /// Whether every rule's and the evaluation's totals are within
+    /// `limits` without measuring them: then nothing needs shedding. What
+    /// the memo counts per trigger (every output whole, a rule list shared
+    /// by many counted for each) bounds what they hold from above; the
+    /// evaluation's bytes as last measured plus what was rendered since
+    /// bound them too.
+    pub(in crate::engine) fn within_totals(&self, limits: &crate::engine::Limits) -> bool {
+        let (mut bytes, mut objects, mut rendered) = (0usize, 0usize, 0usize);
+        for r in &self.rules {
+            if r.held > limits.bytes_per_rule || r.emitted > limits.objects_per_rule {
+                return false;
+            }
+            bytes = bytes.saturating_add(r.held);
+            objects = objects.saturating_add(r.emitted);
+            rendered = rendered.saturating_add(r.rendered);
+        }
+        if let Some((measured, then)) = self.measured {
+            bytes = bytes.min(measured.saturating_add(rendered.saturating_sub(then)));
+        }
+        bytes <= limits.bytes_per_evaluation && objects <= limits.objects_per_evaluation
+    }
+
+    /// Notes the evaluation's outputs' bytes just measured.
+    pub(in crate::engine) fn measured(&mut self, bytes: usize) {
+        let rendered = self.rules.iter().map(|r| r.rendered).sum();
+        self.measured = Some((bytes, rendered));
     }
 }
 
@@ -280,6 +314,10 @@ pub(in crate::engine) struct RuleMemo {
     pub emitted: usize,
     /// Bytes those objects hold (see `limits::held`).
     pub held: usize,
+    /// Bytes its triggers' outputs held when rendered, added up over the
+    /// memo's life (never taken away): how much the evaluation's outputs
+    /// can have grown by since a total was last measured.
+    pub rendered: usize,
     /// Triggers with an error, a warning or preserved objects: what the report lists.
     pub noted: BTreeSet<ObjectKey>,
     /// Objects of this rule that another emitter contests, by trigger.

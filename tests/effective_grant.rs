@@ -10,13 +10,13 @@
 //!   selector found, and a source policy refuses, with a warning each; the
 //!   other sources are copied, in every namespace.
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use proptest::prelude::*;
 use rbac_rules::api::OutputKind;
 use rbac_rules::engine::{AllowList, Engine, ErrorKind, Evaluation, Options, RuleSource};
 use serde_json::{Value, json};
 
-use support::engine::{builtin, rules, store};
+use support::engine::{builtin, rules, shipped_allow_list, store};
 mod support;
 
 fn evaluate(rules: &[RuleSource], objects: &[Value], options: Options) -> Evaluation {
@@ -32,16 +32,6 @@ fn cluster_role(name: &str, labels: Value, rules: Value) -> Value {
 fn namespace(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace",
            "metadata": {"name": name, "uid": format!("uid-{name}"), "labels": {"example.org/team": name}}})
-}
-
-/// The shipped allow-list (deploy/controller/allow-list.yaml).
-fn shipped_allow_list() -> AllowList {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/controller/allow-list.yaml");
-    let text = std::fs::read_to_string(path).expect("allow-list reads");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("allow-list parses");
-    let role: ClusterRole = serde_json::from_value(docs[0].clone()).expect("a ClusterRole");
-    AllowList::from_cluster_role(&role)
 }
 
 fn with_allow(allow: AllowList) -> Options {

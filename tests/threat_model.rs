@@ -12,16 +12,15 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::rbac::v1::ClusterRole;
 use proptest::prelude::*;
 use rbac_rules::api::OutputKind;
-use rbac_rules::engine::{AllowList, Engine, ErrorKind, Evaluation, Options};
+use rbac_rules::engine::{Engine, ErrorKind, Evaluation, Options};
 use serde_json::{Value, json};
 
 mod support;
 use support::engine::{
-    builtin, granted, namespace, provider, provider_ref, revision, revision_crds, store, xrd,
-    xrd_crds,
+    builtin, granted, namespace, provider, provider_ref, revision, revision_crds,
+    shipped_allow_list, store, xrd, xrd_crds,
 };
 
 /// Another tool's CRD, installed (by Helm, without ownerReferences) long
@@ -33,15 +32,6 @@ const FOREIGN_CREATED: &str = "2025-06-01T00:00:00Z";
 /// The innocent XRDs (all with claims; XRD 3's claim is hostile in the
 /// shared fixtures, so it is left out).
 const XRDS: [usize; 3] = [0, 1, 2];
-
-fn shipped_allow_list() -> AllowList {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/controller/allow-list.yaml");
-    let text = std::fs::read_to_string(path).expect("allow-list reads");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("allow-list parses");
-    let role: ClusterRole = serde_json::from_value(docs[0].clone()).expect("a ClusterRole");
-    AllowList::from_cluster_role(&role)
-}
 
 /// What the package author gets Crossplane to write on the foreign CRD.
 #[derive(Clone, Debug)]

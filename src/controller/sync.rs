@@ -262,6 +262,25 @@ impl Syncer {
         self.lane.filter(|l| *l < self.limits.seconds_per_rule)
     }
 
+    /// The plan of `evaluation` against `snap`'s live objects, with the
+    /// rules in `held` left alone and mass prunes held until confirmed.
+    fn plan_of(
+        &self,
+        evaluation: &Evaluation,
+        snap: &Snapshot<'_>,
+        held: &BTreeSet<String>,
+    ) -> plan::Plan {
+        let mut plan = plan::plan(evaluation, snap.owned, held, snap.prune);
+        plan::hold_mass_prunes(
+            &mut plan,
+            self.max_unconfirmed_prunes,
+            snap.rules,
+            evaluation,
+            snap.owned,
+        );
+        plan
+    }
+
     /// Plans the slow lane's evaluation (see [`SlowLane`]) against the
     /// live objects of `snap`: only the rules of `lane` are written and
     /// reported, every other rule is held (its objects left alone).
@@ -277,14 +296,7 @@ impl Syncer {
             .filter(|r| !lane.contains(*r))
             .cloned()
             .collect();
-        let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
-        plan::hold_mass_prunes(
-            &mut plan,
-            self.max_unconfirmed_prunes,
-            snap.rules,
-            &evaluation,
-            snap.owned,
-        );
+        let plan = self.plan_of(&evaluation, snap, &held);
         let foreign = plan
             .applies
             .iter()
@@ -449,14 +461,7 @@ impl Syncer {
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(renders, "evaluated");
         // The live objects remember what this plan finds equal.
-        let mut plan = plan::plan(&evaluation, snap.owned, &held, snap.prune);
-        plan::hold_mass_prunes(
-            &mut plan,
-            self.max_unconfirmed_prunes,
-            snap.rules,
-            &evaluation,
-            snap.owned,
-        );
+        let plan = self.plan_of(&evaluation, snap, &held);
         (evaluation, plan)
     }
 

@@ -23,7 +23,6 @@ use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
 use super::memo::{
     AssemblyPart, ExtractedEntries, ItemVerdict, NestedKey, Owner, OwnerFilter, Read,
-    controller_uid,
 };
 use super::model::Desired;
 use super::model::Seen;
@@ -31,6 +30,7 @@ use super::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use super::path::{
     At, FieldPath, Segment, fits_fields, keep_fields, leading_keys, list_fields, scalar_text,
 };
+use super::store::controller_uid;
 use super::store::{GroupKind, key_of, object_ref};
 use super::template::{mentions, mentions_text, named_reads, truthy};
 use super::time::creation_time;

@@ -43,6 +43,22 @@ impl fmt::Display for GroupKind {
     }
 }
 
+/// The uid of `obj`'s controller: its only ownerReference with
+/// `controller: true`, when that has a uid. Kubernetes refuses a second
+/// controller reference, so data with two proves nothing. Lineage
+/// (`controlledBy`, `notOlderThan`) rests on it, in both evaluators.
+pub fn controller_uid(obj: &Value) -> Option<&str> {
+    let mut controllers = obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["controller"].as_bool() == Some(true));
+    match (controllers.next(), controllers.next()) {
+        (Some(r), None) => r["uid"].as_str().filter(|u| !u.is_empty()),
+        _ => None,
+    }
+}
+
 /// The group part of an apiVersion (`apps/v1` → `apps`, `v1` → ``).
 pub fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")

@@ -21,7 +21,7 @@ use super::trigger::{Render, add_captures, bind, regex, unbind, visible};
 use crate::api::{ListFieldQuery, ObjectQuery, Related, Unmatched};
 use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::path::{FieldPath, keep_fields, list_fields};
-use crate::engine::store::group_of;
+use crate::engine::store::{controller_uid, group_of};
 use crate::engine::{ErrorKind, GroupKind};
 
 impl Render<'_> {
@@ -331,21 +331,6 @@ impl Lineage {
             }
         }
         false
-    }
-}
-
-/// The uid of `obj`'s controller: its only ownerReference with
-/// `controller: true`, when that has a uid. Kubernetes refuses a second
-/// controller reference; data with one proves nothing.
-fn controller_uid(obj: &Value) -> Option<&str> {
-    let mut controllers = obj["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["controller"].as_bool() == Some(true));
-    match (controllers.next(), controllers.next()) {
-        (Some(r), None) => r["uid"].as_str().filter(|u| !u.is_empty()),
-        _ => None,
     }
 }
 

@@ -216,3 +216,14 @@ pub fn namespace(n: usize, accepted: &[usize]) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace",
            "metadata": {"name": format!("team-{n}"), "uid": format!("ns-{n}"), "annotations": ann}})
 }
+
+/// The shipped allow-list (deploy/controller/allow-list.yaml).
+pub fn shipped_allow_list() -> rbac_rules::engine::AllowList {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/controller/allow-list.yaml");
+    let text = std::fs::read_to_string(path).expect("allow-list reads");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("allow-list parses");
+    let role: k8s_openapi::api::rbac::v1::ClusterRole =
+        serde_json::from_value(docs[0].clone()).expect("a ClusterRole");
+    rbac_rules::engine::AllowList::from_cluster_role(&role)
+}

@@ -26,6 +26,7 @@ use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::fast_hash::{HashMap, HashSet};
 use crate::engine::limits;
 use crate::engine::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, Seen};
+use crate::engine::store::controller_uid;
 use crate::engine::store::{GroupKind, ObjectKey, group_of};
 use crate::engine::time::creation_time;
 
@@ -953,21 +954,6 @@ impl OwnerFilter {
             OwnerFilter::AnyOf(uids) => format!("any:{uids:?}"),
             OwnerFilter::Lineage(owners) => format!("lineage:{owners:?}"),
         }
-    }
-}
-
-/// The uid of `obj`'s controller: its only ownerReference with
-/// `controller: true`, when that has a uid (Kubernetes refuses a second
-/// one; data with two proves nothing).
-pub(in crate::engine) fn controller_uid(obj: &Value) -> Option<&str> {
-    let mut controllers = obj["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["controller"].as_bool() == Some(true));
-    match (controllers.next(), controllers.next()) {
-        (Some(r), None) => r["uid"].as_str().filter(|u| !u.is_empty()),
-        _ => None,
     }
 }
 

@@ -28,6 +28,7 @@ pub const GROUP: &str = "rbacrules.io";
     status = "RbacRuleStatus",
     doc = "An RbacRule: when a trigger object matches, keep these ClusterRoles, Roles and bindings.",
     printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"REASON","type":"string","description":"The Degraded condition's reason: AsExpected, or what needs a person (an error, a refusal, a notice such as PruneHeld or NotOurs)","jsonPath":".status.conditions[?(@.type==\"Degraded\")].reason"}"#,
     printcolumn = r#"{"name":"TRIGGERS","type":"integer","jsonPath":".status.matchedTriggers"}"#,
     printcolumn = r#"{"name":"OBJECTS","type":"integer","jsonPath":".status.managedObjects"}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#

@@ -355,3 +355,17 @@ fn test_results_as_data() {
         "{v}"
     );
 }
+
+/// Logs written to a file or a pipe carry no terminal colours: `run`'s
+/// error log (no cluster to reach) on a piped stderr is plain text.
+#[test]
+fn logs_to_a_pipe_have_no_colours() {
+    let mut cmd = support::cli::command(["run", "--log-format", "text"]);
+    cmd.env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("NO_COLOR");
+    let out = support::cli::output(&mut cmd);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("ERROR"), "{}", out.stderr);
+    assert!(!out.stderr.contains('\u{1b}'), "{:?}", out.stderr);
+}

@@ -42,7 +42,14 @@ fn crd_is_cluster_scoped_with_status_and_columns() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(columns, ["READY", "TRIGGERS", "OBJECTS", "AGE"]);
+    assert_eq!(columns, ["READY", "REASON", "TRIGGERS", "OBJECTS", "AGE"]);
+    // REASON is the Degraded condition's reason: a degraded rule shows in
+    // `kubectl get`, not only in `describe`.
+    let reason = &version["additionalPrinterColumns"][1];
+    assert_eq!(
+        reason["jsonPath"],
+        ".status.conditions[?(@.type==\"Degraded\")].reason"
+    );
     // Structural schemas forbid $ref and additionalProperties: false.
     assert!(!crd.contains("$ref"), "schema must be inlined");
     assert!(!crd.contains("additionalProperties: false"));

@@ -612,6 +612,20 @@ fn notes_tell_the_truth() {
     let open = notes(&["allowClusterRole=", "admissionFence=false"]);
     assert!(open.contains("allowClusterRole is empty"), "{open}");
     assert!(open.contains("admissionFence is off"), "{open}");
+    // Where the built-in rules look for Crossplane, and that each sentence
+    // ends before the next paragraph.
+    assert!(
+        built.contains("namespace crossplane-system (Crossplane elsewhere: --set\nparams.crossplaneNamespace=NS)."),
+        "{built}"
+    );
+    assert!(built.contains("Orphan)."), "{built}");
+    assert!(built.contains(".\n\nLabel the namespace"), "{built}");
+    let upbound = notes(&[
+        "image.repository=registry.example.org/rbac-rules",
+        "params.crossplaneNamespace=upbound-system",
+    ]);
+    assert!(upbound.contains("namespace upbound-system."), "{upbound}");
+    assert!(!upbound.contains("Crossplane elsewhere"), "{upbound}");
 }
 
 /// The `RBAC_RULES_PARAM*` variables of the chart's Deployment with `set`.

@@ -275,28 +275,9 @@ impl Judge<'_, '_> {
         let mut found: Vec<String> = Vec::new();
         let mut count = 0;
         for m in members {
-            let Seen::Observed(o) = m else { continue };
-            if ours(o) || m.name() == name {
+            let Some(why) = self.unmanaged_member_refusal(m, name, |_| true) else {
                 continue;
-            }
-            let rules = self.view.role_rules(m);
-            let mut why: Vec<String> = self
-                .view
-                .denials_of(&rules, self.waivers)
-                .all()
-                .cloned()
-                .collect();
-            if let Some((allow, effective)) = self.allow
-                && !rules.is_empty()
-            {
-                let missing = allow.uncovered(effective, &rules);
-                if !missing.is_empty() {
-                    why.push(format!("what the allow-list does not: {}", shown(&missing)));
-                }
-            }
-            if why.is_empty() {
-                continue;
-            }
+            };
             count += 1;
             if found.len() < 3 {
                 let shown: Vec<&str> = why.iter().take(3).map(String::as_str).collect();
@@ -403,30 +384,15 @@ impl Judge<'_, '_> {
         let selectors = selectors_of(agg);
         let mut found = Vec::new();
         for m in self.view.selected(&selectors) {
-            let Seen::Observed(o) = m else { continue };
-            if ours(o) || m.name() == name {
-                continue;
-            }
-            let rules = self.view.role_rules(m);
-            let mut grants: Vec<String> = self
-                .view
-                .denials_of(&rules, self.waivers)
-                .all()
-                .cloned()
-                .collect();
-            if let Some((allow, effective)) = self.allow
-                && !rules.is_empty()
-                && !policy::joined_by_aggregation_label(
+            // A member joined only by an aggregation label is judged by the
+            // denials alone.
+            let judged_by_allow = |o: &Value| {
+                !policy::joined_by_aggregation_label(
                     &selectors,
                     o["metadata"]["labels"].as_object(),
                 )
-            {
-                let missing = allow.uncovered(effective, &rules);
-                if !missing.is_empty() {
-                    grants.push(format!("what the allow-list does not: {}", shown(&missing)));
-                }
-            }
-            if !grants.is_empty() {
+            };
+            if let Some(grants) = self.unmanaged_member_refusal(m, name, judged_by_allow) {
                 found.push(format!(
                     "ClusterRole {:?} (no rule manages it), which grants {}",
                     m.name(),
@@ -439,6 +405,39 @@ impl Judge<'_, '_> {
             .borrow_mut()
             .insert(at, (Arc::clone(agg), Arc::clone(&v)));
         v
+    }
+
+    /// Why a member `m` of an aggregate named `name` would be refused, when
+    /// no rule manages it (not ours, not the aggregate itself): the default
+    /// denials it breaks and, where `judged_by_allow` says so for the live
+    /// object, what it grants beyond the allow-list. `None`: nothing.
+    fn unmanaged_member_refusal(
+        &self,
+        m: Seen<'_>,
+        name: &str,
+        judged_by_allow: impl Fn(&Value) -> bool,
+    ) -> Option<Vec<String>> {
+        let Seen::Observed(o) = m else { return None };
+        if ours(o) || m.name() == name {
+            return None;
+        }
+        let rules = self.view.role_rules(m);
+        let mut why: Vec<String> = self
+            .view
+            .denials_of(&rules, self.waivers)
+            .all()
+            .cloned()
+            .collect();
+        if let Some((allow, effective)) = self.allow
+            && !rules.is_empty()
+            && judged_by_allow(o)
+        {
+            let missing = allow.uncovered(effective, &rules);
+            if !missing.is_empty() {
+                why.push(format!("what the allow-list does not: {}", shown(&missing)));
+            }
+        }
+        (!why.is_empty()).then_some(why)
     }
 
     /// What a live role no rule manages grants: its rules, or, aggregated,

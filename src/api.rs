@@ -82,6 +82,36 @@ pub struct RbacRuleSpec {
     pub outputs: Vec<Output>,
 }
 
+/// A NamespacedRbacRule is an RbacRule a namespace's own admins may write:
+/// the same rule language, read and written only inside its namespace. Its
+/// triggers and related objects are objects of its own namespace (a
+/// cluster-scoped kind only where the administrator's setting allows it,
+/// read-only); its outputs are only Roles and RoleBindings in its own
+/// namespace; every output must fit under the namespace's ceiling. At
+/// admission its author must hold every permission its rules grant and
+/// `bind` on every role it binds (docs/delegation.md).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "rbacrules.io",
+    version = "v1alpha1",
+    kind = "NamespacedRbacRule",
+    plural = "namespacedrbacrules",
+    shortname = "nrbr",
+    namespaced,
+    status = "RbacRuleStatus",
+    doc = "A NamespacedRbacRule: an RbacRule confined to its namespace (Roles and RoleBindings only, under the namespace's ceiling).",
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"REASON","type":"string","description":"The Degraded condition's reason: AsExpected, or what needs a person (an error, a refusal such as OverCeiling, a notice)","jsonPath":".status.conditions[?(@.type==\"Degraded\")].reason"}"#,
+    printcolumn = r#"{"name":"TRIGGERS","type":"integer","jsonPath":".status.matchedTriggers"}"#,
+    printcolumn = r#"{"name":"OBJECTS","type":"integer","jsonPath":".status.managedObjects"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct NamespacedRbacRuleSpec {
+    /// The rule: the same fields as an RbacRule's spec.
+    #[serde(flatten)]
+    pub rule: RbacRuleSpec,
+}
+
 /// A setting of the installation, read by templates as `params.<name>`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

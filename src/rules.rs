@@ -138,7 +138,11 @@ pub fn parse_rule_all(doc: &Document) -> Result<RuleSource, Vec<LoadError>> {
             })
             .collect());
     }
-    Ok(RuleSource { name, spec })
+    Ok(RuleSource {
+        name,
+        spec,
+        namespace: None,
+    })
 }
 
 /// A deserializer path as written in YAML: `outputs.0.nmae` →

@@ -678,6 +678,7 @@ impl World {
                     self.rules.push(RuleSource {
                         name: format!("{}-copy", r.name),
                         spec: r.spec,
+                        namespace: r.namespace,
                     });
                 }
                 return true;

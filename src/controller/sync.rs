@@ -861,6 +861,7 @@ fn sources_of(key: &EngineKey) -> Vec<RuleSource> {
         .map(|(name, spec)| RuleSource {
             name: name.clone(),
             spec: spec.clone(),
+            namespace: None,
         })
         .collect()
 }

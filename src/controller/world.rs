@@ -874,6 +874,7 @@ impl World {
                 let source = crate::engine::RuleSource {
                     name: rule.clone(),
                     spec: spec.clone(),
+                    namespace: None,
                 };
                 let kinds = crate::engine::shape::interests(std::slice::from_ref(&source))
                     .into_iter()
@@ -951,6 +952,7 @@ impl World {
             let source = RuleSource {
                 name: name.clone(),
                 spec: rule.spec.clone(),
+                namespace: None,
             };
             let kinds = crate::engine::interests(std::slice::from_ref(&source), &options)
                 .into_iter()
@@ -965,6 +967,7 @@ impl World {
             .map(|(name, r)| RuleSource {
                 name: name.clone(),
                 spec: r.spec.clone(),
+                namespace: None,
             })
             .collect();
         crate::engine::interests(&sources, &options)

@@ -68,6 +68,10 @@ pub struct RuleSource {
     pub name: String,
     /// Its spec.
     pub spec: RbacRuleSpec,
+    /// `None` for a cluster RbacRule; the namespace of a
+    /// NamespacedRbacRule, which confines what the rule reads and writes to
+    /// that namespace and puts its outputs under the namespace's ceiling.
+    pub namespace: Option<String>,
 }
 
 /// Settings of one evaluation.

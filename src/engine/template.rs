@@ -50,6 +50,10 @@ pub struct Templates {
     bare: HashMap<String, Option<FieldPath>>,
     /// Deepest nesting a template may have.
     depth: usize,
+    /// Whether the fast paths above are off: every template and expression
+    /// goes through handlebars. The reference evaluator renders this way,
+    /// so the differential tests check each fast path against handlebars.
+    plain: bool,
 }
 
 /// A piece of a simple template.
@@ -118,6 +122,16 @@ impl Templates {
             called: HashMap::default(),
             bare: HashMap::default(),
             depth: limits.template_depth,
+            plain: false,
+        }
+    }
+
+    /// Like [`Templates::with_limits`], with every fast path off: what
+    /// handlebars itself renders, the meaning the fast paths must keep.
+    pub fn plain_with_limits(limits: &Limits) -> Self {
+        Templates {
+            plain: true,
+            ..Self::with_limits(limits)
         }
     }
 
@@ -142,7 +156,7 @@ impl Templates {
 
     /// Parses an expression once.
     pub fn compile_expr(&mut self, expr: &str) -> Result<(), CompileError> {
-        if !self.bare.contains_key(expr) {
+        if !self.plain && !self.bare.contains_key(expr) {
             self.bare.insert(expr.to_string(), bare_path(expr));
         }
         let wrapped = wrap_expr(expr).map_err(|e| (ErrorKind::Template, e))?;
@@ -160,7 +174,7 @@ impl Templates {
                 },
                 _ => None,
             });
-        if let Some(call) = call {
+        if let Some(call) = call.filter(|_| !self.plain) {
             self.calls.insert(expr.to_string(), call);
         }
         Ok(())
@@ -192,7 +206,9 @@ impl Templates {
         if d > self.depth {
             return Err(too_deep(d));
         }
-        if let Some(parts) = simple_parts(&tpl.elements) {
+        if self.plain {
+            // Every render goes through handlebars.
+        } else if let Some(parts) = simple_parts(&tpl.elements) {
             self.simple.insert(text.to_string(), parts);
         } else if let Some(pieces) = called_pieces(&tpl.elements) {
             self.called.insert(text.to_string(), pieces);
@@ -310,6 +326,7 @@ impl Templates {
         let parsed;
         let path = match self.bare.get(expr) {
             Some(p) => p.as_ref(),
+            None if self.plain => None,
             None => {
                 parsed = bare_path(expr);
                 parsed.as_ref()

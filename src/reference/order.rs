@@ -29,7 +29,8 @@ impl Prepared {
 
 /// Compiles and orders `sources`.
 pub(super) fn prepare(sources: &[RuleSource], options: &Options) -> Prepared {
-    let mut templates = Templates::with_limits(&options.limits);
+    // Plain handlebars: the engine's fast paths are checked against it.
+    let mut templates = Templates::plain_with_limits(&options.limits);
     let mut compiled = Vec::new();
     let mut fixed = BTreeMap::new();
     let mut seen = BTreeSet::new();

@@ -18,10 +18,9 @@ use tokio::sync::mpsc;
 
 use crate::api::ManageLevel;
 use crate::controller::apply::{self, Gate};
+use crate::controller::live::{Live, ObjectId, OwnedFields, is_ours};
 use crate::controller::metrics::Metrics;
-use crate::controller::plan::{
-    ApplyAction, Live, ObjectId, OwnedFields, Plan, is_ours, keep_helm_annotation, mark_adopted,
-};
+use crate::controller::plan::{ApplyAction, Plan, keep_helm_annotation, mark_adopted};
 use crate::controller::sync::{PlanSettings, Syncer};
 use crate::controller::watch::Watches;
 use crate::controller::world::World;

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use rbac_rules::api::{ManageLevel, RbacRule, RbacRuleStatus};
 use rbac_rules::controller::apply::{Gate, Outcome};
+use rbac_rules::controller::live::{Live, ObjectId};
 use rbac_rules::controller::metrics::Metrics;
-use rbac_rules::controller::plan::{Live, ObjectId};
 use rbac_rules::controller::sync::{SyncReport, Syncer};
 use rbac_rules::engine::ObjectStore;
 use serde_json::{Value, json};

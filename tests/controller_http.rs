@@ -14,7 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use rbac_rules::api::OutputKind;
 use rbac_rules::api::RbacRuleStatus;
 use rbac_rules::controller::apply::Outcome;
-use rbac_rules::controller::plan::{KeepReason, ObjectId};
+use rbac_rules::controller::live::ObjectId;
+use rbac_rules::controller::plan::KeepReason;
 use rbac_rules::controller::status::Hold;
 use rbac_rules::controller::sync::Snapshot;
 use serde_json::{Value, json};
@@ -1026,7 +1027,8 @@ async fn a_kind_read_by_fields_is_cut_as_it_is_listed() {
 /// next reconcile plans no write. Pure: no request is sent.
 #[tokio::test]
 async fn builtin_rules_converge_with_no_second_write() {
-    use rbac_rules::controller::plan::{FIELD_MANAGER, Live};
+    use rbac_rules::controller::live::Live;
+    use rbac_rules::controller::plan::FIELD_MANAGER;
 
     let (client, server) = pair();
     let scenario = tokio::spawn(server.done());

@@ -244,7 +244,7 @@ async fn an_adopted_object_is_marked_kept_marked_and_released_not_deleted() {
     let observed = store(vec![namespace("team-a", json!({}))]);
     let none = BTreeMap::new();
     let holds = BTreeMap::new();
-    let taken = std::collections::BTreeSet::from([rbac_rules::controller::plan::ObjectId::new(
+    let taken = std::collections::BTreeSet::from([rbac_rules::controller::live::ObjectId::new(
         rbac_rules::api::OutputKind::Role,
         "team-a",
         "viewer",

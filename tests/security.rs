@@ -1621,7 +1621,8 @@ spec:
 #[test]
 fn protected_live_objects_are_never_revoked_pruned_or_adopted() {
     use rbac_rules::controller::apply::adoption;
-    use rbac_rules::controller::plan::{KeepReason, Live, ObjectId, plan};
+    use rbac_rules::controller::live::{Live, ObjectId};
+    use rbac_rules::controller::plan::{KeepReason, plan};
     let mut hijacked = cluster_role(
         "cluster-admin",
         json!({"kubernetes.io/bootstrapping": "rbac-defaults",

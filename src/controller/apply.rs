@@ -16,10 +16,9 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use serde_json::Value;
 
 use super::Error;
+use super::live::{Live, ObjectId, is_ours};
 use super::metrics::Metrics;
-use super::plan::{
-    Apply, ApplyAction, Delete, FIELD_MANAGER, Live, ObjectId, Plan, is_helm_released, is_ours,
-};
+use super::plan::{Apply, ApplyAction, Delete, FIELD_MANAGER, Plan, is_helm_released};
 use super::wire::Wire;
 use crate::api::OutputKind;
 use crate::engine::Manifest;
@@ -690,7 +689,7 @@ async fn send_apply(
     };
     sent.map(|o| {
         let mut live = o.into_live(&api_resource(a.id.kind));
-        live.settle(a);
+        live.settle(&a.object, &a.body());
         *learned = Some(live);
     })
     .map_err(|source| Error::Api {

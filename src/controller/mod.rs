@@ -15,6 +15,7 @@
 pub mod apply;
 mod error;
 pub mod leader;
+pub mod live;
 pub mod metrics;
 pub mod plan;
 pub mod status;

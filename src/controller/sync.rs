@@ -19,8 +19,9 @@ use kube::Client;
 use kube::runtime::events::{Event, Recorder, Reporter};
 
 use super::apply::{self, ConflictMemo, Gate, Outcome, WriteOptions, Written};
+use super::live::{Live, ObjectId};
 use super::metrics::Metrics;
-use super::plan::{self, KeepReason, Live, ObjectId, Plan};
+use super::plan::{self, KeepReason, Plan};
 use super::status::{self, Hold, RuleInputs};
 use crate::api::{ManageLevel, RbacRule, RbacRuleSpec, RbacRuleStatus};
 use crate::engine::limits::Limit;

@@ -20,7 +20,8 @@ use serde::de::{
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
-use super::plan::{FIELD_MANAGER, Live, OwnedFields};
+use super::live::{Live, OwnedFields};
+use super::plan::FIELD_MANAGER;
 use crate::yaml::MAX_DEPTH;
 
 /// One object of an output kind as received. `meta` holds only what the
@@ -851,7 +852,7 @@ mod tests {
         assert_eq!(
             live.id().map(ToString::to_string),
             Some(
-                crate::controller::plan::ObjectId::new(OutputKind::ClusterRole, "", "c")
+                crate::controller::live::ObjectId::new(OutputKind::ClusterRole, "", "c")
                     .to_string()
             )
         );

@@ -15,7 +15,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 
 use super::apply::Learned;
-use super::plan::{Live, ObjectId};
+use super::live::{Live, ObjectId};
 use super::status::Hold;
 use crate::api::{ManageLevel, OutputKind, RbacRule, RbacRuleSpec};
 use crate::engine::compile::gk_of;
@@ -1852,7 +1852,7 @@ mod tests {
             .as_object_mut()
             .expect("metadata")
             .retain(|k, _| k != "resourceVersion" && k != "uid");
-        assert!(super::super::plan::differences(&desired, &w.owned[&id]).is_empty());
+        assert!(super::super::live::differences(&desired, &w.owned[&id]).is_empty());
         // A plan keeps it without a desired copy: policy must see its rules.
         assert!(w.unpack([&id]));
         assert!(!w.unpack([&id]));
@@ -1870,7 +1870,7 @@ mod tests {
         );
         assert!(w.owned[&id].is_packed());
         assert_eq!(
-            super::super::plan::differences(&desired, &w.owned[&id]),
+            super::super::live::differences(&desired, &w.owned[&id]),
             vec!["rules"]
         );
         // Where a rule reads Roles, ours are packed whole (unpacked whole
@@ -1910,7 +1910,7 @@ mod tests {
                 "annotations": {"rbacrules.io/rule": "r"},
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "n", "uid": "u-n"}]},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
-        assert!(super::super::plan::differences(&desired, &w.owned[&id]).is_empty());
+        assert!(super::super::live::differences(&desired, &w.owned[&id]).is_empty());
         // Relisted unchanged: nothing to do, the copy is kept.
         let before = w.owned[&id].clone();
         w.apply(owned(kind, Event::Init));
@@ -1932,7 +1932,7 @@ mod tests {
         w.apply(owned(kind, Event::InitDone));
         assert_eq!(w.owned[&id].resource_version(), Some("9"));
         assert_eq!(
-            super::super::plan::differences(&desired, &w.owned[&id]),
+            super::super::live::differences(&desired, &w.owned[&id]),
             vec!["rules"]
         );
     }

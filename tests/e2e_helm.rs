@@ -37,12 +37,14 @@
 //! 1. The trap the guide warns of: a built-in rule applied with kubectl
 //!    first makes `helm install` fail ("cannot be imported into the current
 //!    release"); it is deleted again.
-//! 2. The RBAC manager scaled to 0; `helm install` with `replicas=0`
-//!    (nothing runs), `adoptExisting=true`, `admissionFence=false` and the
-//!    Crossplane namespace as `params.crossplaneNamespace`; `rbac-rules
-//!    diff` with the values' params shows the adoptions and no prune.
-//! 3. `helm upgrade --reuse-values --set replicas=2`: the controller runs
-//!    and adopts everything in place (same uids).
+//! 2. `helm install -f migration-values.yaml` (the guide's file, read from
+//!    the guide: `replicas=0` so nothing runs, `adoptExisting=true`,
+//!    `admissionFence=false`) with the Crossplane namespace as
+//!    `params.crossplaneNamespace`; `rbac-rules diff` with the values'
+//!    settings shows the adoptions and no prune.
+//! 3. The RBAC manager scaled to 0; `helm upgrade --reuse-values --set
+//!    replicas=2`: the controller runs and adopts everything in place (same
+//!    uids).
 //! 4. `helm upgrade --reuse-values --set adoptExisting=false --set
 //!    admissionFence=true`: the controller, restarted, runs behind the
 //!    fence with nothing to do (`diff` exits 0).
@@ -52,10 +54,13 @@
 //!    RbacRule gone, every managed object kept with its uid, no DELETE
 //!    sent, no prune, revocation or failed write in the controller's log.
 //! 7. `helm rollback`: the rules back, every one Ready, the same objects.
+//!    Then `kubectl delete rbacrule crossplane-namespace`: the same as 6.
 //! 8. `helm uninstall`: the same as 6, and the controller stopped.
-//! 9. The rollback of the migration: the chart's objects given back to
-//!    Helm (`managed-by=Helm`) and Crossplane's chart upgraded with
-//!    `rbacManager.deploy=true`.
+//! 9. The rollback of the migration: Helm refuses the chart's objects while
+//!    they say `managed-by=rbac-rules`, and `helm rollback` of Crossplane's
+//!    release refuses them too; given back to Helm (`managed-by=Helm`),
+//!    Crossplane's chart upgraded with `rbacManager.deploy=true` takes them
+//!    back in place.
 //!
 //! At the end the probe must have seen no change at any moment.
 
@@ -374,7 +379,7 @@ impl Controller {
             })
             .count();
         assert!(
-            failed_deletes <= 1,
+            failed_deletes == 0,
             "{step}: {failed_deletes} log lines of failed deletes:\n{}",
             self.log_tail()
         );
@@ -1288,7 +1293,12 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>) {
         .expect("delete the kubectl-applied rule");
     no_rules_left(run).await;
 
-    // 2. Installed with nothing running; diff.
+    // 2. Installed with nothing running (the guide's values file, the
+    // image left as it is: no Pod runs here); diff.
+    let values = guide_values(run.dir.path());
+    let d = &values["image"];
+    assert!(d.is_object(), "the guide's values set the image");
+    let values_file = run.dir.path().join("migration-values.yaml");
     run.helm
         .run(&[
             "install",
@@ -1297,18 +1307,16 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>) {
             "-n",
             RELEASE_NS,
             "--create-namespace",
-            "--set",
-            "replicas=0",
-            "--set",
-            "adoptExisting=true",
-            "--set",
-            "admissionFence=false",
+            "-f",
+            &values_file.to_string_lossy(),
             "--set",
             &param,
             "--set",
             "logFormat=text",
         ])
         .await;
+    let d = run.deployment().await;
+    assert_eq!(d["spec"]["replicas"], 0, "the guide's install runs nothing");
     assert!(
         run.get(
             &ApiResource::from_gvk_with_plural(
@@ -1632,6 +1640,29 @@ async fn scenario(run: &Run, controller: &mut Option<Controller>) {
         "access changed during the Helm path:\n{}",
         wrong.join("\n")
     );
+}
+
+/// The values file of the guide's Helm path (the YAML block starting
+/// `# migration-values.yaml` in docs/migrating-from-crossplane.md), written
+/// to `dir/migration-values.yaml`; its values, checked to be the
+/// migration's.
+fn guide_values(dir: &Path) -> Value {
+    let doc = std::fs::read_to_string(root().join("docs/migrating-from-crossplane.md"))
+        .expect("read the guide");
+    let start = doc
+        .find("```yaml\n# migration-values.yaml\n")
+        .expect("the guide's values file")
+        + "```yaml\n".len();
+    let len = doc[start..]
+        .find("```")
+        .expect("the end of the values file");
+    let text = &doc[start..start + len];
+    std::fs::write(dir.join("migration-values.yaml"), text).expect("write the values file");
+    let values: Value = serde_saphyr::from_str(text).expect("the guide's values are YAML");
+    assert_eq!(values["replicas"], 0, "{text}");
+    assert_eq!(values["adoptExisting"], true, "{text}");
+    assert_eq!(values["admissionFence"], false, "{text}");
+    values
 }
 
 /// The chart's directory.

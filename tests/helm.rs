@@ -308,6 +308,27 @@ fn chart_values_switch_features() {
         c["args"].as_array().expect("args").last(),
         Some(&"--debounce-ms=500".into())
     );
+    // Adoption: off unless asked for, then the controller's own variable.
+    assert_eq!(var("RBAC_RULES_ADOPT_EXISTING"), None);
+    let adopting = template(&helm, &["adoptExisting=true", "admissionFence=false"]);
+    let d = adopting
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("Deployment");
+    let env = &d["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .expect("env")
+            .contains(&serde_json::json!({"name": "RBAC_RULES_ADOPT_EXISTING", "value": "true"})),
+        "{env}"
+    );
+    assert!(
+        !adopting
+            .iter()
+            .any(|o| o["kind"] == "ValidatingAdmissionPolicy"
+                && o["metadata"]["name"] == "rbac-rules-fence"),
+        "admissionFence=false lifts the fence for the adoption"
+    );
 }
 
 /// `helm template` of the chart with `set`, or helm's error.
@@ -612,6 +633,12 @@ fn notes_tell_the_truth() {
     let open = notes(&["allowClusterRole=", "admissionFence=false"]);
     assert!(open.contains("allowClusterRole is empty"), "{open}");
     assert!(open.contains("admissionFence is off"), "{open}");
+    assert!(!open.contains("Adoption is on"), "{open}");
+    let adopting = notes(&["adoptExisting=true", "admissionFence=false"]);
+    assert!(
+        adopting.contains("--set adoptExisting=false --set admissionFence=true"),
+        "{adopting}"
+    );
     // Where the built-in rules look for Crossplane, and that each sentence
     // ends before the next paragraph.
     assert!(

@@ -188,6 +188,23 @@ pub const STAND_IN: &str = "rbacrules.io/e2e-stand-in";
 /// Installs the RbacRule CRD, the stand-in CRDs (refusing to replace a real
 /// Crossplane's) and the built-in rules, with field manager `manager`.
 pub async fn install_crds_and_rules(client: &Client, manager: &str) {
+    let mut all = read_yaml("crds/rbacrules.rbacrules.io.yaml");
+    all.extend(stand_in_crds(client).await);
+    apply_crds(client, manager, &all).await;
+    apply_builtin_rules(client, manager).await;
+}
+
+/// Installs only the stand-in CRDs of Crossplane's kinds (refusing to
+/// replace a real Crossplane's), with field manager `manager`: for a suite
+/// that installs rbac-rules itself (its chart brings the RbacRule CRD).
+pub async fn install_stand_in_crds(client: &Client, manager: &str) {
+    let crds = stand_in_crds(client).await;
+    apply_crds(client, manager, &crds).await;
+}
+
+/// The stand-in CRDs, after checking that none of them replaces a real
+/// Crossplane's.
+async fn stand_in_crds(client: &Client) -> Vec<Value> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let stand_ins = read_yaml("tests/e2e/stand-in-crds.yaml");
     for crd in &stand_ins {
@@ -206,10 +223,7 @@ pub async fn install_crds_and_rules(client: &Client, manager: &str) {
             );
         }
     }
-    let mut all = read_yaml("crds/rbacrules.rbacrules.io.yaml");
-    all.extend(stand_ins);
-    apply_crds(client, manager, &all).await;
-    apply_builtin_rules(client, manager).await;
+    stand_ins
 }
 
 /// The documents of `rules/<file>`, with the related set `related` of rule
@@ -330,4 +344,38 @@ pub async fn lineage_crds(
 /// The API resource of CustomResourceDefinitions.
 pub fn crd_ar() -> ApiResource {
     ApiResource::erase::<CustomResourceDefinition>(&())
+}
+
+/// Writes a copy of `kubeconfig` whose current user impersonates `user`
+/// (a ServiceAccount's groups follow from its name): the controller run
+/// as a local process gets exactly its ServiceAccount's permissions, and
+/// the admission fences see its name.
+pub fn write_impersonating(kubeconfig: &kube::config::Kubeconfig, user: &str, path: &Path) {
+    let mut kc = kubeconfig.clone();
+    let context_name = kc
+        .current_context
+        .clone()
+        .expect("the kubeconfig has a current-context");
+    let user_name = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == context_name)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.user.clone())
+        .expect("the current context names a user");
+    let auth = kc
+        .auth_infos
+        .iter_mut()
+        .find(|a| a.name == user_name)
+        .and_then(|a| a.auth_info.as_mut())
+        .expect("the current context's user");
+    auth.impersonate = Some(user.to_string());
+    auth.impersonate_groups = None;
+    auth.impersonate_uid = None;
+    auth.impersonate_user_extra = None;
+    std::fs::write(
+        path,
+        rbac_rules::yaml::to_yaml(&kc).expect("kubeconfig as YAML"),
+    )
+    .expect("write the impersonating kubeconfig");
 }

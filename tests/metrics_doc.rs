@@ -31,7 +31,13 @@ fn every_registered_metric_is_in_the_operations_table() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
         .expect("docs/operations.md");
     let metrics = registered();
-    assert!(metrics.len() >= 10 && metrics.iter().any(|(n, _)| n == "rbac_rules_api_writes_total"), "too few metrics parsed: {metrics:?}");
+    assert!(
+        metrics.len() >= 10
+            && metrics
+                .iter()
+                .any(|(n, _)| n == "rbac_rules_api_writes_total"),
+        "too few metrics parsed: {metrics:?}"
+    );
     let mut missing = Vec::new();
     for (name, kind) in &metrics {
         // A table row: | `name` or | `name{labels}` |, then its type.

@@ -82,6 +82,21 @@ impl DiffArgs {
         settings
     }
 
+    /// The settings of `diff` given no flag (environment variables aside).
+    pub fn defaults() -> Self {
+        DiffArgs {
+            manage: ManageLevel::All,
+            allow_clusterrole: None,
+            adopt_existing: false,
+            timeout_seconds: 60,
+            waivers: Default::default(),
+            limits: Default::default(),
+            params: Default::default(),
+            max_unconfirmed_prunes: None,
+            installed_settings: true,
+        }
+    }
+
     /// These settings completed by the installed controller's: its params,
     /// allow-list and `--max-unconfirmed-prunes` where none is given, the
     /// given ones where they are (with a warning each where they differ).
@@ -578,6 +593,23 @@ pub async fn report(client: Client, args: &DiffArgs) -> Result<Report, DiffError
         unchanged: plan.unchanged.len(),
         held: plan.held_prunes.clone(),
     })
+}
+
+/// The objects `run` would want now (its evaluation's desired set, as
+/// JSON): what `explain --live` reads to say what the rules would grant
+/// before their outputs are applied.
+pub async fn desired(client: Client, args: &DiffArgs) -> Result<Vec<Value>, DiffError> {
+    let (world, watches) = observe(&client, args).await?;
+    let allow = world.allow_rules();
+    let holds = world.holds();
+    let snap = world.snapshot(allow.as_ref(), &holds);
+    let (evaluation, _) = planner(client, args).evaluate(&snap);
+    drop(watches);
+    Ok(evaluation
+        .desired
+        .iter()
+        .map(|d| d.object.to_value())
+        .collect())
 }
 
 /// The cluster as `run` sees it: the controller's world, fed by its

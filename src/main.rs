@@ -222,8 +222,12 @@ fn main() -> ExitCode {
             init_logging(LogFormat::Text);
             rbac_rules::ruletest::main(&args)
         }
-        Command::Explain(args) => {
+        Command::Explain(mut args) => {
             init_logging(LogFormat::Text);
+            if let Err(e) = args.params.read_environment() {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
             rbac_rules::explain::main(&args)
         }
         Command::ControllerRole(args) => controller_role(&args),

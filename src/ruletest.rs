@@ -863,6 +863,12 @@ impl Subject {
         Ok(s)
     }
 
+    /// The user name and groups the API server authenticates this subject
+    /// with (a SubjectAccessReview's `user` and `groups`).
+    pub(crate) fn identity(&self) -> (Option<&str>, &[String]) {
+        (self.user.as_deref(), &self.groups)
+    }
+
     /// Whether a binding subject names this subject (`binding_ns`: the
     /// default namespace of a RoleBinding's ServiceAccount subjects).
     pub(crate) fn matches(&self, x: &Value, binding_ns: &str) -> bool {

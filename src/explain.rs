@@ -1036,6 +1036,24 @@ pub(crate) fn grants_of(objects: &[Value], subject: &Subject, req: &Request) -> 
     out
 }
 
+/// The cluster once the rules' outputs are applied: each replaces the
+/// live object of its kind, namespace and name.
+fn with_desired(live: &[Value], desired: Vec<Value>) -> Vec<Value> {
+    let key = |o: &Value| {
+        (
+            o["kind"].as_str().unwrap_or_default().to_string(),
+            namespace_of(o).to_string(),
+            name_of(o).to_string(),
+        )
+    };
+    let replaced: std::collections::BTreeSet<_> = desired.iter().map(key).collect();
+    live.iter()
+        .filter(|o| !replaced.contains(&key(o)))
+        .cloned()
+        .chain(desired)
+        .collect()
+}
+
 /// The live RBAC objects (every namespace), as JSON with kind set.
 async fn live_rbac(client: &kube::Client) -> Result<Vec<Value>, String> {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -1169,17 +1187,7 @@ pub async fn explain_live(
         let desired = crate::diff::desired(client.clone(), &diff_args)
             .await
             .map_err(|e| format!("error: {e}"))?;
-        // The rules' outputs replace the live objects of the same name.
-        let mut world: Vec<Value> = live.clone();
-        for d in &desired {
-            world.retain(|o| {
-                !(o["kind"] == d["kind"]
-                    && namespace_of(o) == namespace_of(d)
-                    && o["metadata"]["name"] == d["metadata"]["name"])
-            });
-        }
-        world.extend(desired);
-        would = grants_of(&world, &subject, &req)
+        would = grants_of(&with_desired(&live, desired), &subject, &req)
             .into_iter()
             .filter(Grant::managed)
             .collect();
@@ -1254,5 +1262,46 @@ pub fn main(args: &ExplainArgs) -> ExitCode {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rendered_binding_would_grant_what_the_live_one_does_not_yet() {
+        let role = json!({"kind": "ClusterRole", "metadata": {"name": "p:system",
+            "annotations": {"rbacrules.io/rule": "crossplane-provider-system"}},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]});
+        let binding = |subjects: Value| {
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "p:system",
+                "annotations": {"rbacrules.io/rule": "crossplane-provider-system",
+                                "rbacrules.io/trigger": "ProviderRevision.pkg.crossplane.io/p-1"}},
+                "roleRef": {"kind": "ClusterRole", "name": "p:system"}, "subjects": subjects})
+        };
+        // Live: rendered with the wrong namespace, no subjects.
+        let live = vec![role.clone(), binding(json!([]))];
+        let a = parse_subject("system:serviceaccount:xp-system:provider-nop").expect("subject");
+        let s = Subject::of(&a).expect("subject");
+        let req = Request::parse("get", "secrets", None, Some("team-a"));
+        assert!(grants_of(&live, &s, &req).is_empty());
+        let desired = vec![binding(
+            json!([{"kind": "ServiceAccount", "name": "provider-nop", "namespace": "xp-system"}]),
+        )];
+        let world = with_desired(&live, desired);
+        assert_eq!(world.len(), 2, "the rendered binding replaces the live one");
+        let g = grants_of(&world, &s, &req);
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].binding, "ClusterRoleBinding p:system");
+        assert_eq!(
+            g[0].binding_origin
+                .as_ref()
+                .and_then(|o| o.trigger.as_deref()),
+            Some("ProviderRevision.pkg.crossplane.io/p-1")
+        );
+        // Another verb: nothing.
+        let req = Request::parse("delete", "secrets", None, Some("team-a"));
+        assert!(grants_of(&world, &s, &req).is_empty());
     }
 }

@@ -145,3 +145,61 @@ subjects:
         "{out}"
     );
 }
+
+/// `rbac-rules test`: `--param` for every test, and the installed
+/// controller's params when its Deployment is among a test's objects.
+#[test]
+fn test_takes_params_and_the_deployment_among_its_objects() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = support::cli::root().join(CLUSTER);
+    let write = |name: &str, extra_objects: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: rbacrules.io/v1alpha1
+kind: RbacRuleTest
+metadata: {{name: provider-bound-in-xp-system}}
+spec:
+  manage: serviceaccounts
+  objects:
+  - {cluster}
+{extra_objects}  expect:
+    access:
+    - {{serviceAccount: \"xp-system:provider-nop\", can: get, resource: secrets, namespace: team-a}}
+",
+                cluster = cluster.display()
+            ),
+        )
+        .expect("write test");
+        path
+    };
+    let plain = write("plain.yaml", "");
+    let deployment = dir.path().join("controller.yaml");
+    std::fs::write(&deployment, controller("xp-system")).expect("write deployment");
+    let with_deployment = write(
+        "with-deployment.yaml",
+        &format!("  - {}\n", deployment.display()),
+    );
+
+    let run = |args: &[&std::path::Path], extra: &[&str]| {
+        let mut a: Vec<String> = vec!["test".into()];
+        a.extend(args.iter().map(|p| p.display().to_string()));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        output(&mut command(a)).parts()
+    };
+    let (code, out, _) = run(&[&plain], &[]);
+    assert_eq!(code, Some(1), "the default namespace binds no one: {out}");
+    let (code, out, err) = run(&[&plain], &["--param", "crossplaneNamespace=xp-system"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let (code, out, err) = run(&[&with_deployment], &[]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let (_, _, err) = run(
+        &[&with_deployment],
+        &["--param", "crossplaneNamespace=crossplane-system"],
+    );
+    assert!(
+        err.contains("differs from the installed controller's crossplaneNamespace=\"xp-system\""),
+        "{err}"
+    );
+}

@@ -844,7 +844,15 @@ pub struct Origin {
 }
 
 impl Origin {
+    /// The rule and trigger an object of rbac-rules names; none for an
+    /// object without our label, or labelled by someone else (its
+    /// `managedFields` hold no `Apply` entry of ours): a claim anyone can
+    /// write is not believed.
     fn of(o: &Value) -> Option<Origin> {
+        use crate::engine::output::{Provenance, provenance};
+        if matches!(provenance(o), Provenance::Unclaimed | Provenance::Foreign) {
+            return None;
+        }
         let ann = &o["metadata"]["annotations"];
         let rule = ann["rbacrules.io/rule"].as_str()?;
         Some(Origin {

@@ -21,10 +21,20 @@ fn list(kind: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items})
 }
 
+/// An object rbac-rules made: labelled, annotated, and applied by its
+/// field manager.
 fn managed(mut o: Value, rule: &str, trigger: &str) -> Value {
     o["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("rbac-rules");
     o["metadata"]["annotations"] =
         json!({"rbacrules.io/rule": rule, "rbacrules.io/trigger": trigger});
+    o["metadata"]["managedFields"] = json!([{"manager": "rbac-rules", "operation": "Apply", "apiVersion": "rbac.authorization.k8s.io/v1"}]);
+    o
+}
+
+/// The same claim written by someone else (kubectl apply): not believed.
+fn forged(o: Value, rule: &str, trigger: &str) -> Value {
+    let mut o = managed(o, rule, trigger);
+    o["metadata"]["managedFields"] = json!([{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "rbac.authorization.k8s.io/v1"}]);
     o
 }
 
@@ -111,6 +121,14 @@ async fn a_service_account_is_reviewed_with_its_groups_and_the_granting_rule_is_
                         "crossplane-provider-system",
                         "ProviderRevision.pkg.crossplane.io/p-1",
                     ),
+                    // Claims a rule, but rbac-rules did not make it.
+                    forged(
+                        json!({"metadata": {"name": "forged"},
+                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "crossplane:provider:p:system"},
+                            "subjects": [{"kind": "ServiceAccount", "name": "provider-nop", "namespace": "xp-system"}]}),
+                        "crossplane-provider-system",
+                        "ProviderRevision.pkg.crossplane.io/p-1",
+                    ),
                     // Through an implied group, not named in --as.
                     json!({"metadata": {"name": "xp-sas"},
                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ops-view"},
@@ -158,9 +176,11 @@ async fn a_service_account_is_reviewed_with_its_groups_and_the_granting_rule_is_
          [rule crossplane-provider-system, trigger ProviderRevision.pkg.crossplane.io/p-1] → \
          ClusterRole crossplane:provider:p:system \
          [rule crossplane-provider-system, trigger ProviderRevision.pkg.crossplane.io/p-1]\n\
+         \x20 granted by: ClusterRoleBinding forged → ClusterRole crossplane:provider:p:system \
+         [rule crossplane-provider-system, trigger ProviderRevision.pkg.crossplane.io/p-1]\n\
          \x20 granted by: ClusterRoleBinding xp-sas → ClusterRole ops-view\n\
          \x20     aggregated from ClusterRole ops-secrets [rule ops-roles, trigger Namespace/team-a]\n"
     );
     assert_eq!(data["allowed"], true);
-    assert_eq!(data["grantedBy"].as_array().map(Vec::len), Some(2));
+    assert_eq!(data["grantedBy"].as_array().map(Vec::len), Some(3));
 }

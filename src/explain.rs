@@ -1279,11 +1279,12 @@ mod tests {
 
     #[test]
     fn a_rendered_binding_would_grant_what_the_live_one_does_not_yet() {
-        let role = json!({"kind": "ClusterRole", "metadata": {"name": "p:system",
+        let ours = json!({"app.kubernetes.io/managed-by": "rbac-rules"});
+        let role = json!({"kind": "ClusterRole", "metadata": {"name": "p:system", "labels": ours,
             "annotations": {"rbacrules.io/rule": "crossplane-provider-system"}},
             "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]});
         let binding = |subjects: Value| {
-            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "p:system",
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "p:system", "labels": ours,
                 "annotations": {"rbacrules.io/rule": "crossplane-provider-system",
                                 "rbacrules.io/trigger": "ProviderRevision.pkg.crossplane.io/p-1"}},
                 "roleRef": {"kind": "ClusterRole", "name": "p:system"}, "subjects": subjects})

@@ -20,7 +20,9 @@ use crate::api::ManageLevel;
 use crate::controller::apply::{self, Gate};
 use crate::controller::live::{Live, ObjectId, OwnedFields, is_ours};
 use crate::controller::metrics::Metrics;
-use crate::controller::plan::{ApplyAction, Plan, keep_helm_annotation, mark_adopted};
+use crate::controller::plan::{
+    ApplyAction, HeldPrunes, Plan, keep_helm_annotation, mark_adopted,
+};
 use crate::controller::sync::{PlanSettings, Syncer};
 use crate::controller::watch::Watches;
 use crate::controller::world::World;
@@ -48,22 +50,87 @@ pub struct DiffArgs {
     /// Evaluation limits, as for `run`.
     #[command(flatten)]
     pub limits: crate::engine::Limits,
-    /// Settings rules read as `params.<name>`, as for `run`.
+    /// Settings rules read as `params.<name>`, as for `run`. Default: the
+    /// installed controller's (see --installed-settings).
     #[command(flatten)]
     pub params: crate::params::ParamArgs,
+    /// Deletions one rule may make in one pass before they are held, as
+    /// for `run`. Default: the installed controller's, else 20.
+    #[arg(long, env = "RBAC_RULES_MAX_UNCONFIRMED_PRUNES")]
+    pub max_unconfirmed_prunes: Option<usize>,
+    /// Read the installed controller's settings (params, allow-list,
+    /// --max-unconfirmed-prunes) from its Deployment (labelled
+    /// app.kubernetes.io/name=rbac-rules) and use them where the command
+    /// line gives none; a setting given that differs is used, with a
+    /// warning naming both values. `false`: the command line's only.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub installed_settings: bool,
 }
 
 impl DiffArgs {
     /// The settings that change a plan, as `run` builds them
     /// ([`crate::controller::RunArgs::plan_settings`]).
     pub fn plan_settings(&self) -> PlanSettings {
-        PlanSettings::of(
+        let mut settings = PlanSettings::of(
             self.manage,
             self.adopt_existing,
             &self.waivers,
             &self.limits,
             &self.params,
-        )
+        );
+        settings.max_unconfirmed_prunes = self.max_unconfirmed_prunes;
+        settings
+    }
+
+    /// The settings of `diff` given no flag (environment variables aside).
+    pub fn defaults() -> Self {
+        DiffArgs {
+            manage: ManageLevel::All,
+            allow_clusterrole: None,
+            adopt_existing: false,
+            timeout_seconds: 60,
+            waivers: Default::default(),
+            limits: Default::default(),
+            params: Default::default(),
+            max_unconfirmed_prunes: None,
+            installed_settings: true,
+        }
+    }
+
+    /// These settings completed by the installed controller's: its params,
+    /// allow-list and `--max-unconfirmed-prunes` where none is given, the
+    /// given ones where they are (with a warning each where they differ).
+    /// Returns the warnings.
+    pub fn with_installed(&mut self, installed: &crate::installed::Installed) -> Vec<String> {
+        let (params, mut warnings) = crate::installed::merge_params(&self.params.map(), installed);
+        self.params = crate::params::ParamArgs {
+            params: params.into_iter().collect(),
+            env: Vec::new(),
+        };
+        let (allow, w) =
+            crate::installed::merge_allow(self.allow_clusterrole.as_deref(), installed);
+        self.allow_clusterrole = allow;
+        warnings.extend(w);
+        match (self.max_unconfirmed_prunes, installed.max_unconfirmed_prunes) {
+            (Some(g), Some(i)) if g != i => warnings.push(format!(
+                "--max-unconfirmed-prunes {g} differs from the installed controller's {i} (Deployment {}); using {g}",
+                installed.deployment
+            )),
+            (None, i) => self.max_unconfirmed_prunes = i,
+            _ => {}
+        }
+        if let Some(m) = &installed.manage
+            && crate::parse_manage(m).ok() != Some(self.manage)
+        {
+            warnings.push(format!(
+                "--manage {} differs from the installed controller's {m} (Deployment {}); using {}",
+                self.manage.as_str(),
+                installed.deployment,
+                self.manage.as_str()
+            ));
+        }
+        warnings.extend(crate::installed::unknown_notes(installed));
+        warnings
     }
 }
 
@@ -185,6 +252,24 @@ pub fn entries(
     adopt_existing: bool,
 ) -> Vec<Entry> {
     let mut out = Vec::new();
+    // The world keeps most live bodies packed (JSON null through
+    // `Live::object`): a diff shows them whole, so each object the plan
+    // touches is unpacked here, on a copy.
+    let unpacked: BTreeMap<&ObjectId, Live> = plan
+        .applies
+        .iter()
+        .map(|a| &a.id)
+        .chain(plan.deletes.iter().map(|d| &d.id))
+        .filter_map(|id| {
+            let live = owned.get(id)?;
+            live.is_packed().then(|| {
+                let mut l = live.clone();
+                l.unpack();
+                (id, l)
+            })
+        })
+        .collect();
+    let owned = |id: &ObjectId| unpacked.get(id).or_else(|| owned.get(id));
     for a in &plan.applies {
         let entry = |change, note, before: Option<Value>, after| Entry {
             change,
@@ -194,7 +279,7 @@ pub fn entries(
             before: before.map(|b| clean(&b)),
             after,
         };
-        let live = owned.get(&a.id);
+        let live = owned(&a.id);
         let body = a.body();
         out.push(match (&a.action, existing.get(&a.id).cloned().flatten()) {
             (ApplyAction::Create, Some(found)) if !is_ours(&found) => {
@@ -236,7 +321,7 @@ pub fn entries(
             id: d.id.clone(),
             rule: d.rule.clone(),
             note: None,
-            before: owned.get(&d.id).map(|l| clean(l.object())),
+            before: owned(&d.id).map(|l| clean(l.object())),
             after: None,
         });
     }
@@ -251,6 +336,17 @@ pub fn exit_code(entries: &[Entry]) -> u8 {
 /// The report: one section per object (a unified diff of its YAML), then a
 /// summary line.
 pub fn format(entries: &[Entry], unchanged: usize) -> Result<String, DiffError> {
+    format_report(entries, unchanged, &BTreeMap::new())
+}
+
+/// The report with its held prunes: one section per object, then per rule
+/// the prunes `run` would hold (`--max-unconfirmed-prunes`) with the
+/// command that confirms them, then the summary line.
+pub fn format_report(
+    entries: &[Entry],
+    unchanged: usize,
+    held: &BTreeMap<String, HeldPrunes>,
+) -> Result<String, DiffError> {
     let mut out = String::new();
     for e in entries {
         out.push_str(&format!("{} {} (rule {})\n", e.change.verb(), e.id, e.rule));
@@ -268,9 +364,28 @@ pub fn format(entries: &[Entry], unchanged: usize) -> Result<String, DiffError> 
             ));
         }
     }
+    for (rule, h) in held {
+        out.push_str(&format!(
+            "held prunes (rule {rule}): {} deletions, more than --max-unconfirmed-prunes ({}) in one pass; \
+             run deletes nothing of them until confirmed:\n  kubectl annotate rbacrule {rule} --overwrite {}={}\n",
+            h.objects.len(),
+            h.max,
+            crate::controller::plan::CONFIRM_PRUNE_ANNOTATION,
+            h.token
+        ));
+        for id in &h.objects {
+            out.push_str(&format!("  held: {id}\n"));
+        }
+    }
     let count = |c: Change| entries.iter().filter(|e| e.change == c).count();
+    let held_count: usize = held.values().map(|h| h.objects.len()).sum();
+    let held_text = if held_count > 0 {
+        format!(", {held_count} prunes held")
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "{} to create, {} to adopt, {} to update, {} to re-create, {} in conflict, {} to prune, {unchanged} unchanged\n",
+        "{} to create, {} to adopt, {} to update, {} to re-create, {} in conflict, {} to prune{held_text}, {unchanged} unchanged\n",
         count(Change::Create),
         count(Change::Adopt),
         count(Change::Update),
@@ -439,6 +554,24 @@ fn set_meta(obj: &mut Value, name: &str, v: Value) {
 /// to its write pass ([`observe`], [`planner`], [`Syncer::evaluate`]),
 /// then, where `run` would write, a GET.
 pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize), DiffError> {
+    let r = report(client, args).await?;
+    Ok((r.entries, r.unchanged))
+}
+
+/// What `diff` found: the objects `run` would act on, how many it would
+/// leave unchanged, and the prunes it would hold, by rule.
+#[derive(Debug)]
+pub struct Report {
+    /// One per object `run` would act on.
+    pub entries: Vec<Entry>,
+    /// Desired objects already as desired.
+    pub unchanged: usize,
+    /// Prunes held by `--max-unconfirmed-prunes`, by rule.
+    pub held: BTreeMap<String, HeldPrunes>,
+}
+
+/// [`diff`] with the held prunes.
+pub async fn report(client: Client, args: &DiffArgs) -> Result<Report, DiffError> {
     let (world, watches) = observe(&client, args).await?;
     let allow = world.allow_rules();
     let holds = world.holds();
@@ -455,10 +588,28 @@ pub async fn diff(client: Client, args: &DiffArgs) -> Result<(Vec<Entry>, usize)
         }
     }
     drop(watches);
-    Ok((
-        entries(&plan, &world.owned, &existing, args.adopt_existing),
-        plan.unchanged.len(),
-    ))
+    Ok(Report {
+        entries: entries(&plan, &world.owned, &existing, args.adopt_existing),
+        unchanged: plan.unchanged.len(),
+        held: plan.held_prunes.clone(),
+    })
+}
+
+/// The objects `run` would want now (its evaluation's desired set, as
+/// JSON): what `explain --live` reads to say what the rules would grant
+/// before their outputs are applied.
+pub async fn desired(client: Client, args: &DiffArgs) -> Result<Vec<Value>, DiffError> {
+    let (world, watches) = observe(&client, args).await?;
+    let allow = world.allow_rules();
+    let holds = world.holds();
+    let snap = world.snapshot(allow.as_ref(), &holds);
+    let (evaluation, _) = planner(client, args).evaluate(&snap);
+    drop(watches);
+    Ok(evaluation
+        .desired
+        .iter()
+        .map(|d| d.object.to_value())
+        .collect())
 }
 
 /// The cluster as `run` sees it: the controller's world, fed by its
@@ -515,6 +666,9 @@ fn report_problems(
     for e in evaluation.errors() {
         eprintln!("warning: {e}");
     }
+    for n in evaluation.notices() {
+        eprintln!("warning: {n}");
+    }
     for (rule, hold) in holds {
         eprintln!("warning: rule {rule} is held, its objects are left alone: {hold:?}");
     }
@@ -525,8 +679,25 @@ fn report_problems(
 pub async fn run(args: &DiffArgs, cluster: &ClusterArgs) -> u8 {
     let result = async {
         let client = cluster.client().await?;
-        let (entries, unchanged) = diff(client, args).await?;
-        Ok::<_, DiffError>((format(&entries, unchanged)?, exit_code(&entries)))
+        let mut args = args.clone();
+        if args.installed_settings {
+            match crate::installed::from_cluster(&client).await {
+                Ok(installed) => {
+                    for w in args.with_installed(&installed) {
+                        eprintln!("warning: {w}");
+                    }
+                }
+                Err(why) => eprintln!(
+                    "note: the installed controller's settings could not be found ({why}): \
+                     using the command line's only"
+                ),
+            }
+        }
+        let r = report(client, &args).await?;
+        Ok::<_, DiffError>((
+            format_report(&r.entries, r.unchanged, &r.held)?,
+            exit_code(&r.entries),
+        ))
     }
     .await;
     match result {
@@ -685,6 +856,99 @@ mod tests {
         assert!(text.ends_with(
             "1 to create, 1 to adopt, 1 to update, 0 to re-create, 1 in conflict, 1 to prune, 0 unchanged\n"
         ));
+    }
+
+    #[test]
+    fn packed_live_objects_show_their_removed_items_not_null() {
+        let get = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let list = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]);
+        let plan = Plan {
+            applies: vec![apply("changed", ApplyAction::Update(vec!["rules"]), list)],
+            deletes: vec![Delete {
+                id: id("stale"),
+                rule: "r".into(),
+                uid: None,
+                resource_version: None,
+                revoked: None,
+            }],
+            ..Plan::default()
+        };
+        // As the controller's world holds them: packed.
+        let owned: BTreeMap<ObjectId, Live> = ["changed", "stale"]
+            .into_iter()
+            .map(|n| {
+                let mut l = Live::new(role(n, ours(), get.clone()));
+                l.pack();
+                assert_eq!(l.object(), &Value::Null, "packed");
+                (id(n), l)
+            })
+            .collect();
+        let text = format(&entries(&plan, &owned, &BTreeMap::new(), false), 0).expect("format");
+        assert!(!text.contains("null"), "{text}");
+        assert!(
+            text.contains("prune ClusterRole stale (rule r)\n--- live/ClusterRole stale\n"),
+            "{text}"
+        );
+        assert!(text.contains("-rules:\n-- apiGroups:\n"), "{text}");
+        assert!(text.contains("-  - get\n+  - list\n"), "{text}");
+    }
+
+    #[test]
+    fn held_prunes_are_listed_with_their_confirm_token_and_no_colours() {
+        let held = BTreeMap::from([(
+            "r".to_string(),
+            HeldPrunes {
+                token: "abc123".into(),
+                objects: vec![id("a"), id("b")],
+                max: 1,
+            },
+        )]);
+        let text = format_report(&[], 3, &held).expect("format");
+        assert_eq!(
+            text,
+            "held prunes (rule r): 2 deletions, more than --max-unconfirmed-prunes (1) in one pass; \
+             run deletes nothing of them until confirmed:\n  \
+             kubectl annotate rbacrule r --overwrite rbacrules.io/confirm-prune=abc123\n  \
+             held: ClusterRole a\n  held: ClusterRole b\n\
+             0 to create, 0 to adopt, 0 to update, 0 to re-create, 0 in conflict, 0 to prune, 2 prunes held, 3 unchanged\n"
+        );
+        // The report is plain text whatever stdout is: no ANSI escapes.
+        assert!(!text.contains('\u{1b}'));
+    }
+
+    #[test]
+    fn installed_settings_fill_in_and_differences_warn() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: DiffArgs,
+        }
+        let installed = crate::installed::Installed {
+            deployment: "rbac-rules-system/rbac-rules".into(),
+            params: BTreeMap::from([("crossplaneNamespace".into(), "xp".into())]),
+            allow_clusterrole: Some("rbac-rules:allow-list".into()),
+            max_unconfirmed_prunes: Some(7),
+            ..Default::default()
+        };
+        let mut a = Cli::parse_from(["x"]).args;
+        assert!(a.installed_settings);
+        assert!(a.with_installed(&installed).is_empty());
+        assert_eq!(a.params.map()["crossplaneNamespace"], "xp");
+        assert_eq!(
+            a.allow_clusterrole.as_deref(),
+            Some("rbac-rules:allow-list")
+        );
+        assert_eq!(a.plan_settings().max_unconfirmed_prunes, Some(7));
+        assert_eq!(a.plan_settings().params["crossplaneNamespace"], "xp");
+        let mut a = Cli::parse_from(["x", "--param", "crossplaneNamespace=crossplane-system"]).args;
+        let w = a.with_installed(&installed);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("\"crossplane-system\"") && w[0].contains("\"xp\""),
+            "{w:?}"
+        );
+        assert_eq!(a.params.map()["crossplaneNamespace"], "crossplane-system");
     }
 
     #[test]

@@ -27,7 +27,10 @@ use crate::{rules, yaml};
 Exit status: 0 explained, 1 nothing matches or an input is invalid.")]
 pub struct ExplainArgs {
     /// YAML files or directories with the cluster's objects (`-`: stdin).
-    #[arg(long, required = true, num_args = 1..)]
+    /// When they hold the controller's Deployment, its params and
+    /// allow-list (the ClusterRole it names, from the same objects) are
+    /// used (see --installed-settings).
+    #[arg(long, required_unless_present = "live", num_args = 1..)]
     pub objects: Vec<PathBuf>,
     /// Rule files or directories. Default: the built-in rules, with a note
     /// on stderr.
@@ -55,6 +58,44 @@ pub struct ExplainArgs {
     /// is that ServiceAccount, as Kubernetes authenticates it).
     #[arg(long = "as", id = "as_subject")]
     pub as_subject: Option<String>,
+    /// A group the --as subject is also in, as kubectl's --as-group
+    /// (repeat for more). A ServiceAccount is in system:serviceaccounts
+    /// and system:serviceaccounts:NS without it; every authenticated
+    /// subject in system:authenticated.
+    #[arg(long = "as-group", value_name = "GROUP")]
+    pub as_group: Vec<String>,
+    /// Ask the cluster of the current kubeconfig (or --kubeconfig,
+    /// --context): whether the --as subject can do --verb on --resource
+    /// (with -n for a namespaced request), as `kubectl auth can-i` does
+    /// (a SubjectAccessReview), and which objects of rbac-rules grant it
+    /// (rule and trigger), or would grant it once the rules' outputs are
+    /// applied.
+    #[arg(long, requires_all = ["as_subject", "verb", "resource"], conflicts_with_all = ["target", "object"])]
+    pub live: bool,
+    /// With --live: the verb asked (get, list, create, ...).
+    #[arg(long, requires = "live")]
+    pub verb: Option<String>,
+    /// With --live: the resource asked, `plural[.group][/subresource]`,
+    /// e.g. `secrets`, `deployments.apps`, `pods/log`.
+    #[arg(long, requires = "live")]
+    pub resource: Option<String>,
+    /// With --live: the resource's name, when the request names one.
+    #[arg(long, requires = "live")]
+    pub resource_name: Option<String>,
+    /// Settings rules read as `params.<name>`, as for `render`. Default:
+    /// the installed controller's (see --installed-settings).
+    #[command(flatten)]
+    pub params: crate::params::ParamArgs,
+    /// Read the installed controller's settings (params, allow-list) from
+    /// its Deployment (in --objects; with --live, in the cluster) and use
+    /// them where the command line gives none; a setting given that
+    /// differs is used, with a warning naming both values. `false`: the
+    /// command line's only.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub installed_settings: bool,
+    /// The cluster of --live.
+    #[command(flatten)]
+    pub cluster: crate::diff::ClusterArgs,
     /// Output format: the explanation as text, or as json or yaml data.
     #[arg(short = 'o', long, value_enum, default_value_t = crate::validate::Format::Human)]
     pub output: crate::validate::Format,
@@ -91,10 +132,16 @@ pub fn explain_data(args: &ExplainArgs) -> Result<(String, Value), String> {
             .map_err(|e| format!("error: {}: {e}", crate::engine::store::object_ref(o)))?;
     }
     let sources: Vec<_> = loaded.iter().map(|(_, r)| r.clone()).collect();
+    let settings = offline_settings(args, &inputs);
+    for w in &settings.warnings {
+        eprintln!("{w}");
+    }
     let engine = Engine::new(
         &sources,
         Options {
             manage: args.manage,
+            params: settings.params,
+            allow: settings.allow,
             ..Options::default()
         },
     );
@@ -111,7 +158,7 @@ pub fn explain_data(args: &ExplainArgs) -> Result<(String, Value), String> {
         text.push_str(&t);
         d
     } else if let Some(spec) = &args.as_subject {
-        let (t, d) = explain_subject(spec, &inputs, &output)?;
+        let (t, d) = explain_subject(spec, &args.as_group, &inputs, &output)?;
         text.push_str(&t);
         d
     } else {
@@ -127,6 +174,65 @@ pub fn explain_data(args: &ExplainArgs) -> Result<(String, Value), String> {
         m.insert("renderErrors".to_string(), json!(render_errors));
     }
     Ok((text, data))
+}
+
+/// What an offline explanation evaluates with: params and allow-list,
+/// and the warnings and notes to print (stderr) about where they came from.
+struct Settings {
+    params: std::collections::BTreeMap<String, String>,
+    allow: Option<crate::policy::AllowList>,
+    warnings: Vec<String>,
+}
+
+/// The params and allow-list of an offline explanation: the command
+/// line's, completed by the installed controller's when its Deployment is
+/// among the objects (its allow-list ClusterRole read from them too).
+fn offline_settings(args: &ExplainArgs, inputs: &[Value]) -> Settings {
+    let given = args.params.map();
+    let mut out = Settings {
+        params: given.clone(),
+        allow: None,
+        warnings: Vec::new(),
+    };
+    if !args.installed_settings {
+        return out;
+    }
+    let installed = match crate::installed::from_objects(inputs) {
+        Ok(i) => i,
+        Err(why) => {
+            out.warnings.push(format!(
+                "note: the installed controller's settings could not be found in the objects ({why}): \
+                 evaluating with the command line's params only and no allow-list"
+            ));
+            return out;
+        }
+    };
+    let (params, warnings) = crate::installed::merge_params(&given, &installed);
+    out.params = params;
+    out.warnings
+        .extend(warnings.into_iter().map(|w| format!("warning: {w}")));
+    out.warnings.extend(
+        crate::installed::unknown_notes(&installed)
+            .into_iter()
+            .map(|n| format!("note: {n}")),
+    );
+    if let Some(name) = &installed.allow_clusterrole {
+        let role = inputs
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == name.as_str())
+            .and_then(|o| {
+                serde_json::from_value::<k8s_openapi::api::rbac::v1::ClusterRole>(o.clone()).ok()
+            });
+        match role {
+            Some(r) => out.allow = Some(crate::policy::AllowList::from_cluster_role(&r)),
+            None => out.warnings.push(format!(
+                "note: the installed controller's allow-list ClusterRole {name:?} (Deployment {}) \
+                 is not in the objects: evaluating without an allow-list",
+                installed.deployment
+            )),
+        }
+    }
+    out
 }
 
 /// An object to explain: kind as Kubernetes spells it, namespace, name.
@@ -462,10 +568,12 @@ fn template_line(origin: &str, rule: &str, template: &str) -> Option<usize> {
 /// bindings do name, nearest first.
 fn explain_subject(
     spec: &str,
+    groups: &[String],
     inputs: &[Value],
     output: &[Value],
 ) -> Result<(String, Value), String> {
-    let a = parse_subject(spec)?;
+    let mut a = parse_subject(spec)?;
+    a.groups.extend(groups.iter().cloned());
     let subject = Subject::of(&a).map_err(|e| format!("error: --as {spec:?}: {e}"))?;
     let world = World::new(inputs, output);
     let mut t = format!("{}\n", subject.show);
@@ -678,9 +786,469 @@ fn aggregated_from(role: &str, inputs: &[Value], output: &[Value]) -> Vec<String
     names
 }
 
+/// One way a live binding grants a request: the binding, its role, and
+/// for an aggregated ClusterRole the members that grant it; each with the
+/// rule and trigger of rbac-rules that made it, when it did.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Grant {
+    /// `ClusterRoleBinding name` or `RoleBinding ns/name`.
+    pub binding: String,
+    /// `ClusterRole name` or `Role ns/name`.
+    pub role: String,
+    /// The binding's origin (rule, trigger), if rbac-rules made it.
+    pub binding_origin: Option<Origin>,
+    /// The role's origin, if rbac-rules made it.
+    pub role_origin: Option<Origin>,
+    /// The ClusterRoles aggregated into the role that grant the request.
+    pub members: Vec<(String, Option<Origin>)>,
+}
+
+impl Grant {
+    /// Whether an object of rbac-rules is on the way.
+    pub fn managed(&self) -> bool {
+        self.binding_origin.is_some()
+            || self.role_origin.is_some()
+            || self.members.iter().any(|(_, o)| o.is_some())
+    }
+
+    fn text(&self) -> String {
+        let origin = |o: &Option<Origin>| {
+            o.as_ref()
+                .map(|o| format!(" [{}]", o.show()))
+                .unwrap_or_default()
+        };
+        let mut t = format!(
+            "{}{} → {}{}\n",
+            self.binding,
+            origin(&self.binding_origin),
+            self.role,
+            origin(&self.role_origin)
+        );
+        for (m, o) in &self.members {
+            t.push_str(&format!(
+                "      aggregated from ClusterRole {m}{}\n",
+                origin(o)
+            ));
+        }
+        t
+    }
+}
+
+/// The rule and trigger of rbac-rules an object carries.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Origin {
+    /// The RbacRule.
+    pub rule: String,
+    /// The trigger, `Kind.group/[ns/]name` (none: a static output).
+    pub trigger: Option<String>,
+}
+
+impl Origin {
+    /// The rule and trigger an object of rbac-rules names; none for an
+    /// object without our label, or labelled by someone else (its
+    /// `managedFields` hold no `Apply` entry of ours): a claim anyone can
+    /// write is not believed.
+    fn of(o: &Value) -> Option<Origin> {
+        use crate::engine::output::{Provenance, provenance};
+        if matches!(provenance(o), Provenance::Unclaimed | Provenance::Foreign) {
+            return None;
+        }
+        let ann = &o["metadata"]["annotations"];
+        let rule = ann["rbacrules.io/rule"].as_str()?;
+        Some(Origin {
+            rule: rule.to_string(),
+            trigger: ann["rbacrules.io/trigger"].as_str().map(str::to_string),
+        })
+    }
+
+    fn show(&self) -> String {
+        match &self.trigger {
+            Some(t) => format!("rule {}, trigger {t}", self.rule),
+            None => format!("rule {}", self.rule),
+        }
+    }
+}
+
+/// A request as `kubectl auth can-i` puts it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The verb.
+    pub verb: String,
+    /// The API group (`""`: core).
+    pub group: String,
+    /// The resource's plural.
+    pub resource: String,
+    /// The subresource, if any.
+    pub subresource: Option<String>,
+    /// The resource's name, if any.
+    pub name: Option<String>,
+    /// The namespace (`None`: cluster-wide).
+    pub namespace: Option<String>,
+}
+
+impl Request {
+    /// `plural[.group][/subresource]` and the rest.
+    pub fn parse(
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Request {
+        let (resource, sub) = match resource.split_once('/') {
+            Some((r, s)) => (r, Some(s.to_string())),
+            None => (resource, None),
+        };
+        let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
+        Request {
+            verb: verb.to_string(),
+            group: group.to_string(),
+            resource: plural.to_string(),
+            subresource: sub,
+            name: name.map(str::to_string),
+            namespace: namespace.map(str::to_string),
+        }
+    }
+
+    fn rule(&self) -> PolicyRule {
+        PolicyRule {
+            api_groups: Some(vec![self.group.clone()]),
+            resources: Some(vec![match &self.subresource {
+                Some(s) => format!("{}/{s}", self.resource),
+                None => self.resource.clone(),
+            }]),
+            verbs: vec![self.verb.clone()],
+            resource_names: self.name.clone().map(|n| vec![n]),
+            non_resource_urls: None,
+        }
+    }
+
+    fn show(&self) -> String {
+        let group = if self.group.is_empty() {
+            String::new()
+        } else {
+            format!(".{}", self.group)
+        };
+        let sub = self
+            .subresource
+            .as_ref()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        let name = self
+            .name
+            .as_ref()
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
+        let scope = match &self.namespace {
+            Some(ns) => format!(" in namespace {ns}"),
+            None => " cluster-wide".to_string(),
+        };
+        format!("{} {}{group}{sub}{name}{scope}", self.verb, self.resource)
+    }
+
+    /// The SubjectAccessReview asking this for `subject`.
+    fn review(&self, subject: &Subject) -> Value {
+        let (user, groups) = subject.identity();
+        let mut attrs = json!({"verb": self.verb, "group": self.group, "resource": self.resource});
+        if let Some(s) = &self.subresource {
+            attrs["subresource"] = json!(s);
+        }
+        if let Some(n) = &self.name {
+            attrs["name"] = json!(n);
+        }
+        if let Some(ns) = &self.namespace {
+            attrs["namespace"] = json!(ns);
+        }
+        let mut spec = json!({"resourceAttributes": attrs, "groups": groups});
+        if let Some(u) = user {
+            spec["user"] = json!(u);
+        }
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+    }
+}
+
+/// Every binding among `objects` that names `subject` and whose role
+/// grants `req` (aggregated ClusterRoles filled from their members).
+pub(crate) fn grants_of(objects: &[Value], subject: &Subject, req: &Request) -> Vec<Grant> {
+    let world = World::new(objects, &[]);
+    let wanted = req.rule();
+    let covers = |rules: Option<&Vec<PolicyRule>>| {
+        rules
+            .into_iter()
+            .flatten()
+            .any(|r| crate::policy::rule_covers(r, &wanted))
+    };
+    let find = |kind: &str, ns: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && namespace_of(o) == ns && o["metadata"]["name"] == name)
+    };
+    let mut out = Vec::new();
+    for b in &world.bindings {
+        let kind = b["kind"].as_str().unwrap_or_default();
+        let bns = namespace_of(b);
+        if kind == "RoleBinding" && Some(bns) != req.namespace.as_deref() {
+            continue;
+        }
+        let subjects = b["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        if !subjects.iter().any(|x| subject.matches(x, bns)) {
+            continue;
+        }
+        let role_kind = b["roleRef"]["kind"].as_str().unwrap_or("ClusterRole");
+        let role_name = b["roleRef"]["name"].as_str().unwrap_or_default();
+        let (rules, role_obj, role) = if role_kind == "Role" {
+            (
+                world.roles.get(&(bns.to_string(), role_name.to_string())),
+                find("Role", bns, role_name),
+                format!("Role {bns}/{role_name}"),
+            )
+        } else {
+            (
+                world.cluster_roles.get(role_name),
+                find("ClusterRole", "", role_name),
+                format!("ClusterRole {role_name}"),
+            )
+        };
+        if !covers(rules) {
+            continue;
+        }
+        let members = role_obj
+            .filter(|r| r.get("aggregationRule").is_some())
+            .map(|agg| {
+                let selectors = selectors_of(agg);
+                objects
+                    .iter()
+                    .filter(|o| o["kind"] == "ClusterRole" && name_of(o) != role_name)
+                    .filter(|o| picks(&selectors, o))
+                    .filter(|o| {
+                        let rules: Vec<PolicyRule> =
+                            serde_json::from_value(o["rules"].clone()).unwrap_or_default();
+                        covers(Some(&rules))
+                    })
+                    .map(|o| (name_of(o).to_string(), Origin::of(o)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let at = if bns.is_empty() {
+            name_of(b).to_string()
+        } else {
+            format!("{bns}/{}", name_of(b))
+        };
+        out.push(Grant {
+            binding: format!("{kind} {at}"),
+            role,
+            binding_origin: Origin::of(b),
+            role_origin: role_obj.and_then(Origin::of),
+            members,
+        });
+    }
+    out
+}
+
+/// The cluster once the rules' outputs are applied: each replaces the
+/// live object of its kind, namespace and name.
+fn with_desired(live: &[Value], desired: Vec<Value>) -> Vec<Value> {
+    let key = |o: &Value| {
+        (
+            o["kind"].as_str().unwrap_or_default().to_string(),
+            namespace_of(o).to_string(),
+            name_of(o).to_string(),
+        )
+    };
+    let replaced: std::collections::BTreeSet<_> = desired.iter().map(key).collect();
+    live.iter()
+        .filter(|o| !replaced.contains(&key(o)))
+        .cloned()
+        .chain(desired)
+        .collect()
+}
+
+/// The live RBAC objects (every namespace), as JSON with kind set.
+async fn live_rbac(client: &kube::Client) -> Result<Vec<Value>, String> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    async fn list<K>(client: &kube::Client, kind: &str) -> Result<Vec<Value>, String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let api: kube::Api<K> = kube::Api::all(client.clone());
+        typed(api, kind).await
+    }
+    async fn list_cluster<K>(client: &kube::Client, kind: &str) -> Result<Vec<Value>, String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let api: kube::Api<K> = kube::Api::all(client.clone());
+        typed(api, kind).await
+    }
+    async fn typed<K>(api: kube::Api<K>, kind: &str) -> Result<Vec<Value>, String>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let items = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|e| format!("cannot list {kind}s: {e}"))?
+            .items;
+        Ok(items
+            .iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .map(|mut v| {
+                v["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+                v["kind"] = json!(kind);
+                v
+            })
+            .collect())
+    }
+    let mut out = list_cluster::<ClusterRole>(client, "ClusterRole").await?;
+    out.extend(list_cluster::<ClusterRoleBinding>(client, "ClusterRoleBinding").await?);
+    out.extend(list::<Role>(client, "Role").await?);
+    out.extend(list::<RoleBinding>(client, "RoleBinding").await?);
+    Ok(out)
+}
+
+/// `explain --live`: asks the API server whether the subject may do the
+/// request (a SubjectAccessReview), then names the live objects of
+/// rbac-rules that grant it, or, when none does, those the rules' outputs
+/// would grant it through once applied (evaluated as `diff` does, with the
+/// installed controller's settings). Returns the text and the same as data.
+pub async fn explain_live(
+    client: kube::Client,
+    args: &ExplainArgs,
+) -> Result<(String, Value), String> {
+    let spec = args.as_subject.as_deref().unwrap_or_default();
+    let mut access = parse_subject(spec)?;
+    access.groups.extend(args.as_group.iter().cloned());
+    let subject = Subject::of(&access).map_err(|e| format!("error: --as {spec:?}: {e}"))?;
+    let req = Request::parse(
+        args.verb.as_deref().unwrap_or_default(),
+        args.resource.as_deref().unwrap_or_default(),
+        args.resource_name.as_deref(),
+        args.namespace.as_deref(),
+    );
+    let mut diff_args = crate::diff::DiffArgs::defaults();
+    diff_args.manage = args.manage;
+    diff_args.params = args.params.clone();
+    if args.installed_settings {
+        match crate::installed::from_cluster(&client).await {
+            Ok(installed) => {
+                for w in diff_args.with_installed(&installed) {
+                    eprintln!("warning: {w}");
+                }
+            }
+            Err(why) => eprintln!(
+                "note: the installed controller's settings could not be found ({why}): \
+                 using the command line's only"
+            ),
+        }
+    }
+    // The truth, from the API server.
+    let api: kube::Api<k8s_openapi::api::authorization::v1::SubjectAccessReview> =
+        kube::Api::all(client.clone());
+    let review: k8s_openapi::api::authorization::v1::SubjectAccessReview =
+        serde_json::from_value(req.review(&subject)).map_err(|e| format!("error: {e}"))?;
+    let answer = api
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .map_err(|e| format!("error: SubjectAccessReview: {e}"))?;
+    let status = answer.status.unwrap_or_default();
+    let allowed = status.allowed && !status.denied.unwrap_or(false);
+    let reason = status.reason.unwrap_or_default();
+    let mut t = format!(
+        "{} {} {} (SubjectAccessReview{})\n",
+        subject.show,
+        if allowed { "CAN" } else { "CANNOT" },
+        req.show(),
+        if reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {reason}")
+        }
+    );
+    let live = live_rbac(&client)
+        .await
+        .map_err(|e| format!("error: {e}"))?;
+    let grants = grants_of(&live, &subject, &req);
+    let managed: Vec<&Grant> = grants.iter().filter(|g| g.managed()).collect();
+    for g in &grants {
+        let how = if g.managed() {
+            "granted by"
+        } else {
+            "granted by (not rbac-rules')"
+        };
+        t.push_str(&format!("  {how}: {}", g.text()));
+    }
+    let mut would = Vec::new();
+    if managed.is_empty() {
+        let desired = crate::diff::desired(client.clone(), &diff_args)
+            .await
+            .map_err(|e| format!("error: {e}"))?;
+        would = grants_of(&with_desired(&live, desired), &subject, &req)
+            .into_iter()
+            .filter(Grant::managed)
+            .collect();
+        for g in &would {
+            t.push_str(&format!(
+                "  WOULD be granted by (not yet applied): {}",
+                g.text()
+            ));
+        }
+        if grants.is_empty() && would.is_empty() {
+            t.push_str("  no binding, live or rendered by the rules, grants it\n");
+        } else if would.is_empty() {
+            t.push_str("  no object of rbac-rules grants it, nor would\n");
+        }
+    }
+    if allowed && grants.is_empty() {
+        t.push_str("  (allowed by something other than RBAC bindings: another authorizer, or a group the subject has that --as-group does not give)\n");
+    }
+    let data = json!({
+        "subject": subject.show,
+        "request": req.show(),
+        "allowed": allowed,
+        "reason": reason,
+        "grantedBy": grants,
+        "wouldBeGrantedBy": would,
+    });
+    Ok((t, data))
+}
+
+/// `explain --live` on a runtime of its own.
+fn live_main(args: &ExplainArgs) -> Result<(String, Value), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("error: cannot start the async runtime: {e}"))?;
+    rt.block_on(async {
+        let client = args
+            .cluster
+            .client()
+            .await
+            .map_err(|e| format!("error: {e}"))?;
+        explain_live(client, args).await
+    })
+}
+
 /// The `explain` command.
 pub fn main(args: &ExplainArgs) -> ExitCode {
-    match explain_data(args) {
+    let result = if args.live {
+        live_main(args)
+    } else {
+        explain_data(args)
+    };
+    match result {
         Ok((text, data)) => {
             let out = match args.output {
                 crate::validate::Format::Human => Ok(text),
@@ -702,5 +1270,47 @@ pub fn main(args: &ExplainArgs) -> ExitCode {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rendered_binding_would_grant_what_the_live_one_does_not_yet() {
+        let ours = json!({"app.kubernetes.io/managed-by": "rbac-rules"});
+        let role = json!({"kind": "ClusterRole", "metadata": {"name": "p:system", "labels": ours,
+            "annotations": {"rbacrules.io/rule": "crossplane-provider-system"}},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]});
+        let binding = |subjects: Value| {
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "p:system", "labels": ours,
+                "annotations": {"rbacrules.io/rule": "crossplane-provider-system",
+                                "rbacrules.io/trigger": "ProviderRevision.pkg.crossplane.io/p-1"}},
+                "roleRef": {"kind": "ClusterRole", "name": "p:system"}, "subjects": subjects})
+        };
+        // Live: rendered with the wrong namespace, no subjects.
+        let live = vec![role.clone(), binding(json!([]))];
+        let a = parse_subject("system:serviceaccount:xp-system:provider-nop").expect("subject");
+        let s = Subject::of(&a).expect("subject");
+        let req = Request::parse("get", "secrets", None, Some("team-a"));
+        assert!(grants_of(&live, &s, &req).is_empty());
+        let desired = vec![binding(
+            json!([{"kind": "ServiceAccount", "name": "provider-nop", "namespace": "xp-system"}]),
+        )];
+        let world = with_desired(&live, desired);
+        assert_eq!(world.len(), 2, "the rendered binding replaces the live one");
+        let g = grants_of(&world, &s, &req);
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].binding, "ClusterRoleBinding p:system");
+        assert_eq!(
+            g[0].binding_origin
+                .as_ref()
+                .and_then(|o| o.trigger.as_deref()),
+            Some("ProviderRevision.pkg.crossplane.io/p-1")
+        );
+        // Another verb: nothing.
+        let req = Request::parse("delete", "secrets", None, Some("team-a"));
+        assert!(grants_of(&world, &s, &req).is_empty());
     }
 }

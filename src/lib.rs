@@ -10,6 +10,7 @@ pub mod controller;
 pub mod diff;
 pub mod engine;
 pub mod explain;
+pub mod installed;
 pub mod params;
 pub mod policy;
 pub mod reference;

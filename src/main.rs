@@ -218,12 +218,20 @@ fn main() -> ExitCode {
             diff(&cluster, &args)
         }
         Command::Validate(args) => rbac_rules::validate::main(&args),
-        Command::Test(args) => {
+        Command::Test(mut args) => {
             init_logging(LogFormat::Text);
+            if let Err(e) = args.params.read_environment() {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
             rbac_rules::ruletest::main(&args)
         }
-        Command::Explain(args) => {
+        Command::Explain(mut args) => {
             init_logging(LogFormat::Text);
+            if let Err(e) = args.params.read_environment() {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
             rbac_rules::explain::main(&args)
         }
         Command::ControllerRole(args) => controller_role(&args),

@@ -45,6 +45,13 @@ pub struct TestArgs {
     /// deploy/controller/allow-list.yaml.
     #[arg(long, value_name = "FILE")]
     pub allow: Option<PathBuf>,
+    /// Settings rules read as `params.<name>`, for every test. A test
+    /// whose objects hold the controller's Deployment uses its params (and
+    /// the allow-list ClusterRole it names, when among the objects) where
+    /// none is given here; one given here that differs is used, with a
+    /// warning naming both values.
+    #[command(flatten)]
+    pub params: crate::params::ParamArgs,
     /// Output format: human lines, or the results as json or yaml data.
     #[arg(short = 'o', long, value_enum, default_value_t = crate::validate::Format::Human)]
     pub output: crate::validate::Format,
@@ -145,7 +152,7 @@ pub struct Outcome {
 
 /// Finds every test under `paths` and runs it.
 pub fn run_all(paths: &[PathBuf]) -> Result<Vec<Outcome>, yaml::YamlError> {
-    run_all_with(paths, None)
+    run_all_with(paths, None, &BTreeMap::new())
 }
 
 /// [`run_all`], applying the allow-list file `allow` to every test that
@@ -153,30 +160,35 @@ pub fn run_all(paths: &[PathBuf]) -> Result<Vec<Outcome>, yaml::YamlError> {
 pub fn run_all_with(
     paths: &[PathBuf],
     allow: Option<&Path>,
+    params: &BTreeMap<String, String>,
 ) -> Result<Vec<Outcome>, yaml::YamlError> {
     let mut out = Vec::new();
     for doc in yaml::load_tree(paths, true)? {
         if doc.value["kind"] != TEST_KIND {
             continue;
         }
-        out.push(run_one_with(&doc, allow));
+        out.push(run_one_with(&doc, allow, params));
     }
     Ok(out)
 }
 
 /// Runs one test document.
 pub fn run_one(doc: &Document) -> Outcome {
-    run_one_with(doc, None)
+    run_one_with(doc, None, &BTreeMap::new())
 }
 
-/// [`run_one`] with a default allow-list file.
-pub fn run_one_with(doc: &Document, allow: Option<&Path>) -> Outcome {
+/// [`run_one`] with a default allow-list file and params.
+pub fn run_one_with(
+    doc: &Document,
+    allow: Option<&Path>,
+    params: &BTreeMap<String, String>,
+) -> Outcome {
     let name = doc.value["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
         .to_string();
     let failures = match serde_json::from_value::<TestSpec>(doc.value["spec"].clone()) {
-        Ok(spec) => check(&doc.path, &name, &spec, allow),
+        Ok(spec) => check(&doc.path, &name, &spec, allow, params),
         Err(e) => vec![format!("invalid {TEST_KIND} spec: {e}")],
     };
     Outcome {
@@ -190,8 +202,14 @@ pub fn run_one_with(doc: &Document, allow: Option<&Path>) -> Outcome {
 /// expectation that does not hold. A test that cannot be set up (its
 /// manage level, rules, objects or allow-list) fails with that reason
 /// alone.
-fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>) -> Vec<String> {
-    let (inputs, eval) = match evaluate(file, name, spec, default_allow) {
+fn check(
+    file: &Path,
+    name: &str,
+    spec: &TestSpec,
+    default_allow: Option<&Path>,
+    params: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let (inputs, eval) = match evaluate(file, name, spec, default_allow, params) {
         Ok(run) => run,
         Err(setup) => return setup,
     };
@@ -218,6 +236,7 @@ fn evaluate(
     name: &str,
     spec: &TestSpec,
     default_allow: Option<&Path>,
+    given: &BTreeMap<String, String>,
 ) -> Result<(Vec<Value>, Evaluation), Vec<String>> {
     let base = file.parent().unwrap_or(Path::new("."));
     let manage = match spec.manage.as_deref().map(crate::parse_manage) {
@@ -243,19 +262,40 @@ fn evaluate(
         (None, Some(p)) => Some(p.to_path_buf()),
         (None, None) => None,
     };
-    let allow = match allow_file {
+    let mut allow = match allow_file {
         None => None,
         Some(p) => match rules::load_allow(&p, &mut store) {
             Ok(a) => Some(a),
             Err(e) => return Err(vec![format!("allow: {e}")]),
         },
     };
+    // The installed controller's settings, when its Deployment is among
+    // the test's objects.
+    let mut params = given.clone();
+    if let Ok(installed) = crate::installed::from_objects(&inputs) {
+        let (merged, warnings) = crate::installed::merge_params(given, &installed);
+        for w in warnings {
+            eprintln!("warning: test {name}: {w}");
+        }
+        params = merged;
+        let role = installed.allow_clusterrole.as_ref().and_then(|n| {
+            inputs
+                .iter()
+                .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == n.as_str())
+        });
+        if allow.is_none()
+            && let Some(r) = role.and_then(|r| serde_json::from_value(r.clone()).ok())
+        {
+            allow = Some(crate::policy::AllowList::from_cluster_role(&r));
+        }
+    }
     let engine = Engine::new(
         &rule_sources,
         Options {
             manage,
             allow,
             waivers: spec.waivers.clone(),
+            params,
             ..Options::default()
         },
     );
@@ -863,6 +903,12 @@ impl Subject {
         Ok(s)
     }
 
+    /// The user name and groups the API server authenticates this subject
+    /// with (a SubjectAccessReview's `user` and `groups`).
+    pub(crate) fn identity(&self) -> (Option<&str>, &[String]) {
+        (self.user.as_deref(), &self.groups)
+    }
+
     /// Whether a binding subject names this subject (`binding_ns`: the
     /// default namespace of a RoleBinding's ServiceAccount subjects).
     pub(crate) fn matches(&self, x: &Value, binding_ns: &str) -> bool {
@@ -918,7 +964,7 @@ fn xml(s: &str) -> String {
 
 /// The `test` command: one line per test, a summary, exit 1 on failures.
 pub fn main(args: &TestArgs) -> ExitCode {
-    let outcomes = match run_all_with(&args.paths, args.allow.as_deref()) {
+    let outcomes = match run_all_with(&args.paths, args.allow.as_deref(), &args.params.map()) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");

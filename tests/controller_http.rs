@@ -1407,6 +1407,8 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
         waivers: Default::default(),
         limits: Default::default(),
         params: Default::default(),
+        max_unconfirmed_prunes: None,
+        installed_settings: false,
     };
     let (entries, unchanged) = diff(client, &args).await.expect("diff");
     scenario.abort();

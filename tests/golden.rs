@@ -69,9 +69,26 @@ fn golden_cases() {
             continue;
         }
         let expected_path = case.join("expected.yaml");
+        // A case with `expected-stderr.txt` also pins its warnings.
+        let stderr_path = case.join("expected-stderr.txt");
+        let warnings: String = stderr
+            .lines()
+            .filter(|l| l.starts_with("warning:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         if update {
             std::fs::write(&expected_path, &stdout).expect("write expected.yaml");
+            if stderr_path.exists() {
+                std::fs::write(&stderr_path, &warnings).expect("write expected-stderr.txt");
+            }
             continue;
+        }
+        if let Ok(expected) = std::fs::read_to_string(&stderr_path)
+            && expected != warnings
+        {
+            failures.push(format!(
+                "{name}: warnings differ from expected-stderr.txt:\n{warnings}"
+            ));
         }
         let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
         if expected != stdout {

@@ -274,6 +274,7 @@ fn chart_values_switch_features() {
             "image.repository=registry.example.org/rbac-rules",
             "image.tag=1.2.3",
             "params.crossplaneNamespace=xp-system",
+            "maxUnconfirmedPrunes=50",
         ],
     );
     let sm = on
@@ -304,6 +305,7 @@ fn chart_values_switch_features() {
         Some("xp-system".into())
     );
     assert_eq!(var("RBAC_RULES_PARAMS"), None);
+    assert_eq!(var("RBAC_RULES_MAX_UNCONFIRMED_PRUNES"), Some("50".into()));
     assert_eq!(
         c["args"].as_array().expect("args").last(),
         Some(&"--debounce-ms=500".into())

@@ -41,8 +41,10 @@ pub struct WriteLabels {
 pub struct Metrics {
     /// `rbac_rules_reconciles_total`: reconciles run (as leader).
     pub reconciles: Counter,
-    /// `rbac_rules_reconcile_errors_total{reason}`: rule evaluation errors,
-    /// conflicts and failed API writes.
+    /// `rbac_rules_reconcile_errors_total{reason}`: every rule error of
+    /// the evaluation, once per pass that plans writes (a rule that stays
+    /// broken adds one per reconcile: resyncs and events included), each
+    /// write that failed, and each fresh write conflict.
     pub errors: Family<ReasonLabels, Counter>,
     /// `rbac_rules_api_writes_total{kind,action}`: writes sent.
     pub writes: Family<WriteLabels, Counter>,
@@ -61,6 +63,10 @@ pub struct Metrics {
     pub watched_kinds: Gauge,
     /// `rbac_rules_leader`: 1 while this replica holds the lease.
     pub leader: Gauge,
+    /// `rbac_rules_held_prunes`: deletions held by
+    /// `--max-unconfirmed-prunes` in the last pass (reason `PruneHeld`),
+    /// waiting for the rule's confirm annotation.
+    pub held_prunes: Gauge,
     registry: Arc<Registry>,
 }
 
@@ -83,6 +89,7 @@ impl Metrics {
         let watched_kinds = Gauge::default();
         let foreign_claims = Gauge::default();
         let leader = Gauge::default();
+        let held_prunes = Gauge::default();
         registry.register(
             "reconciles",
             "Reconciles run by the leader",
@@ -128,6 +135,11 @@ impl Metrics {
             "1 while this replica holds the leader lease",
             leader.clone(),
         );
+        registry.register(
+            "held_prunes",
+            "Deletions held by --max-unconfirmed-prunes in the last pass, waiting for confirmation",
+            held_prunes.clone(),
+        );
         Metrics {
             reconciles,
             errors,
@@ -138,6 +150,7 @@ impl Metrics {
             foreign_claims,
             watched_kinds,
             leader,
+            held_prunes,
             registry: Arc::new(registry),
         }
     }

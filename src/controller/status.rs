@@ -467,6 +467,68 @@ mod tests {
         r
     }
 
+    /// A binding rendered with no subjects (the engine's `NoSubjects`
+    /// notice) makes the rule Degraded with that reason, still Ready, and
+    /// a Warning Event says it once.
+    #[test]
+    fn a_binding_without_subjects_is_a_degraded_reason_and_an_event() {
+        let spec: crate::api::RbacRuleSpec = serde_json::from_value(json!({
+            "trigger": {"apiGroup": "pkg.crossplane.io", "kind": "ProviderRevision"},
+            "outputs": [{"kind": "ClusterRole", "name": "x"}]
+        }))
+        .expect("spec");
+        let mut rule = RbacRule::new("crossplane-provider-system", spec);
+        rule.metadata.generation = Some(1);
+        let mut r = RuleReport::new(RuleState::Evaluated);
+        r.notices.push(EngineError {
+            kind: crate::engine::ErrorKind::NoSubjects,
+            rule: "crossplane-provider-system".into(),
+            field: "spec.outputs[2]".into(),
+            trigger: Some("ProviderRevision.pkg.crossplane.io/p-1".into()),
+            message:
+                "ClusterRoleBinding crossplane:provider:p-1:system is rendered with no subjects"
+                    .into(),
+        });
+        let inputs = RuleInputs {
+            report: Some(&r),
+            hold: None,
+            writes: &[],
+            managed: 3,
+            manage: ManageLevel::All,
+            foreign_claims: &[],
+            held_prunes: None,
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let status = compute(&rule, &inputs, &now).expect("a status");
+        let cond = |t: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .cloned()
+                .expect("condition")
+        };
+        assert_eq!(cond("Ready").status, "True");
+        let degraded = cond("Degraded");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "NoSubjects")
+        );
+        assert!(
+            degraded.message.contains("rendered with no subjects"),
+            "{}",
+            degraded.message
+        );
+        let events = events(&rule, &[], Some(&status));
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason == "NoSubjects" && matches!(e.type_, EventType::Warning)),
+            "{:?}",
+            events.iter().map(|e| &e.reason).collect::<Vec<_>>()
+        );
+    }
+
     #[test]
     fn skipped_events_only_for_new_warnings() {
         let mut seen = BTreeSet::new();

@@ -595,6 +595,10 @@ impl Syncer {
         for e in evaluation.errors() {
             self.metrics.error(e.kind.reason());
         }
+        let held: usize = plan.held_prunes.values().map(|h| h.objects.len()).sum();
+        self.metrics
+            .held_prunes
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
         let deferred = plan
             .kept
             .iter()

@@ -1372,6 +1372,12 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
             report.errors.push(e.clone().into_engine(rule, None));
             report.static_kept = true;
         }
+        report.notices.extend(
+            s.outcome
+                .outputs()
+                .iter()
+                .filter_map(|d| d.no_subjects_notice(rule)),
+        );
     }
     for key in &rm.noted {
         let Some((tref, t)) = rm.triggers.get(key) else {
@@ -1392,6 +1398,12 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
             }
             Outcome::NoMatch | Outcome::Rendered(_) => {}
         }
+        report.notices.extend(
+            t.outcome
+                .outputs()
+                .iter()
+                .filter_map(|d| d.no_subjects_notice(rule)),
+        );
     }
     report.matched_triggers = rm.matched;
     for ((kind, ns, name), trigger) in &rm.conflicts {

@@ -31,6 +31,11 @@ pub enum ErrorKind {
     /// roles no rule manages that policy would refuse (someone labelled
     /// them in). Reported as a notice, never refused or revoked.
     UnmanagedAggregation,
+    /// Not an error: a binding rendered with no subjects (the subjects it
+    /// expects were not found, e.g. a Deployment in the namespace a param
+    /// names). It is applied as rendered (it grants no one); reported as
+    /// a notice, so that a wrong param or a missing object shows.
+    NoSubjects,
     /// Evaluation failed unexpectedly (a bug): nothing is changed.
     Internal,
 }
@@ -49,6 +54,7 @@ impl ErrorKind {
             ErrorKind::EscalationDenied => "EscalationDenied",
             ErrorKind::LimitExceeded => "LimitExceeded",
             ErrorKind::UnmanagedAggregation => "UnmanagedAggregation",
+            ErrorKind::NoSubjects => "NoSubjects",
             ErrorKind::Internal => "InternalError",
         }
     }

@@ -193,6 +193,38 @@ pub struct Desired {
     pub object: Manifest,
 }
 
+impl Desired {
+    /// Whether it is a binding rendered with no subjects.
+    pub fn has_no_subjects(&self) -> bool {
+        matches!(self.object.body(), super::manifest::Body::Binding { subjects, .. } if subjects.is_empty())
+    }
+
+    /// The notice of a binding rendered with no subjects
+    /// ([`error::ErrorKind::NoSubjects`]), for the report of `rule`; the same in
+    /// the reference and the engine.
+    pub fn no_subjects_notice(&self, rule: &str) -> Option<EngineError> {
+        if !self.has_no_subjects() {
+            return None;
+        }
+        let object = if self.namespace.is_empty() {
+            format!("{} {}", self.kind.as_str(), self.name)
+        } else {
+            format!("{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+        };
+        Some(EngineError {
+            kind: error::ErrorKind::NoSubjects,
+            rule: rule.to_string(),
+            field: self.field.to_string(),
+            trigger: self.trigger.as_deref().map(str::to_string),
+            message: format!(
+                "{object} is rendered with no subjects: it grants no one; the subjects it \
+                 expects were not found (a missing object, or a param naming the wrong \
+                 namespace: check --param / RBAC_RULES_PARAM_*)"
+            ),
+        })
+    }
+}
+
 /// Where a rule stands after an evaluation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RuleState {
@@ -227,8 +259,9 @@ pub struct RuleReport {
     pub static_kept: bool,
     /// What is not an error of the rule but needs a person: an aggregated
     /// role of the rule collects roles no rule manages that policy would
-    /// refuse ([`ErrorKind::UnmanagedAggregation`]). Nothing is refused or
-    /// preserved for it.
+    /// refuse ([`ErrorKind::UnmanagedAggregation`]), or one of its bindings
+    /// is rendered with no subjects ([`ErrorKind::NoSubjects`]). Nothing
+    /// is refused or preserved for it.
     pub notices: Vec<EngineError>,
 }
 

@@ -67,6 +67,12 @@ fn rule_report(
         if t.outcome.keeps() {
             keep(&mut report, tref);
         }
+        report.notices.extend(
+            t.outcome
+                .outputs()
+                .iter()
+                .filter_map(|d| d.no_subjects_notice(rule)),
+        );
     }
     report.matched_triggers = run
         .triggers

@@ -831,6 +831,7 @@ impl TriggerMemo {
                 self.outcome,
                 Outcome::MatchError(_) | Outcome::Frozen | Outcome::Failed(_)
             )
+            || self.outcome.outputs().iter().any(|d| d.has_no_subjects())
     }
 
     /// Whether its live objects are preserved as they are.

@@ -58,6 +58,9 @@ pub struct RenderArgs {
     /// Evaluation limits.
     #[command(flatten)]
     pub limits: crate::engine::Limits,
+
+    #[command(flatten)]
+    pub tenancy: crate::engine::tenant::Tenancy,
     /// Settings rules read as `params.<name>`.
     #[command(flatten)]
     pub params: crate::params::ParamArgs,
@@ -210,6 +213,7 @@ impl RenderArgs {
             limits: self.limits.clone(),
             params: self.params.map(),
             param_origins: self.params.origins(),
+            tenancy: self.tenancy.clone(),
             ..Options::default()
         }
     }

@@ -148,6 +148,7 @@ impl Judge<'_, '_> {
             obj.name(),
             own,
             obj.role_ref(),
+            || obj.subjects(),
             bound,
         )
     }
@@ -577,6 +578,28 @@ impl Obj<'_> {
                     subjects.iter().find_map(|s| hit(&s.kind, &s.name))
                 }
                 super::manifest::Body::Role { .. } => None,
+            },
+        }
+    }
+
+    /// A binding's subjects, kind and name.
+    fn subjects(&self) -> Vec<(String, String)> {
+        match self {
+            Obj::Json(o) => o["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| {
+                    let t = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+                    (t("kind"), t("name"))
+                })
+                .collect(),
+            Obj::Compact(m) => match m.body() {
+                super::manifest::Body::Binding { subjects, .. } => subjects
+                    .iter()
+                    .map(|s| (s.kind.to_string(), s.name.to_string()))
+                    .collect(),
+                super::manifest::Body::Role { .. } => Vec::new(),
             },
         }
     }

@@ -244,8 +244,13 @@ impl Engine {
     fn guarded(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
         let mut evaluation = emit::evaluate(self, observed, memo);
         let limits = &self.options.limits;
+        let namespaces: Vec<Option<&str>> = self
+            .rules
+            .iter()
+            .map(|r| tenant::rule_namespace(&r.name))
+            .collect();
         for _ in 0..limits::MAX_SHED_PASSES {
-            if memo.within_totals(limits) {
+            if memo.within_totals(limits, &namespaces) {
                 break;
             }
             let (shed, held) = limits::shed(evaluation.desired.iter(), limits);

@@ -290,6 +290,20 @@ pub fn confine<'s>(
     }
 }
 
+/// Whether a `system:` subject names the ServiceAccounts of `namespace`
+/// (`system:serviceaccounts:<ns>`, `system:serviceaccount:<ns>:<name>`),
+/// which a namespace's admins may bind.
+fn own_system_subject(kind: &str, name: &str, namespace: &str) -> bool {
+    match kind {
+        "Group" => name.strip_prefix("system:serviceaccounts:") == Some(namespace),
+        "User" => name
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+            .is_some_and(|(ns, sa)| ns == namespace && !sa.is_empty() && !sa.contains(':')),
+        _ => false,
+    }
+}
+
 /// The ceiling of tenant outputs, judged on what is observed (the API
 /// server's objects, never an output of this evaluation: what a rule makes
 /// cannot raise a ceiling). Both evaluators judge with it.
@@ -364,10 +378,26 @@ impl<'o> Ceiling<'o> {
         name: &str,
         own: impl FnOnce() -> Vec<PolicyRule>,
         role_ref: Option<(&str, &str)>,
+        subjects: impl FnOnce() -> Vec<(String, String)>,
         bound: impl FnOnce(OutputKind, &str, &str) -> Vec<PolicyRule>,
     ) -> Option<String> {
         if !is_tenant_output(kind, name) {
             return None;
+        }
+        let mut why = Vec::new();
+        if role_ref.is_some() {
+            let reserved: Vec<String> = subjects()
+                .into_iter()
+                .filter(|(k, n)| !own_system_subject(k, n, namespace))
+                .filter(|(k, n)| crate::policy::is_system_subject(k, n))
+                .map(|(k, n)| format!("{k} {n:?}"))
+                .collect();
+            if !reserved.is_empty() {
+                why.push(format!(
+                    "{kind} {name:?} binds {}, a name Kubernetes reserves (a tenant binds only its own namespace's ServiceAccounts by a system: name)",
+                    reserved.join(", ")
+                ));
+            }
         }
         let (grants, what) = match role_ref {
             Some((rk, rn)) => {
@@ -394,10 +424,6 @@ impl<'o> Ceiling<'o> {
                 "{OVER_CEILING}{kind} {name:?}: the ceiling ClusterRole {role:?} of namespace {namespace:?} does not exist, so nothing a NamespacedRbacRule writes there passes"
             ));
         };
-        if grants.is_empty() {
-            return None;
-        }
-        let mut why = Vec::new();
         let escalating = crate::policy::escalating_grants(&grants);
         if !escalating.is_empty() {
             why.push(format!(
@@ -405,7 +431,9 @@ impl<'o> Ceiling<'o> {
                 escalating.join(", ")
             ));
         }
-        let (_, missing) = crate::policy::covers(&ceiling, &grants);
+        // Escalating grants are named above: not twice.
+        let (_, mut missing) = crate::policy::covers(&ceiling, &grants);
+        missing.retain(|r| crate::policy::escalating_grants(std::slice::from_ref(r)).is_empty());
         if !missing.is_empty() {
             why.push(format!(
                 "{what} what the ceiling ClusterRole {role:?} does not: {}",

@@ -95,6 +95,12 @@ impl Judge<'_, '_> {
             text(meta, "name"),
             || rules_of(obj),
             role_ref,
+            || {
+                let subjects = obj["subjects"].as_array().into_iter().flatten();
+                subjects
+                    .map(|s| (text(s, "kind").to_string(), text(s, "name").to_string()))
+                    .collect()
+            },
             bound,
         )
     }

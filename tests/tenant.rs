@@ -594,3 +594,29 @@ fn a_rule_tests_author_is_checked_as_admission_would() {
         "{failures:?}"
     );
 }
+
+#[test]
+fn a_namespace_out_of_time_fails_its_own_triggers_only() {
+    let store = store_of(&cluster());
+    let mut options = Options::default();
+    options.limits.seconds_per_namespace = 0.0;
+    // Time is not meaning: the engine alone applies it.
+    let eval = Engine::new(&rules(OTHERS), options).evaluate(&store);
+    for tenant in ["team-a/oncall", "team-b/oncall"] {
+        let errors = &eval.reports[tenant].errors;
+        assert!(!errors.is_empty(), "{tenant}");
+        assert!(
+            errors.iter().all(|e| e.kind == ErrorKind::LimitExceeded
+                && e.message.contains("--max-seconds-per-namespace")),
+            "{errors:?}"
+        );
+    }
+    assert!(eval.reports["cluster"].errors.is_empty());
+    assert_eq!(
+        eval.desired
+            .iter()
+            .filter(|d| &*d.rule == "cluster")
+            .count(),
+        4
+    );
+}

@@ -566,6 +566,16 @@ fn loading_names_a_tenant_rule_by_its_namespace() {
     );
     let label = rbac_rules::engine::tenant::rule_label_value("team-a/x");
     assert_eq!(label, "team-a.x");
+    // A cluster rule cannot pose as a tenant's by its name.
+    let poser = rules(
+        "apiVersion: rbacrules.io/v1alpha1\nkind: RbacRule\nmetadata: {name: team-a/x}\nspec:\n  outputs: [{kind: Role, name: \"tenant:x:r\", namespace: team-a, rules: []}]\n",
+    );
+    let eval = evaluate(&poser, &Options::default(), &store_of(&cluster()));
+    assert!(eval.desired.is_empty());
+    assert!(
+        eval.errors()
+            .any(|e| e.kind == ErrorKind::InvalidRule && e.field == "metadata.name")
+    );
 }
 
 #[test]

@@ -182,6 +182,14 @@ pub fn confine<'s>(
     tenancy: &Tenancy,
 ) -> Result<Cow<'s, RbacRuleSpec>, Vec<FieldError>> {
     let Some(ns) = namespace else {
+        // `/` marks a tenant rule's name: a cluster rule may not pose as one
+        // (the API server refuses it in a name; a file could hold it).
+        if name.contains('/') {
+            return Err(vec![bad(
+                "metadata.name",
+                "an RbacRule's name holds no '/' (a NamespacedRbacRule is named <namespace>/<name>)",
+            )]);
+        }
         return Ok(Cow::Borrowed(spec));
     };
     let mut errors = Vec::new();

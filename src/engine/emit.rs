@@ -219,6 +219,8 @@ fn run_rules(
     for (from, _) in takes.iter().flatten() {
         handed_on[*from] = true;
     }
+    // What each namespace's tenant rules spent rendering so far.
+    let mut namespace_time: BTreeMap<&str, std::time::Duration> = BTreeMap::new();
     for (idx, rule) in engine.rules.iter().enumerate() {
         if held(idx) {
             continue;
@@ -228,6 +230,15 @@ fn run_rules(
             super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
         }
         let before = rm.signature.clone();
+        // A tenant rule renders within what is left of its namespace's time.
+        let tenant = super::tenant::rule_namespace(&rule.name);
+        let started = std::time::Instant::now();
+        let _namespace_scope = tenant.map(|ns| {
+            let budget =
+                std::time::Duration::from_secs_f64(engine.options.limits.seconds_per_namespace);
+            let spent = namespace_time.get(ns).copied().unwrap_or_default();
+            limits::namespace(budget.saturating_sub(spent))
+        });
         let deltas = run_rule(
             engine,
             (idx, rule, handed_on[idx]),
@@ -236,6 +247,9 @@ fn run_rules(
             &mut rm,
             changes,
         );
+        if let Some(ns) = tenant {
+            *namespace_time.entry(ns).or_default() += started.elapsed();
+        }
         if !deltas.is_empty() {
             report_dirty.insert(idx);
         }
@@ -967,6 +981,7 @@ impl<'a> Policy<'a> {
             judged: Default::default(),
             bound: Default::default(),
             aggregates: Default::default(),
+            ceiling: super::tenant::Ceiling::new(self.observed, &options.tenancy),
         };
         move |&key: &&OutKey| self.verdict(&judge, key)
     }
@@ -991,7 +1006,7 @@ impl<'a> Policy<'a> {
             (None, Some(l)) => judge.refusal(l),
             _ => None,
         };
-        let dependent = dependencies(cand, live.map(|l| &**l));
+        let dependent = dependencies(key, cand, live.map(|l| &**l));
         // An aggregated role a rule manages that collects roles nobody
         // manages: reported on its rule, never refused for them.
         let notice = match (&desired, live) {
@@ -1053,7 +1068,15 @@ fn refusal_of(judge: &Judge<'_, '_>, e: &Emit) -> Option<Box<Refusal>> {
 /// What a verdict depends on besides the object: the selection an
 /// aggregated role reads (its notice), or (empty) any role, for a binding
 /// (judged by what a live role grants).
-fn dependencies(cand: Option<&Emit>, live: Option<&Value>) -> Option<BTreeSet<String>> {
+///
+/// A tenant output is judged again on any change of a role or a Namespace
+/// (its ceiling: the ceiling ClusterRole, its members, the Namespace's
+/// label).
+fn dependencies(
+    key: &OutKey,
+    cand: Option<&Emit>,
+    live: Option<&Value>,
+) -> Option<BTreeSet<String>> {
     fn depends(o: &Value, reads: &mut Option<BTreeSet<String>>) {
         if let Some(k) = selection_key(o) {
             reads.get_or_insert_with(BTreeSet::new).insert(k);
@@ -1062,6 +1085,9 @@ fn dependencies(cand: Option<&Emit>, live: Option<&Value>) -> Option<BTreeSet<St
         }
     }
     let mut reads = None;
+    if super::tenant::is_tenant_output(key.0.as_str(), &key.2) {
+        reads.get_or_insert_with(BTreeSet::new);
+    }
     if let Some(e) = cand {
         let m = &e.desired.object;
         if m.aggregation_rule().is_some() {
@@ -1103,8 +1129,12 @@ fn apply_policy(
         output_gk(OutputKind::ClusterRole),
         output_gk(OutputKind::Role),
     ];
+    // Namespaces: a tenant output's ceiling is named by its Namespace's
+    // label.
+    let namespace_gk = GroupKind::new("", "Namespace");
     let roles_changed = role_kinds
         .iter()
+        .chain([&namespace_gk])
         .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
     let all = changes.all;
     let (protected, allow_rules) = allow_list(engine, memo);
@@ -1430,7 +1460,7 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
     }
     for (trigger, field, why) in rm.refused.values() {
         report.errors.push(EngineError {
-            kind: ErrorKind::EscalationDenied,
+            kind: super::tenant::refusal_kind(why),
             rule: rule.to_string(),
             field: field.clone(),
             trigger: trigger.clone(),

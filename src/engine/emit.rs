@@ -211,8 +211,9 @@ fn run_rules(
     // The rule each rule not held takes its derived values from. Those
     // live until the last rule that takes them over has run: none is kept
     // for the next evaluation (see `Derived`).
+    let derivations: Vec<_> = engine.rules.iter().map(|r| &r.derivation).collect();
     let takes: Vec<_> = (0..engine.rules.len())
-        .map(|idx| (!held(idx)).then(|| super::memo::derived_from(&engine.rules, idx)))
+        .map(|idx| (!held(idx)).then(|| super::incremental::keys::derived_from(&derivations, idx)))
         .map(Option::flatten)
         .collect();
     let mut handed_on = vec![false; engine.rules.len()];

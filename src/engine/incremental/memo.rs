@@ -728,19 +728,6 @@ impl Derived {
     }
 }
 
-/// The rule whose cached lists, vars and item verdicts rule `idx` takes
-/// before it runs, with how many leading related sets and vars the two
-/// define alike: the nearest rule before it that shares some.
-pub(in crate::engine) fn derived_from(
-    rules: &[crate::engine::compile::CompiledRule],
-    idx: usize,
-) -> Option<(usize, (usize, usize))> {
-    let d = &rules.get(idx)?.derivation;
-    (0..idx)
-        .rev()
-        .find_map(|j| d.common(&rules[j].derivation).map(|c| (j, c)))
-}
-
 /// Moves what `from` cached for its triggers' lists and vars into `to`,
 /// keeping only the values of the first `related` sets and `vars` (those
 /// the two rules define alike; a key names them by index). When `from`
@@ -1438,9 +1425,10 @@ spec:
         // The later takes from the earlier; `family` and `types` alike,
         // `extra` only in one.
         let (first, last) = (a.min(b), a.max(b));
-        let from = |i| derived_from(&engine.rules, i).map(|(j, _)| j);
+        let derivations: Vec<_> = engine.rules.iter().map(|r| &r.derivation).collect();
+        let from = |i| super::super::keys::derived_from(&derivations, i).map(|(j, _)| j);
         assert_eq!(
-            derived_from(&engine.rules, last).map(|(_, c)| c),
+            super::super::keys::derived_from(&derivations, last).map(|(_, c)| c),
             Some((2, 1))
         );
         assert_eq!((from(first), from(last)), (None, Some(first)));

@@ -66,6 +66,34 @@ pub(in crate::engine) fn derived_from(
         .find_map(|j| d.common(derivations[j]).map(|c| (j, c)))
 }
 
+/// For each rule that starts a chain of rules sharing derived values
+/// (`takes`: the rule each takes from, see [`derived_from`]): the last
+/// rule of its chain, which keeps the chain's values when the evaluation
+/// ends; the first takes them back when the next one starts, so a
+/// change computes again only what it reaches. `handed_on`: whether a
+/// later rule takes a rule's values.
+pub(in crate::engine) fn chain_tails(
+    takes: &[Option<(usize, (usize, usize))>],
+    handed_on: &[bool],
+) -> Vec<Option<usize>> {
+    let root = |mut i: usize| {
+        while let Some(Some((from, _))) = takes.get(i) {
+            i = *from;
+        }
+        i
+    };
+    let mut tails = vec![None; takes.len()];
+    for (i, t) in takes.iter().enumerate() {
+        if t.is_some() && !handed_on.get(i).copied().unwrap_or(true) {
+            let r = root(i);
+            if let Some(slot) = tails.get_mut(r) {
+                *slot = Some(slot.map_or(i, |last: usize| last.max(i)));
+            }
+        }
+    }
+    tails
+}
+
 /// A loop variable bound around a value (by a `forEach`), with the token
 /// of the cached var its `forEach` runs over and its index there, when it
 /// does, and the loops around it: passed down the expansion (see
@@ -241,5 +269,71 @@ fn collect_item<'v>(
         }
         Ok(None) => collect_texts(of, item, roots, texts),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_rule_of_each_chain_gives_its_values_back_to_the_first() {
+        // 0 → 1 → 2, and 3 → 4; 5 alone.
+        let takes = [
+            None,
+            Some((0, (1, 0))),
+            Some((1, (2, 1))),
+            None,
+            Some((3, (1, 0))),
+            None,
+        ];
+        let handed_on = [true, true, false, true, false, false];
+        assert_eq!(
+            chain_tails(&takes, &handed_on),
+            [Some(2), None, None, Some(4), None, None]
+        );
+        // Two rules take from one: the later keeps the chain's values.
+        let takes = [None, Some((0, (1, 0))), Some((0, (1, 0)))];
+        assert_eq!(
+            chain_tails(&takes, &[true, false, false]),
+            [Some(2), None, None]
+        );
+        // A rule handed on is no tail.
+        assert_eq!(
+            chain_tails(&[None, Some((0, (1, 0)))], &[true, true]),
+            [None, None]
+        );
+    }
+
+    #[test]
+    fn rules_share_the_leading_related_sets_and_vars_they_define_alike() {
+        let spec = |related: &str, vars: &str| -> RbacRuleSpec {
+            serde_json::from_value(serde_json::json!({
+                "trigger": {"kind": "Namespace"},
+                "related": [
+                    {"name": "a", "objects": {"kind": "ConfigMap"}},
+                    {"name": related, "objects": {"kind": "Secret"}},
+                ],
+                "vars": [{"name": "x", "value": "related.a"}, {"name": vars, "value": "related.a"}],
+                "outputs": [],
+            }))
+            .expect("a spec")
+        };
+        let params = serde_json::Map::new();
+        let d = |r: &str, v: &str| Derivation::of(&spec(r, v), &params);
+        assert_eq!(d("b", "y").common(&d("b", "y")), Some((2, 2)));
+        assert_eq!(d("b", "y").common(&d("b", "z")), Some((2, 1)));
+        assert_eq!(d("b", "y").common(&d("c", "y")), Some((1, 2)));
+        let all = [d("b", "y"), d("c", "y"), d("b", "z")];
+        let refs: Vec<&Derivation> = all.iter().collect();
+        assert_eq!(derived_from(&refs, 0), None);
+        assert_eq!(derived_from(&refs, 1), Some((0, (1, 2))));
+        assert_eq!(derived_from(&refs, 2), Some((1, (1, 1))));
+        let mut other = serde_json::Map::new();
+        other.insert("p".into(), serde_json::json!("v"));
+        assert_eq!(
+            Derivation::of(&spec("b", "y"), &other).common(&d("b", "y")),
+            None
+        );
     }
 }

@@ -14,8 +14,11 @@ use crate::engine::template::{Templates, named_reads};
 /// What a key is derived from: the rule's templates and spec, and the
 /// caches of its evaluator (the tokens of its cached vars).
 pub(in crate::engine) struct Of<'a> {
+    /// The engine's templates (what each text reads).
     pub templates: &'a Templates,
+    /// The rule's spec (its vars' names, its outputs' loop variables).
     pub spec: &'a RbacRuleSpec,
+    /// The rule's evaluator's caches (the tokens of its cached vars).
     pub caches: &'a EvalCaches,
 }
 

@@ -199,18 +199,18 @@ pub fn parse_param(s: &str) -> Result<(String, String), ParamError> {
     }
 }
 
-/// The names given that no rule declares: most likely typos.
-pub fn undeclared<'a>(
+/// The names given that no rule (by its spec) declares: most likely typos.
+pub fn undeclared<'a, 'r>(
     given: &'a BTreeMap<String, String>,
-    rules: &[crate::engine::RuleSource],
+    specs: impl IntoIterator<Item = &'r crate::api::RbacRuleSpec>,
 ) -> Vec<&'a str> {
+    let declared: std::collections::BTreeSet<&str> = specs
+        .into_iter()
+        .flat_map(|s| s.params.iter().map(|p| p.name.as_str()))
+        .collect();
     given
         .keys()
-        .filter(|k| {
-            !rules
-                .iter()
-                .any(|r| r.spec.params.iter().any(|p| &p.name == *k))
-        })
+        .filter(|k| !declared.contains(k.as_str()))
         .map(String::as_str)
         .collect()
 }

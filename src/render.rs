@@ -313,7 +313,7 @@ fn load_rules(args: &RenderArgs) -> Result<(Vec<RuleSource>, Origins), RenderErr
     let rules: Vec<_> = loaded.into_iter().map(|(_, r)| r).collect();
     let params = args.params.map();
     let given = args.params.origins();
-    let unknown = crate::params::undeclared(&params, &rules);
+    let unknown = crate::params::undeclared(&params, rules.iter().map(|r| &r.spec));
     if !unknown.is_empty() {
         return Err(RenderError::Evaluation(
             unknown

@@ -348,8 +348,97 @@ fn generated_rules(choices: &[u8]) -> Vec<RuleSource> {
             "ownedBy: [trigger, peers]",
         ],
     );
+    // The shapes of real rules (the built-in provider and XRD rules):
+    // an output-level forEach, inside it a rule-level forEach, inside that
+    // a directive whose items read both loop variables and a var. What the
+    // loops run over: a var (cached, its items named by their values), or
+    // any other list.
+    let outer = pick(
+        7,
+        &[
+            "vars.teams",
+            "sort (pluck related.nss \"metadata.name\")",
+            "vars.teams",
+        ],
+    );
+    let teams = pick(
+        8,
+        &[
+            "sort (pluck related.nss \"metadata.name\")",
+            "list \"red\" \"blue\"",
+            "pluck (list trigger) \"metadata.name\"",
+            "uniq (append (list trigger.metadata.name) (sort (pluck related.nss \"metadata.name\")))",
+        ],
+    );
+    let groups = pick(
+        9,
+        &[
+            "groupBy (pluck related.nss \"metadata\") \"name\"",
+            "groupBy (sortBy (pluck related.sas \"metadata\") \"name\") \"namespace\"",
+            "groupBy (pluck related.nss \"metadata\") \"labels.tier\"",
+        ],
+    );
+    let inner = pick(10, &["g.items", "vars.teams", "related.nss"]);
     let yaml = format!(
         r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: gen-nested}}
+spec:
+  trigger: {{kind: Namespace}}
+  related:
+  - name: nss
+    objects: {{kind: Namespace, metadataOnly: true}}
+  - name: sas
+    objects: {{kind: ServiceAccount, metadataOnly: true}}
+  vars:
+  - name: teams
+    value: '{teams}'
+  - name: groups
+    value: '{groups}'
+  - name: verb
+    value: '"{verb}"'
+  outputs:
+  - kind: ClusterRole
+    forEach: '{outer}'
+    as: o
+    name: "gen-nested-{{{{trigger.metadata.name}}}}-{{{{o}}}}"
+    rules:
+    - forEach: vars.groups
+      as: g
+      item:
+        apiGroups: ["{{{{g.key}}}}"]
+        resources:
+        - forEach: vars.teams
+          as: r
+          item: "{{{{r}}}}s"
+        resourceNames:
+        - forEach: {inner}
+          as: t
+          item: "{{{{o}}}}.{{{{g.key}}}}.{{{{default t.name (default t.metadata.name t)}}}}"
+        verbs: ["{{{{vars.verb}}}}"]
+    - apiGroups: [""]
+      resources: [configmaps]
+      resourceNames:
+      - forEach: vars.teams
+        as: r
+        items: ["{{{{o}}}}-{{{{r}}}}", "{{{{r}}}}"]
+      verbs: [get]
+  - kind: Role
+    name: gen-nested
+    rules:
+    - forEach: vars.groups
+      as: g
+      item:
+        apiGroups: [""]
+        resources: [secrets]
+        resourceNames:
+        - forEach: vars.teams
+          as: o
+          when: 'ne o g.key'
+          item: "{{{{o}}}}.{{{{g.key}}}}"
+        verbs: [get]
+---
 apiVersion: rbacrules.io/v1alpha1
 kind: RbacRule
 metadata: {{name: gen-namespace}}
@@ -1050,7 +1139,7 @@ fn generated_rules_agree_over_change_sequences() {
         failure_persistence: None,
         ..Config::default()
     });
-    let choices = prop::collection::vec(any::<u8>(), 7);
+    let choices = prop::collection::vec(any::<u8>(), 11);
     let mut seen = Vec::new();
     for _ in 0..6 * cases() {
         let c = choices.new_tree(&mut runner).expect("choices").current();
@@ -1071,6 +1160,41 @@ fn generated_rules_agree_over_change_sequences() {
         s.desired > 0 && s.errors > 0 && s.revoked > 0 && s.contested > 0 && s.notices > 0,
         "{s:?}"
     );
+}
+
+/// Every shape of nested loops the generator makes (an output-level
+/// forEach over a var or another list, a rule-level forEach inside it, a
+/// directive inside that reading both loop variables and a var), each
+/// over change sequences: a cached nested list is keyed by every loop
+/// bound around it, so the Role rendered for one item of an output's
+/// forEach never gets the resourceNames of another.
+#[test]
+fn nested_loop_shapes_agree_over_change_sequences() {
+    let mut shapes = 0;
+    for outer in 0..3u8 {
+        for teams in 0..4u8 {
+            for groups in 0..3u8 {
+                for inner in 0..3u8 {
+                    let c = [0, 0, 0, 0, 0, 0, 0, outer, teams, groups, inner];
+                    let rules: Vec<RuleSource> = generated_rules(&c)
+                        .into_iter()
+                        .filter(|r| r.name == "gen-nested")
+                        .collect();
+                    assert_eq!(rules.len(), 1);
+                    sequences(
+                        &format!("nested {c:?}"),
+                        rules,
+                        &[generated_objects()],
+                        cases(),
+                    );
+                    shapes += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(shapes, 108);
+    let s = stats();
+    assert!(s.desired > 0 && s.errors > 0, "{s:?}");
 }
 
 /// Every object of a cluster changed, deleted and created again, one at a

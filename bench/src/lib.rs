@@ -574,14 +574,12 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         // Generated objects always have apiVersion, kind and name.
         let _ = store.insert(o);
     }
-    let rules = rbac_rules::rules::builtin().unwrap_or_default();
-    let engine = Engine::new(
-        &rules,
-        Options {
-            limits: bench_limits(),
-            ..Options::default()
-        },
-    );
+    let mut rules = rbac_rules::rules::builtin().unwrap_or_default();
+    let options = Options {
+        limits: bench_limits(),
+        ..Options::default()
+    };
+    let mut engine = Engine::new(&rules, options.clone());
     let mut memo = Memo::new();
     let started = Instant::now();
     let mut last = engine.evaluate_incremental(&store, &mut memo);
@@ -612,6 +610,11 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
                 let _ = store.insert(o);
             }
             let started = Instant::now();
+            if kind == ChangeKind::RuleChanged {
+                // Built again with the rules, as the controller does.
+                change_rule(&mut rules, i);
+                engine = Engine::new(&rules, options.clone());
+            }
             let e = engine.evaluate_incremental(&store, &mut memo);
             times.push(ms(started.elapsed()));
             evaluations.push(e);
@@ -637,6 +640,18 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         "touched_bound": touched_bound(&sizes),
         "touched_source": "Evaluation::changed, cross-checked against a diff of consecutive evaluations' desired objects",
     }))
+}
+
+/// The `i`-th change of a rule: the static `crossplane-core` rule's
+/// first output gets a new annotation value (one object changes).
+fn change_rule(rules: &mut [rbac_rules::engine::RuleSource], i: usize) {
+    if let Some(o) = rules
+        .iter_mut()
+        .find(|r| r.name == "crossplane-core")
+        .and_then(|r| r.spec.outputs.first_mut())
+    {
+        o.annotations = Some(json!({"example.org/bench-change": i.to_string()}));
+    }
 }
 
 /// The most outputs one change of the bench may touch: a namespace change

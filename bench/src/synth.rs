@@ -531,6 +531,17 @@ impl Plane<'_> {
                 out.push(self.revision(p, refs, versions.bump()));
                 out
             }
+            ChangeKind::CrdAdded => {
+                // A CRD its revision controls, not (yet) in its objectRefs:
+                // the provider rules believe a CRD by its controller.
+                let r = self.sizes.revisions.max(1);
+                let p = (i * 7) % r;
+                let group = self.revision_group(p);
+                let added = [crd_ref(&format!("new{i}s.{group}"))];
+                self.revision_crds(p, &added, versions)
+            }
+            // The rules change, not the objects (see the incremental phase).
+            ChangeKind::RuleChanged => Vec::new(),
         }
     }
 }
@@ -631,14 +642,21 @@ pub enum ChangeKind {
     XrdAdded,
     /// A revision lists one more CRD in its objectRefs.
     RevisionObjectRefs,
+    /// A CRD controlled by a revision appears.
+    CrdAdded,
+    /// One rule (a static one) changes: the engine is built again and the
+    /// memo carried over, as the controller does when an RbacRule changes.
+    RuleChanged,
 }
 
 impl ChangeKind {
     /// Every kind, in report order.
-    pub const ALL: [ChangeKind; 3] = [
+    pub const ALL: [ChangeKind; 5] = [
         ChangeKind::NamespaceAnnotation,
         ChangeKind::XrdAdded,
         ChangeKind::RevisionObjectRefs,
+        ChangeKind::CrdAdded,
+        ChangeKind::RuleChanged,
     ];
 
     /// Its key in the report.
@@ -647,6 +665,8 @@ impl ChangeKind {
             ChangeKind::NamespaceAnnotation => "namespace_annotation",
             ChangeKind::XrdAdded => "xrd_added",
             ChangeKind::RevisionObjectRefs => "revision_object_refs",
+            ChangeKind::CrdAdded => "crd_added",
+            ChangeKind::RuleChanged => "rule_changed",
         }
     }
 }

@@ -391,7 +391,8 @@ impl Syncer {
                 // A setting no rule reads is most likely a misspelt name
                 // (`render` refuses it; the controller's rules change
                 // while it runs, so it says so each time they do).
-                for name in crate::params::undeclared(&self.params, &sources) {
+                for name in crate::params::undeclared(&self.params, sources.iter().map(|s| &s.spec))
+                {
                     let from = self
                         .param_origins
                         .get(name)

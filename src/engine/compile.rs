@@ -8,8 +8,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
 use serde_json::Value;
 
+/// Directives are parsed in [`super::directive`]; this path stays for callers.
+pub use super::directive::{Body, Directive, directive};
 use super::error::{ErrorKind, FieldError};
 use super::fast_hash::HashMap;
+use super::incremental::keys::Derivation;
 /// Kind facts live in [`super::kinds`]; these paths stay for callers.
 pub use super::kinds::{gk_of, output_gk, output_kind};
 use super::path::FieldPath;
@@ -23,6 +26,43 @@ use crate::api::{
 pub const RESERVED: &[&str] = &[
     "rule", "trigger", "matches", "related", "vars", "item", "params",
 ];
+
+/// How much of an object a rule's trigger or related set sees.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sight<'a> {
+    /// Only `apiVersion`, `kind` and `metadata` (`metadataOnly`).
+    pub metadata_only: bool,
+    /// Only these paths (`fields`, with `apiVersion`, `kind` and
+    /// `metadata`); `None`: every path.
+    pub fields: Option<&'a [Vec<String>]>,
+    /// Which view of its rule this is, when a view of fields (cache keys
+    /// tell views of one object apart by it): see [`Sight::key`].
+    pub id: usize,
+}
+
+impl Sight<'_> {
+    /// The whole object, or its metadata only, with no `fields`.
+    #[cfg(test)]
+    pub fn plain(metadata_only: bool) -> Sight<'static> {
+        Sight {
+            metadata_only,
+            fields: None,
+            id: 0,
+        }
+    }
+
+    /// A number for this view in cache keys: 0 whole, 1 metadata only,
+    /// else its own.
+    pub fn key(&self) -> usize {
+        if self.metadata_only {
+            1
+        } else if self.fields.is_some() {
+            self.id
+        } else {
+            0
+        }
+    }
+}
 
 /// A rule that passed validation.
 pub struct CompiledRule {
@@ -68,8 +108,8 @@ pub struct CompiledRule {
 
 impl CompiledRule {
     /// How much of its trigger the rule sees.
-    pub(super) fn trigger_seen(&self) -> super::expand::Sight<'_> {
-        super::expand::Sight {
+    pub(super) fn trigger_seen(&self) -> Sight<'_> {
+        Sight {
             metadata_only: self.spec.trigger.as_ref().is_some_and(|t| t.metadata_only),
             fields: self.trigger_fields.as_deref(),
             id: 2,
@@ -77,9 +117,9 @@ impl CompiledRule {
     }
 
     /// How much of the objects of related set `i` the rule sees.
-    pub(super) fn related_seen(&self, i: usize) -> super::expand::Sight<'_> {
+    pub(super) fn related_seen(&self, i: usize) -> Sight<'_> {
         let q = self.spec.related.get(i).and_then(|r| r.objects.as_ref());
-        super::expand::Sight {
+        Sight {
             metadata_only: q.is_some_and(|q| q.metadata_only),
             fields: self.related_fields.get(i).and_then(Option::as_deref),
             id: 3 + i,
@@ -87,7 +127,7 @@ impl CompiledRule {
     }
 
     /// [`CompiledRule::related_seen`] of the set of objects named `name`.
-    pub(super) fn related_seen_named(&self, name: &str) -> Option<super::expand::Sight<'_>> {
+    pub(super) fn related_seen_named(&self, name: &str) -> Option<Sight<'_>> {
         let i = self
             .spec
             .related
@@ -241,39 +281,6 @@ fn presence_related(spec: &RbacRuleSpec, all: &[(Option<&str>, &str)]) -> BTreeS
         .filter(|r| r.objects.is_some() && truth.contains(&r.name) && !other.contains(&r.name))
         .map(|r| r.name.clone())
         .collect()
-}
-
-/// A rule's trigger, related sets and vars, each as JSON text.
-#[derive(Clone, Debug, Default)]
-pub struct Derivation {
-    trigger: String,
-    related: Vec<String>,
-    vars: Vec<String>,
-}
-
-impl Derivation {
-    /// With the values of its params: two rules share cached values only
-    /// when their params agree too.
-    fn of(spec: &RbacRuleSpec, params: &serde_json::Map<String, Value>) -> Derivation {
-        fn text<T: serde::Serialize>(v: &T) -> String {
-            serde_json::to_string(v).unwrap_or_default()
-        }
-        Derivation {
-            trigger: format!("{}|{}", text(&spec.trigger), text(params)),
-            related: spec.related.iter().map(text).collect(),
-            vars: spec.vars.iter().map(text).collect(),
-        }
-    }
-
-    /// How many leading related sets and vars two rules of the same
-    /// trigger define alike: a cached value of one (keyed by their index)
-    /// is the other's below those. `None` when they share nothing.
-    pub fn common(&self, other: &Derivation) -> Option<(usize, usize)> {
-        let lead = |a: &[String], b: &[String]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
-        let related = lead(&self.related, &other.related);
-        (self.trigger == other.trigger && related > 0)
-            .then(|| (related, lead(&self.vars, &other.vars)))
-    }
 }
 
 /// A kind the rules read, and how: what the controller must watch.
@@ -610,56 +617,6 @@ impl Compiler<'_> {
             _ => {}
         }
     }
-}
-
-/// The body of a list directive.
-pub enum Body<'a> {
-    /// One item per iteration.
-    Item(&'a Value),
-    /// A list of items spliced in per iteration.
-    Items(&'a Value),
-}
-
-/// A parsed list directive.
-pub struct Directive<'a> {
-    pub for_each: Option<&'a str>,
-    pub as_name: Option<&'a str>,
-    pub when: Option<&'a str>,
-    pub body: Body<'a>,
-}
-
-const DIRECTIVE_KEYS: &[&str] = &["forEach", "as", "when", "item", "items"];
-
-/// Whether a list entry is a directive (a map whose keys are all directive
-/// keys, with `item` or `items`), and its parts.
-pub fn directive(v: &Value) -> Result<Option<Directive<'_>>, String> {
-    let Value::Object(m) = v else { return Ok(None) };
-    if m.is_empty() || !m.keys().all(|k| DIRECTIVE_KEYS.contains(&k.as_str())) {
-        return Ok(None);
-    }
-    let text = |k: &str| -> Result<Option<&str>, String> {
-        match m.get(k) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.as_str())),
-            Some(_) => Err(format!("{k} must be a string")),
-        }
-    };
-    let body = match (m.get("item"), m.get("items")) {
-        (Some(i), None) => Body::Item(i),
-        (None, Some(Value::Array(_))) => Body::Items(&m["items"]),
-        (None, Some(_)) => return Err("items must be a list".to_string()),
-        _ => return Err("a directive takes exactly one of item and items".to_string()),
-    };
-    let d = Directive {
-        for_each: text("forEach")?,
-        as_name: text("as")?,
-        when: text("when")?,
-        body,
-    };
-    if d.as_name.is_some() && d.for_each.is_none() {
-        return Err("as needs forEach".to_string());
-    }
-    Ok(Some(d))
 }
 
 /// Validates and compiles one rule; templates go into `templates`. Each

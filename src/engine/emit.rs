@@ -208,11 +208,11 @@ fn run_rules(
     report_dirty: &mut BTreeSet<usize>,
 ) {
     let held = |idx: usize| engine.options.held.contains(&engine.rules[idx].name);
-    // The rule each rule not held takes its derived values from. Those
-    // live until the last rule that takes them over has run: none is kept
-    // for the next evaluation (see `Derived`).
+    // The rule each rule not held takes its derived values from; the last
+    // of a chain keeps them for the next evaluation (see `Derived`).
+    let derivations: Vec<_> = engine.rules.iter().map(|r| &r.derivation).collect();
     let takes: Vec<_> = (0..engine.rules.len())
-        .map(|idx| (!held(idx)).then(|| super::memo::derived_from(&engine.rules, idx)))
+        .map(|idx| (!held(idx)).then(|| super::incremental::keys::derived_from(&derivations, idx)))
         .map(Option::flatten)
         .collect();
     let mut handed_on = vec![false; engine.rules.len()];
@@ -221,6 +221,7 @@ fn run_rules(
     }
     // What each namespace's tenant rules spent rendering so far.
     let mut namespace_time: BTreeMap<&str, std::time::Duration> = BTreeMap::new();
+    let tails = super::incremental::keys::chain_tails(&takes, &handed_on);
     for (idx, rule) in engine.rules.iter().enumerate() {
         if held(idx) {
             continue;
@@ -228,6 +229,11 @@ fn run_rules(
         let mut rm = std::mem::take(&mut memo.rules[idx]);
         if let Some((from, common)) = takes[idx] {
             super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
+        } else if let Some(tail) = tails[idx]
+            && let Some(common) = derivations[idx].common(derivations[tail])
+        {
+            // What the chain kept from the last evaluation.
+            super::memo::share_derived(&mut rm, &mut memo.rules[tail], common);
         }
         let before = rm.signature.clone();
         // A tenant rule renders within what is left of its namespace's time.

@@ -13,11 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use serde_json::{Map, Value, json};
 
 use super::Engine;
-use super::compile::{Body as DirBody, CompiledRule, anchored, directive};
+use super::compile::{Body as DirBody, CompiledRule, Sight, anchored, directive};
 use super::error::{ErrorKind, FieldError, FieldWarning};
 use super::incremental::eval::{
     EvalCaches, ExpansionKey, ExtractKey, ItemPaths, ListKey, Shape, VarKey,
 };
+use super::incremental::keys::{self, Loop};
 use super::kinds::output_gk;
 use super::limits;
 use super::manifest::{Body, Interner, Manifest, Meta, OwnerRef};
@@ -41,43 +42,6 @@ use crate::api::{
 use crate::policy;
 
 type Result<T> = std::result::Result<T, FieldError>;
-
-/// How much of an object a rule's trigger or related set sees.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sight<'a> {
-    /// Only `apiVersion`, `kind` and `metadata` (`metadataOnly`).
-    pub metadata_only: bool,
-    /// Only these paths (`fields`, with `apiVersion`, `kind` and
-    /// `metadata`); `None`: every path.
-    pub fields: Option<&'a [Vec<String>]>,
-    /// Which view of its rule this is, when a view of fields (cache keys
-    /// tell views of one object apart by it): see [`Sight::key`].
-    pub id: usize,
-}
-
-impl Sight<'_> {
-    /// The whole object, or its metadata only, with no `fields`.
-    #[cfg(test)]
-    pub fn plain(metadata_only: bool) -> Sight<'static> {
-        Sight {
-            metadata_only,
-            fields: None,
-            id: 0,
-        }
-    }
-
-    /// A number for this view in cache keys: 0 whole, 1 metadata only,
-    /// else its own.
-    pub fn key(&self) -> usize {
-        if self.metadata_only {
-            1
-        } else if self.fields.is_some() {
-            self.id
-        } else {
-            0
-        }
-    }
-}
 
 /// Removes what templates must not depend on or need not see.
 pub(super) fn visible(obj: &Value, seen: Sight<'_>) -> Value {
@@ -286,24 +250,6 @@ impl<'s> Pass<'s> {
             depth: self.depth + 1,
             ..self
         }
-    }
-}
-
-/// A loop variable bound around a value (by a `forEach`), with the token
-/// of the cached var its `forEach` runs over and its index there, when it
-/// does, and the loops around it: passed down the expansion (see
-/// [`Evaluator::nested_key`]), never kept on the evaluator.
-#[derive(Clone, Copy)]
-pub(super) struct Loop<'s> {
-    name: &'s str,
-    bound: Option<(u64, usize)>,
-    outer: Option<&'s Loop<'s>>,
-}
-
-impl<'s> Loop<'s> {
-    /// This loop and those around it, innermost first.
-    fn chain(&'s self) -> impl Iterator<Item = &'s Loop<'s>> {
-        std::iter::successors(Some(self), |l| l.outer)
     }
 }
 
@@ -551,51 +497,14 @@ impl Evaluator<'_> {
         out
     }
 
-    /// The key of a nested list built by a `forEach` (the `resources` of
-    /// each API group's rule) in the cache: when it reads nothing but vars
-    /// (each cached) and loop variables that each run over a cached var. Keyed
-    /// by its text, not its place, so the roles that render the same list
-    /// (edit, system, view) build it once; and by the values of its loop
-    /// variables, not their places, so when a family's types change, only
-    /// the API groups whose types changed build theirs again. It can read
-    /// nothing else: a loop variable's index is an `@` path, which gives
-    /// no key.
+    /// The key of a nested list in the cache (see [`keys::nested_key`]).
     fn nested_key(&self, v: &Value, data: &Value, pass: Pass<'_>) -> Option<NestedKey> {
-        let Value::Array(items) = v else { return None };
-        if !items.iter().any(|x| x.get("forEach").is_some()) {
-            return None;
-        }
-        let loops = pass.loops?;
-        if loops.chain().any(|l| l.name == "vars") {
-            return None;
-        }
-        // A name bound twice shows only its inner value: the outer one's
-        // value is not in the context to name.
-        if loops
-            .chain()
-            .any(|l| l.outer.is_some_and(|o| o.chain().any(|m| m.name == l.name)))
-        {
-            return None;
-        }
-        let mut bound = Vec::with_capacity(loops.chain().count());
-        self.loop_ids(loops, data, &mut bound)?;
-        self.caches.nested_key(v, pass.marked, bound, || {
-            let mut roots: Vec<&str> = vec!["vars"];
-            roots.extend(loops.chain().map(|l| l.name));
-            self.vars_read(v, false, &mut roots)
-        })
-    }
-
-    /// Each loop variable bound around a value with the id of its value,
-    /// outermost first: `None` when one does not run over a cached var.
-    fn loop_ids(&self, l: &Loop<'_>, data: &Value, ids: &mut Vec<(String, u64)>) -> Option<()> {
-        if let Some(outer) = l.outer {
-            self.loop_ids(outer, data, ids)?;
-        }
-        let (token, index) = l.bound?;
-        let id = self.caches.content_id(token, index, data.get(l.name)?);
-        ids.push((l.name.to_string(), id));
-        Some(())
+        let of = keys::Of {
+            templates: &self.engine.templates,
+            spec: &self.rule.spec,
+            caches: &self.caches,
+        };
+        keys::nested_key(&of, v, data, pass.marked, pass.loops?)
     }
 
     /// An output's policy rules checked before from the same cached
@@ -608,111 +517,15 @@ impl Evaluator<'_> {
         self.caches.checked_policy(&key)
     }
 
-    /// The key of a whole template value's expansion in the cache: when
-    /// it reads nothing but vars (each cached, by its token) and its own
-    /// loop variables.
+    /// The key of a whole template value's expansion in the cache (see
+    /// [`keys::expansion_key`]).
     fn expansion_key(&self, v: &Value, entry: bool, marked: bool) -> Option<ExpansionKey> {
-        self.caches
-            .expansion_key(v, marked, || self.vars_read(v, entry, &mut vec!["vars"]))
-    }
-
-    /// The vars a template value (`entry`: an entry of a list, maybe a
-    /// directive) reads, when it reads nothing but vars and the loop
-    /// variables in `roots`.
-    fn vars_read<'v>(
-        &self,
-        v: &'v Value,
-        entry: bool,
-        roots: &mut Vec<&'v str>,
-    ) -> Option<Vec<String>> {
-        let mut texts: Vec<&str> = Vec::new();
-        let ok = if entry {
-            self.collect_item(v, roots, &mut texts)
-        } else {
-            self.collect_texts(v, roots, &mut texts)
+        let of = keys::Of {
+            templates: &self.engine.templates,
+            spec: &self.rule.spec,
+            caches: &self.caches,
         };
-        if !ok {
-            return None;
-        }
-        let names: Vec<&str> = self
-            .rule
-            .spec
-            .vars
-            .iter()
-            .map(|v| v.name.as_str())
-            .collect();
-        // An output forEach may bind `vars` to something else.
-        let shadowed = self
-            .rule
-            .spec
-            .outputs
-            .iter()
-            .any(|o| o.for_each.is_some() && o.as_name.as_deref().unwrap_or("item") == "vars");
-        if shadowed {
-            return None;
-        }
-        named_reads(&texts, "vars", &names)
-    }
-
-    /// Gathers the templates and expressions of a value into `texts`;
-    /// false when one reads anything but `roots`.
-    fn collect_texts<'v>(
-        &self,
-        v: &'v Value,
-        roots: &mut Vec<&'v str>,
-        texts: &mut Vec<&'v str>,
-    ) -> bool {
-        let t = &self.engine.templates;
-        match v {
-            Value::String(s) => {
-                texts.push(s);
-                t.reads_within(s, roots)
-            }
-            Value::Array(items) => items
-                .iter()
-                .all(|item| self.collect_item(item, roots, texts)),
-            Value::Object(m) => m.iter().all(|(k, x)| {
-                texts.push(k);
-                t.reads_within(k, roots) && self.collect_texts(x, roots, texts)
-            }),
-            _ => true,
-        }
-    }
-
-    /// [`Evaluator::collect_texts`] for one entry of a list: a directive
-    /// or a value.
-    fn collect_item<'v>(
-        &self,
-        item: &'v Value,
-        roots: &mut Vec<&'v str>,
-        texts: &mut Vec<&'v str>,
-    ) -> bool {
-        let t = &self.engine.templates;
-        match directive(item) {
-            Ok(Some(d)) => {
-                let exprs = d.for_each.iter().chain(d.when.iter());
-                for e in exprs {
-                    texts.push(e);
-                    if !t.expr_reads_within(e, roots) {
-                        return false;
-                    }
-                }
-                let body = match d.body {
-                    DirBody::Item(b) | DirBody::Items(b) => b,
-                };
-                let scoped = d.for_each.is_some();
-                if scoped {
-                    roots.push(d.as_name.unwrap_or("item"));
-                }
-                let ok = self.collect_texts(body, roots, texts);
-                if scoped {
-                    roots.pop();
-                }
-                ok
-            }
-            Ok(None) => self.collect_texts(item, roots, texts),
-            Err(_) => false,
-        }
+        keys::expansion_key(&of, v, entry, marked)
     }
 
     /// Records where an entry of the outermost list landed, when asked

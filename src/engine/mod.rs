@@ -21,6 +21,7 @@
 //! their names: they mean preserved.)
 
 pub mod compile;
+mod directive;
 mod emit;
 pub mod error;
 mod expand;

@@ -2827,7 +2827,7 @@ mod tests {
             seen["trigger"] = crate::engine::expand::project(
                 &ctx["trigger"],
                 &paths,
-                crate::engine::expand::Sight::plain(false),
+                crate::engine::compile::Sight::plain(false),
             );
             let named = named_reads(&[t], "related", &sets);
             if let (Some(named), Some(m)) = (&named, seen["related"].as_object_mut()) {

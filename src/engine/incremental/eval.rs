@@ -180,9 +180,11 @@ impl EvalCaches {
 
     /// Gives back to the rule's memo what it keeps, bounded; `changed`:
     /// some trigger's outcome changed. Its derived values and item verdicts
-    /// only when `handed_on` (a later rule of this evaluation takes them
-    /// over; a one-shot memo hands on only item verdicts): else they are
-    /// freed now, and nothing derived outlives the evaluation.
+    /// are kept, pruned of what was computed from objects gone, for a later
+    /// rule of this evaluation to take over (`handed_on`) or for the next
+    /// evaluation (the first rule of its chain takes them back, see
+    /// `keys::chain_tails`): a change computes again only what it reaches.
+    /// A one-shot memo hands on only item verdicts, and frees the rest.
     pub fn store_into(
         &self,
         rm: &mut RuleMemo,
@@ -194,7 +196,7 @@ impl EvalCaches {
         rm.deps = self.deps.take();
         rm.unseen = self.unseen.take();
         self.inputs.take();
-        if !handed_on {
+        if one_shot && !handed_on {
             #[cfg(test)]
             {
                 rm.freed = Some((derived, items));

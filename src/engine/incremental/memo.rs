@@ -364,10 +364,13 @@ pub(in crate::engine) struct RuleMemo {
 /// the same inputs: a family's revisions all list the family's types, so
 /// the list and the vars built from it are computed once, not per
 /// trigger. A cached value is lent to the render's context (moved, not
-/// copied) and taken back after it. They live for one evaluation: a rule
-/// hands them to the next rule that defines them alike, and the last one
-/// frees them. Kept between evaluations they held about 9 MiB at the
-/// bench's `large` scale for renders of a changed family about 20% faster.
+/// copied) and taken back after it. A rule hands them to the next rule
+/// that defines them alike; the last one keeps them for the next
+/// evaluation, whose first rule of the chain takes them back
+/// (`keys::chain_tails`), so a change computes again only the values its
+/// objects reach (a changed family member's entries, not the family's).
+/// Bounded: by count ([`DERIVED_MAX`]) and bytes ([`DERIVED_BYTES_MAX`])
+/// per rule, pruned of what was computed from objects gone.
 #[derive(Default)]
 pub(in crate::engine) struct Derived {
     /// listField results, by related set and the addresses of the source
@@ -740,19 +743,6 @@ impl Derived {
             self.assembled.clear();
         }
     }
-}
-
-/// The rule whose cached lists, vars and item verdicts rule `idx` takes
-/// before it runs, with how many leading related sets and vars the two
-/// define alike: the nearest rule before it that shares some.
-pub(in crate::engine) fn derived_from(
-    rules: &[crate::engine::compile::CompiledRule],
-    idx: usize,
-) -> Option<(usize, (usize, usize))> {
-    let d = &rules.get(idx)?.derivation;
-    (0..idx)
-        .rev()
-        .find_map(|j| d.common(&rules[j].derivation).map(|c| (j, c)))
 }
 
 /// Moves what `from` cached for its triggers' lists and vars into `to`,
@@ -1453,9 +1443,10 @@ spec:
         // The later takes from the earlier; `family` and `types` alike,
         // `extra` only in one.
         let (first, last) = (a.min(b), a.max(b));
-        let from = |i| derived_from(&engine.rules, i).map(|(j, _)| j);
+        let derivations: Vec<_> = engine.rules.iter().map(|r| &r.derivation).collect();
+        let from = |i| super::super::keys::derived_from(&derivations, i).map(|(j, _)| j);
         assert_eq!(
-            derived_from(&engine.rules, last).map(|(_, c)| c),
+            super::super::keys::derived_from(&derivations, last).map(|(_, c)| c),
             Some((2, 1))
         );
         assert_eq!((from(first), from(last)), (None, Some(first)));
@@ -1464,14 +1455,14 @@ spec:
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(e.desired.len(), 4);
-        // Computed once, handed on, freed by the rule that ran last:
-        // nothing is kept for the next evaluation.
-        assert!(memo.rules[first].freed.is_none());
-        assert!(memo.rules.iter().all(|r| r.derived.lists.is_empty()));
-        let Some((d, _)) = &memo.rules[last].freed else {
-            panic!("the last rule frees what the first computed");
-        };
-        assert!(!d.lists.is_empty());
+        // Computed once, handed on, kept by the rule that ran last for
+        // the next evaluation (the first takes them back then).
+        assert!(memo.rules[first].derived.lists.is_empty());
+        let d = &memo.rules[last].derived;
+        assert!(
+            !d.lists.is_empty(),
+            "the last rule keeps what the first computed"
+        );
         // The family's widgets list the same types: their roles' policy
         // rules were checked once, and are shared.
         let rules_of = |w: &str| {
@@ -1493,24 +1484,18 @@ spec:
                 .keys()
                 .all(|k| d.expansions.get(k).is_some_and(|e| e.0.is_null()))
         );
-        // A member changed: the family's lists are computed again, handed
-        // on and freed alike.
+        // A member changed: the family's lists are computed again (the
+        // unchanged member's entries reused), handed on and kept alike.
         let mut store = store;
         assert!(
             store
                 .insert(widget("w-1", &["as.example.org", "cs.example.org"]))
                 .is_ok()
         );
-        memo.rules[last].freed = None;
         let again = engine.evaluate_incremental(&store, &mut memo);
         assert_eq!(again.desired.len(), e.desired.len());
-        assert!(memo.rules.iter().all(|r| r.derived.lists.is_empty()));
-        assert!(
-            memo.rules[last]
-                .freed
-                .as_ref()
-                .is_some_and(|(d, _)| !d.lists.is_empty())
-        );
+        assert!(memo.rules[first].derived.lists.is_empty());
+        assert!(!memo.rules[last].derived.lists.is_empty());
     }
 
     #[test]
@@ -1589,15 +1574,13 @@ spec:
         let mut store = two_widgets();
         let mut memo = Memo::new();
         let _ = engine.evaluate_incremental(&store, &mut memo);
-        // The rule that ran last frees them: entries by source address.
+        // The rule that ran last keeps them: entries by source address.
         let extracts = |memo: &Memo| -> Vec<(String, Arc<ExtractedEntries>)> {
-            assert!(memo.rules.iter().all(|r| r.derived.extracts.is_empty()));
-            let d = memo.rules.iter().find_map(|r| {
-                r.freed
-                    .as_ref()
-                    .map(|(d, _)| d)
-                    .filter(|d| !d.extracts.is_empty())
-            });
+            let d = memo
+                .rules
+                .iter()
+                .map(|r| &r.derived)
+                .find(|d| !d.extracts.is_empty());
             let mut v: Vec<_> = d
                 .map(|d| {
                     d.extracts
@@ -1712,11 +1695,9 @@ spec:
         // Both rules' roles, for all three triggers, render the same two
         // `resources` lists: each is built once and cached by its text.
         let lists = |memo: &Memo| -> Vec<String> {
-            assert!(memo.rules.iter().all(|r| r.derived.nested.is_empty()));
             memo.rules
                 .iter()
-                .filter_map(|r| r.freed.as_ref())
-                .flat_map(|(d, _)| d.nested.values())
+                .flat_map(|r| r.derived.nested.values())
                 // Without the marks of text from data.
                 .map(|(v, _)| v.to_string().replace("\\u0000", ""))
                 .collect()
@@ -1783,11 +1764,10 @@ spec:
         let mut memo = Memo::new();
         let e = engine.evaluate_incremental(&two_widgets(), &mut memo);
         assert_eq!(e.desired.len(), 4, "{:?}", e.reports);
-        assert!(memo.rules.iter().all(|r| r.derived.assembled.is_empty()));
         let kept: Vec<usize> = memo
             .rules
             .iter()
-            .map(|r| r.freed.as_ref().map_or(0, |(d, _)| d.assembled.len()))
+            .map(|r| r.derived.assembled.len())
             .collect();
         // One list per trigger for the rule with a cached entry (the other
         // entry differs per trigger); none for the one without.

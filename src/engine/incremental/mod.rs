@@ -6,4 +6,5 @@
 
 pub mod caches;
 pub mod eval;
+pub mod keys;
 pub mod memo;

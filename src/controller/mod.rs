@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod plan;
 pub mod status;
 pub mod sync;
+pub mod tenants;
 pub mod watch;
 pub mod wire;
 pub mod world;

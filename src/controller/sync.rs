@@ -670,7 +670,11 @@ impl Syncer {
         match status::patch(&self.client, rule, new_status).await {
             Ok(true) => {
                 report.status_patches += 1;
-                self.metrics.write("RbacRule", "status");
+                let kind = match rule.metadata.namespace {
+                    Some(_) => super::tenants::KIND,
+                    None => "RbacRule",
+                };
+                self.metrics.write(kind, "status");
             }
             Ok(false) => {}
             Err(e) => {
@@ -861,7 +865,7 @@ fn sources_of(key: &EngineKey) -> Vec<RuleSource> {
         .map(|(name, spec)| RuleSource {
             name: name.clone(),
             spec: spec.clone(),
-            namespace: None,
+            namespace: super::tenants::namespace_of(name),
         })
         .collect()
 }

@@ -43,6 +43,17 @@ fn expected_copies() -> Vec<(PathBuf, String)> {
             "system:serviceaccount:{{ .Release.Namespace }}:",
         ),
     ));
+    // The NamespacedRbacRule CRD, and delegation at admission verbatim.
+    out.push((
+        root()
+            .join(CHART)
+            .join("crds/namespacedrbacrules.rbacrules.io.yaml"),
+        read(&root().join("deploy/namespaced-crd.yaml")),
+    ));
+    out.push((
+        root().join(CHART).join("files/tenant-admission.yaml"),
+        read(&root().join("deploy/tenant-admission.yaml")),
+    ));
     // The inventory fence verbatim: the template puts the release's
     // namespace and ServiceAccount into its one exemption.
     out.push((

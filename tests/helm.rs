@@ -781,3 +781,39 @@ fn read_docs(p: &Path) -> Vec<Value> {
         .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
         .collect()
 }
+
+/// Delegation at admission is on by default and `tenantAdmission=false`
+/// takes exactly its two objects out; the NamespacedRbacRule CRD and the
+/// grant to namespace admins stay.
+#[test]
+fn tenant_admission_follows_its_value() {
+    let Some(helm) = helm() else { return };
+    let names = |objs: &[Value]| -> Vec<String> {
+        objs.iter()
+            .filter(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("tenant"))
+            })
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or_default(),
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    };
+    let on = template(&helm, &[]);
+    assert_eq!(
+        names(&on),
+        [
+            "ClusterRole/rbac-rules:tenant-admin",
+            "ValidatingAdmissionPolicy/rbac-rules-tenant-grants",
+            "ValidatingAdmissionPolicyBinding/rbac-rules-tenant-grants"
+        ]
+    );
+    let off = template(&helm, &["tenantAdmission=false"]);
+    assert_eq!(names(&off), ["ClusterRole/rbac-rules:tenant-admin"]);
+    assert_eq!(on.len(), off.len() + 2);
+}

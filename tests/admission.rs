@@ -1069,8 +1069,10 @@ fn on_call_outputs() -> Value {
         {"kind": "Role", "name": "incident-exec",
          "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        // The engine writes the Role as tenant:<rule>:<name>, and a binding
+        // of it names it so.
         {"kind": "RoleBinding", "name": "incident-exec",
-         "roleRef": {"kind": "Role", "name": "incident-exec"},
+         "roleRef": {"kind": "Role", "name": "tenant:on-call:incident-exec"},
          "subjects": [{"kind": "Group", "name": "{{trigger.spec.onCall}}"}]}
     ])
 }
@@ -1125,13 +1127,19 @@ fn an_author_may_grant_what_they_hold() {
         "roleRef": {"kind": "ClusterRole", "name": "edit"},
         "subjects": [{"kind": "ServiceAccount", "name": "ci"}]}]);
     tenant_admit("CREATE", &tenant_rule(ci), &admin()).expect("bind on edit");
-    // Templated values are the ceiling's: nothing to check here.
+    // Entries with a template anywhere, forEach items and templated roleRefs
+    // are the ceiling's: nothing to check here (as `render --as`).
     let templated = json!([{"kind": "Role", "name": "{{trigger.metadata.name}}",
         "rules": [{"apiGroups": ["{{trigger.spec.group}}"], "resources": ["{{trigger.spec.kind}}"],
                    "verbs": ["get"]},
                   {"forEach": "trigger.spec.extra", "item": {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}}]},
         {"kind": "RoleBinding", "name": "x", "roleRef": {"kind": "ClusterRole", "name": "{{trigger.spec.role}}"},
-         "subjects": []}]);
+         "subjects": []},
+        {"kind": "RoleBinding", "name": "y", "roleRef": {"kind": "{{trigger.spec.kind}}", "name": "cluster-admin"},
+         "subjects": []},
+        {"kind": "Role", "name": "z",
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                    "resourceNames": ["{{trigger.metadata.name}}"]}]}]);
     tenant_admit("CREATE", &tenant_rule(templated), &weaker()).expect("nothing literal");
 }
 
@@ -1192,9 +1200,21 @@ fn an_author_may_not_grant_what_they_lack_and_the_message_names_it() {
     let own_templated = json!([
         {"kind": "Role", "name": "mine",
          "rules": [{"apiGroups": [""], "resources": ["{{trigger.spec.r}}"], "verbs": ["get"]}]},
-        {"kind": "RoleBinding", "name": "mine", "roleRef": {"kind": "Role", "name": "mine"}, "subjects": []}]);
+        {"kind": "RoleBinding", "name": "mine", "roleRef": {"kind": "Role", "name": "tenant:on-call:mine"}, "subjects": []}]);
     refused(
         tenant_admit("CREATE", &tenant_rule(own_templated), &admin()),
+        "you lack bind on roles.rbac.authorization.k8s.io tenant:on-call:mine",
+    );
+    // The unprefixed name is another Role of the namespace, not the rule's.
+    refused(
+        tenant_admit(
+            "CREATE",
+            &tenant_rule(json!([
+            {"kind": "Role", "name": "mine",
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+            {"kind": "RoleBinding", "name": "mine", "roleRef": {"kind": "Role", "name": "mine"}, "subjects": []}])),
+            &admin(),
+        ),
         "you lack bind on roles.rbac.authorization.k8s.io mine",
     );
 }

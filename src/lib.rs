@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod controller;
+pub mod delegation;
 pub mod diff;
 pub mod engine;
 pub mod explain;

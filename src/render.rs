@@ -58,6 +58,20 @@ pub struct RenderArgs {
     /// Evaluation limits.
     #[command(flatten)]
     pub limits: crate::engine::Limits,
+
+    #[command(flatten)]
+    pub tenancy: crate::engine::tenant::Tenancy,
+
+    /// Say what admission would refuse of each NamespacedRbacRule written
+    /// by this user: every permission its static rules grant and `bind` on
+    /// every role it binds by name must be held in its namespace, as the
+    /// RBAC objects in --objects grant them. Refusals are errors.
+    #[arg(long = "as", value_name = "USER")]
+    pub as_user: Option<String>,
+
+    /// A group of the --as user (repeatable).
+    #[arg(long = "as-group", value_name = "GROUP", requires = "as_user")]
+    pub as_groups: Vec<String>,
     /// Settings rules read as `params.<name>`.
     #[command(flatten)]
     pub params: crate::params::ParamArgs,
@@ -210,6 +224,7 @@ impl RenderArgs {
             limits: self.limits.clone(),
             params: self.params.map(),
             param_origins: self.params.origins(),
+            tenancy: self.tenancy.clone(),
             ..Options::default()
         }
     }
@@ -234,11 +249,36 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         true => crate::reference::evaluate(&rules, &options, &store),
         false => engine.evaluate_incremental(&store, &mut memo),
     };
-    let errors = errors_of(&eval, &origins, &claims);
+    let mut errors = errors_of(&eval, &origins, &claims);
+    let mut notes = Vec::new();
+    if let Some(user) = &args.as_user {
+        let author = crate::delegation::Author {
+            user: user.clone(),
+            groups: args.as_groups.clone(),
+        };
+        let rbac = rbac_objects(args)?;
+        for r in rules.iter().filter(|r| r.namespace.is_some()) {
+            let refused = crate::delegation::refusals(r, &rbac, &author);
+            let origin = origins.get(&r.name).map(String::as_str).unwrap_or("-");
+            if refused.is_empty() {
+                notes.push(format!(
+                    "note: {origin}: admission would admit NamespacedRbacRule {:?} written by user {user:?}",
+                    r.name
+                ));
+            }
+            for why in refused {
+                errors.push(format!(
+                    "error: {origin}: admission would refuse NamespacedRbacRule {:?} written by user {user:?}: {why}",
+                    r.name
+                ));
+            }
+        }
+    }
     if !errors.is_empty() {
         return Err(RenderError::Evaluation(errors));
     }
     let mut warnings = claims.warnings.clone();
+    warnings.extend(notes);
     warnings.extend(unverified_revocations(&eval, &claims));
     warnings.extend(warnings_of(&eval, &origins));
     let filled = if args.flatten {
@@ -350,6 +390,21 @@ fn load_objects(
     }
 }
 
+/// The RBAC objects of `--objects`, whole (the store keeps only what rules
+/// read): what `--as` reads the author's permissions from.
+fn rbac_objects(args: &RenderArgs) -> Result<Vec<Value>, RenderError> {
+    let mut out = Vec::new();
+    yaml::for_each_in_tree(&args.objects, args.recursive, |_, _, value| {
+        if value["kind"]
+            .as_str()
+            .is_some_and(|k| crate::delegation::RBAC_KINDS.contains(&k))
+        {
+            out.push(value);
+        }
+    })?;
+    Ok(out)
+}
+
 /// `Kind name` or `Kind namespace/name`.
 fn show_key(kind: &OutputKind, ns: &str, name: &str) -> String {
     if ns.is_empty() {
@@ -389,7 +444,12 @@ fn errors_of(eval: &Evaluation, origins: &Origins, claims: &Claims) -> Vec<Strin
         .collect();
     let refused_outputs: BTreeSet<&str> = eval
         .errors()
-        .filter(|e| e.kind == crate::engine::ErrorKind::EscalationDenied)
+        .filter(|e| {
+            matches!(
+                e.kind,
+                crate::engine::ErrorKind::EscalationDenied | crate::engine::ErrorKind::OverCeiling
+            )
+        })
         .map(|e| e.message.as_str())
         .collect();
     for ((kind, ns, name), why) in &eval.revoked {

@@ -24,6 +24,13 @@ pub const BUILTIN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/builtin
 /// beside rules, and are not rules.
 pub const TEST_KIND: &str = "RbacRuleTest";
 
+/// The kind of a rule a namespace's admins write, confined to its
+/// namespace (`NamespacedRbacRule`, src/api.rs).
+pub const TENANT_KIND: &str = "NamespacedRbacRule";
+
+/// The kinds of rule documents.
+pub const RULE_KINDS: &[&str] = &["RbacRule", TENANT_KIND];
+
 /// Whether a document is a rule test, not a rule.
 pub fn is_rule_test(doc: &Document) -> bool {
     doc.value["kind"] == TEST_KIND
@@ -80,13 +87,13 @@ pub fn parse_rule_all(doc: &Document) -> Result<RuleSource, Vec<LoadError>> {
         .to_string();
     let api_version = v["apiVersion"].as_str().unwrap_or_default();
     let kind = v["kind"].as_str().unwrap_or_default();
-    if kind != "RbacRule" || api_version != format!("{GROUP}/v1alpha1") {
+    if !RULE_KINDS.contains(&kind) || api_version != format!("{GROUP}/v1alpha1") {
         return Err(vec![invalid(
             doc,
             &name,
             "",
             format!(
-                "expected apiVersion {GROUP}/v1alpha1, kind RbacRule; got {api_version:?}, {kind:?}"
+                "expected apiVersion {GROUP}/v1alpha1, kind RbacRule or {TENANT_KIND}; got {api_version:?}, {kind:?}"
             ),
         )]);
     }
@@ -98,6 +105,29 @@ pub fn parse_rule_all(doc: &Document) -> Result<RuleSource, Vec<LoadError>> {
             "name is required",
         )]);
     }
+    // A NamespacedRbacRule is named `<namespace>/<name>` in the engine
+    // (docs/rules.md "Namespaced rules").
+    let namespace = match (kind, v["metadata"]["namespace"].as_str()) {
+        (TENANT_KIND, Some(ns)) if !ns.is_empty() => {
+            if let Err(e) = crate::engine::output::validate_namespace("metadata.namespace", ns) {
+                return Err(vec![invalid(doc, &name, "metadata.namespace", e.message)]);
+            }
+            Some(ns.to_string())
+        }
+        (TENANT_KIND, _) => {
+            return Err(vec![invalid(
+                doc,
+                &name,
+                "metadata.namespace",
+                "a NamespacedRbacRule needs metadata.namespace: the namespace it reads and writes",
+            )]);
+        }
+        _ => None,
+    };
+    let name = match &namespace {
+        Some(ns) => crate::engine::tenant::rule_name(ns, &name),
+        None => name,
+    };
     let spec = v.get("spec").cloned().unwrap_or(Value::Null);
     let mut unknown: Vec<String> = Vec::new();
     let parsed: Result<RbacRuleSpec, _> = serde_path_to_error::deserialize(
@@ -141,7 +171,7 @@ pub fn parse_rule_all(doc: &Document) -> Result<RuleSource, Vec<LoadError>> {
     Ok(RuleSource {
         name,
         spec,
-        namespace: None,
+        namespace,
     })
 }
 
@@ -309,6 +339,7 @@ pub fn load_tree_noted(paths: &[PathBuf], recursive: bool) -> Result<Noted, Vec<
 /// apiVersion is of our group or its kind is RbacRule.
 pub fn is_ours(v: &Value) -> bool {
     v["kind"] == "RbacRule"
+        || v["kind"] == TENANT_KIND
         || v["apiVersion"]
             .as_str()
             .is_some_and(|a| a.split('/').next() == Some(GROUP))
@@ -373,13 +404,28 @@ fn with_origins(docs: &[Document]) -> Result<Vec<(String, RuleSource)>, Vec<Load
 pub fn duplicates(docs: &[Document]) -> Vec<LoadError> {
     let mut first: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
     let mut out = Vec::new();
-    for d in docs.iter().filter(|d| d.value["kind"] == "RbacRule") {
+    let mut names: Vec<(String, &Document)> = Vec::new();
+    for d in docs {
         let Some(name) = d.value["metadata"]["name"]
             .as_str()
             .filter(|n| !n.is_empty())
         else {
             continue;
         };
+        // Tenant rules are unique per namespace.
+        match (
+            d.value["kind"].as_str(),
+            d.value["metadata"]["namespace"].as_str(),
+        ) {
+            (Some("RbacRule"), _) => names.push((name.to_string(), d)),
+            (Some(TENANT_KIND), Some(ns)) => {
+                names.push((crate::engine::tenant::rule_name(ns, name), d))
+            }
+            _ => {}
+        }
+    }
+    for (name, d) in &names {
+        let (name, d) = (name.as_str(), *d);
         match first.get(name) {
             None => {
                 first.insert(name, d.origin());

@@ -5,7 +5,8 @@
 //!   `--objects PATH` in `args`;
 //! - `rules.yaml` or `rules/` (optional): rule files; default the built-ins;
 //! - `args` (optional): extra flags on one line, e.g. `--flatten --manage basic`;
-//! - `expected.yaml`: the exact stdout.
+//! - `expected.yaml`: the exact stdout; or `expected-stderr.txt`: the
+//!   render must fail, with exactly this stderr (refused tenant rules).
 //!
 //! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites `expected.yaml`;
 //! review the diff before committing it.
@@ -64,6 +65,27 @@ fn golden_cases() {
             .to_string_lossy()
             .into_owned();
         let (ok, stdout, stderr) = render(case);
+        // A case with `expected-stderr.txt` must fail with exactly that
+        // stderr (refusals: render prints nothing on stdout then).
+        let stderr_path = case.join("expected-stderr.txt");
+        if stderr_path.exists() {
+            // Paths as in the repository, wherever it is checked out.
+            let stderr = stderr.replace(concat!(env!("CARGO_MANIFEST_DIR"), "/"), "");
+            if update {
+                std::fs::write(&stderr_path, &stderr).expect("write expected-stderr.txt");
+                continue;
+            }
+            let expected = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            if ok {
+                failures.push(format!("{name}: render succeeded; expected it to fail"));
+            } else if expected != stderr {
+                let diff = first_difference(&expected, &stderr);
+                failures.push(format!(
+                    "{name}: stderr differs from expected-stderr.txt {diff}"
+                ));
+            }
+            continue;
+        }
         if !ok {
             failures.push(format!("{name}: render failed:\n{stderr}"));
             continue;

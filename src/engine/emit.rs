@@ -967,6 +967,7 @@ impl<'a> Policy<'a> {
             judged: Default::default(),
             bound: Default::default(),
             aggregates: Default::default(),
+            ceiling: super::tenant::Ceiling::new(self.observed, &options.tenancy),
         };
         move |&key: &&OutKey| self.verdict(&judge, key)
     }
@@ -991,7 +992,7 @@ impl<'a> Policy<'a> {
             (None, Some(l)) => judge.refusal(l),
             _ => None,
         };
-        let dependent = dependencies(cand, live.map(|l| &**l));
+        let dependent = dependencies(key, cand, live.map(|l| &**l));
         // An aggregated role a rule manages that collects roles nobody
         // manages: reported on its rule, never refused for them.
         let notice = match (&desired, live) {
@@ -1053,7 +1054,15 @@ fn refusal_of(judge: &Judge<'_, '_>, e: &Emit) -> Option<Box<Refusal>> {
 /// What a verdict depends on besides the object: the selection an
 /// aggregated role reads (its notice), or (empty) any role, for a binding
 /// (judged by what a live role grants).
-fn dependencies(cand: Option<&Emit>, live: Option<&Value>) -> Option<BTreeSet<String>> {
+///
+/// A tenant output is judged again on any change of a role or a Namespace
+/// (its ceiling: the ceiling ClusterRole, its members, the Namespace's
+/// label).
+fn dependencies(
+    key: &OutKey,
+    cand: Option<&Emit>,
+    live: Option<&Value>,
+) -> Option<BTreeSet<String>> {
     fn depends(o: &Value, reads: &mut Option<BTreeSet<String>>) {
         if let Some(k) = selection_key(o) {
             reads.get_or_insert_with(BTreeSet::new).insert(k);
@@ -1062,6 +1071,9 @@ fn dependencies(cand: Option<&Emit>, live: Option<&Value>) -> Option<BTreeSet<St
         }
     }
     let mut reads = None;
+    if super::tenant::is_tenant_output(key.0.as_str(), &key.2) {
+        reads.get_or_insert_with(BTreeSet::new);
+    }
     if let Some(e) = cand {
         let m = &e.desired.object;
         if m.aggregation_rule().is_some() {
@@ -1103,8 +1115,12 @@ fn apply_policy(
         output_gk(OutputKind::ClusterRole),
         output_gk(OutputKind::Role),
     ];
+    // Namespaces: a tenant output's ceiling is named by its Namespace's
+    // label.
+    let namespace_gk = GroupKind::new("", "Namespace");
     let roles_changed = role_kinds
         .iter()
+        .chain([&namespace_gk])
         .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
     let all = changes.all;
     let (protected, allow_rules) = allow_list(engine, memo);
@@ -1418,7 +1434,7 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
     }
     for (trigger, field, why) in rm.refused.values() {
         report.errors.push(EngineError {
-            kind: ErrorKind::EscalationDenied,
+            kind: super::tenant::refusal_kind(why),
             rule: rule.to_string(),
             field: field.clone(),
             trigger: trigger.clone(),

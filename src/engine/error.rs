@@ -25,6 +25,11 @@ pub enum ErrorKind {
     /// wildcard grants, protected labels, wildcards from data). A refused
     /// object is revoked, unlike one that failed to render.
     EscalationDenied,
+    /// Policy refuses a NamespacedRbacRule's output for its namespace's
+    /// ceiling alone (what it grants is not covered by the ceiling
+    /// ClusterRole, or is escalate, bind or impersonate). Revoked, as any
+    /// refusal.
+    OverCeiling,
     /// A rule ran over an evaluation limit (see [`super::limits`]).
     LimitExceeded,
     /// Not an error: an aggregated ClusterRole a rule manages collects
@@ -47,6 +52,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "Conflict",
             ErrorKind::Cycle => "DependencyCycle",
             ErrorKind::EscalationDenied => "EscalationDenied",
+            ErrorKind::OverCeiling => "OverCeiling",
             ErrorKind::LimitExceeded => "LimitExceeded",
             ErrorKind::UnmanagedAggregation => "UnmanagedAggregation",
             ErrorKind::Internal => "InternalError",

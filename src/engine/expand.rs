@@ -2179,6 +2179,7 @@ impl Evaluator<'_> {
         let name_field = At::Key(&at, "name");
         let name = self.tpl(name_field, &o.name, ctx)?;
         output::validate_name(name_field, &name)?;
+        super::tenant::check_output_name(&self.rule.name, o.kind, name_field, &name)?;
         let namespace = self.object_namespace(&at, o, ctx, trigger)?;
         let (labels, annotations, tref) = self.object_marks(&at, o, ctx, trigger, loops)?;
         // A `*` from data: the object is refused (and revoked) after the
@@ -2300,7 +2301,7 @@ impl Evaluator<'_> {
         labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
         labels.insert(
             output::rule_label(),
-            super::template::shorten(&self.rule.name, 63),
+            super::tenant::rule_label_value(&self.rule.name),
         );
         annotations.insert(output::rule_annotation(), self.rule.name.clone());
         if self.rule.spec.deletion_policy == crate::api::DeletionPolicy::Delete {

@@ -68,6 +68,8 @@ pub(super) struct Judge<'v, 'a> {
     pub waivers: &'v crate::policy::Waivers,
     pub protected: &'v [LabelSelector],
     pub allow: Option<(&'v crate::policy::AllowList, &'v [PolicyRule])>,
+    /// The ceiling of tenant outputs.
+    pub ceiling: super::tenant::Ceiling<'v>,
 }
 
 impl Judge<'_, '_> {
@@ -116,7 +118,39 @@ impl Judge<'_, '_> {
         } else {
             self.judge_own_rules(&obj, &what, &mut why);
         }
+        // Last: a refusal for the ceiling alone is reported as such.
+        why.extend(self.ceiling_refusal(&obj));
         (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// Why a tenant output goes over its namespace's ceiling: a role by
+    /// its rules, a binding by what the role it binds grants as the view
+    /// sees it (emitted or live, aggregation resolved) and as it is live.
+    fn ceiling_refusal(&self, obj: &Obj) -> Option<String> {
+        let own = || match obj {
+            Obj::Json(o) => rules_of(o),
+            Obj::Compact(m) => m.rules().map(|r| r.to_vec()).unwrap_or_default(),
+        };
+        let bound = |rk: OutputKind, ns: &str, rn: &str| {
+            let key = (ns.to_string(), rn.to_string());
+            let mut rules = Vec::new();
+            if let Some(seen) = self.view.get_seen(gk_of(rk), &key) {
+                rules.extend(self.ceiling.with_members(self.view.json(seen)));
+            }
+            if let Some(live) = self.view.observed.get_shared(gk_of(rk), &key) {
+                rules.extend(self.ceiling.with_members(live));
+            }
+            rules
+        };
+        self.ceiling.refusal(
+            obj.kind(),
+            obj.namespace(),
+            obj.name(),
+            own,
+            obj.role_ref(),
+            || obj.subjects(),
+            bound,
+        )
     }
 
     /// Why a binding is refused: what it binds, to whom, and what the
@@ -544,6 +578,28 @@ impl Obj<'_> {
                     subjects.iter().find_map(|s| hit(&s.kind, &s.name))
                 }
                 super::manifest::Body::Role { .. } => None,
+            },
+        }
+    }
+
+    /// A binding's subjects, kind and name.
+    fn subjects(&self) -> Vec<(String, String)> {
+        match self {
+            Obj::Json(o) => o["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| {
+                    let t = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+                    (t("kind"), t("name"))
+                })
+                .collect(),
+            Obj::Compact(m) => match m.body() {
+                super::manifest::Body::Binding { subjects, .. } => subjects
+                    .iter()
+                    .map(|s| (s.kind.to_string(), s.name.to_string()))
+                    .collect(),
+                super::manifest::Body::Role { .. } => Vec::new(),
             },
         }
     }

@@ -67,6 +67,13 @@ pub const DEFAULT_SECONDS_PER_EVALUATION: f64 = 60.0;
 pub const MAX_TEMPLATE_DEPTH: usize = 256;
 /// Stack of the evaluation thread: only touched pages are committed.
 pub(crate) const EVAL_STACK_BYTES: usize = 256 * 1024 * 1024;
+/// `--max-bytes-per-namespace` by default: 32 MiB, room for 2000 Roles
+/// and RoleBindings of 16 KiB each (a team's roles are far smaller).
+const DEFAULT_BYTES_PER_NAMESPACE: &str = "33554432";
+/// `--max-objects-per-namespace` by default: a namespace whose rules make
+/// a Role and a RoleBinding per trigger for 1000 triggers.
+const DEFAULT_OBJECTS_PER_NAMESPACE: &str = "2000";
+
 /// What a JSON value costs besides its text, for the byte budget.
 const NODE_BYTES: usize = 32;
 /// How a limit that may be off (`none`) is held: no total reaches it.
@@ -134,6 +141,18 @@ pub struct Limits {
     #[arg(long = "max-objects-per-evaluation", env = "RBAC_RULES_MAX_OBJECTS_PER_EVALUATION",
           default_value = "none", value_parser = parse_bound)]
     pub objects_per_evaluation: usize,
+    /// Bytes the outputs of all NamespacedRbacRules of one namespace may
+    /// hold together; over it, that namespace's heaviest triggers are shed
+    /// first (other namespaces and cluster rules are not touched).
+    /// `none`: no limit.
+    #[arg(long = "max-bytes-per-namespace", env = "RBAC_RULES_MAX_BYTES_PER_NAMESPACE",
+          default_value = DEFAULT_BYTES_PER_NAMESPACE, value_parser = parse_bound)]
+    pub bytes_per_namespace: usize,
+    /// Objects all NamespacedRbacRules of one namespace may emit together
+    /// (shed as for the bytes). `none`: no limit.
+    #[arg(long = "max-objects-per-namespace", env = "RBAC_RULES_MAX_OBJECTS_PER_NAMESPACE",
+          default_value = DEFAULT_OBJECTS_PER_NAMESPACE, value_parser = parse_bound)]
+    pub objects_per_namespace: usize,
     /// Wall time one rule may spend rendering in one evaluation, in seconds.
     #[arg(long = "max-seconds-per-rule", env = "RBAC_RULES_MAX_SECONDS_PER_RULE",
           default_value_t = DEFAULT_SECONDS_PER_RULE, value_parser = parse_seconds)]
@@ -158,6 +177,8 @@ impl Default for Limits {
             bytes_per_evaluation: auto_bytes_per_evaluation(),
             objects_per_rule: NO_LIMIT,
             objects_per_evaluation: NO_LIMIT,
+            bytes_per_namespace: 32 * 1024 * 1024,
+            objects_per_namespace: 2000,
             seconds_per_rule: DEFAULT_SECONDS_PER_RULE,
             seconds_per_evaluation: DEFAULT_SECONDS_PER_EVALUATION,
         }
@@ -294,6 +315,10 @@ pub enum Limit {
     ObjectsPerRule,
     /// [`Limits::objects_per_evaluation`].
     ObjectsPerEvaluation,
+    /// [`Limits::bytes_per_namespace`].
+    BytesPerNamespace,
+    /// [`Limits::objects_per_namespace`].
+    ObjectsPerNamespace,
     /// [`Limits::seconds_per_rule`].
     TimePerRule,
     /// [`Limits::seconds_per_evaluation`].
@@ -314,6 +339,8 @@ impl Limit {
             Limit::BytesPerEvaluation => "--max-bytes-per-evaluation",
             Limit::ObjectsPerRule => "--max-objects-per-rule",
             Limit::ObjectsPerEvaluation => "--max-objects-per-evaluation",
+            Limit::BytesPerNamespace => "--max-bytes-per-namespace",
+            Limit::ObjectsPerNamespace => "--max-objects-per-namespace",
             Limit::TimePerRule => "--max-seconds-per-rule",
             Limit::TimePerEvaluation => "--max-seconds-per-evaluation",
         }
@@ -321,11 +348,13 @@ impl Limit {
 
     /// The limits on a rule's or the evaluation's totals of bytes and
     /// objects: which triggers are shed depends on the others'.
-    pub const TOTALS: [Limit; 4] = [
+    pub const TOTALS: [Limit; 6] = [
         Limit::BytesPerRule,
         Limit::BytesPerEvaluation,
         Limit::ObjectsPerRule,
         Limit::ObjectsPerEvaluation,
+        Limit::BytesPerNamespace,
+        Limit::ObjectsPerNamespace,
     ];
 
     /// Whether an error is a trigger shed by one of [`Limit::TOTALS`].
@@ -356,6 +385,8 @@ impl Limit {
             Limit::BytesPerEvaluation => bound(limits.bytes_per_evaluation),
             Limit::ObjectsPerRule => bound(limits.objects_per_rule),
             Limit::ObjectsPerEvaluation => bound(limits.objects_per_evaluation),
+            Limit::BytesPerNamespace => bound(limits.bytes_per_namespace),
+            Limit::ObjectsPerNamespace => bound(limits.objects_per_namespace),
             Limit::TimePerRule => format!("{}s", limits.seconds_per_rule),
             Limit::TimePerEvaluation => format!("{}s", limits.seconds_per_evaluation),
         };
@@ -835,8 +866,24 @@ pub fn shed<'a>(desired: impl Iterator<Item = &'a Desired>, limits: &Limits) -> 
         (limits.objects_per_rule, Limit::ObjectsPerRule),
     );
     let mut kept: Vec<(&TriggerId, &Held)> = Vec::new();
+    // Tenant rules' triggers by namespace: a namespace over its budget
+    // sheds its own heaviest, never another's or a cluster rule's.
+    let mut namespaces: BTreeMap<&str, Vec<(&TriggerId, &Held)>> = BTreeMap::new();
     for (_, triggers) in rules {
         let (k, _) = shed_over(triggers, &list_bytes, rule_limits, limits, &mut out);
+        for t in k {
+            match super::tenant::rule_namespace(&t.0.0) {
+                Some(ns) => namespaces.entry(ns).or_default().push(t),
+                None => kept.push(t),
+            }
+        }
+    }
+    let namespace_limits = (
+        (limits.bytes_per_namespace, Limit::BytesPerNamespace),
+        (limits.objects_per_namespace, Limit::ObjectsPerNamespace),
+    );
+    for (_, triggers) in namespaces {
+        let (k, _) = shed_over(triggers, &list_bytes, namespace_limits, limits, &mut out);
         kept.extend(k);
     }
     let evaluation_limits = (

@@ -37,6 +37,7 @@ pub mod path;
 pub mod shape;
 pub mod store;
 pub mod template;
+pub mod tenant;
 pub mod time;
 mod trigger;
 mod view;
@@ -105,6 +106,9 @@ pub struct Options {
     /// environment variable), named when its value is refused; a param
     /// missing here is named as `--param`.
     pub param_origins: BTreeMap<String, crate::params::Origin>,
+    /// The administrator's settings for NamespacedRbacRules: the
+    /// cluster-scoped kinds they may read and the default ceiling.
+    pub tenancy: tenant::Tenancy,
 }
 
 impl Default for Options {
@@ -118,6 +122,7 @@ impl Default for Options {
             limits: Limits::default(),
             params: BTreeMap::new(),
             param_origins: BTreeMap::new(),
+            tenancy: tenant::Tenancy::default(),
         }
     }
 }
@@ -239,8 +244,13 @@ impl Engine {
     fn guarded(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
         let mut evaluation = emit::evaluate(self, observed, memo);
         let limits = &self.options.limits;
+        let namespaces: Vec<Option<&str>> = self
+            .rules
+            .iter()
+            .map(|r| tenant::rule_namespace(&r.name))
+            .collect();
         for _ in 0..limits::MAX_SHED_PASSES {
-            if memo.within_totals(limits) {
+            if memo.within_totals(limits, &namespaces) {
                 break;
             }
             let (shed, held) = limits::shed(evaluation.desired.iter(), limits);
@@ -312,11 +322,19 @@ impl Compiled {
                 fixed_reports.insert(src.name.clone(), RuleReport::new(RuleState::Inactive));
                 continue;
             }
-            match compile::compile(&src.name, &src.spec, &mut templates).and_then(|mut c| {
-                c.set_params(&options.params, &options.param_origins)
-                    .map_err(|e| vec![e])?;
-                Ok(c)
-            }) {
+            let confined = tenant::confine(
+                &src.name,
+                src.namespace.as_deref(),
+                &src.spec,
+                &options.tenancy,
+            );
+            match confined
+                .and_then(|spec| compile::compile(&src.name, &spec, &mut templates))
+                .and_then(|mut c| {
+                    c.set_params(&options.params, &options.param_origins)
+                        .map_err(|e| vec![e])?;
+                    Ok(c)
+                }) {
                 Ok(c) => compiled.push(c),
                 Err(errs) => {
                     let mut rep = RuleReport::new(RuleState::Failed);
@@ -370,7 +388,21 @@ fn interests_of_rules(rules: &[CompiledRule], options: &Options) -> Vec<Interest
     // a role an emitted binding names grants, what an emitted
     // aggregated role collects, and, under an allow-list, the list's
     // own aggregation.
-    let reads_roles = options.allow.is_some()
+    // A tenant rule's outputs are judged against a ceiling: a ClusterRole
+    // (and what it aggregates) named by its Namespace's label.
+    let tenants = rules
+        .iter()
+        .any(|r| tenant::rule_namespace(&r.name).is_some());
+    if tenants {
+        all.push(Interest {
+            gk: GroupKind::new("", "Namespace"),
+            version: None,
+            metadata_only: true,
+            fields: None,
+        });
+    }
+    let reads_roles = tenants
+        || options.allow.is_some()
         || rules.iter().any(|r| {
             r.spec
                 .outputs

@@ -10,6 +10,7 @@ use super::world::rules_of;
 use crate::api::OutputKind;
 use crate::engine::compile::gk_of;
 use crate::engine::output;
+use crate::engine::tenant::Ceiling;
 use crate::policy::{self, AllowList, Waivers};
 
 /// How policy judges: the waivers, protected selectors and allow-list.
@@ -20,6 +21,8 @@ pub(super) struct Judge<'w, 'a> {
     pub protected: Vec<LabelSelector>,
     /// The allow-list and the rules it allows.
     pub allow: Option<(&'w AllowList, Vec<PolicyRule>)>,
+    /// The ceiling of tenant outputs.
+    pub ceiling: Ceiling<'w>,
 }
 
 fn text<'v>(v: &'v Value, key: &str) -> &'v str {
@@ -61,7 +64,45 @@ impl Judge<'_, '_> {
         } else {
             self.grants_refusals(&rules_of(obj), &format!("{what} grants"), &mut why);
         }
+        // Last: a refusal for the ceiling alone is reported as such.
+        why.extend(self.ceiling_refusal(obj));
         (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// Why a tenant output goes over its namespace's ceiling: a role by
+    /// its rules, a binding by what the role it binds grants as this world
+    /// sees it (emitted or live, aggregation resolved) and as it is live.
+    fn ceiling_refusal(&self, obj: &Value) -> Option<String> {
+        let kind = text(obj, "kind");
+        let meta = &obj["metadata"];
+        let role_ref = kind
+            .ends_with("Binding")
+            .then(|| (text(&obj["roleRef"], "kind"), text(&obj["roleRef"], "name")));
+        let bound = |rk: OutputKind, ns: &str, rn: &str| {
+            let key = (ns.to_string(), rn.to_string());
+            let mut rules = Vec::new();
+            if let Some(seen) = self.world.seen(gk_of(rk), &key) {
+                rules.extend(self.ceiling.with_members(seen.json()));
+            }
+            if let Some(live) = self.world.observed.get(gk_of(rk), &key) {
+                rules.extend(self.ceiling.with_members(live));
+            }
+            rules
+        };
+        self.ceiling.refusal(
+            kind,
+            text(meta, "namespace"),
+            text(meta, "name"),
+            || rules_of(obj),
+            role_ref,
+            || {
+                let subjects = obj["subjects"].as_array().into_iter().flatten();
+                subjects
+                    .map(|s| (text(s, "kind").to_string(), text(s, "name").to_string()))
+                    .collect()
+            },
+            bound,
+        )
     }
 
     /// Denials and allow-list misses of rules `grants` grants.

@@ -82,7 +82,13 @@ fn compile_one(
     options: &Options,
     templates: &mut Templates,
 ) -> Result<CompiledRule, RuleReport> {
-    let errors = match compile::compile(&src.name, &src.spec, templates) {
+    let confined = crate::engine::tenant::confine(
+        &src.name,
+        src.namespace.as_deref(),
+        &src.spec,
+        &options.tenancy,
+    );
+    let errors = match confined.and_then(|spec| compile::compile(&src.name, &spec, templates)) {
         Ok(mut rule) => match rule.set_params(&options.params, &options.param_origins) {
             Ok(()) => return Ok(rule),
             Err(e) => vec![e],

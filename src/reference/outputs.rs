@@ -21,7 +21,7 @@ use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::manifest::{Body, Meta, OwnerRef};
 use crate::engine::output::{self, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::engine::store::{key_of, object_ref};
-use crate::engine::template::shorten;
+use crate::engine::tenant;
 use crate::engine::{Desired, ErrorKind, GroupKind, Manifest};
 use crate::policy;
 
@@ -79,6 +79,7 @@ impl Render<'_> {
     fn object(&self, f: &str, o: &Output, ctx: &mut Context) -> Result<Desired> {
         let name = self.tpl(&format!("{f}.name"), &o.name, ctx)?;
         output::validate_name(format!("{f}.name"), &name)?;
+        tenant::check_output_name(&self.rule.name, o.kind, format!("{f}.name"), &name)?;
         let namespace = self.namespace(f, o, ctx)?;
         let (labels, annotations) = self.metadata(f, o, ctx)?;
         let (body, refusal) = if o.kind.is_role() {
@@ -164,7 +165,10 @@ impl Render<'_> {
             output::validate_key(&annotations_at, k)?;
         }
         labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
-        labels.insert(output::rule_label(), shorten(&self.rule.name, 63));
+        labels.insert(
+            output::rule_label(),
+            tenant::rule_label_value(&self.rule.name),
+        );
         annotations.insert(output::rule_annotation(), self.rule.name.clone());
         if self.rule.spec.deletion_policy == DeletionPolicy::Delete {
             annotations.insert(

@@ -109,6 +109,7 @@ pub(super) fn judge_all(world: &World, options: &Options) -> Verdicts {
         waivers: &options.waivers,
         protected,
         allow,
+        ceiling: crate::engine::tenant::Ceiling::new(world.observed, &options.tenancy),
     };
     let mut keys: Vec<OutKey> = world.emitted.by_key.keys().cloned().collect();
     for kind in OutputKind::ALL {

@@ -82,7 +82,7 @@ fn rule_report(
     let refused: Vec<_> = v.refused.values().filter(|r| mine(&r.rule)).collect();
     for r in &refused {
         report.errors.push(error(
-            ErrorKind::EscalationDenied,
+            crate::engine::tenant::refusal_kind(&r.why),
             rule,
             &r.field,
             r.trigger.clone(),

@@ -137,11 +137,25 @@ impl Memo {
     /// by many counted for each) bounds what they hold from above; the
     /// evaluation's bytes as last measured plus what was rendered since
     /// bound them too.
-    pub(in crate::engine) fn within_totals(&self, limits: &crate::engine::Limits) -> bool {
+    /// `namespaces` holds each rule's namespace (a tenant rule's), by its
+    /// place in evaluation order.
+    pub(in crate::engine) fn within_totals(
+        &self,
+        limits: &crate::engine::Limits,
+        namespaces: &[Option<&str>],
+    ) -> bool {
         let (mut bytes, mut objects, mut rendered) = (0usize, 0usize, 0usize);
-        for r in &self.rules {
+        let mut per_namespace: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for (i, r) in self.rules.iter().enumerate() {
             if r.held > limits.bytes_per_rule || r.emitted > limits.objects_per_rule {
                 return false;
+            }
+            if let Some(Some(ns)) = namespaces.get(i) {
+                let t = per_namespace.entry(ns).or_default();
+                *t = (t.0.saturating_add(r.held), t.1.saturating_add(r.emitted));
+                if t.0 > limits.bytes_per_namespace || t.1 > limits.objects_per_namespace {
+                    return false;
+                }
             }
             bytes = bytes.saturating_add(r.held);
             objects = objects.saturating_add(r.emitted);

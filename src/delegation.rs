@@ -1,0 +1,152 @@
+//! What admission would refuse of a NamespacedRbacRule for its author
+//! (`render --as`, a rule test's `author:`), offline, from the RBAC objects
+//! of the input: the first of the two layers of delegation
+//! (docs/rules.md "Namespaced rules"; the ValidatingAdmissionPolicy is the
+//! same check on a real API server).
+//!
+//! The author must hold, in the rule's namespace, every permission the
+//! rule's *static* rules grant (each literal entry of an output's `rules`,
+//! judged as RBAC covers it) and `bind` on every role it binds by a literal
+//! name. What templates fill in at run time cannot be judged here: the
+//! ceiling judges it at evaluation (the second layer).
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde_json::Value;
+
+use crate::api::OutputKind;
+use crate::engine::RuleSource;
+use crate::engine::template::Templates;
+use crate::ruletest::{Access, Subject, World};
+
+/// The kinds of the RBAC objects the check reads.
+pub const RBAC_KINDS: &[&str] = &["ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"];
+
+/// An author: a user name and the groups they are in
+/// (`system:authenticated` is added, as the API server does).
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Author {
+    /// The user name (`system:serviceaccount:NS:NAME` for a ServiceAccount).
+    pub user: String,
+    /// Groups.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// Whether a value holds no template anywhere (and so is known before any
+/// data is read).
+fn literal(v: &Value) -> bool {
+    match v {
+        Value::String(s) => Templates::is_literal(s),
+        Value::Array(a) => a.iter().all(literal),
+        Value::Object(m) => m
+            .iter()
+            .all(|(k, v)| Templates::is_literal(k) && literal(v)),
+        _ => true,
+    }
+}
+
+/// What admission would refuse of the tenant rule `rule` written by
+/// `author`, one line each; empty when it would admit it (a cluster rule
+/// is not a tenant's: nothing to check). `rbac` holds the RBAC objects
+/// the author's permissions are read from.
+pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<String> {
+    let Some(ns) = rule.namespace.as_deref() else {
+        return Vec::new();
+    };
+    let access = Access {
+        user: Some(author.user.clone()),
+        groups: author.groups.clone(),
+        ..Access::default()
+    };
+    let subject = match Subject::of(&access) {
+        Ok(s) => s,
+        Err(e) => return vec![format!("author: {e}")],
+    };
+    let world = World::new(rbac, &[]);
+    let held = held_in(&world, &subject, ns);
+    let who = &subject.show;
+    let mut out = Vec::new();
+    for (i, o) in rule.spec.outputs.iter().enumerate() {
+        let f = format!("spec.outputs[{i}]");
+        for (j, entry) in o
+            .rules
+            .iter()
+            .flat_map(|r| r.as_array())
+            .flatten()
+            .enumerate()
+        {
+            if !literal(entry)
+                || crate::engine::compile::directive(entry)
+                    .ok()
+                    .flatten()
+                    .is_some()
+            {
+                continue;
+            }
+            let Ok(requested) = serde_json::from_value::<PolicyRule>(entry.clone()) else {
+                continue;
+            };
+            let (_, missing) = crate::policy::covers(&held, std::slice::from_ref(&requested));
+            if !missing.is_empty() {
+                out.push(format!(
+                    "{f}.rules[{j}]: {who} does not hold, in namespace {ns:?}, {}: no one grants what they do not hold",
+                    crate::policy::describe_all(&missing)
+                ));
+            }
+        }
+        if o.kind != OutputKind::RoleBinding {
+            continue;
+        }
+        let Some(r) = &o.role_ref else { continue };
+        if !Templates::is_literal(&r.kind) || !Templates::is_literal(&r.name) {
+            continue;
+        }
+        let resource = if r.kind == "Role" {
+            "roles"
+        } else {
+            "clusterroles"
+        };
+        let bind = PolicyRule {
+            api_groups: Some(vec!["rbac.authorization.k8s.io".to_string()]),
+            resources: Some(vec![resource.to_string()]),
+            verbs: vec!["bind".to_string()],
+            resource_names: Some(vec![r.name.clone()]),
+            non_resource_urls: None,
+        };
+        if !crate::policy::covers(&held, std::slice::from_ref(&bind)).0 {
+            out.push(format!(
+                "{f}.roleRef: {who} may not bind {} {:?} in namespace {ns:?} (bind on {resource} is needed)",
+                r.kind, r.name
+            ));
+        }
+    }
+    out
+}
+
+/// Every rule `subject` holds in `namespace`: through ClusterRoleBindings
+/// and the namespace's RoleBindings.
+fn held_in(world: &World, subject: &Subject, namespace: &str) -> Vec<PolicyRule> {
+    let mut held = Vec::new();
+    for b in &world.bindings {
+        let kind = b["kind"].as_str().unwrap_or_default();
+        let bns = b["metadata"]["namespace"].as_str().unwrap_or_default();
+        if kind == "RoleBinding" && bns != namespace {
+            continue;
+        }
+        let subjects = b["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        if !subjects.iter().any(|x| subject.matches(x, bns)) {
+            continue;
+        }
+        let role = b["roleRef"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let rules = match b["roleRef"]["kind"].as_str() {
+            Some("Role") => world.roles.get(&(bns.to_string(), role)),
+            _ => world.cluster_roles.get(&role),
+        };
+        held.extend(rules.into_iter().flatten().cloned());
+    }
+    held
+}

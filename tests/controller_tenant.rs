@@ -15,7 +15,7 @@ use rbac_rules::api::RbacRule;
 use rbac_rules::controller::status::Hold;
 use rbac_rules::controller::tenants;
 use serde_json::{Value, json};
-use support::api::{pair, rule, snapshot, store, syncer};
+use support::api::{namespace, pair, rule, snapshot, store, syncer};
 
 const TENANT_STATUS: &str =
     "/apis/rbacrules.io/v1alpha1/namespaces/team-a/namespacedrbacrules/delegate/status";
@@ -34,6 +34,14 @@ fn tenant(spec: Value) -> RbacRule {
 fn static_role() -> Value {
     json!({"outputs": [{"kind": "Role", "name": "pod-reader",
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}]})
+}
+
+/// The namespace's ceiling: an `admin` ClusterRole (here: pods only).
+fn admin_role() -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "admin", "uid": "admin-uid"},
+        "rules": [{"apiGroups": [""], "resources": ["pods", "pods/exec"],
+                   "verbs": ["get", "list", "watch", "create"]}]})
 }
 
 fn by_key(list: Vec<RbacRule>) -> BTreeMap<String, RbacRule> {
@@ -149,29 +157,24 @@ async fn a_failed_status_write_of_a_tenant_rule_touches_only_that_rule() {
 }
 
 #[tokio::test]
-#[ignore = "needs the engine's tenant outputs (branch i44-engine: a tenant Role defaults to its rule's namespace)"]
 async fn a_tenant_rules_role_is_applied_in_its_namespace_then_its_status_and_event() {
     let (client, mut server) = pair();
     let rules = by_key(vec![tenant(static_role())]);
-    let observed = store(vec![]);
+    let observed = store(vec![namespace("team-a", json!({})), admin_role()]);
     let owned = BTreeMap::new();
     let holds = BTreeMap::new();
     let scenario = tokio::spawn(async move {
-        // The written name is the engine's (a tenant's names cannot collide
-        // with anyone else's): here only where it goes matters.
-        let apply = server.next().await;
-        assert_eq!(apply.method, Method::PATCH);
-        assert!(
-            apply.path.starts_with(ROLES),
-            "{} {}",
-            apply.path,
-            apply.body
-        );
-        assert_eq!(
-            apply.content_type.as_deref(),
-            Some("application/apply-patch+yaml")
-        );
+        // Written under the engine's tenant name (no one else's name can be
+        // it), in the rule's namespace.
+        let apply = server
+            .next()
+            .await
+            .expect_create(&format!("{ROLES}tenant:delegate:pod-reader"));
         assert_eq!(apply.body["metadata"]["namespace"], "team-a");
+        assert_eq!(
+            apply.body["metadata"]["annotations"]["rbacrules.io/rule"],
+            "team-a/delegate"
+        );
         assert_eq!(
             apply.body["rules"],
             json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}])
@@ -204,4 +207,52 @@ async fn a_tenant_rules_role_is_applied_in_its_namespace_then_its_status_and_eve
     drop(s);
     scenario.await.expect("scenario");
     assert!(!report.retry);
+}
+
+#[tokio::test]
+async fn a_tenant_output_over_the_ceiling_is_refused_with_its_status_and_an_event_in_its_namespace()
+{
+    let (client, mut server) = pair();
+    let secrets = json!({"outputs": [{"kind": "Role", "name": "secret-reader",
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]}]});
+    let rules = by_key(vec![tenant(secrets.clone())]);
+    let observed = store(vec![namespace("team-a", json!({})), admin_role()]);
+    let owned = BTreeMap::new();
+    let holds = BTreeMap::new();
+    let scenario = tokio::spawn(async move {
+        // No write of the Role: only the rule's status and a Warning.
+        let status = server.next().await.expect(Method::PATCH, TENANT_STATUS);
+        let degraded = status.body["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Degraded"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(degraded["status"], "True", "{}", status.body);
+        assert_eq!(degraded["reason"], "OverCeiling", "{}", status.body);
+        assert!(
+            degraded["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("tenant:delegate:secret-reader")),
+            "{}",
+            status.body
+        );
+        let echoed = json!({"apiVersion": "rbacrules.io/v1alpha1",
+            "kind": "NamespacedRbacRule",
+            "metadata": {"name": "delegate", "namespace": "team-a"},
+            "spec": secrets, "status": status.body["status"].clone()});
+        status.respond(200, echoed);
+
+        let event = server.next().await.expect(Method::POST, TENANT_EVENTS);
+        assert_eq!(event.body["reason"], "OverCeiling");
+        assert_eq!(event.body["type"], "Warning");
+        assert_regarding_tenant(&event.body);
+        let body = event.body.clone();
+        event.respond(201, body);
+        server.done().await;
+    });
+    let mut s = syncer(client);
+    let report = s.sync(&snapshot(&rules, &observed, &owned, &holds)).await;
+    drop(s);
+    scenario.await.expect("scenario");
+    assert!(report.plan.applies.is_empty(), "nothing written");
 }

@@ -217,6 +217,9 @@ pub struct World {
     /// Rules moved to the slow lane, with the spec that was slow: a new
     /// spec gets a new chance in the main pass.
     slow: BTreeMap<String, RbacRuleSpec>,
+    /// What tenant rules may read (`--tenant-readable-kinds`): part of
+    /// what they watch.
+    pub tenancy: crate::engine::tenant::Tenancy,
 }
 
 /// What a feed item changed.
@@ -964,6 +967,7 @@ impl World {
         let options = Options {
             manage,
             allow: self.allow_name.as_ref().map(|_| Default::default()),
+            tenancy: self.tenancy.clone(),
             ..Options::default()
         };
         self.rule_kinds

@@ -236,7 +236,13 @@ async fn may(
             resource_attributes: Some(ResourceAttributes {
                 namespace: Some(ns.to_string()),
                 verb: Some(verb.to_string()),
-                resource: Some(resource.to_string()),
+                resource: Some(
+                    resource
+                        .split_once('.')
+                        .map_or(resource, |(r, _)| r)
+                        .to_string(),
+                ),
+                group: resource.split_once('.').map(|(_, g)| g.to_string()),
                 subresource: sub.map(str::to_string),
                 ..ResourceAttributes::default()
             }),
@@ -382,7 +388,7 @@ async fn tenants_grant_only_what_they_hold_and_reach_nothing_else() {
             &[],
             &a,
             "create",
-            "namespacedrbacrules",
+            "namespacedrbacrules.rbacrules.io",
             None,
         )
         .await
@@ -543,7 +549,7 @@ async fn tenants_grant_only_what_they_hold_and_reach_nothing_else() {
 
     // 3. Refused at evaluation: what admission cannot see.
     create_rule(&alice, &a, "masters", json!([{"kind": "RoleBinding", "name": "masters",
-        "roleRef": {"kind": "Role", "name": "tenant:on-call:incident-exec"},
+        "roleRef": {"kind": "ClusterRole", "name": "view"},
         "subjects": [{"kind": "Group", "name": "system:masters", "apiGroup": "rbac.authorization.k8s.io"}]}]))
     .await
     .expect("admitted: subjects are the ceiling's");

@@ -191,6 +191,72 @@ mod tests {
         assert!(is_tenant_key("team-a/r") && !is_tenant_key("r"));
     }
 
+    fn rule(ns: Option<&str>, name: &str) -> RbacRule {
+        let mut r = RbacRule::new(
+            name,
+            serde_json::from_value(json!({"outputs": []})).unwrap(),
+        );
+        r.metadata.namespace = ns.map(str::to_string);
+        r
+    }
+
+    fn list(w: &mut super::super::world::World, tenant: bool, rules: Vec<RbacRule>) {
+        let feed = |ev| {
+            if tenant {
+                Feed::Tenants(Box::new(ev))
+            } else {
+                Feed::Rules(Box::new(ev))
+            }
+        };
+        w.apply(feed(Event::Init));
+        for r in rules {
+            w.apply(feed(Event::InitApply(r)));
+        }
+        w.apply(feed(Event::InitDone));
+    }
+
+    /// A relist of either watch replaces only its own kind's rules, and a
+    /// tenant rule named like a cluster rule is another rule.
+    #[test]
+    fn each_watchs_list_replaces_only_its_own_rules() {
+        let mut w = super::super::world::World::new(None);
+        list(&mut w, false, vec![rule(None, "r")]);
+        list(
+            &mut w,
+            true,
+            vec![rule(Some("team-a"), "r"), rule(Some("team-b"), "r")],
+        );
+        let keys = |w: &super::super::world::World| w.rules.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&w), ["r", "team-a/r", "team-b/r"]);
+        list(&mut w, false, vec![]);
+        assert_eq!(keys(&w), ["team-a/r", "team-b/r"]);
+        list(&mut w, true, vec![rule(Some("team-b"), "r")]);
+        assert_eq!(keys(&w), ["team-b/r"]);
+        w.apply(Feed::Tenants(Box::new(Event::Delete(rule(
+            Some("team-b"),
+            "r",
+        )))));
+        assert!(w.rules.is_empty());
+    }
+
+    /// Without the NamespacedRbacRule kind (its CRD not installed), the
+    /// controller is not held up: the tenant list counts as empty, once.
+    #[test]
+    fn an_unserved_tenant_kind_is_an_empty_list() {
+        let mut w = super::super::world::World::new(None);
+        list(&mut w, false, vec![rule(None, "r")]);
+        let not_found = || {
+            let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+        };
+        let change = w.apply(Feed::Error(Source::Tenants, not_found()));
+        assert!(change.rules);
+        assert_eq!(w.rules.keys().collect::<Vec<_>>(), ["r"]);
+        // The watcher retries with backoff: again 404, no new pass.
+        let again = w.apply(Feed::Error(Source::Tenants, not_found()));
+        assert!(!again.rules && !again.dirty);
+    }
+
     #[test]
     fn a_tenant_rules_events_are_about_it_in_its_namespace() {
         let mut r = RbacRule::new("r", serde_json::from_value(json!({"outputs": []})).unwrap());

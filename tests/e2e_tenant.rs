@@ -89,17 +89,22 @@ fn event_ar() -> ApiResource {
 struct Controller {
     child: Child,
     log: PathBuf,
+    port: u16,
 }
 
 impl Controller {
     fn start(kubeconfig: &Path, log: PathBuf) -> Controller {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
         let out = std::fs::File::create(&log).expect("create controller log");
         let mut cmd = support::cli::rbac_rules();
         cmd.args([
             "run",
             "--leader-election=false",
             "--metrics-address",
-            "127.0.0.1:0",
+            &format!("127.0.0.1:{port}"),
             "--identity",
             "rbac-rules-e2e-tenant",
             "--debounce-ms",
@@ -123,7 +128,35 @@ impl Controller {
             child.id(),
             log.display()
         );
-        Controller { child, log }
+        Controller { child, log, port }
+    }
+
+    /// Waits until `/readyz` answers 200: the first sync is done.
+    async fn wait_ready(&mut self) {
+        let port = self.port;
+        eventually("the controller's /readyz", async || {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the controller exited: {status}");
+            }
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            s.write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .await
+                .map_err(|e| format!("write: {e}"))?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf)
+                .await
+                .map_err(|e| format!("read: {e}"))?;
+            let text = String::from_utf8_lossy(&buf);
+            if text.starts_with("HTTP/1.1 200") {
+                Ok(())
+            } else {
+                Err(text.lines().next().unwrap_or_default().to_string())
+            }
+        })
+        .await;
     }
 
     fn log(&self) -> String {
@@ -133,6 +166,12 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+            eprintln!("--- controller log (tail) ---\n{tail}\n--- end ---");
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -400,7 +439,8 @@ async fn tenants_grant_only_what_they_hold_and_reach_nothing_else() {
     })
     .await;
 
-    let controller = Controller::start(&path, dir.path().join("controller.log"));
+    let mut controller = Controller::start(&path, dir.path().join("controller.log"));
+    controller.wait_ready().await;
 
     // 1. What alice holds, she may grant; it works.
     let on_call = json!([
@@ -558,7 +598,7 @@ async fn tenants_grant_only_what_they_hold_and_reach_nothing_else() {
         &ar("", "v1", "ConfigMap", "configmaps"),
         Some(&a),
         &json!({"apiVersion": "v1",
-        "kind": "ConfigMap", "metadata": {"name": "ask", "namespace": a},
+        "kind": "ConfigMap", "metadata": {"name": "ask", "namespace": a, "labels": {"ask": "yes"}},
         "data": {"verb": "escalate"}}),
     )
     .await;
@@ -567,7 +607,7 @@ async fn tenants_grant_only_what_they_hold_and_reach_nothing_else() {
         &a,
         "templated",
         json!({
-        "trigger": {"kind": "ConfigMap"},
+        "trigger": {"kind": "ConfigMap", "selector": {"matchLabels": {"ask": "yes"}}},
         "outputs": [
             {"kind": "Role", "name": "fine-{{trigger.metadata.name}}",
              "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},

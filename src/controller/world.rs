@@ -1221,6 +1221,10 @@ mod tests {
         for k in OutputKind::ALL {
             listed(&mut w, |e| owned(k, e), vec![]);
         }
+        // Nothing is written before the tenant rules have listed too.
+        assert!(!w.base_synced());
+        w.apply(Feed::Tenants(Box::new(Event::Init)));
+        w.apply(Feed::Tenants(Box::new(Event::InitDone)));
         assert!(w.base_synced());
         w
     }
@@ -1572,6 +1576,8 @@ mod tests {
         for k in OutputKind::ALL {
             listed(&mut w, |e| owned(k, e), vec![]);
         }
+        w.apply(Feed::Tenants(Box::new(Event::Init)));
+        w.apply(Feed::Tenants(Box::new(Event::InitDone)));
         assert!(!w.base_synced());
         w.apply(Feed::Allow(Box::new(Event::Init)));
         w.apply(Feed::Allow(Box::new(Event::InitDone)));

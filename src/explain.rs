@@ -308,13 +308,29 @@ fn explain_object(
     if let Some((origin, _)) = origin {
         t.push_str(&format!(" ({origin})"));
     }
+    // A NamespacedRbacRule's: which namespace's admins wrote it.
+    if let Some((rule_ns, local)) = rule.split_once('/') {
+        t.push_str(&format!(
+            "\n  from:     NamespacedRbacRule {local} in namespace {rule_ns}"
+        ));
+        data["ruleNamespace"] = json!(rule_ns);
+    }
     t.push('\n');
     t.push_str(&format!(
         "  trigger:  {}\n",
         trigger.unwrap_or("none (a static rule)")
     ));
     let templates = origin
-        .map(|(origin, source)| templates_naming(origin, source, kind, name))
+        .map(|(origin, source)| {
+            // A tenant rule's template renders the name without its prefix.
+            let rendered = match rule.split_once('/') {
+                Some((_, local)) => name
+                    .strip_prefix(&crate::engine::tenant::output_prefix(local))
+                    .unwrap_or(name),
+                None => name,
+            };
+            templates_naming(origin, source, kind, rendered)
+        })
         .unwrap_or_default();
     for m in &templates {
         let line = m.line.map(|l| format!(", line {l}")).unwrap_or_default();
@@ -510,6 +526,15 @@ fn explain_binding(
         "cluster-wide".to_string()
     };
     let mut t = format!("  {scope}: {kind} {bname} → {role_kind} {role}\n");
+    // Which rule made the binding, and for a NamespacedRbacRule, where.
+    let made_by = b["metadata"]["annotations"]["rbacrules.io/rule"].as_str();
+    match made_by.map(|r| (r, r.split_once('/'))) {
+        Some((_, Some((rule_ns, local)))) => t.push_str(&format!(
+            "    made by NamespacedRbacRule {local} in namespace {rule_ns}\n"
+        )),
+        Some((r, None)) => t.push_str(&format!("    made by RbacRule {r}\n")),
+        None => {}
+    }
     let aggregates = if role_kind == "ClusterRole" {
         aggregated_from(role, inputs, output)
     } else {
@@ -534,6 +559,7 @@ fn explain_binding(
         "aggregates": aggregates,
         "rules": rules,
         "roleFound": rules.is_some(),
+        "rule": made_by,
     });
     (t, data)
 }

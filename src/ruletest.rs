@@ -76,6 +76,12 @@ pub struct TestSpec {
     /// shipped Deployment runs them.
     #[serde(default, alias = "allowList")]
     pub allow: Option<String>,
+    /// Who writes the rules: each NamespacedRbacRule is checked as
+    /// admission would check it for this author (`render --as`), against
+    /// the RBAC objects of `objects`; what it would refuse fails the test
+    /// unless `expect.errors` names it.
+    #[serde(default)]
+    pub author: Option<crate::delegation::Author>,
     /// What must hold.
     #[serde(default)]
     pub expect: Expect,
@@ -191,7 +197,7 @@ pub fn run_one_with(doc: &Document, allow: Option<&Path>) -> Outcome {
 /// manage level, rules, objects or allow-list) fails with that reason
 /// alone.
 fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>) -> Vec<String> {
-    let (inputs, eval) = match evaluate(file, name, spec, default_allow) {
+    let (inputs, eval, admission) = match evaluate(file, name, spec, default_allow) {
         Ok(run) => run,
         Err(setup) => return setup,
     };
@@ -204,7 +210,7 @@ fn check(file: &Path, name: &str, spec: &TestSpec, default_allow: Option<&Path>)
                 .to_string(),
         );
     }
-    failures.extend(error_failures(&e.errors, &eval));
+    failures.extend(error_failures(&e.errors, &eval, &admission));
     let output: Vec<Value> = eval.desired.iter().map(|d| d.object.to_value()).collect();
     failures.extend(object_failures(e, &output));
     failures.extend(access_failures(&e.access, &inputs, &output));
@@ -218,7 +224,7 @@ fn evaluate(
     name: &str,
     spec: &TestSpec,
     default_allow: Option<&Path>,
-) -> Result<(Vec<Value>, Evaluation), Vec<String>> {
+) -> Result<(Vec<Value>, Evaluation, Vec<String>), Vec<String>> {
     let base = file.parent().unwrap_or(Path::new("."));
     let manage = match spec.manage.as_deref().map(crate::parse_manage) {
         None => ManageLevel::All,
@@ -260,7 +266,24 @@ fn evaluate(
         },
     );
     let eval = engine.evaluate(&store);
-    Ok((inputs, eval))
+    // What admission would refuse of the author's tenant rules.
+    let admission = match &spec.author {
+        Some(author) => rule_sources
+            .iter()
+            .flat_map(|r| {
+                crate::delegation::refusals(r, &inputs, author)
+                    .into_iter()
+                    .map(move |why| {
+                        format!(
+                            "admission would refuse NamespacedRbacRule {:?}: {why}",
+                            r.name
+                        )
+                    })
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok((inputs, eval, admission))
 }
 
 /// A test's input objects: each entry a file (relative to the test's
@@ -281,8 +304,9 @@ fn test_objects(base: &Path, objects: &[Value]) -> Result<Vec<Value>, String> {
 
 /// Each expected error no render error contains; with none expected, every
 /// render error is a failure.
-fn error_failures(expected: &[String], eval: &Evaluation) -> Vec<String> {
-    let errors: Vec<String> = eval.errors().map(|e| e.to_string()).collect();
+fn error_failures(expected: &[String], eval: &Evaluation, admission: &[String]) -> Vec<String> {
+    let mut errors: Vec<String> = eval.errors().map(|e| e.to_string()).collect();
+    errors.extend(admission.iter().cloned());
     let mut failures = Vec::new();
     for want in expected {
         if !errors.iter().any(|e| e.contains(want.as_str())) {

@@ -299,7 +299,7 @@ fn lint_document(doc: &Document, schemas: &Schemas, out: &mut Vec<Finding>) {
             message,
         })
     };
-    if !lint_loads(doc, &name, &mut push) {
+    if !lint_loads(doc, &mut push) {
         return;
     }
     let spec = &doc.value["spec"];
@@ -342,7 +342,7 @@ fn lint_weak_lineage(spec: &Value, push: &mut impl FnMut(Severity, &str, String)
 
 /// Whether the document loads as a rule (else its errors are reported and
 /// nothing more is checked); the engine's compile errors are reported too.
-fn lint_loads(doc: &Document, name: &str, push: &mut impl FnMut(Severity, &str, String)) -> bool {
+fn lint_loads(doc: &Document, push: &mut impl FnMut(Severity, &str, String)) -> bool {
     let source = match rules::parse_rule_all(doc) {
         Ok(s) => s,
         Err(errs) => {
@@ -360,7 +360,19 @@ fn lint_loads(doc: &Document, name: &str, push: &mut impl FnMut(Severity, &str, 
         }
     };
     let mut templates = Templates::new();
-    if let Err(errs) = crate::engine::compile::compile(name, &source.spec, &mut templates) {
+    // A NamespacedRbacRule is checked as it runs: confined to its
+    // namespace (with the default settings: no cluster-scoped kind
+    // readable).
+    let confined = crate::engine::tenant::confine(
+        &source.name,
+        source.namespace.as_deref(),
+        &source.spec,
+        &crate::engine::tenant::Tenancy::default(),
+    );
+    let compiled = confined.and_then(|spec| {
+        crate::engine::compile::compile(&source.name, &spec, &mut templates).map(|_| ())
+    });
+    if let Err(errs) = compiled {
         for e in errs {
             push(Severity::Error, &e.field, e.message);
         }

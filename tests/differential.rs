@@ -267,6 +267,15 @@ fn generated_objects() -> Vec<Value> {
             json!({"rbac.crossplane.io/aggregate-to-edit": "true"}),
             json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
         ),
+        // The tenants' default ceiling.
+        role(
+            "admin",
+            json!({}),
+            json!([{"apiGroups": ["", "apps"], "resources": ["pods", "configmaps"], "verbs": ["get", "list", "create"]}]),
+        ),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "builder", "namespace": "team-b", "uid": "u-sa-b",
+                            "creationTimestamp": "2026-01-01T00:00:00Z"}}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
                "metadata": {"name": "worker", "namespace": "team-a", "uid": "u-sa",
                             // The same instant as its Namespace's, with an offset:
@@ -407,6 +416,44 @@ spec:
     name: "{name}"
     roleRef: {{kind: ClusterRole, name: "{role_ref}"}}
     subjects: [{{kind: Group, name: "{subject}"}}]
+---
+# Tenants: the same shapes confined to a namespace, under its ceiling.
+apiVersion: rbacrules.io/v1alpha1
+kind: NamespacedRbacRule
+metadata: {{name: gen-tenant, namespace: team-a}}
+spec:
+  trigger: {{kind: ServiceAccount}}
+  related:
+  - name: peers
+    objects: {{kind: Namespace, metadataOnly: true}}
+  - name: sas
+    objects: {{kind: ServiceAccount, {lineage}}}
+  outputs:
+  - kind: Role
+    name: "{name}"
+    rules:
+    - {{apiGroups: [{group}], resources: [pods], verbs: ["{verb}"]}}
+  - kind: RoleBinding
+    forEach: related.sas
+    as: sa
+    name: "t-{{{{sa.metadata.name}}}}-{{{{len related.peers}}}}"
+    roleRef: {{kind: ClusterRole, name: "{role_ref}"}}
+    subjects: [{{kind: User, name: "{subject}"}}]
+  - kind: RoleBinding
+    name: own
+    roleRef: {{kind: Role, name: "tenant:gen-tenant:{name}"}}
+    subjects: [{{kind: Group, name: "system:serviceaccounts:team-a"}}]
+---
+apiVersion: rbacrules.io/v1alpha1
+kind: NamespacedRbacRule
+metadata: {{name: gen-tenant, namespace: team-b}}
+spec:
+  trigger: {{kind: ServiceAccount}}
+  outputs:
+  - kind: Role
+    name: "{name}"
+    rules:
+    - {{apiGroups: [""], resources: [pods], verbs: ["{verb}"]}}
 "#
     );
     rbac_rules::rules::parse_text(Path::new("generated.yaml"), &yaml)
@@ -1090,4 +1137,30 @@ fn touched(o: &Value) -> Value {
             json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]);
     }
     o
+}
+
+/// The tenant golden cases' NamespacedRbacRules (confined reads, the
+/// ceiling by a Namespace's label, refusals, compile errors) with cluster
+/// rules beside them: both evaluators agree after every change.
+#[test]
+fn tenant_rule_sets_agree_over_change_sequences() {
+    let seeds = seed_clusters();
+    let mut all = Vec::new();
+    for case in [
+        "tests/golden/tenant-basic",
+        "tests/golden/tenant-over-ceiling",
+        "tests/golden/tenant-cross-namespace",
+    ] {
+        let rules = load(&format!("{case}/rules.yaml"));
+        assert!(rules.iter().any(|r| r.namespace.is_some()), "{case}");
+        sequences(case, rules.clone(), &seeds, cases());
+        for r in rules {
+            if !all.iter().any(|a: &RuleSource| a.name == r.name) {
+                all.push(r);
+            }
+        }
+    }
+    sequences("tenant rules together", all, &seeds, cases());
+    let s = stats();
+    assert!(s.desired > 0 && s.errors > 0 && s.revoked > 0, "{s:?}");
 }

@@ -219,6 +219,8 @@ fn run_rules(
     for (from, _) in takes.iter().flatten() {
         handed_on[*from] = true;
     }
+    // What each namespace's tenant rules spent rendering so far.
+    let mut namespace_time: BTreeMap<&str, std::time::Duration> = BTreeMap::new();
     for (idx, rule) in engine.rules.iter().enumerate() {
         if held(idx) {
             continue;
@@ -228,6 +230,15 @@ fn run_rules(
             super::memo::share_derived(&mut rm, &mut memo.rules[from], common);
         }
         let before = rm.signature.clone();
+        // A tenant rule renders within what is left of its namespace's time.
+        let tenant = super::tenant::rule_namespace(&rule.name);
+        let started = std::time::Instant::now();
+        let _namespace_scope = tenant.map(|ns| {
+            let budget =
+                std::time::Duration::from_secs_f64(engine.options.limits.seconds_per_namespace);
+            let spent = namespace_time.get(ns).copied().unwrap_or_default();
+            limits::namespace(budget.saturating_sub(spent))
+        });
         let deltas = run_rule(
             engine,
             (idx, rule, handed_on[idx]),
@@ -236,6 +247,9 @@ fn run_rules(
             &mut rm,
             changes,
         );
+        if let Some(ns) = tenant {
+            *namespace_time.entry(ns).or_default() += started.elapsed();
+        }
         if !deltas.is_empty() {
             report_dirty.insert(idx);
         }

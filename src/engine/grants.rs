@@ -143,9 +143,7 @@ impl Judge<'_, '_> {
             rules
         };
         self.ceiling.refusal(
-            obj.kind(),
-            obj.namespace(),
-            obj.name(),
+            (obj.kind(), obj.namespace(), obj.name()),
             own,
             obj.role_ref(),
             || obj.subjects(),

@@ -157,6 +157,14 @@ pub struct Limits {
     #[arg(long = "max-seconds-per-rule", env = "RBAC_RULES_MAX_SECONDS_PER_RULE",
           default_value_t = DEFAULT_SECONDS_PER_RULE, value_parser = parse_seconds)]
     pub seconds_per_rule: f64,
+    /// Wall time all NamespacedRbacRules of one namespace may spend
+    /// rendering in one evaluation together, in seconds: past it, the
+    /// trigger rendering fails and so does every later trigger of that
+    /// namespace's rules in that evaluation (other namespaces and cluster
+    /// rules go on).
+    #[arg(long = "max-seconds-per-namespace", env = "RBAC_RULES_MAX_SECONDS_PER_NAMESPACE",
+          default_value_t = DEFAULT_SECONDS_PER_RULE, value_parser = parse_seconds)]
+    pub seconds_per_namespace: f64,
     /// Wall time one evaluation of all rules may take, in seconds.
     #[arg(long = "max-seconds-per-evaluation", env = "RBAC_RULES_MAX_SECONDS_PER_EVALUATION",
           default_value_t = DEFAULT_SECONDS_PER_EVALUATION, value_parser = parse_seconds)]
@@ -180,6 +188,7 @@ impl Default for Limits {
             bytes_per_namespace: 32 * 1024 * 1024,
             objects_per_namespace: 2000,
             seconds_per_rule: DEFAULT_SECONDS_PER_RULE,
+            seconds_per_namespace: DEFAULT_SECONDS_PER_RULE,
             seconds_per_evaluation: DEFAULT_SECONDS_PER_EVALUATION,
         }
     }
@@ -323,6 +332,8 @@ pub enum Limit {
     TimePerRule,
     /// [`Limits::seconds_per_evaluation`].
     TimePerEvaluation,
+    /// [`Limits::seconds_per_namespace`].
+    TimePerNamespace,
 }
 
 impl Limit {
@@ -343,6 +354,7 @@ impl Limit {
             Limit::ObjectsPerNamespace => "--max-objects-per-namespace",
             Limit::TimePerRule => "--max-seconds-per-rule",
             Limit::TimePerEvaluation => "--max-seconds-per-evaluation",
+            Limit::TimePerNamespace => "--max-seconds-per-namespace",
         }
     }
 
@@ -389,6 +401,7 @@ impl Limit {
             Limit::ObjectsPerNamespace => bound(limits.objects_per_namespace),
             Limit::TimePerRule => format!("{}s", limits.seconds_per_rule),
             Limit::TimePerEvaluation => format!("{}s", limits.seconds_per_evaluation),
+            Limit::TimePerNamespace => format!("{}s", limits.seconds_per_namespace),
         };
         format!("limit exceeded: {what} (limit {value}, {})", self.flag())
     }
@@ -521,6 +534,9 @@ fn time_message(limits: &Limits, of: Limit) -> String {
         Limit::TimePerEvaluation => {
             "the evaluation took too long (this trigger was cut off when the time was up)"
         }
+        Limit::TimePerNamespace => {
+            "the NamespacedRbacRules of this namespace took too long to render together (this trigger was cut off)"
+        }
         _ => "the trigger took too long to render",
     };
     of.message(limits, what)
@@ -602,6 +618,8 @@ pub(crate) struct Scope {
     limits: Limits,
     evaluation: Instant,
     rule: Option<Instant>,
+    /// A tenant rule's: when its namespace's time is up.
+    namespace: Option<Instant>,
     held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -634,6 +652,7 @@ pub(crate) fn evaluation(limits: &Limits, held: usize) -> ScopeGuard {
         limits: limits.clone(),
         evaluation: Instant::now() + Duration::from_secs_f64(limits.seconds_per_evaluation),
         rule: None,
+        namespace: None,
         held: Arc::new(std::sync::atomic::AtomicUsize::new(held)),
     }))
 }
@@ -647,6 +666,15 @@ pub(crate) fn replaced(bytes: usize) {
             |h| Some(h.saturating_sub(bytes)),
         );
     }
+}
+
+/// Renders a tenant rule under its namespace's time: `left` of it remain.
+pub(crate) fn namespace(left: Duration) -> ScopeGuard {
+    let scope = current().map(|s| Scope {
+        namespace: Some(Instant::now() + left),
+        ..s
+    });
+    install(scope)
 }
 
 /// Starts a rule's clock within the evaluation on this thread.
@@ -680,6 +708,11 @@ fn scope_deadline() -> Option<(Instant, Limit)> {
             && r < at.0
         {
             at = (r, Limit::TimePerRule);
+        }
+        if let Some(n) = s.namespace
+            && n < at.0
+        {
+            at = (n, Limit::TimePerNamespace);
         }
         Some(at)
     })

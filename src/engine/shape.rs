@@ -13,8 +13,19 @@ use crate::api::OutputKind;
 
 /// Every kind the rules read, and whether only metadata: the same answer
 /// [`super::Engine::interests`] gives, from the rules alone.
+///
+/// A NamespacedRbacRule reads what its confined spec reads
+/// ([`super::tenant::confine`]): Secrets as metadata only, so that no
+/// Secret's data is held for it.
 pub fn interests(rules: &[RuleSource]) -> Vec<Interest> {
-    merge_interests(rules.iter().flat_map(|r| interests_of(&r.spec)))
+    merge_interests(rules.iter().flat_map(|r| {
+        let tenancy = super::tenant::Tenancy::default();
+        match super::tenant::confine(&r.name, r.namespace.as_deref(), &r.spec, &tenancy) {
+            Ok(spec) => interests_of(&spec),
+            // A rule that cannot be confined does not run.
+            Err(_) => Vec::new(),
+        }
+    }))
 }
 
 /// Shapes objects to what rules read, by kind.

@@ -366,16 +366,14 @@ impl<'o> Ceiling<'o> {
         rules
     }
 
-    /// Why the tenant output `obj` (kind, namespace, name; a Role's rules
+    /// Why the tenant output (kind, namespace, name; a Role's rules
     /// or a binding's role) goes over its namespace's ceiling; `None` when
     /// it fits, or is not a tenant output. `bound` gives what a role seen
     /// by the evaluator grants (a binding's role: emitted or live),
     /// aggregation resolved.
     pub fn refusal(
         &self,
-        kind: &str,
-        namespace: &str,
-        name: &str,
+        (kind, namespace, name): (&str, &str, &str),
         own: impl FnOnce() -> Vec<PolicyRule>,
         role_ref: Option<(&str, &str)>,
         subjects: impl FnOnce() -> Vec<(String, String)>,

@@ -90,9 +90,7 @@ impl Judge<'_, '_> {
             rules
         };
         self.ceiling.refusal(
-            kind,
-            text(meta, "namespace"),
-            text(meta, "name"),
+            (kind, text(meta, "namespace"), text(meta, "name")),
             || rules_of(obj),
             role_ref,
             || {

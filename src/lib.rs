@@ -29,6 +29,12 @@ pub fn crd_yaml() -> Result<String, yaml::YamlError> {
     yaml::to_yaml(&api::RbacRule::crd())
 }
 
+/// The NamespacedRbacRule CRD (tenant rules) as YAML, exactly what
+/// `crds/namespacedrbacrules.rbacrules.io.yaml` holds.
+pub fn namespaced_crd_yaml() -> Result<String, yaml::YamlError> {
+    yaml::to_yaml(&api::NamespacedRbacRule::crd())
+}
+
 /// Parses a `--manage` value.
 pub fn parse_manage(s: &str) -> Result<api::ManageLevel, String> {
     match s {

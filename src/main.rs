@@ -58,11 +58,20 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Print the RbacRule CustomResourceDefinition as YAML.
+    /// Print the RbacRule CustomResourceDefinition as YAML (or the
+    /// NamespacedRbacRule one, or both).
     #[command(after_help = "Examples:
   rbac-rules crd > crds/rbacrules.rbacrules.io.yaml
-  rbac-rules crd | kubectl apply -f -")]
-    Crd,
+  rbac-rules crd --namespaced > crds/namespacedrbacrules.rbacrules.io.yaml
+  rbac-rules crd --all | kubectl apply -f -")]
+    Crd {
+        /// The NamespacedRbacRule CRD (tenant rules) instead.
+        #[arg(long, conflicts_with = "all")]
+        namespaced: bool,
+        /// Both CRDs, as two documents of one stream.
+        #[arg(long)]
+        all: bool,
+    },
     /// Run the engine offline on YAML files and print the objects it emits.
     #[command(after_help = "Examples:
   rbac-rules render --objects examples/
@@ -196,7 +205,7 @@ static MALLOC_CONF: &[u8; 57] = b"dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1,tc
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => print_crd(),
+        Command::Crd { namespaced, all } => print_crd(namespaced, all),
         Command::Render(mut args) => {
             init_logging(LogFormat::Text);
             if let Err(e) = args.params.read_environment() {
@@ -256,9 +265,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// `crd`: the RbacRule CustomResourceDefinition as YAML.
-fn print_crd() -> ExitCode {
-    print_or_fail(rbac_rules::crd_yaml())
+/// `crd`: the RbacRule CustomResourceDefinition as YAML, the
+/// NamespacedRbacRule one, or both.
+fn print_crd(namespaced: bool, all: bool) -> ExitCode {
+    let text = if all {
+        rbac_rules::crd_yaml()
+            .and_then(|c| rbac_rules::namespaced_crd_yaml().map(|n| format!("{c}---\n{n}")))
+    } else if namespaced {
+        rbac_rules::namespaced_crd_yaml()
+    } else {
+        rbac_rules::crd_yaml()
+    };
+    print_or_fail(text)
 }
 
 /// Prints a command's text, or its error on stderr and fails.

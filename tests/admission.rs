@@ -828,3 +828,447 @@ proptest::proptest! {
         proptest::prop_assert_eq!(admitted, !claims, "{} {}", user, role);
     }
 }
+
+// ---------------------------------------------------------------------
+// Delegation at admission (deploy/tenant-admission.yaml): the author of a
+// NamespacedRbacRule must hold every permission its static rules grant
+// and `bind` on every role it binds by name. The interpreter has no
+// `authorizer`: each authorization chain is replaced by the answer of a
+// table of what the author holds (RBAC matching with `*`), computed from
+// the checks the policy's own variables list. The real authorizer is
+// proven on a real API server by tests/e2e_tenant.rs.
+// ---------------------------------------------------------------------
+
+/// Authorization checks the policy may make: one validation each.
+const TENANT_CHECKS: usize = 20;
+
+fn tenant_policy() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/tenant-admission.yaml"
+    ))
+    .expect("deploy/tenant-admission.yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("a ValidatingAdmissionPolicy")
+        .clone();
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
+        .expect("its binding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    policy
+}
+
+fn tenant_env() -> Arc<Env> {
+    let mut env = Env::stdlib();
+    env.add_extension(cel::extensions::strings)
+        .expect("strings extension");
+    Arc::new(env)
+}
+
+/// The authorization chain of validation `i`, exactly as every one of them
+/// is written (tests assert the policy holds it verbatim).
+fn authz_chain(i: usize) -> String {
+    format!(
+        "authorizer.group(variables.checks[{i}][0])\n  .resource(variables.checks[{i}][1]).subresource(variables.checks[{i}][2])\n  .namespace(variables.ns).name(variables.checks[{i}][3])\n  .check(variables.checks[{i}][4]).allowed()"
+    )
+}
+
+/// What an author holds in the rule's namespace: (groups, resources,
+/// verbs, resourceNames) with RBAC's `*`; a subresource is `res/sub`.
+type Held = Vec<(
+    Vec<&'static str>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+)>;
+
+/// Whether `held` allows one check [group, resource, subresource, name,
+/// verb], as the RBAC authorizer decides.
+fn allows(held: &Held, c: &[String]) -> bool {
+    let resource = if c[2].is_empty() {
+        c[1].clone()
+    } else {
+        format!("{}/{}", c[1], c[2])
+    };
+    held.iter().any(|(groups, resources, verbs, names)| {
+        let has = |l: &[&str], v: &str| l.iter().any(|x| *x == "*" || *x == v);
+        has(groups, &c[0])
+            && (resources.contains(&"*") || resources.iter().any(|r| *r == resource))
+            && has(verbs, &c[4])
+            && (names.is_empty() || (!c[3].is_empty() && names.iter().any(|n| *n == c[3])))
+    })
+}
+
+/// The tenant policy's verdict on `op` of `rule` (a NamespacedRbacRule) by
+/// an author holding `held`: the messages of the failed validations.
+fn tenant_admit(op: &str, rule: &Value, held: &Held) -> Result<(), Vec<String>> {
+    let p = tenant_policy();
+    let env = tenant_env();
+    let base: Vec<(&str, Cel)> = vec![
+        (
+            "request",
+            cel::to_value(json!({"operation": op, "userInfo": {"username": "alice"},
+                "resource": {"group": "rbacrules.io", "version": "v1alpha1",
+                             "resource": "namespacedrbacrules"}}))
+            .expect("request"),
+        ),
+        ("object", cel::to_value(rule).expect("object")),
+    ];
+    let run = |expr: &str, variables: &std::collections::HashMap<String, Cel>| -> Option<Cel> {
+        let program = env
+            .compile(expr)
+            .unwrap_or_else(|e| panic!("{expr}: {e:?}"));
+        let mut ctx = Context::with_env(env.clone());
+        for (name, value) in &base {
+            ctx.add_variable_from_value(*name, value.clone());
+        }
+        ctx.add_variable_from_value("variables", variables.clone());
+        program.execute(&ctx).ok()
+    };
+    let mut variables = std::collections::HashMap::new();
+    for v in p["spec"]["variables"].as_array().expect("variables") {
+        let name = v["name"].as_str().expect("name");
+        if let Some(value) = run(v["expression"].as_str().expect("expression"), &variables) {
+            variables.insert(name.to_string(), value);
+        }
+    }
+    // The checks, as the policy lists them, answered from `held`.
+    let checks: Vec<Vec<String>> = variables
+        .get("checks")
+        .map(|c| {
+            let Cel::List(rows) = c else {
+                panic!("checks is not a list: {c:?}")
+            };
+            rows.iter()
+                .map(|row| match row {
+                    Cel::List(cells) => cells
+                        .iter()
+                        .map(|cell| match cell {
+                            Cel::String(s) => s.to_string(),
+                            other => panic!("a check's cell is not a string: {other:?}"),
+                        })
+                        .collect(),
+                    other => panic!("a check is not a list: {other:?}"),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let answers: Vec<bool> = checks
+        .iter()
+        .map(|c| c.len() == 5 && allows(held, c))
+        .collect();
+    let mut failed = Vec::new();
+    for (i, v) in p["spec"]["validations"]
+        .as_array()
+        .expect("validations")
+        .iter()
+        .enumerate()
+    {
+        let mut expr = v["expression"].as_str().expect("expression").to_string();
+        let index = i.checked_sub(4);
+        if let Some(k) = index {
+            let chain = authz_chain(k);
+            assert!(
+                expr.contains(&chain),
+                "validation {i} is not check {k}: {expr}"
+            );
+            let answer = answers.get(k).copied().unwrap_or(false);
+            expr = expr.replace(&chain, if answer { "true" } else { "false" });
+        }
+        if run(&expr, &variables).and_then(|v| match v {
+            Cel::Bool(b) => Some(b),
+            _ => None,
+        }) != Some(true)
+        {
+            let message = match v["messageExpression"].as_str() {
+                Some(m) => match run(m, &variables) {
+                    Some(Cel::String(s)) => s.to_string(),
+                    other => panic!("messageExpression of validation {i} gave {other:?}"),
+                },
+                None => v["message"].as_str().unwrap_or_default().to_string(),
+            };
+            failed.push(message);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed)
+    }
+}
+
+fn tenant_rule(outputs: Value) -> Value {
+    json!({"apiVersion": "rbacrules.io/v1alpha1", "kind": "NamespacedRbacRule",
+        "metadata": {"name": "on-call", "namespace": "team-a"},
+        "spec": {"outputs": outputs}})
+}
+
+/// The namespace `admin` ClusterRole's rules that matter here (a subset of
+/// the real one, which tests/e2e_tenant.rs uses).
+fn admin() -> Held {
+    vec![
+        (
+            vec![""],
+            vec![
+                "pods",
+                "pods/exec",
+                "pods/log",
+                "services",
+                "configmaps",
+                "secrets",
+                "serviceaccounts",
+            ],
+            vec![
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+            vec![],
+        ),
+        (
+            vec!["apps"],
+            vec!["deployments", "statefulsets"],
+            vec![
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+            vec![],
+        ),
+        (
+            vec!["rbac.authorization.k8s.io"],
+            vec!["roles", "rolebindings"],
+            vec![
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+            vec![],
+        ),
+        // What the shipped rbac-rules:tenant-admin adds.
+        (
+            vec!["rbac.authorization.k8s.io"],
+            vec!["clusterroles"],
+            vec!["bind"],
+            vec!["view", "edit"],
+        ),
+    ]
+}
+
+/// `edit` without secrets: a weaker author.
+fn weaker() -> Held {
+    vec![(
+        vec![""],
+        vec!["pods", "pods/exec", "configmaps"],
+        vec!["get", "list", "watch", "create"],
+        vec![],
+    )]
+}
+
+fn on_call_outputs() -> Value {
+    json!([
+        {"kind": "Role", "name": "incident-exec",
+         "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        // The engine writes the Role as tenant:<rule>:<name>, and a binding
+        // of it names it so.
+        {"kind": "RoleBinding", "name": "incident-exec",
+         "roleRef": {"kind": "Role", "name": "tenant:on-call:incident-exec"},
+         "subjects": [{"kind": "Group", "name": "{{trigger.spec.onCall}}"}]}
+    ])
+}
+
+#[test]
+fn every_tenant_expression_compiles_and_each_check_is_a_validation_of_its_own() {
+    let p = tenant_policy();
+    let env = tenant_env();
+    for list in ["variables", "validations"] {
+        for v in p["spec"][list].as_array().expect("list") {
+            for key in ["expression", "messageExpression"] {
+                if let Some(e) = v[key].as_str() {
+                    env.compile(e).unwrap_or_else(|err| panic!("{e}: {err:?}"));
+                }
+            }
+        }
+    }
+    let validations = p["spec"]["validations"].as_array().expect("validations");
+    assert_eq!(validations.len(), 4 + TENANT_CHECKS);
+    for (k, v) in validations[4..].iter().enumerate() {
+        // One authorization check per expression: the API server prices
+        // one at 350000 of an expression's 1000000.
+        let e = v["expression"].as_str().expect("expression");
+        assert_eq!(
+            e,
+            format!("size(variables.checks) <= {k} || {}", authz_chain(k))
+        );
+        assert_eq!(e.matches("authorizer").count(), 1);
+    }
+    // And the count the cap refuses above is the number of validations.
+    assert_eq!(
+        validations[3]["expression"],
+        format!("size(variables.checks) <= {TENANT_CHECKS}")
+    );
+    assert_eq!(
+        p["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["namespacedrbacrules"])
+    );
+    assert_eq!(
+        p["spec"]["matchConstraints"]["resourceRules"][0]["operations"],
+        json!(["CREATE", "UPDATE"])
+    );
+}
+
+#[test]
+fn an_author_may_grant_what_they_hold() {
+    tenant_admit("CREATE", &tenant_rule(on_call_outputs()), &admin()).expect("admin holds it");
+    tenant_admit("UPDATE", &tenant_rule(on_call_outputs()), &weaker())
+        .expect("exec and get pods are held by the weaker author too");
+    // Binding `view` and `edit`: the shipped grant of bind on them.
+    let ci = json!([{"kind": "RoleBinding", "name": "ci-edit",
+        "roleRef": {"kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ci"}]}]);
+    tenant_admit("CREATE", &tenant_rule(ci), &admin()).expect("bind on edit");
+    // Entries with a template anywhere, forEach items and templated roleRefs
+    // are the ceiling's: nothing to check here (as `render --as`).
+    let templated = json!([{"kind": "Role", "name": "{{trigger.metadata.name}}",
+        "rules": [{"apiGroups": ["{{trigger.spec.group}}"], "resources": ["{{trigger.spec.kind}}"],
+                   "verbs": ["get"]},
+                  {"forEach": "trigger.spec.extra", "item": {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}}]},
+        {"kind": "RoleBinding", "name": "x", "roleRef": {"kind": "ClusterRole", "name": "{{trigger.spec.role}}"},
+         "subjects": []},
+        {"kind": "RoleBinding", "name": "y", "roleRef": {"kind": "{{trigger.spec.kind}}", "name": "cluster-admin"},
+         "subjects": []},
+        {"kind": "Role", "name": "z",
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                    "resourceNames": ["{{trigger.metadata.name}}"]}]}]);
+    tenant_admit("CREATE", &tenant_rule(templated), &weaker()).expect("nothing literal");
+}
+
+#[test]
+fn an_author_may_not_grant_what_they_lack_and_the_message_names_it() {
+    let secrets = json!([{"kind": "Role", "name": "read-secrets",
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                  {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]}]);
+    tenant_admit("CREATE", &tenant_rule(secrets.clone()), &admin()).expect("admin reads secrets");
+    refused(
+        tenant_admit("CREATE", &tenant_rule(secrets.clone()), &weaker()),
+        "you lack get on secrets in namespace team-a",
+    );
+    // A later edit by a weaker user: the same check.
+    refused(
+        tenant_admit("UPDATE", &tenant_rule(secrets), &weaker()),
+        "you lack get on secrets",
+    );
+    let escalate = json!([{"kind": "Role", "name": "esc",
+        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}]}]);
+    refused(
+        tenant_admit("CREATE", &tenant_rule(escalate), &admin()),
+        "you lack escalate on roles.rbac.authorization.k8s.io in namespace team-a",
+    );
+    // `*` is checked as written: admin lists its verbs.
+    let star = json!([{"kind": "Role", "name": "all-pods",
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}]);
+    refused(
+        tenant_admit("CREATE", &tenant_rule(star), &admin()),
+        "you lack * on pods",
+    );
+    let exec = json!([{"kind": "Role", "name": "exec",
+        "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}]}]);
+    refused(
+        tenant_admit(
+            "CREATE",
+            &tenant_rule(exec),
+            &vec![(vec![""], vec!["pods"], vec!["create"], vec![])],
+        ),
+        "you lack create on pods/exec",
+    );
+    let cluster_admin = json!([{"kind": "RoleBinding", "name": "root",
+        "roleRef": {"kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "User", "name": "mallory"}]}]);
+    refused(
+        tenant_admit("CREATE", &tenant_rule(cluster_admin), &admin()),
+        "you lack bind on clusterroles.rbac.authorization.k8s.io cluster-admin in namespace team-a",
+    );
+    // A Role of someone else's (not emitted by this rule) needs bind.
+    let foreign_role = json!([{"kind": "RoleBinding", "name": "b",
+        "roleRef": {"kind": "Role", "name": "deployer"}, "subjects": []}]);
+    refused(
+        tenant_admit("CREATE", &tenant_rule(foreign_role), &admin()),
+        "you lack bind on roles.rbac.authorization.k8s.io deployer",
+    );
+    // Its own Role, but with a templated rule: its permissions were not
+    // all checked, so binding it needs bind too.
+    let own_templated = json!([
+        {"kind": "Role", "name": "mine",
+         "rules": [{"apiGroups": [""], "resources": ["{{trigger.spec.r}}"], "verbs": ["get"]}]},
+        {"kind": "RoleBinding", "name": "mine", "roleRef": {"kind": "Role", "name": "tenant:on-call:mine"}, "subjects": []}]);
+    refused(
+        tenant_admit("CREATE", &tenant_rule(own_templated), &admin()),
+        "you lack bind on roles.rbac.authorization.k8s.io tenant:on-call:mine",
+    );
+    // The unprefixed name is another Role of the namespace, not the rule's.
+    refused(
+        tenant_admit(
+            "CREATE",
+            &tenant_rule(json!([
+            {"kind": "Role", "name": "mine",
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+            {"kind": "RoleBinding", "name": "mine", "roleRef": {"kind": "Role", "name": "mine"}, "subjects": []}])),
+            &admin(),
+        ),
+        "you lack bind on roles.rbac.authorization.k8s.io mine",
+    );
+}
+
+#[test]
+fn outputs_other_than_roles_and_bindings_or_in_other_namespaces_are_refused() {
+    for (outputs, needle) in [
+        (
+            json!([{"kind": "ClusterRole", "name": "x", "rules": []}]),
+            "only Roles and RoleBindings",
+        ),
+        (
+            json!([{"kind": "ClusterRoleBinding", "name": "x",
+            "roleRef": {"kind": "ClusterRole", "name": "view"}, "subjects": []}]),
+            "only Roles and RoleBindings",
+        ),
+        (
+            json!([{"kind": "Role", "name": "x", "namespace": "team-b", "rules": []}]),
+            "stays in its namespace: omit outputs[].namespace or set it to team-a",
+        ),
+        (
+            json!([{"kind": "RoleBinding", "name": "x", "namespace": "{{trigger.metadata.namespace}}",
+            "roleRef": {"kind": "ClusterRole", "name": "view"}, "subjects": []}]),
+            "stays in its namespace",
+        ),
+    ] {
+        refused(
+            tenant_admit("CREATE", &tenant_rule(outputs), &admin()),
+            needle,
+        );
+    }
+    let own = json!([{"kind": "Role", "name": "x", "namespace": "team-a", "rules": []}]);
+    tenant_admit("CREATE", &tenant_rule(own), &admin()).expect("its own namespace, written out");
+}
+
+#[test]
+fn separators_in_values_and_too_many_checks_are_refused() {
+    let sneaky = json!([{"kind": "Role", "name": "x",
+        "rules": [{"apiGroups": [""], "resources": ["pods|exec"], "verbs": ["get"]}]}]);
+    refused(
+        tenant_admit("CREATE", &tenant_rule(sneaky), &admin()),
+        "may not contain '|' or ';'",
+    );
+    // Realistic sizes fit (18 checks); 2 x 6 + 3 x 3 = 21 is one too many.
+    let verbs = json!(["get", "list", "watch", "create", "update", "patch"]);
+    let fits = json!([{"kind": "Role", "name": "deployer",
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": verbs},
+                  {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update", "patch"]}]}]);
+    tenant_admit("CREATE", &tenant_rule(fits), &admin()).expect("18 checks");
+    let big = json!([{"kind": "Role", "name": "deployer",
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": verbs},
+                  {"apiGroups": [""], "resources": ["configmaps", "services", "secrets"], "verbs": ["get", "list", "watch"]}]}]);
+    refused(
+        tenant_admit("CREATE", &tenant_rule(big), &admin()),
+        "at most 20 permission checks at admission",
+    );
+}

@@ -483,6 +483,10 @@ async fn gone_and_dropped_watches_relist_without_duplicate_writes_or_prunes() {
                     ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
                         r.respond(200, list("RbacRuleList", "3", vec![rule_obj.clone()]))
                     }
+                    // No tenant rules.
+                    ("GET", "/apis/rbacrules.io/v1alpha1/namespacedrbacrules") => {
+                        r.respond(200, list("NamespacedRbacRuleList", "3", vec![]))
+                    }
                     ("GET", "/apis/rbac.authorization.k8s.io/v1/roles") => {
                         let items = roles.lock().expect("lock").values().cloned().collect();
                         r.respond(200, list("RoleList", "60", items))

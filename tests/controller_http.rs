@@ -849,6 +849,10 @@ async fn control_loop(spec: Value, namespaces: String) -> (Vec<String>, Vec<Valu
                 ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
                     r.respond(200, list("RbacRuleList", vec![rule_obj.clone()]))
                 }
+                // Tenant rules in every namespace: none here.
+                ("GET", "/apis/rbacrules.io/v1alpha1/namespacedrbacrules") => {
+                    r.respond(200, list("NamespacedRbacRuleList", vec![]))
+                }
                 // Every object of the output kinds is listed (ours and the
                 // names others hold); no object is looked up one by one.
                 ("GET", p)
@@ -919,6 +923,7 @@ async fn control_loop(spec: Value, namespaces: String) -> (Vec<String>, Vec<Valu
         waivers: Default::default(),
         limits: Default::default(),
         params: Default::default(),
+        tenancy: Default::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let controller = tokio::spawn(run_with(client, args, stop_rx));
@@ -1353,6 +1358,9 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
             match (method.as_str(), path.as_str()) {
                 ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
                     r.respond(200, list("RbacRuleList", vec![rule_obj.clone()]))
+                }
+                ("GET", "/apis/rbacrules.io/v1alpha1/namespacedrbacrules") => {
+                    r.respond(200, list("NamespacedRbacRuleList", vec![]))
                 }
                 // The Role the other controller made is listed with the
                 // rest: only its name is looked up.

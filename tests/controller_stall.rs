@@ -125,6 +125,10 @@ async fn watches_are_drained_while_a_write_is_held() {
                     ("GET", "/apis/rbacrules.io/v1alpha1/rbacrules") => {
                         send.send_response(full(200, &list("RbacRuleList", vec![rule.clone()])))
                     }
+                    // No tenant rules.
+                    ("GET", "/apis/rbacrules.io/v1alpha1/namespacedrbacrules") => {
+                        send.send_response(full(200, &list("NamespacedRbacRuleList", vec![])))
+                    }
                     ("GET", "/api") => send.send_response(full(
                         200,
                         &json!({"kind": "APIVersions",

@@ -36,6 +36,8 @@ const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "rbac-rules");
 
 const CRD_SOURCE: &str = "crds/rbacrules.rbacrules.io.yaml";
 const CRD_COPY: &str = "deploy/crd.yaml";
+const TENANT_CRD_SOURCE: &str = "crds/namespacedrbacrules.rbacrules.io.yaml";
+const TENANT_CRD_COPY: &str = "deploy/namespaced-crd.yaml";
 const RULES_COPY: &str = "deploy/builtin-rules.yaml";
 const REGENERATE: &str = "UPDATE_DEPLOY=1 cargo test --test deploy";
 
@@ -78,10 +80,15 @@ fn rule_files() -> Vec<PathBuf> {
 
 /// What `deploy/crd.yaml` must hold.
 fn expected_crd_copy() -> String {
+    crd_copy_of(CRD_SOURCE)
+}
+
+/// What a copy of the CRD in `source` must hold.
+fn crd_copy_of(source: &str) -> String {
     format!(
-        "# Generated from {CRD_SOURCE} (kustomize cannot load files outside deploy/).\n\
+        "# Generated from {source} (kustomize cannot load files outside deploy/).\n\
          # Do not edit: `{REGENERATE}` rewrites it.\n{}",
-        read(CRD_SOURCE)
+        read(source)
     )
 }
 
@@ -113,6 +120,7 @@ fn update_copies_if_asked() {
         }
         for (rel, text) in [
             (CRD_COPY, expected_crd_copy()),
+            (TENANT_CRD_COPY, crd_copy_of(TENANT_CRD_SOURCE)),
             (RULES_COPY, expected_rules_copy()),
         ] {
             std::fs::write(root().join(rel), text).unwrap_or_else(|e| panic!("write {rel}: {e}"));
@@ -302,6 +310,11 @@ fn generated_copies_match_crds_and_rules() {
     update_copies_if_asked();
     for (rel, expected, source) in [
         (CRD_COPY, expected_crd_copy(), CRD_SOURCE),
+        (
+            TENANT_CRD_COPY,
+            crd_copy_of(TENANT_CRD_SOURCE),
+            TENANT_CRD_SOURCE,
+        ),
         (RULES_COPY, expected_rules_copy(), "rules/*.yaml"),
     ] {
         let committed = std::fs::read_to_string(root().join(rel)).unwrap_or_default();
@@ -343,9 +356,13 @@ fn objects_kinds_and_namespaces() {
             name(o)
         );
     }
+    assert_eq!(
+        kinds.get("CustomResourceDefinition"),
+        Some(&2),
+        "the RbacRule and NamespacedRbacRule CRDs: {kinds:?}"
+    );
     for k in [
         "Namespace",
-        "CustomResourceDefinition",
         "ServiceAccount",
         "ClusterRoleBinding",
         "Role",
@@ -365,11 +382,86 @@ fn objects_kinds_and_namespaces() {
 
 #[test]
 fn crd_is_exactly_crds_dir() {
-    let source = parse_file(CRD_SOURCE);
-    assert_eq!(source.len(), 1);
-    assert!(
-        one("CustomResourceDefinition") == &source[0],
-        "the CRD in deploy/ differs from {CRD_SOURCE}: run `{REGENERATE}`"
+    for (source_file, crd) in [
+        (CRD_SOURCE, "rbacrules.rbacrules.io"),
+        (TENANT_CRD_SOURCE, "namespacedrbacrules.rbacrules.io"),
+    ] {
+        let source = parse_file(source_file);
+        assert_eq!(source.len(), 1);
+        assert!(
+            get("CustomResourceDefinition", crd) == &source[0],
+            "the CRD {crd} in deploy/ differs from {source_file}: run `{REGENERATE}`"
+        );
+    }
+}
+
+/// Delegation: the controller reads tenant rules everywhere and writes
+/// their status; namespace admins (only they) may write them, through a
+/// ClusterRole aggregated into `admin` that grants nothing else but `bind`
+/// on `view` and `edit`, whose permissions `admin` holds; the admission
+/// policy is in the base.
+#[test]
+fn tenant_rules_are_read_by_the_controller_and_written_by_namespace_admins() {
+    let rules = controller_cluster_rules();
+    assert_covers(
+        &rules,
+        &[
+            rule(
+                &["rbacrules.io"],
+                &["namespacedrbacrules"],
+                &["get", "list", "watch"],
+            ),
+            rule(
+                &["rbacrules.io"],
+                &["namespacedrbacrules/status"],
+                &["patch"],
+            ),
+        ],
+        "the controller's ClusterRole",
+    );
+    let tenant = get("ClusterRole", "rbac-rules:tenant-admin");
+    let labels = &tenant["metadata"]["labels"];
+    assert_eq!(
+        labels["rbac.authorization.k8s.io/aggregate-to-admin"],
+        "true"
+    );
+    for other in ["aggregate-to-edit", "aggregate-to-view"] {
+        assert!(labels[format!("rbac.authorization.k8s.io/{other}")].is_null());
+    }
+    assert!(labels[AGGREGATE_LABEL].is_null(), "not the controller's");
+    let granted: Vec<PolicyRule> = serde_json::from_value(tenant["rules"].clone()).expect("rules");
+    assert_eq!(
+        granted,
+        vec![
+            rule(
+                &["rbacrules.io"],
+                &["namespacedrbacrules"],
+                &[
+                    "get",
+                    "list",
+                    "watch",
+                    "create",
+                    "update",
+                    "patch",
+                    "delete",
+                    "deletecollection"
+                ],
+            ),
+            PolicyRule {
+                resource_names: Some(vec!["view".into(), "edit".into()]),
+                ..rule(&["rbac.authorization.k8s.io"], &["clusterroles"], &["bind"])
+            },
+        ]
+    );
+    let policy = get("ValidatingAdmissionPolicy", "rbac-rules-tenant-grants");
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    let binding = get(
+        "ValidatingAdmissionPolicyBinding",
+        "rbac-rules-tenant-grants",
+    );
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_json::json!(["Deny"])
     );
 }
 

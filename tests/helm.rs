@@ -43,6 +43,17 @@ fn expected_copies() -> Vec<(PathBuf, String)> {
             "system:serviceaccount:{{ .Release.Namespace }}:",
         ),
     ));
+    // The NamespacedRbacRule CRD, and delegation at admission verbatim.
+    out.push((
+        root()
+            .join(CHART)
+            .join("crds/namespacedrbacrules.rbacrules.io.yaml"),
+        read(&root().join("deploy/namespaced-crd.yaml")),
+    ));
+    out.push((
+        root().join(CHART).join("files/tenant-admission.yaml"),
+        read(&root().join("deploy/tenant-admission.yaml")),
+    ));
     // The inventory fence verbatim: the template puts the release's
     // namespace and ServiceAccount into its one exemption.
     out.push((
@@ -798,4 +809,40 @@ fn read_docs(p: &Path) -> Vec<Value> {
         .split("\n---\n")
         .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
         .collect()
+}
+
+/// Delegation at admission is on by default and `tenantAdmission=false`
+/// takes exactly its two objects out; the NamespacedRbacRule CRD and the
+/// grant to namespace admins stay.
+#[test]
+fn tenant_admission_follows_its_value() {
+    let Some(helm) = helm() else { return };
+    let names = |objs: &[Value]| -> Vec<String> {
+        objs.iter()
+            .filter(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("tenant"))
+            })
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or_default(),
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    };
+    let on = template(&helm, &[]);
+    assert_eq!(
+        names(&on),
+        [
+            "ClusterRole/rbac-rules:tenant-admin",
+            "ValidatingAdmissionPolicy/rbac-rules-tenant-grants",
+            "ValidatingAdmissionPolicyBinding/rbac-rules-tenant-grants"
+        ]
+    );
+    let off = template(&helm, &["tenantAdmission=false"]);
+    assert_eq!(names(&off), ["ClusterRole/rbac-rules:tenant-admin"]);
+    assert_eq!(on.len(), off.len() + 2);
 }

@@ -103,6 +103,14 @@ pub const BASE_RESOURCES: &[Resource] = &[
         true,
     ),
     res("rbacrules.io", "v1alpha1", "RbacRule", "rbacrules", false),
+    // Tenant rules: none in the benchmarks, but the controller watches them.
+    res(
+        "rbacrules.io",
+        "v1alpha1",
+        "NamespacedRbacRule",
+        "namespacedrbacrules",
+        true,
+    ),
     res("events.k8s.io", "v1", "Event", "events", true),
     res("coordination.k8s.io", "v1", "Lease", "leases", true),
 ];

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod plan;
 pub mod status;
 pub mod sync;
+pub mod tenants;
 pub mod watch;
 pub mod wire;
 pub mod world;
@@ -121,6 +122,9 @@ pub struct RunArgs {
     /// Settings rules read as `params.<name>`.
     #[command(flatten)]
     pub params: crate::params::ParamArgs,
+    /// What tenant rules (NamespacedRbacRules) may read, and their ceiling.
+    #[command(flatten)]
+    pub tenancy: crate::engine::tenant::Tenancy,
 }
 
 impl RunArgs {
@@ -134,6 +138,7 @@ impl RunArgs {
             &self.params,
         );
         settings.max_unconfirmed_prunes = Some(self.max_unconfirmed_prunes);
+        settings.tenancy = self.tenancy.clone();
         settings
     }
 }
@@ -305,12 +310,13 @@ async fn control_loop(
     // what each write did through the same queue.
     let (tx, mut rx) = mpsc::unbounded_channel();
     let learned = tx.clone();
-    let (world, watches) = observe(
+    let (mut world, watches) = observe(
         &ctx.client,
         tx,
         ctx.args.manage,
         ctx.args.allow_clusterrole.clone(),
     );
+    world.tenancy = ctx.args.tenancy.clone();
     let mut resync = ticker(ctx.args.resync_seconds);
     let mut rediscovery = ticker(ctx.args.rediscovery_seconds);
     let mut l = Loop::new(ctx, world, watches, learned);
@@ -908,6 +914,7 @@ impl SlowLaneRuns {
             limits: sync::split_totals(&args.limits).1,
             params: args.params.map(),
             param_origins: args.params.origins(),
+            tenancy: args.tenancy.clone(),
             ..crate::engine::Options::default()
         };
         let mut state = self.state.take().unwrap_or_default();

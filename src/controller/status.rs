@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Client, Resource, api::Patch, api::PatchParams};
+use kube::{Api, Client, api::Patch, api::PatchParams};
 use serde_json::json;
 
 use super::Error;
@@ -303,6 +303,10 @@ pub async fn patch(
         return Ok(false);
     }
     let name = rule.metadata.name.clone().unwrap_or_default();
+    if let Some(ns) = &rule.metadata.namespace {
+        super::tenants::patch_status(client, ns, &name, status).await?;
+        return Ok(true);
+    }
     let api: Api<RbacRule> = Api::all(client.clone());
     api.patch_status(
         &name,
@@ -438,9 +442,10 @@ pub fn skipped_event(report: Option<&RuleReport>, seen: &mut BTreeSet<String>) -
 }
 
 /// Publishes Events on the RbacRule (events.k8s.io/v1, namespace
-/// `default` since the rule is cluster-scoped).
+/// `default` since the rule is cluster-scoped), or on the
+/// NamespacedRbacRule in its namespace.
 pub async fn publish(recorder: &Recorder, rule: &RbacRule, events: &[Event]) {
-    let reference = rule.object_ref(&());
+    let reference = super::tenants::reference(rule);
     for e in events {
         if let Err(err) = recorder.publish(e, &reference).await {
             tracing::warn!(rule = ?rule.metadata.name, reason = %e.reason, error = %err, "cannot publish event");

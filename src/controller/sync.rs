@@ -138,6 +138,7 @@ pub struct Syncer {
     /// `--max-unconfirmed-prunes`: more prunes of one rule in a pass are
     /// held until confirmed ([`plan::hold_mass_prunes`]).
     max_unconfirmed_prunes: usize,
+    tenancy: crate::engine::tenant::Tenancy,
 }
 
 /// What of the controller's settings changes a plan. `run` and `diff` build
@@ -159,6 +160,8 @@ pub struct PlanSettings {
     pub param_origins: std::collections::BTreeMap<String, crate::params::Origin>,
     /// `--max-unconfirmed-prunes` (`None`: its default).
     pub max_unconfirmed_prunes: Option<usize>,
+    /// What tenant rules may read, and their ceiling.
+    pub tenancy: crate::engine::tenant::Tenancy,
 }
 
 impl PlanSettings {
@@ -178,6 +181,7 @@ impl PlanSettings {
             params: params.map(),
             param_origins: params.origins(),
             max_unconfirmed_prunes: None,
+            tenancy: crate::engine::tenant::Tenancy::default(),
         }
     }
 }
@@ -215,6 +219,7 @@ impl Syncer {
             retry_totals: RETRY_TOTALS,
             lane: None,
             max_unconfirmed_prunes: plan::DEFAULT_MAX_UNCONFIRMED_PRUNES,
+            tenancy: crate::engine::tenant::Tenancy::default(),
         }
     }
 
@@ -232,6 +237,7 @@ impl Syncer {
             .with_waivers(settings.waivers.clone())
             .with_limits(settings.limits.clone())
             .with_params(settings.params.clone(), settings.param_origins.clone())
+            .with_tenancy(settings.tenancy.clone())
             .max_unconfirmed_prunes(
                 settings
                     .max_unconfirmed_prunes
@@ -343,6 +349,13 @@ impl Syncer {
         self
     }
 
+    /// The same syncer with the administrator's settings for tenant rules.
+    pub fn with_tenancy(mut self, tenancy: crate::engine::tenant::Tenancy) -> Self {
+        self.tenancy = tenancy;
+        self.engine = None;
+        self
+    }
+
     /// The installation's settings rules read as `params.<name>`.
     pub fn with_params(
         mut self,
@@ -421,6 +434,7 @@ impl Syncer {
                         limits,
                         params: self.params.clone(),
                         param_origins: self.param_origins.clone(),
+                        tenancy: self.tenancy.clone(),
                         ..Options::default()
                     },
                 );
@@ -676,7 +690,11 @@ impl Syncer {
         match status::patch(&self.client, rule, new_status).await {
             Ok(true) => {
                 report.status_patches += 1;
-                self.metrics.write("RbacRule", "status");
+                let kind = match rule.metadata.namespace {
+                    Some(_) => super::tenants::KIND,
+                    None => "RbacRule",
+                };
+                self.metrics.write(kind, "status");
             }
             Ok(false) => {}
             Err(e) => {
@@ -867,7 +885,7 @@ fn sources_of(key: &EngineKey) -> Vec<RuleSource> {
         .map(|(name, spec)| RuleSource {
             name: name.clone(),
             spec: spec.clone(),
-            namespace: None,
+            namespace: super::tenants::namespace_of(name),
         })
         .collect()
 }

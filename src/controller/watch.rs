@@ -72,6 +72,16 @@ impl Watches {
             move |ev| rule_feed(ev, &rules),
             || Source::Rules,
         ));
+        // Tenant rules in every namespace, read the same way.
+        let tenants = ApiResource::erase::<crate::api::NamespacedRbacRule>(&());
+        base.push(spawn(
+            Api::<Wire>::all_with(client.clone(), &tenants),
+            watcher::Config::default(),
+            None,
+            tx.clone(),
+            move |ev| super::tenants::feed(ev, &tenants),
+            || Source::Tenants,
+        ));
         let outputs = OutputKind::ALL
             .into_iter()
             .map(|kind| (kind, watch_outputs(&client, &tx, kind)))

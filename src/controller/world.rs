@@ -28,6 +28,9 @@ use crate::engine::{GroupKind, Interest, ObjectStore, Options, RuleSource};
 pub enum Feed {
     /// An RbacRule event (boxed: rules are large, other feeds small).
     Rules(Box<Event<RbacRule>>),
+    /// A NamespacedRbacRule event, the rule carried as an RbacRule with its
+    /// namespace ([`super::tenants`]).
+    Tenants(Box<Event<RbacRule>>),
     /// An event of the watch on every object of an output kind: ours (with
     /// our managed-by label) are cached, others only by name.
     Owned(OutputKind, Event<Live>),
@@ -47,6 +50,8 @@ pub enum Feed {
 pub enum Source {
     /// The RbacRule watch.
     Rules,
+    /// The NamespacedRbacRule watch.
+    Tenants,
     /// An owned-object watch.
     Owned(OutputKind),
     /// A rule-kind watch.
@@ -179,9 +184,11 @@ struct KindWatch {
 /// Everything the controller knows about the cluster.
 #[derive(Default)]
 pub struct World {
-    /// RbacRules by name.
+    /// RbacRules by name, and NamespacedRbacRules by `<namespace>/<name>`
+    /// ([`super::tenants::key_of`]).
     pub rules: BTreeMap<String, RbacRule>,
     rules_listing: Listing<RbacRule>,
+    tenants_listing: Listing<RbacRule>,
     /// Kinds each rule reads (cached per spec).
     rule_kinds: BTreeMap<String, (RbacRuleSpec, Vec<GroupKind>)>,
     /// Objects of the kinds the rules read.
@@ -210,6 +217,9 @@ pub struct World {
     /// Rules moved to the slow lane, with the spec that was slow: a new
     /// spec gets a new chance in the main pass.
     slow: BTreeMap<String, RbacRuleSpec>,
+    /// What tenant rules may read (`--tenant-readable-kinds`): part of
+    /// what they watch.
+    pub tenancy: crate::engine::tenant::Tenancy,
 }
 
 /// What a feed item changed.
@@ -239,7 +249,8 @@ impl World {
             ..Change::default()
         };
         match feed {
-            Feed::Rules(ev) => self.apply_rule_event(*ev),
+            Feed::Rules(ev) => self.apply_rule_event(*ev, false),
+            Feed::Tenants(ev) => self.apply_rule_event(*ev, true),
             Feed::Owned(kind, ev) => dirty(self.apply_owned_event(kind, ev)),
             Feed::Kind(gk, epoch, ev) => dirty(self.apply_kind_event(&gk, epoch, ev)),
             Feed::Allow(ev) => dirty(self.apply_allow_event(*ev)),
@@ -250,19 +261,23 @@ impl World {
 
     /// An RbacRule event. A status-only change (often our own patch)
     /// re-renders nothing; the new status is kept for comparison.
-    fn apply_rule_event(&mut self, ev: Event<RbacRule>) -> Change {
+    /// Tenant rules (`tenant`) come from their own watch and list: a list
+    /// of either replaces only its own kind's rules.
+    fn apply_rule_event(&mut self, ev: Event<RbacRule>, tenant: bool) -> Change {
         let changed = Change {
             dirty: true,
             rules: true,
             lost_kind: false,
         };
-        match self
-            .rules_listing
-            .step(map_event(ev, without_managed_fields))
-        {
+        let listing = if tenant {
+            &mut self.tenants_listing
+        } else {
+            &mut self.rules_listing
+        };
+        match listing.step(map_event(ev, without_managed_fields)) {
             Step::Nothing => Change::default(),
             Step::Upsert(r) => {
-                let name = r.metadata.name.clone().unwrap_or_default();
+                let name = super::tenants::key_of(&r);
                 let same_spec = self.rules.get(&name).is_some_and(|old| {
                     old.spec == r.spec && old.metadata.generation == r.metadata.generation
                 });
@@ -288,15 +303,14 @@ impl World {
                 }
             }
             Step::Remove(r) => {
-                self.rules
-                    .remove(&r.metadata.name.clone().unwrap_or_default());
+                self.rules.remove(&super::tenants::key_of(&r));
                 changed
             }
             Step::Replace(all) => {
-                self.rules = all
-                    .into_iter()
-                    .map(|r| (r.metadata.name.clone().unwrap_or_default(), r))
-                    .collect();
+                self.rules
+                    .retain(|key, _| super::tenants::is_tenant_key(key) != tenant);
+                self.rules
+                    .extend(all.into_iter().map(|r| (super::tenants::key_of(&r), r)));
                 changed
             }
         }
@@ -453,6 +467,20 @@ impl World {
         let mut change = Change::default();
         match source {
             Source::Rules => self.rules_listing.fail(error),
+            // No NamespacedRbacRule kind served (its CRD not installed): no
+            // tenant rule exists, and the cluster rules go on.
+            // (The watcher retries with backoff: a repeated 404 changes
+            // nothing.)
+            Source::Tenants if not_found(error) => {
+                let none = self.tenants_listing.synced
+                    && !self.rules.keys().any(|k| super::tenants::is_tenant_key(k));
+                if none {
+                    return change;
+                }
+                self.apply_rule_event(Event::Init, true);
+                return self.apply_rule_event(Event::InitDone, true);
+            }
+            Source::Tenants => self.tenants_listing.fail(error),
             Source::Owned(k) => self.owned_listing.entry(k).or_default().fail(error),
             Source::Allow => self.allow_listing.fail(error),
             Source::Kind(gk, epoch) => {
@@ -682,6 +710,7 @@ impl World {
     /// before that nothing is written.
     pub fn base_synced(&self) -> bool {
         self.rules_listing.synced
+            && self.tenants_listing.synced
             && OutputKind::ALL
                 .iter()
                 .all(|k| self.owned_listing.get(k).is_some_and(|l| l.synced))
@@ -692,6 +721,7 @@ impl World {
     /// received all of it. Its end is a change that asks for a pass.
     pub fn listing(&self) -> bool {
         self.rules_listing.buffer.is_some()
+            || self.tenants_listing.buffer.is_some()
             || self.allow_listing.buffer.is_some()
             || !self.relisting.is_empty()
             || self.kinds.values().any(|w| w.seen.is_some())
@@ -874,7 +904,7 @@ impl World {
                 let source = crate::engine::RuleSource {
                     name: rule.clone(),
                     spec: spec.clone(),
-                    namespace: None,
+                    namespace: super::tenants::namespace_of(rule),
                 };
                 let kinds = crate::engine::shape::interests(std::slice::from_ref(&source))
                     .into_iter()
@@ -937,6 +967,7 @@ impl World {
         let options = Options {
             manage,
             allow: self.allow_name.as_ref().map(|_| Default::default()),
+            tenancy: self.tenancy.clone(),
             ..Options::default()
         };
         self.rule_kinds
@@ -952,7 +983,7 @@ impl World {
             let source = RuleSource {
                 name: name.clone(),
                 spec: rule.spec.clone(),
-                namespace: None,
+                namespace: super::tenants::namespace_of(name),
             };
             let kinds = crate::engine::interests(std::slice::from_ref(&source), &options)
                 .into_iter()
@@ -967,7 +998,7 @@ impl World {
             .map(|(name, r)| RuleSource {
                 name: name.clone(),
                 spec: r.spec.clone(),
-                namespace: None,
+                namespace: super::tenants::namespace_of(name),
             })
             .collect();
         crate::engine::interests(&sources, &options)
@@ -1190,6 +1221,10 @@ mod tests {
         for k in OutputKind::ALL {
             listed(&mut w, |e| owned(k, e), vec![]);
         }
+        // Nothing is written before the tenant rules have listed too.
+        assert!(!w.base_synced());
+        w.apply(Feed::Tenants(Box::new(Event::Init)));
+        w.apply(Feed::Tenants(Box::new(Event::InitDone)));
         assert!(w.base_synced());
         w
     }
@@ -1541,6 +1576,8 @@ mod tests {
         for k in OutputKind::ALL {
             listed(&mut w, |e| owned(k, e), vec![]);
         }
+        w.apply(Feed::Tenants(Box::new(Event::Init)));
+        w.apply(Feed::Tenants(Box::new(Event::InitDone)));
         assert!(!w.base_synced());
         w.apply(Feed::Allow(Box::new(Event::Init)));
         w.apply(Feed::Allow(Box::new(Event::InitDone)));

@@ -27,6 +27,8 @@ pub type RespBody = BoxBody<Bytes, BoxError>;
 
 /// Path of the RbacRule collection.
 pub const RULES: &str = "/apis/rbacrules.io/v1alpha1/rbacrules";
+/// Path of the NamespacedRbacRule collection (every namespace).
+pub const TENANT_RULES: &str = "/apis/rbacrules.io/v1alpha1/namespacedrbacrules";
 /// Path of the Namespace collection.
 pub const NAMESPACES: &str = "/api/v1/namespaces";
 /// Prefix of the RBAC API.
@@ -526,6 +528,8 @@ fn answer(state: &Mutex<State>, method: &str, path: &str, body: Value) -> Respon
                  "kind": "Namespace", "verbs": ["get", "list", "watch"]}]}),
         ),
         ("GET", RULES) => full(200, &list("RbacRuleList", rv, s.rules.clone())),
+        // No tenant rules (tests/controller_tenant.rs has them).
+        ("GET", TENANT_RULES) => full(200, &list("NamespacedRbacRuleList", rv, Vec::new())),
         ("GET", NAMESPACES) => {
             let items = s.namespaces.values().cloned().collect();
             let mut l = list("PartialObjectMetadataList", rv, items);

@@ -7,8 +7,12 @@
 //! The author must hold, in the rule's namespace, every permission the
 //! rule's *static* rules grant (each literal entry of an output's `rules`,
 //! judged as RBAC covers it) and `bind` on every role it binds by a literal
-//! name. What templates fill in at run time cannot be judged here: the
-//! ceiling judges it at evaluation (the second layer).
+//! name, exactly as deploy/tenant-admission.yaml checks it: the verb on
+//! every name (resourceNames are not narrowed), no `bind` for a Role the
+//! same rule emits whose every entry is literal, at most
+//! [`MAX_ADMISSION_CHECKS`] checks. What templates fill in at run time
+//! cannot be judged here: the ceiling judges it at evaluation (the second
+//! layer).
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
@@ -67,6 +71,30 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
     let held = held_in(&world, &subject, ns);
     let who = &subject.show;
     let mut out = Vec::new();
+    // The names of this rule's Roles whose every entry is static: binding
+    // one needs no `bind`, its every permission being checked here already
+    // (Kubernetes' own rule; the admission policy's `staticRoles`).
+    let short = rule.name.split_once('/').map_or(rule.name.as_str(), |(_, n)| n);
+    let own_static: Vec<String> = rule
+        .spec
+        .outputs
+        .iter()
+        .filter(|o| {
+            o.kind == OutputKind::Role
+                && o.for_each.is_none()
+                && Templates::is_literal(&o.name)
+                && o.rules.as_ref().and_then(Value::as_array).is_some_and(|rs| {
+                    rs.iter()
+                        .all(|e| static_entry(e).is_some())
+                })
+        })
+        .map(|o| format!("{}{}", crate::engine::tenant::output_prefix(short), o.name))
+        .collect();
+    // How many authorization checks admission makes: one per literal group
+    // x resource x verb, one per `bind`. The API server's CEL cost allows
+    // so few per request that the policy refuses a rule needing more.
+    let mut checks = 0usize;
+    let mut separators = false;
     for (i, o) in rule.spec.outputs.iter().enumerate() {
         let f = format!("spec.outputs[{i}]");
         for (j, entry) in o
@@ -76,16 +104,28 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
             .flatten()
             .enumerate()
         {
-            if !literal(entry)
-                || crate::engine::compile::directive(entry)
-                    .ok()
-                    .flatten()
-                    .is_some()
-            {
+            if o.kind != OutputKind::Role {
                 continue;
             }
-            let Ok(requested) = serde_json::from_value::<PolicyRule>(entry.clone()) else {
+            let Some(requested) = static_entry(entry) else {
                 continue;
+            };
+            checks += requested.api_groups.as_ref().map_or(0, Vec::len)
+                * requested.resources.as_ref().map_or(0, Vec::len)
+                * requested.verbs.len();
+            separators |= requested
+                .api_groups
+                .iter()
+                .chain(requested.resources.iter())
+                .flatten()
+                .chain(requested.verbs.iter())
+                .any(|v| v.contains(['|', ';']));
+            // As admission checks it: the verb on every name (the
+            // authorizer is asked without resourceNames), stricter than
+            // RBAC's own coverage.
+            let requested = PolicyRule {
+                resource_names: None,
+                ..requested
             };
             let (_, missing) = crate::policy::covers(&held, std::slice::from_ref(&requested));
             if !missing.is_empty() {
@@ -102,6 +142,11 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
         if !Templates::is_literal(&r.kind) || !Templates::is_literal(&r.name) {
             continue;
         }
+        if r.kind == "Role" && own_static.contains(&r.name) {
+            continue;
+        }
+        checks += 1;
+        separators |= r.name.contains(['|', ';']);
         let resource = if r.kind == "Role" {
             "roles"
         } else {
@@ -121,7 +166,38 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
             ));
         }
     }
+    if separators {
+        out.push(
+            "spec.outputs: apiGroups, resources, verbs and roleRef names may not contain '|' or ';' (admission refuses them)"
+                .to_string(),
+        );
+    }
+    if checks > MAX_ADMISSION_CHECKS {
+        out.push(format!(
+            "spec.outputs: admission makes at most {MAX_ADMISSION_CHECKS} permission checks per NamespacedRbacRule and this one needs {checks}: split it into several rules"
+        ));
+    }
     out
+}
+
+/// The most authorization checks the admission policy makes for one rule
+/// (deploy/tenant-admission.yaml: the API server's CEL cost allows few per
+/// request).
+pub const MAX_ADMISSION_CHECKS: usize = 20;
+
+/// An entry of a Role's `rules` whose every field is literal (no template,
+/// no directive), as the policy rule it grants; `None` for one only the
+/// evaluation-time ceiling can judge.
+fn static_entry(entry: &Value) -> Option<PolicyRule> {
+    let directive = crate::engine::compile::directive(entry)
+        .ok()
+        .flatten()
+        .is_some();
+    if !literal(entry) || directive {
+        return None;
+    }
+    let rule = serde_json::from_value::<PolicyRule>(entry.clone()).ok()?;
+    (rule.api_groups.is_some() && rule.resources.is_some()).then_some(rule)
 }
 
 /// Every rule `subject` holds in `namespace`: through ClusterRoleBindings

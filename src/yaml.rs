@@ -1076,6 +1076,55 @@ mod tests {
         assert!(!too_deep(&json!("scalar")) && !too_deep(&json!([[]])));
     }
 
+    /// Fields `prune` drops are never built once `apiVersion` and `kind`
+    /// are read; fields before them, lists and what `prune` keeps are
+    /// whole; a dropped field still counts to the document's depth.
+    #[test]
+    fn pruned_fields_are_dropped_as_parsed() {
+        let prune: Arc<Prune> = Arc::new(|_: &str, kind: &str, key: &str| {
+            kind == "CustomResourceDefinition" && key == "spec"
+        });
+        let deep_spec = object("x", MAX_DEPTH + 1).replace("\"data\"", "\"spec\"");
+        let text = format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: a}}\nspec: {{x: 1}}\n---\n\
+             spec: {{x: 2}}\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: b}}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\nspec: {{x: 3}}\n---\n\
+             apiVersion: v1\nkind: CustomResourceDefinitionList\nitems: [{{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {{name: d}}, spec: {{x: 4}}}}]\n---\n\
+             {}\n",
+            deep_spec.replace("\"kind\": \"ConfigMap\"", "\"apiVersion\": \"apiextensions.k8s.io/v1\", \"kind\": \"CustomResourceDefinition\"")
+        );
+        for text in [
+            text.clone(),
+            format!("{text}{}", "# padding\n".repeat(PARSE_AHEAD_ABOVE / 10)),
+        ] {
+            let mut got = Vec::new();
+            let r = for_each_document_pruned(Path::new("p.yaml"), &text, Some(&prune), |i, v| {
+                got.push((
+                    i,
+                    v["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    v.get("spec").cloned(),
+                ));
+            });
+            assert_eq!(
+                got,
+                [
+                    (1, "a".to_string(), None),
+                    (2, "b".to_string(), Some(json!({"x": 2}))),
+                    (3, "c".to_string(), Some(json!({"x": 3}))),
+                    (4, "d".to_string(), Some(json!({"x": 4}))),
+                ]
+            );
+            let err = r.expect_err("the deep one is refused").to_string();
+            assert!(
+                err.starts_with("p.yaml#5: nests deeper than 10000"),
+                "{err}"
+            );
+        }
+    }
+
     #[test]
     fn lists_and_empty_documents() {
         let text = "---\n---\nkind: List\napiVersion: v1\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: v1, kind: Namespace, metadata: {name: b}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: c}\n";

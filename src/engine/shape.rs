@@ -128,7 +128,7 @@ mod tests {
     /// `drops` answers, field by field, what `shape` keeps of each kind.
     #[test]
     fn drops_what_shape_drops() {
-        let mut fielded = interest("pkg.crossplane.io", "ProviderRevision", false);
+        let mut fielded = interest("example.org", "Revision", false);
         fielded.fields = Some(super::super::path::seen_fields(&[
             "status.objectRefs".into()
         ]));
@@ -140,7 +140,7 @@ mod tests {
         let cases = [
             ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
             ("apps/v1", "Deployment"),
-            ("pkg.crossplane.io/v1", "ProviderRevision"),
+            ("example.org/v1", "Revision"),
             ("v1", "Secret"),
             ("rbac.authorization.k8s.io/v1", "ClusterRole"),
         ];

@@ -202,8 +202,34 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: &[u8; 57] = b"dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1,tcache:false\0";
 
+/// jemalloc's default decay (freed pages kept ten seconds for reuse) and
+/// this thread's cache of freed blocks, for the batch commands (`render`,
+/// `diff`, `test`, …): they run for seconds and exit, and returning every
+/// freed page at once (the controller's [`MALLOC_CONF`]) cost `render` of
+/// `large` most of its system time, a third of its whole (see
+/// docs/performance.md). Their peak RSS is the same. The options read at
+/// start stay the controller's, the long-running command, whose memory is
+/// held to them; a batch command changes them here, before it allocates
+/// much. Best effort: a setting refused leaves that one as it was.
+fn batch_allocator() {
+    use tikv_jemalloc_ctl::{arenas, raw};
+    const DEFAULT_DECAY_MS: isize = 10_000;
+    let arenas = arenas::narenas::read().unwrap_or(1);
+    for i in 0..arenas {
+        let name = format!("arena.{i}.dirty_decay_ms\0");
+        // SAFETY: the value's type is the setting's (ssize_t).
+        let _ = unsafe { raw::write(name.as_bytes(), DEFAULT_DECAY_MS) };
+    }
+    // SAFETY: as above, for arenas made later; and a bool for the cache.
+    let _ = unsafe { raw::write(b"arenas.dirty_decay_ms\0", DEFAULT_DECAY_MS) };
+    let _ = unsafe { raw::write(b"thread.tcache.enabled\0", true) };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run { .. }) {
+        batch_allocator();
+    }
     match cli.command {
         Command::Crd { namespaced, all } => print_crd(namespaced, all),
         Command::Render(mut args) => {

@@ -357,33 +357,46 @@ fn load_objects(
     let mut store = ObjectStore::new();
     let mut claims = Claims::default();
     let mut refused: Option<RenderError> = None;
-    let shaper = crate::engine::shape::Shaper::new(crate::engine::shape::interests(rules));
-    yaml::for_each_in_tree(&args.objects, args.recursive, |path, index, mut value| {
-        if refused.is_some() {
-            return;
-        }
-        match output::vet_claim(&mut value) {
-            Provenance::Foreign => {
-                let rule = value["metadata"]["annotations"][output::rule_annotation()].as_str();
-                let text = output::foreign_claim_message(&output::describe_object(&value), rule);
-                claims
-                    .warnings
-                    .push(format!("warning: {}#{index}: {text}", path.display()));
+    let shaper = std::sync::Arc::new(crate::engine::shape::Shaper::new(
+        crate::engine::shape::interests(rules),
+    ));
+    // What no rule reads is dropped as it is parsed (never built), the rest
+    // shaped below.
+    let prune = std::sync::Arc::clone(&shaper);
+    let prune: std::sync::Arc<yaml::Prune> =
+        std::sync::Arc::new(move |a: &str, k: &str, f: &str| prune.drops(a, k, f));
+    yaml::for_each_in_tree_pruned(
+        &args.objects,
+        args.recursive,
+        Some(prune),
+        |path, index, mut value| {
+            if refused.is_some() {
+                return;
             }
-            Provenance::Unknown => {
-                if let Some(key) = output::out_key(&value) {
-                    claims.unverified.insert(key);
+            match output::vet_claim(&mut value) {
+                Provenance::Foreign => {
+                    let rule = value["metadata"]["annotations"][output::rule_annotation()].as_str();
+                    let text =
+                        output::foreign_claim_message(&output::describe_object(&value), rule);
+                    claims
+                        .warnings
+                        .push(format!("warning: {}#{index}: {text}", path.display()));
                 }
+                Provenance::Unknown => {
+                    if let Some(key) = output::out_key(&value) {
+                        claims.unverified.insert(key);
+                    }
+                }
+                Provenance::Proven | Provenance::Unclaimed => {}
             }
-            Provenance::Proven | Provenance::Unclaimed => {}
-        }
-        if let Err(message) = store.insert(shaper.shape(value)) {
-            refused = Some(RenderError::Object {
-                origin: format!("{}#{index}", path.display()),
-                message,
-            });
-        }
-    })?;
+            if let Err(message) = store.insert(shaper.shape(value)) {
+                refused = Some(RenderError::Object {
+                    origin: format!("{}#{index}", path.display()),
+                    message,
+                });
+            }
+        },
+    )?;
     match refused {
         Some(e) => Err(e),
         None => Ok((store, claims)),

@@ -2,7 +2,9 @@
 //! output in the key order `kubectl` users read (apiVersion, kind, metadata
 //! first).
 
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
@@ -18,12 +20,12 @@ use serde_json::Value;
 pub const MAX_DEPTH: usize = 10_000;
 
 /// The nesting the parser reads. Each object is then held to
-/// [`MAX_DEPTH`] itself ([`too_deep`]): a `List` adds two levels around its
-/// items (`kubectl get -o yaml`), so an item as deep as the API server
-/// allows is read, and one a few levels deeper is refused alone, not the
-/// list. Deeper still, the document is refused whole. Not more: the
-/// parser takes about 5 KiB of stack per level (optimised), which grows on
-/// the heap ([`Node`]) and is freed after: about 50 MB at this depth.
+/// [`MAX_DEPTH`] itself: a `List` adds two levels around its items
+/// (`kubectl get -o yaml`), so an item as deep as the API server allows is
+/// read, and one a few levels deeper is refused alone, not the list.
+/// Deeper still, the document is refused whole. Not more: the parser takes
+/// about 5 KiB of stack per level (optimised), which grows on the heap
+/// ([`Node`]) and is freed after: about 50 MB at this depth.
 const PARSE_DEPTH: usize = MAX_DEPTH + 16;
 
 /// Whether an object nests deeper than [`MAX_DEPTH`] (the object's own
@@ -31,15 +33,12 @@ const PARSE_DEPTH: usize = MAX_DEPTH + 16;
 pub fn too_deep(v: &Value) -> bool {
     let mut stack = vec![(v, 1usize)];
     while let Some((v, d)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Object(m) => Box::new(m.values()),
-            Value::Array(a) => Box::new(a.iter()),
-            _ => continue,
-        };
-        if d > MAX_DEPTH {
-            return true;
+        match v {
+            Value::Object(_) | Value::Array(_) if d > MAX_DEPTH => return true,
+            Value::Object(m) => stack.extend(m.values().map(|c| (c, d + 1))),
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, d + 1))),
+            _ => {}
         }
-        stack.extend(children.map(|c| (c, d + 1)));
     }
     false
 }
@@ -133,115 +132,310 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     options
 }
 
-/// A document's 1-based position and content, or why it cannot be read.
-type Parsed = (usize, Result<Value, YamlError>);
+/// Whether a top-level field of an object may be dropped as the object is
+/// parsed, asked with the object's `apiVersion`, `kind` and the field's
+/// name once both are read (a field before them is kept): what no reader
+/// of the kind sees is then never built. Lists (`kind: …List`) are never
+/// cut.
+pub type Prune = dyn Fn(&str, &str, &str) -> bool + Send + Sync;
+
+/// A document as parsed: its content and the deepest nesting of maps and
+/// lists in it (the document's own braces are level 1), fields dropped by
+/// [`Prune`] included.
+struct Parsed {
+    value: Value,
+    deepest: usize,
+}
+
+/// A document not handed on (one read again after a later one failed) is
+/// dropped without recursion, as it may be deep.
+impl Drop for Parsed {
+    fn drop(&mut self) {
+        dismantle(std::mem::take(&mut self.value));
+    }
+}
+
+/// A document's 1-based position and what was read, or why it cannot be.
+type Handed = (usize, Result<Parsed, YamlError>);
+
+/// The message of a parse error: serde-saphyr names its depth limit a
+/// recursion limit.
+fn parse_message(e: &serde_saphyr::Error) -> String {
+    let e = e.to_string();
+    if e.contains("recursion limit") || e.contains("depth") {
+        format!("nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}")
+    } else {
+        e
+    }
+}
 
 /// The documents of `text`, each with its 1-based position, or the error
 /// of each document that cannot be read.
 ///
-/// One bad document (too deep, invalid) fails the parse of the whole
-/// stream: the stream is then cut at its document markers and each part
-/// parsed alone, so the error names that document and the others are
-/// still read.
-fn parse_all(path: &Path, text: &str, mut each: impl FnMut(Parsed)) -> Result<(), YamlError> {
-    let parse =
-        |text: &str| -> Result<Vec<Value>, String> {
-            serde_saphyr::from_multiple_with_options::<Read>(text, options_for(text))
-            .map(|docs| docs.into_iter().map(|mut d| std::mem::take(&mut d.0)).collect())
-            .map_err(|e| {
-                let e = e.to_string();
-                // serde-saphyr names its depth limit a recursion limit.
-                if e.contains("recursion limit") || e.contains("depth") {
-                    format!(
-                        "nests deeper than {MAX_DEPTH} levels, the most the API server accepts: {e}"
-                    )
-                } else {
-                    e
-                }
-            })
-        };
-    let mut index = 0;
-    let mut hand = |d: Result<Value, String>| {
-        index += 1;
-        let d = d.map_err(|message| YamlError::Parse {
-            path: format!("{}#{index}", path.display()),
-            message,
-        });
-        each((index, d));
+/// The whole stream is parsed at once, each document handed on as it is
+/// complete: what is held is the text and what the caller keeps, never
+/// every document parsed at once. A large text is parsed on a thread of
+/// its own, a few documents ahead of `each`. One bad document (too deep,
+/// invalid) stops the parse of the stream: the stream is then cut at its
+/// document markers and each part parsed alone, so the error names that
+/// document and the others are still read.
+fn parse_all(
+    path: &Path,
+    text: &str,
+    prune: Option<&Arc<Prune>>,
+    mut each: impl FnMut(Handed),
+) -> Result<(), YamlError> {
+    let mut handed = 0;
+    let mut hand = |d: Parsed| {
+        handed += 1;
+        each((handed, Ok(d)));
     };
-    // A large stream (a cluster's objects) is read document by document,
-    // each handed on before the next is parsed: what is held is the text
-    // and what the caller keeps, never every document parsed at once.
-    let whole = if text.len() > STREAM_ABOVE {
-        Err(String::new())
+    let read = if text.len() > PARSE_AHEAD_ABOVE {
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(PARSE_AHEAD);
+            let parser = std::thread::Builder::new()
+                .name("yaml".into())
+                .stack_size(PARSE_STACK)
+                .spawn_scoped(s, move || parse_stream(text, prune, Some(tx)));
+            match parser {
+                Ok(parser) => {
+                    rx.iter().for_each(&mut hand);
+                    // The parser's panic is this thread's, as if parsed here.
+                    parser
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                }
+                Err(_) => parse_stream(text, prune, None),
+            }
+        })
     } else {
-        parse(text)
+        parse_stream(text, prune, None)
     };
-    match whole {
-        Ok(docs) => docs.into_iter().for_each(|d| hand(Ok(d))),
-        Err(whole) => {
-            let parts = split_documents(text);
-            if parts.len() < 2 && !whole.is_empty() {
-                // One document: it is the one named.
-                let at = if parts.is_empty() { "" } else { "#1" };
-                return Err(YamlError::Parse {
-                    path: format!("{}{at}", path.display()),
-                    message: whole,
-                });
+    let read_before = read.read;
+    read.kept.into_iter().for_each(&mut hand);
+    let Err(whole) = read.result else {
+        return Ok(());
+    };
+    let parts = split_documents(text);
+    if parts.len() < 2 {
+        // One document: it is the one named.
+        let at = if parts.is_empty() { "" } else { "#1" };
+        return Err(YamlError::Parse {
+            path: format!("{}{at}", path.display()),
+            message: whole,
+        });
+    }
+    // The documents read before the bad one were handed on: the parts are
+    // counted from the start, and handed on past them.
+    let mut at = 0;
+    for part in parts {
+        let read = parse_stream(part, prune, None);
+        let docs = read.kept.into_iter().map(Ok);
+        for d in docs.chain(read.result.err().map(Err)) {
+            at += 1;
+            if at <= read_before {
+                continue;
             }
-            for part in parts {
-                match parse(part) {
-                    Ok(docs) => docs.into_iter().for_each(|d| hand(Ok(d))),
-                    Err(e) => hand(Err(e)),
-                }
-            }
+            let d = d.map_err(|message| YamlError::Parse {
+                path: format!("{}#{at}", path.display()),
+                message,
+            });
+            each((at, d));
         }
     }
     Ok(())
 }
 
-/// Texts longer than this are parsed document by document.
-const STREAM_ABOVE: usize = 4 << 20;
+/// Texts longer than this are parsed on a thread of their own, ahead of
+/// their reader.
+const PARSE_AHEAD_ABOVE: usize = 256 << 10;
+
+/// Documents parsed ahead of their reader, at most.
+const PARSE_AHEAD: usize = 16;
+
+/// The parsing thread's stack; deeper documents go on in heap segments
+/// ([`Node`]).
+const PARSE_STACK: usize = 16 << 20;
+
+/// What [`parse_stream`] read.
+struct Stream {
+    /// Fields dropped as parsed.
+    prune: Option<Arc<Prune>>,
+    /// Where each document goes as it is complete; `None`: kept.
+    to: Option<std::sync::mpsc::SyncSender<Parsed>>,
+    /// Documents read.
+    read: usize,
+    /// Documents read, when not sent.
+    kept: Vec<Parsed>,
+    /// The error that stopped the stream.
+    result: Result<(), String>,
+}
+
+thread_local! {
+    /// The stream being parsed on this thread: serde-saphyr builds each
+    /// document ([`Read`]) and hands it to a collection ([`Sink`]) with no
+    /// way to pass them a context but this.
+    static STREAM: RefCell<Option<Stream>> = const { RefCell::new(None) };
+}
+
+/// Parses the stream `text`, each document sent on `to` as it is complete
+/// or, without `to`, kept.
+fn parse_stream(
+    text: &str,
+    prune: Option<&Arc<Prune>>,
+    to: Option<std::sync::mpsc::SyncSender<Parsed>>,
+) -> Stream {
+    let stream = Stream::new(prune, to);
+    // A stream parsed within another's (on the same thread) finds its
+    // own, and the outer one's back after.
+    let outer = STREAM.with(|s| s.replace(Some(stream)));
+    let r = serde_saphyr::from_str_multiple_with_options::<Read, Sink>(text, options_for(text));
+    // Always there: only this function takes it.
+    let mut done = STREAM
+        .with(|s| s.replace(outer))
+        .unwrap_or_else(|| Stream::new(None, None));
+    // The receiver's end: it sees the stream end.
+    done.to = None;
+    if let Err(e) = r {
+        done.result = Err(parse_message(&e));
+    }
+    done
+}
+
+impl Stream {
+    fn new(prune: Option<&Arc<Prune>>, to: Option<std::sync::mpsc::SyncSender<Parsed>>) -> Self {
+        Stream {
+            prune: prune.cloned(),
+            to,
+            read: 0,
+            kept: Vec::new(),
+            result: Ok(()),
+        }
+    }
+}
+
+/// Where serde-saphyr puts each document: the [`STREAM`]'s receiver, or
+/// its kept documents.
+#[derive(Default)]
+struct Sink;
+
+impl Extend<Read> for Sink {
+    fn extend<I: IntoIterator<Item = Read>>(&mut self, docs: I) {
+        for mut doc in docs {
+            let parsed = Parsed {
+                value: std::mem::take(&mut doc.value),
+                deepest: doc.deepest,
+            };
+            STREAM.with(|s| {
+                let mut s = s.borrow_mut();
+                let Some(s) = s.as_mut() else {
+                    return;
+                };
+                s.read += 1;
+                match &s.to {
+                    // The receiver is gone only when it panicked; what it
+                    // would not take is dropped (without recursion).
+                    Some(to) => {
+                        let _ = to.send(parsed);
+                    }
+                    None => s.kept.push(parsed),
+                }
+            });
+        }
+    }
+}
 
 /// One document, read as a JSON value by [`Node`].
-struct Read(Value);
+struct Read {
+    value: Value,
+    deepest: usize,
+}
 
 /// Documents read before a later one fails are dropped by the parser:
 /// without recursion, as they may be deep.
 impl Drop for Read {
     fn drop(&mut self) {
-        dismantle(std::mem::take(&mut self.0));
+        dismantle(std::mem::take(&mut self.value));
     }
 }
 
 impl<'de> serde::Deserialize<'de> for Read {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        serde::de::DeserializeSeed::deserialize(Node, d).map(Read)
+        let prune = STREAM.with(|s| s.borrow().as_ref().and_then(|s| s.prune.clone()));
+        let deepest = Cell::new(0);
+        let node = Node {
+            depth: 1,
+            deepest: &deepest,
+            prune: prune.as_deref(),
+        };
+        let value = serde::de::DeserializeSeed::deserialize(node, d)?;
+        Ok(Read {
+            value,
+            deepest: deepest.get(),
+        })
     }
 }
 
 /// Stack left (bytes) below which reading goes on in a new heap segment
-/// of [`SEGMENT`]: a level of serde-saphyr and this visitor takes about
-/// 5 KiB optimised, a few times that unoptimised.
-const RED_ZONE: usize = 256 * 1024;
+/// of [`SEGMENT`], checked every [`GROW_EVERY`] levels: a level of
+/// serde-saphyr and this visitor takes about 5 KiB optimised, a few times
+/// that unoptimised, so the red zone holds that many levels either way.
+const RED_ZONE: usize = 1024 * 1024;
 const SEGMENT: usize = 8 * 1024 * 1024;
+const GROW_EVERY: usize = 16;
 
-/// A value of a document, read as serde_json's own visitor reads one, but
-/// each level checks the stack left and continues on the heap when it runs
-/// low (stacker, as rustc does): documents as deep as [`PARSE_DEPTH`] read
-/// on any thread, a test's 2 MiB or the main thread's 8 MiB.
+/// A value of a document at `depth` (the document's own braces are 1),
+/// read as serde_json's own visitor reads one. Nesting is counted (the
+/// deepest level into `deepest`, an error past [`PARSE_DEPTH`]), and every
+/// [`GROW_EVERY`] levels the stack left is checked, reading going on on
+/// the heap when it runs low (stacker, as rustc does): documents as deep
+/// as [`PARSE_DEPTH`] read on any thread, a test's 2 MiB or the main
+/// thread's 8 MiB. At level 1, fields `prune` drops are read by [`Skip`]
+/// and never built.
 #[derive(Clone, Copy)]
-struct Node;
+struct Node<'a> {
+    depth: usize,
+    deepest: &'a Cell<usize>,
+    prune: Option<&'a Prune>,
+}
 
-impl<'de> serde::de::DeserializeSeed<'de> for Node {
-    type Value = Value;
+impl<'a> Node<'a> {
+    /// A map or list at this level: counted, refused past [`PARSE_DEPTH`].
+    fn enter<E: serde::de::Error>(self) -> Result<Node<'a>, E> {
+        if self.depth > PARSE_DEPTH {
+            return Err(E::custom(format!(
+                "nesting depth exceeds {PARSE_DEPTH} levels"
+            )));
+        }
+        if self.depth > self.deepest.get() {
+            self.deepest.set(self.depth);
+        }
+        Ok(Node {
+            depth: self.depth + 1,
+            deepest: self.deepest,
+            prune: None,
+        })
+    }
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        stacker::maybe_grow(RED_ZONE, SEGMENT, || d.deserialize_any(self))
+    /// `read` at this level, on a new stack segment when this one runs low.
+    fn grow<R>(self, read: impl FnOnce() -> R) -> R {
+        if self.depth.is_multiple_of(GROW_EVERY) {
+            stacker::maybe_grow(RED_ZONE, SEGMENT, read)
+        } else {
+            read()
+        }
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for Node {
+impl<'de> serde::de::DeserializeSeed<'de> for Node<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        self.grow(|| d.deserialize_any(self))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Node<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -301,20 +495,121 @@ impl<'de> serde::de::Visitor<'de> for Node {
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let inner = self.enter()?;
         let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(self)? {
+        while let Some(v) = seq.next_element_seed(inner)? {
             out.push(v);
         }
         Ok(Value::Array(out))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let inner = self.enter()?;
         let mut out = serde_json::Map::new();
         while let Some(k) = map.next_key::<String>()? {
-            let v = map.next_value_seed(self)?;
+            if self.drops(&out, &k) {
+                map.next_value_seed(Skip(inner))?;
+                continue;
+            }
+            let v = map.next_value_seed(inner)?;
             out.insert(k, v);
         }
         Ok(Value::Object(out))
+    }
+}
+
+impl Node<'_> {
+    /// Whether field `key` of the object read so far as `out` is dropped:
+    /// once its `apiVersion` and `kind` are read, and it is no list.
+    fn drops(&self, out: &serde_json::Map<String, Value>, key: &str) -> bool {
+        let Some(prune) = self.prune else {
+            return false;
+        };
+        match (out.get("apiVersion"), out.get("kind")) {
+            (Some(Value::String(api_version)), Some(Value::String(kind))) => {
+                !kind.ends_with("List") && prune(api_version, kind, key)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A value read and dropped as it is read (a field [`Prune`] drops):
+/// nesting counted and the stack grown as [`Node`] does, nothing built.
+#[derive(Clone, Copy)]
+struct Skip<'a>(Node<'a>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Skip<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        self.0.grow(|| d.deserialize_any(self))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Skip<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i128<E>(self, _: i128) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u128<E>(self, _: u128) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = Skip(self.0.enter()?);
+        while seq.next_element_seed(inner)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = Skip(self.0.enter()?);
+        while map.next_key_seed(inner)?.is_some() {
+            map.next_value_seed(inner)?;
+        }
+        Ok(())
     }
 }
 
@@ -368,18 +663,28 @@ fn is_list(doc: &Value) -> bool {
 /// [`MAX_DEPTH`]) is refused alone: the others are handed over, then the
 /// first such error, naming the file and the document, is returned.
 ///
-/// The whole text is parsed first: serde-saphyr's streaming reader parses
-/// about a third slower than its string parser, and the text is small
-/// beside the objects parsed from it.
+/// The whole text is parsed from memory: serde-saphyr's streaming reader
+/// parses about a third slower than its string parser, and the text is
+/// small beside the objects parsed from it.
 pub fn for_each_document(
     path: &Path,
     text: &str,
+    each: impl FnMut(usize, Value),
+) -> Result<(), YamlError> {
+    for_each_document_pruned(path, text, None, each)
+}
+
+/// [`for_each_document`], the top-level fields `prune` drops never built.
+fn for_each_document_pruned(
+    path: &Path,
+    text: &str,
+    prune: Option<&Arc<Prune>>,
     mut each: impl FnMut(usize, Value),
 ) -> Result<(), YamlError> {
     let mut refused = None;
-    parse_all(path, text, |(index, doc)| {
-        let doc = match doc {
-            Ok(doc) => doc,
+    parse_all(path, text, prune, |(index, doc)| {
+        let (doc, deepest) = match doc {
+            Ok(mut doc) => (std::mem::take(&mut doc.value), doc.deepest),
             // The first bad document is the error; the others are read.
             Err(e) => {
                 refused.get_or_insert(e);
@@ -394,7 +699,8 @@ pub fn for_each_document(
             item,
         };
         if !is_list(&doc) {
-            if too_deep(&doc) {
+            // The parser counted the document's levels.
+            if deepest > MAX_DEPTH {
                 refused.get_or_insert(deep(String::new()));
                 dismantle(doc);
             } else {
@@ -406,7 +712,8 @@ pub fn for_each_document(
             && let Some(Value::Array(items)) = m.remove("items")
         {
             for (i, item) in items.into_iter().enumerate() {
-                if too_deep(&item) {
+                // An item is two levels below the list's braces.
+                if deepest > MAX_DEPTH + 2 && too_deep(&item) {
                     refused.get_or_insert(deep(format!("item {} of the list ", i + 1)));
                     dismantle(item);
                 } else {
@@ -483,11 +790,25 @@ pub fn load_tree(paths: &[PathBuf], recursive: bool) -> Result<Vec<Document>, Ya
 pub fn for_each_in_tree(
     paths: &[PathBuf],
     recursive: bool,
+    each: impl FnMut(&Path, usize, Value),
+) -> Result<(), YamlError> {
+    for_each_in_tree_pruned(paths, recursive, None, each)
+}
+
+/// [`for_each_in_tree`], the top-level fields of objects that `prune`
+/// drops never built (what no reader sees: a CRD's schema when only its
+/// metadata is read).
+pub fn for_each_in_tree_pruned(
+    paths: &[PathBuf],
+    recursive: bool,
+    prune: Option<Arc<Prune>>,
     mut each: impl FnMut(&Path, usize, Value),
 ) -> Result<(), YamlError> {
     for f in expand_paths(paths, recursive)? {
         let text = read_text(&f)?;
-        for_each_document(&f, &text, |index, value| each(&f, index, value))?;
+        for_each_document_pruned(&f, &text, prune.as_ref(), |index, value| {
+            each(&f, index, value)
+        })?;
     }
     Ok(())
 }
@@ -753,6 +1074,55 @@ mod tests {
         assert!(too_deep(&v));
         dismantle(v);
         assert!(!too_deep(&json!("scalar")) && !too_deep(&json!([[]])));
+    }
+
+    /// Fields `prune` drops are never built once `apiVersion` and `kind`
+    /// are read; fields before them, lists and what `prune` keeps are
+    /// whole; a dropped field still counts to the document's depth.
+    #[test]
+    fn pruned_fields_are_dropped_as_parsed() {
+        let prune: Arc<Prune> = Arc::new(|_: &str, kind: &str, key: &str| {
+            kind == "CustomResourceDefinition" && key == "spec"
+        });
+        let deep_spec = object("x", MAX_DEPTH + 1).replace("\"data\"", "\"spec\"");
+        let text = format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: a}}\nspec: {{x: 1}}\n---\n\
+             spec: {{x: 2}}\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: b}}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\nspec: {{x: 3}}\n---\n\
+             apiVersion: v1\nkind: CustomResourceDefinitionList\nitems: [{{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {{name: d}}, spec: {{x: 4}}}}]\n---\n\
+             {}\n",
+            deep_spec.replace("\"kind\": \"ConfigMap\"", "\"apiVersion\": \"apiextensions.k8s.io/v1\", \"kind\": \"CustomResourceDefinition\"")
+        );
+        for text in [
+            text.clone(),
+            format!("{text}{}", "# padding\n".repeat(PARSE_AHEAD_ABOVE / 10)),
+        ] {
+            let mut got = Vec::new();
+            let r = for_each_document_pruned(Path::new("p.yaml"), &text, Some(&prune), |i, v| {
+                got.push((
+                    i,
+                    v["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    v.get("spec").cloned(),
+                ));
+            });
+            assert_eq!(
+                got,
+                [
+                    (1, "a".to_string(), None),
+                    (2, "b".to_string(), Some(json!({"x": 2}))),
+                    (3, "c".to_string(), Some(json!({"x": 3}))),
+                    (4, "d".to_string(), Some(json!({"x": 4}))),
+                ]
+            );
+            let err = r.expect_err("the deep one is refused").to_string();
+            assert!(
+                err.starts_with("p.yaml#5: nests deeper than 10000"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

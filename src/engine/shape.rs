@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::RuleSource;
 use super::compile::{Interest, interests_of, merge_interests};
 use super::kinds::output_gk;
-use super::store::GroupKind;
+use super::store::{GroupKind, group_of};
 use crate::api::OutputKind;
 
 /// Every kind the rules read, and whether only metadata: the same answer
@@ -68,6 +68,34 @@ impl Shaper {
     }
 }
 
+impl Shaper {
+    /// Whether [`Shaper::shape`] drops the whole top-level field `key` of
+    /// an object of `api_version` and `kind`: asked while the object is
+    /// parsed, so that the field is never built (a CRD's schema when rules
+    /// read CRDs' metadata). The same answer as `shape`'s, field by field:
+    /// `apiVersion`, `kind` and `metadata` are never dropped; an RBAC
+    /// object keeps every field; a kind read beyond metadata keeps what a
+    /// path of its readers' `fields` starts with (all with no `fields`);
+    /// any other kind keeps nothing else.
+    pub fn drops(&self, api_version: &str, kind: &str, key: &str) -> bool {
+        if matches!(key, "apiVersion" | "kind" | "metadata") {
+            return false;
+        }
+        let group = group_of(api_version);
+        let is = |gk: &GroupKind| gk.group == group && gk.kind == kind;
+        if OutputKind::ALL.iter().any(|k| is(&output_gk(*k))) {
+            return false;
+        }
+        match self.interests.iter().find(|i| is(&i.gk)) {
+            Some(i) if !i.metadata_only => match &i.fields {
+                Some(paths) => !paths.iter().any(|p| p.first().is_some_and(|f| f == key)),
+                None => false,
+            },
+            _ => true,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +134,38 @@ mod tests {
         let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": "r"}, "rules": [{"verbs": ["get"]}]});
         assert!(s.shape(role).get("rules").is_some());
+    }
+
+    /// `drops` answers, field by field, what `shape` keeps of each kind.
+    #[test]
+    fn drops_what_shape_drops() {
+        let mut fielded = interest("example.org", "Revision", false);
+        fielded.fields = Some(super::super::path::seen_fields(&[
+            "status.objectRefs".into()
+        ]));
+        let s = Shaper::new(vec![
+            interest("apiextensions.k8s.io", "CustomResourceDefinition", true),
+            interest("apps", "Deployment", false),
+            fielded,
+        ]);
+        let cases = [
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+            ("apps/v1", "Deployment"),
+            ("example.org/v1", "Revision"),
+            ("v1", "Secret"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ];
+        for (api_version, kind) in cases {
+            let obj = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "n"},
+                "spec": {"a": 1}, "status": {"objectRefs": [], "b": 2}, "rules": [], "data": {}});
+            let kept = s.shape(obj.clone());
+            for key in obj.as_object().unwrap().keys() {
+                assert_eq!(
+                    s.drops(api_version, kind, key),
+                    kept.get(key).is_none(),
+                    "{kind}.{key}"
+                );
+            }
+        }
     }
 }

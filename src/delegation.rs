@@ -74,7 +74,10 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
     // The names of this rule's Roles whose every entry is static: binding
     // one needs no `bind`, its every permission being checked here already
     // (Kubernetes' own rule; the admission policy's `staticRoles`).
-    let short = rule.name.split_once('/').map_or(rule.name.as_str(), |(_, n)| n);
+    let short = rule
+        .name
+        .split_once('/')
+        .map_or(rule.name.as_str(), |(_, n)| n);
     let own_static: Vec<String> = rule
         .spec
         .outputs
@@ -83,10 +86,10 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
             o.kind == OutputKind::Role
                 && o.for_each.is_none()
                 && Templates::is_literal(&o.name)
-                && o.rules.as_ref().and_then(Value::as_array).is_some_and(|rs| {
-                    rs.iter()
-                        .all(|e| static_entry(e).is_some())
-                })
+                && o.rules
+                    .as_ref()
+                    .and_then(Value::as_array)
+                    .is_some_and(|rs| rs.iter().all(|e| static_entry(e).is_some()))
         })
         .map(|o| format!("{}{}", crate::engine::tenant::output_prefix(short), o.name))
         .collect();

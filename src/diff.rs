@@ -20,9 +20,7 @@ use crate::api::ManageLevel;
 use crate::controller::apply::{self, Gate};
 use crate::controller::live::{Live, ObjectId, OwnedFields, is_ours};
 use crate::controller::metrics::Metrics;
-use crate::controller::plan::{
-    ApplyAction, HeldPrunes, Plan, keep_helm_annotation, mark_adopted,
-};
+use crate::controller::plan::{ApplyAction, HeldPrunes, Plan, keep_helm_annotation, mark_adopted};
 use crate::controller::sync::{PlanSettings, Syncer};
 use crate::controller::watch::Watches;
 use crate::controller::world::World;
@@ -367,11 +365,10 @@ pub fn format_report(
     for (rule, h) in held {
         out.push_str(&format!(
             "held prunes (rule {rule}): {} deletions, more than --max-unconfirmed-prunes ({}) in one pass; \
-             run deletes nothing of them until confirmed:\n  kubectl annotate rbacrule {rule} --overwrite {}={}\n",
+             run deletes nothing of them until confirmed:\n  {}\n",
             h.objects.len(),
             h.max,
-            crate::controller::plan::CONFIRM_PRUNE_ANNOTATION,
-            h.token
+            h.confirm_command(rule)
         ));
         for id in &h.objects {
             out.push_str(&format!("  held: {id}\n"));
@@ -926,7 +923,7 @@ mod tests {
         }
         let installed = crate::installed::Installed {
             deployment: "rbac-rules-system/rbac-rules".into(),
-            params: BTreeMap::from([("crossplaneNamespace".into(), "xp".into())]),
+            params: BTreeMap::from([("productNamespace".into(), "xp".into())]),
             allow_clusterrole: Some("rbac-rules:allow-list".into()),
             max_unconfirmed_prunes: Some(7),
             ..Default::default()
@@ -934,21 +931,21 @@ mod tests {
         let mut a = Cli::parse_from(["x"]).args;
         assert!(a.installed_settings);
         assert!(a.with_installed(&installed).is_empty());
-        assert_eq!(a.params.map()["crossplaneNamespace"], "xp");
+        assert_eq!(a.params.map()["productNamespace"], "xp");
         assert_eq!(
             a.allow_clusterrole.as_deref(),
             Some("rbac-rules:allow-list")
         );
         assert_eq!(a.plan_settings().max_unconfirmed_prunes, Some(7));
-        assert_eq!(a.plan_settings().params["crossplaneNamespace"], "xp");
-        let mut a = Cli::parse_from(["x", "--param", "crossplaneNamespace=crossplane-system"]).args;
+        assert_eq!(a.plan_settings().params["productNamespace"], "xp");
+        let mut a = Cli::parse_from(["x", "--param", "productNamespace=product-system"]).args;
         let w = a.with_installed(&installed);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
-            w[0].contains("\"crossplane-system\"") && w[0].contains("\"xp\""),
+            w[0].contains("\"product-system\"") && w[0].contains("\"xp\""),
             "{w:?}"
         );
-        assert_eq!(a.params.map()["crossplaneNamespace"], "crossplane-system");
+        assert_eq!(a.params.map()["productNamespace"], "product-system");
     }
 
     #[test]

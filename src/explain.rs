@@ -1307,12 +1307,12 @@ mod tests {
     fn a_rendered_binding_would_grant_what_the_live_one_does_not_yet() {
         let ours = json!({"app.kubernetes.io/managed-by": "rbac-rules"});
         let role = json!({"kind": "ClusterRole", "metadata": {"name": "p:system", "labels": ours,
-            "annotations": {"rbacrules.io/rule": "crossplane-provider-system"}},
+            "annotations": {"rbacrules.io/rule": "provider-system"}},
             "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]});
         let binding = |subjects: Value| {
             json!({"kind": "ClusterRoleBinding", "metadata": {"name": "p:system", "labels": ours,
-                "annotations": {"rbacrules.io/rule": "crossplane-provider-system",
-                                "rbacrules.io/trigger": "ProviderRevision.pkg.crossplane.io/p-1"}},
+                "annotations": {"rbacrules.io/rule": "provider-system",
+                                "rbacrules.io/trigger": "ProviderRevision.pkg.example.org/p-1"}},
                 "roleRef": {"kind": "ClusterRole", "name": "p:system"}, "subjects": subjects})
         };
         // Live: rendered with the wrong namespace, no subjects.
@@ -1333,7 +1333,7 @@ mod tests {
             g[0].binding_origin
                 .as_ref()
                 .and_then(|o| o.trigger.as_deref()),
-            Some("ProviderRevision.pkg.crossplane.io/p-1")
+            Some("ProviderRevision.pkg.example.org/p-1")
         );
         // Another verb: nothing.
         let req = Request::parse("delete", "secrets", None, Some("team-a"));

@@ -287,12 +287,12 @@ mod tests {
             json!([
                 "run",
                 "--param",
-                "crossplaneNamespace=xp",
+                "productNamespace=xp",
                 "--param=a=b,c=d",
                 "--max-unconfirmed-prunes=5"
             ]),
             json!([
-                {"name": "RBAC_RULES_PARAM_crossplaneNamespace", "value": "from-env"},
+                {"name": "RBAC_RULES_PARAM_productNamespace", "value": "from-env"},
                 {"name": "RBAC_RULES_PARAM_other", "value": "o"},
                 {"name": "RBAC_RULES_ALLOW_CLUSTERROLE", "value": "rbac-rules:allow-list"},
                 {"name": "RBAC_RULES_MANAGE", "value": "basic"},
@@ -306,7 +306,7 @@ mod tests {
             i.params,
             BTreeMap::from([
                 ("a".to_string(), "b,c=d".to_string()),
-                ("crossplaneNamespace".to_string(), "xp".to_string()),
+                ("productNamespace".to_string(), "xp".to_string()),
                 ("other".to_string(), "o".to_string()),
             ])
         );
@@ -326,21 +326,19 @@ mod tests {
     fn the_command_line_wins_with_a_warning_naming_both() {
         let i = Installed {
             deployment: "ns/d".into(),
-            params: BTreeMap::from([("crossplaneNamespace".into(), "xp".into())]),
+            params: BTreeMap::from([("productNamespace".into(), "xp".into())]),
             allow_clusterrole: Some("rbac-rules:allow-list".into()),
             ..Installed::default()
         };
         let (p, w) = merge_params(&BTreeMap::new(), &i);
-        assert_eq!(p["crossplaneNamespace"], "xp");
+        assert_eq!(p["productNamespace"], "xp");
         assert!(w.is_empty());
-        let given = BTreeMap::from([("crossplaneNamespace".into(), "crossplane-system".into())]);
+        let given = BTreeMap::from([("productNamespace".into(), "product-system".into())]);
         let (p, w) = merge_params(&given, &i);
-        assert_eq!(p["crossplaneNamespace"], "crossplane-system");
+        assert_eq!(p["productNamespace"], "product-system");
         assert_eq!(w.len(), 1);
         assert!(
-            w[0].contains("\"crossplane-system\"")
-                && w[0].contains("\"xp\"")
-                && w[0].contains("ns/d"),
+            w[0].contains("\"product-system\"") && w[0].contains("\"xp\"") && w[0].contains("ns/d"),
             "{w:?}"
         );
         let (a, w) = merge_allow(None, &i);

@@ -464,11 +464,23 @@ impl HeldPrunes {
         };
         format!(
             "{} deletions held: more than --max-unconfirmed-prunes ({}) in one pass ({}{more}); \
-             nothing is deleted until confirmed: kubectl annotate rbacrule {rule} --overwrite \
-             {CONFIRM_PRUNE_ANNOTATION}={}",
+             nothing is deleted until confirmed: {}",
             self.objects.len(),
             self.max,
             shown.join(", "),
+            self.confirm_command(rule)
+        )
+    }
+
+    /// The kubectl command that confirms these prunes on `rule` (the
+    /// engine's name: `<namespace>/<name>` for a NamespacedRbacRule).
+    pub fn confirm_command(&self, rule: &str) -> String {
+        let target = match rule.split_once('/') {
+            Some((ns, name)) => format!("namespacedrbacrule -n {ns} {name}"),
+            None => format!("rbacrule {rule}"),
+        };
+        format!(
+            "kubectl annotate {target} --overwrite {CONFIRM_PRUNE_ANNOTATION}={}",
             self.token
         )
     }

@@ -478,21 +478,20 @@ mod tests {
     #[test]
     fn a_binding_without_subjects_is_a_degraded_reason_and_an_event() {
         let spec: crate::api::RbacRuleSpec = serde_json::from_value(json!({
-            "trigger": {"apiGroup": "pkg.crossplane.io", "kind": "ProviderRevision"},
+            "trigger": {"apiGroup": "pkg.example.org", "kind": "ProviderRevision"},
             "outputs": [{"kind": "ClusterRole", "name": "x"}]
         }))
         .expect("spec");
-        let mut rule = RbacRule::new("crossplane-provider-system", spec);
+        let mut rule = RbacRule::new("provider-system", spec);
         rule.metadata.generation = Some(1);
         let mut r = RuleReport::new(RuleState::Evaluated);
         r.notices.push(EngineError {
             kind: crate::engine::ErrorKind::NoSubjects,
-            rule: "crossplane-provider-system".into(),
+            rule: "provider-system".into(),
             field: "spec.outputs[2]".into(),
-            trigger: Some("ProviderRevision.pkg.crossplane.io/p-1".into()),
-            message:
-                "ClusterRoleBinding crossplane:provider:p-1:system is rendered with no subjects"
-                    .into(),
+            trigger: Some("ProviderRevision.pkg.example.org/p-1".into()),
+            message: "ClusterRoleBinding example:provider:p-1:system is rendered with no subjects"
+                .into(),
         });
         let inputs = RuleInputs {
             report: Some(&r),

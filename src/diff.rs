@@ -63,6 +63,10 @@ pub struct DiffArgs {
     /// warning naming both values. `false`: the command line's only.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub installed_settings: bool,
+    /// What tenant rules (NamespacedRbacRules) may read, and their
+    /// ceiling, as for `run`.
+    #[command(flatten)]
+    pub tenancy: crate::engine::tenant::Tenancy,
 }
 
 impl DiffArgs {
@@ -77,6 +81,7 @@ impl DiffArgs {
             &self.params,
         );
         settings.max_unconfirmed_prunes = self.max_unconfirmed_prunes;
+        settings.tenancy = self.tenancy.clone();
         settings
     }
 
@@ -92,6 +97,7 @@ impl DiffArgs {
             params: Default::default(),
             max_unconfirmed_prunes: None,
             installed_settings: true,
+            tenancy: Default::default(),
         }
     }
 
@@ -616,6 +622,8 @@ async fn observe(client: &Client, args: &DiffArgs) -> Result<(World, Watches), D
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (mut world, mut watches) =
         crate::controller::observe(client, tx, args.manage, args.allow_clusterrole.clone());
+    // What tenant rules may read is part of what is watched, as in `run`.
+    world.tenancy = args.tenancy.clone();
     let wait = tokio::time::sleep(Duration::from_secs(args.timeout_seconds));
     tokio::pin!(wait);
     while !(world.base_synced() && world.kinds_settled()) {

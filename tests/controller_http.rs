@@ -1417,6 +1417,7 @@ async fn diff_observes_plans_and_looks_up_without_writing() {
         params: Default::default(),
         max_unconfirmed_prunes: None,
         installed_settings: false,
+        tenancy: Default::default(),
     };
     let (entries, unchanged) = diff(client, &args).await.expect("diff");
     scenario.abort();

@@ -905,7 +905,7 @@ pub fn shed<'a>(desired: impl Iterator<Item = &'a Desired>, limits: &Limits) -> 
     for (_, triggers) in rules {
         let (k, _) = shed_over(triggers, &list_bytes, rule_limits, limits, &mut out);
         for t in k {
-            match super::tenant::rule_namespace(&t.0.0) {
+            match super::model::rule_namespace(&t.0.0) {
                 Some(ns) => namespaces.entry(ns).or_default().push(t),
                 None => kept.push(t),
             }

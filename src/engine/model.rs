@@ -380,6 +380,17 @@ impl<'a> Seen<'a> {
     }
 }
 
+/// The engine's name of a tenant rule: `<namespace>/<name>` (a cluster
+/// rule's name never holds a `/`, so reports cannot collide).
+pub fn rule_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// The namespace of a tenant rule, by its engine name.
+pub fn rule_namespace(rule: &str) -> Option<&str> {
+    rule.split_once('/').map(|(ns, _)| ns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

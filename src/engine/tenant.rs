@@ -97,16 +97,9 @@ pub fn parse_kinds(s: &str) -> Result<BTreeSet<GroupKind>, String> {
     Ok(out)
 }
 
-/// The engine's name of a tenant rule: `<namespace>/<name>` (a cluster
-/// rule's name never holds a `/`, so reports cannot collide).
-pub fn rule_name(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
-
-/// The namespace of a tenant rule, by its engine name.
-pub fn rule_namespace(rule: &str) -> Option<&str> {
-    rule.split_once('/').map(|(ns, _)| ns)
-}
+// A tenant rule's engine name is part of the data model (the limits read
+// it too): `model::{rule_name, rule_namespace}`.
+pub use super::model::{rule_name, rule_namespace};
 
 /// The value of an output's `rbacrules.io/rule` label: the rule's name,
 /// a tenant rule's `/` written `.` (a label value holds no `/`), shortened

@@ -94,7 +94,7 @@ fn evaluate_shedding(
     observed: &ObjectStore,
     shed: &Shed,
 ) -> Evaluation {
-    let grants = policy::Grants::new(observed, options);
+    let grants = world::Grants::new(observed, options);
     let mut emitted = world::Emitted::default();
     let mut runs: Vec<run::RuleRun> = Vec::new();
     for (idx, rule) in prepared.rules.iter().enumerate() {

@@ -21,17 +21,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
 
 use super::judge::Judge;
-use super::world::rules_of;
 use super::world::{Emitter, World};
 use crate::api::OutputKind;
 use crate::engine::compile::gk_of;
 use crate::engine::output;
-use crate::engine::{Desired, ObjectStore, Options, OutKey};
-use crate::policy::{AllowList, Waivers};
+use crate::engine::{Desired, Options, OutKey};
 
 /// A refused output: its rule (place in evaluation order), trigger, field
 /// and why.
@@ -59,38 +56,6 @@ pub(super) struct Verdicts {
     pub refused: BTreeMap<OutKey, Refusal>,
     pub revoked: BTreeMap<OutKey, String>,
     pub notices: BTreeMap<OutKey, Notice>,
-}
-
-/// How outputs and copies are judged: the waivers, and the allow-list with
-/// its effective rules (an aggregated list's: those of the live
-/// ClusterRoles it selects that no rule manages).
-pub(super) struct Grants<'o> {
-    pub waivers: &'o Waivers,
-    pub allow: Option<(&'o AllowList, Vec<PolicyRule>)>,
-}
-
-impl<'o> Grants<'o> {
-    pub fn new(observed: &ObjectStore, options: &'o Options) -> Self {
-        let allow = options.allow.as_ref().map(|a| {
-            let rules = if a.is_aggregated() {
-                allow_list_rules(observed, a)
-            } else {
-                a.rules.clone()
-            };
-            (a, rules)
-        });
-        Grants {
-            waivers: &options.waivers,
-            allow,
-        }
-    }
-
-    /// Why a ClusterRole granting `rules` is left out of a copy
-    /// ([`crate::policy::copy_refusal`]).
-    pub fn copy_refusal(&self, rules: &[PolicyRule]) -> Option<String> {
-        let allow = self.allow.as_ref().map(|(a, r)| (*a, r.as_slice()));
-        crate::policy::copy_refusal(rules, self.waivers, allow)
-    }
 }
 
 /// Judges every emitted and every live RBAC object, in key order.
@@ -127,24 +92,6 @@ pub(super) fn judge_all(world: &World, options: &Options) -> Verdicts {
         judge.one(&key, &mut verdicts);
     }
     verdicts
-}
-
-/// The rules of an aggregated allow-list: those of the live ClusterRoles
-/// its selectors pick that no rule manages.
-fn allow_list_rules(observed: &ObjectStore, allow: &AllowList) -> Vec<PolicyRule> {
-    let mut out = Vec::new();
-    for role in observed.list(gk_of(OutputKind::ClusterRole)) {
-        let labels = role["metadata"]["labels"].as_object();
-        if !output::is_managed(role)
-            && allow
-                .selectors
-                .iter()
-                .any(|s| crate::selector::matches_json(s, labels))
-        {
-            out.extend(rules_of(role));
-        }
-    }
-    out
 }
 
 impl Judge<'_, '_> {

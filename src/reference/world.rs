@@ -20,13 +20,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::order::Prepared;
-use super::policy::Grants;
 use super::run::RuleRun;
 use crate::api::OutputKind;
 use crate::engine::compile::{gk_of, output_kind};
 use crate::engine::output;
 use crate::engine::store::ObjectKey;
-use crate::engine::{Desired, GroupKind, ObjectStore, OutKey};
+use crate::engine::{Desired, GroupKind, ObjectStore, Options, OutKey};
+use crate::policy::{AllowList, Waivers};
 
 /// One rule's (or trigger's) copy of an object.
 pub(super) struct Emitter {
@@ -269,4 +269,54 @@ pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
     rules
         .filter_map(|r| serde_json::from_value(r.clone()).ok())
         .collect()
+}
+
+/// How outputs and copies are judged: the waivers, and the allow-list with
+/// its effective rules (an aggregated list's: those of the live
+/// ClusterRoles it selects that no rule manages).
+pub(super) struct Grants<'o> {
+    pub waivers: &'o Waivers,
+    pub allow: Option<(&'o AllowList, Vec<PolicyRule>)>,
+}
+
+impl<'o> Grants<'o> {
+    pub fn new(observed: &ObjectStore, options: &'o Options) -> Self {
+        let allow = options.allow.as_ref().map(|a| {
+            let rules = if a.is_aggregated() {
+                allow_list_rules(observed, a)
+            } else {
+                a.rules.clone()
+            };
+            (a, rules)
+        });
+        Grants {
+            waivers: &options.waivers,
+            allow,
+        }
+    }
+
+    /// Why a ClusterRole granting `rules` is left out of a copy
+    /// ([`crate::policy::copy_refusal`]).
+    pub fn copy_refusal(&self, rules: &[PolicyRule]) -> Option<String> {
+        let allow = self.allow.as_ref().map(|(a, r)| (*a, r.as_slice()));
+        crate::policy::copy_refusal(rules, self.waivers, allow)
+    }
+}
+
+/// The rules of an aggregated allow-list: those of the live ClusterRoles
+/// its selectors pick that no rule manages.
+fn allow_list_rules(observed: &ObjectStore, allow: &AllowList) -> Vec<PolicyRule> {
+    let mut out = Vec::new();
+    for role in observed.list(gk_of(OutputKind::ClusterRole)) {
+        let labels = role["metadata"]["labels"].as_object();
+        if !output::is_managed(role)
+            && allow
+                .selectors
+                .iter()
+                .any(|s| crate::selector::matches_json(s, labels))
+        {
+            out.extend(rules_of(role));
+        }
+    }
+    out
 }

@@ -20,7 +20,6 @@ use serde_json::Value;
 use crate::api::OutputKind;
 use crate::engine::RuleSource;
 use crate::engine::template::Templates;
-use crate::ruletest::{Access, Subject, World};
 
 /// The kinds of the RBAC objects the check reads.
 pub const RBAC_KINDS: &[&str] = &["ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"];
@@ -50,26 +49,15 @@ fn literal(v: &Value) -> bool {
     }
 }
 
-/// What admission would refuse of the tenant rule `rule` written by
-/// `author`, one line each; empty when it would admit it (a cluster rule
-/// is not a tenant's: nothing to check). `rbac` holds the RBAC objects
-/// the author's permissions are read from.
-pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<String> {
+/// What admission would refuse of the tenant rule `rule` written by an
+/// author (`who`) holding `held` in the rule's namespace, one line each;
+/// empty when it would admit it (a cluster rule is not a tenant's: nothing
+/// to check). What an author holds is read from RBAC objects by
+/// [`crate::ruletest::admission_refusals`], the offline authorizer's side.
+pub fn refusals(rule: &RuleSource, held: &[PolicyRule], who: &str) -> Vec<String> {
     let Some(ns) = rule.namespace.as_deref() else {
         return Vec::new();
     };
-    let access = Access {
-        user: Some(author.user.clone()),
-        groups: author.groups.clone(),
-        ..Access::default()
-    };
-    let subject = match Subject::of(&access) {
-        Ok(s) => s,
-        Err(e) => return vec![format!("author: {e}")],
-    };
-    let world = World::new(rbac, &[]);
-    let held = held_in(&world, &subject, ns);
-    let who = &subject.show;
     let mut out = Vec::new();
     // The names of this rule's Roles whose every entry is static: binding
     // one needs no `bind`, its every permission being checked here already
@@ -130,7 +118,7 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
                 resource_names: None,
                 ..requested
             };
-            let (_, missing) = crate::policy::covers(&held, std::slice::from_ref(&requested));
+            let (_, missing) = crate::policy::covers(held, std::slice::from_ref(&requested));
             if !missing.is_empty() {
                 out.push(format!(
                     "{f}.rules[{j}]: {who} does not hold, in namespace {ns:?}, {}: no one grants what they do not hold",
@@ -162,7 +150,7 @@ pub fn refusals(rule: &RuleSource, rbac: &[Value], author: &Author) -> Vec<Strin
             resource_names: Some(vec![r.name.clone()]),
             non_resource_urls: None,
         };
-        if !crate::policy::covers(&held, std::slice::from_ref(&bind)).0 {
+        if !crate::policy::covers(held, std::slice::from_ref(&bind)).0 {
             out.push(format!(
                 "{f}.roleRef: {who} may not bind {} {:?} in namespace {ns:?} (bind on {resource} is needed)",
                 r.kind, r.name
@@ -201,31 +189,4 @@ fn static_entry(entry: &Value) -> Option<PolicyRule> {
     }
     let rule = serde_json::from_value::<PolicyRule>(entry.clone()).ok()?;
     (rule.api_groups.is_some() && rule.resources.is_some()).then_some(rule)
-}
-
-/// Every rule `subject` holds in `namespace`: through ClusterRoleBindings
-/// and the namespace's RoleBindings.
-fn held_in(world: &World, subject: &Subject, namespace: &str) -> Vec<PolicyRule> {
-    let mut held = Vec::new();
-    for b in &world.bindings {
-        let kind = b["kind"].as_str().unwrap_or_default();
-        let bns = b["metadata"]["namespace"].as_str().unwrap_or_default();
-        if kind == "RoleBinding" && bns != namespace {
-            continue;
-        }
-        let subjects = b["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        if !subjects.iter().any(|x| subject.matches(x, bns)) {
-            continue;
-        }
-        let role = b["roleRef"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let rules = match b["roleRef"]["kind"].as_str() {
-            Some("Role") => world.roles.get(&(bns.to_string(), role)),
-            _ => world.cluster_roles.get(&role),
-        };
-        held.extend(rules.into_iter().flatten().cloned());
-    }
-    held
 }

@@ -258,7 +258,7 @@ pub fn prepare(args: &RenderArgs) -> Result<Rendered, RenderError> {
         };
         let rbac = rbac_objects(args)?;
         for r in rules.iter().filter(|r| r.namespace.is_some()) {
-            let refused = crate::delegation::refusals(r, &rbac, &author);
+            let refused = crate::ruletest::admission_refusals(r, &rbac, &author);
             let origin = origins.get(&r.name).map(String::as_str).unwrap_or("-");
             if refused.is_empty() {
                 notes.push(format!(

@@ -311,7 +311,7 @@ fn evaluate(
         Some(author) => rule_sources
             .iter()
             .flat_map(|r| {
-                crate::delegation::refusals(r, &inputs, author)
+                admission_refusals(r, &inputs, author)
                     .into_iter()
                     .map(move |why| {
                         format!(
@@ -949,6 +949,59 @@ impl Subject {
             _ => false,
         }
     }
+}
+
+/// What admission would refuse of the tenant rule `rule` written by
+/// `author` ([`crate::delegation::refusals`]), with what the author holds
+/// in its namespace read from the RBAC objects `rbac` as the offline
+/// authorizer reads them.
+pub fn admission_refusals(
+    rule: &crate::engine::RuleSource,
+    rbac: &[Value],
+    author: &crate::delegation::Author,
+) -> Vec<String> {
+    let Some(ns) = rule.namespace.as_deref() else {
+        return Vec::new();
+    };
+    let access = Access {
+        user: Some(author.user.clone()),
+        groups: author.groups.clone(),
+        ..Access::default()
+    };
+    let subject = match Subject::of(&access) {
+        Ok(s) => s,
+        Err(e) => return vec![format!("author: {e}")],
+    };
+    let world = World::new(rbac, &[]);
+    let held = held_in(&world, &subject, ns);
+    crate::delegation::refusals(rule, &held, &subject.show)
+}
+
+/// Every rule `subject` holds in `namespace`: through ClusterRoleBindings
+/// and the namespace's RoleBindings.
+fn held_in(world: &World, subject: &Subject, namespace: &str) -> Vec<PolicyRule> {
+    let mut held = Vec::new();
+    for b in &world.bindings {
+        let kind = b["kind"].as_str().unwrap_or_default();
+        let bns = b["metadata"]["namespace"].as_str().unwrap_or_default();
+        if kind == "RoleBinding" && bns != namespace {
+            continue;
+        }
+        let subjects = b["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        if !subjects.iter().any(|x| subject.matches(x, bns)) {
+            continue;
+        }
+        let role = b["roleRef"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let rules = match b["roleRef"]["kind"].as_str() {
+            Some("Role") => world.roles.get(&(bns.to_string(), role)),
+            _ => world.cluster_roles.get(&role),
+        };
+        held.extend(rules.into_iter().flatten().cloned());
+    }
+    held
 }
 
 /// JUnit XML for CI systems.

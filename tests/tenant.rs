@@ -537,12 +537,12 @@ spec:
         groups: groups.iter().map(|g| g.to_string()).collect(),
     };
     // alice (admin in team-a) holds exec but not bind on ClusterRoles.
-    let alice = rbac_rules::delegation::refusals(&r[0], &rbac, &author("alice", &[]));
+    let alice = rbac_rules::ruletest::admission_refusals(&r[0], &rbac, &author("alice", &[]));
     assert_eq!(alice.len(), 1, "{alice:?}");
     assert!(alice[0].starts_with("spec.outputs[1].roleRef"));
     // bob, in devs (pods read only): exec refused too; the templated rule
     // is left to the ceiling.
-    let bob = rbac_rules::delegation::refusals(&r[0], &rbac, &author("bob", &["devs"]));
+    let bob = rbac_rules::ruletest::admission_refusals(&r[0], &rbac, &author("bob", &["devs"]));
     assert_eq!(bob.len(), 2, "{bob:?}");
     assert!(bob[0].starts_with("spec.outputs[0].rules[0]") && bob[0].contains("pods/exec"));
 }

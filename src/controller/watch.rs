@@ -19,10 +19,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::apply::api_resource;
+use super::tenants::KIND as TENANT_KIND;
 use super::wire::{Wire, WireMeta, keeping};
 use super::world::{Feed, Source, World, map_event, output_kind};
-use crate::api::{ManageLevel, OutputKind, RbacRule};
+use crate::api::{ManageLevel, NamespacedRbacRule, OutputKind, RbacRule, RbacRuleSpec};
 use crate::engine::{GroupKind, Interest};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// A task aborted when dropped: stopping a watch is dropping it.
 #[derive(Debug)]
@@ -79,7 +81,7 @@ impl Watches {
             watcher::Config::default(),
             None,
             tx.clone(),
-            move |ev| super::tenants::feed(ev, &tenants),
+            move |ev| tenant_feed(ev, &tenants),
             || Source::Tenants,
         ));
         let outputs = OutputKind::ALL
@@ -241,6 +243,88 @@ impl Watches {
 
 /// An RbacRule event, each rule typed alone: one that cannot be read is
 /// reported and left out (its deletion still counts, by name).
+/// A NamespacedRbacRule event, each rule typed alone (as for RbacRules):
+/// one that cannot be read is reported and left out; its deletion still
+/// counts, by namespace and name.
+pub fn tenant_feed(ev: Event<Wire>, ar: &ApiResource) -> Feed {
+    let typed = |w: Wire| -> Result<RbacRule, String> {
+        if let Some(why) = w.refusal(ar) {
+            return Err(why);
+        }
+        let value = w.into_value(ar);
+        let at = format!(
+            "{}/{}",
+            value["metadata"]["namespace"].as_str().unwrap_or_default(),
+            value["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        let rule: NamespacedRbacRule = serde_json::from_value(value)
+            .map_err(|e| format!("{TENANT_KIND} {at}: cannot be read: {e}"))?;
+        if rule
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return Err(format!("{TENANT_KIND} {at}: has no namespace"));
+        }
+        Ok(super::tenants::carrier(rule))
+    };
+    let ev = match ev {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::Apply(w) => match typed(w) {
+            Ok(r) => Event::Apply(r),
+            Err(why) => return tenant_refused(why),
+        },
+        Event::InitApply(w) => match typed(w) {
+            Ok(r) => Event::InitApply(r),
+            Err(why) => return tenant_refused(why),
+        },
+        Event::Delete(w) => match typed(w.clone()) {
+            Ok(r) => Event::Delete(r),
+            Err(_) => match tenant_gone(w, ar) {
+                Some(r) => Event::Delete(r),
+                None => return tenant_refused(format!("a deleted {TENANT_KIND} without a name")),
+            },
+        },
+    };
+    Feed::Tenants(Box::new(ev))
+}
+
+/// The deletion of a tenant rule that cannot be read whole: its metadata
+/// is what a deletion needs.
+fn tenant_gone(w: Wire, ar: &ApiResource) -> Option<RbacRule> {
+    let meta: ObjectMeta =
+        serde_json::from_value(w.into_value(ar).get("metadata")?.clone()).ok()?;
+    meta.name.as_ref()?;
+    meta.namespace.as_ref()?;
+    let mut rule = RbacRule::new(
+        "",
+        RbacRuleSpec {
+            manage_level: Default::default(),
+            deletion_policy: Default::default(),
+            trigger: None,
+            related: Vec::new(),
+            params: Vec::new(),
+            vars: Vec::new(),
+            outputs: Vec::new(),
+        },
+    );
+    rule.metadata = meta;
+    Some(rule)
+}
+
+fn tenant_refused(why: String) -> Feed {
+    tracing::warn!(source = "NamespacedRbacRules", reason = %why, "object refused");
+    Feed::Error(
+        Source::Tenants,
+        kube::runtime::watcher::Error::WatchFailed(kube::Error::SerdeError(
+            <serde_json::Error as serde::de::Error>::custom(why),
+        )),
+    )
+}
+
 fn rule_feed(ev: Event<Wire>, ar: &ApiResource) -> Feed {
     let typed = |w: Wire| -> Result<RbacRule, String> {
         if let Some(why) = w.refusal(ar) {

@@ -2073,4 +2073,73 @@ mod tests {
         let epoch = w.next_epoch();
         w.watch_kind(interest, epoch, None);
     }
+
+    fn tenant_rule(ns: Option<&str>, name: &str) -> RbacRule {
+        let mut r = RbacRule::new(
+            name,
+            serde_json::from_value(json!({"outputs": []})).unwrap(),
+        );
+        r.metadata.namespace = ns.map(str::to_string);
+        r
+    }
+
+    fn list_rules(w: &mut World, tenant: bool, rules: Vec<RbacRule>) {
+        let feed = |ev| {
+            if tenant {
+                Feed::Tenants(Box::new(ev))
+            } else {
+                Feed::Rules(Box::new(ev))
+            }
+        };
+        w.apply(feed(Event::Init));
+        for r in rules {
+            w.apply(feed(Event::InitApply(r)));
+        }
+        w.apply(feed(Event::InitDone));
+    }
+
+    /// A relist of either watch replaces only its own kind's rules, and a
+    /// tenant rule named like a cluster rule is another rule.
+    #[test]
+    fn each_watchs_list_replaces_only_its_own_rules() {
+        let mut w = World::new(None);
+        list_rules(&mut w, false, vec![tenant_rule(None, "r")]);
+        list_rules(
+            &mut w,
+            true,
+            vec![
+                tenant_rule(Some("team-a"), "r"),
+                tenant_rule(Some("team-b"), "r"),
+            ],
+        );
+        let keys = |w: &World| w.rules.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&w), ["r", "team-a/r", "team-b/r"]);
+        list_rules(&mut w, false, vec![]);
+        assert_eq!(keys(&w), ["team-a/r", "team-b/r"]);
+        list_rules(&mut w, true, vec![tenant_rule(Some("team-b"), "r")]);
+        assert_eq!(keys(&w), ["team-b/r"]);
+        w.apply(Feed::Tenants(Box::new(Event::Delete(tenant_rule(
+            Some("team-b"),
+            "r",
+        )))));
+        assert!(w.rules.is_empty());
+    }
+
+    /// Without the NamespacedRbacRule kind (its CRD not installed), the
+    /// controller is not held up: the tenant list counts as empty, once.
+    #[test]
+    fn an_unserved_tenant_kind_is_an_empty_list() {
+        let mut w = World::new(None);
+        list_rules(&mut w, false, vec![tenant_rule(None, "r")]);
+        let not_found = || {
+            let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+        };
+        let change = w.apply(Feed::Error(Source::Tenants, not_found()));
+        assert!(change.rules);
+        assert_eq!(w.rules.keys().collect::<Vec<_>>(), ["r"]);
+        // The watcher retries with backoff: again 404, no new pass.
+        let again = w.apply(Feed::Error(Source::Tenants, not_found()));
+        assert!(!again.rules && !again.dirty);
+    }
 }

@@ -927,8 +927,7 @@ fn settle_conflicts(
     }
 }
 
-/// A refused output: the rule, the trigger, the field, why.
-type Refusal = (usize, Option<String>, String, String);
+use super::model::Refusal;
 
 /// What policy decides about one object.
 struct Verdict {
@@ -1068,7 +1067,14 @@ fn refusal_of(judge: &Judge<'_, '_>, e: &Emit) -> Option<Box<Refusal>> {
             .refusal_of(&d.object)
             .map(|why| (d.field.to_string(), why)),
     };
-    why.map(|(field, why)| Box::new((e.rule, d.trigger.as_deref().map(str::to_string), field, why)))
+    why.map(|(field, why)| {
+        Box::new(Refusal {
+            rule: e.rule,
+            trigger: d.trigger.as_deref().map(str::to_string),
+            field,
+            why,
+        })
+    })
 }
 
 /// What a verdict depends on besides the object: the selection an
@@ -1316,24 +1322,16 @@ fn record_refusal(
     refused: Option<Box<Refusal>>,
     report_dirty: &mut BTreeSet<usize>,
 ) {
-    let old = memo.refused.get(key).cloned();
-    let new = refused.as_ref().map(|b| (b.0, b.2.clone(), b.3.clone()));
-    if old != new {
-        if let Some((r, _, _)) = old {
-            memo.rules[r].refused.remove(key);
-            report_dirty.insert(r);
+    let new = refused.map(|b| *b);
+    if memo.refused.get(key) != new.as_ref() {
+        if let Some(old) = memo.refused.remove(key) {
+            memo.rules[old.rule].refused.remove(key);
+            report_dirty.insert(old.rule);
         }
-        match refused.map(|b| *b) {
-            Some((r, trigger, field, why)) => {
-                memo.rules[r]
-                    .refused
-                    .insert(key.clone(), (trigger, field.clone(), why.clone()));
-                report_dirty.insert(r);
-                memo.refused.insert(key.clone(), (r, field, why));
-            }
-            None => {
-                memo.refused.remove(key);
-            }
+        if let Some(r) = new {
+            memo.rules[r.rule].refused.insert(key.clone(), r.clone());
+            report_dirty.insert(r.rule);
+            memo.refused.insert(key.clone(), r);
         }
     }
 }
@@ -1351,7 +1349,7 @@ fn record_revoked(memo: &mut Memo, key: &OutKey, live: Option<String>) {
     let revoked = memo
         .refused
         .get(key)
-        .map(|(_, _, why)| why.clone())
+        .map(|r| r.why.clone())
         .or_else(|| memo.live_revoked.get(key).cloned());
     match revoked {
         Some(why) => {
@@ -1464,13 +1462,13 @@ fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
             None => report.static_kept = true,
         }
     }
-    for (trigger, field, why) in rm.refused.values() {
+    for r in rm.refused.values() {
         report.errors.push(EngineError {
-            kind: super::tenant::refusal_kind(why),
+            kind: super::tenant::refusal_kind(&r.why),
             rule: rule.to_string(),
-            field: field.clone(),
-            trigger: trigger.clone(),
-            message: why.clone(),
+            field: r.field.clone(),
+            trigger: r.trigger.clone(),
+            message: r.why.clone(),
         });
     }
     for (trigger, field, text) in rm.notices.values() {

@@ -380,6 +380,20 @@ impl<'a> Seen<'a> {
     }
 }
 
+/// An output policy refused: which rule and trigger emitted it, the
+/// field of the rule's spec, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The emitting rule's place in evaluation order.
+    pub rule: usize,
+    /// The trigger (`None`: a static rule).
+    pub trigger: Option<String>,
+    /// The field of the rule's spec that made the output.
+    pub field: String,
+    /// Why policy refuses it.
+    pub why: String,
+}
+
 /// The engine's name of a tenant rule: `<namespace>/<name>` (a cluster
 /// rule's name never holds a `/`, so reports cannot collide).
 pub fn rule_name(namespace: &str, name: &str) -> String {

@@ -25,7 +25,7 @@ use crate::api::OutputKind;
 use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::fast_hash::{HashMap, HashSet};
 use crate::engine::limits;
-use crate::engine::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, Seen};
+use crate::engine::model::{Desired, DesiredSet, Evaluation, OutKey, Refusal, RuleReport, Seen};
 use crate::engine::store::controller_uid;
 use crate::engine::store::{GroupKind, ObjectKey, group_of};
 use crate::engine::time::creation_time;
@@ -65,8 +65,8 @@ pub struct Memo {
     pub(in crate::engine) emitters: Emitters,
     /// Objects with more than one emitter: the emitters' rules and triggers.
     pub(in crate::engine) contested: BTreeMap<OutKey, Vec<(usize, Option<String>)>>,
-    /// Outputs policy refused: the emitting rule, the field, why.
-    pub(in crate::engine) refused: BTreeMap<OutKey, (usize, String, String)>,
+    /// Outputs policy refused, and by whom.
+    pub(in crate::engine) refused: BTreeMap<OutKey, Refusal>,
     /// Notices on aggregated roles (see [`RuleMemo::notices`]): the rule
     /// (when it runs) and the text.
     pub(in crate::engine) noticed: BTreeMap<OutKey, (Option<usize>, String)>,
@@ -337,8 +337,8 @@ pub(in crate::engine) struct RuleMemo {
     pub noted: BTreeSet<ObjectKey>,
     /// Objects of this rule that another emitter contests, by trigger.
     pub conflicts: BTreeSet<(OutKey, Option<String>)>,
-    /// Outputs of this rule that policy refused: the trigger, the field, why.
-    pub refused: BTreeMap<OutKey, (Option<String>, String, String)>,
+    /// Outputs of this rule that policy refused, and why.
+    pub refused: BTreeMap<OutKey, Refusal>,
     /// Aggregated roles of this rule that collect roles no rule manages
     /// and policy would refuse: the trigger, the field, the notice.
     pub notices: BTreeMap<OutKey, (Option<String>, String, String)>,

@@ -65,13 +65,12 @@
 //! At the end the probe must have seen no change at any moment.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Seek as _, SeekFrom};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::FutureExt as _;
 use k8s_openapi::api::authorization::v1::{
@@ -85,7 +84,6 @@ use kube::{Client, Config};
 use rbac_rules::api::{ManageLevel, RbacRule};
 use rbac_rules::render::{RenderArgs, render};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 mod support;
 use support::e2e::*;
@@ -165,12 +163,6 @@ impl Helm {
 }
 
 /// The controller process standing in for the chart's Deployment.
-struct Controller {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
 impl Controller {
     /// Starts `rbac-rules` with the arguments and environment of the
     /// container of `deployment` (a live Deployment of the chart), its
@@ -247,117 +239,10 @@ impl Controller {
         Controller { child, port, log }
     }
 
-    async fn get(&self, path: &str) -> Result<(u16, String), String> {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .map_err(|e| format!("write: {e}"))?;
-        let mut buf = Vec::new();
-        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
-            .await
-            .map_err(|_| "read timed out".to_string())?
-            .map_err(|e| format!("read: {e}"))?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let code = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("not an HTTP response: {text:?}"))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((code, body))
-    }
-
-    async fn wait_ready(&mut self) {
-        eventually("the controller's /readyz", async || {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("the controller exited: {status}\n{}", self.log_tail());
-            }
-            match self.get("/readyz").await? {
-                (200, _) => Ok(()),
-                (code, body) => Err(format!("{code} {body}")),
-            }
-        })
-        .await;
-    }
-
-    async fn metric_sum(&self, prefix: &str, label: &str) -> f64 {
-        let body = match self.get("/metrics").await {
-            Ok((200, body)) => body,
-            other => panic!("GET /metrics: {other:?}"),
-        };
-        body.lines()
-            .filter(|l| l.starts_with(prefix) && l.contains(label))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-            + 0.0
-    }
-
     /// DELETE requests the controller sent (`rbac_rules_api_writes_total`).
     async fn deletes(&self) -> f64 {
         self.metric_sum("rbac_rules_api_writes_total{", "action=\"delete\"")
             .await
-    }
-
-    async fn reconciles(&self) -> f64 {
-        self.metric_sum("rbac_rules_reconciles_total", "").await
-    }
-
-    /// Waits until the controller has reconciled since it had `before`
-    /// reconciles, then a little more.
-    async fn passes_since(&self, before: f64) {
-        eventually("a reconcile", async || {
-            let now = self.reconciles().await;
-            if now > before {
-                Ok(())
-            } else {
-                Err(format!("{now} reconciles (from {before})"))
-            }
-        })
-        .await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-
-    fn stop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn log_tail(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            let _ = f.seek(SeekFrom::Start(len.saturating_sub(16_000)));
-            let _ = f.read_to_string(&mut text);
-        }
-        format!(
-            "--- controller log {} (tail) ---\n{text}--- end of log ---",
-            self.log.display()
-        )
     }
 
     /// The log holds none of [`LOSSES`], and no storm of anything failing
@@ -387,12 +272,6 @@ impl Controller {
             "helm-e2e: {step}: controller log {} lines, none of {LOSSES:?}, {failed_deletes} failed-delete lines",
             log.lines().count()
         );
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
+use std::io::{Read as _, Seek as _};
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -15,6 +17,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
 use rbac_rules::api::RbacRule;
 use serde_json::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// Longest wait for anything to happen.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -378,4 +381,139 @@ pub fn write_impersonating(kubeconfig: &kube::config::Kubeconfig, user: &str, pa
         rbac_rules::yaml::to_yaml(&kc).expect("kubeconfig as YAML"),
     )
     .expect("write the impersonating kubeconfig");
+}
+
+/// The `rbac-rules run` process of an end-to-end suite: its child process,
+/// the local port of its metrics server and its log file. Each suite
+/// starts it with its own arguments (`Controller { child, port, log }`)
+/// and adds the questions it asks; what every suite asks of it is here.
+pub struct Controller {
+    pub child: std::process::Child,
+    pub port: u16,
+    pub log: std::path::PathBuf,
+}
+
+impl Controller {
+    /// `GET path` on the metrics server: status code and body.
+    pub async fn get(&self, path: &str) -> Result<(u16, String), String> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+        let mut buf = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+            .await
+            .map_err(|_| "read timed out".to_string())?
+            .map_err(|e| format!("read: {e}"))?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let code = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("not an HTTP response: {text:?}"))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((code, body))
+    }
+
+    pub async fn wait_ready(&mut self) {
+        eventually("the controller's /readyz", async || {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the controller exited: {status}\n{}", self.log_tail());
+            }
+            match self.get("/readyz").await? {
+                (200, _) => Ok(()),
+                (code, body) => Err(format!("{code} {body}")),
+            }
+        })
+        .await;
+    }
+
+    /// The metrics text (`GET /metrics`).
+    pub async fn metrics(&self) -> String {
+        match self.get("/metrics").await {
+            Ok((200, body)) => body,
+            other => panic!("GET /metrics: {other:?}"),
+        }
+    }
+
+    /// Sum of the samples of the metric lines starting with `prefix` whose
+    /// labels contain `label`.
+    pub async fn metric_sum(&self, prefix: &str, label: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| l.starts_with(prefix) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+            + 0.0
+    }
+
+    /// Reconciles so far (`rbac_rules_reconciles_total`).
+    pub async fn reconciles(&self) -> f64 {
+        self.metric_sum("rbac_rules_reconciles_total", "").await
+    }
+
+    /// Waits until the controller has reconciled since it had `before`
+    /// reconciles (the change seen and written), then a little more.
+    pub async fn passes_since(&self, before: f64) {
+        eventually("a reconcile", async || {
+            let now = self.reconciles().await;
+            if now > before {
+                Ok(())
+            } else {
+                Err(format!("{now} reconciles (from {before})"))
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+
+    pub fn stop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(16_000)));
+            let _ = f.read_to_string(&mut text);
+        }
+        format!(
+            "--- controller log {} (tail) ---\n{text}--- end of log ---",
+            self.log.display()
+        )
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }

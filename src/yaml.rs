@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -119,7 +120,21 @@ impl Document {
 /// the API server accepts ([`MAX_DEPTH`]): documents are parsed on the
 /// large-stack evaluation thread ([`parse_all`]).
 fn options_for(text: &str) -> serde_saphyr::Options {
-    let n = text.len();
+    tuned(options_for_len(text.len()), text)
+}
+
+/// `options` for parsing `text`.
+fn tuned(mut options: serde_saphyr::Options, text: &str) -> serde_saphyr::Options {
+    let exp = std::env::var("RBAC_RULES_YAML_EXP").unwrap_or_default();
+    if exp.contains("passthrough") && !text.contains("<<") {
+        options.duplicate_keys = serde_saphyr::options::DuplicateKeyPolicy::PassThrough;
+        options.merge_keys = serde_saphyr::options::MergeKeyPolicy::AsOrdinary;
+    }
+    options
+}
+
+/// [`options_for`] a text of `n` bytes.
+fn options_for_len(n: usize) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_documents = budget.max_documents.max(n / 4 + 1);
     budget.max_nodes = budget.max_nodes.max(n + 1);
@@ -129,6 +144,13 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     budget.flow_nesting_limit = PARSE_DEPTH;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
+    let exp = std::env::var("RBAC_RULES_YAML_EXP").unwrap_or_default();
+    if exp.contains("nocomment") {
+        options.emit_comments = false;
+    }
+    if exp.contains("nosnippet") {
+        options.with_snippet = false;
+    }
     options
 }
 
@@ -175,41 +197,30 @@ fn parse_message(e: &serde_saphyr::Error) -> String {
 /// The whole stream is parsed at once, each document handed on as it is
 /// complete: what is held is the text and what the caller keeps, never
 /// every document parsed at once. A large text is parsed on a thread of
-/// its own, a few documents ahead of `each`. One bad document (too deep,
-/// invalid) stops the parse of the stream: the stream is then cut at its
-/// document markers and each part parsed alone, so the error names that
-/// document and the others are still read.
+/// its own, a few documents ahead of `each`; a larger one in parts on
+/// threads of their own ([`parse_parts`]), read as the whole stream is. One
+/// bad document (too deep, invalid) stops the parse of the stream: the
+/// stream is then cut at its document markers and each part parsed alone,
+/// so the error names that document and the others are still read.
 fn parse_all(
     path: &Path,
     text: &str,
+    parts: &[&str],
     prune: Option<&Arc<Prune>>,
     mut each: impl FnMut(Handed),
 ) -> Result<(), YamlError> {
-    let mut handed = 0;
+    let handed = Cell::new(0);
     let mut hand = |d: Parsed| {
-        handed += 1;
-        each((handed, Ok(d)));
+        handed.set(handed.get() + 1);
+        each((handed.get(), Ok(d)));
     };
-    let read = if text.len() > PARSE_AHEAD_ABOVE {
-        std::thread::scope(|s| {
-            let (tx, rx) = std::sync::mpsc::sync_channel(PARSE_AHEAD);
-            let parser = std::thread::Builder::new()
-                .name("yaml".into())
-                .stack_size(PARSE_STACK)
-                .spawn_scoped(s, move || parse_stream(text, prune, Some(tx)));
-            match parser {
-                Ok(parser) => {
-                    rx.iter().for_each(&mut hand);
-                    // The parser's panic is this thread's, as if parsed here.
-                    parser
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                }
-                Err(_) => parse_stream(text, prune, None),
-            }
-        })
-    } else {
-        parse_stream(text, prune, None)
+    let read = match parse_parts(parts, prune, &mut hand) {
+        Some(read) => read,
+        // Parts read as the stream would not be: the stream, past the
+        // documents the parts handed on.
+        None => {
+            parse_ahead(text, prune, handed.get(), &mut hand)
+        }
     };
     let read_before = read.read;
     read.kept.into_iter().for_each(&mut hand);
@@ -229,7 +240,7 @@ fn parse_all(
     // counted from the start, and handed on past them.
     let mut at = 0;
     for part in parts {
-        let read = parse_stream(part, prune, None);
+        let read = parse_stream(part, prune, None, 0);
         let docs = read.kept.into_iter().map(Ok);
         for d in docs.chain(read.result.err().map(Err)) {
             at += 1;
@@ -244,6 +255,231 @@ fn parse_all(
         }
     }
     Ok(())
+}
+
+/// The stream `text` parsed whole, its first `skip` documents dropped:
+/// a large text on a thread of its own, each document handed to `hand` as
+/// it is complete; a small one here, its documents kept.
+fn parse_ahead(
+    text: &str,
+    prune: Option<&Arc<Prune>>,
+    skip: usize,
+    hand: &mut impl FnMut(Parsed),
+) -> Stream {
+    if text.len() <= PARSE_AHEAD_ABOVE {
+        return parse_stream(text, prune, None, skip);
+    }
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(PARSE_AHEAD);
+        let parser = std::thread::Builder::new()
+            .name("yaml".into())
+            .stack_size(PARSE_STACK)
+            .spawn_scoped(s, move || parse_stream(text, prune, Some(tx), skip));
+        match parser {
+            Ok(parser) => {
+                rx.iter().for_each(&mut *hand);
+                // The parser's panic is this thread's, as if parsed here.
+                parser
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            }
+            Err(_) => parse_stream(text, prune, None, skip),
+        }
+    })
+}
+
+/// The stream cut in parts, one per thread: `parts` as [`cut_for_threads`]
+/// cuts it, each parsed on a thread of its own, the first one's documents
+/// handed to `hand` as they are complete (the stream's first part is read
+/// as the stream reads it: the same parser, options and budget), the
+/// others' kept until then. `None` when the other parts may not read as the
+/// stream would (an error in any part, an anchor or alias in a later part,
+/// the parts' budgets summed past the stream's): the documents handed on
+/// are then the stream's first ones, and the caller parses the stream past
+/// them.
+fn parse_parts(
+    parts: &[&str],
+    prune: Option<&Arc<Prune>>,
+    hand: &mut impl FnMut(Parsed),
+) -> Option<Stream> {
+    let [first, rest @ ..] = parts else {
+        return None;
+    };
+    if rest.is_empty() {
+        return Some(parse_ahead(first, prune, 0, hand));
+    }
+    let whole: usize = parts.iter().map(|p| p.len()).sum();
+    std::thread::scope(|s| {
+        let later: Vec<_> = rest
+            .iter()
+            .map(|&part| {
+                let parser = std::thread::Builder::new()
+                    .name("yaml".into())
+                    .stack_size(PARSE_STACK)
+                    .spawn_scoped(s, move || parse_part(part, whole, prune));
+                (part, parser)
+            })
+            .collect();
+        // The first part: as the stream's first documents are read, on a
+        // thread of its own ahead of `hand`.
+        let (tx, rx) = std::sync::mpsc::sync_channel(PARSE_AHEAD);
+        let text = *first;
+        let parser = std::thread::Builder::new()
+            .name("yaml".into())
+            .stack_size(PARSE_STACK)
+            .spawn_scoped(s, move || {
+                let mut read = Stream::new(prune, Some(tx), 0);
+                read.run(text, tuned(options_for_len(whole), text));
+                read
+            });
+        let mut read = match parser {
+            Ok(parser) => {
+                rx.iter().for_each(&mut *hand);
+                parser
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            }
+            Err(_) => {
+                let mut read = Stream::new(prune, None, 0);
+                read.run(text, tuned(options_for_len(whole), text));
+                read
+            }
+        };
+        read.kept.drain(..).for_each(&mut *hand);
+        let mut total = read.report.clone();
+        let mut fits = read.result.is_ok();
+        for (part, parser) in later {
+            let part = match parser {
+                Ok(parser) => parser
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(_) => parse_part(part, whole, prune),
+            };
+            // Every later part is joined (the threads end) even when one
+            // before did not fit; the documents of those past it are
+            // dropped.
+            fits = fits
+                && part.result.is_ok()
+                && part
+                    .report
+                    .as_ref()
+                    .is_some_and(|r| r.aliases == 0 && r.anchors == 0)
+                && add_report(&mut total, part.report.as_ref());
+            if fits {
+                read.read += part.read;
+                read.kept.extend(part.kept);
+            }
+        }
+        let budget = options_for_len(whole).budget.unwrap_or_default();
+        (fits && total.as_ref().is_some_and(|t| within(t, &budget))).then_some(read)
+    })
+}
+
+/// A later part of a stream cut by [`cut_for_threads`], its documents
+/// kept, its budget the whole stream's (`whole` bytes).
+fn parse_part(part: &str, whole: usize, prune: Option<&Arc<Prune>>) -> Stream {
+    let mut read = Stream::new(prune, None, 0);
+    read.run(part, tuned(options_for_len(whole), part));
+    read
+}
+
+/// Adds a part's budget report to the parts' `total`; `false` when a
+/// report is missing.
+fn add_report(
+    total: &mut Option<serde_saphyr::budget::BudgetReport>,
+    part: Option<&serde_saphyr::budget::BudgetReport>,
+) -> bool {
+    let (Some(t), Some(p)) = (total.as_mut(), part) else {
+        return false;
+    };
+    t.events = t.events.saturating_add(p.events);
+    t.documents = t.documents.saturating_add(p.documents);
+    t.nodes = t.nodes.saturating_add(p.nodes);
+    t.total_scalar_bytes = t.total_scalar_bytes.saturating_add(p.total_scalar_bytes);
+    t.total_comment_bytes = t.total_comment_bytes.saturating_add(p.total_comment_bytes);
+    t.merge_keys = t.merge_keys.saturating_add(p.merge_keys);
+    t.max_depth = t.max_depth.max(p.max_depth);
+    p.breached.is_none()
+}
+
+/// Whether the parts' summed counts are within the stream's budget: what
+/// the stream counts as it goes, the parts counted from zero each. Anchors
+/// and aliases are the first part's alone (later parts have none), so
+/// their limits held for the stream as they did for the first part.
+fn within(t: &serde_saphyr::budget::BudgetReport, b: &serde_saphyr::Budget) -> bool {
+    t.breached.is_none()
+        && t.events <= b.max_events
+        && t.documents <= b.max_documents
+        && t.nodes <= b.max_nodes
+        && t.total_scalar_bytes <= b.max_total_scalar_bytes
+        && t.total_comment_bytes <= b.max_total_comment_bytes
+        && t.merge_keys <= b.max_merge_keys
+}
+
+/// Parts smaller than this are not parsed apart.
+const PART_MIN: usize = 1 << 20;
+
+/// Parts at most, one per thread.
+const PARTS_MAX: usize = 4;
+
+/// `text` cut in parts of about equal size, one per processor (at most
+/// [`PARTS_MAX`], each at least [`PART_MIN`] bytes), each cut before a line
+/// that is exactly the document marker `---`: YAML forbids such a line
+/// inside a document (in any scalar, block or quoted, too), so the parser
+/// sees the same documents in the parts as in the whole. Not cut: a text
+/// with a directive (a line starting with `%`: `%TAG` and `%YAML` belong to
+/// the document after them). A text not cut is one part.
+fn cut_for_threads(text: &str) -> Vec<&str> {
+    let threads = if std::env::var("RBAC_RULES_YAML_EXP")
+        .unwrap_or_default()
+        .contains("seq")
+    {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    cut_at_markers(text, threads.min(PARTS_MAX).min(text.len() / PART_MIN))
+}
+
+/// `text` cut in `n` parts of about equal size before lines that are
+/// exactly `---` ([`cut_for_threads`]); fewer when there are not so many
+/// such lines, one when the text has a directive.
+fn cut_at_markers(text: &str, n: usize) -> Vec<&str> {
+    if n < 2 || text.starts_with('%') || text.contains("\n%") {
+        return vec![text];
+    }
+    let mut parts = Vec::with_capacity(n);
+    let mut start = 0;
+    for i in 1..n {
+        let Some(at) = marker_after(text, (text.len() / n * i).max(start + 1)) else {
+            break;
+        };
+        parts.push(&text[start..at]);
+        start = at;
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// Where the first line at or after byte `from` that is exactly `---`
+/// starts (not the text's first line).
+fn marker_after(text: &str, from: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut from = from.max(1);
+    if from > text.len() {
+        return None;
+    }
+    while !text.is_char_boundary(from - 1) {
+        from += 1;
+    }
+    loop {
+        let at = from - 1 + text.get(from - 1..)?.find("\n---")? + 1;
+        let after = &bytes[at + 3..];
+        if after.is_empty() || after.starts_with(b"\n") || after.starts_with(b"\r\n") {
+            return Some(at);
+        }
+        from = at + 3;
+    }
 }
 
 /// Texts longer than this are parsed on a thread of their own, ahead of
@@ -263,12 +499,16 @@ struct Stream {
     prune: Option<Arc<Prune>>,
     /// Where each document goes as it is complete; `None`: kept.
     to: Option<std::sync::mpsc::SyncSender<Parsed>>,
-    /// Documents read.
+    /// The first documents, dropped as read (handed on before).
+    skip: usize,
+    /// Documents read (skipped ones too).
     read: usize,
     /// Documents read, when not sent.
     kept: Vec<Parsed>,
     /// The error that stopped the stream.
     result: Result<(), String>,
+    /// What the parser counted against its budget.
+    report: Option<serde_saphyr::budget::BudgetReport>,
 }
 
 thread_local! {
@@ -279,38 +519,60 @@ thread_local! {
 }
 
 /// Parses the stream `text`, each document sent on `to` as it is complete
-/// or, without `to`, kept.
+/// or, without `to`, kept; the first `skip` documents dropped.
 fn parse_stream(
     text: &str,
     prune: Option<&Arc<Prune>>,
     to: Option<std::sync::mpsc::SyncSender<Parsed>>,
+    skip: usize,
 ) -> Stream {
-    let stream = Stream::new(prune, to);
-    // A stream parsed within another's (on the same thread) finds its
-    // own, and the outer one's back after.
-    let outer = STREAM.with(|s| s.replace(Some(stream)));
-    let r = serde_saphyr::from_str_multiple_with_options::<Read, Sink>(text, options_for(text));
-    // Always there: only this function takes it.
-    let mut done = STREAM
-        .with(|s| s.replace(outer))
-        .unwrap_or_else(|| Stream::new(None, None));
-    // The receiver's end: it sees the stream end.
-    done.to = None;
-    if let Err(e) = r {
-        done.result = Err(parse_message(&e));
-    }
-    done
+    let mut read = Stream::new(prune, to, skip);
+    read.run(text, options_for(text));
+    read
 }
 
 impl Stream {
-    fn new(prune: Option<&Arc<Prune>>, to: Option<std::sync::mpsc::SyncSender<Parsed>>) -> Self {
+    fn new(
+        prune: Option<&Arc<Prune>>,
+        to: Option<std::sync::mpsc::SyncSender<Parsed>>,
+        skip: usize,
+    ) -> Self {
         Stream {
             prune: prune.cloned(),
             to,
+            skip,
             read: 0,
             kept: Vec::new(),
             result: Ok(()),
+            report: None,
         }
+    }
+
+    /// Parses `text` with `options` into this stream (documents, error,
+    /// budget report).
+    fn run(&mut self, text: &str, mut options: serde_saphyr::Options) {
+        let report = Rc::new(RefCell::new(None));
+        let to = Rc::clone(&report);
+        options.budget_report_cb = Some(Rc::new(RefCell::new(
+            move |r: serde_saphyr::budget::BudgetReport| {
+                *to.borrow_mut() = Some(r);
+            },
+        )));
+        let this = std::mem::replace(self, Stream::new(None, None, 0));
+        // A stream parsed within another's (on the same thread) finds its
+        // own, and the outer one's back after.
+        let outer = STREAM.with(|s| s.replace(Some(this)));
+        let r = serde_saphyr::from_str_multiple_with_options::<Read, Sink>(text, options);
+        // Always there: only this function takes it.
+        if let Some(done) = STREAM.with(|s| s.replace(outer)) {
+            *self = done;
+        }
+        // The receiver's end: it sees the stream end.
+        self.to = None;
+        if let Err(e) = r {
+            self.result = Err(parse_message(&e));
+        }
+        self.report = report.borrow_mut().take();
     }
 }
 
@@ -332,6 +594,9 @@ impl Extend<Read> for Sink {
                     return;
                 };
                 s.read += 1;
+                if s.read <= s.skip {
+                    return;
+                }
                 match &s.to {
                     // The receiver is gone only when it panicked; what it
                     // would not take is dropped (without recursion).
@@ -682,7 +947,7 @@ fn for_each_document_pruned(
     mut each: impl FnMut(usize, Value),
 ) -> Result<(), YamlError> {
     let mut refused = None;
-    parse_all(path, text, prune, |(index, doc)| {
+    parse_all(path, text, &cut_for_threads(text), prune, |(index, doc)| {
         let (doc, deepest) = match doc {
             Ok(mut doc) => (std::mem::take(&mut doc.value), doc.deepest),
             // The first bad document is the error; the others are read.
@@ -1123,6 +1388,85 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// What the documents of `text` read as, cut in `n` parts: (position,
+    /// content or error) each.
+    fn read_in_parts(text: &str, n: usize) -> Vec<(usize, Result<Value, String>)> {
+        let parts = cut_at_markers(text, n);
+        assert_eq!(parts.concat(), text);
+        let mut got = Vec::new();
+        let r = parse_all(Path::new("p.yaml"), text, &parts, None, |(i, d)| {
+            got.push((
+                i,
+                d.map(|mut d| std::mem::take(&mut d.value))
+                    .map_err(|e| e.to_string()),
+            ))
+        });
+        if let Err(e) = r {
+            got.push((0, Err(e.to_string())));
+        }
+        got
+    }
+
+    /// Reading a stream in parts gives what reading it whole gives: the
+    /// same documents, positions and errors, whatever the parts hold
+    /// (block scalars, markers with content, comments, empty documents,
+    /// anchors and aliases, merge keys, bad and too deep documents).
+    #[test]
+    fn a_stream_read_in_parts_reads_as_read_whole() {
+        let docs = [
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  s: |\n    ---\n    text\n  t: >-\n    ---\n",
+            "--- # a comment\nkind: A\n",
+            "--- {kind: B, x: [1, 2]}\n",
+            "---\n",
+            "---\n# only a comment\n",
+            "--- |\nroot block scalar\n",
+            "---\nkind: C\nv: &x {a: 1}\nw: *x\n",
+            "---\nkind: D\nm:\n  <<: {a: 1}\n  b: 2\n",
+            "---\nkind: E\nbad: [\n",
+            "---\nkind: F\ntext: \"\u{e9}t\u{e9}\"\n",
+            "---\n",
+            "---\nkind: G\ndup: 1\ndup: 2\n",
+            "---\n...\n",
+            "---\nkind: H\n",
+        ];
+        let nested = format!("---\n{}\n", object("nested", 300));
+        let texts: Vec<String> = vec![
+            docs.concat(),
+            docs.iter()
+                .filter(|d| !d.contains("bad"))
+                .copied()
+                .collect(),
+            docs.iter()
+                .filter(|d| !d.contains('&') && !d.contains("bad"))
+                .copied()
+                .collect(),
+            docs.iter()
+                .filter(|d| !d.contains("bad") && !d.contains("dup"))
+                .copied()
+                .collect::<String>()
+                + &nested,
+        ];
+        for text in &texts {
+            let whole = read_in_parts(text, 1);
+            assert!(whole.len() > 5, "{whole:?}");
+            for n in 2..=docs.len() + 1 {
+                assert_eq!(read_in_parts(text, n), whole, "{n} parts of {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_stream_is_cut_before_markers_alone_and_not_when_it_has_directives() {
+        let text = "a: 1\n--- x\nb: |\n  ---\n---\nc: 2\n---\r\nd: 3\n";
+        assert_eq!(
+            cut_at_markers(text, 8),
+            ["a: 1\n--- x\nb: |\n  ---\n", "---\nc: 2\n", "---\r\nd: 3\n"]
+        );
+        assert_eq!(cut_at_markers(text, 1), [text]);
+        let text = "%YAML 1.2\n---\na: 1\n---\nb: 2\n";
+        assert_eq!(cut_at_markers(text, 4), [text]);
     }
 
     #[test]

@@ -218,9 +218,7 @@ fn parse_all(
         Some(read) => read,
         // Parts read as the stream would not be: the stream, past the
         // documents the parts handed on.
-        None => {
-            parse_ahead(text, prune, handed.get(), &mut hand)
-        }
+        None => parse_ahead(text, prune, handed.get(), &mut hand),
     };
     let read_before = read.read;
     read.kept.into_iter().for_each(&mut hand);
@@ -274,7 +272,10 @@ fn parse_ahead(
         let parser = std::thread::Builder::new()
             .name("yaml".into())
             .stack_size(PARSE_STACK)
-            .spawn_scoped(s, move || parse_stream(text, prune, Some(tx), skip));
+            .spawn_scoped(s, move || {
+                parser_thread_started();
+                parse_stream(text, prune, Some(tx), skip)
+            });
         match parser {
             Ok(parser) => {
                 rx.iter().for_each(&mut *hand);
@@ -316,7 +317,10 @@ fn parse_parts(
                 let parser = std::thread::Builder::new()
                     .name("yaml".into())
                     .stack_size(PARSE_STACK)
-                    .spawn_scoped(s, move || parse_part(part, whole, prune));
+                    .spawn_scoped(s, move || {
+                        parser_thread_started();
+                        parse_part(part, whole, prune)
+                    });
                 (part, parser)
             })
             .collect();
@@ -328,6 +332,7 @@ fn parse_parts(
             .name("yaml".into())
             .stack_size(PARSE_STACK)
             .spawn_scoped(s, move || {
+                parser_thread_started();
                 let mut read = Stream::new(prune, Some(tx), 0);
                 read.run(text, tuned(options_for_len(whole), text));
                 read
@@ -479,6 +484,24 @@ fn marker_after(text: &str, from: usize) -> Option<usize> {
             return Some(at);
         }
         from = at + 3;
+    }
+}
+
+/// What each parsing thread runs first: set once by the binary
+/// ([`on_parser_thread`]).
+static PARSER_THREAD: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Has each thread that parses YAML run `start` first: the binary's
+/// per-thread allocator settings (a batch command's thread cache, which
+/// jemalloc turns on per thread).
+pub fn on_parser_thread(start: fn()) {
+    let _ = PARSER_THREAD.set(start);
+}
+
+/// Runs the binary's [`on_parser_thread`] hook on this new thread.
+fn parser_thread_started() {
+    if let Some(start) = PARSER_THREAD.get() {
+        start();
     }
 }
 

@@ -223,15 +223,12 @@ fn batch_allocator() {
     // SAFETY: as above, for arenas made later; and a bool for the cache.
     let _ = unsafe { raw::write(b"arenas.dirty_decay_ms\0", DEFAULT_DECAY_MS) };
     let _ = unsafe { raw::write(b"thread.tcache.enabled\0", true) };
-    if !std::env::var("RBAC_RULES_YAML_EXP")
-        .unwrap_or_default()
-        .contains("notcache")
-    {
-        rbac_rules::yaml::on_parser_thread(|| {
-            // SAFETY: as above.
-            let _ = unsafe { raw::write(b"thread.tcache.enabled\0", true) };
-        });
-    }
+    // The threads that parse YAML (src/yaml.rs) allocate as much as this
+    // one: without their caches they contend for the one arena.
+    rbac_rules::yaml::on_parser_thread(|| {
+        // SAFETY: as above.
+        let _ = unsafe { raw::write(b"thread.tcache.enabled\0", true) };
+    });
 }
 
 fn main() -> ExitCode {

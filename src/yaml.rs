@@ -120,17 +120,7 @@ impl Document {
 /// the API server accepts ([`MAX_DEPTH`]): documents are parsed on the
 /// large-stack evaluation thread ([`parse_all`]).
 fn options_for(text: &str) -> serde_saphyr::Options {
-    tuned(options_for_len(text.len()), text)
-}
-
-/// `options` for parsing `text`.
-fn tuned(mut options: serde_saphyr::Options, text: &str) -> serde_saphyr::Options {
-    let exp = std::env::var("RBAC_RULES_YAML_EXP").unwrap_or_default();
-    if exp.contains("passthrough") && !text.contains("<<") {
-        options.duplicate_keys = serde_saphyr::options::DuplicateKeyPolicy::PassThrough;
-        options.merge_keys = serde_saphyr::options::MergeKeyPolicy::AsOrdinary;
-    }
-    options
+    options_for_len(text.len())
 }
 
 /// [`options_for`] a text of `n` bytes.
@@ -144,13 +134,6 @@ fn options_for_len(n: usize) -> serde_saphyr::Options {
     budget.flow_nesting_limit = PARSE_DEPTH;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
-    let exp = std::env::var("RBAC_RULES_YAML_EXP").unwrap_or_default();
-    if exp.contains("nocomment") {
-        options.emit_comments = false;
-    }
-    if exp.contains("nosnippet") {
-        options.with_snippet = false;
-    }
     options
 }
 
@@ -334,7 +317,7 @@ fn parse_parts(
             .spawn_scoped(s, move || {
                 parser_thread_started();
                 let mut read = Stream::new(prune, Some(tx), 0);
-                read.run(text, tuned(options_for_len(whole), text));
+                read.run(text, options_for_len(whole));
                 read
             });
         let mut read = match parser {
@@ -346,7 +329,7 @@ fn parse_parts(
             }
             Err(_) => {
                 let mut read = Stream::new(prune, None, 0);
-                read.run(text, tuned(options_for_len(whole), text));
+                read.run(text, options_for_len(whole));
                 read
             }
         };
@@ -384,7 +367,7 @@ fn parse_parts(
 /// kept, its budget the whole stream's (`whole` bytes).
 fn parse_part(part: &str, whole: usize, prune: Option<&Arc<Prune>>) -> Stream {
     let mut read = Stream::new(prune, None, 0);
-    read.run(part, tuned(options_for_len(whole), part));
+    read.run(part, options_for_len(whole));
     read
 }
 
@@ -435,14 +418,7 @@ const PARTS_MAX: usize = 4;
 /// with a directive (a line starting with `%`: `%TAG` and `%YAML` belong to
 /// the document after them). A text not cut is one part.
 fn cut_for_threads(text: &str) -> Vec<&str> {
-    let threads = if std::env::var("RBAC_RULES_YAML_EXP")
-        .unwrap_or_default()
-        .contains("seq")
-    {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     cut_at_markers(text, threads.min(PARTS_MAX).min(text.len() / PART_MIN))
 }
 
@@ -1478,6 +1454,31 @@ mod tests {
                 assert_eq!(read_in_parts(text, n), whole, "{n} parts of {text}");
             }
         }
+    }
+
+    /// A stream large enough to be parsed in parts: every document handed
+    /// on in order, a too deep one in a later part refused alone.
+    #[test]
+    fn a_large_stream_is_read_in_parts_in_order_and_a_deep_document_refused_alone() {
+        let docs = 3 * PART_MIN / 64;
+        let mut text: String = (0..docs)
+            .map(|i| format!("---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: n{i:08}}}\n"))
+            .collect();
+        assert!(text.len() >= 2 * PART_MIN && cut_at_markers(&text, 2).len() == 2);
+        text.push_str(&format!("---\n{}\n", object("deep", MAX_DEPTH + 1)));
+        text.push_str("---\napiVersion: v1\nkind: Namespace\nmetadata: {name: last}\n");
+        let (got, err) = read(&text);
+        assert_eq!(got.len(), docs + 1);
+        assert!(
+            got[..docs]
+                .iter()
+                .enumerate()
+                .all(|(i, (at, name, deep))| *at == i + 1 && *name == format!("n{i:08}") && !deep)
+        );
+        assert_eq!(got[docs], (docs + 2, "last".to_string(), false));
+        let err = err.expect("an error");
+        let want = format!("deep.yaml#{}: nests deeper than 10000", docs + 1);
+        assert!(err.starts_with(&want), "{err}");
     }
 
     #[test]

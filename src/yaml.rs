@@ -272,15 +272,17 @@ fn parse_ahead(
     })
 }
 
-/// The stream cut in parts, one per thread: `parts` as [`cut_for_threads`]
-/// cuts it, each parsed on a thread of its own, the first one's documents
-/// handed to `hand` as they are complete (the stream's first part is read
-/// as the stream reads it: the same parser, options and budget), the
-/// others' kept until then. `None` when the other parts may not read as the
-/// stream would (an error in any part, an anchor or alias in a later part,
-/// the parts' budgets summed past the stream's): the documents handed on
-/// are then the stream's first ones, and the caller parses the stream past
-/// them.
+/// The stream cut in parts ([`cut_for_threads`]), parsed on a few threads
+/// at once, each taking every few parts in turn and at most one part
+/// parsed ahead of the reader: each part's documents are handed to `hand`
+/// in order once the part is read and shown to read as the stream would
+/// there. The first part is the stream's start, read with the stream's
+/// options and budget; a later one must have no error and no anchor or
+/// alias (anchors belong to a document, alias limits count over the
+/// stream), and the parts' budget counts summed so far must be within the
+/// stream's budget (what the stream would have counted by then). `None`
+/// at the first part that is not: the documents handed on are then the
+/// stream's first ones, and the caller parses the stream past them.
 fn parse_parts(
     parts: &[&str],
     prune: Option<&Arc<Prune>>,
@@ -293,73 +295,56 @@ fn parse_parts(
         return Some(parse_ahead(first, prune, 0, hand));
     }
     let whole: usize = parts.iter().map(|p| p.len()).sum();
+    let budget = options_for_len(whole).budget.unwrap_or_default();
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, PARTS_MAX)
+        .min(parts.len());
     std::thread::scope(|s| {
-        let later: Vec<_> = rest
-            .iter()
-            .map(|&part| {
-                let parser = std::thread::Builder::new()
-                    .name("yaml".into())
-                    .stack_size(PARSE_STACK)
-                    .spawn_scoped(s, move || {
-                        parser_thread_started();
-                        parse_part(part, whole, prune)
-                    });
-                (part, parser)
-            })
-            .collect();
-        // The first part: as the stream's first documents are read, on a
-        // thread of its own ahead of `hand`.
-        let (tx, rx) = std::sync::mpsc::sync_channel(PARSE_AHEAD);
-        let text = *first;
-        let parser = std::thread::Builder::new()
-            .name("yaml".into())
-            .stack_size(PARSE_STACK)
-            .spawn_scoped(s, move || {
-                parser_thread_started();
-                let mut read = Stream::new(prune, Some(tx), 0);
-                read.run(text, options_for_len(whole));
-                read
-            });
-        let mut read = match parser {
-            Ok(parser) => {
-                rx.iter().for_each(&mut *hand);
-                parser
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
-            }
-            Err(_) => {
-                let mut read = Stream::new(prune, None, 0);
-                read.run(text, options_for_len(whole));
-                read
-            }
-        };
-        read.kept.drain(..).for_each(&mut *hand);
-        let mut total = read.report.clone();
-        let mut fits = read.result.is_ok();
-        for (part, parser) in later {
-            let part = match parser {
-                Ok(parser) => parser
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                Err(_) => parse_part(part, whole, prune),
-            };
-            // Every later part is joined (the threads end) even when one
-            // before did not fit; the documents of those past it are
-            // dropped.
-            fits = fits
-                && part.result.is_ok()
-                && part
-                    .report
-                    .as_ref()
-                    .is_some_and(|r| r.aliases == 0 && r.anchors == 0)
-                && add_report(&mut total, part.report.as_ref());
-            if fits {
-                read.read += part.read;
-                read.kept.extend(part.kept);
-            }
+        let mut from = Vec::with_capacity(workers);
+        for w in 0..workers {
+            // One part parsed ahead: what is held is a few parts' documents.
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let mine: Vec<&str> = parts.iter().copied().skip(w).step_by(workers).collect();
+            std::thread::Builder::new()
+                .name("yaml".into())
+                .stack_size(PARSE_STACK)
+                .spawn_scoped(s, move || {
+                    parser_thread_started();
+                    for part in mine {
+                        // The reader is gone when a part did not fit.
+                        if tx.send(parse_part(part, whole, prune)).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .ok()?;
+            from.push(rx);
         }
-        let budget = options_for_len(whole).budget.unwrap_or_default();
-        (fits && total.as_ref().is_some_and(|t| within(t, &budget))).then_some(read)
+        let mut read = Stream::new(prune, None, 0);
+        let mut total: Option<serde_saphyr::budget::BudgetReport> = None;
+        for i in 0..parts.len() {
+            // A parser that panicked sent nothing: the scope resumes its
+            // panic here once the reader returns.
+            let part = from[i % workers].recv().ok()?;
+            let report = part.report.as_ref()?;
+            let fits = part.result.is_ok()
+                && (i == 0 || report.aliases == 0 && report.anchors == 0)
+                && match total.as_mut() {
+                    None => {
+                        total = Some(report.clone());
+                        report.breached.is_none()
+                    }
+                    Some(_) => add_report(&mut total, Some(report)),
+                }
+                && total.as_ref().is_some_and(|t| within(t, &budget));
+            if !fits {
+                return None;
+            }
+            read.read += part.read;
+            part.kept.into_iter().for_each(&mut *hand);
+        }
+        Some(read)
     })
 }
 
@@ -404,22 +389,26 @@ fn within(t: &serde_saphyr::budget::BudgetReport, b: &serde_saphyr::Budget) -> b
         && t.merge_keys <= b.max_merge_keys
 }
 
-/// Parts smaller than this are not parsed apart.
+/// The size of a part of a stream parsed in parts; a stream smaller than
+/// two is parsed whole.
 const PART_MIN: usize = 1 << 20;
 
-/// Parts at most, one per thread.
+/// Threads that parse a stream's parts at most.
 const PARTS_MAX: usize = 4;
 
-/// `text` cut in parts of about equal size, one per processor (at most
-/// [`PARTS_MAX`], each at least [`PART_MIN`] bytes), each cut before a line
-/// that is exactly the document marker `---`: YAML forbids such a line
-/// inside a document (in any scalar, block or quoted, too), so the parser
-/// sees the same documents in the parts as in the whole. Not cut: a text
-/// with a directive (a line starting with `%`: `%TAG` and `%YAML` belong to
-/// the document after them). A text not cut is one part.
+/// `text` cut in parts of about [`PART_MIN`] bytes when this machine has
+/// more than one processor, each cut before a line that is exactly the
+/// document marker `---`: YAML forbids such a line inside a document (in
+/// any scalar, block or quoted, too), so the parser sees the same
+/// documents in the parts as in the whole. Not cut: a text with a
+/// directive (a line starting with `%`: `%TAG` and `%YAML` belong to the
+/// document after them). A text not cut is one part.
 fn cut_for_threads(text: &str) -> Vec<&str> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cut_at_markers(text, threads.min(PARTS_MAX).min(text.len() / PART_MIN))
+    if threads < 2 {
+        return vec![text];
+    }
+    cut_at_markers(text, text.len() / PART_MIN)
 }
 
 /// `text` cut in `n` parts of about equal size before lines that are

@@ -1544,3 +1544,52 @@ fn tenant_rule_sets_agree_over_change_sequences() {
     let s = stats();
     assert!(s.desired > 0 && s.errors > 0 && s.revoked > 0, "{s:?}");
 }
+
+/// Two rules of one trigger whose first related set is alike and whose
+/// second (a listField over it) and var differ: each keeps its own lists
+/// and vars. Rules share cached values only up to what they define alike
+/// (`Derivation`); one that took the other's list or var would render the
+/// names where the namespaces belong.
+#[test]
+fn rules_of_one_trigger_share_only_what_they_define_alike() {
+    let rule = |name: &str, field: &str| {
+        format!(
+            r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: {name}}}
+spec:
+  trigger: {{kind: Namespace}}
+  related:
+  - name: sas
+    objects: {{kind: ServiceAccount, metadataOnly: true}}
+  - name: picked
+    listField: {{path: metadata, of: [sas], fields: [{field}]}}
+  vars:
+  - name: v
+    value: 'pluck related.picked "{field}"'
+  outputs:
+  - kind: Role
+    name: {name}
+    rules:
+    - apiGroups: [""]
+      resources: [serviceaccounts]
+      resourceNames:
+      - forEach: vars.v
+        as: x
+        item: "{{{{x}}}}"
+      verbs: [get]
+"#
+        )
+    };
+    let yaml = format!(
+        "{}---{}",
+        rule("share-a", "name"),
+        rule("share-b", "namespace")
+    );
+    let rules =
+        rbac_rules::rules::parse_text(Path::new("sharing.yaml"), &yaml).expect("rules parse");
+    sequences("sharing", rules, &[generated_objects()], 8 * cases());
+    let s = stats();
+    assert!(s.desired > 0, "{s:?}");
+}

@@ -267,6 +267,18 @@ fn generated_objects() -> Vec<Value> {
             json!({"rbac.crossplane.io/aggregate-to-edit": "true"}),
             json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]),
         ),
+        // Roles a loop's value selects (`example.org/agg-of`: its name)
+        // and copies.
+        role(
+            "agg-member",
+            json!({"example.org/agg-of": "base-view"}),
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]),
+        ),
+        role(
+            "agg-wild",
+            json!({"example.org/agg-of": "wild", "tier": "true"}),
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]),
+        ),
         // The tenants' default ceiling.
         role(
             "admin",
@@ -547,6 +559,189 @@ spec:
     );
     rbac_rules::rules::parse_text(Path::new("generated.yaml"), &yaml)
         .expect("generated rules parse")
+}
+
+/// The choices of [`loop_rules`]: how many options each has.
+const LOOP_CHOICES: [u8; 10] = [3, 4, 3, 3, 3, 2, 2, 4, 2, 2];
+
+/// A rule of the other shapes real rules take, with its choices (see
+/// [`LOOP_CHOICES`]): `rulesFrom` (a selector by a loop variable, names by
+/// a directive over a var or another list) and aggregation (labels merged
+/// by a directive, an `aggregationRule` whose selectors a directive makes)
+/// inside an output-level `forEach`; an output-level loop over a var or
+/// over a related set, a rule-level loop inside it over a var (maybe
+/// binding the outer loop's name again) and a directive inside that over
+/// a var, a var of vars and the trigger, a nested list read from a related
+/// set (a `listField` of the ServiceAccounts' ownerReferences) or a list
+/// of the outer loop's item. The ClusterRoles it writes are labelled so
+/// that, applied, they are what its `related.roles` lists next time.
+fn loop_rules(choices: &[u8]) -> Vec<RuleSource> {
+    let pick = |i: usize, options: &[&'static str]| {
+        assert_eq!(options.len(), LOOP_CHOICES[i] as usize);
+        options[choices.get(i).copied().unwrap_or(0) as usize % options.len()]
+    };
+    // A var of related lists only (cached), or of related lists and the
+    // trigger, or of another var (neither cached).
+    let names = pick(
+        0,
+        &[
+            "sort (pluck related.rolenames \"name\")",
+            "list \"base-view\" \"wild\"",
+            "pluck related.accts \"name\"",
+        ],
+    );
+    let others = pick(
+        1,
+        &[
+            "vars.names",
+            "append vars.names (list trigger.metadata.name)",
+            "append (pluck related.nsnames \"name\") (list (default (get trigger \"metadata.uid\") \"no-uid\"))",
+            "pluck related.nsnames \"name\"",
+        ],
+    );
+    let outer = pick(
+        2,
+        &[
+            "vars.names",
+            "vars.others",
+            "sort (pluck related.roles \"metadata.name\")",
+        ],
+    );
+    let copied = pick(3, &["vars.others", "vars.names", "list o \"wild\""]);
+    // Over a cached var, a cached related list, or a list computed from
+    // one (no token: its items have no ids to key a nested list by).
+    let accounts = pick(
+        4,
+        &[
+            "vars.accounts",
+            "related.sas",
+            "sortBy related.sas \"metadata.name\"",
+        ],
+    );
+    let rule_loop = pick(5, &["vars.names", "vars.others"]);
+    // The rule-level loop's name: its own, or the output loop's again.
+    let shadow = pick(6, &["g", "sa"]);
+    let inner = pick(
+        7,
+        &[
+            "vars.others",
+            "vars.names",
+            "sort (pluck related.owners \"name\")",
+            "list (default sa.name (get sa \"metadata.name\"))",
+        ],
+    );
+    // Aggregation selectors made by a directive, or literal.
+    let selectors = pick(
+        8,
+        &[
+            "- forEach: vars.names\n        as: r\n        when: 'ne r o'\n        item: {matchLabels: {example.org/agg-of: \"{{r}}\"}}",
+            "- matchLabels: {example.org/agg-of: \"{{o}}\"}",
+        ],
+    );
+    // The loops' outputs: cluster-wide roles, or Roles in the trigger's
+    // namespace.
+    let sa_kind = pick(9, &["ClusterRole", "Role"]);
+    let item = if shadow == "g" {
+        "{{t}}.{{g}}.{{default sa.name (get sa \"metadata.name\")}}"
+    } else {
+        "{{t}}.{{sa}}"
+    };
+    let inner = if shadow == "sa" && inner.contains("sa.name") {
+        "list sa \"x\""
+    } else {
+        inner
+    };
+    let yaml = format!(
+        r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: gen-loops}}
+spec:
+  trigger: {{kind: Namespace}}
+  related:
+  - name: roles
+    objects:
+      apiGroup: rbac.authorization.k8s.io
+      kind: ClusterRole
+      metadataOnly: true
+      selector: {{matchExpressions: [{{key: example.org/agg-of, operator: Exists}}]}}
+  - name: nss
+    objects: {{kind: Namespace, metadataOnly: true}}
+  - name: sas
+    objects: {{kind: ServiceAccount, metadataOnly: true}}
+  # Lists of fields of the objects: what a var must read (and read
+  # nothing else) to be cached, and a loop over it to key what it nests.
+  - name: rolenames
+    listField: {{path: metadata, of: [roles], fields: [name]}}
+  - name: nsnames
+    listField: {{path: metadata, of: [nss], fields: [name]}}
+  - name: accts
+    listField: {{path: metadata, of: [sas], fields: [name, namespace]}}
+  - name: owners
+    listField:
+      path: metadata.ownerReferences
+      of: [sas]
+      fields: [name, kind]
+  vars:
+  - name: names
+    value: '{names}'
+  - name: others
+    value: '{others}'
+  - name: accounts
+    value: 'sortBy related.accts "name"'
+  outputs:
+  - kind: Role
+    forEach: '{outer}'
+    as: o
+    name: "gen-copy-{{{{o}}}}"
+    rulesFrom:
+      clusterRoleSelector: {{matchLabels: {{example.org/agg-of: "{{{{o}}}}"}}}}
+      clusterRoleNames:
+      - forEach: '{copied}'
+        as: r
+        when: 'ne r trigger.metadata.name'
+        item: "{{{{r}}}}"
+  - kind: ClusterRole
+    forEach: '{outer}'
+    as: o
+    name: "gen-agg-{{{{trigger.metadata.name}}}}-{{{{o}}}}"
+    labels:
+      example.org/aggregate: "true"
+      $merge:
+      - forEach: vars.others
+        as: r
+        when: 'eq r o'
+        item: {{example.org/agg-of: "{{{{r}}}}"}}
+    aggregationRule:
+      clusterRoleSelectors:
+      {selectors}
+      - matchLabels: {{tier: "true"}}
+  - kind: {sa_kind}
+    forEach: '{accounts}'
+    as: sa
+    name: "gen-sa-{{{{trigger.metadata.name}}}}-{{{{default sa.name (get sa \"metadata.name\")}}}}"
+    rules:
+    - forEach: '{rule_loop}'
+      as: {shadow}
+      item:
+        apiGroups: [""]
+        resources: [serviceaccounts]
+        resourceNames:
+        - forEach: '{inner}'
+          as: t
+          when: 'ne t {shadow}'
+          item: '{item}'
+        verbs: [get]
+    - apiGroups: [""]
+      resources: [configmaps]
+      resourceNames:
+      - forEach: vars.names
+        as: r
+        items: ["{{{{r}}}}", "{{{{r}}}}.{{{{len vars.others}}}}"]
+      verbs: [list]
+"#
+    );
+    rbac_rules::rules::parse_text(Path::new("loops.yaml"), &yaml).expect("loop rules parse")
 }
 
 /// One change to the cluster, the rules or the options; numbers choose
@@ -1197,6 +1392,67 @@ fn nested_loop_shapes_agree_over_change_sequences() {
     assert!(s.desired > 0 && s.errors > 0, "{s:?}");
 }
 
+/// The other shapes of real rules ([`loop_rules`]): `rulesFrom` and
+/// aggregation inside an output-level forEach, output-level loops over
+/// vars and related sets, rule-level loops inside them (one binding the
+/// outer loop's name again) and directives inside those over vars, vars of
+/// vars and the trigger, a listField and the outer item; each over change
+/// sequences (ClusterRoles selected, labelled, copied, widened and written
+/// back; ServiceAccounts and their owners; Namespaces). Every value of
+/// every choice is met, each beside several values of the others.
+///
+/// A var of a listField and the trigger (`others`, the third choice) read
+/// inside the loops is cached only because its expression reads nothing
+/// but related lists: a var key that forgets the trigger (`var_key` in
+/// `src/engine/expand.rs` without its `expr_reads_only(expr, "related")`
+/// check) serves one Namespace's value to the next, and this test fails
+/// at once (`loops [0, 2, 2, 2, 0, 1, 0, 1, 1]`, step 0: another trigger's
+/// uid in `gen-sa-builder`'s resourceNames).
+#[test]
+fn loop_copy_and_aggregation_shapes_agree_over_change_sequences() {
+    // Every combination of what decides whether a nested list is cached
+    // and by what (the var `names`, the output loop over a var or a
+    // related set, the rule-level loop, the innermost list); the other
+    // choices turn with it.
+    let runs = 48;
+    let mut met = vec![std::collections::BTreeSet::new(); LOOP_CHOICES.len()];
+    for i in 0..runs {
+        let c: Vec<u8> = vec![
+            i % 3,
+            (i * 5 + 1) % 4,
+            (i / 2 + i / 5) % 3,
+            (i / 4 + i) % 3,
+            (i / 3) % 3,
+            (i / 9) % 2,
+            u8::from(i % 5 == 0),
+            (i / 18 + i) % 4,
+            (i / 7) % 2,
+            u8::from(i % 4 == 3),
+        ];
+        for (m, v) in met.iter_mut().zip(&c) {
+            m.insert(*v);
+        }
+        let mut rules = loop_rules(&c);
+        // A rule that aggregates what the loops label, and roles to copy.
+        rules.extend(
+            generated_rules(&[2, 0, 0, 0, 0, 0, 0])
+                .into_iter()
+                .filter(|r| r.name == "gen-static"),
+        );
+        sequences(
+            &format!("loops {c:?}"),
+            rules,
+            &[generated_objects()],
+            cases(),
+        );
+    }
+    for (m, k) in met.iter().zip(LOOP_CHOICES) {
+        assert_eq!(m.len(), k as usize, "every value of every choice met");
+    }
+    let s = stats();
+    assert!(s.desired > 0 && s.errors > 0 && s.revoked > 0, "{s:?}");
+}
+
 /// Every object of a cluster changed, deleted and created again, one at a
 /// time, with one memo throughout: a change to what a lookup found, or
 /// will find by name, reaches the rules that read it.
@@ -1287,4 +1543,53 @@ fn tenant_rule_sets_agree_over_change_sequences() {
     sequences("tenant rules together", all, &seeds, cases());
     let s = stats();
     assert!(s.desired > 0 && s.errors > 0 && s.revoked > 0, "{s:?}");
+}
+
+/// Two rules of one trigger whose first related set is alike and whose
+/// second (a listField over it) and var differ: each keeps its own lists
+/// and vars. Rules share cached values only up to what they define alike
+/// (`Derivation`); one that took the other's list or var would render the
+/// names where the namespaces belong.
+#[test]
+fn rules_of_one_trigger_share_only_what_they_define_alike() {
+    let rule = |name: &str, field: &str| {
+        format!(
+            r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: {name}}}
+spec:
+  trigger: {{kind: Namespace}}
+  related:
+  - name: sas
+    objects: {{kind: ServiceAccount, metadataOnly: true}}
+  - name: picked
+    listField: {{path: metadata, of: [sas], fields: [{field}]}}
+  vars:
+  - name: v
+    value: 'pluck related.picked "{field}"'
+  outputs:
+  - kind: Role
+    name: {name}
+    rules:
+    - apiGroups: [""]
+      resources: [serviceaccounts]
+      resourceNames:
+      - forEach: vars.v
+        as: x
+        item: "{{{{x}}}}"
+      verbs: [get]
+"#
+        )
+    };
+    let yaml = format!(
+        "{}---{}",
+        rule("share-a", "name"),
+        rule("share-b", "namespace")
+    );
+    let rules =
+        rbac_rules::rules::parse_text(Path::new("sharing.yaml"), &yaml).expect("rules parse");
+    sequences("sharing", rules, &[generated_objects()], 8 * cases());
+    let s = stats();
+    assert!(s.desired > 0, "{s:?}");
 }

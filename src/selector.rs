@@ -1,14 +1,30 @@
 //! Kubernetes label selector semantics (`metav1.LabelSelector`).
 //!
-//! Mirrors apimachinery's `LabelSelectorAsSelector` followed by
-//! `Selector.Matches`: `matchLabels` and every `matchExpressions` entry are
-//! `ANDed`, an empty selector matches everything, and a selector that the API
-//! machinery would refuse to convert is an error rather than a silent
-//! "no match".
+//! Matching is kube-core's ([`kube::core::Selector`], converted by
+//! `TryFrom<LabelSelector>` and matched by [`SelectorExt::matches`]):
+//! `matchLabels` and every `matchExpressions` entry are `ANDed`, an empty
+//! selector matches everything, `NotIn` matches an object without the key.
+//! This module adds what kube-core lacks:
+//!
+//! - the checks of apimachinery's `LabelSelectorAsSelector` ([`validate`]):
+//!   kube-core converts selectors Kubernetes refuses (`Exists` with values,
+//!   `In`/`NotIn` with an empty list, keys and values of any syntax), and a
+//!   selector the API machinery would refuse is an error here, not a
+//!   silent "no match" or "match all";
+//! - matching labels held as JSON or read through a lookup
+//!   ([`Compiled::matches_json`], [`Compiled::matches_lookup`]): kube-core
+//!   matches only a `BTreeMap<String, String>`, and copying every object's
+//!   labels into one would cost more than the match;
+//! - compiling a selector once for many objects ([`Compiled`]), and for
+//!   callers that hold a `LabelSelector`, a per-thread cache of the
+//!   selectors compiled lately.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::core::{Expression, Selector, SelectorExt};
 
 /// Longest label name (and label value) Kubernetes accepts.
 const MAX_NAME_LEN: usize = 63;
@@ -66,6 +82,10 @@ pub enum SelectorError {
         /// What is wrong with it.
         reason: String,
     },
+    /// kube-core refused to convert a selector that [`validate`] accepts
+    /// (it never should: its checks are a subset of ours).
+    #[error("label selector: {0}")]
+    Unconvertible(String),
 }
 
 /// A requirement operator, parsed from its API spelling.
@@ -96,6 +116,99 @@ impl Operator {
     }
 }
 
+/// A label selector validated and converted to kube-core's expressions
+/// once, to match many objects. `matchLabels` entries are kube-core's
+/// `Equal` expressions, `matchExpressions` entries follow in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    expressions: Vec<Expression>,
+}
+
+impl Compiled {
+    /// Validates `selector` ([`validate`]) and converts it.
+    ///
+    /// # Errors
+    ///
+    /// Any [`SelectorError`] that [`validate`] reports.
+    pub fn new(selector: &LabelSelector) -> Result<Self, SelectorError> {
+        validate(selector)?;
+        let selector = Selector::try_from(selector.clone())
+            .map_err(|e| SelectorError::Unconvertible(e.to_string()))?;
+        Ok(Compiled {
+            expressions: selector.into_iter().collect(),
+        })
+    }
+
+    /// Matches labels held as a map of text: kube-core's own match.
+    pub fn matches_map(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.expressions.iter().all(|e| e.matches(labels))
+    }
+
+    /// Matches an object's `metadata.labels` as JSON, without copying the
+    /// labels. Non-text label values count as absent.
+    pub fn matches_json(
+        &self,
+        labels: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> bool {
+        self.matches_lookup(|key| labels.and_then(|m| m.get(key)).and_then(|v| v.as_str()))
+    }
+
+    /// Matches labels read through `get` (a label's value by key).
+    pub fn matches_lookup<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
+        self.expressions.iter().all(|e| holds(e, &get))
+    }
+}
+
+/// kube-core's `SelectorExt::matches` of one expression, arm for arm, over
+/// a lookup instead of a map (see the module doc for why); the
+/// `agreement` tests hold the two together.
+fn holds<'l>(expression: &Expression, get: &impl Fn(&str) -> Option<&'l str>) -> bool {
+    match expression {
+        Expression::In(key, values) => get(key).is_some_and(|v| values.contains(v)),
+        Expression::NotIn(key, values) => get(key).is_none_or(|v| !values.contains(v)),
+        Expression::Equal(key, value) => get(key) == Some(value.as_str()),
+        Expression::NotEqual(key, value) => get(key) != Some(value.as_str()),
+        Expression::Exists(key) => get(key).is_some(),
+        Expression::DoesNotExist(key) => get(key).is_none(),
+    }
+}
+
+/// Compiled selectors each thread keeps. The engine matches one selector
+/// (a trigger's, an allow-list's few) against every object of a kind, so
+/// a few entries catch nearly every call; a miss costs a compile.
+const CACHE_LEN: usize = 32;
+
+/// What compiling a selector gave, shared by the cache and its callers.
+type Outcome = Rc<Result<Compiled, SelectorError>>;
+
+thread_local! {
+    /// Selectors compiled lately by this thread, the latest used first,
+    /// each with what compiling it gave.
+    static COMPILED: RefCell<Vec<(LabelSelector, Outcome)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+/// `selector` compiled, from this thread's cache where it was compiled
+/// lately. A cached entry is found by equality with the selector, so a
+/// selector changed in place is compiled anew.
+fn compiled(selector: &LabelSelector) -> Outcome {
+    let cached = COMPILED.try_with(|cache| {
+        let mut cache = cache.try_borrow_mut().ok()?;
+        if let Some(i) = cache.iter().position(|(s, _)| s == selector) {
+            cache[..=i].rotate_right(1);
+            return cache.first().map(|(_, c)| Rc::clone(c));
+        }
+        let made = Rc::new(Compiled::new(selector));
+        cache.insert(0, (selector.clone(), Rc::clone(&made)));
+        cache.truncate(CACHE_LEN);
+        Some(made)
+    });
+    cached
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Rc::new(Compiled::new(selector)))
+}
+
 /// Evaluates `selector` against an object's `labels`.
 ///
 /// The whole selector is validated first (like `LabelSelectorAsSelector`),
@@ -108,51 +221,42 @@ pub fn matches(
     selector: &LabelSelector,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, SelectorError> {
-    validate(selector)?;
-    Ok(matches_map(selector, labels))
+    match &*compiled(selector) {
+        Ok(c) => Ok(c.matches_map(labels)),
+        Err(e) => Err(e.clone()),
+    }
 }
 
-/// Evaluates an already [`validate`]d selector against an object's
-/// `metadata.labels` as JSON, without copying the labels: the engine matches
-/// one selector against many objects and validates it once.
-/// Non-text label values never match.
+/// Evaluates a selector against an object's `metadata.labels` as JSON,
+/// without copying the labels ([`Compiled::matches_json`]; compiled once
+/// per thread while it is matched repeatedly). Non-text label values never
+/// match. A selector [`validate`] refuses matches nothing: callers
+/// validate where they take a selector in, and report it there.
 pub fn matches_json(
     selector: &LabelSelector,
     labels: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> bool {
-    matches_lookup(selector, |key| {
-        labels.and_then(|m| m.get(key)).and_then(|v| v.as_str())
-    })
+    compiled(selector)
+        .as_ref()
+        .as_ref()
+        .is_ok_and(|c| c.matches_json(labels))
 }
 
 /// Like [`matches_json`], for labels read through `get` (a label's value
-/// by key): evaluates an already [`validate`]d selector.
+/// by key).
 pub fn matches_lookup<'l>(selector: &LabelSelector, get: impl Fn(&str) -> Option<&'l str>) -> bool {
-    let labels_ok = match_labels(selector)
-        .iter()
-        .all(|(key, value)| get(key) == Some(value.as_str()));
-    labels_ok
-        && match_expressions(selector).iter().all(|r| {
-            let values = requirement_values(r);
-            match r.operator.as_str() {
-                "In" => get(&r.key).is_some_and(|v| values.iter().any(|x| x == v)),
-                "NotIn" => get(&r.key).is_none_or(|v| !values.iter().any(|x| x == v)),
-                "Exists" => get(&r.key).is_some(),
-                "DoesNotExist" => get(&r.key).is_none(),
-                _ => false,
-            }
-        })
+    compiled(selector)
+        .as_ref()
+        .as_ref()
+        .is_ok_and(|c| c.matches_lookup(get))
 }
 
-/// Like [`matches_json`], for labels held as a map of text: evaluates an
-/// already [`validate`]d selector without validating it again.
+/// Like [`matches_json`], for labels held as a map of text.
 pub fn matches_map(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    match_labels(selector)
-        .iter()
-        .all(|(key, value)| labels.get(key.as_str()) == Some(value))
-        && match_expressions(selector)
-            .iter()
-            .all(|requirement| requirement_matches(requirement, labels))
+    compiled(selector)
+        .as_ref()
+        .as_ref()
+        .is_ok_and(|c| c.matches_map(labels))
 }
 
 /// Like [`matches()`], for `ObjectMeta.labels`-style optional maps: `None`
@@ -227,25 +331,6 @@ fn validate_requirement(requirement: &LabelSelectorRequirement) -> Result<(), Se
         validate_value(key, op_name, value)?;
     }
     Ok(())
-}
-
-/// Evaluates one already-validated requirement.
-fn requirement_matches(
-    requirement: &LabelSelectorRequirement,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    let actual = labels.get(requirement.key.as_str());
-    let values = requirement_values(requirement);
-    let in_values = |value: &String| values.contains(value);
-    match Operator::parse(&requirement.key, &requirement.operator) {
-        Ok(Operator::In) => actual.is_some_and(in_values),
-        // NotIn also matches objects that lack the key entirely.
-        Ok(Operator::NotIn) => !actual.is_some_and(in_values),
-        Ok(Operator::Exists) => actual.is_some(),
-        Ok(Operator::DoesNotExist) => actual.is_none(),
-        // Unreachable after validate(); never match rather than panic.
-        Err(_) => false,
-    }
 }
 
 fn validate_key(key: &str, operator: &str) -> Result<(), SelectorError> {
@@ -630,6 +715,77 @@ mod tests {
         }
     }
 
+    /// Where kube-core's conversion differs from Kubernetes'
+    /// (apimachinery `LabelSelectorAsSelector` and `NewRequirement`): it
+    /// converts each of these, Kubernetes refuses each, and so do we.
+    #[test]
+    fn kube_core_converts_what_kubernetes_refuses() {
+        let refused = [
+            // "values set must be empty for exists and does not exist"
+            with_exprs(vec![expr("env", "Exists", Some(&["x"]))]),
+            with_exprs(vec![expr("env", "DoesNotExist", Some(&["x"]))]),
+            // "for 'in', 'notin' operators, values set can't be empty"
+            // (kube-core: `In` of nothing matches nothing, `NotIn` all)
+            with_exprs(vec![expr("env", "In", Some(&[]))]),
+            with_exprs(vec![expr("env", "NotIn", Some(&[]))]),
+            // validateLabelKey / validateLabelValue
+            with_exprs(vec![expr("has space", "Exists", None)]),
+            with_labels(&[("app", "not valid")]),
+            with_labels(&[(&"x".repeat(64), "v")]),
+        ];
+        for sel in refused {
+            assert!(
+                kube::core::Selector::try_from(sel.clone()).is_ok(),
+                "kube-core now refuses {sel:?}: this module's checks may shrink"
+            );
+            assert!(validate(&sel).is_err(), "{sel:?}");
+            assert!(Compiled::new(&sel).is_err(), "{sel:?}");
+        }
+    }
+
+    /// A selector that was not validated where it was taken in matches
+    /// nothing: neither the kube-core reading (a `NotIn` of nothing
+    /// matches everything) nor a guess.
+    #[test]
+    fn an_invalid_selector_matches_nothing() {
+        let json = serde_json::Map::new();
+        for sel in [
+            with_exprs(vec![expr("env", "NotIn", None)]),
+            with_exprs(vec![expr("env", "NotIn", Some(&[]))]),
+            with_exprs(vec![expr("env", "DoesNotExist", Some(&["x"]))]),
+            with_exprs(vec![expr("env", "Bogus", None)]),
+        ] {
+            assert!(!matches_json(&sel, Some(&json)), "{sel:?}");
+            assert!(!matches_json(&sel, None), "{sel:?}");
+            assert!(!matches_map(&sel, &labels(&[])), "{sel:?}");
+            assert!(!matches_lookup(&sel, |_| None), "{sel:?}");
+        }
+    }
+
+    /// More selectors than the per-thread cache holds, matched in turns
+    /// and one changed in place: each answer is its own selector's.
+    #[test]
+    fn cached_selectors_answer_for_themselves() {
+        let n = CACHE_LEN + 8;
+        let mut sels: Vec<LabelSelector> = (0..n)
+            .map(|i| with_labels(&[("app", &format!("v{i}"))]))
+            .collect();
+        for _ in 0..3 {
+            for (i, sel) in sels.iter().enumerate() {
+                for j in [0, i, n - 1] {
+                    let on = labels(&[("app", &format!("v{j}"))]);
+                    assert_eq!(matches(sel, &on), Ok(i == j), "selector {i} on v{j}");
+                }
+            }
+        }
+        let on = labels(&[("app", "v0")]);
+        assert_eq!(matches(&sels[0], &on), Ok(true));
+        sels[0].match_labels = Some(labels(&[("app", "changed")]));
+        assert_eq!(matches(&sels[0], &on), Ok(false));
+        sels[0].match_labels = Some(labels(&[("app", "bad value")]));
+        assert!(matches(&sels[0], &on).is_err());
+    }
+
     #[test]
     fn invalid_values_are_rejected() {
         let sel = with_labels(&[("app", "not valid")]);
@@ -645,5 +801,90 @@ mod tests {
         // The empty value is a valid label value.
         let sel = with_labels(&[("app", "")]);
         assert_eq!(matches(&sel, &labels(&[("app", "")])), Ok(true));
+    }
+}
+
+/// The matcher against kube-core's (`kube::core::Selector`, the label
+/// selector semantics the kube crates ship), over random selectors and
+/// label maps: wherever a selector is valid they agree, on every way of
+/// reading labels.
+#[cfg(test)]
+mod agreement {
+    use super::*;
+    use kube::core::SelectorExt;
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["a", "b", "app.kubernetes.io/name", "-bad"])
+            .prop_map(String::from)
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["", "x", "y", "not valid"]).prop_map(String::from)
+    }
+
+    fn requirement() -> impl Strategy<Value = LabelSelectorRequirement> {
+        let operator = prop::sample::select(vec!["In", "NotIn", "Exists", "DoesNotExist", "in"]);
+        let values = prop::option::of(prop::collection::vec(value(), 0..3));
+        (key(), operator, values).prop_map(|(key, operator, values)| LabelSelectorRequirement {
+            key,
+            operator: operator.to_owned(),
+            values,
+        })
+    }
+
+    fn selector() -> impl Strategy<Value = LabelSelector> {
+        (
+            prop::option::of(prop::collection::btree_map(key(), value(), 0..3)),
+            prop::option::of(prop::collection::vec(requirement(), 0..4)),
+        )
+            .prop_map(|(match_labels, match_expressions)| LabelSelector {
+                match_labels,
+                match_expressions,
+            })
+    }
+
+    /// Labels as a map of text, and the same as JSON with `noise`: keys
+    /// whose value is not text (read as absent).
+    fn labels() -> impl Strategy<Value = (BTreeMap<String, String>, Vec<String>)> {
+        (
+            prop::collection::btree_map(key(), value(), 0..4),
+            prop::collection::vec(key(), 0..2),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn every_matcher_agrees_with_kube_core((sel, (map, noise)) in (selector(), labels())) {
+            let Ok(()) = validate(&sel) else {
+                prop_assert!(matches(&sel, &map).is_err());
+                return Ok(());
+            };
+            let kube = kube::core::Selector::try_from(sel.clone());
+            prop_assert!(kube.is_ok(), "kube-core refuses a valid selector {sel:?}");
+            let want = kube.map(|k| k.matches(&map)).unwrap_or_default();
+            let mut json: Map<String, Value> =
+                map.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+            for k in noise.iter().filter(|k| !map.contains_key(*k)) {
+                json.insert(k.clone(), Value::from(1));
+            }
+            prop_assert_eq!(matches(&sel, &map), Ok(want), "{:?} on {:?}", sel, map);
+            prop_assert_eq!(matches_map(&sel, &map), want);
+            prop_assert_eq!(matches_json(&sel, Some(&json)), want);
+            prop_assert_eq!(matches_lookup(&sel, |k| map.get(k).map(String::as_str)), want);
+            let compiled = Compiled::new(&sel);
+            prop_assert!(compiled.is_ok());
+            if let Ok(c) = compiled {
+                prop_assert_eq!(c.matches_map(&map), want);
+                prop_assert_eq!(c.matches_json(Some(&json)), want);
+            }
+            if map.is_empty() {
+                prop_assert_eq!(matches_json(&sel, None), want);
+                prop_assert_eq!(matches_opt(&sel, None), Ok(want));
+            }
+        }
     }
 }

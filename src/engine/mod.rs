@@ -4,10 +4,12 @@
 //! dependency order (ties by name), objects are read in sorted order, and the
 //! result is sorted by kind, namespace and name.
 //!
-//! Where things are: [`compile`] checks a rule once; `expand` renders a
-//! trigger's related sets, vars and outputs ([`template`] is the template
-//! language and the one place that knows what a template reads); [`output`]
-//! validates what is rendered; `grants` judges it against the default
+//! Where things are: [`compile`] checks a rule once; `trigger` matches a
+//! rule's triggers and `expand` renders each, one stage per file named
+//! as its twin in `src/reference/`: `related`, `vars`, `outputs`, with
+//! `values` (template values) and `conditions` ([`template`] is the
+//! template language and the one place that knows what a template reads);
+//! [`output`] validates what is rendered; `grants` judges it against the default
 //! denials and the allow-list ([`crate::policy`]); `emit` runs the rules in
 //! order over the world `view`; [`kinds`] holds the facts of the emitted
 //! kinds. What exists only for speed lives in `incremental` (the memo, its
@@ -21,6 +23,7 @@
 //! their names: they mean preserved.)
 
 pub mod compile;
+mod conditions;
 mod directive;
 mod emit;
 pub mod error;
@@ -34,13 +37,17 @@ pub mod limits;
 pub mod manifest;
 mod model;
 pub mod output;
+mod outputs;
 pub mod path;
+mod related;
 pub mod shape;
 pub mod store;
 pub mod template;
 pub mod tenant;
 pub mod time;
 mod trigger;
+mod values;
+mod vars;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet};

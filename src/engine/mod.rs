@@ -36,6 +36,7 @@ pub mod kinds;
 pub mod limits;
 pub mod manifest;
 mod model;
+pub(crate) mod order;
 pub mod output;
 mod outputs;
 pub mod path;
@@ -169,13 +170,16 @@ impl Engine {
     /// Compiles the rules. Invalid rules are reported, not fatal: the others
     /// still run. Compiles on a thread of its own ([`limits::isolated`]).
     pub fn new(sources: &[RuleSource], options: Options) -> Engine {
-        match limits::isolated(|| Compiled::of(sources, &options)) {
-            Ok(c) => Engine {
+        let prepared = limits::isolated(|| {
+            order::prepare(sources, &options, Templates::with_limits(&options.limits))
+        });
+        match prepared {
+            Ok(p) => Engine {
                 id: memo::next_engine_id(),
-                templates: c.templates,
-                rules: c.rules,
-                fixed_reports: c.fixed_reports,
-                index: c.index,
+                index: index_of(&p.rules),
+                templates: p.templates,
+                rules: p.rules,
+                fixed_reports: p.fixed,
                 options,
             },
             Err(e) => {
@@ -287,103 +291,23 @@ impl Engine {
 /// building an engine: the rules are compiled (only runnable rules read:
 /// valid, active, not in a cycle), nothing more.
 pub fn interests(sources: &[RuleSource], options: &Options) -> Vec<Interest> {
-    match limits::isolated(|| Compiled::of(sources, options).rules) {
+    let prepared = limits::isolated(|| {
+        order::prepare(sources, options, Templates::with_limits(&options.limits)).rules
+    });
+    match prepared {
         Ok(rules) => interests_of_rules(&rules, options),
         // As an engine that failed to compile: no runnable rule.
         Err(_) => interests_of_rules(&[], options),
     }
 }
 
-/// Rules compiled and ordered: what an [`Engine`] runs and reports.
-struct Compiled {
-    templates: Templates,
-    /// Valid rules in evaluation order.
-    rules: Vec<CompiledRule>,
-    /// Reports for rules that cannot run (invalid, cyclic, inactive).
-    fixed_reports: BTreeMap<String, RuleReport>,
-    /// Index in `rules` by name.
-    index: HashMap<String, usize>,
-}
-
-impl Compiled {
-    /// Compiles the rules: invalid, duplicate, inactive and cyclic rules
-    /// get a report instead of a place in the order.
-    fn of(sources: &[RuleSource], options: &Options) -> Compiled {
-        let mut templates = Templates::with_limits(&options.limits);
-        let mut compiled = Vec::new();
-        let mut fixed_reports = BTreeMap::new();
-        let mut seen = BTreeSet::new();
-        for src in sources {
-            if !seen.insert(src.name.clone()) {
-                let mut rep = RuleReport::new(RuleState::Failed);
-                rep.errors.push(EngineError {
-                    kind: ErrorKind::InvalidRule,
-                    rule: src.name.clone(),
-                    field: "metadata.name".into(),
-                    trigger: None,
-                    message: "two rules have this name".into(),
-                });
-                fixed_reports.insert(src.name.clone(), rep);
-                continue;
-            }
-            if src.spec.manage_level > options.manage {
-                fixed_reports.insert(src.name.clone(), RuleReport::new(RuleState::Inactive));
-                continue;
-            }
-            let confined = tenant::confine(
-                &src.name,
-                src.namespace.as_deref(),
-                &src.spec,
-                &options.tenancy,
-            );
-            match confined
-                .and_then(|spec| compile::compile(&src.name, &spec, &mut templates))
-                .and_then(|mut c| {
-                    c.set_params(&options.params, &options.param_origins)
-                        .map_err(|e| vec![e])?;
-                    Ok(c)
-                }) {
-                Ok(c) => compiled.push(c),
-                Err(errs) => {
-                    let mut rep = RuleReport::new(RuleState::Failed);
-                    rep.errors = errs
-                        .into_iter()
-                        .map(|e| e.into_engine(&src.name, None))
-                        .collect();
-                    fixed_reports.insert(src.name.clone(), rep);
-                }
-            }
-        }
-        let (order, cycles) = compile::order(&compiled);
-        for (i, waits) in &cycles {
-            let name = compiled[*i].name.clone();
-            let mut rep = RuleReport::new(RuleState::Failed);
-            rep.errors.push(EngineError {
-                kind: ErrorKind::Cycle,
-                rule: name.clone(),
-                field: "spec".into(),
-                trigger: None,
-                message: format!(
-                    "reads kinds emitted by rules that (transitively) read its own outputs: {}",
-                    waits.join(", ")
-                ),
-            });
-            fixed_reports.insert(name, rep);
-        }
-        let mut slots: Vec<Option<CompiledRule>> = compiled.into_iter().map(Some).collect();
-        let rules: Vec<CompiledRule> = order.into_iter().filter_map(|i| slots[i].take()).collect();
-        let index = rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.name.clone(), i))
-            .collect();
-        Compiled {
-            templates,
-            rules,
-            fixed_reports,
-            index,
-        }
-    }
+/// Each rule's index in `rules` (evaluation order), by name.
+fn index_of(rules: &[CompiledRule]) -> HashMap<String, usize> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.clone(), i))
+        .collect()
 }
 
 /// Kinds the runnable `rules` read, merged per kind.

@@ -1,6 +1,9 @@
 //! Emitting: runs the rules in order over the view, keeps who emits what,
 //! settles conflicts, applies policy and assembles the evaluation — each
 //! by the difference from the last evaluation made with the same memo.
+//!
+//! Reference twins: `reference/policy.rs` (`settle_conflicts`,
+//! `apply_policy`), `reference/report.rs` (`build_report`, `evaluate`).
 
 use std::borrow::Cow;
 use std::cell::RefCell;

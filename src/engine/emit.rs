@@ -43,6 +43,31 @@ struct Delta {
 }
 
 /// Evaluates every rule, rendering again only what changed since `memo`
+/// Outputs found to differ from the ones they replace, as pairs (the old
+/// object, the new) by their addresses: policy need not compare them
+/// again. Each address named a live object when the pair was noted, and
+/// policy looks pairs up with objects alive since then (the old desired
+/// one) or held by the emitters (the new one), so a match is those same
+/// two objects.
+#[derive(Default)]
+struct Differing(HashSet<(usize, usize)>);
+
+impl Differing {
+    /// Notes that `new`, replacing `old`, differs from it.
+    fn note(&mut self, old: &Arc<Desired>, new: &Arc<Desired>) {
+        self.0.insert(Self::pair(old, new));
+    }
+
+    /// Whether `new`, replacing `old`, was noted as differing from it.
+    fn holds(&self, old: &Arc<Desired>, new: &Arc<Desired>) -> bool {
+        self.0.contains(&Self::pair(old, new))
+    }
+
+    fn pair(old: &Arc<Desired>, new: &Arc<Desired>) -> (usize, usize) {
+        (Arc::as_ptr(old) as usize, Arc::as_ptr(new) as usize)
+    }
+}
+
 /// was made (everything, for an empty or foreign memo).
 pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
     // A one-shot memo has no read index to find what a change affects.
@@ -80,12 +105,8 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // those all anyway, and only contested keys need settling. Tracked per
     // output only for an incremental evaluation.
     let mut touched: BTreeSet<OutKey> = BTreeSet::new();
-    // Outputs found to differ from the ones they replace, by the two
-    // objects' addresses: policy need not compare them again. Each address
-    // named a live object when the pair was made, and policy looks pairs up
-    // with objects alive since then (the old desired one) or held by the
-    // emitters (the new one), so a match is those same two objects.
-    let mut differing: HashSet<(usize, usize)> = HashSet::default();
+    // Outputs found to differ from the ones they replace.
+    let mut differing = Differing::default();
 
     run_rules(
         engine,
@@ -207,7 +228,7 @@ fn run_rules(
     memo: &mut Memo,
     changes: &mut Changes,
     touched: &mut BTreeSet<OutKey>,
-    differing: &mut HashSet<(usize, usize)>,
+    differing: &mut Differing,
     report_dirty: &mut BTreeSet<usize>,
 ) {
     let held = |idx: usize| engine.options.held.contains(&engine.rules[idx].name);
@@ -292,7 +313,7 @@ fn changed_keys(
     previous: &DesiredSet,
     memo: &Memo,
     touched: BTreeSet<OutKey>,
-    judged: Vec<(Arc<OutKey>, bool)>,
+    judged: Vec<Judged>,
     all: bool,
 ) -> Vec<OutKey> {
     let changed: Vec<OutKey> = if previous.is_empty() {
@@ -309,7 +330,7 @@ fn changed_keys(
     } else {
         if all {
             let mut candidates: BTreeSet<OutKey> = touched;
-            candidates.extend(judged.into_iter().map(|(k, _)| Arc::unwrap_or_clone(k)));
+            candidates.extend(judged.into_iter().map(|j| Arc::unwrap_or_clone(j.key)));
             candidates.extend(
                 previous
                     .iter()
@@ -331,12 +352,12 @@ fn changed_keys(
             debug_assert!(
                 touched
                     .iter()
-                    .all(|k| judged.binary_search_by(|(j, _)| (**j).cmp(k)).is_ok())
+                    .all(|k| judged.binary_search_by(|j| (*j.key).cmp(k)).is_ok())
             );
             judged
                 .into_iter()
-                .filter(|(_, differs)| *differs)
-                .map(|(k, _)| Arc::unwrap_or_clone(k))
+                .filter(|j| j.changed)
+                .map(|j| Arc::unwrap_or_clone(j.key))
                 .collect()
         }
     };
@@ -395,9 +416,15 @@ fn run_rule(
     deltas
 }
 
-/// One rendered trigger: its reference and its memo, `None` when it is
-/// gone.
-type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
+/// The rendered triggers, in order: `None` for one that is gone.
+type Rendered = Vec<Option<RenderedTrigger>>;
+
+/// One rendered trigger.
+struct RenderedTrigger {
+    /// Its reference (`None`: the static set).
+    tref: Option<String>,
+    memo: TriggerMemo,
+}
 
 /// The triggers of a rule to render again, in order, and whether they
 /// are all of them listed afresh (then the rule caches no trigger yet).
@@ -532,10 +559,16 @@ fn apply_rendered(
     let mut deltas = Vec::with_capacity(dirty.len());
     let mut fresh_triggers = Vec::new();
     for (t, new) in dirty.into_iter().zip(rendered) {
-        let old: Option<(Option<String>, TriggerMemo)> = match &t {
-            None => rm.static_set.take().map(|m| (None, m)),
+        let old: Option<RenderedTrigger> = match &t {
+            None => rm
+                .static_set
+                .take()
+                .map(|memo| RenderedTrigger { tref: None, memo }),
             Some(_) if listed_all => None,
-            Some(k) => rm.triggers.remove(k).map(|(r, m)| (Some(r), m)),
+            Some(k) => rm.triggers.remove(k).map(|(r, memo)| RenderedTrigger {
+                tref: Some(r),
+                memo,
+            }),
         };
         if old.is_none() && new.is_none() {
             continue;
@@ -544,8 +577,8 @@ fn apply_rendered(
         // change): the index already says so, and keeps the old reads.
         let mut same_reads = None;
         let mut before = Vec::new();
-        if let Some((tref, mut m)) = old {
-            if new.as_ref().is_some_and(|(_, n)| n.reads == m.reads) {
+        if let Some(RenderedTrigger { tref, memo: mut m }) = old {
+            if new.as_ref().is_some_and(|n| n.memo.reads == m.reads) {
                 same_reads = Some(std::mem::take(&mut m.reads));
             } else {
                 rm.index.remove(&t, &m.reads);
@@ -554,7 +587,7 @@ fn apply_rendered(
             before = m.outcome.outputs().to_vec();
         }
         let mut after = Vec::new();
-        if let Some((tref, mut m)) = new {
+        if let Some(RenderedTrigger { tref, memo: mut m }) = new {
             if let Some(reads) = same_reads {
                 m.reads = reads;
             } else if !one_shot {
@@ -671,7 +704,7 @@ fn render_trigger(
     evaluator: &Evaluator,
     view: &View,
     t: &TKey,
-) -> Option<(Option<String>, TriggerMemo)> {
+) -> Option<RenderedTrigger> {
     // Shed by a total (`limits::shed`): failed, not rendered.
     let shed_memo = |m: &String| TriggerMemo {
         outcome: Outcome::Failed(super::error::FieldError::new(
@@ -686,7 +719,10 @@ fn render_trigger(
     match (t, &rule.spec.trigger, trigger_gk) {
         (None, _, _) => {
             if let Some(m) = shed.and_then(|s| s.get(&None)) {
-                return Some((None, shed_memo(m)));
+                return Some(RenderedTrigger {
+                    tref: None,
+                    memo: shed_memo(m),
+                });
             }
             let budget = limits::start(&engine.options.limits);
             evaluator.start(None);
@@ -698,20 +734,23 @@ fn render_trigger(
             let input = limits::input();
             drop(budget);
             let (outcome, bytes) = admitted(outcome, &engine.options.limits, input);
-            Some((
-                None,
-                TriggerMemo {
+            Some(RenderedTrigger {
+                tref: None,
+                memo: TriggerMemo {
                     outcome,
                     bytes,
                     reads: evaluator.caches.take_reads(),
                     warnings: evaluator.take_warnings(),
                 },
-            ))
+            })
         }
         (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
             let tref = object_ref(obj);
             if let Some(m) = shed.and_then(|s| s.get(&Some(tref.clone()))) {
-                return (Some(tref), shed_memo(m));
+                return RenderedTrigger {
+                    tref: Some(tref),
+                    memo: shed_memo(m),
+                };
             }
             let budget = limits::start(&engine.options.limits);
             let outcome = evaluator.trigger_outcome(trigger, obj, view);
@@ -726,15 +765,15 @@ fn render_trigger(
                 // Its text, interned for outputs now gone, goes too.
                 view.interner.borrow_mut().forget_unused();
             }
-            (
-                Some(tref),
-                TriggerMemo {
+            RenderedTrigger {
+                tref: Some(tref),
+                memo: TriggerMemo {
                     outcome,
                     bytes,
                     reads: evaluator.caches.take_reads(),
                     warnings: evaluator.take_warnings(),
                 },
-            )
+            }
         }),
         _ => None,
     }
@@ -822,7 +861,7 @@ fn apply_delta(
     d: Delta,
     emitters: &mut Emitters,
     touched: &mut BTreeSet<OutKey>,
-    differing: &mut HashSet<(usize, usize)>,
+    differing: &mut Differing,
     changes: &mut Changes,
 ) {
     let key_of_desired = |x: &Desired| (x.kind, x.namespace.clone(), x.name.clone());
@@ -869,7 +908,7 @@ fn apply_delta(
             if Arc::ptr_eq(a, b) || **a == **b {
                 continue;
             }
-            differing.insert((Arc::as_ptr(a) as usize, Arc::as_ptr(b) as usize));
+            differing.note(a, b);
             set(&key_of_desired(b), Some(b));
         }
         return;
@@ -885,7 +924,7 @@ fn apply_delta(
             if ***a == ***b {
                 continue;
             }
-            differing.insert((Arc::as_ptr(a) as usize, Arc::as_ptr(b) as usize));
+            differing.note(a, b);
         }
         set(key, new.copied());
     }
@@ -942,13 +981,18 @@ struct Verdict {
     /// replaces it.
     live: Option<String>,
     dependent: Option<BTreeSet<String>>,
-    /// An aggregated role's notice (see [`Judge::notice`]): its rule (when
-    /// it runs), trigger, field and text. Boxed: rare.
+    /// An aggregated role's notice (see [`Judge::notice`]). Boxed: rare.
     notice: Option<Box<Notice>>,
 }
 
-/// A notice on a managed aggregated role: rule, trigger, field, text.
-type Notice = (Option<usize>, Option<String>, String, String);
+/// A notice on a managed aggregated role.
+struct Notice {
+    /// Its rule's index, when the rule runs.
+    rule: Option<usize>,
+    trigger: Option<String>,
+    field: String,
+    text: String,
+}
 
 /// What judging objects reads, shareable between threads.
 struct Policy<'a> {
@@ -1019,9 +1063,11 @@ impl<'a> Policy<'a> {
         // manages: reported on its rule, never refused for them.
         let notice = match (&desired, live) {
             (Some(d), _) if d.object.aggregation_rule().is_some() => {
-                judge.notice(d.object.shared_value()).map(|n| {
-                    let trigger = d.trigger.as_deref().map(str::to_string);
-                    (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
+                judge.notice(d.object.shared_value()).map(|text| Notice {
+                    rule: cand.map(|e| e.rule),
+                    trigger: d.trigger.as_deref().map(str::to_string),
+                    field: d.field.to_string(),
+                    text,
                 })
             }
             // Preserved live (no output refused in its place).
@@ -1053,7 +1099,12 @@ impl<'a> Policy<'a> {
         let trigger = annotations[output::trigger_annotation()]
             .as_str()
             .map(str::to_string);
-        (rule, trigger, "spec.outputs".to_string(), text)
+        Notice {
+            rule,
+            trigger,
+            field: "spec.outputs".to_string(),
+            text,
+        }
     }
 }
 
@@ -1136,10 +1187,10 @@ fn apply_policy(
     observed: &ObjectStore,
     memo: &mut Memo,
     touched: &BTreeSet<OutKey>,
-    differing: &HashSet<(usize, usize)>,
+    differing: &Differing,
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
-) -> Vec<(Arc<OutKey>, bool)> {
+) -> Vec<Judged> {
     let role_kinds = [
         output_gk(OutputKind::ClusterRole),
         output_gk(OutputKind::Role),
@@ -1208,7 +1259,17 @@ fn apply_policy(
             }
         }
     }
-    keys.into_iter().zip(changed).collect()
+    keys.into_iter()
+        .zip(changed)
+        .map(|(key, changed)| Judged { key, changed })
+        .collect()
+}
+
+/// An object policy judged (see [`apply_policy`]).
+struct Judged {
+    key: Arc<OutKey>,
+    /// Whether its desired object changed.
+    changed: bool,
 }
 
 /// The selectors no output may feed, and the allow-list's effective rules
@@ -1296,7 +1357,7 @@ fn record_desired(
     key: &OutKey,
     desired: Option<Arc<Desired>>,
     fresh: bool,
-    differing: &HashSet<(usize, usize)>,
+    differing: &Differing,
 ) -> bool {
     // What the key held before this evaluation (the memo's desired
     // set changes only here, once per key): the change reported.
@@ -1306,11 +1367,7 @@ fn record_desired(
             true
         }
         Some(d) => match memo.desired.insert(Arc::clone(&d)) {
-            Some(old) => {
-                !Arc::ptr_eq(&old, &d)
-                    && (differing.contains(&(Arc::as_ptr(&old) as usize, Arc::as_ptr(&d) as usize))
-                        || *old != *d)
-            }
+            Some(old) => !Arc::ptr_eq(&old, &d) && (differing.holds(&old, &d) || *old != *d),
             None => true,
         },
         None if fresh => false,
@@ -1373,13 +1430,18 @@ fn record_notice(
 ) {
     let old = memo.noticed.get(key).cloned();
     let new = notice.map(|b| *b);
-    if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.0, &n.3)) {
+    if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.rule, &n.text)) {
         if let Some((Some(r), _)) = old {
             memo.rules[r].notices.remove(key);
             report_dirty.insert(r);
         }
         match new {
-            Some((rule, trigger, field, text)) => {
+            Some(Notice {
+                rule,
+                trigger,
+                field,
+                text,
+            }) => {
                 if let Some(r) = rule {
                     memo.rules[r]
                         .notices

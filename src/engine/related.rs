@@ -37,17 +37,33 @@ enum Source<'a> {
     Held(&'a Arc<Value>, Sight<'a>),
 }
 
-/// A set of related objects no template reads: its name, the objects as
-/// the store holds them, and how much of them the rule sees.
-type HeldSet<'o, 'r> = (&'o String, Vec<Arc<Value>>, Sight<'r>);
+/// A set of related objects no template reads.
+struct HeldSet<'o, 'r> {
+    name: &'o String,
+    /// The objects as the store holds them.
+    objects: Vec<Arc<Value>>,
+    /// How much of them the rule sees.
+    seen: Sight<'r>,
+}
 
-/// A listField's extract: the path of the text in each entry, the regex
-/// it must match, and what becomes of an entry it does not.
-type Extract<'r> = (FieldPath, Cow<'r, regex::Regex>, Unmatched);
+/// A listField's extract.
+struct Extract<'r> {
+    /// The path of the text in each entry.
+    path: FieldPath,
+    /// The regex the text must match.
+    regex: Cow<'r, regex::Regex>,
+    /// What becomes of an entry it does not.
+    unmatched: Unmatched,
+}
 
-/// A listField result to cache once its set is judged: its key, and the
-/// budget used and warnings given before it was computed.
-type PendingList = (ListKey, usize, usize);
+/// A listField result to cache once its set is judged.
+struct PendingList {
+    key: ListKey,
+    /// The budget used before it was computed.
+    used_before: usize,
+    /// The number of warnings given before it was computed.
+    warned_before: usize,
+}
 
 /// The objects a read finds, whatever their owners: looked up by name
 /// when named in one namespace (or cluster-scoped), else listed.
@@ -288,9 +304,14 @@ impl Evaluator<'_> {
                 self.caches.keep_objects(&rel.name, a);
             }
         }
-        if let Some((key, bytes, warned)) = keep {
-            let warnings = self.warnings.borrow()[warned..].to_vec();
-            let bytes = limits::used().saturating_sub(bytes);
+        if let Some(PendingList {
+            key,
+            used_before,
+            warned_before,
+        }) = keep
+        {
+            let warnings = self.warnings.borrow()[warned_before..].to_vec();
+            let bytes = limits::used().saturating_sub(used_before);
             self.caches
                 .reserve_list(&rel.name, key, warnings, bytes, false);
         }
@@ -453,7 +474,11 @@ impl Evaluator<'_> {
             if let Some(v) = self.caches.lend_list(&rel.name, &key, read, &self.warnings) {
                 return (Some(v), conditions_ok);
             }
-            *keep = Some((key, limits::used(), self.warnings.borrow().len()));
+            *keep = Some(PendingList {
+                key,
+                used_before: limits::used(),
+                warned_before: self.warnings.borrow().len(),
+            });
         }
         (None, conditions_ok)
     }
@@ -467,7 +492,11 @@ impl Evaluator<'_> {
             .filter(|name| self.rule.unread.contains(*name))
             .filter_map(|name| {
                 let seen = self.rule.related_seen_named(name)?;
-                Some((name, self.caches.objects_of(name)?, seen))
+                Some(HeldSet {
+                    name,
+                    objects: self.caches.objects_of(name)?,
+                    seen,
+                })
             })
             .collect()
     }
@@ -501,10 +530,10 @@ impl Evaluator<'_> {
                     let addr = pin(o).map(|a| (m.key(), a));
                     sources.push((Source::Held(o, m), addr));
                 }
-            } else if let Some((_, objs, seen)) = held.iter().find(|h| h.0 == name) {
-                for o in objs {
-                    let addr = pin(o).map(|a| (seen.key(), a));
-                    sources.push((Source::Held(o, *seen), addr));
+            } else if let Some(h) = held.iter().find(|h| h.name == name) {
+                for o in &h.objects {
+                    let addr = pin(o).map(|a| (h.seen.key(), a));
+                    sources.push((Source::Held(o, h.seen), addr));
                 }
             } else {
                 let Some(values) = data["related"][name.as_str()].as_array() else {
@@ -582,17 +611,17 @@ impl Evaluator<'_> {
     /// A listField's extract: its path and regex, compiled.
     fn list_extract(&self, f: At<'_>, l: &ListFieldQuery) -> Result<Option<Extract<'_>>> {
         Ok(match &l.extract {
-            Some(x) => Some((
-                FieldPath::parse(&x.path).map_err(|e| {
+            Some(x) => Some(Extract {
+                path: FieldPath::parse(&x.path).map_err(|e| {
                     FieldError::new(
                         ErrorKind::InvalidRule,
                         format!("{f}.listField.extract.path"),
                         e,
                     )
                 })?,
-                self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
-                x.unmatched,
-            )),
+                regex: self.regex(At::Key(&f, "listField.extract.regex"), &x.regex)?,
+                unmatched: x.unmatched,
+            }),
             None => None,
         })
     }
@@ -638,7 +667,11 @@ impl Evaluator<'_> {
         for entry in entries {
             let item = match &extract {
                 None => keep_fields(Cow::Borrowed(entry), fields),
-                Some((xp, re, unmatched)) => {
+                Some(Extract {
+                    path: xp,
+                    regex: re,
+                    unmatched,
+                }) => {
                     let text = xp.get(entry).and_then(Value::as_str);
                     let caps = text.and_then(|t| re.captures(t));
                     let (Value::Object(m), Some(caps)) = (entry, caps) else {

@@ -4,16 +4,19 @@
 //! dependency order (ties by name), objects are read in sorted order, and the
 //! result is sorted by kind, namespace and name.
 //!
-//! Where things are: [`compile`] checks a rule once; `trigger` matches a
-//! rule's triggers and `expand` renders each, one stage per file named
+//! Where things are: `order` prepares the rules ([`compile`] checks
+//! each once), for the engine and the reference alike; `trigger` matches
+//! a rule's triggers and `expand` renders each, one stage per file named
 //! as its twin in `src/reference/`: `related`, `vars`, `outputs`, with
 //! `values` (template values) and `conditions` ([`template`] is the
 //! template language and the one place that knows what a template reads);
-//! [`output`] validates what is rendered; `grants` judges it against the default
-//! denials and the allow-list ([`crate::policy`]); `emit` runs the rules in
-//! order over the world `view`; [`kinds`] holds the facts of the emitted
-//! kinds. What exists only for speed lives in `incremental` (the memo, its
-//! read index, the views' caches and the evaluator's), which imports no stage.
+//! [`output`] validates what is rendered; `grants` judges it against the
+//! default denials and the allow-list ([`crate::policy`]). `emit::evaluate`
+//! holds one evaluation's steps in one place: the rules in order over the
+//! world `view`, then `policy`, then `report`. [`kinds`] holds the facts
+//! of the emitted kinds. What exists only for speed lives in `incremental`
+//! (the memo, its read index, the views' caches and the evaluator's),
+//! which imports no stage.
 //!
 //! Words: *preserved* — a live object left as it is because its rule or
 //! trigger erred, paused, is deleting or is held (an error never deletes
@@ -22,6 +25,7 @@
 //! `RuleReport::kept_triggers`, `static_kept` and `Evaluation::keeps` keep
 //! their names: they mean preserved.)
 
+mod chunks;
 pub mod compile;
 mod conditions;
 mod directive;
@@ -40,7 +44,9 @@ pub(crate) mod order;
 pub mod output;
 mod outputs;
 pub mod path;
+mod policy;
 mod related;
+mod report;
 pub mod shape;
 pub mod store;
 pub mod template;

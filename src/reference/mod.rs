@@ -32,7 +32,7 @@
 //!
 //! Leaf functions that are themselves meaning are shared with the engine:
 //! template rendering and helpers ([`crate::engine::template`]), rule
-//! preparation, compilation and ordering ([`crate::engine::order`],
+//! preparation, compilation and ordering (`engine::order`,
 //! [`crate::engine::compile`]; the reference passes its own plain
 //! templates), field paths, formats, output validation
 //! ([`crate::engine::output`]), selectors and RBAC coverage

@@ -4,7 +4,7 @@
 //! kind runs after every rule that emits it (ties by name; rules in a
 //! cycle do not run).
 //!
-//! Written once, shared with the engine ([`crate::engine::order`]): the
+//! Written once, shared with the engine (`engine/order.rs`): the
 //! reference passes its own plain handlebars templates, so that its
 //! rendering stays independent of the engine's fast paths.
 //!

@@ -19,7 +19,7 @@
 //! - An aggregated role that collects roles no rule manages that policy
 //!   would refuse gets a notice (not a refusal).
 //!
-//! Fast twin: `engine/emit.rs` (`settle_conflicts`, `apply_policy`).
+//! Fast twin: `engine/policy.rs`.
 
 use std::collections::BTreeMap;
 

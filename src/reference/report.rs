@@ -6,7 +6,7 @@
 //! are. A refusal revokes: the refused object is deleted, its trigger not
 //! kept for it.
 //!
-//! Fast twin: `engine/emit.rs` (`build_report`, `evaluate`).
+//! Fast twin: `engine/report.rs`.
 
 use std::collections::BTreeSet;
 

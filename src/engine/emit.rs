@@ -1,32 +1,34 @@
-//! Emitting: runs the rules in order over the view, keeps who emits what,
-//! settles conflicts, applies policy and assembles the evaluation — each
-//! by the difference from the last evaluation made with the same memo.
+//! One evaluation, step by step ([`evaluate`]): what changed since the
+//! memo's evaluation, the rules run in order over the view (each rendering
+//! again only the triggers a change reaches) keeping who emits what, then
+//! policy ([`super::policy`]) and the reports ([`super::report`]) — each by
+//! the difference from the last evaluation made with the same memo.
+//!
+//! Reference twin: `reference/mod.rs` (`evaluate`) and `reference/trigger.rs`
+//! (`run_rule`).
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread::ScopedJoinHandle;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::Value;
 
 use super::Engine;
+use super::chunks::{Chunks, SPLIT_MIN, joined, merge_chunks};
 use super::compile::CompiledRule;
-use super::error::{EngineError, ErrorKind};
+use super::error::ErrorKind;
 use super::expand::Evaluator;
 use super::fast_hash::HashSet;
-use super::grants::{Judge, allow_list_rules};
+use super::grants::allow_list_rules;
 use super::incremental::caches::Caches;
 use super::incremental::eval::EvalCaches;
 use super::kinds::{gk_of, output_gk};
 use super::limits;
 use super::memo::{Changes, Emit, Emitters, Memo, Outcome, RuleMemo, TKey, TriggerMemo};
-use super::model::{Desired, DesiredSet, Evaluation, OutKey, RuleReport, RuleState};
-use super::output;
-use super::output::selection_key;
+use super::model::{Desired, Evaluation, OutKey};
+use super::policy::{Differing, apply_policy, settle_conflicts};
+use super::report::{changed_keys, update_reports};
 use super::store::{GroupKind, ObjectStore, key_of, object_ref};
 use super::view::View;
 use crate::api::OutputKind;
@@ -39,7 +41,6 @@ struct Delta {
     after: Vec<Arc<Desired>>,
 }
 
-/// Evaluates every rule, rendering again only what changed since `memo`
 /// was made (everything, for an empty or foreign memo).
 pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
     // A one-shot memo has no read index to find what a change affects.
@@ -77,12 +78,8 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // those all anyway, and only contested keys need settling. Tracked per
     // output only for an incremental evaluation.
     let mut touched: BTreeSet<OutKey> = BTreeSet::new();
-    // Outputs found to differ from the ones they replace, by the two
-    // objects' addresses: policy need not compare them again. Each address
-    // named a live object when the pair was made, and policy looks pairs up
-    // with objects alive since then (the old desired one) or held by the
-    // emitters (the new one), so a match is those same two objects.
-    let mut differing: HashSet<(usize, usize)> = HashSet::default();
+    // Outputs found to differ from the ones they replace.
+    let mut differing = Differing::default();
 
     run_rules(
         engine,
@@ -204,7 +201,7 @@ fn run_rules(
     memo: &mut Memo,
     changes: &mut Changes,
     touched: &mut BTreeSet<OutKey>,
-    differing: &mut HashSet<(usize, usize)>,
+    differing: &mut Differing,
     report_dirty: &mut BTreeSet<usize>,
 ) {
     let held = |idx: usize| engine.options.held.contains(&engine.rules[idx].name);
@@ -271,75 +268,6 @@ fn run_rules(
     }
 }
 
-/// Reports of the rules whose outcomes changed, made again.
-fn update_reports(engine: &Engine, memo: &mut Memo, report_dirty: BTreeSet<usize>) {
-    for idx in report_dirty {
-        let rule = &engine.rules[idx];
-        let report = if engine.options.held.contains(&rule.name) {
-            RuleReport::new(RuleState::Held)
-        } else {
-            build_report(&rule.name, &memo.rules[idx])
-        };
-        Arc::make_mut(&mut memo.reports).insert(rule.name.clone(), report);
-    }
-}
-
-/// The desired objects that changed since `previous`, in key order.
-fn changed_keys(
-    previous: &DesiredSet,
-    memo: &Memo,
-    touched: BTreeSet<OutKey>,
-    judged: Vec<(Arc<OutKey>, bool)>,
-    all: bool,
-) -> Vec<OutKey> {
-    let changed: Vec<OutKey> = if previous.is_empty() {
-        // Every desired object is new (all came from verdicts just made).
-        let mut keys: Vec<OutKey> = memo
-            .desired
-            .iter()
-            .map(|d| (d.kind, d.namespace.clone(), d.name.clone()))
-            .collect();
-        // Sorted by kind name, then namespace and name: a stable sort by
-        // kind gives the keys' order.
-        keys.sort_by_key(|k| k.0);
-        keys
-    } else {
-        if all {
-            let mut candidates: BTreeSet<OutKey> = touched;
-            candidates.extend(judged.into_iter().map(|(k, _)| Arc::unwrap_or_clone(k)));
-            candidates.extend(
-                previous
-                    .iter()
-                    .map(|d| (d.kind, d.namespace.clone(), d.name.clone())),
-            );
-            candidates
-                .into_iter()
-                .filter(
-                    |k| match (previous.get_shared(k), memo.desired.get_shared(k)) {
-                        (None, None) => false,
-                        (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
-                        _ => true,
-                    },
-                )
-                .collect()
-        } else {
-            // Every output a rule touched was judged (in key order), and
-            // judging told which of them changed.
-            debug_assert!(
-                touched
-                    .iter()
-                    .all(|k| judged.binary_search_by(|(j, _)| (**j).cmp(k)).is_ok())
-            );
-            judged
-                .into_iter()
-                .filter(|(_, differs)| *differs)
-                .map(|(k, _)| Arc::unwrap_or_clone(k))
-                .collect()
-        }
-    };
-    changed
-}
-
 /// Renders again the triggers of one rule that the changes reach;
 /// `handed_on`: a later rule takes over its derived values.
 fn run_rule(
@@ -392,9 +320,15 @@ fn run_rule(
     deltas
 }
 
-/// One rendered trigger: its reference and its memo, `None` when it is
-/// gone.
-type Rendered = Vec<Option<(Option<String>, TriggerMemo)>>;
+/// The rendered triggers, in order: `None` for one that is gone.
+type Rendered = Vec<Option<RenderedTrigger>>;
+
+/// One rendered trigger.
+struct RenderedTrigger {
+    /// Its reference (`None`: the static set).
+    tref: Option<String>,
+    memo: TriggerMemo,
+}
 
 /// The triggers of a rule to render again, in order, and whether they
 /// are all of them listed afresh (then the rule caches no trigger yet).
@@ -529,10 +463,16 @@ fn apply_rendered(
     let mut deltas = Vec::with_capacity(dirty.len());
     let mut fresh_triggers = Vec::new();
     for (t, new) in dirty.into_iter().zip(rendered) {
-        let old: Option<(Option<String>, TriggerMemo)> = match &t {
-            None => rm.static_set.take().map(|m| (None, m)),
+        let old: Option<RenderedTrigger> = match &t {
+            None => rm
+                .static_set
+                .take()
+                .map(|memo| RenderedTrigger { tref: None, memo }),
             Some(_) if listed_all => None,
-            Some(k) => rm.triggers.remove(k).map(|(r, m)| (Some(r), m)),
+            Some(k) => rm.triggers.remove(k).map(|(r, memo)| RenderedTrigger {
+                tref: Some(r),
+                memo,
+            }),
         };
         if old.is_none() && new.is_none() {
             continue;
@@ -541,8 +481,8 @@ fn apply_rendered(
         // change): the index already says so, and keeps the old reads.
         let mut same_reads = None;
         let mut before = Vec::new();
-        if let Some((tref, mut m)) = old {
-            if new.as_ref().is_some_and(|(_, n)| n.reads == m.reads) {
+        if let Some(RenderedTrigger { tref, memo: mut m }) = old {
+            if new.as_ref().is_some_and(|n| n.memo.reads == m.reads) {
                 same_reads = Some(std::mem::take(&mut m.reads));
             } else {
                 rm.index.remove(&t, &m.reads);
@@ -551,7 +491,7 @@ fn apply_rendered(
             before = m.outcome.outputs().to_vec();
         }
         let mut after = Vec::new();
-        if let Some((tref, mut m)) = new {
+        if let Some(RenderedTrigger { tref, memo: mut m }) = new {
             if let Some(reads) = same_reads {
                 m.reads = reads;
             } else if !one_shot {
@@ -582,69 +522,6 @@ fn apply_rendered(
     deltas
 }
 
-/// Triggers of one rule a one-shot render splits between two threads.
-const SPLIT_MIN: usize = 64;
-
-/// Items two threads share out: each takes the next [`CHUNK`] until none
-/// are left, so the slower one (colder caches, descheduled) takes fewer
-/// and neither waits long for the other.
-struct Chunks<'a, I> {
-    items: &'a [I],
-    next: AtomicUsize,
-}
-
-/// Items a thread takes at a time from [`Chunks`].
-const CHUNK: usize = 8;
-
-impl<'a, I> Chunks<'a, I> {
-    fn new(items: &'a [I]) -> Self {
-        Chunks {
-            items,
-            next: AtomicUsize::new(0),
-        }
-    }
-
-    /// Maps chunks until none are left: each with the index of its first
-    /// item.
-    fn run<R>(&self, mut f: impl FnMut(&I) -> R) -> Done<R> {
-        let mut done = Vec::new();
-        loop {
-            let start = self.next.fetch_add(CHUNK, Ordering::Relaxed);
-            if start >= self.items.len() {
-                return done;
-            }
-            let end = (start + CHUNK).min(self.items.len());
-            done.push((start, self.items[start..end].iter().map(&mut f).collect()));
-        }
-    }
-}
-
-/// The chunks one thread did: each chunk's first index and its results.
-type Done<R> = Vec<(usize, Vec<R>)>;
-
-/// The chunks a second thread did: none when it could not start (this
-/// thread then took every chunk); its panic goes on as this thread's.
-fn joined<R>(other: std::io::Result<ScopedJoinHandle<'_, Done<R>>>) -> Done<R> {
-    match other {
-        Ok(handle) => handle
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-        Err(_) => Vec::new(),
-    }
-}
-
-/// Two threads' results from [`Chunks::run`], in item order.
-fn merge_chunks<R>(mut a: Done<R>, b: Done<R>) -> Vec<R> {
-    a.extend(b);
-    a.sort_unstable_by_key(|(start, _)| *start);
-    // Sized at once: collecting a flat_map would grow it by doubling.
-    let mut out = Vec::with_capacity(a.iter().map(|(_, r)| r.len()).sum());
-    for (_, r) in a {
-        out.extend(r);
-    }
-    out
-}
-
 /// A rule's evaluator over its caches.
 fn new_evaluator<'a>(
     engine: &'a Engine,
@@ -668,7 +545,7 @@ fn render_trigger(
     evaluator: &Evaluator,
     view: &View,
     t: &TKey,
-) -> Option<(Option<String>, TriggerMemo)> {
+) -> Option<RenderedTrigger> {
     // Shed by a total (`limits::shed`): failed, not rendered.
     let shed_memo = |m: &String| TriggerMemo {
         outcome: Outcome::Failed(super::error::FieldError::new(
@@ -683,7 +560,10 @@ fn render_trigger(
     match (t, &rule.spec.trigger, trigger_gk) {
         (None, _, _) => {
             if let Some(m) = shed.and_then(|s| s.get(&None)) {
-                return Some((None, shed_memo(m)));
+                return Some(RenderedTrigger {
+                    tref: None,
+                    memo: shed_memo(m),
+                });
             }
             let budget = limits::start(&engine.options.limits);
             evaluator.start(None);
@@ -695,20 +575,23 @@ fn render_trigger(
             let input = limits::input();
             drop(budget);
             let (outcome, bytes) = admitted(outcome, &engine.options.limits, input);
-            Some((
-                None,
-                TriggerMemo {
+            Some(RenderedTrigger {
+                tref: None,
+                memo: TriggerMemo {
                     outcome,
                     bytes,
                     reads: evaluator.caches.take_reads(),
                     warnings: evaluator.take_warnings(),
                 },
-            ))
+            })
         }
         (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
             let tref = object_ref(obj);
             if let Some(m) = shed.and_then(|s| s.get(&Some(tref.clone()))) {
-                return (Some(tref), shed_memo(m));
+                return RenderedTrigger {
+                    tref: Some(tref),
+                    memo: shed_memo(m),
+                };
             }
             let budget = limits::start(&engine.options.limits);
             let outcome = evaluator.trigger_outcome(trigger, obj, view);
@@ -723,15 +606,15 @@ fn render_trigger(
                 // Its text, interned for outputs now gone, goes too.
                 view.interner.borrow_mut().forget_unused();
             }
-            (
-                Some(tref),
-                TriggerMemo {
+            RenderedTrigger {
+                tref: Some(tref),
+                memo: TriggerMemo {
                     outcome,
                     bytes,
                     reads: evaluator.caches.take_reads(),
                     warnings: evaluator.take_warnings(),
                 },
-            )
+            }
         }),
         _ => None,
     }
@@ -819,7 +702,7 @@ fn apply_delta(
     d: Delta,
     emitters: &mut Emitters,
     touched: &mut BTreeSet<OutKey>,
-    differing: &mut HashSet<(usize, usize)>,
+    differing: &mut Differing,
     changes: &mut Changes,
 ) {
     let key_of_desired = |x: &Desired| (x.kind, x.namespace.clone(), x.name.clone());
@@ -866,7 +749,7 @@ fn apply_delta(
             if Arc::ptr_eq(a, b) || **a == **b {
                 continue;
             }
-            differing.insert((Arc::as_ptr(a) as usize, Arc::as_ptr(b) as usize));
+            differing.note(a, b);
             set(&key_of_desired(b), Some(b));
         }
         return;
@@ -882,7 +765,7 @@ fn apply_delta(
             if ***a == ***b {
                 continue;
             }
-            differing.insert((Arc::as_ptr(a) as usize, Arc::as_ptr(b) as usize));
+            differing.note(a, b);
         }
         set(key, new.copied());
     }
@@ -891,601 +774,6 @@ fn apply_delta(
 /// Outputs of one trigger paired in place by [`apply_delta`] at most (the
 /// check that each is emitted once is quadratic).
 const PAIRED_MAX: usize = 16;
-
-/// Objects two emitters (rules or triggers) both emit: neither copy is
-/// desired; every emitter gets a Conflict error and keeps its trigger.
-fn settle_conflicts(
-    memo: &mut Memo,
-    touched: &BTreeSet<OutKey>,
-    report_dirty: &mut BTreeSet<usize>,
-) {
-    for key in touched {
-        let parts: Vec<(usize, Option<String>)> = match memo.emitters.get(key) {
-            Some(es) if es.len() >= 2 => es
-                .iter()
-                .map(|e| (e.rule, e.desired.trigger.as_deref().map(str::to_string)))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let old = memo.contested.get(key).cloned().unwrap_or_default();
-        if parts == old {
-            continue;
-        }
-        for (r, t) in old {
-            memo.rules[r].conflicts.remove(&(key.clone(), t));
-            report_dirty.insert(r);
-        }
-        for (r, t) in &parts {
-            memo.rules[*r].conflicts.insert((key.clone(), t.clone()));
-            report_dirty.insert(*r);
-        }
-        if parts.is_empty() {
-            memo.contested.remove(key);
-        } else {
-            memo.contested.insert(key.clone(), parts);
-        }
-    }
-}
-
-use super::model::Refusal;
-
-/// What policy decides about one object.
-struct Verdict {
-    /// The output and why it is refused: rule, trigger, field, why (boxed:
-    /// rare, and every object has a verdict).
-    refused: Option<Box<Refusal>>,
-    desired: Option<Arc<Desired>>,
-    /// Why the live managed object is refused, when no desired copy
-    /// replaces it.
-    live: Option<String>,
-    dependent: Option<BTreeSet<String>>,
-    /// An aggregated role's notice (see [`Judge::notice`]): its rule (when
-    /// it runs), trigger, field and text. Boxed: rare.
-    notice: Option<Box<Notice>>,
-}
-
-/// A notice on a managed aggregated role: rule, trigger, field, text.
-type Notice = (Option<usize>, Option<String>, String, String);
-
-/// What judging objects reads, shareable between threads.
-struct Policy<'a> {
-    engine: &'a Engine,
-    observed: &'a ObjectStore,
-    emitters: &'a Emitters,
-    rules: &'a [RuleMemo],
-    protected: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector],
-    allow_rules: &'a [k8s_openapi::api::rbac::v1::PolicyRule],
-}
-
-impl<'a> Policy<'a> {
-    /// Policy's view (after every rule) with caches of its own.
-    fn detached(&self, caches: &'a Caches) -> View<'a> {
-        View::detached(
-            self.observed,
-            self.emitters,
-            self.rules,
-            self.engine,
-            None,
-            (caches, self.allow_rules),
-        )
-    }
-
-    /// The verdicts on `keys`, in their order, over `view`.
-    fn verdicts(&self, keys: &Chunks<&OutKey>, view: &View) -> Vec<(usize, Vec<Verdict>)> {
-        keys.run(self.judge_each(view))
-    }
-
-    /// Judges one object at a time over `view`.
-    fn judge_each<'v>(&'v self, view: &'v View<'_>) -> impl FnMut(&&OutKey) -> Verdict + 'v {
-        let options = &self.engine.options;
-        let judge = Judge {
-            view,
-            waivers: &options.waivers,
-            protected: self.protected,
-            allow: options.allow.as_ref().map(|a| (a, self.allow_rules)),
-            judged: Default::default(),
-            bound: Default::default(),
-            aggregates: Default::default(),
-            ceiling: super::tenant::Ceiling::new(self.observed, &options.tenancy),
-        };
-        move |&key: &&OutKey| self.verdict(&judge, key)
-    }
-
-    /// What policy decides about the object `key`: its one emitter's
-    /// output (contested objects have none) and the live managed object.
-    fn verdict(&self, judge: &Judge<'_, '_>, key: &OutKey) -> Verdict {
-        let cand = self
-            .emitters
-            .get(key)
-            .filter(|es| es.len() == 1)
-            .and_then(|es| es.first());
-        let refused = cand.and_then(|e| refusal_of(judge, e));
-        let desired = cand
-            .filter(|_| refused.is_none())
-            .map(|e| Arc::clone(&e.desired));
-        let live = self
-            .observed
-            .get_shared(gk_of(key.0), &(key.1.clone(), key.2.clone()))
-            .filter(|o| output::is_managed(o));
-        let live_why = match (&desired, live) {
-            (None, Some(l)) => judge.refusal(l),
-            _ => None,
-        };
-        let dependent = dependencies(key, cand, live.map(|l| &**l));
-        // An aggregated role a rule manages that collects roles nobody
-        // manages: reported on its rule, never refused for them.
-        let notice = match (&desired, live) {
-            (Some(d), _) if d.object.aggregation_rule().is_some() => {
-                judge.notice(d.object.shared_value()).map(|n| {
-                    let trigger = d.trigger.as_deref().map(str::to_string);
-                    (cand.map(|e| e.rule), trigger, d.field.to_string(), n)
-                })
-            }
-            // Preserved live (no output refused in its place).
-            (None, Some(l))
-                if refused.is_none()
-                    && live_why.is_none()
-                    && l.get("aggregationRule").is_some() =>
-            {
-                judge.notice(l).map(|n| self.live_notice(l, n))
-            }
-            _ => None,
-        };
-        Verdict {
-            refused,
-            desired,
-            live: live_why,
-            dependent,
-            notice: notice.map(Box::new),
-        }
-    }
-
-    /// A notice on a preserved live aggregated role, on the rule and
-    /// trigger its annotations name.
-    fn live_notice(&self, live: &Value, text: String) -> Notice {
-        let annotations = &live["metadata"]["annotations"];
-        let rule = annotations[output::rule_annotation()]
-            .as_str()
-            .and_then(|r| self.engine.rule_index(r));
-        let trigger = annotations[output::trigger_annotation()]
-            .as_str()
-            .map(str::to_string);
-        (rule, trigger, "spec.outputs".to_string(), text)
-    }
-}
-
-/// Why an emitted output is refused: the refusal rendering found (a `*`
-/// from data) or policy's judgment of the object; `None` when it passes.
-fn refusal_of(judge: &Judge<'_, '_>, e: &Emit) -> Option<Box<Refusal>> {
-    let d = &e.desired;
-    let why = match &d.refusal {
-        Some(err) => Some((
-            err.field.clone(),
-            format!("{} {:?}: {}", d.kind, d.name, err.message),
-        )),
-        None => judge
-            .refusal_of(&d.object)
-            .map(|why| (d.field.to_string(), why)),
-    };
-    why.map(|(field, why)| {
-        Box::new(Refusal {
-            rule: e.rule,
-            trigger: d.trigger.as_deref().map(str::to_string),
-            field,
-            why,
-        })
-    })
-}
-
-/// What a verdict depends on besides the object: the selection an
-/// aggregated role reads (its notice), or (empty) any role, for a binding
-/// (judged by what a live role grants).
-///
-/// A tenant output is judged again on any change of a role or a Namespace
-/// (its ceiling: the ceiling ClusterRole, its members, the Namespace's
-/// label).
-fn dependencies(
-    key: &OutKey,
-    cand: Option<&Emit>,
-    live: Option<&Value>,
-) -> Option<BTreeSet<String>> {
-    fn depends(o: &Value, reads: &mut Option<BTreeSet<String>>) {
-        if let Some(k) = selection_key(o) {
-            reads.get_or_insert_with(BTreeSet::new).insert(k);
-        } else if o.get("roleRef").is_some() {
-            reads.get_or_insert_with(BTreeSet::new);
-        }
-    }
-    let mut reads = None;
-    if super::tenant::is_tenant_output(key.0.as_str(), &key.2) {
-        reads.get_or_insert_with(BTreeSet::new);
-    }
-    if let Some(e) = cand {
-        let m = &e.desired.object;
-        if m.aggregation_rule().is_some() {
-            depends(m.shared_value(), &mut reads);
-        } else if m.role_ref().is_some() {
-            reads.get_or_insert_with(BTreeSet::new);
-        }
-    }
-    if let Some(l) = live {
-        depends(l, &mut reads);
-    }
-    reads
-}
-
-/// Policy, once every rule has run, over the final view (live objects and
-/// all outputs), so it adds no ordering between rules: the default denials
-/// ([`crate::policy::Waivers`]), protected aggregation labels, and the
-/// allow-list, judged on what an object *grants* — a role its rules (and,
-/// aggregated, the rules of every role it selects), a binding the rules of
-/// the role it names (a binding to a role that does not exist yet grants
-/// nothing and passes; the role is checked once it exists).
-///
-/// A refused output is dropped, its rule gets an EscalationDenied error,
-/// and, unlike a failed render, its trigger is *not* preserved: the object is
-/// revoked. Live managed objects that policy now refuses are revoked too,
-/// whatever keeps them. Judges again only what changed and what depends
-/// on changed roles; returns the keys judged (in order), each with whether
-/// its desired object changed.
-fn apply_policy(
-    engine: &Engine,
-    observed: &ObjectStore,
-    memo: &mut Memo,
-    touched: &BTreeSet<OutKey>,
-    differing: &HashSet<(usize, usize)>,
-    changes: &Changes,
-    report_dirty: &mut BTreeSet<usize>,
-) -> Vec<(Arc<OutKey>, bool)> {
-    let role_kinds = [
-        output_gk(OutputKind::ClusterRole),
-        output_gk(OutputKind::Role),
-    ];
-    // Namespaces: a tenant output's ceiling is named by its Namespace's
-    // label.
-    let namespace_gk = GroupKind::new("", "Namespace");
-    let roles_changed = role_kinds
-        .iter()
-        .chain([&namespace_gk])
-        .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
-    let all = changes.all;
-    let (protected, allow_rules) = allow_list(engine, memo);
-    let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
-    let keys: Vec<Arc<OutKey>> = if all {
-        every_key(observed, memo, touched)
-    } else {
-        changed_keys_to_judge(memo, touched, changes, roles_changed, &reached)
-    };
-    let keys_list: Vec<&OutKey> = keys.iter().map(|k| &**k).collect();
-    let policy = Policy {
-        engine,
-        observed,
-        emitters: &memo.emitters,
-        rules: &memo.rules,
-        protected: &protected,
-        allow_rules: &allow_rules,
-    };
-    let chunks = Chunks::new(&keys_list);
-    let verdicts: Vec<Verdict> = if memo.one_shot && keys_list.len() >= 2 * SPLIT_MIN {
-        // One-shot: another thread, with its own view, shares the objects
-        // out; the verdicts are put back in key order.
-        std::thread::scope(|s| {
-            let other = std::thread::Builder::new()
-                .name("rbac-rules-eval".to_string())
-                .stack_size(limits::EVAL_STACK_BYTES)
-                .spawn_scoped(s, || {
-                    let caches = Caches::default();
-                    policy.verdicts(&chunks, &policy.detached(&caches))
-                });
-            let view = View::new(observed, memo, engine, None);
-            let mine = policy.verdicts(&chunks, &view);
-            merge_chunks(mine, joined(other))
-        })
-    } else {
-        // One thread: collected at once, no chunks to merge.
-        let view = View::new(observed, memo, engine, None);
-        keys_list.iter().map(policy.judge_each(&view)).collect()
-    };
-
-    // After everything changed the memo starts empty: nothing to replace
-    // or remove.
-    let fresh = changes.all;
-    let mut changed = Vec::with_capacity(keys_list.len());
-    for (key, v) in keys_list.iter().copied().zip(verdicts) {
-        changed.push(record_desired(memo, key, v.desired, fresh, differing));
-        record_refusal(memo, key, v.refused, report_dirty);
-        record_revoked(memo, key, v.live);
-        record_notice(memo, key, v.notice, report_dirty);
-        match v.dependent {
-            Some(reads) => {
-                memo.dependents.insert(key.clone(), reads);
-            }
-            None => {
-                memo.dependents.remove(key);
-            }
-        }
-    }
-    keys.into_iter().zip(changed).collect()
-}
-
-/// The selectors no output may feed, and the allow-list's effective rules
-/// (brought up to date at the start of the evaluation).
-fn allow_list(engine: &Engine, memo: &Memo) -> (Vec<LabelSelector>, Vec<PolicyRule>) {
-    let options = &engine.options;
-    let mut protected = options.protected.clone();
-    if let Some(a) = &options.allow {
-        protected.extend(a.selectors.iter().cloned());
-    }
-    (protected, memo.allow_rules().to_vec())
-}
-
-/// Every key policy judges after everything changed: collected, then
-/// sorted once.
-fn every_key(observed: &ObjectStore, memo: &Memo, touched: &BTreeSet<OutKey>) -> Vec<Arc<OutKey>> {
-    // Every key: collected, then sorted once. Emitted keys are shared
-    // with the emitters, and a live object's key is copied only when
-    // nothing emits it.
-    let mut keys: Vec<Arc<OutKey>> = touched.iter().cloned().map(Arc::new).collect();
-    keys.extend(memo.emitters.shared_keys().cloned());
-    for kind in OutputKind::ALL {
-        for (k, _) in observed.entries(gk_of(kind)) {
-            if memo.emitters.get_parts(kind, k).is_none() {
-                keys.push(Arc::new((kind, k.0.clone(), k.1.clone())));
-            }
-        }
-    }
-    keys.extend(memo.refused.keys().cloned().map(Arc::new));
-    keys.extend(memo.live_revoked.keys().cloned().map(Arc::new));
-    keys.sort_unstable();
-    keys.dedup();
-    keys
-}
-
-/// The keys an incremental evaluation judges: what changed, and the
-/// dependents a change reached.
-fn changed_keys_to_judge(
-    memo: &Memo,
-    touched: &BTreeSet<OutKey>,
-    changes: &Changes,
-    roles_changed: bool,
-    reached: &BTreeSet<String>,
-) -> Vec<Arc<OutKey>> {
-    // The changed keys of the output kinds (every output a rule
-    // touched is one), shared with the emitters where one emits it;
-    // then the dependents a change reached. Sorted, as the kinds and
-    // each kind's keys come in order.
-    let mut keys: Vec<Arc<OutKey>> = Vec::new();
-    for kind in OutputKind::ALL {
-        if let Some(changed) = changes.keys.get(gk_of(kind)) {
-            keys.extend(
-                changed
-                    .iter()
-                    .map(|k| match memo.emitters.shared_key(kind, k) {
-                        Some(shared) => Arc::clone(shared),
-                        None => Arc::new((kind, k.0.clone(), k.1.clone())),
-                    }),
-            );
-        }
-    }
-    // What a rule touched was added to the changes with it.
-    debug_assert!(touched.iter().all(|k| {
-        changes
-            .keys
-            .get(gk_of(k.0))
-            .is_some_and(|c| c.contains(&(k.1.clone(), k.2.clone())))
-    }));
-    for (key, reads) in &memo.dependents {
-        let bound = reads.is_empty() && roles_changed;
-        if bound || reads.iter().any(|r| reached.contains(r)) {
-            keys.push(Arc::new(key.clone()));
-        }
-    }
-    // In order but for the dependents (a merge of sorted runs).
-    keys.sort();
-    keys.dedup();
-    keys
-}
-
-/// Puts a verdict's desired object in the memo's desired set; whether
-/// what the key held changed.
-fn record_desired(
-    memo: &mut Memo,
-    key: &OutKey,
-    desired: Option<Arc<Desired>>,
-    fresh: bool,
-    differing: &HashSet<(usize, usize)>,
-) -> bool {
-    // What the key held before this evaluation (the memo's desired
-    // set changes only here, once per key): the change reported.
-    match desired {
-        Some(d) if fresh => {
-            memo.desired.insert(d);
-            true
-        }
-        Some(d) => match memo.desired.insert(Arc::clone(&d)) {
-            Some(old) => {
-                !Arc::ptr_eq(&old, &d)
-                    && (differing.contains(&(Arc::as_ptr(&old) as usize, Arc::as_ptr(&d) as usize))
-                        || *old != *d)
-            }
-            None => true,
-        },
-        None if fresh => false,
-        None => memo.desired.remove(key).is_some(),
-    }
-}
-
-/// Records a verdict's refusal with the memo and its rule.
-fn record_refusal(
-    memo: &mut Memo,
-    key: &OutKey,
-    refused: Option<Box<Refusal>>,
-    report_dirty: &mut BTreeSet<usize>,
-) {
-    let new = refused.map(|b| *b);
-    if memo.refused.get(key) != new.as_ref() {
-        if let Some(old) = memo.refused.remove(key) {
-            memo.rules[old.rule].refused.remove(key);
-            report_dirty.insert(old.rule);
-        }
-        if let Some(r) = new {
-            memo.rules[r.rule].refused.insert(key.clone(), r.clone());
-            report_dirty.insert(r.rule);
-            memo.refused.insert(key.clone(), r);
-        }
-    }
-}
-
-/// Records whether the live object is refused, and what is revoked.
-fn record_revoked(memo: &mut Memo, key: &OutKey, live: Option<String>) {
-    match live {
-        Some(why) => {
-            memo.live_revoked.insert(key.clone(), why);
-        }
-        None => {
-            memo.live_revoked.remove(key);
-        }
-    }
-    let revoked = memo
-        .refused
-        .get(key)
-        .map(|r| r.why.clone())
-        .or_else(|| memo.live_revoked.get(key).cloned());
-    match revoked {
-        Some(why) => {
-            memo.revoked.insert(key.clone(), why);
-        }
-        None => {
-            memo.revoked.remove(key);
-        }
-    }
-}
-
-/// Records an aggregated role's notice with the memo and its rule.
-fn record_notice(
-    memo: &mut Memo,
-    key: &OutKey,
-    notice: Option<Box<Notice>>,
-    report_dirty: &mut BTreeSet<usize>,
-) {
-    let old = memo.noticed.get(key).cloned();
-    let new = notice.map(|b| *b);
-    if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.0, &n.3)) {
-        if let Some((Some(r), _)) = old {
-            memo.rules[r].notices.remove(key);
-            report_dirty.insert(r);
-        }
-        match new {
-            Some((rule, trigger, field, text)) => {
-                if let Some(r) = rule {
-                    memo.rules[r]
-                        .notices
-                        .insert(key.clone(), (trigger, field, text.clone()));
-                    report_dirty.insert(r);
-                } else {
-                    tracing::warn!(object = ?key, notice = %text, "aggregated role of a rule that does not run");
-                }
-                memo.noticed.insert(key.clone(), (rule, text));
-            }
-            None => {
-                memo.noticed.remove(key);
-            }
-        }
-    }
-}
-
-/// A rule's report from its remembered outcomes, conflicts and refusals,
-/// in trigger order.
-fn build_report(rule: &str, rm: &RuleMemo) -> RuleReport {
-    let mut report = RuleReport::new(RuleState::Evaluated);
-    if let Some(s) = &rm.static_set {
-        report
-            .warnings
-            .extend(s.warnings.iter().map(|w| w.clone().into_engine(rule, None)));
-        if let Outcome::Failed(e) | Outcome::MatchError(e) = &s.outcome {
-            report.errors.push(e.clone().into_engine(rule, None));
-            report.static_kept = true;
-        }
-        report.notices.extend(
-            s.outcome
-                .outputs()
-                .iter()
-                .filter_map(|d| d.no_subjects_notice(rule)),
-        );
-    }
-    for key in &rm.noted {
-        let Some((tref, t)) = rm.triggers.get(key) else {
-            continue;
-        };
-        report.warnings.extend(
-            t.warnings
-                .iter()
-                .map(|w| w.clone().into_engine(rule, Some(tref))),
-        );
-        match &t.outcome {
-            Outcome::MatchError(e) | Outcome::Failed(e) => {
-                report.errors.push(e.clone().into_engine(rule, Some(tref)));
-                report.kept_triggers.insert(tref.clone());
-            }
-            Outcome::Frozen => {
-                report.kept_triggers.insert(tref.clone());
-            }
-            Outcome::NoMatch | Outcome::Rendered(_) => {}
-        }
-        report.notices.extend(
-            t.outcome
-                .outputs()
-                .iter()
-                .filter_map(|d| d.no_subjects_notice(rule)),
-        );
-    }
-    report.matched_triggers = rm.matched;
-    for ((kind, ns, name), trigger) in &rm.conflicts {
-        let obj = if ns.is_empty() {
-            format!("{kind} {name}")
-        } else {
-            format!("{kind} {ns}/{name}")
-        };
-        report.errors.push(EngineError {
-            kind: ErrorKind::Conflict,
-            rule: rule.to_string(),
-            field: "spec.outputs".into(),
-            trigger: trigger.clone(),
-            message: format!(
-                "{obj} is emitted by more than one rule or trigger; neither copy is applied"
-            ),
-        });
-        match trigger {
-            Some(t) => {
-                report.kept_triggers.insert(t.clone());
-            }
-            None => report.static_kept = true,
-        }
-    }
-    for r in rm.refused.values() {
-        report.errors.push(EngineError {
-            kind: super::tenant::refusal_kind(&r.why),
-            rule: rule.to_string(),
-            field: r.field.clone(),
-            trigger: r.trigger.clone(),
-            message: r.why.clone(),
-        });
-    }
-    for (trigger, field, text) in rm.notices.values() {
-        report.notices.push(EngineError {
-            kind: ErrorKind::UnmanagedAggregation,
-            rule: rule.to_string(),
-            field: field.clone(),
-            trigger: trigger.clone(),
-            message: text.clone(),
-        });
-    }
-    report.outputs = rm
-        .emitted
-        .saturating_sub(rm.conflicts.len())
-        .saturating_sub(rm.refused.len());
-    report
-}
 
 /// Drops parsed rules and denials no object holds any more, once the
 /// caches have doubled.

@@ -1,6 +1,8 @@
 //! Grants and policy: what an RBAC object grants (its rules, an
 //! aggregated role's selected roles, a binding's role) and whether the
 //! default denials, protected labels and the allow-list refuse it.
+//!
+//! Reference twin: `reference/judge.rs`.
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -4,14 +4,19 @@
 //! dependency order (ties by name), objects are read in sorted order, and the
 //! result is sorted by kind, namespace and name.
 //!
-//! Where things are: [`compile`] checks a rule once; `expand` renders a
-//! trigger's related sets, vars and outputs ([`template`] is the template
-//! language and the one place that knows what a template reads); [`output`]
-//! validates what is rendered; `grants` judges it against the default
-//! denials and the allow-list ([`crate::policy`]); `emit` runs the rules in
-//! order over the world `view`; [`kinds`] holds the facts of the emitted
-//! kinds. What exists only for speed lives in `incremental` (the memo, its
-//! read index, the views' caches and the evaluator's), which imports no stage.
+//! Where things are: `order` prepares the rules ([`compile`] checks
+//! each once), for the engine and the reference alike; `trigger` matches
+//! a rule's triggers and `expand` renders each, one stage per file named
+//! as its twin in `src/reference/`: `related`, `vars`, `outputs`, with
+//! `values` (template values) and `conditions` ([`template`] is the
+//! template language and the one place that knows what a template reads);
+//! [`output`] validates what is rendered; `grants` judges it against the
+//! default denials and the allow-list ([`crate::policy`]). `emit::evaluate`
+//! holds one evaluation's steps in one place: the rules in order over the
+//! world `view`, then `policy`, then `report`. [`kinds`] holds the facts
+//! of the emitted kinds. What exists only for speed lives in `incremental`
+//! (the memo, its read index, the views' caches and the evaluator's),
+//! which imports no stage.
 //!
 //! Words: *preserved* — a live object left as it is because its rule or
 //! trigger erred, paused, is deleting or is held (an error never deletes
@@ -20,7 +25,9 @@
 //! `RuleReport::kept_triggers`, `static_kept` and `Evaluation::keeps` keep
 //! their names: they mean preserved.)
 
+mod chunks;
 pub mod compile;
+mod conditions;
 mod directive;
 mod emit;
 pub mod error;
@@ -33,14 +40,21 @@ pub mod kinds;
 pub mod limits;
 pub mod manifest;
 mod model;
+pub(crate) mod order;
 pub mod output;
+mod outputs;
 pub mod path;
+mod policy;
+mod related;
+mod report;
 pub mod shape;
 pub mod store;
 pub mod template;
 pub mod tenant;
 pub mod time;
 mod trigger;
+mod values;
+mod vars;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -162,13 +176,16 @@ impl Engine {
     /// Compiles the rules. Invalid rules are reported, not fatal: the others
     /// still run. Compiles on a thread of its own ([`limits::isolated`]).
     pub fn new(sources: &[RuleSource], options: Options) -> Engine {
-        match limits::isolated(|| Compiled::of(sources, &options)) {
-            Ok(c) => Engine {
+        let prepared = limits::isolated(|| {
+            order::prepare(sources, &options, Templates::with_limits(&options.limits))
+        });
+        match prepared {
+            Ok(p) => Engine {
                 id: memo::next_engine_id(),
-                templates: c.templates,
-                rules: c.rules,
-                fixed_reports: c.fixed_reports,
-                index: c.index,
+                index: index_of(&p.rules),
+                templates: p.templates,
+                rules: p.rules,
+                fixed_reports: p.fixed,
                 options,
             },
             Err(e) => {
@@ -280,103 +297,23 @@ impl Engine {
 /// building an engine: the rules are compiled (only runnable rules read:
 /// valid, active, not in a cycle), nothing more.
 pub fn interests(sources: &[RuleSource], options: &Options) -> Vec<Interest> {
-    match limits::isolated(|| Compiled::of(sources, options).rules) {
+    let prepared = limits::isolated(|| {
+        order::prepare(sources, options, Templates::with_limits(&options.limits)).rules
+    });
+    match prepared {
         Ok(rules) => interests_of_rules(&rules, options),
         // As an engine that failed to compile: no runnable rule.
         Err(_) => interests_of_rules(&[], options),
     }
 }
 
-/// Rules compiled and ordered: what an [`Engine`] runs and reports.
-struct Compiled {
-    templates: Templates,
-    /// Valid rules in evaluation order.
-    rules: Vec<CompiledRule>,
-    /// Reports for rules that cannot run (invalid, cyclic, inactive).
-    fixed_reports: BTreeMap<String, RuleReport>,
-    /// Index in `rules` by name.
-    index: HashMap<String, usize>,
-}
-
-impl Compiled {
-    /// Compiles the rules: invalid, duplicate, inactive and cyclic rules
-    /// get a report instead of a place in the order.
-    fn of(sources: &[RuleSource], options: &Options) -> Compiled {
-        let mut templates = Templates::with_limits(&options.limits);
-        let mut compiled = Vec::new();
-        let mut fixed_reports = BTreeMap::new();
-        let mut seen = BTreeSet::new();
-        for src in sources {
-            if !seen.insert(src.name.clone()) {
-                let mut rep = RuleReport::new(RuleState::Failed);
-                rep.errors.push(EngineError {
-                    kind: ErrorKind::InvalidRule,
-                    rule: src.name.clone(),
-                    field: "metadata.name".into(),
-                    trigger: None,
-                    message: "two rules have this name".into(),
-                });
-                fixed_reports.insert(src.name.clone(), rep);
-                continue;
-            }
-            if src.spec.manage_level > options.manage {
-                fixed_reports.insert(src.name.clone(), RuleReport::new(RuleState::Inactive));
-                continue;
-            }
-            let confined = tenant::confine(
-                &src.name,
-                src.namespace.as_deref(),
-                &src.spec,
-                &options.tenancy,
-            );
-            match confined
-                .and_then(|spec| compile::compile(&src.name, &spec, &mut templates))
-                .and_then(|mut c| {
-                    c.set_params(&options.params, &options.param_origins)
-                        .map_err(|e| vec![e])?;
-                    Ok(c)
-                }) {
-                Ok(c) => compiled.push(c),
-                Err(errs) => {
-                    let mut rep = RuleReport::new(RuleState::Failed);
-                    rep.errors = errs
-                        .into_iter()
-                        .map(|e| e.into_engine(&src.name, None))
-                        .collect();
-                    fixed_reports.insert(src.name.clone(), rep);
-                }
-            }
-        }
-        let (order, cycles) = compile::order(&compiled);
-        for (i, waits) in &cycles {
-            let name = compiled[*i].name.clone();
-            let mut rep = RuleReport::new(RuleState::Failed);
-            rep.errors.push(EngineError {
-                kind: ErrorKind::Cycle,
-                rule: name.clone(),
-                field: "spec".into(),
-                trigger: None,
-                message: format!(
-                    "reads kinds emitted by rules that (transitively) read its own outputs: {}",
-                    waits.join(", ")
-                ),
-            });
-            fixed_reports.insert(name, rep);
-        }
-        let mut slots: Vec<Option<CompiledRule>> = compiled.into_iter().map(Some).collect();
-        let rules: Vec<CompiledRule> = order.into_iter().filter_map(|i| slots[i].take()).collect();
-        let index = rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.name.clone(), i))
-            .collect();
-        Compiled {
-            templates,
-            rules,
-            fixed_reports,
-            index,
-        }
-    }
+/// Each rule's index in `rules` (evaluation order), by name.
+fn index_of(rules: &[CompiledRule]) -> HashMap<String, usize> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.clone(), i))
+        .collect()
 }
 
 /// Kinds the runnable `rules` read, merged per kind.

@@ -298,17 +298,17 @@ pub struct Evaluation {
     pub reports: Arc<BTreeMap<String, RuleReport>>,
     /// Objects two rules or triggers both emit: neither copy is desired and
     /// the live object must be left alone.
-    pub contested: BTreeSet<(OutputKind, String, String)>,
+    pub contested: BTreeSet<OutKey>,
     /// Objects policy refuses, to be deleted whatever keeps them: every
     /// refused output, and every live managed object (in the observed
     /// store) whose content policy now refuses — even when its rule or
     /// trigger is preserved, paused, failed or held. Keyed by kind, namespace
     /// and name, with the reason.
-    pub revoked: BTreeMap<(OutputKind, String, String), String>,
+    pub revoked: BTreeMap<OutKey, String>,
     /// Objects whose desired content or presence differs from the previous
     /// evaluation made with the same memo (every desired object for a
     /// fresh memo), sorted.
-    pub changed: Vec<(OutputKind, String, String)>,
+    pub changed: Vec<OutKey>,
 }
 
 impl Evaluation {

@@ -1,5 +1,7 @@
 //! Trigger matching: whether an object triggers a rule (selector,
 //! conditions, metadata match), and whether it is paused or being deleted.
+//!
+//! Reference twin: `reference/trigger.rs`.
 
 use std::sync::Arc;
 

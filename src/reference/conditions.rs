@@ -6,6 +6,8 @@
 //! fails every operator but `notEquals`, `notRegex` and `exists: false`;
 //! with `optional` it passes. A `require` condition that fails is a
 //! warning showing the tested value.
+//!
+//! Fast twin: `engine/conditions.rs`.
 
 use handlebars::Context;
 use serde_json::Value;

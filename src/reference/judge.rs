@@ -1,5 +1,7 @@
 //! What an RBAC object grants, and whether policy refuses it
 //! (docs/security.md; the checks themselves are [`crate::policy`]'s).
+//!
+//! Fast twin: `engine/grants.rs`.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;

@@ -32,9 +32,11 @@
 //!
 //! Leaf functions that are themselves meaning are shared with the engine:
 //! template rendering and helpers ([`crate::engine::template`]), rule
-//! compilation and ordering ([`crate::engine::compile`]), field paths,
-//! formats, output validation ([`crate::engine::output`]), selectors and
-//! RBAC coverage ([`crate::policy`]).
+//! preparation, compilation and ordering (`engine::order`,
+//! [`crate::engine::compile`]; the reference passes its own plain
+//! templates), field paths, formats, output validation
+//! ([`crate::engine::output`]), selectors and RBAC coverage
+//! ([`crate::policy`]).
 //!
 //! Limits: time limits are not meaning and are not applied. The limits of
 //! one trigger's render (`--max-list-length`, bytes and objects per

@@ -4,6 +4,8 @@
 //! checked against Kubernetes' own validation. Within one trigger the
 //! same object twice is emitted once, or, with different content, is a
 //! `Conflict` of the trigger.
+//!
+//! Fast twin: `engine/outputs.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

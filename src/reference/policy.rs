@@ -18,6 +18,8 @@
 //!   now refuses it, whatever keeps it.
 //! - An aggregated role that collects roles no rule manages that policy
 //!   would refuse gets a notice (not a refusal).
+//!
+//! Fast twin: `engine/policy.rs`.
 
 use std::collections::BTreeMap;
 

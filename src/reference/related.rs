@@ -9,6 +9,8 @@
 //! sets (with `extract` captures), de-duplicated and sorted by their JSON
 //! text. Then every item must pass
 //! `where` (else dropped) and `require` (else dropped with a warning).
+//!
+//! Fast twin: `engine/related.rs`.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;

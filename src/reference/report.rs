@@ -5,6 +5,8 @@
 //! An error keeps: a failed trigger's (or rule's) live objects stay as they
 //! are. A refusal revokes: the refused object is deleted, its trigger not
 //! kept for it.
+//!
+//! Fast twin: `engine/report.rs`.
 
 use std::collections::BTreeSet;
 

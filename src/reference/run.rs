@@ -1,6 +1,8 @@
 //! What running a rule gives (the records every later stage reads): one
 //! [`Outcome`] per trigger, in trigger order. Plain data, below every
 //! stage.
+//!
+//! Fast twin: `engine/incremental/memo.rs` (`Outcome`, kept with its reads).
 
 use crate::engine::Desired;
 use crate::engine::error::{FieldError, FieldWarning};

@@ -8,6 +8,8 @@
 //! that fails a `require` condition renders nothing, with a warning. The
 //! others render: related sets, vars, outputs. A rule without a trigger
 //! renders once.
+//!
+//! Fast twin: `engine/trigger.rs` and `engine/expand.rs`.
 
 use std::borrow::Cow;
 

@@ -9,6 +9,8 @@
 //! rendered from a template inside `rules` and `subjects` are marked as
 //! data ([`DATA_MARK`]): such a value is a name, never a wildcard or a
 //! `system:` subject ([`crate::engine::output`]).
+//!
+//! Fast twin: `engine/values.rs`.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,8 @@
 //! Vars (`spec.vars[]`, docs/rules.md "Vars"): named expressions evaluated
 //! once per trigger, after the related sets and in order (a var may read
 //! earlier ones), bound as `vars.<name>`.
+//!
+//! Fast twin: `engine/vars.rs`.
 
 use handlebars::Context;
 use serde_json::{Map, Value};

@@ -11,6 +11,8 @@
 //!   inactive rules are seen; those of rules that are gone are not.
 //!
 //! Policy reads the same world after every rule (`reader` = `None`).
+//!
+//! Fast twin: `engine/view.rs`.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};

@@ -317,7 +317,7 @@ impl ObjectStore {
         }
         let old = self.kinds.remove(gk).unwrap_or_default();
         let mut changed: Vec<ObjectKey> = Vec::new();
-        for (key, obj) in &old {
+        for (key, obj) in old.iter() {
             match fresh.get(key) {
                 Some(new) if Arc::ptr_eq(obj, new) || same_version(obj, new) => {}
                 _ => changed.push(key.clone()),

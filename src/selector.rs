@@ -647,3 +647,82 @@ mod tests {
         assert_eq!(matches(&sel, &labels(&[("app", "")])), Ok(true));
     }
 }
+
+/// The matcher against kube-core's (`kube::core::Selector`, the label
+/// selector semantics the kube crates ship), over random selectors and
+/// label maps: wherever a selector is valid they agree, on every way of
+/// reading labels.
+#[cfg(test)]
+mod agreement {
+    use super::*;
+    use kube::core::SelectorExt;
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["a", "b", "app.kubernetes.io/name", "-bad"])
+            .prop_map(String::from)
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["", "x", "y", "not valid"]).prop_map(String::from)
+    }
+
+    fn requirement() -> impl Strategy<Value = LabelSelectorRequirement> {
+        let operator = prop::sample::select(vec!["In", "NotIn", "Exists", "DoesNotExist", "in"]);
+        let values = prop::option::of(prop::collection::vec(value(), 0..3));
+        (key(), operator, values).prop_map(|(key, operator, values)| LabelSelectorRequirement {
+            key,
+            operator: operator.to_owned(),
+            values,
+        })
+    }
+
+    fn selector() -> impl Strategy<Value = LabelSelector> {
+        (
+            prop::option::of(prop::collection::btree_map(key(), value(), 0..3)),
+            prop::option::of(prop::collection::vec(requirement(), 0..4)),
+        )
+            .prop_map(|(match_labels, match_expressions)| LabelSelector {
+                match_labels,
+                match_expressions,
+            })
+    }
+
+    /// Labels as a map of text, and the same as JSON with `noise`: keys
+    /// whose value is not text (read as absent).
+    fn labels() -> impl Strategy<Value = (BTreeMap<String, String>, Vec<String>)> {
+        (
+            prop::collection::btree_map(key(), value(), 0..4),
+            prop::collection::vec(key(), 0..2),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn every_matcher_agrees_with_kube_core((sel, (map, noise)) in (selector(), labels())) {
+            let Ok(()) = validate(&sel) else {
+                prop_assert!(matches(&sel, &map).is_err());
+                return Ok(());
+            };
+            let kube = kube::core::Selector::try_from(sel.clone());
+            prop_assert!(kube.is_ok(), "kube-core refuses a valid selector {sel:?}");
+            let want = kube.map(|k| k.matches(&map)).unwrap_or_default();
+            let mut json: Map<String, Value> =
+                map.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+            for k in noise.iter().filter(|k| !map.contains_key(*k)) {
+                json.insert(k.clone(), Value::from(1));
+            }
+            prop_assert_eq!(matches(&sel, &map), Ok(want), "{:?} on {:?}", sel, map);
+            prop_assert_eq!(matches_map(&sel, &map), want);
+            prop_assert_eq!(matches_json(&sel, Some(&json)), want);
+            prop_assert_eq!(matches_lookup(&sel, |k| map.get(k).map(String::as_str)), want);
+            if map.is_empty() {
+                prop_assert_eq!(matches_json(&sel, None), want);
+                prop_assert_eq!(matches_opt(&sel, None), Ok(want));
+            }
+        }
+    }
+}

@@ -887,22 +887,22 @@ impl SlowLaneRuns {
         args: &RunArgs,
         holds: &std::collections::BTreeMap<String, status::Hold>,
     ) {
-        if world.listing() {
-            // A view in the middle of lists (a relist of every watch when
-            // the API server comes back) is partial, and no result is
-            // written before they end (`Loop::slow_lane_writable`): the
-            // main pass their end asks for starts the lane, with the
-            // engine, memo and store it kept. Not dropped meanwhile (its
-            // rules may wait for a list): rebuilt, it would render all
-            // again, a second whole working set beside the main pass's.
-            return;
-        }
         let lane: std::collections::BTreeSet<String> = holds
             .iter()
             .filter(|(_, h)| h.is_slow_lane())
             .map(|(n, _)| n.clone())
             .collect();
         if lane.is_empty() {
+            if world.listing() {
+                // Its rules may only wait for a list (a relist of every
+                // watch when the API server comes back): what it kept
+                // (engine, memo, store) stays, or it would render all
+                // again after, a second whole working set beside the main
+                // pass's. Not a reason to wait for the lists to run: a
+                // watch that keeps failing (a kind not served) keeps a
+                // list in progress for good.
+                return;
+            }
             // No slow rule: nothing kept for one.
             self.state = None;
             self.ready = None;
@@ -1003,7 +1003,7 @@ mod tests {
     }
 
     #[test]
-    fn the_slow_lane_neither_runs_nor_forgets_while_lists_are_in_progress() {
+    fn the_slow_lane_keeps_its_state_while_its_rules_wait_for_a_list() {
         let mut world = World::new(None);
         world.apply(world::Feed::Rules(Box::new(
             kube::runtime::watcher::Event::Init,
@@ -1015,14 +1015,8 @@ mod tests {
         };
         let args = run_args();
         // Its rule waits for the list (no slow-lane hold now): kept all
-        // the same, and no run over the partial view.
+        // the same.
         lane.start(&mut world, &args, &std::collections::BTreeMap::new());
-        assert!(lane.state.is_some() && lane.running.is_none());
-        let holds = std::collections::BTreeMap::from([(
-            "slow".to_string(),
-            status::Hold::SlowLane("slow".into()),
-        )]);
-        lane.start(&mut world, &args, &holds);
         assert!(lane.state.is_some() && lane.running.is_none());
         // The list ends: the lane forgets what no slow rule needs.
         world.apply(world::Feed::Rules(Box::new(
@@ -1031,6 +1025,17 @@ mod tests {
         assert!(!world.listing());
         lane.start(&mut world, &args, &std::collections::BTreeMap::new());
         assert!(lane.state.is_none());
+        // A list that does not end (a watch that keeps failing) does not
+        // keep a slow rule from its run.
+        world.apply(world::Feed::Rules(Box::new(
+            kube::runtime::watcher::Event::Init,
+        )));
+        let holds = std::collections::BTreeMap::from([(
+            "slow".to_string(),
+            status::Hold::SlowLane("slow".into()),
+        )]);
+        lane.start(&mut world, &args, &holds);
+        assert!(lane.running.is_some());
     }
 
     #[test]

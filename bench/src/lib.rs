@@ -75,6 +75,16 @@ pub struct BenchArgs {
     /// processes applying the same outputs, for comparison (0: none).
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub kubectl_parallel: usize,
+    /// With --kubeconfig: one more argument for `rbac-rules run` (repeat
+    /// it; e.g. `--controller-arg=--slow-rule-seconds=0.001`), after the
+    /// bench's own, so that it overrides them.
+    #[arg(
+        long,
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        requires = "kubeconfig"
+    )]
+    pub controller_arg: Vec<String>,
     /// Internal: run one phase and print its figures as JSON.
     #[arg(long, value_enum, hide = true)]
     pub phase: Option<Phase>,
@@ -1049,6 +1059,15 @@ mod tests {
         assert_eq!(a.kubeconfig.as_deref(), Some(std::path::Path::new("/k")));
         assert_eq!(a.relist_command.as_deref(), Some("restart it"));
         assert_eq!(a.kubectl_parallel, 0);
+        assert!(a.controller_arg.is_empty());
+        let a = parse(&[
+            "--kubeconfig=/k",
+            "--controller-arg",
+            "--slow-rule-seconds=0.001",
+            "--controller-arg=--x",
+        ])
+        .expect("controller args");
+        assert_eq!(a.controller_arg, ["--slow-rule-seconds=0.001", "--x"]);
         // A relist needs a real server.
         assert!(parse(&["--relist-command=x"]).is_err());
     }

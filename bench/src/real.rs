@@ -357,7 +357,7 @@ struct Run {
 }
 
 impl Run {
-    fn start(kubeconfig: &Path) -> Result<Run, BenchError> {
+    fn start(kubeconfig: &Path, extra: &[String]) -> Result<Run, BenchError> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| BenchError::Other(format!("no free port: {e}")))?
@@ -371,6 +371,7 @@ impl Run {
             format!("--resync-seconds={}", RESYNC.as_secs()),
             "--identity=bench".into(),
         ])
+        .args(extra)
         .env("KUBECONFIG", kubeconfig)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -681,7 +682,7 @@ pub(super) async fn controller_phases(
         "real server: controller initial sync ({objects_out} outputs expected, {leftover} present)"
     ));
     let started = Instant::now();
-    let mut run = Run::start(kubeconfig)?;
+    let mut run = Run::start(kubeconfig, &args.controller_arg)?;
     let deadline = Instant::now() + patience(plane);
     let mut synced = false;
     while !run.ctl.exited() && Instant::now() < deadline {
@@ -756,7 +757,7 @@ pub(super) async fn controller_phases(
     let before_restart = outputs(&client).await?;
 
     progress("real server: restart over the same state");
-    let mut run = Run::start(kubeconfig)?;
+    let mut run = Run::start(kubeconfig, &args.controller_arg)?;
     let deadline = Instant::now() + patience(plane);
     super::wait_until(&mut run.ctl, deadline, async |c| c.ready().await).await;
     passes(&mut run.ctl, 2, deadline).await;
@@ -765,6 +766,9 @@ pub(super) async fn controller_phases(
     let second_peak = run.stop().await;
 
     let mut report = json!({
+        "controller_args": args.controller_arg,
+        "claims_per_namespace": plane.sizes.accepted_per_namespace,
+        "namespaces": plane.sizes.namespaces,
         "server": {"kind": "real", "version": version.git_version,
                    "kubeconfig": kubeconfig.display().to_string(),
                    "e2e_namespaces_present": others},

@@ -325,10 +325,13 @@ pub struct Live {
 struct EqualTo(std::sync::Mutex<Equal>);
 
 /// What [`EqualTo`] holds: the desired copy equal to the live version
-/// now, and the first one ever found equal to it. A later plan may find
-/// the version no longer equal (the desired copy changed), but what was
-/// equal to it stays so: the body's `rules` are given back from it
-/// ([`Live::shed_rules`]).
+/// now, and the last one found equal to it. A later plan may find the
+/// version no longer equal (the desired copy changed), but what was equal
+/// to it stays so: the body's `rules` are given back from it
+/// ([`Live::shed_rules`]). The last, not the first: any copy found equal
+/// has the same content (by digest), and an evaluation that renders again
+/// (a new engine, a slow lane's) makes new copies; held, the first would
+/// keep every output of the earlier one alive beside the memo's.
 #[derive(Clone, Debug, Default)]
 struct Equal {
     now: Option<Manifest>,
@@ -340,7 +343,7 @@ impl EqualTo {
         self.0.lock().ok().and_then(|m| m.now.clone())
     }
 
-    /// A desired copy once found equal to this version.
+    /// A desired copy once found equal to this version (the last).
     fn once(&self) -> Option<Manifest> {
         self.0.lock().ok().and_then(|m| m.once.clone())
     }
@@ -348,7 +351,7 @@ impl EqualTo {
     fn set(&self, desired: Option<&Manifest>) {
         if let Ok(mut m) = self.0.lock() {
             m.now = desired.cloned();
-            if m.once.is_none() {
+            if desired.is_some() {
                 m.once = desired.cloned();
             }
         }
@@ -891,6 +894,12 @@ impl Live {
     /// forgets it (`None`) when the plan found a difference.
     pub fn set_known_equal(&self, desired: Option<&Manifest>) {
         self.equal.set(desired);
+    }
+
+    /// The desired copy the body's shed `rules` are given back from.
+    #[cfg(test)]
+    pub(super) fn once_equal(&self) -> Option<Manifest> {
+        self.equal.once()
     }
 
     /// Remembers `desired` as equal to this version, as a plan does.

@@ -594,9 +594,12 @@ impl<'a> Loop<'a> {
         let allow = self.world.allow_rules();
         let mut holds = self.world.holds();
         self.world.unpack_held(&holds);
-        let mut seen = self.world.store.version();
-        let mut pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
-        while !pass.slow_rules().is_empty() {
+        let (pass, seen) = loop {
+            let seen = self.world.store.version();
+            let pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
+            if pass.slow_rules().is_empty() {
+                break (pass, seen);
+            }
             let moved = pass.slow_rules().to_vec();
             tracing::info!(rules = ?moved, seconds = self.ctx.args.slow_rule_seconds, "slow rules moved to the slow lane");
             self.world.move_to_slow_lane(moved.iter().cloned());
@@ -605,14 +608,16 @@ impl<'a> Loop<'a> {
                 .iter()
                 .any(|r| holds.get(r).is_some_and(status::Hold::is_slow_lane))
             {
-                break;
+                break (pass, seen);
             }
+            // Not written: its outputs go before the next evaluation
+            // makes its own (two whole evaluations were held at once).
+            drop(pass);
             self.world.unpack_held(&holds);
-            seen = self.world.store.version();
-            pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
-        }
+        };
         // The main engine's memo has read the journal this far, and
-        // nothing else reads it (the slow lane copies the store whole).
+        // nothing else reads it (the slow lane follows the store by its
+        // shared indexes, with a journal of its own).
         self.world.store.forget_through(seen);
         (pass, holds)
     }
@@ -888,6 +893,16 @@ impl SlowLaneRuns {
             .map(|(n, _)| n.clone())
             .collect();
         if lane.is_empty() {
+            if world.listing() {
+                // Its rules may only wait for a list (a relist of every
+                // watch when the API server comes back): what it kept
+                // (engine, memo, store) stays, or it would render all
+                // again after, a second whole working set beside the main
+                // pass's. Not a reason to wait for the lists to run: a
+                // watch that keeps failing (a kind not served) keeps a
+                // list in progress for good.
+                return;
+            }
             // No slow rule: nothing kept for one.
             self.state = None;
             self.ready = None;
@@ -918,7 +933,10 @@ impl SlowLaneRuns {
             ..crate::engine::Options::default()
         };
         let mut state = self.state.take().unwrap_or_default();
-        world.copy_store(&mut state.store, &mut state.kinds);
+        // The world's store as it is now, shared (each kind's index copy
+        // on write): no copy of it, and the lane's journal names only what
+        // changed since its last run.
+        state.store.follow(&world.store);
         let rules = world.rules.clone();
         let main_writes = self.main_writes;
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -971,6 +989,54 @@ fn log_report(report: &sync::SyncReport, held: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `rbac-rules run`'s settings as parsed with no flag.
+    fn run_args() -> RunArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(["run"])
+            .expect("defaults")
+            .run
+    }
+
+    #[test]
+    fn the_slow_lane_keeps_its_state_while_its_rules_wait_for_a_list() {
+        let mut world = World::new(None);
+        world.apply(world::Feed::Rules(Box::new(
+            kube::runtime::watcher::Event::Init,
+        )));
+        assert!(world.listing());
+        let mut lane = SlowLaneRuns {
+            state: Some(sync::SlowLane::default()),
+            ..SlowLaneRuns::default()
+        };
+        let args = run_args();
+        // Its rule waits for the list (no slow-lane hold now): kept all
+        // the same.
+        lane.start(&mut world, &args, &std::collections::BTreeMap::new());
+        assert!(lane.state.is_some() && lane.running.is_none());
+        // The list ends: the lane forgets what no slow rule needs.
+        world.apply(world::Feed::Rules(Box::new(
+            kube::runtime::watcher::Event::InitDone,
+        )));
+        assert!(!world.listing());
+        lane.start(&mut world, &args, &std::collections::BTreeMap::new());
+        assert!(lane.state.is_none());
+        // A list that does not end (a watch that keeps failing) does not
+        // keep a slow rule from its run.
+        world.apply(world::Feed::Rules(Box::new(
+            kube::runtime::watcher::Event::Init,
+        )));
+        let holds = std::collections::BTreeMap::from([(
+            "slow".to_string(),
+            status::Hold::SlowLane("slow".into()),
+        )]);
+        lane.start(&mut world, &args, &holds);
+        assert!(lane.running.is_some());
+    }
 
     #[test]
     fn a_slow_lane_result_planned_before_a_main_pass_wrote_is_dropped_a_few_times_at_most() {

@@ -674,6 +674,27 @@ mod tests {
         assert!(l.shed_rules());
         assert!(l.rules_shed());
         assert!(!l.shed_rules(), "once");
+        // An evaluation that renders again (a new engine, the slow lane's)
+        // makes a new, equal copy: the live object holds that one, not the
+        // first beside it (no second copy of every output kept alive).
+        let first = l.once_equal().expect("equal copy");
+        let again = evaluation(&rules);
+        let p = plan(&again, &lives, &BTreeSet::new(), true);
+        assert_eq!(p.unchanged.len(), 1);
+        let now = lives
+            .get(&id)
+            .and_then(Live::once_equal)
+            .expect("equal copy");
+        let fresh = &again.desired.iter().next().expect("desired").object;
+        assert!(crate::engine::Manifest::ptr_eq(&now, fresh));
+        assert!(!crate::engine::Manifest::ptr_eq(&now, &first));
+        drop(first);
+        let l = lives.get_mut(&id).expect("live");
+        // Its rules are still given back, from the new copy.
+        assert!(l.unpack());
+        assert_eq!(l.object(), &body);
+        l.pack();
+        assert!(l.shed_rules());
         // The desired copy changes: this version is no longer equal to it,
         // and its body is still whole.
         let other = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]);

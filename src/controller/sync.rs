@@ -826,10 +826,10 @@ pub struct SlowLane {
     key: EngineKey,
     engine: Option<Engine>,
     memo: Memo,
-    /// The slow lane's copy of the world's store (objects shared).
+    /// The world's store as the lane last saw it: each kind's index
+    /// shared with the world's until the world changes it
+    /// ([`ObjectStore::follow`]).
     pub store: ObjectStore,
-    /// The kinds copied into `store`.
-    pub kinds: BTreeSet<crate::engine::GroupKind>,
 }
 
 impl Default for SlowLane {
@@ -839,7 +839,6 @@ impl Default for SlowLane {
             engine: None,
             memo: Memo::new(),
             store: ObjectStore::new(),
-            kinds: BTreeSet::new(),
         }
     }
 }
@@ -864,6 +863,9 @@ impl SlowLane {
         match &self.engine {
             Some(engine) => {
                 let mut evaluation = engine.evaluate_incremental(&self.store, &mut self.memo);
+                // The memo has read the journal through: nothing else
+                // reads it.
+                self.store.forget_through(self.store.version());
                 evaluation.changed = Vec::new();
                 evaluation
             }
@@ -996,5 +998,57 @@ mod tests {
         let lane = BTreeSet::from(["other".to_string()]);
         let claims = Claims::of(&forged, Some(&lane));
         assert_eq!(claims.by_rule.keys().collect::<Vec<_>>(), vec!["other"]);
+    }
+
+    fn widget(name: &str, rv: &str) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": name, "resourceVersion": rv, "uid": format!("u-{name}")}})
+    }
+
+    #[test]
+    fn the_slow_lane_shares_the_worlds_store_and_renders_again_only_what_changed() {
+        let spec: crate::api::RbacRuleSpec = serde_json::from_value(serde_json::json!({
+            "trigger": {"apiGroup": "example.org", "kind": "Widget", "metadataOnly": true},
+            "outputs": [{"kind": "ClusterRole", "name": "x-{{trigger.metadata.name}}",
+                         "rules": [{"apiGroups": ["example.org"], "resources": ["widgets"],
+                                    "verbs": ["get"]}]}]
+        }))
+        .expect("spec");
+        let rules = BTreeMap::from([("slow".to_string(), RbacRule::new("slow", spec))]);
+        let gk = crate::engine::GroupKind::new("example.org", "Widget");
+        let mut world = ObjectStore::new();
+        for i in 0..50 {
+            world.insert(widget(&format!("w{i}"), "1")).expect("insert");
+        }
+        let mut lane = SlowLane::default();
+        assert!(lane.store.follow(&world));
+        let first = lane.evaluate(&rules, Options::default());
+        assert_eq!(first.desired.len(), 50);
+        // The lane holds the world's index of the kind, not a copy of it:
+        // one index, and each object once (the world's reference alone).
+        assert_eq!(lane.store.shared_kinds(&world), 1);
+        let key = (String::new(), "w0".to_string());
+        assert_eq!(
+            std::sync::Arc::strong_count(world.get_shared(&gk, &key).expect("w0")),
+            1
+        );
+        assert!(lane.memo.renders() >= 50, "{}", lane.memo.renders());
+        // One object changes, one is added: the next run renders those
+        // triggers alone.
+        world.insert(widget("w7", "2")).expect("insert");
+        world.insert(widget("w50", "1")).expect("insert");
+        assert_eq!(lane.store.shared_kinds(&world), 0);
+        assert!(lane.store.follow(&world));
+        let second = lane.evaluate(&rules, Options::default());
+        assert_eq!(second.desired.len(), 51);
+        assert!(lane.memo.renders() <= 2, "{} renders", lane.memo.renders());
+        // The lane's journal is read through: nothing of it is kept.
+        assert_eq!(
+            lane.store
+                .changes_since(lane.store.version())
+                .map(Iterator::count),
+            Some(0)
+        );
+        assert!(!lane.store.follow(&world));
     }
 }

@@ -119,9 +119,15 @@ pub fn object_ref(obj: &Value) -> String {
 /// number, so an incremental evaluation asks what changed since the
 /// generation it last saw instead of walking every object. A clone is a
 /// new store with a journal of its own.
+///
+/// Each kind's index is shared, copy on write, by the stores that hold the
+/// same objects of it (a clone, or one that [`ObjectStore::follow`]s
+/// another): the controller's slow lane evaluates the world's store as it
+/// was, while the world goes on changing its own, without a copy of every
+/// key of every kind.
 #[derive(Debug)]
 pub struct ObjectStore {
-    kinds: BTreeMap<GroupKind, BTreeMap<ObjectKey, Arc<Value>>>,
+    kinds: BTreeMap<GroupKind, Arc<Kind>>,
     /// Identity of this store's history (see [`ObjectStore::changes_since`]).
     id: u64,
     /// Generation: counts the changes.
@@ -135,6 +141,9 @@ pub struct ObjectStore {
     /// Generations up to this one were dropped from the journal.
     floor: u64,
 }
+
+/// One kind's objects by namespace and name.
+type Kind = BTreeMap<ObjectKey, Arc<Value>>;
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -193,10 +202,13 @@ impl ObjectStore {
         let gk = GroupKind::of(&obj).ok_or("object has no apiVersion or kind")?;
         let key = key_of(&obj).ok_or_else(|| format!("{gk} has no metadata.name"))?;
         let objects = self.kinds.entry(gk.clone()).or_default();
-        let same = objects
-            .get(&key)
-            .is_some_and(|old| Arc::ptr_eq(old, &obj) || same_version(old, &obj));
-        objects.insert(key.clone(), obj);
+        let old = objects.get(&key);
+        if old.is_some_and(|old| Arc::ptr_eq(old, &obj)) {
+            // Nothing to write: a shared index stays shared.
+            return Ok(());
+        }
+        let same = old.is_some_and(|old| same_version(old, &obj));
+        Arc::make_mut(objects).insert(key.clone(), obj);
         if !same {
             self.journal_change(&gk, key);
         }
@@ -269,7 +281,11 @@ impl ObjectStore {
 
     /// Removes an object; returns it if it was there.
     pub fn remove(&mut self, gk: &GroupKind, key: &ObjectKey) -> Option<Value> {
-        let gone = self.kinds.get_mut(gk).and_then(|m| m.remove(key))?;
+        let objects = self.kinds.get_mut(gk)?;
+        if !objects.contains_key(key) {
+            return None;
+        }
+        let gone = Arc::make_mut(objects).remove(key)?;
         self.journal_change(gk, key.clone());
         Some(Arc::unwrap_or_clone(gone))
     }
@@ -277,8 +293,8 @@ impl ObjectStore {
     /// Drops every object of a kind (a fresh list replaces them).
     pub fn clear_kind(&mut self, gk: &GroupKind) {
         if let Some(gone) = self.kinds.remove(gk) {
-            for key in gone.into_keys() {
-                self.journal_change(gk, key);
+            for key in gone.keys() {
+                self.journal_change(gk, key.clone());
             }
         }
     }
@@ -290,7 +306,7 @@ impl ObjectStore {
     /// apiVersion, kind or name are skipped and reported.
     pub fn replace_kind(&mut self, gk: &GroupKind, objects: Vec<Arc<Value>>) -> Vec<String> {
         let mut errors = Vec::new();
-        let mut fresh: BTreeMap<ObjectKey, Arc<Value>> = BTreeMap::new();
+        let mut fresh: Kind = BTreeMap::new();
         for obj in objects {
             match key_of(&obj) {
                 Some(key) if GroupKind::of(&obj).as_ref() == Some(gk) => {
@@ -301,7 +317,7 @@ impl ObjectStore {
         }
         let old = self.kinds.remove(gk).unwrap_or_default();
         let mut changed: Vec<ObjectKey> = Vec::new();
-        for (key, obj) in &old {
+        for (key, obj) in old.iter() {
             match fresh.get(key) {
                 Some(new) if Arc::ptr_eq(obj, new) || same_version(obj, new) => {}
                 _ => changed.push(key.clone()),
@@ -309,12 +325,64 @@ impl ObjectStore {
         }
         changed.extend(fresh.keys().filter(|k| !old.contains_key(*k)).cloned());
         if !fresh.is_empty() {
-            self.kinds.insert(gk.clone(), fresh);
+            self.kinds.insert(gk.clone(), Arc::new(fresh));
         }
         for key in changed {
             self.journal_change(gk, key);
         }
         errors
+    }
+
+    /// Makes this store hold what `from` holds, kind for kind, sharing
+    /// `from`'s index of each (copy on write: no key or object is copied)
+    /// and journaling in its own journal each object that differs, so that
+    /// an incremental evaluation of this store renders again only what
+    /// changed. A kind whose index is `from`'s already is not looked at.
+    /// Whether any object differed.
+    pub fn follow(&mut self, from: &ObjectStore) -> bool {
+        let mut changed = false;
+        let gone: Vec<GroupKind> = self
+            .kinds
+            .keys()
+            .filter(|gk| !from.kinds.contains_key(*gk))
+            .cloned()
+            .collect();
+        for gk in gone {
+            changed |= self.kinds.get(&gk).is_some_and(|m| !m.is_empty());
+            self.clear_kind(&gk);
+        }
+        for (gk, theirs) in &from.kinds {
+            let ours = self.kinds.get(gk).cloned().unwrap_or_default();
+            if Arc::ptr_eq(&ours, theirs) {
+                continue;
+            }
+            let mut differ: Vec<ObjectKey> = ours
+                .iter()
+                .filter(|(key, obj)| {
+                    theirs
+                        .get(*key)
+                        .is_none_or(|t| !Arc::ptr_eq(obj, t) && !same_version(obj, t))
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            differ.extend(theirs.keys().filter(|k| !ours.contains_key(*k)).cloned());
+            drop(ours);
+            self.kinds.insert(gk.clone(), Arc::clone(theirs));
+            changed |= !differ.is_empty();
+            for key in differ {
+                self.journal_change(gk, key);
+            }
+        }
+        changed
+    }
+
+    /// Kinds whose index this store shares with `other` (the same one, not
+    /// an equal copy): what [`ObjectStore::follow`] and a clone share.
+    pub fn shared_kinds(&self, other: &ObjectStore) -> usize {
+        self.kinds
+            .iter()
+            .filter(|(gk, m)| other.kinds.get(*gk).is_some_and(|o| Arc::ptr_eq(m, o)))
+            .count()
     }
 
     /// One object, shared.
@@ -376,7 +444,7 @@ impl ObjectStore {
 
     /// Number of objects.
     pub fn len(&self) -> usize {
-        self.kinds.values().map(BTreeMap::len).sum()
+        self.kinds.values().map(|m| m.len()).sum()
     }
 
     /// Whether the store is empty.
@@ -427,6 +495,47 @@ mod tests {
         // Another store, or a clone, cannot answer for this one.
         assert!(s.clone().changes_since(s.version()).is_none());
         assert!(ObjectStore::new().changes_since(v).is_none());
+    }
+
+    #[test]
+    fn a_follower_shares_each_kinds_index_and_journals_only_what_differs() {
+        let mut world = ObjectStore::new();
+        let gk = GroupKind::new("", "Namespace");
+        world.insert_shared(ns("a", "1")).expect("insert");
+        world.insert_shared(ns("b", "1")).expect("insert");
+        let mut lane = ObjectStore::new();
+        assert!(lane.follow(&world));
+        assert_eq!(lane.len(), 2);
+        // Shared, not copied: the same index, and no object copied.
+        assert_eq!(lane.shared_kinds(&world), 1);
+        let a = world
+            .get_shared(&gk, &(String::new(), "a".into()))
+            .expect("a");
+        assert_eq!(Arc::strong_count(a), 1);
+        // Nothing changed: nothing to journal, the index not looked at.
+        let v = lane.version();
+        assert!(!lane.follow(&world));
+        assert_eq!(lane.version(), v);
+        // The world changes: its index is its own from then on (copy on
+        // write), the follower keeps what it saw until it follows again.
+        world.insert_shared(ns("a", "2")).expect("insert");
+        world.remove(&gk, &(String::new(), "b".into()));
+        world.insert_shared(ns("c", "1")).expect("insert");
+        assert_eq!(lane.shared_kinds(&world), 0);
+        assert_eq!(
+            lane.get(&gk, &(String::new(), "a".into())).expect("a")["metadata"]["resourceVersion"],
+            "1"
+        );
+        assert!(lane.get(&gk, &(String::new(), "b".into())).is_some());
+        assert!(lane.follow(&world));
+        assert_eq!(changed(&lane, v), ["a", "b", "c"]);
+        assert_eq!(lane.shared_kinds(&world), 1);
+        // A kind gone from the world goes from the follower.
+        world.clear_kind(&gk);
+        let v = lane.version();
+        assert!(lane.follow(&world));
+        assert!(lane.is_empty());
+        assert_eq!(changed(&lane, v), ["a", "c"]);
     }
 
     #[test]

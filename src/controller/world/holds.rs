@@ -3,14 +3,12 @@
 //! slow lane, with the copy of the store it evaluates.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use super::World;
 use super::listing::KindWatch;
-use crate::api::{OutputKind, RbacRuleSpec};
+use crate::api::RbacRuleSpec;
 use crate::controller::status::Hold;
-use crate::engine::compile::gk_of;
-use crate::engine::{GroupKind, ObjectStore};
+use crate::engine::GroupKind;
 
 impl World {
     /// Rules not to evaluate now, and why.
@@ -160,39 +158,5 @@ impl World {
         let rules = &self.rules;
         self.slow
             .retain(|name, spec| rules.get(name).is_some_and(|r| r.spec == *spec));
-    }
-
-    /// Makes `into` hold what the store holds, object for object (shared,
-    /// not copied): the slow lane evaluates its own copy while the world
-    /// goes on taking events, and one kept up to date this way keeps a
-    /// journal of only what changed, so the slow lane renders again only
-    /// what that touches. `kinds`: the kinds copied last time, updated.
-    /// Whether anything changed.
-    pub fn copy_store(&self, into: &mut ObjectStore, kinds: &mut BTreeSet<GroupKind>) -> bool {
-        let mut now: BTreeSet<GroupKind> = self.kinds.keys().cloned().collect();
-        now.extend(OutputKind::ALL.iter().map(|k| gk_of(*k).clone()));
-        let mut changed = false;
-        for gk in kinds.difference(&now) {
-            changed |= into.list(gk).next().is_some();
-            into.clear_kind(gk);
-        }
-        for gk in &now {
-            let gone: Vec<_> = into
-                .entries(gk)
-                .filter(|(k, _)| self.store.get_shared(gk, k).is_none())
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in gone {
-                into.remove(gk, &k);
-                changed = true;
-            }
-            for (k, o) in self.store.entries(gk) {
-                if !into.get_shared(gk, k).is_some_and(|x| Arc::ptr_eq(x, o)) {
-                    changed |= into.insert_shared(Arc::clone(o)).is_ok();
-                }
-            }
-        }
-        *kinds = now;
-        changed
     }
 }

@@ -229,6 +229,8 @@ impl World {
                 let none = self.tenants_listing.synced
                     && !self.rules.keys().any(|k| super::tenants::is_tenant_key(k));
                 if none {
+                    // The retry's list (begun with `Init`) ended here.
+                    self.tenants_listing.buffer = None;
                     return change;
                 }
                 self.apply_rule_event(Event::Init, true);
@@ -240,6 +242,10 @@ impl World {
             Source::Kind(gk, epoch) => {
                 if let Some(w) = self.kinds.get_mut(&gk).filter(|w| w.epoch == epoch) {
                     w.listing.fail(error);
+                    if matches!(error, watcher::Error::InitialListFailed(_)) {
+                        // No list in progress until the retry's `Init`.
+                        w.seen = None;
+                    }
                     if not_found(error) {
                         w.watching = false;
                         w.seen = None;

@@ -69,6 +69,11 @@ impl<T> Listing<T> {
         if let watcher::Error::InitialListFailed(e) = error {
             self.synced = false;
             self.error = Some(e.to_string());
+            // The failed list is no longer in progress: kube's watcher
+            // starts its retry with a new `Init`. Kept, it would hold
+            // every pass in `World::listing` for as long as the list fails
+            // (a NamespacedRbacRule CRD not installed: forever).
+            self.buffer = None;
         }
     }
 }

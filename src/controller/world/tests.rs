@@ -1020,4 +1020,41 @@ fn an_unserved_tenant_kind_is_an_empty_list() {
     // The watcher retries with backoff: again 404, no new pass.
     let again = w.apply(Feed::Error(Source::Tenants, not_found()));
     assert!(!again.rules && !again.dirty);
+    // Each retry starts with `Init` (kube's watcher goes back to its empty
+    // state after a failed list): its failure ends the list, so passes are
+    // not held for lists in progress.
+    for _ in 0..3 {
+        w.apply(Feed::Tenants(Box::new(Event::Init)));
+        let retry = w.apply(Feed::Error(Source::Tenants, not_found()));
+        assert!(!retry.rules);
+        assert!(
+            !w.listing(),
+            "a failed tenant list is not a list in progress"
+        );
+    }
+}
+
+/// A list of a rule's kind that fails (403: the controller may not list
+/// it) ends that list: passes are not held for it, and what the store
+/// held stays until a list succeeds.
+#[test]
+fn a_failed_kind_list_is_not_a_list_in_progress() {
+    let mut w = base_world();
+    let gk = GroupKind::new("example.org", "Widget");
+    watch(&mut w, &gk, 1);
+    w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
+    w.apply(Feed::Kind(gk.clone(), 1, Event::InitApply(widget("a"))));
+    w.apply(Feed::Kind(gk.clone(), 1, Event::InitDone));
+    assert!(!w.listing());
+    let forbidden = || {
+        let status = kube::core::Status::failure("forbidden", "Forbidden").with_code(403);
+        kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    };
+    for _ in 0..3 {
+        w.apply(Feed::Kind(gk.clone(), 1, Event::Init));
+        assert!(w.listing());
+        w.apply(Feed::Error(Source::Kind(gk.clone(), 1), forbidden()));
+        assert!(!w.listing(), "a failed list is not a list in progress");
+        assert_eq!(w.store.list(&gk).count(), 1);
+    }
 }

@@ -406,16 +406,126 @@ fn a_change_re_renders_only_what_depends_on_it() {
 }
 
 #[test]
-fn a_new_engine_starts_over() {
+fn a_new_engine_of_the_same_rules_takes_the_memo_over() {
     let rules = rbac_rules::rules::builtin().expect("built-in rules");
     let c = initial();
     let mut memo = Memo::new();
+    let first = Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
+    assert!(memo.renders() > 40);
+    // Same rules, new engine (the controller builds one when any RbacRule
+    // changes): nothing of them changed, nothing renders again.
+    let again = Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 0);
+    assert_eq!(again.desired, first.desired);
+    assert_eq!(again.reports, first.reports);
+    // Other options: a memo is not trusted across them; it starts over.
+    let other = Options {
+        waivers: rbac_rules::engine::Waivers {
+            escalation_verbs: true,
+            ..Default::default()
+        },
+        ..Options::default()
+    };
+    Engine::new(&rules, other).evaluate_incremental(&c.store, &mut memo);
+    assert!(memo.renders() > 40, "started over: {}", memo.renders());
+}
+
+/// The rules with one output of `rule` given an annotation of value `v`.
+fn changed_rules(
+    rules: &[rbac_rules::engine::RuleSource],
+    rule: &str,
+    output: usize,
+    v: &str,
+) -> Vec<rbac_rules::engine::RuleSource> {
+    let mut rules = rules.to_vec();
+    let r = rules.iter_mut().find(|r| r.name == rule).expect("the rule");
+    r.spec.outputs[output].annotations = Some(json!({"example.org/change": v}));
+    rules
+}
+
+#[test]
+fn a_changed_rule_renders_its_triggers_only() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let first = Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
+    apply(&mut c, &first);
     Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
-    let all = memo.renders();
-    // Same rules, new engine (as after a rule change): a memo is never
-    // trusted across engines.
-    Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
-    assert_eq!(memo.renders(), all);
+
+    // A static rule: its one output set, one object changed.
+    let changed = changed_rules(&rules, "crossplane-core", 0, "1");
+    let engine = Engine::new(&changed, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 1, "crossplane-core's static set");
+    assert_eq!(e.changed.len(), 1, "{:?}", e.changed);
+    assert_same(1, "static rule changed", &e, &engine.evaluate(&c.store));
+
+    // A rule with a trigger per XRD: every XRD's, nothing else.
+    let changed = changed_rules(&changed, "crossplane-composite-system", 0, "2");
+    let engine = Engine::new(&changed, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), XRDS, "one per XRD");
+    assert!(!e.changed.is_empty() && e.changed.len() <= XRDS);
+    assert_same(2, "trigger rule changed", &e, &engine.evaluate(&c.store));
+
+    // Back as they were: the same renders again, and the first result.
+    let engine = Engine::new(&rules, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 1 + XRDS);
+    assert_same(3, "rules as before", &e, &engine.evaluate(&c.store));
+
+    // A rule gone (or one more): the rules differ, everything again.
+    let fewer: Vec<_> = rules
+        .iter()
+        .filter(|r| r.name != "crossplane-core")
+        .cloned()
+        .collect();
+    let engine = Engine::new(&fewer, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert!(memo.renders() > 40, "started over: {}", memo.renders());
+    assert_same(4, "a rule gone", &e, &engine.evaluate(&c.store));
+}
+
+#[test]
+fn rule_changes_mixed_with_cluster_changes_agree_with_full_evaluations() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut current = rules.clone();
+    let names: Vec<String> = rules.iter().map(|r| r.name.clone()).collect();
+    for step in 0..24 {
+        if rng.chance(50) {
+            // One output of one rule annotated anew (or as it was).
+            let name = &names[rng.below(names.len())];
+            let outputs = current
+                .iter()
+                .find(|r| &r.name == name)
+                .map(|r| r.spec.outputs.len())
+                .unwrap_or(0);
+            if outputs > 0 {
+                current = changed_rules(
+                    &current,
+                    name,
+                    rng.below(outputs),
+                    &rng.below(3).to_string(),
+                );
+            }
+        } else if rng.chance(50) {
+            let n = rng.below(NAMESPACES);
+            c.put(namespace(n, &[rng.below(XRDS), rng.below(XRDS)]));
+        } else {
+            let p = rng.below(PROVIDERS);
+            c.put(revision(p, p % 3, "org", 2 + rng.below(2)));
+        }
+        let engine = Engine::new(&current, Options::default());
+        let inc = engine.evaluate_incremental(&c.store, &mut memo);
+        let full = engine.evaluate(&c.store);
+        assert_same(step, "rules or cluster changed", &inc, &full);
+        if rng.chance(50) {
+            apply(&mut c, &inc);
+        }
+    }
 }
 
 #[test]

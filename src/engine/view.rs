@@ -22,7 +22,7 @@ use super::fast_hash::HashMap;
 use super::incremental::caches::{Caches, Denials, Rules, Selection};
 use super::kinds::{gk_of, output_kind};
 use super::manifest::Interner;
-use super::memo::{Emit, Emitters, Lookup, RuleMemo};
+use super::memo::{Emit, Emitters, Lookup, Read, RuleMemo};
 use super::model::Seen;
 use super::output;
 use super::store::{GroupKind, ObjectKey, ObjectStore};
@@ -220,6 +220,29 @@ impl<'a> View<'a> {
             .iter()
             .filter_map(|k| self.get_shared(gk, k))
             .collect()
+    }
+
+    /// The observed objects of kind `gk` (in `ns`) that pass `read`,
+    /// looked up by their owners (see [`super::incremental::owners`]), in
+    /// view order: `None` when the read has no owner to look up by, or is
+    /// of an emitted kind (the rules' outputs overlay it).
+    pub fn owned(&self, gk: &GroupKind, ns: Option<&str>, read: &Read) -> Option<Vec<Arc<Value>>> {
+        if output_kind(gk).is_some() {
+            return None;
+        }
+        let owner = read.owner.as_ref()?;
+        let keys = self
+            .caches
+            .owners
+            .borrow_mut()
+            .candidates(gk, ns, owner, self.observed)?;
+        Some(
+            keys.iter()
+                .filter_map(|k| self.observed.get_shared(gk, k))
+                .filter(|o| read.passes(o))
+                .cloned()
+                .collect(),
+        )
     }
 
     /// Every ClusterRole this view sees, by key, built once per view.

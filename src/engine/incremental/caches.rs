@@ -89,4 +89,6 @@ pub(crate) struct Caches {
     pub copy_verdicts: RefCell<CopyVerdicts>,
     /// Cached ClusterRole selections, per reader.
     pub selections: RefCell<Selections>,
+    /// Observed objects by owner, for related sets filtered by owner.
+    pub owners: RefCell<super::owners::OwnerIndex>,
 }

@@ -100,6 +100,12 @@ pub struct Memo {
     /// The evaluation's outputs' bytes as `limits::shed` last measured them,
     /// and the rules' `rendered` then.
     pub(in crate::engine) measured: Option<(usize, usize)>,
+    /// What the engine that made it is made of: another engine of the same
+    /// rules takes it over (see [`super::adopt`]).
+    pub(in crate::engine) stamp: Option<Arc<super::adopt::EngineStamp>>,
+    /// Set when another engine took it over, until its first evaluation:
+    /// the rules that changed.
+    pub(in crate::engine) adopted: Option<super::adopt::Adopted>,
 }
 
 impl Memo {
@@ -129,6 +135,13 @@ impl Memo {
     /// rendered; the rest were reused.
     pub fn renders(&self) -> usize {
         self.renders
+    }
+
+    /// Entries the index of observed objects by owner holds (see
+    /// [`super::owners`]): one per ownerReference of the kinds read
+    /// through an owner filter, bounded by the cluster.
+    pub fn owner_index_entries(&self) -> usize {
+        self.caches.owners.borrow().entries()
     }
 
     /// Whether every rule's and the evaluation's totals are within
@@ -1059,6 +1072,9 @@ pub(in crate::engine) struct Changes {
     pub keys: HashMap<GroupKind, BTreeSet<ObjectKey>>,
     pub whole: HashSet<GroupKind>,
     pub all: bool,
+    /// Rules (by index) whose every trigger renders again: they changed
+    /// since the memo's last evaluation (see [`super::adopt`]).
+    pub rules: BTreeSet<usize>,
 }
 
 impl Changes {

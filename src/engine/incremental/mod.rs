@@ -4,7 +4,9 @@
 //! while its triggers render ([`eval`]). The stages that decide what a
 //! rule means import these; nothing here decides a meaning.
 
+pub mod adopt;
 pub mod caches;
 pub mod eval;
 pub mod keys;
 pub mod memo;
+pub mod owners;

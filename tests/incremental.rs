@@ -827,3 +827,65 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
         );
     }
 }
+
+/// OwnerReferences of every object in the store.
+fn owner_references(store: &ObjectStore) -> usize {
+    store
+        .kinds()
+        .cloned()
+        .collect::<Vec<_>>()
+        .iter()
+        .flat_map(|gk| store.list(gk))
+        .map(|o| {
+            o["metadata"]["ownerReferences"]
+                .as_array()
+                .map_or(0, Vec::len)
+        })
+        .sum()
+}
+
+#[test]
+fn what_the_memo_keeps_between_evaluations_is_bounded_by_the_cluster() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let engine = Engine::new(&rules, Options::default());
+    engine.evaluate_incremental(&c.store, &mut memo);
+    // The index by owner holds one entry per ownerReference of the kinds
+    // read by owner (CRDs, Deployments), never more than the cluster has.
+    let kept = memo.owner_index_entries();
+    assert!(
+        kept > 0 && kept <= owner_references(&c.store),
+        "{kept} of {}",
+        owner_references(&c.store)
+    );
+    // Changed and removed CRDs are taken out, not piled up.
+    for round in 0..20 {
+        let p = round % PROVIDERS;
+        let mut crds = revision_crds(p, 3);
+        crds[0]["metadata"]["ownerReferences"][0]["uid"] = json!(format!("other-{round}"));
+        crds.into_iter().for_each(|o| c.put(o));
+        if round % 3 == 0 {
+            c.remove(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                "",
+                &format!("kind1s.p{p}.example.org"),
+            );
+        }
+        let e = engine.evaluate_incremental(&c.store, &mut memo);
+        assert_same(round, "CRDs changed", &e, &engine.evaluate(&c.store));
+        assert!(memo.owner_index_entries() <= owner_references(&c.store));
+    }
+    // The rules' texts, compared when a new engine comes: as large as the
+    // rules, whatever the cluster.
+    let stamp = memo.rule_stamp_bytes();
+    let texts: usize = rules
+        .iter()
+        .map(|r| serde_json::to_string(&r.spec).map_or(0, |t| t.len()))
+        .sum();
+    assert!(
+        stamp >= texts / 2 && stamp <= 2 * texts + 4096,
+        "{stamp} for {texts}"
+    );
+}

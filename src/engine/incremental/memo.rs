@@ -144,6 +144,12 @@ impl Memo {
         self.caches.owners.borrow().entries()
     }
 
+    /// Bytes the texts of its engine's rules hold (see [`super::adopt`]):
+    /// what a new engine compares its rules with, shared with the engine.
+    pub fn rule_stamp_bytes(&self) -> usize {
+        self.stamp.as_ref().map_or(0, |s| s.bytes())
+    }
+
     /// Whether every rule's and the evaluation's totals are within
     /// `limits` without measuring them: then nothing needs shedding. What
     /// the memo counts per trigger (every output whole, a rule list shared

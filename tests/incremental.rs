@@ -889,3 +889,66 @@ fn what_the_memo_keeps_between_evaluations_is_bounded_by_the_cluster() {
         "{stamp} for {texts}"
     );
 }
+
+#[test]
+fn each_kind_of_change_renders_what_it_reaches() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let engine = Engine::new(&rules, Options::default());
+    let first = engine.evaluate_incremental(&c.store, &mut memo);
+    apply(&mut c, &first);
+    engine.evaluate_incremental(&c.store, &mut memo);
+    let full = |c: &Cluster| Engine::new(&rules, Options::default()).evaluate(&c.store);
+
+    // A revision lists one more type, made with it: its family (provider-1
+    // and provider-4) in both provider rules; their roles list the type.
+    let mut crd = support::engine::crd("kind9s.p1.example.org", "ProviderRevision", "pr-1", true);
+    crd["metadata"]["ownerReferences"]
+        .as_array_mut()
+        .expect("references")
+        .push(support::engine::provider_ref(1, false));
+    c.put(crd);
+    let mut r = revision(1, 1, "org", 3);
+    r["status"]["objectRefs"]
+        .as_array_mut()
+        .expect("refs")
+        .push(json!({"apiVersion": "apiextensions.k8s.io/v1",
+                     "kind": "CustomResourceDefinition", "name": "kind9s.p1.example.org"}));
+    c.put(r);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 2 * 2, "two family members, two rules");
+    assert!(
+        !e.changed.is_empty() && e.changed.len() <= 3 * 2,
+        "{:?}",
+        e.changed
+    );
+    assert_same(1, "revision objectRefs", &e, &full(&c));
+
+    // A CRD the revision controls, not in its objectRefs: the same.
+    let mut crd = support::engine::crd("kind8s.p1.example.org", "ProviderRevision", "pr-1", true);
+    crd["metadata"]["ownerReferences"]
+        .as_array_mut()
+        .expect("references")
+        .push(support::engine::provider_ref(1, false));
+    c.put(crd);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 2 * 2, "two family members, two rules");
+    assert!(
+        !e.changed.is_empty() && e.changed.len() <= 3 * 2,
+        "{:?}",
+        e.changed
+    );
+    assert_same(2, "CRD added", &e, &full(&c));
+
+    // A CRD no revision or XRD controls: nothing renders.
+    c.put(support::engine::crd(
+        "others.example.org",
+        "Widget",
+        "w-1",
+        true,
+    ));
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 0, "read by no trigger");
+    assert!(e.changed.is_empty());
+}

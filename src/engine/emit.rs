@@ -62,7 +62,10 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
         changes.whole.extend(adopted.whole);
     }
     let allow_rules = refresh_allow_rules(engine, observed, memo, &mut changes);
-    memo.caches.owners.get_mut().update(&changes, observed);
+    memo.caches
+        .owners
+        .get_mut()
+        .update((changes.all, &changes.keys), observed);
     let previous = memo.desired.clone();
     let mut report_dirty: BTreeSet<usize> = BTreeSet::new();
     if changes.all {

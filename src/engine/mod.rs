@@ -166,7 +166,7 @@ pub struct Engine {
     options: Options,
     /// What it is made of: a memo another engine of the same rules made
     /// is taken over ([`Engine::take_over`]).
-    stamp: Arc<incremental::adopt::EngineStamp>,
+    stamp: Arc<incremental::stamp::EngineStamp>,
 }
 
 impl Engine {
@@ -310,11 +310,11 @@ fn stamp_of(
     rules: &[CompiledRule],
     fixed_reports: &BTreeMap<String, RuleReport>,
     options: &Options,
-) -> Arc<incremental::adopt::EngineStamp> {
-    Arc::new(incremental::adopt::EngineStamp {
+) -> Arc<incremental::stamp::EngineStamp> {
+    Arc::new(incremental::stamp::EngineStamp {
         rules: rules
             .iter()
-            .map(|r| incremental::adopt::RuleStamp::of(&r.name, &r.spec, &r.params, &r.produces))
+            .map(|r| incremental::stamp::RuleStamp::of(&r.name, &r.spec, &r.params, &r.produces))
             .collect(),
         fixed: fixed_reports.keys().cloned().collect(),
         options: Box::new(options.clone()),

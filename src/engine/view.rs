@@ -230,12 +230,12 @@ impl<'a> View<'a> {
         if output_kind(gk).is_some() {
             return None;
         }
-        let owner = read.owner.as_ref()?;
+        let uids = read.owner.as_ref()?.index_uids()?;
         let keys = self
             .caches
             .owners
             .borrow_mut()
-            .candidates(gk, ns, owner, self.observed)?;
+            .candidates(gk, ns, &uids, self.observed);
         Some(
             keys.iter()
                 .filter_map(|k| self.observed.get_shared(gk, k))

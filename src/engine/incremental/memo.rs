@@ -102,10 +102,10 @@ pub struct Memo {
     pub(in crate::engine) measured: Option<(usize, usize)>,
     /// What the engine that made it is made of: another engine of the same
     /// rules takes it over (see [`super::adopt`]).
-    pub(in crate::engine) stamp: Option<Arc<super::adopt::EngineStamp>>,
+    pub(in crate::engine) stamp: Option<Arc<super::stamp::EngineStamp>>,
     /// Set when another engine took it over, until its first evaluation:
     /// the rules that changed.
-    pub(in crate::engine) adopted: Option<super::adopt::Adopted>,
+    pub(in crate::engine) adopted: Option<super::stamp::Adopted>,
 }
 
 impl Memo {
@@ -969,6 +969,22 @@ impl OwnerFilter {
                 Some(Some(least)) => creation_time(obj).is_some_and(|t| t >= *least),
             },
         }
+    }
+
+    /// The owner uids an object passing this filter has a reference to
+    /// (`""`: a reference without a uid), to look it up by in an index of
+    /// objects by owner ([`super::owners`]); `None` when the filter can
+    /// pass an object by its owner's kind and name alone.
+    pub fn index_uids(&self) -> Option<Vec<&str>> {
+        Some(match self {
+            // A controller reference without a uid matches by kind and name.
+            OwnerFilter::Controller(o) if !o.uid.is_empty() => vec![o.uid.as_str(), ""],
+            OwnerFilter::Controller(_) => return None,
+            // Only references with a uid count.
+            OwnerFilter::AnyOf(uids) => uids.iter().map(String::as_str).collect(),
+            // Only a controller with a uid counts.
+            OwnerFilter::Lineage(owners) => owners.keys().map(String::as_str).collect(),
+        })
     }
 
     /// Text that tells filters apart (the read index's shared-filter key).

@@ -10,3 +10,4 @@ pub mod eval;
 pub mod keys;
 pub mod memo;
 pub mod owners;
+pub mod stamp;

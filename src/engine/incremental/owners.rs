@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::memo::{Changes, OwnerFilter};
 use crate::engine::fast_hash::HashMap;
 use crate::engine::store::{GroupKind, ObjectKey, ObjectStore};
 
@@ -73,16 +72,20 @@ pub(crate) struct OwnerIndex {
 }
 
 impl OwnerIndex {
-    /// Brings the index up to date with `observed` after `changes` (the
-    /// store's changed keys): what changed is listed again; when
-    /// everything may have changed, it starts over.
-    pub(in crate::engine) fn update(&mut self, changes: &Changes, observed: &ObjectStore) {
-        if changes.all {
+    /// Brings the index up to date with `observed` after the store's
+    /// changed keys (`changed`): what changed is listed again; when
+    /// everything may have changed (`all`), it starts over.
+    pub(in crate::engine) fn update(
+        &mut self,
+        (all, changed): (bool, &HashMap<GroupKind, BTreeSet<ObjectKey>>),
+        observed: &ObjectStore,
+    ) {
+        if all {
             self.kinds.clear();
             return;
         }
         for (gk, owners) in &mut self.kinds {
-            for key in changes.keys.get(gk).into_iter().flatten() {
+            for key in changed.get(gk).into_iter().flatten() {
                 owners.remove(key);
                 if let Some(obj) = observed.get(gk, key) {
                     owners.add(key, obj);
@@ -92,25 +95,15 @@ impl OwnerIndex {
     }
 
     /// The keys of the objects of kind `gk` (in namespace `ns`, when
-    /// given) that may pass `owner`, sorted: every object that does, and
-    /// maybe others; `None` when the filter names no uid to look up by
-    /// (a controller matched by kind and name).
+    /// given) with an ownerReference of one of `uids` (`""`: a reference
+    /// without a uid), sorted.
     pub(in crate::engine) fn candidates(
         &mut self,
         gk: &GroupKind,
         ns: Option<&str>,
-        owner: &OwnerFilter,
+        uids: &[&str],
         observed: &ObjectStore,
-    ) -> Option<BTreeSet<ObjectKey>> {
-        let uids: Vec<&str> = match owner {
-            // A reference without a uid matches by kind and name.
-            OwnerFilter::Controller(o) if !o.uid.is_empty() => vec![o.uid.as_str(), ""],
-            OwnerFilter::Controller(_) => return None,
-            // Only references with a uid count.
-            OwnerFilter::AnyOf(uids) => uids.iter().map(String::as_str).collect(),
-            // Only a controller with a uid counts.
-            OwnerFilter::Lineage(owners) => owners.keys().map(String::as_str).collect(),
-        };
+    ) -> BTreeSet<ObjectKey> {
         let owners = self.kinds.entry(gk.clone()).or_insert_with(|| {
             let mut k = KindOwners::default();
             for (key, obj) in observed.entries(gk) {
@@ -120,13 +113,13 @@ impl OwnerIndex {
         });
         let mut keys = BTreeSet::new();
         for u in uids {
-            for key in owners.by_uid.get(u).into_iter().flatten() {
+            for key in owners.by_uid.get(*u).into_iter().flatten() {
                 if ns.is_none_or(|ns| key.0 == ns) {
                     keys.insert(key.clone());
                 }
             }
         }
-        Some(keys)
+        keys
     }
 
     /// Entries held: one per ownerReference of the objects of the kinds

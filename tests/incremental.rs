@@ -952,3 +952,95 @@ fn each_kind_of_change_renders_what_it_reaches() {
     assert_eq!(memo.renders(), 0, "read by no trigger");
     assert!(e.changed.is_empty());
 }
+
+/// A live ClusterRole (no rule manages it) with these labels and rules.
+fn live_role(name: &str, labels: Value, rules: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+           "metadata": {"name": name, "labels": labels}, "rules": rules})
+}
+
+/// An aggregate's check that it selects no protected ClusterRole by the
+/// labels it was installed with follows the changes of its selection's
+/// protected members (kept with the selection, not found by visiting
+/// every member on each change): a protected role that arrives, gains or
+/// loses the label, or goes is refused or released at once, as a full
+/// evaluation has it, whatever the other members.
+#[test]
+fn an_aggregate_follows_the_protected_roles_its_selection_gains_and_loses() {
+    let rules = support::engine::rules(
+        r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: gatherer}
+spec:
+  outputs:
+  - kind: ClusterRole
+    name: gatherer
+    aggregationRule:
+      clusterRoleSelectors: [{matchLabels: {helm.sh/chart: rbac-rules-0.1.0}}]
+"#,
+    );
+    let engine = Engine::new(&rules, Options::default());
+    let mut store = ObjectStore::new();
+    let pods = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+    for i in 0..50 {
+        store
+            .insert(live_role(
+                &format!("member-{i}"),
+                json!({"helm.sh/chart": "rbac-rules-0.1.0"}),
+                pods.clone(),
+            ))
+            .expect("insert");
+    }
+    let controller = |labels: Value| {
+        live_role(
+            "rbac-rules:controller",
+            labels,
+            json!([{"apiGroups": ["rbac.authorization.k8s.io"],
+                    "resources": ["clusterroles"], "verbs": ["escalate", "bind"]}]),
+        )
+    };
+    let installed = json!({"app.kubernetes.io/name": "rbac-rules",
+                           "helm.sh/chart": "rbac-rules-0.1.0"});
+    let mut memo = Memo::new();
+    let refused = |e: &Evaluation| {
+        e.errors().any(|e| {
+            e.message
+                .contains("protected ClusterRole \"rbac-rules:controller\"")
+        })
+    };
+    let steps: Vec<(&str, Option<Value>, bool)> = vec![
+        ("without it", None, false),
+        (
+            "it arrives with its installed label",
+            Some(installed.clone()),
+            true,
+        ),
+        (
+            "it loses the label",
+            Some(json!({"app.kubernetes.io/name": "rbac-rules"})),
+            false,
+        ),
+        ("it gains it again", Some(installed), true),
+        ("it goes", None, false),
+    ];
+    for (step, (what, labels, want)) in steps.into_iter().enumerate() {
+        match labels {
+            Some(l) => {
+                store.insert(controller(l)).expect("insert");
+            }
+            None if step > 0 => {
+                store.remove(
+                    &rbac_rules::engine::GroupKind::new("rbac.authorization.k8s.io", "ClusterRole"),
+                    &(String::new(), "rbac-rules:controller".to_string()),
+                );
+            }
+            None => {}
+        }
+        let inc = engine.evaluate_incremental(&store, &mut memo);
+        let full = engine.evaluate(&store);
+        assert_same(step, what, &inc, &full);
+        assert_eq!(refused(&inc), want, "{what}");
+        assert_eq!(inc.desired.len(), usize::from(!want), "{what}");
+    }
+}

@@ -416,8 +416,16 @@ impl Judge<'_, '_> {
             return Arc::clone(v);
         }
         let selectors = selectors_of(agg);
+        // Without an allow-list only the members that break a denial can
+        // be refused: the cached selection knows them, so a binding judged
+        // again (any role changed) costs those, not every member.
+        let members = if self.allow.is_some() {
+            self.view.selected(&selectors)
+        } else {
+            self.view.noisy_selected(&selectors)
+        };
         let mut found = Vec::new();
-        for m in self.view.selected(&selectors) {
+        for m in members {
             // A member joined only by an aggregation label is judged by the
             // denials alone.
             let judged_by_allow = |o: &Value| {

@@ -406,16 +406,126 @@ fn a_change_re_renders_only_what_depends_on_it() {
 }
 
 #[test]
-fn a_new_engine_starts_over() {
+fn a_new_engine_of_the_same_rules_takes_the_memo_over() {
     let rules = rbac_rules::rules::builtin().expect("built-in rules");
     let c = initial();
     let mut memo = Memo::new();
+    let first = Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
+    assert!(memo.renders() > 40);
+    // Same rules, new engine (the controller builds one when any RbacRule
+    // changes): nothing of them changed, nothing renders again.
+    let again = Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 0);
+    assert_eq!(again.desired, first.desired);
+    assert_eq!(again.reports, first.reports);
+    // Other options: a memo is not trusted across them; it starts over.
+    let other = Options {
+        waivers: rbac_rules::engine::Waivers {
+            escalation_verbs: true,
+            ..Default::default()
+        },
+        ..Options::default()
+    };
+    Engine::new(&rules, other).evaluate_incremental(&c.store, &mut memo);
+    assert!(memo.renders() > 40, "started over: {}", memo.renders());
+}
+
+/// The rules with one output of `rule` given an annotation of value `v`.
+fn changed_rules(
+    rules: &[rbac_rules::engine::RuleSource],
+    rule: &str,
+    output: usize,
+    v: &str,
+) -> Vec<rbac_rules::engine::RuleSource> {
+    let mut rules = rules.to_vec();
+    let r = rules.iter_mut().find(|r| r.name == rule).expect("the rule");
+    r.spec.outputs[output].annotations = Some(json!({"example.org/change": v}));
+    rules
+}
+
+#[test]
+fn a_changed_rule_renders_its_triggers_only() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let first = Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
+    apply(&mut c, &first);
     Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
-    let all = memo.renders();
-    // Same rules, new engine (as after a rule change): a memo is never
-    // trusted across engines.
-    Engine::new(&rules, Options::default()).evaluate_incremental(&c.store, &mut memo);
-    assert_eq!(memo.renders(), all);
+
+    // A static rule: its one output set, one object changed.
+    let changed = changed_rules(&rules, "crossplane-core", 0, "1");
+    let engine = Engine::new(&changed, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 1, "crossplane-core's static set");
+    assert_eq!(e.changed.len(), 1, "{:?}", e.changed);
+    assert_same(1, "static rule changed", &e, &engine.evaluate(&c.store));
+
+    // A rule with a trigger per XRD: every XRD's, nothing else.
+    let changed = changed_rules(&changed, "crossplane-composite-system", 0, "2");
+    let engine = Engine::new(&changed, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), XRDS, "one per XRD");
+    assert!(!e.changed.is_empty() && e.changed.len() <= XRDS);
+    assert_same(2, "trigger rule changed", &e, &engine.evaluate(&c.store));
+
+    // Back as they were: the same renders again, and the first result.
+    let engine = Engine::new(&rules, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 1 + XRDS);
+    assert_same(3, "rules as before", &e, &engine.evaluate(&c.store));
+
+    // A rule gone (or one more): the rules differ, everything again.
+    let fewer: Vec<_> = rules
+        .iter()
+        .filter(|r| r.name != "crossplane-core")
+        .cloned()
+        .collect();
+    let engine = Engine::new(&fewer, Options::default());
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert!(memo.renders() > 40, "started over: {}", memo.renders());
+    assert_same(4, "a rule gone", &e, &engine.evaluate(&c.store));
+}
+
+#[test]
+fn rule_changes_mixed_with_cluster_changes_agree_with_full_evaluations() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut current = rules.clone();
+    let names: Vec<String> = rules.iter().map(|r| r.name.clone()).collect();
+    for step in 0..24 {
+        if rng.chance(50) {
+            // One output of one rule annotated anew (or as it was).
+            let name = &names[rng.below(names.len())];
+            let outputs = current
+                .iter()
+                .find(|r| &r.name == name)
+                .map(|r| r.spec.outputs.len())
+                .unwrap_or(0);
+            if outputs > 0 {
+                current = changed_rules(
+                    &current,
+                    name,
+                    rng.below(outputs),
+                    &rng.below(3).to_string(),
+                );
+            }
+        } else if rng.chance(50) {
+            let n = rng.below(NAMESPACES);
+            c.put(namespace(n, &[rng.below(XRDS), rng.below(XRDS)]));
+        } else {
+            let p = rng.below(PROVIDERS);
+            c.put(revision(p, p % 3, "org", 2 + rng.below(2)));
+        }
+        let engine = Engine::new(&current, Options::default());
+        let inc = engine.evaluate_incremental(&c.store, &mut memo);
+        let full = engine.evaluate(&c.store);
+        assert_same(step, "rules or cluster changed", &inc, &full);
+        if rng.chance(50) {
+            apply(&mut c, &inc);
+        }
+    }
 }
 
 #[test]
@@ -715,5 +825,222 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
             outputs > 0 && changed > 0,
             "{set}: {outputs} outputs, {changed} changes"
         );
+    }
+}
+
+/// OwnerReferences of every object in the store.
+fn owner_references(store: &ObjectStore) -> usize {
+    store
+        .kinds()
+        .cloned()
+        .collect::<Vec<_>>()
+        .iter()
+        .flat_map(|gk| store.list(gk))
+        .map(|o| {
+            o["metadata"]["ownerReferences"]
+                .as_array()
+                .map_or(0, Vec::len)
+        })
+        .sum()
+}
+
+#[test]
+fn what_the_memo_keeps_between_evaluations_is_bounded_by_the_cluster() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let engine = Engine::new(&rules, Options::default());
+    engine.evaluate_incremental(&c.store, &mut memo);
+    // The index by owner holds one entry per ownerReference of the kinds
+    // read by owner (CRDs, Deployments), never more than the cluster has.
+    let kept = memo.owner_index_entries();
+    assert!(
+        kept > 0 && kept <= owner_references(&c.store),
+        "{kept} of {}",
+        owner_references(&c.store)
+    );
+    // Changed and removed CRDs are taken out, not piled up.
+    for round in 0..20 {
+        let p = round % PROVIDERS;
+        let mut crds = revision_crds(p, 3);
+        crds[0]["metadata"]["ownerReferences"][0]["uid"] = json!(format!("other-{round}"));
+        crds.into_iter().for_each(|o| c.put(o));
+        if round % 3 == 0 {
+            c.remove(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                "",
+                &format!("kind1s.p{p}.example.org"),
+            );
+        }
+        let e = engine.evaluate_incremental(&c.store, &mut memo);
+        assert_same(round, "CRDs changed", &e, &engine.evaluate(&c.store));
+        assert!(memo.owner_index_entries() <= owner_references(&c.store));
+    }
+    // The rules' texts, compared when a new engine comes: as large as the
+    // rules, whatever the cluster.
+    let stamp = memo.rule_stamp_bytes();
+    let texts: usize = rules
+        .iter()
+        .map(|r| serde_json::to_string(&r.spec).map_or(0, |t| t.len()))
+        .sum();
+    assert!(
+        stamp >= texts / 2 && stamp <= 2 * texts + 4096,
+        "{stamp} for {texts}"
+    );
+}
+
+#[test]
+fn each_kind_of_change_renders_what_it_reaches() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let engine = Engine::new(&rules, Options::default());
+    let first = engine.evaluate_incremental(&c.store, &mut memo);
+    apply(&mut c, &first);
+    engine.evaluate_incremental(&c.store, &mut memo);
+    let full = |c: &Cluster| Engine::new(&rules, Options::default()).evaluate(&c.store);
+
+    // A revision lists one more type, made with it: its family (provider-1
+    // and provider-4) in both provider rules; their roles list the type.
+    let mut crd = support::engine::crd("kind9s.p1.example.org", "ProviderRevision", "pr-1", true);
+    crd["metadata"]["ownerReferences"]
+        .as_array_mut()
+        .expect("references")
+        .push(support::engine::provider_ref(1, false));
+    c.put(crd);
+    let mut r = revision(1, 1, "org", 3);
+    r["status"]["objectRefs"]
+        .as_array_mut()
+        .expect("refs")
+        .push(json!({"apiVersion": "apiextensions.k8s.io/v1",
+                     "kind": "CustomResourceDefinition", "name": "kind9s.p1.example.org"}));
+    c.put(r);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 2 * 2, "two family members, two rules");
+    assert!(
+        !e.changed.is_empty() && e.changed.len() <= 3 * 2,
+        "{:?}",
+        e.changed
+    );
+    assert_same(1, "revision objectRefs", &e, &full(&c));
+
+    // A CRD the revision controls, not in its objectRefs: the same.
+    let mut crd = support::engine::crd("kind8s.p1.example.org", "ProviderRevision", "pr-1", true);
+    crd["metadata"]["ownerReferences"]
+        .as_array_mut()
+        .expect("references")
+        .push(support::engine::provider_ref(1, false));
+    c.put(crd);
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 2 * 2, "two family members, two rules");
+    assert!(
+        !e.changed.is_empty() && e.changed.len() <= 3 * 2,
+        "{:?}",
+        e.changed
+    );
+    assert_same(2, "CRD added", &e, &full(&c));
+
+    // A CRD no revision or XRD controls: nothing renders.
+    c.put(support::engine::crd(
+        "others.example.org",
+        "Widget",
+        "w-1",
+        true,
+    ));
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 0, "read by no trigger");
+    assert!(e.changed.is_empty());
+}
+
+/// A live ClusterRole (no rule manages it) with these labels and rules.
+fn live_role(name: &str, labels: Value, rules: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+           "metadata": {"name": name, "labels": labels}, "rules": rules})
+}
+
+/// An aggregate's check that it selects no protected ClusterRole by the
+/// labels it was installed with follows the changes of its selection's
+/// protected members (kept with the selection, not found by visiting
+/// every member on each change): a protected role that arrives, gains or
+/// loses the label, or goes is refused or released at once, as a full
+/// evaluation has it, whatever the other members.
+#[test]
+fn an_aggregate_follows_the_protected_roles_its_selection_gains_and_loses() {
+    let rules = support::engine::rules(
+        r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: gatherer}
+spec:
+  outputs:
+  - kind: ClusterRole
+    name: gatherer
+    aggregationRule:
+      clusterRoleSelectors: [{matchLabels: {helm.sh/chart: rbac-rules-0.1.0}}]
+"#,
+    );
+    let engine = Engine::new(&rules, Options::default());
+    let mut store = ObjectStore::new();
+    let pods = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+    for i in 0..50 {
+        store
+            .insert(live_role(
+                &format!("member-{i}"),
+                json!({"helm.sh/chart": "rbac-rules-0.1.0"}),
+                pods.clone(),
+            ))
+            .expect("insert");
+    }
+    let controller = |labels: Value| {
+        live_role(
+            "rbac-rules:controller",
+            labels,
+            json!([{"apiGroups": ["rbac.authorization.k8s.io"],
+                    "resources": ["clusterroles"], "verbs": ["escalate", "bind"]}]),
+        )
+    };
+    let installed = json!({"app.kubernetes.io/name": "rbac-rules",
+                           "helm.sh/chart": "rbac-rules-0.1.0"});
+    let mut memo = Memo::new();
+    let refused = |e: &Evaluation| {
+        e.errors().any(|e| {
+            e.message
+                .contains("protected ClusterRole \"rbac-rules:controller\"")
+        })
+    };
+    let steps: Vec<(&str, Option<Value>, bool)> = vec![
+        ("without it", None, false),
+        (
+            "it arrives with its installed label",
+            Some(installed.clone()),
+            true,
+        ),
+        (
+            "it loses the label",
+            Some(json!({"app.kubernetes.io/name": "rbac-rules"})),
+            false,
+        ),
+        ("it gains it again", Some(installed), true),
+        ("it goes", None, false),
+    ];
+    for (step, (what, labels, want)) in steps.into_iter().enumerate() {
+        match labels {
+            Some(l) => {
+                store.insert(controller(l)).expect("insert");
+            }
+            None if step > 0 => {
+                store.remove(
+                    &rbac_rules::engine::GroupKind::new("rbac.authorization.k8s.io", "ClusterRole"),
+                    &(String::new(), "rbac-rules:controller".to_string()),
+                );
+            }
+            None => {}
+        }
+        let inc = engine.evaluate_incremental(&store, &mut memo);
+        let full = engine.evaluate(&store);
+        assert_same(step, what, &inc, &full);
+        assert_eq!(refused(&inc), want, "{what}");
+        assert_eq!(inc.desired.len(), usize::from(!want), "{what}");
     }
 }

@@ -602,7 +602,8 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         last = e;
     }
     noop.sort_by(f64::total_cmp);
-    let (mut median, mut p99, mut max_touched) = (json!({}), json!({}), json!({}));
+    let (mut median, mut p90, mut p99) = (json!({}), json!({}), json!({}));
+    let (mut max_touched, mut max_renders) = (json!({}), json!({}));
     let mut overall = 0;
     for kind in ChangeKind::ALL {
         if args.only.is_some_and(|o| o != kind) {
@@ -615,6 +616,7 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         // loop: the check walks every output, and run between changes it
         // would leave the next one to start on caches it evicted.
         let mut evaluations = Vec::with_capacity(args.changes);
+        let mut renders = 0;
         for i in 0..args.changes {
             for o in plane.change(kind, i, &mut versions) {
                 let _ = store.insert(o);
@@ -627,6 +629,7 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
             }
             let e = engine.evaluate_incremental(&store, &mut memo);
             times.push(ms(started.elapsed()));
+            renders = renders.max(memo.renders());
             evaluations.push(e);
         }
         let mut most = 0;
@@ -636,15 +639,20 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
         }
         times.sort_by(f64::total_cmp);
         median[kind.key()] = json!(percentile(&times, 0.5));
+        p90[kind.key()] = json!(percentile(&times, 0.9));
         p99[kind.key()] = json!(percentile(&times, 0.99));
         max_touched[kind.key()] = json!(most);
+        max_renders[kind.key()] = json!(renders);
         overall = overall.max(most);
     }
     Ok(json!({
         "incremental_warm_ms": warm_ms,
         "incremental_noop_ms_median": percentile(&noop, 0.5),
         "incremental_ms_median": median,
+        "incremental_ms_p90": p90,
         "incremental_ms_p99": p99,
+        "incremental_renders_max": max_renders,
+        "incremental_owner_index_entries": memo.owner_index_entries(),
         "max_objects_touched": max_touched,
         "max_objects_touched_per_change": overall,
         "touched_bound": touched_bound(&sizes),

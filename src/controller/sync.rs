@@ -399,7 +399,7 @@ impl Syncer {
         );
         let cached = match self.engine.take() {
             Some(c) if c.key == key => c,
-            _ => {
+            previous => {
                 let sources = sources_of(&key);
                 // A setting no rule reads is most likely a misspelt name
                 // (`render` refuses it; the controller's rules change
@@ -441,7 +441,9 @@ impl Syncer {
                 CachedEngine {
                     key,
                     engine,
-                    memo: Memo::new(),
+                    // Taken over by the new engine where its rules are the
+                    // same (a changed rule renders again, not all).
+                    memo: previous.map(|c| c.memo).unwrap_or_default(),
                     fresh: Instant::now(),
                 }
             }
@@ -856,8 +858,9 @@ impl SlowLane {
         let key = key_of(rules, &options);
         if self.engine.is_none() || self.key != key {
             let sources = sources_of(&key);
+            // The memo is kept: the new engine takes it over where its
+            // rules are the same.
             self.engine = Some(Engine::new(&sources, options));
-            self.memo = Memo::new();
             self.key = key;
         }
         match &self.engine {

@@ -57,7 +57,16 @@ pub(super) fn evaluate(engine: &Engine, observed: &ObjectStore, memo: &mut Memo)
     // updated in place unless an evaluation returned before holds them.
     memo.last = None;
     let mut changes = changes_since(observed, memo, fresh);
+    if let Some(adopted) = memo.adopted.take() {
+        // Taken over from the engine of the rules before a change.
+        changes.rules = adopted.rules;
+        changes.whole.extend(adopted.whole);
+    }
     let allow_rules = refresh_allow_rules(engine, observed, memo, &mut changes);
+    memo.caches
+        .owners
+        .get_mut()
+        .update((changes.all, &changes.keys), observed);
     let previous = memo.desired.clone();
     let mut report_dirty: BTreeSet<usize> = BTreeSet::new();
     if changes.all {
@@ -287,7 +296,7 @@ fn run_rule(
         .trigger
         .as_ref()
         .map(|t| GroupKind::new(&t.api_group, &t.kind));
-    let (dirty, listed_all) = dirty_triggers(rule, trigger_gk.as_ref(), rm, &view, changes);
+    let (dirty, listed_all) = dirty_triggers((idx, rule), trigger_gk.as_ref(), rm, &view, changes);
     // The rule's clock; what the triggers rendered again held is given
     // back (their renders count anew).
     let _rule_scope = limits::rule();
@@ -333,13 +342,15 @@ struct RenderedTrigger {
 /// The triggers of a rule to render again, in order, and whether they
 /// are all of them listed afresh (then the rule caches no trigger yet).
 fn dirty_triggers(
-    rule: &CompiledRule,
+    (idx, rule): (usize, &CompiledRule),
     trigger_gk: Option<&GroupKind>,
     rm: &RuleMemo,
     view: &View,
     changes: &Changes,
 ) -> (Vec<TKey>, bool) {
-    let full = changes.all || rule.consumes.iter().any(|gk| changes.whole(gk));
+    let full = changes.all
+        || changes.rules.contains(&idx)
+        || rule.consumes.iter().any(|gk| changes.whole(gk));
     let mut dirty: BTreeSet<TKey> = BTreeSet::new();
     // Everything rendered afresh: the triggers in the view's order (sorted
     // by namespace and name), with no set built.

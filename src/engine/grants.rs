@@ -359,21 +359,23 @@ impl Judge<'_, '_> {
     /// was installed with ([`policy::selects_by_installed_labels`]): the
     /// rule's choice, unlike a label someone added to it.
     fn protected_member(&self, selectors: &[LabelSelector], me: &str) -> Option<String> {
-        self.view.selected(selectors).into_iter().find_map(|m| {
-            let Seen::Observed(o) = m else { return None };
-            let labels = o["metadata"]["labels"].as_object();
-            let protected = m.name() != me
-                && policy::protected_object("ClusterRole", m.name(), |k| {
-                    labels.and_then(|l| l.get(k)).and_then(Value::as_str)
-                })
-                .is_some();
-            let installed = labels
-                .into_iter()
-                .flatten()
-                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)));
-            (protected && policy::selects_by_installed_labels(selectors, installed))
-                .then(|| m.name().to_string())
-        })
+        // Only the protected members (kept with the selection): visiting
+        // every member made an aggregate's verdict cost its selection, so
+        // each new member of a large one cost the cluster.
+        self.view
+            .protected_selected(selectors)
+            .into_iter()
+            .find_map(|m| {
+                let Seen::Observed(o) = m else { return None };
+                let labels = o["metadata"]["labels"].as_object();
+                let protected = m.name() != me && super::view::is_protected_role(m);
+                let installed = labels
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)));
+                (protected && policy::selects_by_installed_labels(selectors, installed))
+                    .then(|| m.name().to_string())
+            })
     }
 
     /// The denials and what the allow-list misses of a live role no rule
@@ -416,8 +418,16 @@ impl Judge<'_, '_> {
             return Arc::clone(v);
         }
         let selectors = selectors_of(agg);
+        // Without an allow-list only the members that break a denial can
+        // be refused: the cached selection knows them, so a binding judged
+        // again (any role changed) costs those, not every member.
+        let members = if self.allow.is_some() {
+            self.view.selected(&selectors)
+        } else {
+            self.view.noisy_selected(&selectors)
+        };
         let mut found = Vec::new();
-        for m in self.view.selected(&selectors) {
+        for m in members {
             // A member joined only by an aggregation label is judged by the
             // denials alone.
             let judged_by_allow = |o: &Value| {

@@ -58,6 +58,7 @@ mod vars;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use fast_hash::HashMap;
 use incremental::memo;
@@ -91,7 +92,7 @@ pub struct RuleSource {
 }
 
 /// Settings of one evaluation.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     /// Rules above this level are inactive.
     pub manage: ManageLevel,
@@ -170,6 +171,9 @@ pub struct Engine {
     /// Index in `rules` by name.
     index: HashMap<String, usize>,
     options: Options,
+    /// What it is made of: a memo another engine of the same rules made
+    /// is taken over ([`Engine::take_over`]).
+    stamp: Arc<incremental::stamp::EngineStamp>,
 }
 
 impl Engine {
@@ -182,6 +186,7 @@ impl Engine {
         match prepared {
             Ok(p) => Engine {
                 id: memo::next_engine_id(),
+                stamp: stamp_of(&p.rules, &p.fixed, &options),
                 index: index_of(&p.rules),
                 templates: p.templates,
                 rules: p.rules,
@@ -196,6 +201,7 @@ impl Engine {
                 }
                 Engine {
                     id: memo::next_engine_id(),
+                    stamp: stamp_of(&[], &fixed_reports, &options),
                     templates: Templates::with_limits(&options.limits),
                     rules: Vec::new(),
                     fixed_reports,
@@ -260,6 +266,7 @@ impl Engine {
     /// most [`limits::MAX_SHED_PASSES`] times. Shed triggers stay shed until
     /// the memo starts afresh.
     fn guarded(&self, observed: &ObjectStore, memo: &mut Memo) -> Evaluation {
+        self.take_over(memo);
         let mut evaluation = emit::evaluate(self, observed, memo);
         let limits = &self.options.limits;
         let namespaces: Vec<Option<&str>> = self
@@ -288,8 +295,40 @@ impl Engine {
             };
             evaluation = emit::evaluate(self, observed, memo);
         }
+        memo.stamp = Some(Arc::clone(&self.stamp));
         evaluation
     }
+
+    /// Takes over a memo another engine made, when its rules are these
+    /// (see [`incremental::adopt`]): a changed rule renders again, the
+    /// others keep what they cached. Otherwise the evaluation starts over.
+    fn take_over(&self, memo: &mut Memo) {
+        let same_options = |o: &(dyn std::any::Any + Send + Sync)| {
+            o.downcast_ref::<Options>() == Some(&self.options)
+        };
+        incremental::adopt::adopt(
+            memo,
+            (self.id, &self.stamp),
+            &self.fixed_reports,
+            same_options,
+        );
+    }
+}
+
+/// What an engine of these rules, reports and options is made of.
+fn stamp_of(
+    rules: &[CompiledRule],
+    fixed_reports: &BTreeMap<String, RuleReport>,
+    options: &Options,
+) -> Arc<incremental::stamp::EngineStamp> {
+    Arc::new(incremental::stamp::EngineStamp {
+        rules: rules
+            .iter()
+            .map(|r| incremental::stamp::RuleStamp::of(&r.name, &r.spec, &r.params, &r.produces))
+            .collect(),
+        fixed: fixed_reports.keys().cloned().collect(),
+        options: Box::new(options.clone()),
+    })
 }
 
 /// Kinds the rules read, merged per kind: what the caller must watch. The

@@ -412,7 +412,10 @@ impl Evaluator<'_> {
         self.caches.found_objects(
             (i, ns),
             read,
-            |ns, read| look_up(gk, ns, read, view),
+            (
+                |ns, read| look_up(gk, ns, read, view),
+                |ns, read| view.owned(gk, ns.map(String::as_str), read),
+            ),
             |keys| view.interner.borrow_mut().hits(keys),
         )
     }

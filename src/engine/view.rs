@@ -22,7 +22,7 @@ use super::fast_hash::HashMap;
 use super::incremental::caches::{Caches, Denials, Rules, Selection};
 use super::kinds::{gk_of, output_kind};
 use super::manifest::Interner;
-use super::memo::{Emit, Emitters, Lookup, RuleMemo};
+use super::memo::{Emit, Emitters, Lookup, Read, RuleMemo};
 use super::model::Seen;
 use super::output;
 use super::store::{GroupKind, ObjectKey, ObjectStore};
@@ -222,6 +222,29 @@ impl<'a> View<'a> {
             .collect()
     }
 
+    /// The observed objects of kind `gk` (in `ns`) that pass `read`,
+    /// looked up by their owners (see [`super::incremental::owners`]), in
+    /// view order: `None` when the read has no owner to look up by, or is
+    /// of an emitted kind (the rules' outputs overlay it).
+    pub fn owned(&self, gk: &GroupKind, ns: Option<&str>, read: &Read) -> Option<Vec<Arc<Value>>> {
+        if output_kind(gk).is_some() {
+            return None;
+        }
+        let uids = read.owner.as_ref()?.index_uids()?;
+        let keys = self
+            .caches
+            .owners
+            .borrow_mut()
+            .candidates(gk, ns, &uids, self.observed);
+        Some(
+            keys.iter()
+                .filter_map(|k| self.observed.get_shared(gk, k))
+                .filter(|o| read.passes(o))
+                .cloned()
+                .collect(),
+        )
+    }
+
     /// Every ClusterRole this view sees, by key, built once per view.
     fn cluster_roles(&self) -> Rc<SeenList<'a>> {
         if let Some(hit) = &*self.cluster_roles.borrow() {
@@ -320,6 +343,7 @@ impl<'a> View<'a> {
         }
         let mut members = Vec::new();
         let mut noisy = Vec::new();
+        let mut protected = Vec::new();
         let mut hits = Vec::new();
         // Matched by their labels: no JSON built for emitted roles.
         for (k, seen) in self.cluster_roles().iter() {
@@ -329,12 +353,16 @@ impl<'a> View<'a> {
             if self.breaks_denials(*seen) {
                 noisy.push(k.clone());
             }
+            if is_protected_role(*seen) {
+                protected.push(k.clone());
+            }
             members.push(k.clone());
             hits.push(*seen);
         }
         // In key order already: the sets are built at once, not key by key.
         let members: BTreeSet<ObjectKey> = members.into_iter().collect();
         let noisy: BTreeSet<ObjectKey> = noisy.into_iter().collect();
+        let protected: BTreeSet<ObjectKey> = protected.into_iter().collect();
         let mut all = self.caches.selections.borrow_mut();
         let mine = all.entry(self.reader).or_default();
         mine.next += 1;
@@ -347,6 +375,7 @@ impl<'a> View<'a> {
             selectors: selectors.to_vec(),
             members,
             noisy,
+            protected,
         };
         if let Some(old) = mine.by_json.insert(key, sel) {
             // (Never so: a known selection is returned above.)
@@ -396,6 +425,11 @@ impl<'a> View<'a> {
                 } else if was {
                     sel.noisy.remove(k);
                 }
+                if now && obj.is_some_and(is_protected_role) {
+                    sel.protected.insert(k.clone());
+                } else if was {
+                    sel.protected.remove(k);
+                }
                 if now || was {
                     reached.insert(json.clone());
                 }
@@ -428,6 +462,35 @@ impl<'a> View<'a> {
             .and_then(|m| m.by_json.get(&key))
             .map(|sel| {
                 sel.noisy
+                    .iter()
+                    .filter_map(|k| self.get_seen(gk, k))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The live members of a selection protected by their name or labels
+    /// ([`is_protected_role`]), in name order: kept with the selection,
+    /// so asking costs what they are, not every member.
+    pub fn protected_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
+        let key = serde_json::to_string(selectors).unwrap_or_default();
+        let known = self
+            .caches
+            .selections
+            .borrow()
+            .get(&self.reader)
+            .is_some_and(|m| m.by_json.contains_key(&key));
+        if !known {
+            self.selected(selectors);
+        }
+        let gk = gk_of(OutputKind::ClusterRole);
+        self.caches
+            .selections
+            .borrow()
+            .get(&self.reader)
+            .and_then(|m| m.by_json.get(&key))
+            .map(|sel| {
+                sel.protected
                     .iter()
                     .filter_map(|k| self.get_seen(gk, k))
                     .collect()
@@ -575,4 +638,18 @@ impl<'a> Lookup<'a> for View<'a> {
     fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
         View::get_value(self, gk, key)
     }
+}
+
+/// Whether a ClusterRole is a live one protected by its name or labels
+/// ([`crate::policy::protected_object`]): what an aggregate may not select
+/// by the labels it was installed with.
+pub(crate) fn is_protected_role(role: Seen<'_>) -> bool {
+    let Seen::Observed(o) = role else {
+        return false;
+    };
+    let labels = o["metadata"]["labels"].as_object();
+    crate::policy::protected_object("ClusterRole", role.name(), |k| {
+        labels.and_then(|l| l.get(k)).and_then(Value::as_str)
+    })
+    .is_some()
 }

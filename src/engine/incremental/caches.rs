@@ -50,6 +50,11 @@ pub(crate) struct Selection {
     /// Members that break a default denial: all an aggregated role's
     /// verdict needs to visit without an allow-list.
     pub noisy: BTreeSet<ObjectKey>,
+    /// Live members protected by their name or labels (Kubernetes'
+    /// bootstrap roles, the controller's own): all the check that an
+    /// aggregate selects none of them needs to visit, kept with the
+    /// membership so a change costs what it changes, not the selection.
+    pub protected: BTreeSet<ObjectKey>,
 }
 
 /// Selections by reader (`None`: policy).
@@ -89,4 +94,6 @@ pub(crate) struct Caches {
     pub copy_verdicts: RefCell<CopyVerdicts>,
     /// Cached ClusterRole selections, per reader.
     pub selections: RefCell<Selections>,
+    /// Observed objects by owner, for related sets filtered by owner.
+    pub owners: RefCell<super::owners::OwnerIndex>,
 }

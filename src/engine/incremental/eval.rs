@@ -783,13 +783,28 @@ impl EvalCaches {
     /// namespace `ns`) finds: looked up by `look_up` once per rule and
     /// filters, then filtered by owner; its read recorded with what it hit
     /// (`intern` shares the hits' keys).
+    /// A read filtered by owner is looked up by owner (`by_owner`, which
+    /// finds what passes all its filters, `None` when it cannot): what a
+    /// render of one trigger reads, not every object of the kind.
     pub fn found_objects(
         &self,
         (i, ns): (usize, Option<String>),
         mut read: Read,
-        look_up: impl FnOnce(Option<&String>, &Read) -> Vec<Arc<Value>>,
+        (look_up, by_owner): (
+            impl FnOnce(Option<&String>, &Read) -> Vec<Arc<Value>>,
+            impl FnOnce(Option<&String>, &Read) -> Option<Vec<Arc<Value>>>,
+        ),
         intern: impl Fn(BTreeSet<(String, String)>) -> Arc<BTreeSet<(String, String)>>,
     ) -> Vec<Arc<Value>> {
+        if read.owner.is_some()
+            && let Some(found) = by_owner(ns.as_ref(), &read)
+        {
+            if self.record {
+                read.hits = intern(found.iter().filter_map(|o| key_of(o)).collect());
+                self.record_read(read);
+            }
+            return found;
+        }
         // By the set (its kind) and its rendered filters: no text of the
         // kind built per render.
         let lookup: FoundKey = (

@@ -100,6 +100,12 @@ pub struct Memo {
     /// The evaluation's outputs' bytes as `limits::shed` last measured them,
     /// and the rules' `rendered` then.
     pub(in crate::engine) measured: Option<(usize, usize)>,
+    /// What the engine that made it is made of: another engine of the same
+    /// rules takes it over (see [`super::adopt`]).
+    pub(in crate::engine) stamp: Option<Arc<super::stamp::EngineStamp>>,
+    /// Set when another engine took it over, until its first evaluation:
+    /// the rules that changed.
+    pub(in crate::engine) adopted: Option<super::stamp::Adopted>,
 }
 
 impl Memo {
@@ -129,6 +135,19 @@ impl Memo {
     /// rendered; the rest were reused.
     pub fn renders(&self) -> usize {
         self.renders
+    }
+
+    /// Entries the index of observed objects by owner holds (see
+    /// [`super::owners`]): one per ownerReference of the kinds read
+    /// through an owner filter, bounded by the cluster.
+    pub fn owner_index_entries(&self) -> usize {
+        self.caches.owners.borrow().entries()
+    }
+
+    /// Bytes the texts of its engine's rules hold (see [`super::adopt`]):
+    /// what a new engine compares its rules with, shared with the engine.
+    pub fn rule_stamp_bytes(&self) -> usize {
+        self.stamp.as_ref().map_or(0, |s| s.bytes())
     }
 
     /// Whether every rule's and the evaluation's totals are within
@@ -952,6 +971,22 @@ impl OwnerFilter {
         }
     }
 
+    /// The owner uids an object passing this filter has a reference to
+    /// (`""`: a reference without a uid), to look it up by in an index of
+    /// objects by owner ([`super::owners`]); `None` when the filter can
+    /// pass an object by its owner's kind and name alone.
+    pub fn index_uids(&self) -> Option<Vec<&str>> {
+        Some(match self {
+            // A controller reference without a uid matches by kind and name.
+            OwnerFilter::Controller(o) if !o.uid.is_empty() => vec![o.uid.as_str(), ""],
+            OwnerFilter::Controller(_) => return None,
+            // Only references with a uid count.
+            OwnerFilter::AnyOf(uids) => uids.iter().map(String::as_str).collect(),
+            // Only a controller with a uid counts.
+            OwnerFilter::Lineage(owners) => owners.keys().map(String::as_str).collect(),
+        })
+    }
+
     /// Text that tells filters apart (the read index's shared-filter key).
     fn key(&self) -> String {
         match self {
@@ -1059,6 +1094,9 @@ pub(in crate::engine) struct Changes {
     pub keys: HashMap<GroupKind, BTreeSet<ObjectKey>>,
     pub whole: HashSet<GroupKind>,
     pub all: bool,
+    /// Rules (by index) whose every trigger renders again: they changed
+    /// since the memo's last evaluation (see [`super::adopt`]).
+    pub rules: BTreeSet<usize>,
 }
 
 impl Changes {

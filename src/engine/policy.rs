@@ -551,7 +551,26 @@ fn record_notice(
 ) {
     let old = memo.noticed.get(key).cloned();
     let new = notice.map(|b| *b);
-    if old.as_ref().map(|(r, n)| (*r, n)) != new.as_ref().map(|n| (n.rule, &n.text)) {
+    // The same notice is one of the same rule, text, trigger and field: a
+    // role once emitted (its output's field) and now only live (kept; the
+    // rule's `spec.outputs`) says where it comes from anew.
+    let same = match (&old, &new) {
+        (None, None) => true,
+        (Some((rule, text)), Some(n)) => {
+            *rule == n.rule
+                && *text == n.text
+                && rule.is_none_or(|r| {
+                    memo.rules[r]
+                        .notices
+                        .get(key)
+                        .is_some_and(|(trigger, field, _)| {
+                            *trigger == n.trigger && *field == n.field
+                        })
+                })
+        }
+        _ => false,
+    };
+    if !same {
         if let Some((Some(r), _)) = old {
             memo.rules[r].notices.remove(key);
             report_dirty.insert(r);

@@ -444,35 +444,23 @@ impl<'a> View<'a> {
     /// The members of a selection that break a default denial, in name
     /// order.
     pub fn noisy_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
-        let key = serde_json::to_string(selectors).unwrap_or_default();
-        let known = self
-            .caches
-            .selections
-            .borrow()
-            .get(&self.reader)
-            .is_some_and(|m| m.by_json.contains_key(&key));
-        if !known {
-            self.selected(selectors);
-        }
-        let gk = gk_of(OutputKind::ClusterRole);
-        self.caches
-            .selections
-            .borrow()
-            .get(&self.reader)
-            .and_then(|m| m.by_json.get(&key))
-            .map(|sel| {
-                sel.noisy
-                    .iter()
-                    .filter_map(|k| self.get_seen(gk, k))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.selected_part(selectors, |sel| &sel.noisy)
     }
 
     /// The live members of a selection protected by their name or labels
     /// ([`is_protected_role`]), in name order: kept with the selection,
     /// so asking costs what they are, not every member.
     pub fn protected_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
+        self.selected_part(selectors, |sel| &sel.protected)
+    }
+
+    /// The members of a selection in one of the sets kept with it (`part`),
+    /// the selection made first if it is not cached yet.
+    fn selected_part(
+        &self,
+        selectors: &[LabelSelector],
+        part: impl Fn(&Selection) -> &BTreeSet<ObjectKey>,
+    ) -> Vec<Seen<'a>> {
         let key = serde_json::to_string(selectors).unwrap_or_default();
         let known = self
             .caches
@@ -490,7 +478,7 @@ impl<'a> View<'a> {
             .get(&self.reader)
             .and_then(|m| m.by_json.get(&key))
             .map(|sel| {
-                sel.protected
+                part(sel)
                     .iter()
                     .filter_map(|k| self.get_seen(gk, k))
                     .collect()

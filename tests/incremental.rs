@@ -1044,3 +1044,127 @@ spec:
         assert_eq!(inc.desired.len(), usize::from(!want), "{what}");
     }
 }
+
+#[test]
+fn a_rule_change_compiles_only_the_changed_rule() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let engine = Engine::new(&rules, Options::default());
+    assert_eq!(engine.rules_compiled(), rules.len());
+    let first = engine.evaluate_incremental(&c.store, &mut memo);
+    apply(&mut c, &first);
+    engine.evaluate_incremental(&c.store, &mut memo);
+
+    // One rule changed: it alone compiles; the engine holds the templates
+    // a fresh one does (none of the old rule's, no other's twice) and
+    // evaluates as a fresh one, rendering the changed rule's triggers only.
+    let changed = changed_rules(&rules, "crossplane-core", 0, "1");
+    let next = Engine::with_previous(&engine, &changed, Options::default());
+    assert_eq!(next.rules_compiled(), 1);
+    let fresh = Engine::new(&changed, Options::default());
+    assert_eq!(next.template_texts(), fresh.template_texts());
+    let e = next.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), 1, "crossplane-core's static set");
+    assert_eq!(e.changed.len(), 1, "{:?}", e.changed);
+    assert_same(1, "reused rules", &e, &fresh.evaluate(&c.store));
+    drop(engine);
+
+    // A rule whose templates change: the new text is compiled, the old
+    // one is not kept, and its triggers render with the new one.
+    let mut templated = changed.clone();
+    let r = templated
+        .iter_mut()
+        .find(|r| r.name == "crossplane-composite-system")
+        .expect("the rule");
+    r.spec.outputs[0].annotations =
+        Some(json!({"example.org/of": "{{shorten trigger.metadata.name 40}}"}));
+    let after = Engine::with_previous(&next, &templated, Options::default());
+    assert_eq!(after.rules_compiled(), 1);
+    let fresh = Engine::new(&templated, Options::default());
+    assert_eq!(after.template_texts(), fresh.template_texts());
+    assert!(
+        after
+            .template_texts()
+            .iter()
+            .any(|t| t.contains("shorten trigger.metadata.name 40"))
+    );
+    let e = after.evaluate_incremental(&c.store, &mut memo);
+    assert_eq!(memo.renders(), XRDS, "one per XRD");
+    assert_same(2, "templates changed", &e, &fresh.evaluate(&c.store));
+
+    // Back as they were: the templates of the changed text are gone again.
+    let back = Engine::with_previous(&after, &changed, Options::default());
+    assert_eq!(back.rules_compiled(), 1);
+    assert_eq!(
+        back.template_texts(),
+        Engine::new(&changed, Options::default()).template_texts()
+    );
+    assert!(
+        !back
+            .template_texts()
+            .iter()
+            .any(|t| t.contains("shorten trigger.metadata.name 40"))
+    );
+
+    // The same rules: nothing compiles. Other options: everything does
+    // (params and limits change what a rule compiles to).
+    let same = Engine::with_previous(&back, &changed, Options::default());
+    assert_eq!(same.rules_compiled(), 0);
+    let other = Options {
+        params: [("crossplaneNamespace".to_string(), "other".to_string())].into(),
+        ..Options::default()
+    };
+    let again = Engine::with_previous(&same, &changed, other.clone());
+    assert_eq!(again.rules_compiled(), changed.len());
+    assert_eq!(
+        again.template_texts(),
+        Engine::new(&changed, other).template_texts()
+    );
+
+    // A rule moved into a namespace is another rule's source: compiled.
+    let mut moved = changed.clone();
+    moved[0].namespace = Some("team-a".into());
+    let tenant = Engine::with_previous(&same, &moved, Options::default());
+    assert_eq!(tenant.rules_compiled(), 1);
+}
+
+#[test]
+fn rule_changes_through_reused_engines_agree_with_full_evaluations() {
+    let rules = rbac_rules::rules::builtin().expect("built-in rules");
+    let mut c = initial();
+    let mut memo = Memo::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut current = rules.clone();
+    let names: Vec<String> = rules.iter().map(|r| r.name.clone()).collect();
+    let mut engine = Engine::new(&current, Options::default());
+    for step in 0..16 {
+        let name = &names[rng.below(names.len())];
+        let outputs = current
+            .iter()
+            .find(|r| &r.name == name)
+            .map(|r| r.spec.outputs.len())
+            .unwrap_or(0);
+        if outputs > 0 {
+            current = changed_rules(
+                &current,
+                name,
+                rng.below(outputs),
+                &rng.below(3).to_string(),
+            );
+        }
+        if rng.chance(50) {
+            let p = rng.below(PROVIDERS);
+            c.put(revision(p, p % 3, "org", 2 + rng.below(2)));
+        }
+        engine = Engine::with_previous(&engine, &current, Options::default());
+        assert!(engine.rules_compiled() <= 1, "step {step}");
+        let inc = engine.evaluate_incremental(&c.store, &mut memo);
+        let fresh = Engine::new(&current, Options::default());
+        assert_eq!(engine.template_texts(), fresh.template_texts(), "step {step}");
+        assert_same(step, "reused engine", &inc, &fresh.evaluate(&c.store));
+        if rng.chance(50) {
+            apply(&mut c, &inc);
+        }
+    }
+}

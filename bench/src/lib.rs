@@ -625,7 +625,7 @@ fn incremental_phase(args: &BenchArgs) -> Result<Value, BenchError> {
             if kind == ChangeKind::RuleChanged {
                 // Built again with the rules, as the controller does.
                 change_rule(&mut rules, i);
-                engine = Engine::new(&rules, options.clone());
+                engine = Engine::with_previous(&engine, &rules, options.clone());
             }
             let e = engine.evaluate_incremental(&store, &mut memo);
             times.push(ms(started.elapsed()));

@@ -422,22 +422,24 @@ impl Syncer {
                 if let Some(lane) = self.lane.filter(|l| *l < limits.seconds_per_rule) {
                     limits.seconds_per_rule = lane;
                 }
-                let engine = Engine::new(
-                    &sources,
-                    // Held rules are not evaluated; their live objects stay
-                    // visible to the rules that copy from them.
-                    Options {
-                        manage: self.manage,
-                        allow: key.1.clone(),
-                        held: key.2.clone(),
-                        waivers: self.waivers.clone(),
-                        limits,
-                        params: self.params.clone(),
-                        param_origins: self.param_origins.clone(),
-                        tenancy: self.tenancy.clone(),
-                        ..Options::default()
-                    },
-                );
+                // Held rules are not evaluated; their live objects stay
+                // visible to the rules that copy from them.
+                let options = Options {
+                    manage: self.manage,
+                    allow: key.1.clone(),
+                    held: key.2.clone(),
+                    waivers: self.waivers.clone(),
+                    limits,
+                    params: self.params.clone(),
+                    param_origins: self.param_origins.clone(),
+                    tenancy: self.tenancy.clone(),
+                    ..Options::default()
+                };
+                // Only new and changed rules compile.
+                let engine = match &previous {
+                    Some(p) => Engine::with_previous(&p.engine, &sources, options),
+                    None => Engine::new(&sources, options),
+                };
                 CachedEngine {
                     key,
                     engine,
@@ -860,7 +862,10 @@ impl SlowLane {
             let sources = sources_of(&key);
             // The memo is kept: the new engine takes it over where its
             // rules are the same.
-            self.engine = Some(Engine::new(&sources, options));
+            self.engine = Some(match &self.engine {
+                Some(p) => Engine::with_previous(p, &sources, options),
+                None => Engine::new(&sources, options),
+            });
             self.key = key;
         }
         match &self.engine {

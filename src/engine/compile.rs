@@ -65,6 +65,7 @@ impl Sight<'_> {
 }
 
 /// A rule that passed validation.
+#[derive(Clone)]
 pub struct CompiledRule {
     pub name: String,
     pub spec: RbacRuleSpec,
@@ -104,6 +105,9 @@ pub struct CompiledRule {
     /// The values of the params it declares (`params.<name>`): defaults,
     /// then [`CompiledRule::set_params`].
     pub params: serde_json::Map<String, Value>,
+    /// The templates and expressions it compiled: what an engine that
+    /// reuses the rule copies into its registry (set by `order::prepare`).
+    pub registered: std::sync::Arc<super::template::Registered>,
 }
 
 impl CompiledRule {
@@ -1132,6 +1136,7 @@ fn compiled(name: &str, spec: &RbacRuleSpec, regexes: HashMap<String, Regex>) ->
         name: name.to_string(),
         spec: spec.clone(),
         regexes,
+        registered: Default::default(),
         consumes: interests.iter().map(|i| i.gk.clone()).collect(),
         interests,
         produces: spec.outputs.iter().map(|o| output_gk(o.kind)).collect(),

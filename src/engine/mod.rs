@@ -174,24 +174,74 @@ pub struct Engine {
     /// What it is made of: a memo another engine of the same rules made
     /// is taken over ([`Engine::take_over`]).
     stamp: Arc<incremental::stamp::EngineStamp>,
+    /// The rules it was made from: a later engine
+    /// ([`Engine::with_previous`]) takes each rule whose source is the
+    /// same as compiled here.
+    sources: Vec<RuleSource>,
+    /// How many rules it compiled (the others it took from its
+    /// predecessor).
+    compiled: usize,
 }
 
 impl Engine {
     /// Compiles the rules. Invalid rules are reported, not fatal: the others
     /// still run. Compiles on a thread of its own ([`limits::isolated`]).
     pub fn new(sources: &[RuleSource], options: Options) -> Engine {
+        Self::build(sources, options, None)
+    }
+
+    /// [`Engine::new`] for rules that changed since `previous` was made:
+    /// a rule whose source (name, namespace, spec) is the same, compared
+    /// whole, under the same options, is taken from `previous` as it was
+    /// compiled (with its templates, copied into this engine's registry:
+    /// it holds what compiling every rule afresh puts there, nothing of a
+    /// rule gone or changed), so only new and changed rules compile. The
+    /// engine is the one [`Engine::new`] makes, and takes over the memo
+    /// `previous` made as that one does.
+    pub fn with_previous(previous: &Engine, sources: &[RuleSource], options: Options) -> Engine {
+        Self::build(sources, options, Some(previous))
+    }
+
+    /// How many rules this engine compiled: all its valid and invalid
+    /// active rules for [`Engine::new`], the new and changed ones for
+    /// [`Engine::with_previous`].
+    pub fn rules_compiled(&self) -> usize {
+        self.compiled
+    }
+
+    /// Every template and expression text the engine's registry holds,
+    /// each named by where it is held, sorted: what two engines of the
+    /// same rules and options hold alike, however they were made.
+    pub fn template_texts(&self) -> Vec<String> {
+        self.templates.held_texts()
+    }
+
+    fn build(sources: &[RuleSource], options: Options, previous: Option<&Engine>) -> Engine {
         let prepared = limits::isolated(|| {
-            order::prepare(sources, &options, Templates::with_limits(&options.limits))
+            let earlier = previous.map(|p| order::Earlier {
+                sources: &p.sources,
+                options: &p.options,
+                rules: &p.rules,
+                templates: &p.templates,
+            });
+            order::prepare_after(
+                sources,
+                &options,
+                Templates::with_limits(&options.limits),
+                earlier,
+            )
         });
         match prepared {
             Ok(p) => Engine {
                 id: memo::next_engine_id(),
-                stamp: stamp_of(&p.rules, &p.fixed, &options),
+                stamp: stamp_of(&p.rules, &p.fixed, &options, previous),
                 index: index_of(&p.rules),
                 templates: p.templates,
                 rules: p.rules,
                 fixed_reports: p.fixed,
                 options,
+                sources: sources.to_vec(),
+                compiled: p.compiled,
             },
             Err(e) => {
                 tracing::error!(error = %e, "compiling the rules failed");
@@ -201,12 +251,15 @@ impl Engine {
                 }
                 Engine {
                     id: memo::next_engine_id(),
-                    stamp: stamp_of(&[], &fixed_reports, &options),
+                    stamp: stamp_of(&[], &fixed_reports, &options, None),
                     templates: Templates::with_limits(&options.limits),
                     rules: Vec::new(),
                     fixed_reports,
                     index: HashMap::default(),
                     options,
+                    // Nothing compiled here to take.
+                    sources: Vec::new(),
+                    compiled: sources.len(),
                 }
             }
         }
@@ -315,16 +368,32 @@ impl Engine {
     }
 }
 
-/// What an engine of these rules, reports and options is made of.
+/// What an engine of these rules, reports and options is made of. A rule
+/// taken from `previous` as it was compiled there (the same registered
+/// texts, not a copy of them) has the stamp it had there: its text is
+/// not written again.
 fn stamp_of(
     rules: &[CompiledRule],
     fixed_reports: &BTreeMap<String, RuleReport>,
     options: &Options,
+    previous: Option<&Engine>,
 ) -> Arc<incremental::stamp::EngineStamp> {
+    let taken = |r: &CompiledRule| {
+        let p = previous?;
+        let i = p.rule_index(&r.name)?;
+        let was = p.rules.get(i)?;
+        Arc::ptr_eq(&was.registered, &r.registered)
+            .then(|| p.stamp.rules.get(i).cloned())
+            .flatten()
+    };
     Arc::new(incremental::stamp::EngineStamp {
         rules: rules
             .iter()
-            .map(|r| incremental::stamp::RuleStamp::of(&r.name, &r.spec, &r.params, &r.produces))
+            .map(|r| {
+                taken(r).unwrap_or_else(|| {
+                    incremental::stamp::RuleStamp::of(&r.name, &r.spec, &r.params, &r.produces)
+                })
+            })
             .collect(),
         fixed: fixed_reports.keys().cloned().collect(),
         options: Box::new(options.clone()),

@@ -9,7 +9,8 @@
 //!
 //! Reference twin: `reference/order.rs` (which calls [`prepare`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::compile::{self, CompiledRule};
 use super::error::{EngineError, ErrorKind};
@@ -25,6 +26,38 @@ pub struct Prepared {
     pub rules: Vec<CompiledRule>,
     /// Reports of the rules that do not run: invalid, cyclic, inactive.
     pub fixed: BTreeMap<String, RuleReport>,
+    /// How many rules were compiled, not taken from an [`Earlier`]
+    /// preparation.
+    pub compiled: usize,
+}
+
+/// An earlier preparation whose compiled rules a new one may take: a
+/// rule whose source (name, namespace, spec) is the same, compared whole,
+/// under the same options, compiles to the same rule, so it is taken as
+/// it is, its templates copied from the registry it was compiled into.
+pub struct Earlier<'a> {
+    /// The sources it was given.
+    pub sources: &'a [RuleSource],
+    /// Its options.
+    pub options: &'a Options,
+    /// Its runnable rules.
+    pub rules: &'a [CompiledRule],
+    /// The registry they were compiled into.
+    pub templates: &'a Templates,
+}
+
+impl Earlier<'_> {
+    /// Rule `src` as compiled before, when it was and its source is the
+    /// same. The first of several sources of one name is the one compiled.
+    fn find<'r>(
+        &'r self,
+        src: &RuleSource,
+        rules: &HashMap<&str, &'r CompiledRule>,
+    ) -> Option<&'r CompiledRule> {
+        let rule = rules.get(src.name.as_str())?;
+        let was = self.sources.iter().find(|s| s.name == src.name)?;
+        (was.namespace == src.namespace && was.spec == src.spec).then_some(*rule)
+    }
 }
 
 impl Prepared {
@@ -37,10 +70,29 @@ impl Prepared {
 /// Compiles `sources` into `templates` and orders them: invalid,
 /// duplicate, inactive and cyclic rules get a report instead of a place
 /// in the order.
-pub fn prepare(sources: &[RuleSource], options: &Options, mut templates: Templates) -> Prepared {
+pub fn prepare(sources: &[RuleSource], options: &Options, templates: Templates) -> Prepared {
+    prepare_after(sources, options, templates, None)
+}
+
+/// [`prepare`], taking from `earlier` each rule it compiled from the same
+/// source, when its options are these and its registry of the same kind:
+/// only new and changed rules compile. What it gives is what [`prepare`]
+/// gives, rule for rule and template for template.
+pub fn prepare_after(
+    sources: &[RuleSource],
+    options: &Options,
+    mut templates: Templates,
+    earlier: Option<Earlier<'_>>,
+) -> Prepared {
+    let earlier = earlier.filter(|e| e.options == options && e.templates.same_kind(&templates));
+    let earlier_rules: HashMap<&str, &CompiledRule> = earlier
+        .as_ref()
+        .map(|e| e.rules.iter().map(|r| (r.name.as_str(), r)).collect())
+        .unwrap_or_default();
     let mut compiled = Vec::new();
     let mut fixed = BTreeMap::new();
     let mut seen = BTreeSet::new();
+    let mut count = 0;
     for src in sources {
         if !seen.insert(src.name.clone()) {
             let e = rule_error(
@@ -56,8 +108,26 @@ pub fn prepare(sources: &[RuleSource], options: &Options, mut templates: Templat
             fixed.insert(src.name.clone(), RuleReport::new(RuleState::Inactive));
             continue;
         }
-        match compile_one(src, options, &mut templates) {
-            Ok(rule) => compiled.push(rule),
+        if let Some((e, rule)) = earlier
+            .as_ref()
+            .and_then(|e| Some((e, e.find(src, &earlier_rules)?)))
+            && templates.copy_from(e.templates, &rule.registered).is_ok()
+        {
+            // What copying compiled, if anything, is the rule's already.
+            templates.take_registered();
+            compiled.push(rule.clone());
+            continue;
+        }
+        count += 1;
+        // Only this rule's texts are noted with it.
+        templates.take_registered();
+        let result = compile_one(src, options, &mut templates);
+        let registered = Arc::new(templates.take_registered());
+        match result {
+            Ok(mut rule) => {
+                rule.registered = registered;
+                compiled.push(rule);
+            }
             Err(report) => {
                 fixed.insert(src.name.clone(), report);
             }
@@ -81,6 +151,7 @@ pub fn prepare(sources: &[RuleSource], options: &Options, mut templates: Templat
         templates,
         rules,
         fixed,
+        compiled: count,
     }
 }
 

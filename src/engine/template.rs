@@ -54,9 +54,27 @@ pub struct Templates {
     /// goes through handlebars. The reference evaluator renders this way,
     /// so the differential tests check each fast path against handlebars.
     plain: bool,
+    /// What was compiled since [`Templates::take_registered`] last took
+    /// it: one rule's texts, kept with that rule so that a later engine
+    /// that reuses the rule copies exactly them (see [`Templates::copy_from`]).
+    registered: Registered,
+}
+
+/// The templates and expressions one rule compiled, by their text: what
+/// a registry needs to hold for the rule to render. Texts, not parsed
+/// trees: a registry that takes a rule over copies these entries from the
+/// one the rule was compiled into, so it holds what compiling the rule
+/// into it would have put there, and nothing of any other rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Registered {
+    /// Templates (not literal), by their text.
+    templates: BTreeSet<String>,
+    /// Expressions, by their text.
+    exprs: BTreeSet<String>,
 }
 
 /// A piece of a simple template.
+#[derive(Clone)]
 enum Part {
     /// Text written as is.
     Text(String),
@@ -123,6 +141,7 @@ impl Templates {
             bare: HashMap::default(),
             depth: limits.template_depth,
             plain: false,
+            registered: Registered::default(),
         }
     }
 
@@ -148,14 +167,114 @@ impl Templates {
 
     /// Parses a template once; later renders reuse it.
     pub fn compile(&mut self, text: &str) -> Result<(), CompileError> {
-        if Self::is_literal(text) || self.hb.has_template(text) {
+        if Self::is_literal(text) {
             return Ok(());
         }
-        self.register(text)
+        if !self.hb.has_template(text) {
+            self.register(text)?;
+        }
+        if !self.registered.templates.contains(text) {
+            self.registered.templates.insert(text.to_string());
+        }
+        Ok(())
     }
 
     /// Parses an expression once.
     pub fn compile_expr(&mut self, expr: &str) -> Result<(), CompileError> {
+        self.compile_expr_once(expr)?;
+        if !self.registered.exprs.contains(expr) {
+            self.registered.exprs.insert(expr.to_string());
+        }
+        Ok(())
+    }
+
+    /// Takes what was compiled since the last call: one rule's texts,
+    /// when called after each rule.
+    pub fn take_registered(&mut self) -> Registered {
+        std::mem::take(&mut self.registered)
+    }
+
+    /// Puts into this registry what `from` holds for the texts `what`
+    /// (a rule compiled into `from`), as compiling them here would: the
+    /// same parsed trees and fast paths, copied, not parsed again. A text
+    /// `from` does not hold (none, for a rule compiled there under the
+    /// same limits) is compiled. Both registries must be of one kind
+    /// (plain or not) and depth, which the caller checks.
+    pub fn copy_from(&mut self, from: &Templates, what: &Registered) -> Result<(), CompileError> {
+        for text in &what.templates {
+            if !self.copy_template(from, text) {
+                self.compile(text)?;
+            }
+        }
+        for expr in &what.exprs {
+            let Ok(wrapped) = wrap_expr(expr) else {
+                self.compile_expr(expr)?;
+                continue;
+            };
+            let bare = from.bare.get(expr);
+            if (!self.plain && bare.is_none()) || !self.copy_template(from, &wrapped) {
+                self.compile_expr(expr)?;
+                continue;
+            }
+            if let Some(b) = bare.filter(|_| !self.bare.contains_key(expr)) {
+                self.bare.insert(expr.clone(), b.clone());
+            }
+            if let Some(c) = from
+                .calls
+                .get(expr)
+                .filter(|_| !self.calls.contains_key(expr))
+            {
+                self.calls.insert(expr.clone(), c.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the parsed template `text` and its fast path from `from`;
+    /// false when `from` does not hold it.
+    fn copy_template(&mut self, from: &Templates, text: &str) -> bool {
+        if self.hb.has_template(text) {
+            return true;
+        }
+        let Some(tpl) = from.hb.get_template(text) else {
+            return false;
+        };
+        if let Some(parts) = from.simple.get(text) {
+            self.simple.insert(text.to_string(), parts.clone());
+        }
+        if let Some(pieces) = from.called.get(text) {
+            self.called.insert(text.to_string(), pieces.clone());
+        }
+        self.hb.register_template(text, tpl.clone());
+        true
+    }
+
+    /// Whether templates compiled here and in `other` mean the same:
+    /// both plain or neither, nested to the same depth.
+    pub fn same_kind(&self, other: &Templates) -> bool {
+        self.plain == other.plain && self.depth == other.depth
+    }
+
+    /// Every text this registry holds, each under the name of what holds
+    /// it (`hb`, `simple`, `called`, `calls`, `bare`), sorted: two
+    /// registries that hold the same texts the same ways answer alike.
+    pub fn held_texts(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .hb
+            .get_templates()
+            .keys()
+            .map(|k| format!("hb:{k}"))
+            .chain(self.simple.keys().map(|k| format!("simple:{k}")))
+            .chain(self.called.keys().map(|k| format!("called:{k}")))
+            .chain(self.calls.keys().map(|k| format!("calls:{k}")))
+            .chain(self.bare.keys().map(|k| format!("bare:{k}")))
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// [`Templates::compile_expr`], without noting the text.
+    fn compile_expr_once(&mut self, expr: &str) -> Result<(), CompileError> {
         if !self.plain && !self.bare.contains_key(expr) {
             self.bare.insert(expr.to_string(), bare_path(expr));
         }
@@ -438,6 +557,7 @@ fn render_simple(parts: &[Part], data: &Value, out: &mut String) -> Option<Resul
 }
 
 /// A piece of a template rendered without handlebars.
+#[derive(Clone)]
 enum Piece {
     /// Text written as is.
     Text(String),
@@ -900,6 +1020,7 @@ static NULL: Value = Value::Null;
 /// the same ticks, charges, limits and errors. Only calls whose every path
 /// is found (or may be missing) are evaluated so; handlebars evaluates the
 /// others, to fail with its own messages.
+#[derive(Clone)]
 struct Call {
     name: &'static str,
     allow_missing: bool,
@@ -908,6 +1029,7 @@ struct Call {
 }
 
 /// An argument of a [`Call`].
+#[derive(Clone)]
 enum Arg {
     /// Object keys from the context's root.
     Path(FieldPath),

@@ -1161,7 +1161,11 @@ fn rule_changes_through_reused_engines_agree_with_full_evaluations() {
         assert!(engine.rules_compiled() <= 1, "step {step}");
         let inc = engine.evaluate_incremental(&c.store, &mut memo);
         let fresh = Engine::new(&current, Options::default());
-        assert_eq!(engine.template_texts(), fresh.template_texts(), "step {step}");
+        assert_eq!(
+            engine.template_texts(),
+            fresh.template_texts(),
+            "step {step}"
+        );
         assert_same(step, "reused engine", &inc, &fresh.evaluate(&c.store));
         if rng.chance(50) {
             apply(&mut c, &inc);

@@ -434,9 +434,7 @@ impl<'a> View<'a> {
                 } else if was {
                     sel.protected.remove(k);
                 }
-                if now
-                    && *outside.get_or_init(|| obj.is_some_and(|o| self.outside_allow_list(o)))
-                {
+                if now && *outside.get_or_init(|| obj.is_some_and(|o| self.outside_allow_list(o))) {
                     sel.outside.insert(k.clone());
                 } else if was {
                     sel.outside.remove(k);

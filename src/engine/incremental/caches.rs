@@ -321,3 +321,107 @@ pub(crate) struct Caches {
     /// Observed objects by owner, for related sets filtered by owner.
     pub owners: RefCell<super::owners::OwnerIndex>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn selector(v: Value) -> LabelSelector {
+        serde_json::from_value(v).expect("selector")
+    }
+
+    /// Every selection a role's labels match is among the candidates the
+    /// index gives for it (the index never makes a selection miss a
+    /// member), and an unrelated role visits only the selections that
+    /// select on no label it must carry.
+    #[test]
+    fn the_index_gives_every_selection_a_role_can_match() {
+        let selectors: Vec<Vec<LabelSelector>> = vec![
+            vec![selector(serde_json::json!({"matchLabels": {"a": "1"}}))],
+            vec![selector(
+                serde_json::json!({"matchLabels": {"a": "2", "b": "1"}}),
+            )],
+            vec![selector(serde_json::json!({"matchExpressions": [
+                {"key": "b", "operator": "In", "values": ["1", "2"]}]}))],
+            vec![selector(serde_json::json!({"matchExpressions": [
+                {"key": "c", "operator": "Exists"}]}))],
+            vec![selector(serde_json::json!({"matchExpressions": [
+                {"key": "a", "operator": "NotIn", "values": ["1"]},
+                {"key": "b", "operator": "DoesNotExist"}]}))],
+            vec![
+                selector(serde_json::json!({"matchLabels": {"c": "2"}})),
+                selector(serde_json::json!({"matchExpressions": [
+                    {"key": "a", "operator": "Exists"}]})),
+            ],
+            vec![selector(serde_json::json!({}))],
+        ];
+        let mut r = ReaderSelections::default();
+        for (i, s) in selectors.iter().enumerate() {
+            let id = i as u64 + 1;
+            r.add(
+                format!("{i}").into(),
+                Selection {
+                    id,
+                    selectors: s.clone(),
+                    members: BTreeSet::new(),
+                    noisy: BTreeSet::new(),
+                    protected: BTreeSet::new(),
+                    outside: BTreeSet::new(),
+                },
+            );
+        }
+        let values = ["", "1", "2", "3"];
+        let key = (String::new(), "role".to_string());
+        // Every combination of labels a, b, c (absent, or one of 3 values).
+        for n in 0..4usize.pow(3) {
+            let mut labels = BTreeMap::new();
+            for (j, k) in ["a", "b", "c"].iter().enumerate() {
+                let v = values[(n / 4usize.pow(j as u32)) % 4];
+                if !v.is_empty() {
+                    labels.insert(k.to_string(), v.to_string());
+                }
+            }
+            let got = r.candidates(
+                &key,
+                Some(labels.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            );
+            for (i, s) in selectors.iter().enumerate() {
+                let matches = s.iter().any(|s| crate::selector::matches_map(s, &labels));
+                if matches {
+                    assert!(
+                        got.contains(&(i as u64 + 1)),
+                        "{labels:?}: selection {i} missed"
+                    );
+                }
+            }
+        }
+        // Labels no selector names: only the selections with a selector
+        // that names no label a role must carry.
+        let got = r.candidates(&key, Some([("z", "9")].into_iter()));
+        assert_eq!(got, vec![5, 7]);
+        // One filing per selector and value; taking a selection out
+        // empties its filings.
+        assert_eq!(r.index.entries(), 1 + 1 + 2 + 1 + 1 + 2 + 1);
+        let again = Selection {
+            id: 100,
+            selectors: selectors[2].clone(),
+            members: BTreeSet::new(),
+            noisy: BTreeSet::new(),
+            protected: BTreeSet::new(),
+            outside: BTreeSet::new(),
+        };
+        r.next = 100;
+        r.add("2".into(), again);
+        assert_eq!(r.index.entries(), 1 + 1 + 2 + 1 + 1 + 2 + 1);
+        assert!(
+            r.candidates(&key, Some([("b", "2")].into_iter()))
+                .contains(&100)
+        );
+        assert!(
+            !r.candidates(&key, Some([("b", "2")].into_iter()))
+                .contains(&3)
+        );
+    }
+}

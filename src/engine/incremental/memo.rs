@@ -158,6 +158,18 @@ impl Memo {
         self.caches.work.get().members_visited
     }
 
+    /// Filings the index of cached ClusterRole selections holds, over every
+    /// reader: at most one per selector and value it names, so as large
+    /// as the selections, whatever the cluster.
+    pub fn selection_index_entries(&self) -> usize {
+        self.caches
+            .selections
+            .borrow()
+            .values()
+            .map(|r| r.index.entries())
+            .sum()
+    }
+
     /// Bytes the texts of its engine's rules hold (see [`super::adopt`]):
     /// what a new engine compares its rules with, shared with the engine.
     pub fn rule_stamp_bytes(&self) -> usize {

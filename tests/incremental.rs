@@ -1172,3 +1172,177 @@ fn rule_changes_through_reused_engines_agree_with_full_evaluations() {
         }
     }
 }
+
+/// Rules making one aggregated ClusterRole per Namespace, each selecting
+/// the roles labelled with its namespace's name, and a binding of it.
+const PER_TEAM_AGGREGATES: &str = r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: teams}
+spec:
+  trigger: {kind: Namespace}
+  outputs:
+  - kind: ClusterRole
+    name: "team-{{trigger.metadata.name}}"
+    aggregationRule:
+      clusterRoleSelectors: [{matchLabels: {example.org/team: "{{trigger.metadata.name}}"}}]
+  - kind: ClusterRoleBinding
+    name: "team-{{trigger.metadata.name}}"
+    roleRef: {kind: ClusterRole, name: "team-{{trigger.metadata.name}}"}
+    subjects: [{kind: Group, name: "{{trigger.metadata.name}}"}]
+"#;
+
+/// A Namespace of this name.
+fn plain_namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// The selections one changed ClusterRole is checked against, over
+/// `rounds` changes of a role labelled into one team's aggregate (moved
+/// from team to team, and changed in place), with `teams` aggregates in
+/// all; every evaluation agrees with a full one.
+fn selections_visited_per_change(teams: usize, rounds: usize) -> (u64, usize) {
+    let rules = support::engine::rules(PER_TEAM_AGGREGATES);
+    let engine = Engine::new(&rules, Options::default());
+    let mut c = Cluster {
+        store: ObjectStore::new(),
+        rv: 0,
+    };
+    for t in 0..teams {
+        c.put(plain_namespace(&format!("t{t}")));
+    }
+    let wide = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+    let pods = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+    c.put(live_role(
+        "member",
+        json!({"example.org/team": "t0"}),
+        pods.clone(),
+    ));
+    let mut memo = Memo::new();
+    let first = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_same(0, "initial", &first, &engine.evaluate(&c.store));
+    let before = memo.selections_visited();
+    for round in 1..=rounds {
+        let team = format!("t{}", round % 3);
+        // Every other round it breaks a default denial: its aggregate's
+        // notice and binding follow.
+        let grants = if round % 2 == 0 { &wide } else { &pods };
+        c.put(live_role(
+            "member",
+            json!({"example.org/team": team}),
+            grants.clone(),
+        ));
+        let inc = engine.evaluate_incremental(&c.store, &mut memo);
+        assert_same(round, "member changed", &inc, &engine.evaluate(&c.store));
+        let refused = inc
+            .errors()
+            .any(|e| e.message.contains("ClusterRole \"member\""));
+        assert_eq!(refused, round % 2 == 0, "round {round}: {team}");
+    }
+    (
+        memo.selections_visited() - before,
+        memo.selection_index_entries(),
+    )
+}
+
+/// A changed ClusterRole is checked only against the selections that hold
+/// it or can match its labels (the index by what selections select on),
+/// not every cached selection: the count is the same with 4 aggregates
+/// or 120, and the index holds one filing per selection.
+#[test]
+fn a_changed_cluster_role_visits_only_the_selections_that_can_hold_it() {
+    let rounds = 6;
+    let (few, few_index) = selections_visited_per_change(4, rounds);
+    let (many, many_index) = selections_visited_per_change(120, rounds);
+    // Each change: the selection it leaves and the one it joins, in
+    // policy's reader (no rule reads ClusterRoles here).
+    assert!(few > 0, "the changes were seen");
+    assert_eq!(
+        few, many,
+        "selections visited grew with unrelated selections"
+    );
+    assert!(
+        many <= 2 * rounds as u64,
+        "{many} visits for {rounds} changes"
+    );
+    assert_eq!(few_index, 4);
+    assert_eq!(many_index, 120);
+}
+
+/// Under an allow-list, a binding of an aggregate judged again (any
+/// ClusterRole changed) visits only the members that can earn a refusal
+/// (breaking a default denial, or granting what the allow-list does not
+/// cover), kept with the selection, not every member: the count is the
+/// same with 5 covered members or 150. The refusal names the uncovered
+/// member as a full evaluation does.
+#[test]
+fn an_allow_list_verdict_visits_only_the_members_outside_it() {
+    fn visits(covered: usize) -> u64 {
+        let rules = support::engine::rules(PER_TEAM_AGGREGATES);
+        let allow: Vec<k8s_openapi::api::rbac::v1::PolicyRule> = serde_json::from_value(
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]),
+        )
+        .expect("policy rules");
+        let options = Options {
+            allow: Some(rbac_rules::engine::AllowList {
+                rules: allow,
+                selectors: Vec::new(),
+                custom_groups: false,
+            }),
+            ..Options::default()
+        };
+        let engine = Engine::new(&rules, options);
+        let mut c = Cluster {
+            store: ObjectStore::new(),
+            rv: 0,
+        };
+        c.put(plain_namespace("a"));
+        let pods = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let secrets = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+        for i in 0..covered {
+            c.put(live_role(
+                &format!("covered-{i}"),
+                json!({"example.org/team": "a"}),
+                pods.clone(),
+            ));
+        }
+        c.put(live_role(
+            "uncovered",
+            json!({"example.org/team": "a"}),
+            secrets,
+        ));
+        let mut memo = Memo::new();
+        let first = engine.evaluate_incremental(&c.store, &mut memo);
+        assert_same(0, "initial", &first, &engine.evaluate(&c.store));
+        let before = memo.selection_members_visited();
+        for round in 1..=4 {
+            // A role nobody selects changes: bindings are judged again.
+            c.put(live_role(
+                "elsewhere",
+                json!({"example.org/round": round.to_string()}),
+                pods.clone(),
+            ));
+            let inc = engine.evaluate_incremental(&c.store, &mut memo);
+            assert_same(
+                round,
+                "unrelated role changed",
+                &inc,
+                &engine.evaluate(&c.store),
+            );
+            assert!(
+                inc.errors()
+                    .any(|e| e.message.contains("ClusterRole \"uncovered\"")),
+                "round {round}: the binding of team-a is refused for the uncovered member"
+            );
+            assert!(
+                !inc.errors().any(|e| e.message.contains("covered-0")),
+                "round {round}: covered members are not named"
+            );
+        }
+        memo.selection_members_visited() - before
+    }
+    let few = visits(5);
+    let many = visits(150);
+    assert!(few > 0, "the binding was judged again");
+    assert_eq!(few, many, "members visited grew with covered members");
+}

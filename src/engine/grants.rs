@@ -299,13 +299,10 @@ impl Judge<'_, '_> {
         role.get("aggregationRule")?;
         let name = role["metadata"]["name"].as_str().unwrap_or_default();
         let selectors = selectors_of(role);
-        // Without an allow-list only the roles that break a denial can
-        // matter: the cached selection knows them.
-        let members = if self.allow.is_some() {
-            self.view.selected(&selectors)
-        } else {
-            self.view.noisy_selected(&selectors)
-        };
+        // Only the roles that break a denial or (under an allow-list)
+        // grant what it does not cover can matter: the cached selection
+        // knows them.
+        let members = self.view.refusable_selected(&selectors);
         let mut found: Vec<String> = Vec::new();
         let mut count = 0;
         for m in members {
@@ -418,14 +415,11 @@ impl Judge<'_, '_> {
             return Arc::clone(v);
         }
         let selectors = selectors_of(agg);
-        // Without an allow-list only the members that break a denial can
-        // be refused: the cached selection knows them, so a binding judged
-        // again (any role changed) costs those, not every member.
-        let members = if self.allow.is_some() {
-            self.view.selected(&selectors)
-        } else {
-            self.view.noisy_selected(&selectors)
-        };
+        // Only the members that break a denial or (under an allow-list)
+        // grant what it does not cover can be refused: the cached
+        // selection knows them, so a binding judged again (any role
+        // changed) costs those, not every member.
+        let members = self.view.refusable_selected(&selectors);
         let mut found = Vec::new();
         for m in members {
             // A member joined only by an aggregation label is judged by the

@@ -326,25 +326,16 @@ impl<'a> View<'a> {
     /// first call for some selectors lists every ClusterRole; later ones
     /// (in later evaluations too) reuse the cached selection.
     pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
-        let gk = gk_of(OutputKind::ClusterRole);
-        let key = serde_json::to_string(selectors).unwrap_or_default();
-        if let Some(sel) = self
-            .caches
-            .selections
-            .borrow()
-            .get(&self.reader)
-            .and_then(|m| m.by_json.get(&key))
-        {
-            return sel
-                .members
-                .iter()
-                .filter_map(|k| self.get_seen(gk, k))
-                .collect();
-        }
+        self.selected_part(selectors, |sel| &sel.members)
+    }
+
+    /// Makes the selection of `selectors` (not cached yet) and caches it,
+    /// filed in the reader's index.
+    fn make_selection(&self, json: Arc<str>, selectors: &[LabelSelector]) {
         let mut members = Vec::new();
         let mut noisy = Vec::new();
         let mut protected = Vec::new();
-        let mut hits = Vec::new();
+        let mut outside = Vec::new();
         // Matched by their labels: no JSON built for emitted roles.
         for (k, seen) in self.cluster_roles().iter() {
             if !seen.selected_by(selectors) {
@@ -356,13 +347,13 @@ impl<'a> View<'a> {
             if is_protected_role(*seen) {
                 protected.push(k.clone());
             }
+            if self.outside_allow_list(*seen) {
+                outside.push(k.clone());
+            }
             members.push(k.clone());
-            hits.push(*seen);
         }
         // In key order already: the sets are built at once, not key by key.
         let members: BTreeSet<ObjectKey> = members.into_iter().collect();
-        let noisy: BTreeSet<ObjectKey> = noisy.into_iter().collect();
-        let protected: BTreeSet<ObjectKey> = protected.into_iter().collect();
         let mut all = self.caches.selections.borrow_mut();
         let mine = all.entry(self.reader).or_default();
         mine.next += 1;
@@ -374,20 +365,23 @@ impl<'a> View<'a> {
             id,
             selectors: selectors.to_vec(),
             members,
-            noisy,
-            protected,
+            noisy: noisy.into_iter().collect(),
+            protected: protected.into_iter().collect(),
+            outside: outside.into_iter().collect(),
         };
-        if let Some(old) = mine.by_json.insert(key, sel) {
-            // (Never so: a known selection is returned above.)
-            for k in &old.members {
-                mine.forget(k, old.id);
-            }
-        }
-        hits
+        mine.add(json, sel);
     }
 
     /// Brings this reader's cached selections up to date with the changed
     /// ClusterRoles; returns the selections (by JSON) a change reached.
+    ///
+    /// A changed role is checked only against the selections that hold it
+    /// and those the reader's index files under one of its labels (or
+    /// that select on no label it must carry): a selection left out can
+    /// neither hold it nor match it (see [`SelectionIndex`]), so the cost
+    /// follows the change, not the number of selections.
+    ///
+    /// [`SelectionIndex`]: super::incremental::caches::SelectionIndex
     pub fn refresh_selections(&self, changes: &super::memo::Changes) -> BTreeSet<String> {
         let gk = gk_of(OutputKind::ClusterRole);
         let mut reached = BTreeSet::new();
@@ -396,20 +390,30 @@ impl<'a> View<'a> {
             return reached;
         };
         if changes.whole(gk) {
-            reached.extend(mine.by_json.keys().cloned());
-            mine.by_json.clear();
-            mine.member_of.clear();
+            reached.extend(mine.by_json.keys().map(|k| k.to_string()));
+            mine.clear();
             return reached;
         }
         let Some(keys) = changes.keys.get(gk) else {
             return reached;
         };
+        let mut visited = 0;
         for k in keys {
             let obj = self.get_seen(gk, k);
+            let labels = obj.map(seen_labels);
+            let candidates = mine.candidates(k, labels.as_ref().map(|l| l.iter().copied()));
+            visited += candidates.len() as u64;
             // Worked out for a role some selection holds, once.
             let noisy = std::cell::OnceCell::new();
+            let outside = std::cell::OnceCell::new();
             let mut ids = mine.member_of.remove(k).unwrap_or_default();
-            for (json, sel) in mine.by_json.iter_mut() {
+            for id in candidates {
+                let Some(json) = mine.by_id.get(&id) else {
+                    continue;
+                };
+                let Some(sel) = mine.by_json.get_mut(json) else {
+                    continue;
+                };
                 let now = obj.is_some_and(|o| o.selected_by(&sel.selectors));
                 let was = ids.contains(&sel.id);
                 debug_assert_eq!(was, sel.members.contains(k));
@@ -430,21 +434,59 @@ impl<'a> View<'a> {
                 } else if was {
                     sel.protected.remove(k);
                 }
+                if now && *outside.get_or_init(|| obj.is_some_and(|o| self.outside_allow_list(o))) {
+                    sel.outside.insert(k.clone());
+                } else if was {
+                    sel.outside.remove(k);
+                }
                 if now || was {
-                    reached.insert(json.clone());
+                    reached.insert(json.to_string());
                 }
             }
             if !ids.is_empty() {
                 mine.member_of.insert(k.clone(), ids);
             }
         }
+        drop(all);
+        self.count(|w| w.selections_visited += visited);
         reached
+    }
+
+    /// Adds to the work counted with the caches.
+    fn count(&self, f: impl FnOnce(&mut super::incremental::caches::SelectionWork)) {
+        let mut w = self.caches.work.get();
+        f(&mut w);
+        self.caches.work.set(w);
     }
 
     /// The members of a selection that break a default denial, in name
     /// order.
     pub fn noisy_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
         self.selected_part(selectors, |sel| &sel.noisy)
+    }
+
+    /// The members of a selection that policy may refuse an aggregate (or
+    /// its binding) for, in name order: those that break a default denial
+    /// and, under an allow-list, those granting what it does not cover.
+    /// Kept with the selection, so asking costs what they are, not every
+    /// member.
+    pub fn refusable_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
+        if self.engine.options.allow.is_none() {
+            return self.noisy_selected(selectors);
+        }
+        let key = self.selection(selectors);
+        let gk = gk_of(OutputKind::ClusterRole);
+        let all = self.caches.selections.borrow();
+        let Some(sel) = all.get(&self.reader).and_then(|m| m.by_json.get(&*key)) else {
+            return Vec::new();
+        };
+        // Both sets are in key order: merged, each key once.
+        let mut keys: Vec<&ObjectKey> = sel.noisy.union(&sel.outside).collect();
+        keys.dedup();
+        self.count(|w| w.members_visited += keys.len() as u64);
+        keys.into_iter()
+            .filter_map(|k| self.get_seen(gk, k))
+            .collect()
     }
 
     /// The live members of a selection protected by their name or labels
@@ -454,6 +496,27 @@ impl<'a> View<'a> {
         self.selected_part(selectors, |sel| &sel.protected)
     }
 
+    /// The key of the selection of `selectors` (its JSON), the selection
+    /// made first if it is not cached yet.
+    fn selection(&self, selectors: &[LabelSelector]) -> Arc<str> {
+        let key = serde_json::to_string(selectors).unwrap_or_default();
+        let known = self
+            .caches
+            .selections
+            .borrow()
+            .get(&self.reader)
+            .and_then(|m| m.by_json.get_key_value(key.as_str()))
+            .map(|(k, _)| Arc::clone(k));
+        match known {
+            Some(k) => k,
+            None => {
+                let key: Arc<str> = key.into();
+                self.make_selection(Arc::clone(&key), selectors);
+                key
+            }
+        }
+    }
+
     /// The members of a selection in one of the sets kept with it (`part`),
     /// the selection made first if it is not cached yet.
     fn selected_part(
@@ -461,29 +524,43 @@ impl<'a> View<'a> {
         selectors: &[LabelSelector],
         part: impl Fn(&Selection) -> &BTreeSet<ObjectKey>,
     ) -> Vec<Seen<'a>> {
-        let key = serde_json::to_string(selectors).unwrap_or_default();
-        let known = self
-            .caches
-            .selections
-            .borrow()
-            .get(&self.reader)
-            .is_some_and(|m| m.by_json.contains_key(&key));
-        if !known {
-            self.selected(selectors);
-        }
+        let key = self.selection(selectors);
         let gk = gk_of(OutputKind::ClusterRole);
+        let all = self.caches.selections.borrow();
+        let Some(sel) = all.get(&self.reader).and_then(|m| m.by_json.get(&*key)) else {
+            return Vec::new();
+        };
+        let keys = part(sel);
+        self.count(|w| w.members_visited += keys.len() as u64);
+        keys.iter().filter_map(|k| self.get_seen(gk, k)).collect()
+    }
+
+    /// Whether a live role's own rules grant what the allow-list does not
+    /// cover (never without an allow-list), worked out once per shared
+    /// rule list. Emitted roles are judged themselves.
+    fn outside_allow_list(&self, role: Seen<'_>) -> bool {
+        let Some(allow) = &self.engine.options.allow else {
+            return false;
+        };
+        if matches!(role, Seen::Emitted(_)) {
+            return false;
+        }
+        let rules = self.role_rules(role);
+        if rules.is_empty() {
+            return false;
+        }
+        let at = Arc::as_ptr(&rules) as usize;
+        if let Some((held, v)) = self.caches.uncovered.borrow().get(&at)
+            && std::ptr::eq(held.as_ptr(), Arc::as_ptr(&rules))
+        {
+            return *v;
+        }
+        let v = !allow.uncovered(self.allow_rules, &rules).is_empty();
         self.caches
-            .selections
-            .borrow()
-            .get(&self.reader)
-            .and_then(|m| m.by_json.get(&key))
-            .map(|sel| {
-                part(sel)
-                    .iter()
-                    .filter_map(|k| self.get_seen(gk, k))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .uncovered
+            .borrow_mut()
+            .insert(at, (Arc::downgrade(&rules), v));
+        v
     }
 
     /// Whether a role's own rules break a default denial.
@@ -625,6 +702,19 @@ impl<'a> Lookup<'a> for View<'a> {
 
     fn get_value(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Cow<'a, Value>> {
         View::get_value(self, gk, key)
+    }
+}
+
+/// A role's labels (text values only: others never match a selector).
+fn seen_labels<'s>(role: Seen<'s>) -> Vec<(&'s str, &'s str)> {
+    match role {
+        Seen::Emitted(m) => m.labels().iter().collect(),
+        Seen::Observed(o) => o["metadata"]["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+            .collect(),
     }
 }
 

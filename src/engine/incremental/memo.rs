@@ -144,6 +144,32 @@ impl Memo {
         self.caches.owners.borrow().entries()
     }
 
+    /// Selections a changed ClusterRole was checked against, counted over
+    /// every evaluation with this memo (see `View::refresh_selections`):
+    /// a change costs the selections that hold or can match the role.
+    pub fn selections_visited(&self) -> u64 {
+        self.caches.work.get().selections_visited
+    }
+
+    /// Members read out of cached ClusterRole selections, counted over
+    /// every evaluation with this memo: a verdict visits the members that
+    /// can earn a refusal, not every member.
+    pub fn selection_members_visited(&self) -> u64 {
+        self.caches.work.get().members_visited
+    }
+
+    /// Filings the index of cached ClusterRole selections holds, over every
+    /// reader: at most one per selector and value it names, so as large
+    /// as the selections, whatever the cluster.
+    pub fn selection_index_entries(&self) -> usize {
+        self.caches
+            .selections
+            .borrow()
+            .values()
+            .map(|r| r.index.entries())
+            .sum()
+    }
+
     /// Bytes the texts of its engine's rules hold (see [`super::adopt`]):
     /// what a new engine compares its rules with, shared with the engine.
     pub fn rule_stamp_bytes(&self) -> usize {

@@ -254,6 +254,9 @@ impl Cluster {
     }
 }
 
+/// A change to the cluster, named.
+type Step<'a> = (&'a str, Box<dyn Fn(&mut Cluster)>);
+
 /// Runs `steps` (each a change to the cluster, named) on `objects`: after
 /// the start and after each, the engine evaluating incrementally with
 /// one memo computes what the reference computes. Returns each step's
@@ -263,14 +266,14 @@ fn agree(
     what: &str,
     rules: &[RuleSource],
     objects: &[Value],
-    steps: Vec<(&str, Box<dyn Fn(&mut Cluster)>)>,
+    steps: Vec<Step<'_>>,
 ) -> Vec<Vec<String>> {
     let options = Options::default();
     let engine = Engine::new(rules, options.clone());
     let mut memo = Memo::new();
     let mut cluster = Cluster::new(objects);
     let mut seen = Vec::new();
-    let start: (&str, Box<dyn Fn(&mut Cluster)>) = ("at first", Box::new(|_| {}));
+    let start: Step<'_> = ("at first", Box::new(|_| {}));
     for (step, change) in std::iter::once(start).chain(steps) {
         change(&mut cluster);
         let got = engine.evaluate_incremental(&cluster.store, &mut memo);

@@ -39,6 +39,10 @@ const CHECKS: &[(&str, fn())] = &[
         rules_of_one_trigger_share_only_what_they_define_alike,
     ),
     (
+        "rules_of_one_trigger_share_no_list_they_define_apart",
+        rules_of_one_trigger_share_no_list_they_define_apart,
+    ),
+    (
         "rules_of_different_triggers_share_no_derived_list",
         rules_of_different_triggers_share_no_derived_list,
     ),
@@ -354,6 +358,93 @@ spec:
     screen::sequences("sharing", rules(&yaml), &[screen::generated_objects()], 8);
     let (_, desired, _) = screen::compared();
     assert!(desired > 0);
+}
+
+/// Two rules of one trigger whose first related sets differ (listFields
+/// of the trigger's metadata, one keeping its name, the other its uid)
+/// and whose second are alike: they share nothing, since a cached list is
+/// keyed by its related set's index and its sources (the trigger), not by
+/// what the set keeps of them. Kills `Derivation::common`'s leading
+/// count with `==` -> `!=` (rules whose first sets differ share as many
+/// sets as lead apart).
+fn rules_of_one_trigger_share_no_list_they_define_apart() {
+    let rule = |name: &str, field: &str| {
+        format!(
+            r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {{name: {name}}}
+spec:
+  trigger: {{kind: Namespace}}
+  related:
+  - name: picked
+    listField: {{path: metadata, of: [trigger], fields: [{field}]}}
+  - name: sas
+    objects: {{kind: ServiceAccount, metadataOnly: true}}
+  outputs:
+  - kind: Role
+    name: {name}
+    rules:
+    - apiGroups: [""]
+      resources: [serviceaccounts]
+      resourceNames:
+      - forEach: related.picked
+        as: x
+        item: "{{{{default x.name x.uid}}}}"
+      - forEach: related.sas
+        as: s
+        item: "{{{{s.metadata.name}}}}"
+      verbs: [get]
+"#
+        )
+    };
+    let yaml = format!("{}---{}", rule("by-name", "name"), rule("by-uid", "uid"));
+    let objects = [
+        namespace("team-a", json!({})),
+        account("team-a", "worker", &[]),
+    ];
+    let seen = agree(
+        "rules of one trigger that define their lists apart",
+        &rules(&yaml),
+        &objects,
+        vec![
+            (
+                "a namespace more",
+                Box::new(|c: &mut Cluster| c.put(namespace("team-b", json!({})))),
+            ),
+            (
+                "an account more",
+                Box::new(|c: &mut Cluster| c.put(account("team-b", "builder", &[]))),
+            ),
+        ],
+    );
+    let last = seen.last().expect("steps");
+    let role = |name: &str| {
+        last.iter()
+            .find(|d| d.starts_with(&format!("Role team-b/{name} ")))
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        resource_names(&role("by-uid")),
+        ["u-team-b", "worker", "builder"]
+    );
+    assert_eq!(
+        resource_names(&role("by-name")),
+        ["team-b", "worker", "builder"]
+    );
+}
+
+/// The resourceNames of the first rule of a role as [`agree`] shows it.
+fn resource_names(shown: &str) -> Vec<String> {
+    let json = shown.find('{').map_or("null", |at| &shown[at..]);
+    let role: Value = serde_json::from_str(json).unwrap_or_default();
+    role["rules"][0]["resourceNames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Two rules whose related sets are written alike but whose triggers

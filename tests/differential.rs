@@ -1593,3 +1593,59 @@ spec:
     let s = stats();
     assert!(s.desired > 0, "{s:?}");
 }
+
+// ---------------------------------------------------------------------
+// For tests/cache_keys.rs, the quick screen of the cache keys for
+// mutation testing (CONTRIBUTING.md), which takes this file as a module.
+// ---------------------------------------------------------------------
+
+/// What `tests/cache_keys.rs` takes from this file: the same generated
+/// shapes and change sequences (it runs fewer of them; this file runs
+/// them all).
+#[allow(dead_code)]
+pub(crate) mod screen {
+    use super::{RuleSource, Value};
+
+    /// [`super::LOOP_CHOICES`].
+    pub(crate) const LOOP_CHOICES: [u8; 10] = super::LOOP_CHOICES;
+
+    /// [`super::generated_rules`].
+    pub(crate) fn generated_rules(choices: &[u8]) -> Vec<RuleSource> {
+        super::generated_rules(choices)
+    }
+
+    /// [`super::loop_rules`].
+    pub(crate) fn loop_rules(choices: &[u8]) -> Vec<RuleSource> {
+        super::loop_rules(choices)
+    }
+
+    /// [`super::generated_objects`].
+    pub(crate) fn generated_objects() -> Vec<Value> {
+        super::generated_objects()
+    }
+
+    /// [`super::seed_clusters`].
+    pub(crate) fn seed_clusters() -> Vec<Vec<Value>> {
+        super::seed_clusters()
+    }
+
+    /// [`super::sequences`].
+    pub(crate) fn sequences(name: &str, rules: Vec<RuleSource>, seeds: &[Vec<Value>], cases: u32) {
+        super::sequences(name, rules, seeds, cases)
+    }
+
+    /// [`super::difference`].
+    pub(crate) fn difference(
+        engine: &super::Evaluation,
+        reference: &super::Evaluation,
+    ) -> Option<String> {
+        super::difference(engine, reference)
+    }
+
+    /// What the sequences since the last call compared: (steps, desired
+    /// objects, errors).
+    pub(crate) fn compared() -> (usize, usize, usize) {
+        let s = super::stats();
+        (s.steps, s.desired, s.errors)
+    }
+}

@@ -311,6 +311,9 @@ pub struct Live {
     packed: Option<Packed>,
     /// The desired copy the last plan found equal to this version.
     equal: EqualTo,
+    /// The body was [`Live::slim`]med (packed or not): only what policy
+    /// and the plan read of it.
+    slim: bool,
 }
 
 /// The plan's memo, kept with the live version it is about: the desired
@@ -604,6 +607,7 @@ impl Live {
             object: Some(Arc::new(object)),
             packed: None,
             equal: EqualTo::default(),
+            slim: false,
         }
     }
 
@@ -634,6 +638,10 @@ impl Live {
     /// They are the largest bodies the controller writes: the aggregate
     /// of every type's rules.
     pub fn slim(&mut self) {
+        if self.object.is_none() {
+            return;
+        }
+        self.slim = true;
         let aggregated = self
             .object
             .as_deref()
@@ -918,6 +926,11 @@ impl Live {
     #[cfg(test)]
     pub(super) fn rules_shed(&self) -> bool {
         self.packed.as_ref().is_some_and(|p| p.rules.is_none())
+    }
+
+    /// Whether the body is only what [`Live::slim`] keeps.
+    pub fn is_slim(&self) -> bool {
+        self.slim
     }
 
     /// Whether the body is packed.

@@ -173,8 +173,14 @@ impl World {
             Some(known) if older(&live, known) => return false,
             // The version already known (perhaps unpacked since): nothing
             // changed. Where a rule reads the kind, an unpacked copy may be
-            // slim: the new one replaces it.
-            Some(known) if (!read || known.is_packed()) && known.same_version(&live) => {
+            // slim: the new one replaces it. A whole unpacked copy (a held
+            // rule's, one a plan kept) stays in the store as it is: a relist
+            // takes nothing out that the next pass puts back (each a change
+            // the engine's readers would render again).
+            Some(known)
+                if (!read || known.is_packed() || !known.is_slim())
+                    && known.same_version(&live) =>
+            {
                 return false;
             }
             _ => {}

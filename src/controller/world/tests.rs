@@ -693,6 +693,41 @@ fn our_objects_stay_packed_where_a_rule_reads_the_kind() {
 }
 
 #[test]
+fn a_relist_of_the_same_version_leaves_a_held_rules_unpacked_copy_in_the_store() {
+    let mut w = base_world();
+    let kind = OutputKind::ClusterRole;
+    let gk = output_gk(kind);
+    watch_whole(&mut w, &gk);
+    let id = ObjectId::new(kind, "", "s");
+    w.apply(Feed::Learned(Learned::Applied(Live::new(served_role(
+        "5",
+        json!(["get"]),
+    )))));
+    let holds = BTreeMap::from([("r".to_string(), Hold::SlowLane("r".into()))]);
+    assert!(w.unpack_held(&holds));
+    let version = w.store.version();
+    // The control plane comes back: every watch lists again, the same
+    // version. Nothing changed: the store journals nothing (the engine
+    // renders nothing), and the next hold unpacks nothing.
+    w.apply(owned(kind, Event::Init));
+    let c = w.apply(owned(
+        kind,
+        Event::InitApply(served_role("5", json!(["get"]))),
+    ));
+    assert!(!c.dirty);
+    w.apply(owned(kind, Event::InitDone));
+    assert_eq!(w.store.version(), version);
+    assert!(!w.owned[&id].is_packed());
+    assert!(!w.unpack_held(&holds));
+    assert_eq!(w.store.version(), version);
+    // A new version still replaces it (packed, out of the store until
+    // the hold needs it again).
+    w.apply(owned(kind, Event::Apply(served_role("6", json!(["list"])))));
+    assert!(w.owned[&id].is_packed());
+    assert_ne!(w.store.version(), version);
+}
+
+#[test]
 fn our_objects_are_kept_slim_unless_a_rule_reads_the_kind() {
     let mut w = base_world();
     let kind = OutputKind::ClusterRole;

@@ -1139,6 +1139,28 @@ mod lane_tests {
         assert!(!lane.store.follow(&world));
         lane.evaluate(&rules, Options::default());
         assert_eq!(lane.memo.renders(), 0);
+        // A live copy drifts (someone edits it): the readers see the
+        // output that stands for it, as a fresh evaluation does.
+        let drifted = first
+            .desired
+            .iter()
+            .find(|d| d.name == "agg-w0")
+            .expect("agg-w0");
+        let mut edited = as_served(drifted, 500);
+        edited["rules"] = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+        edited["metadata"]["labels"] = json!({});
+        world.insert(edited).expect("insert");
+        assert!(lane.store.follow(&world));
+        let third = lane.evaluate(&rules, Options::default());
+        assert_eq!(lane.memo.renders(), 0);
+        let mut fresh = SlowLane::default();
+        fresh.store.follow(&world);
+        let whole = fresh.evaluate(&rules, Options::default());
+        assert_eq!(
+            third.desired.iter().collect::<Vec<_>>(),
+            whole.desired.iter().collect::<Vec<_>>()
+        );
+        assert_eq!(third.revoked, whole.revoked);
         // A Widget changes: its ClusterRole renders again, and the Roles
         // that copy it.
         let mut w = object("example.org/v1", "Widget", "w0");

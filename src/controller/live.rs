@@ -311,9 +311,6 @@ pub struct Live {
     packed: Option<Packed>,
     /// The desired copy the last plan found equal to this version.
     equal: EqualTo,
-    /// The body was [`Live::slim`]med (packed or not): only what policy
-    /// and the plan read of it.
-    slim: bool,
 }
 
 /// The plan's memo, kept with the live version it is about: the desired
@@ -607,7 +604,6 @@ impl Live {
             object: Some(Arc::new(object)),
             packed: None,
             equal: EqualTo::default(),
-            slim: false,
         }
     }
 
@@ -638,10 +634,6 @@ impl Live {
     /// They are the largest bodies the controller writes: the aggregate
     /// of every type's rules.
     pub fn slim(&mut self) {
-        if self.object.is_none() {
-            return;
-        }
-        self.slim = true;
         let aggregated = self
             .object
             .as_deref()
@@ -928,9 +920,13 @@ impl Live {
         self.packed.as_ref().is_some_and(|p| p.rules.is_none())
     }
 
-    /// Whether the body is only what [`Live::slim`] keeps.
+    /// Whether the body (unpacked) may be only what [`Live::slim`] keeps:
+    /// a slim body has no uid (the summary holds it), and every body the
+    /// API server serves has one. No flag: the cache holds thousands.
     pub fn is_slim(&self) -> bool {
-        self.slim
+        self.object
+            .as_deref()
+            .is_some_and(|o| o["metadata"].get("uid").is_none())
     }
 
     /// Whether the body is packed.

@@ -1067,7 +1067,7 @@ mod lane_tests {
 
     /// A rule emitting an aggregated-to ClusterRole per Widget, and one
     /// copying them by name and by label into a Role per Namespace: the
-    /// shape of the Crossplane rules the slow lane takes at `large`.
+    /// shape of the built-in rules the slow lane takes at `large`.
     fn lane_rules() -> BTreeMap<String, RbacRule> {
         let users = spec(json!({
             "trigger": {"apiGroup": "example.org", "kind": "Widget", "metadataOnly": true},

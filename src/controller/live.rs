@@ -920,6 +920,15 @@ impl Live {
         self.packed.as_ref().is_some_and(|p| p.rules.is_none())
     }
 
+    /// Whether the body (unpacked) may be only what [`Live::slim`] keeps:
+    /// a slim body has no uid (the summary holds it), and every body the
+    /// API server serves has one. No flag: the cache holds thousands.
+    pub fn is_slim(&self) -> bool {
+        self.object
+            .as_deref()
+            .is_some_and(|o| o["metadata"].get("uid").is_none())
+    }
+
     /// Whether the body is packed.
     pub fn is_packed(&self) -> bool {
         self.packed.is_some()

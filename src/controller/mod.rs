@@ -38,6 +38,7 @@ pub use error::Error;
 
 use crate::api::ManageLevel;
 use apply::Gate;
+use live::ObjectId;
 use metrics::Metrics;
 use sync::Syncer;
 use watch::Watches;
@@ -569,7 +570,11 @@ impl<'a> Loop<'a> {
         self.slow.start(&mut self.world, self.ctx.args, &holds);
         // Objects no desired copy stands for are judged on their own
         // bodies: unpacked, and judged in the next pass.
-        if unpack_kept(&mut self.world, pass.plan(), |_| true) {
+        // But the slow lane's Roles (see `World::unpack_held_for_main`).
+        let main_reads = |id: &ObjectId, rule: Option<&String>| {
+            !world::lane_role(id, rule.and_then(|r| holds.get(r)))
+        };
+        if unpack_kept(&mut self.world, pass.plan(), main_reads) {
             // Policy and the rules reading the kind see them only in the
             // next evaluation: this pass is planned without them (it might
             // narrow what a reader copies), so it is dropped and planned
@@ -593,7 +598,7 @@ impl<'a> Loop<'a> {
     ) -> (sync::Pass, std::collections::BTreeMap<String, status::Hold>) {
         let allow = self.world.allow_rules();
         let mut holds = self.world.holds();
-        self.world.unpack_held(&holds);
+        self.world.unpack_held_for_main(&holds);
         let (pass, seen) = loop {
             let seen = self.world.store.version();
             let pass = syncer.prepare(&self.world.snapshot(allow.as_ref(), &holds));
@@ -613,7 +618,7 @@ impl<'a> Loop<'a> {
             // Not written: its outputs go before the next evaluation
             // makes its own (two whole evaluations were held at once).
             drop(pass);
-            self.world.unpack_held(&holds);
+            self.world.unpack_held_for_main(&holds);
         };
         // The main engine's memo has read the journal this far, and
         // nothing else reads it (the slow lane follows the store by its
@@ -709,7 +714,7 @@ impl<'a> Loop<'a> {
         let snapshot = self.world.snapshot(allow.as_ref(), &holds);
         let pass = syncer.prepare_slow(evaluation, &snapshot, &lane);
         self.world.shed_rules();
-        let of_lane = |r: Option<&String>| r.is_some_and(|r| lane.contains(r));
+        let of_lane = |_: &ObjectId, r: Option<&String>| r.is_some_and(|r| lane.contains(r));
         if unpack_kept(&mut self.world, pass.plan(), of_lane) {
             // As for the main pass: policy judges them in the slow lane's
             // next evaluation, planned then.
@@ -794,12 +799,12 @@ impl<'a> Loop<'a> {
 fn unpack_kept(
     world: &mut World,
     planned: &plan::Plan,
-    of_scope: impl Fn(Option<&String>) -> bool,
+    of_scope: impl Fn(&ObjectId, Option<&String>) -> bool,
 ) -> bool {
     let kept = planned
         .kept
         .iter()
-        .filter(|k| k.2 != plan::KeepReason::PruneDeferred && of_scope(k.1.as_ref()));
+        .filter(|k| k.2 != plan::KeepReason::PruneDeferred && of_scope(&k.0, k.1.as_ref()));
     world.unpack(kept.map(|(id, _, _)| id))
 }
 

@@ -1060,3 +1060,124 @@ mod tests {
         assert!(!lane.store.follow(&world));
     }
 }
+
+#[cfg(test)]
+mod lane_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> RbacRule {
+        RbacRule::new("x", serde_json::from_value(v).expect("spec"))
+    }
+
+    /// A rule emitting an aggregated-to ClusterRole per Widget, and one
+    /// copying them by name and by label into a Role per Namespace: the
+    /// shape of the built-in rules the slow lane takes at `large`.
+    fn lane_rules() -> BTreeMap<String, RbacRule> {
+        let users = spec(json!({
+            "trigger": {"apiGroup": "example.org", "kind": "Widget", "metadataOnly": true},
+            "outputs": [{"kind": "ClusterRole", "name": "agg-{{trigger.metadata.name}}",
+                         "labels": {"example.org/agg": "true"},
+                         "rules": [{"apiGroups": ["example.org"],
+                                    "resources": ["{{trigger.metadata.name}}"],
+                                    "verbs": ["get"]}]}]
+        }));
+        let ns = spec(json!({
+            "trigger": {"kind": "Namespace"},
+            "outputs": [{"kind": "Role", "name": "team",
+                         "rulesFrom": {"clusterRoleSelector": {"matchLabels": {"example.org/agg": "true"}},
+                                       "clusterRoleNames": ["agg-w0", "agg-w1"]}}]
+        }));
+        BTreeMap::from([("a-users".to_string(), users), ("b-ns".to_string(), ns)])
+    }
+
+    fn object(api_version: &str, kind: &str, name: &str) -> serde_json::Value {
+        json!({"apiVersion": api_version, "kind": kind,
+               "metadata": {"name": name, "resourceVersion": "1", "uid": format!("u-{name}")}})
+    }
+
+    /// An output as the API server gives it back once applied: its body,
+    /// with the server's metadata.
+    fn as_served(d: &crate::engine::Desired, rv: usize) -> serde_json::Value {
+        let mut v = d.object.to_value();
+        let meta = &mut v["metadata"];
+        meta["resourceVersion"] = json!(rv.to_string());
+        meta["uid"] = json!(format!("uid-{}-{}", d.namespace, d.name));
+        meta["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        v
+    }
+
+    #[test]
+    fn the_slow_lane_renders_nothing_when_its_own_writes_come_back() {
+        let rules = lane_rules();
+        let mut world = ObjectStore::new();
+        for i in 0..5 {
+            world
+                .insert(object("example.org/v1", "Widget", &format!("w{i}")))
+                .expect("insert");
+        }
+        for i in 0..20 {
+            world
+                .insert(object("v1", "Namespace", &format!("team-{i}")))
+                .expect("insert");
+        }
+        let mut lane = SlowLane::default();
+        lane.store.follow(&world);
+        let first = lane.evaluate(&rules, Options::default());
+        assert_eq!(first.desired.len(), 25, "{:?}", first.reports);
+        assert_eq!(lane.memo.renders(), 25);
+        // The writes come back through the watches: every output is live,
+        // as written, with the server's metadata.
+        for (rv, d) in first.desired.iter().enumerate() {
+            world.insert(as_served(d, 100 + rv)).expect("insert");
+        }
+        assert!(lane.store.follow(&world));
+        let second = lane.evaluate(&rules, Options::default());
+        assert_eq!(
+            lane.memo.renders(),
+            0,
+            "renders when its own writes came back"
+        );
+        assert_eq!(second.desired.len(), 25);
+        assert!(second.revoked.is_empty());
+        // A relist of the same versions: no change at all.
+        assert!(!lane.store.follow(&world));
+        lane.evaluate(&rules, Options::default());
+        assert_eq!(lane.memo.renders(), 0);
+        // A live copy drifts (someone edits it): the readers see the
+        // output that stands for it, as a fresh evaluation does.
+        let drifted = first
+            .desired
+            .iter()
+            .find(|d| d.name == "agg-w0")
+            .expect("agg-w0");
+        let mut edited = as_served(drifted, 500);
+        edited["rules"] = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+        edited["metadata"]["labels"] = json!({});
+        world.insert(edited).expect("insert");
+        assert!(lane.store.follow(&world));
+        let third = lane.evaluate(&rules, Options::default());
+        assert_eq!(lane.memo.renders(), 0);
+        let mut fresh = SlowLane::default();
+        fresh.store.follow(&world);
+        let whole = fresh.evaluate(&rules, Options::default());
+        assert_eq!(
+            third.desired.iter().collect::<Vec<_>>(),
+            whole.desired.iter().collect::<Vec<_>>()
+        );
+        assert_eq!(third.revoked, whole.revoked);
+        // A Widget changes: its ClusterRole renders again, and the Roles
+        // that copy it.
+        let mut w = object("example.org/v1", "Widget", "w0");
+        w["metadata"]["resourceVersion"] = json!("2");
+        w["metadata"]["labels"] = json!({"x": "y"});
+        world.insert(w).expect("insert");
+        assert!(lane.store.follow(&world));
+        lane.evaluate(&rules, Options::default());
+        assert_eq!(
+            lane.memo.renders(),
+            1,
+            "the Widget's ClusterRole alone (its content is the same)"
+        );
+    }
+}

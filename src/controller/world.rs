@@ -24,6 +24,7 @@ mod holds;
 mod kinds;
 mod listing;
 mod owned;
+pub(super) use owned::lane_role;
 
 pub(super) use listing::map_event;
 use listing::{KindWatch, Listing, Step, not_found};

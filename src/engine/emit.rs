@@ -388,7 +388,9 @@ fn dirty_triggers(
         for gk in &rule.consumes {
             if let Some(keys) = changes.keys.get(gk) {
                 for k in keys {
-                    rm.index.affected(gk, k, view, &mut dirty);
+                    if !shadowed(gk, k, view, changes) {
+                        rm.index.affected(gk, k, view, &mut dirty);
+                    }
                 }
             }
         }
@@ -402,6 +404,19 @@ fn dirty_triggers(
         None => dirty.into_iter().collect(),
     };
     (dirty, listed_all)
+}
+
+/// Whether the change of a live object (the store's, not a render's) is
+/// hidden from the reader by an earlier rule's output of that name, which
+/// no render changed in this evaluation: the reader sees that output, as
+/// it did in the last evaluation (the controller's own writes coming back
+/// through its watches cost no render).
+fn shadowed(gk: &GroupKind, key: &super::store::ObjectKey, view: &View, changes: &Changes) -> bool {
+    let Some(kind) = super::kinds::output_kind(gk) else {
+        return false;
+    };
+    matches!(view.get_seen(gk, key), Some(super::model::Seen::Emitted(_)))
+        && !changes.emitted.contains(&(kind, key.clone()))
 }
 
 /// Renders the dirty triggers: a large one-shot set on two threads, else
@@ -741,7 +756,7 @@ fn apply_delta(
         if !changes.all {
             touched.insert(key.clone());
             // Everything is read again anyway when everything changed.
-            changes.add(gk_of(key.0), (key.1.clone(), key.2.clone()));
+            changes.add_emitted(key.0, gk_of(key.0), (key.1.clone(), key.2.clone()));
         }
     };
     // Most renders emit the same objects in the same order as before

@@ -173,8 +173,14 @@ impl World {
             Some(known) if older(&live, known) => return false,
             // The version already known (perhaps unpacked since): nothing
             // changed. Where a rule reads the kind, an unpacked copy may be
-            // slim: the new one replaces it.
-            Some(known) if (!read || known.is_packed()) && known.same_version(&live) => {
+            // slim: the new one replaces it. A whole unpacked copy (a held
+            // rule's, one a plan kept) stays in the store as it is: a relist
+            // takes nothing out that the next pass puts back (each a change
+            // the engine's readers would render again).
+            Some(known)
+                if (!read || known.is_packed() || !known.is_slim())
+                    && known.same_version(&live) =>
+            {
                 return false;
             }
             _ => {}
@@ -228,6 +234,28 @@ impl World {
     /// of them), so they are in the store before the evaluation that holds
     /// the rule. Whether any was packed.
     pub fn unpack_held(&mut self, holds: &BTreeMap<String, Hold>) -> bool {
+        self.unpack_held_but(holds, |_, _| false)
+    }
+
+    /// [`World::unpack_held`] for the main pass: but the Roles of rules in
+    /// the slow lane, which only policy would read there (a rule reading
+    /// what a slow rule emits is in the slow lane too, see
+    /// [`World::holds`]), and policy judges a Role on its own rules, which
+    /// the slow lane judges (its desired copy, or its live body when the
+    /// lane's plan keeps it). A binding to a Role it does not see grants
+    /// nothing there: what the Role grants is the Role's to pass. Unpacked,
+    /// they were a second copy, as JSON trees, of every output the lane
+    /// holds (the namespace Roles: most of its bytes). ClusterRoles are
+    /// unpacked: an aggregated ClusterRole grants what it selects.
+    pub fn unpack_held_for_main(&mut self, holds: &BTreeMap<String, Hold>) -> bool {
+        self.unpack_held_but(holds, |id, h| lane_role(id, Some(h)))
+    }
+
+    fn unpack_held_but(
+        &mut self,
+        holds: &BTreeMap<String, Hold>,
+        skip: impl Fn(&ObjectId, &Hold) -> bool,
+    ) -> bool {
         if holds.is_empty() {
             return false;
         }
@@ -237,7 +265,9 @@ impl World {
             .filter(|(id, l)| {
                 l.is_packed()
                     && self.kinds.contains_key(gk_of(id.kind))
-                    && l.rule().is_some_and(|r| holds.contains_key(r))
+                    && l.rule()
+                        .and_then(|r| holds.get(r))
+                        .is_some_and(|h| !skip(id, h))
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -298,6 +328,12 @@ impl World {
         listing.synced = false;
         again
     }
+}
+
+/// Whether `id` is a Role of a rule `hold` puts in the slow lane: the
+/// main pass needs no body of it (see [`World::unpack_held_for_main`]).
+pub fn lane_role(id: &ObjectId, hold: Option<&Hold>) -> bool {
+    id.kind == OutputKind::Role && hold.is_some_and(Hold::is_slow_lane)
 }
 
 /// Whether `new` is an older version of `known`: both resourceVersions

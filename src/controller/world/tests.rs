@@ -693,6 +693,79 @@ fn our_objects_stay_packed_where_a_rule_reads_the_kind() {
 }
 
 #[test]
+fn a_relist_of_the_same_version_leaves_a_held_rules_unpacked_copy_in_the_store() {
+    let mut w = base_world();
+    let kind = OutputKind::ClusterRole;
+    let gk = output_gk(kind);
+    watch_whole(&mut w, &gk);
+    let id = ObjectId::new(kind, "", "s");
+    w.apply(Feed::Learned(Learned::Applied(Live::new(served_role(
+        "5",
+        json!(["get"]),
+    )))));
+    let holds = BTreeMap::from([("r".to_string(), Hold::SlowLane("r".into()))]);
+    assert!(w.unpack_held(&holds));
+    let version = w.store.version();
+    // The control plane comes back: every watch lists again, the same
+    // version. Nothing changed: the store journals nothing (the engine
+    // renders nothing), and the next hold unpacks nothing.
+    w.apply(owned(kind, Event::Init));
+    let c = w.apply(owned(
+        kind,
+        Event::InitApply(served_role("5", json!(["get"]))),
+    ));
+    assert!(!c.dirty);
+    w.apply(owned(kind, Event::InitDone));
+    assert_eq!(w.store.version(), version);
+    assert!(!w.owned[&id].is_packed());
+    assert!(!w.unpack_held(&holds));
+    assert_eq!(w.store.version(), version);
+    // A new version still replaces it (packed, out of the store until
+    // the hold needs it again).
+    w.apply(owned(kind, Event::Apply(served_role("6", json!(["list"])))));
+    assert!(w.owned[&id].is_packed());
+    assert_ne!(w.store.version(), version);
+}
+
+#[test]
+fn the_main_pass_leaves_the_slow_lanes_roles_packed() {
+    let mut w = base_world();
+    for kind in [OutputKind::ClusterRole, OutputKind::Role] {
+        watch_whole(&mut w, &output_gk(kind));
+    }
+    let mut role = served_role("5", json!(["get"]));
+    role["kind"] = json!("Role");
+    role["metadata"]["namespace"] = json!("team");
+    role["metadata"]["uid"] = json!("u-r");
+    w.apply(Feed::Learned(Learned::Applied(Live::new(role))));
+    w.apply(Feed::Learned(Learned::Applied(Live::new(served_role(
+        "6",
+        json!(["get"]),
+    )))));
+    let role = ObjectId::new(OutputKind::Role, "team", "s");
+    let cluster_role = ObjectId::new(OutputKind::ClusterRole, "", "s");
+    let lane = BTreeMap::from([("r".to_string(), Hold::SlowLane("slow".into()))]);
+    // The main pass holds the lane's rule: its ClusterRole is unpacked
+    // (an aggregate may select it), its Role is not (only policy would
+    // read it, and the lane judges it).
+    assert!(w.unpack_held_for_main(&lane));
+    assert!(!w.owned[&cluster_role].is_packed());
+    assert!(w.owned[&role].is_packed());
+    assert!(
+        w.store
+            .get(&output_gk(OutputKind::Role), &role.store_key())
+            .is_none()
+    );
+    assert!(lane_role(&role, lane.get("r")));
+    assert!(!lane_role(&cluster_role, lane.get("r")));
+    // Held for another reason, the Role is unpacked as before.
+    let waiting = BTreeMap::from([("r".to_string(), Hold::WaitingForSync("x".into()))]);
+    assert!(!lane_role(&role, waiting.get("r")));
+    assert!(w.unpack_held_for_main(&waiting));
+    assert!(!w.owned[&role].is_packed());
+}
+
+#[test]
 fn our_objects_are_kept_slim_unless_a_rule_reads_the_kind() {
     let mut w = base_world();
     let kind = OutputKind::ClusterRole;

@@ -1123,11 +1123,20 @@ pub(in crate::engine) struct Changes {
     /// Rules (by index) whose every trigger renders again: they changed
     /// since the memo's last evaluation (see [`super::adopt`]).
     pub rules: BTreeSet<usize>,
+    /// Of `keys`, the outputs a rule's render changed in this evaluation
+    /// (the rest are the store's: live objects).
+    pub emitted: HashSet<(OutputKind, ObjectKey)>,
 }
 
 impl Changes {
     pub fn add(&mut self, gk: &GroupKind, key: ObjectKey) {
         self.keys.entry(gk.clone()).or_default().insert(key);
+    }
+
+    /// An output a render changed (emitted, changed or no longer emitted).
+    pub fn add_emitted(&mut self, kind: OutputKind, gk: &GroupKind, key: ObjectKey) {
+        self.emitted.insert((kind, key.clone()));
+        self.add(gk, key);
     }
 
     /// Whether a kind changed as a whole (or everything did).

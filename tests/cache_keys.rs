@@ -320,41 +320,7 @@ fn namespace(name: &str, labels: Value) -> Value {
 /// and vars (as `tests/differential.rs`'s test of the same name; kills
 /// `Derivation::of::text -> String::new()`).
 fn rules_of_one_trigger_share_only_what_they_define_alike() {
-    let rule = |name: &str, field: &str| {
-        format!(
-            r#"
-apiVersion: rbacrules.io/v1alpha1
-kind: RbacRule
-metadata: {{name: {name}}}
-spec:
-  trigger: {{kind: Namespace}}
-  related:
-  - name: sas
-    objects: {{kind: ServiceAccount, metadataOnly: true}}
-  - name: picked
-    listField: {{path: metadata, of: [sas], fields: [{field}]}}
-  vars:
-  - name: v
-    value: 'pluck related.picked "{field}"'
-  outputs:
-  - kind: Role
-    name: {name}
-    rules:
-    - apiGroups: [""]
-      resources: [serviceaccounts]
-      resourceNames:
-      - forEach: vars.v
-        as: x
-        item: "{{{{x}}}}"
-      verbs: [get]
-"#
-        )
-    };
-    let yaml = format!(
-        "{}---{}",
-        rule("share-a", "name"),
-        rule("share-b", "namespace")
-    );
+    let yaml = differential::sharing_rules_yaml();
     screen::sequences("sharing", rules(&yaml), &[screen::generated_objects()], 8);
     let (_, desired, _) = screen::compared();
     assert!(desired > 0);

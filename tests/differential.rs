@@ -1546,12 +1546,9 @@ fn tenant_rule_sets_agree_over_change_sequences() {
 }
 
 /// Two rules of one trigger whose first related set is alike and whose
-/// second (a listField over it) and var differ: each keeps its own lists
-/// and vars. Rules share cached values only up to what they define alike
-/// (`Derivation`); one that took the other's list or var would render the
-/// names where the namespaces belong.
-#[test]
-fn rules_of_one_trigger_share_only_what_they_define_alike() {
+/// second (a listField over it) and var differ (also screened by
+/// tests/cache_keys.rs).
+pub fn sharing_rules_yaml() -> String {
     let rule = |name: &str, field: &str| {
         format!(
             r#"
@@ -1582,11 +1579,20 @@ spec:
 "#
         )
     };
-    let yaml = format!(
+    format!(
         "{}---{}",
         rule("share-a", "name"),
         rule("share-b", "namespace")
-    );
+    )
+}
+
+/// Rules of one trigger keep their own lists and vars. Rules share cached
+/// values only up to what they define alike (`Derivation`); one that took
+/// the other's list or var would render the names where the namespaces
+/// belong.
+#[test]
+fn rules_of_one_trigger_share_only_what_they_define_alike() {
+    let yaml = sharing_rules_yaml();
     let rules =
         rbac_rules::rules::parse_text(Path::new("sharing.yaml"), &yaml).expect("rules parse");
     sequences("sharing", rules, &[generated_objects()], 8 * cases());

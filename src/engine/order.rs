@@ -46,18 +46,28 @@ pub struct Earlier<'a> {
     pub templates: &'a Templates,
 }
 
-impl Earlier<'_> {
-    /// Rule `src` as compiled before, when it was and its source is the
-    /// same. The first of several sources of one name is the one compiled.
-    fn find<'r>(
-        &'r self,
-        src: &RuleSource,
-        rules: &HashMap<&str, &'r CompiledRule>,
-    ) -> Option<&'r CompiledRule> {
-        let rule = rules.get(src.name.as_str())?;
-        let was = self.sources.iter().find(|s| s.name == src.name)?;
-        (was.namespace == src.namespace && was.spec == src.spec).then_some(*rule)
+impl<'a> Earlier<'a> {
+    /// Its rules by name, each with the source it was compiled from (the
+    /// first of several sources of one name is the one compiled).
+    fn by_name(&self) -> HashMap<&'a str, (&'a RuleSource, &'a CompiledRule)> {
+        let mut sources: HashMap<&str, &RuleSource> = HashMap::new();
+        for s in self.sources {
+            sources.entry(s.name.as_str()).or_insert(s);
+        }
+        self.rules
+            .iter()
+            .filter_map(|r| Some((r.name.as_str(), (*sources.get(r.name.as_str())?, r))))
+            .collect()
     }
+}
+
+/// Rule `src` as compiled before, when it was and its source is the same.
+fn taken<'r>(
+    src: &RuleSource,
+    earlier: &HashMap<&str, (&RuleSource, &'r CompiledRule)>,
+) -> Option<&'r CompiledRule> {
+    let (was, rule) = earlier.get(src.name.as_str())?;
+    (was.namespace == src.namespace && was.spec == src.spec).then_some(*rule)
 }
 
 impl Prepared {
@@ -85,10 +95,7 @@ pub fn prepare_after(
     earlier: Option<Earlier<'_>>,
 ) -> Prepared {
     let earlier = earlier.filter(|e| e.options == options && e.templates.same_kind(&templates));
-    let earlier_rules: HashMap<&str, &CompiledRule> = earlier
-        .as_ref()
-        .map(|e| e.rules.iter().map(|r| (r.name.as_str(), r)).collect())
-        .unwrap_or_default();
+    let earlier_rules = earlier.as_ref().map(Earlier::by_name).unwrap_or_default();
     let mut compiled = Vec::new();
     let mut fixed = BTreeMap::new();
     let mut seen = BTreeSet::new();
@@ -110,7 +117,7 @@ pub fn prepare_after(
         }
         if let Some((e, rule)) = earlier
             .as_ref()
-            .and_then(|e| Some((e, e.find(src, &earlier_rules)?)))
+            .and_then(|e| Some((e, taken(src, &earlier_rules)?)))
             && templates.copy_from(e.templates, &rule.registered).is_ok()
         {
             // What copying compiled, if anything, is the rule's already.

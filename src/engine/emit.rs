@@ -801,20 +801,22 @@ fn apply_delta(
 /// check that each is emitted once is quadratic).
 const PAIRED_MAX: usize = 16;
 
-/// Drops parsed rules and denials no object holds any more, once the
-/// caches have doubled.
+/// Drops parsed rules, and what was worked out per rule list, that no
+/// object holds any more, once the caches have doubled.
 fn prune_rules_cache(memo: &mut Memo) {
-    let rules = memo.caches.rules.get_mut();
-    let denials = memo.caches.denials.get_mut();
-    let copies = memo.caches.copies.get_mut();
-    let verdicts = memo.caches.copy_verdicts.get_mut();
-    let size = rules.len() + denials.len() + copies.len() + verdicts.len();
+    let c = &mut memo.caches;
+    let (rules, copies) = (c.rules.get_mut(), c.copies.get_mut());
+    let (denials, verdicts) = (c.denials.get_mut(), c.copy_verdicts.get_mut());
+    let uncovered = c.uncovered.get_mut();
+    let size = rules.len() + copies.len() + denials.len() + verdicts.len() + uncovered.len();
     if size > 2 * memo.rules_cache_pruned.max(1024) {
-        // Copies, denials and copy verdicts hold their rule lists weakly.
+        // Copies and the per-list values hold their rule lists weakly.
         copies.retain(|_, (held, _)| held.iter().all(|h| h.strong_count() > 0));
         rules.retain(|_, (held, _)| Arc::strong_count(held) > 1);
-        denials.retain(|_, (held, _)| held.strong_count() > 0);
-        verdicts.retain(|_, (held, _)| held.strong_count() > 0);
-        memo.rules_cache_pruned = rules.len() + denials.len() + copies.len() + verdicts.len();
+        denials.prune();
+        verdicts.prune();
+        uncovered.prune();
+        memo.rules_cache_pruned =
+            rules.len() + copies.len() + denials.len() + verdicts.len() + uncovered.len();
     }
 }

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::Engine;
 use super::fast_hash::HashMap;
-use super::incremental::caches::{Caches, Denials, Rules, Selection};
+use super::incremental::caches::{Caches, Denials, PerRuleList, Rules, Selection};
 use super::kinds::{gk_of, output_kind};
 use super::manifest::Interner;
 use super::memo::{Emit, Emitters, Lookup, Read, RuleMemo};
@@ -326,7 +326,7 @@ impl<'a> View<'a> {
     /// first call for some selectors lists every ClusterRole; later ones
     /// (in later evaluations too) reuse the cached selection.
     pub fn selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
-        self.selected_part(selectors, |sel| &sel.members)
+        self.selected_part(selectors, |sel| sel.members.iter().collect())
     }
 
     /// Makes the selection of `selectors` (not cached yet) and caches it,
@@ -462,7 +462,7 @@ impl<'a> View<'a> {
     /// The members of a selection that break a default denial, in name
     /// order.
     pub fn noisy_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
-        self.selected_part(selectors, |sel| &sel.noisy)
+        self.selected_part(selectors, |sel| sel.noisy.iter().collect())
     }
 
     /// The members of a selection that policy may refuse an aggregate (or
@@ -474,26 +474,15 @@ impl<'a> View<'a> {
         if self.engine.options.allow.is_none() {
             return self.noisy_selected(selectors);
         }
-        let key = self.selection(selectors);
-        let gk = gk_of(OutputKind::ClusterRole);
-        let all = self.caches.selections.borrow();
-        let Some(sel) = all.get(&self.reader).and_then(|m| m.by_json.get(&*key)) else {
-            return Vec::new();
-        };
-        // Both sets are in key order: merged, each key once.
-        let mut keys: Vec<&ObjectKey> = sel.noisy.union(&sel.outside).collect();
-        keys.dedup();
-        self.count(|w| w.members_visited += keys.len() as u64);
-        keys.into_iter()
-            .filter_map(|k| self.get_seen(gk, k))
-            .collect()
+        // Both sets are in key order: their union gives each key once.
+        self.selected_part(selectors, |sel| sel.noisy.union(&sel.outside).collect())
     }
 
     /// The live members of a selection protected by their name or labels
     /// ([`is_protected_role`]), in name order: kept with the selection,
     /// so asking costs what they are, not every member.
     pub fn protected_selected(&self, selectors: &[LabelSelector]) -> Vec<Seen<'a>> {
-        self.selected_part(selectors, |sel| &sel.protected)
+        self.selected_part(selectors, |sel| sel.protected.iter().collect())
     }
 
     /// The key of the selection of `selectors` (its JSON), the selection
@@ -517,12 +506,12 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The members of a selection in one of the sets kept with it (`part`),
-    /// the selection made first if it is not cached yet.
+    /// The members of a selection that `part` picks from the sets kept
+    /// with it, the selection made first if it is not cached yet.
     fn selected_part(
         &self,
         selectors: &[LabelSelector],
-        part: impl Fn(&Selection) -> &BTreeSet<ObjectKey>,
+        part: impl FnOnce(&Selection) -> Vec<&ObjectKey>,
     ) -> Vec<Seen<'a>> {
         let key = self.selection(selectors);
         let gk = gk_of(OutputKind::ClusterRole);
@@ -532,7 +521,9 @@ impl<'a> View<'a> {
         };
         let keys = part(sel);
         self.count(|w| w.members_visited += keys.len() as u64);
-        keys.iter().filter_map(|k| self.get_seen(gk, k)).collect()
+        keys.into_iter()
+            .filter_map(|k| self.get_seen(gk, k))
+            .collect()
     }
 
     /// Whether a live role's own rules grant what the allow-list does not
@@ -549,18 +540,9 @@ impl<'a> View<'a> {
         if rules.is_empty() {
             return false;
         }
-        let at = Arc::as_ptr(&rules) as usize;
-        if let Some((held, v)) = self.caches.uncovered.borrow().get(&at)
-            && std::ptr::eq(held.as_ptr(), Arc::as_ptr(&rules))
-        {
-            return *v;
-        }
-        let v = !allow.uncovered(self.allow_rules, &rules).is_empty();
-        self.caches
-            .uncovered
-            .borrow_mut()
-            .insert(at, (Arc::downgrade(&rules), v));
-        v
+        PerRuleList::get_or_make(&self.caches.uncovered, &rules, || {
+            !allow.uncovered(self.allow_rules, &rules).is_empty()
+        })
     }
 
     /// Whether a role's own rules break a default denial.
@@ -573,18 +555,9 @@ impl<'a> View<'a> {
     /// The default denials a rule list breaks, worked out once per shared
     /// list.
     pub fn denials_of(&self, rules: &Rules, waivers: &crate::policy::Waivers) -> Arc<Denials> {
-        let at = Arc::as_ptr(rules) as usize;
-        if let Some((held, d)) = self.caches.denials.borrow().get(&at)
-            && std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules))
-        {
-            return Arc::clone(d);
-        }
-        let d = Arc::new(crate::policy::denials(rules, waivers));
-        self.caches
-            .denials
-            .borrow_mut()
-            .insert(at, (Arc::downgrade(rules), Arc::clone(&d)));
-        d
+        PerRuleList::get_or_make(&self.caches.denials, rules, || {
+            Arc::new(crate::policy::denials(rules, waivers))
+        })
     }
 
     /// The rules a role gets by copying `roles` (in this order): theirs,
@@ -631,21 +604,11 @@ impl<'a> View<'a> {
     /// Why a ClusterRole granting `rules` is left out of a copy
     /// ([`crate::policy::copy_refusal`]), worked out once per shared list.
     pub fn copy_refusal(&self, rules: &Rules) -> Option<Arc<str>> {
-        let at = Arc::as_ptr(rules) as usize;
-        if let Some((held, v)) = self.caches.copy_verdicts.borrow().get(&at)
-            && std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules))
-        {
-            return v.clone();
-        }
-        let options = &self.engine.options;
-        let allow = options.allow.as_ref().map(|a| (a, self.allow_rules));
-        let v: Option<Arc<str>> =
-            crate::policy::copy_refusal(rules, &options.waivers, allow).map(Into::into);
-        self.caches
-            .copy_verdicts
-            .borrow_mut()
-            .insert(at, (Arc::downgrade(rules), v.clone()));
-        v
+        PerRuleList::get_or_make(&self.caches.copy_verdicts, rules, || {
+            let options = &self.engine.options;
+            let allow = options.allow.as_ref().map(|a| (a, self.allow_rules));
+            crate::policy::copy_refusal(rules, &options.waivers, allow).map(Into::into)
+        })
     }
 
     /// A role's own rules: an emitted role's as it holds them (none for an

@@ -30,14 +30,55 @@ pub(crate) type CopiesCache = HashMap<(bool, Vec<usize>), (Vec<Weak<Vec<PolicyRu
 /// Default denials a role's own rules break (see [`crate::policy::denials`]).
 pub(crate) type Denials = crate::policy::Denied;
 
-/// Denials of roles, by the address of their rule list (weakly held).
-pub(crate) type DenialsCache = HashMap<usize, (Weak<Vec<PolicyRule>>, Arc<Denials>)>;
+/// A value worked out once per shared rule list, by the list's address.
+/// The list is held weakly: the entry keeps no list alive, and an entry
+/// whose list is gone is never read (its address may have been reused by
+/// another list: [`PerRuleList::get_or_make`] checks it is the same list)
+/// and is dropped by [`PerRuleList::prune`].
+pub(crate) struct PerRuleList<V>(HashMap<usize, (Weak<Vec<PolicyRule>>, V)>);
 
-/// Why a copy leaves a source out (`None`: copied), by the address of the
-/// source's rule list (weakly held); see [`crate::policy::copy_refusal`].
-/// Valid for one allow-list: a memo whose allow-list's rules change starts
-/// afresh.
-pub(crate) type CopyVerdicts = HashMap<usize, (Weak<Vec<PolicyRule>>, Option<Arc<str>>)>;
+impl<V> Default for PerRuleList<V> {
+    fn default() -> Self {
+        PerRuleList(HashMap::default())
+    }
+}
+
+impl<V: Clone> PerRuleList<V> {
+    /// The value for `rules`, made by `make` the first time.
+    pub(crate) fn get_or_make(cell: &RefCell<Self>, rules: &Rules, make: impl FnOnce() -> V) -> V {
+        let at = Arc::as_ptr(rules) as usize;
+        if let Some((held, v)) = cell.borrow().0.get(&at)
+            && std::ptr::eq(held.as_ptr(), Arc::as_ptr(rules))
+        {
+            return v.clone();
+        }
+        let v = make();
+        cell.borrow_mut()
+            .0
+            .insert(at, (Arc::downgrade(rules), v.clone()));
+        v
+    }
+}
+
+impl<V> PerRuleList<V> {
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Drops the entries whose rule list no one holds any more.
+    pub(crate) fn prune(&mut self) {
+        self.0.retain(|_, (held, _)| held.strong_count() > 0);
+    }
+}
+
+/// Denials of roles, per rule list.
+pub(crate) type DenialsCache = PerRuleList<Arc<Denials>>;
+
+/// Why a copy leaves a source out (`None`: copied), per the source's rule
+/// list; see [`crate::policy::copy_refusal`]. Valid for one allow-list: a
+/// memo whose allow-list's rules change starts afresh.
+pub(crate) type CopyVerdicts = PerRuleList<Option<Arc<str>>>;
 
 /// The ClusterRoles some selectors (any of them) pick, as one reader sees
 /// them; kept up to date from the changed keys, so a selection costs what
@@ -63,10 +104,9 @@ pub(crate) struct Selection {
     pub outside: BTreeSet<ObjectKey>,
 }
 
-/// Whether the allow-list leaves some of a rule list uncovered, by the
-/// address of the list (weakly held). Valid for one allow-list, as
-/// [`CopyVerdicts`].
-pub(crate) type UncoveredCache = HashMap<usize, (Weak<Vec<PolicyRule>>, bool)>;
+/// Whether the allow-list leaves some of a rule list uncovered, per rule
+/// list. Valid for one allow-list, as [`CopyVerdicts`].
+pub(crate) type UncoveredCache = PerRuleList<bool>;
 
 /// What keeping selections cost, counted (never timed) so tests can hold
 /// a change to what it changes.
@@ -330,6 +370,34 @@ mod tests {
 
     fn selector(v: Value) -> LabelSelector {
         serde_json::from_value(v).expect("selector")
+    }
+
+    /// A value per rule list is made once per list, and an entry whose
+    /// list is gone is dropped by `prune`, never read.
+    #[test]
+    fn a_value_per_rule_list_is_made_once_and_pruned_with_its_list() {
+        let cache = RefCell::new(PerRuleList::<usize>::default());
+        let kept: Rules = Arc::new(vec![PolicyRule::default()]);
+        let gone: Rules = Arc::new(vec![PolicyRule::default(), PolicyRule::default()]);
+        let mut made = 0;
+        for _ in 0..3 {
+            for list in [&kept, &gone] {
+                let v = PerRuleList::get_or_make(&cache, list, || {
+                    made += 1;
+                    list.len()
+                });
+                assert_eq!(v, list.len());
+            }
+        }
+        assert_eq!(made, 2, "one per list");
+        drop(gone);
+        cache.borrow_mut().prune();
+        assert_eq!(
+            cache.borrow().len(),
+            1,
+            "the entry of the dropped list goes"
+        );
+        assert_eq!(PerRuleList::get_or_make(&cache, &kept, || 99), 1);
     }
 
     /// Every selection a role's labels match is among the candidates the

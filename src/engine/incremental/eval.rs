@@ -65,8 +65,35 @@ type FoundKey = (
     Option<String>,
 );
 
-/// Lookups an [`Inputs::found`] keeps before it starts over.
+/// Lookups an [`Inputs::found`] (and [`Inputs::owned`]) keeps before it
+/// starts over.
 const FOUND_MAX: usize = 1_024;
+
+/// A lookup by owner whose owners several triggers of a rule share (a
+/// provider family's members all accept the CRDs of the whole family):
+/// the related set, its rendered namespace, names, selector (as JSON),
+/// whether names *or* selector, and its owner filter. A filter naming
+/// one trigger as controller is never shared, so never kept.
+#[derive(PartialEq, Eq, Hash)]
+struct OwnedKey {
+    set: usize,
+    namespace: Option<String>,
+    names: Option<Arc<BTreeSet<String>>>,
+    selector: Option<String>,
+    either: bool,
+    owners: SharedOwners,
+}
+
+/// The owner filters [`OwnedKey`] keeps, compared by value.
+#[derive(PartialEq, Eq, Hash)]
+enum SharedOwners {
+    AnyOf(Arc<BTreeSet<String>>),
+    Lineage(Arc<std::collections::BTreeMap<String, Option<i64>>>),
+}
+
+/// What an owner lookup found, in view order, with its hits' interned
+/// keys when reads are recorded.
+type OwnedFound = (Vec<Arc<Value>>, Option<Arc<BTreeSet<(String, String)>>>);
 
 /// What one rule's evaluator caches: per render (its reads and inputs),
 /// per rule run (what its templates and conditions read) and across
@@ -121,6 +148,10 @@ struct Inputs {
     /// owner: the view does not change while one rule runs, and a rule's
     /// triggers look for the same objects.
     found: HashMap<FoundKey, Found>,
+    /// Objects found by owner, for the lookups whose owners are shared
+    /// by triggers ([`OwnedKey`]): looked up, and their hits interned,
+    /// once per rule run instead of once per trigger.
+    owned: HashMap<OwnedKey, OwnedFound>,
 }
 
 impl Inputs {
@@ -156,6 +187,27 @@ struct Found {
 }
 
 type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
+
+/// The key a lookup by owner is kept under for the rule run, when its
+/// owner filter can be another trigger's too (see [`OwnedKey`]).
+fn owned_key(set: usize, ns: Option<&String>, read: &Read) -> Option<OwnedKey> {
+    let owners = match read.owner.as_ref()? {
+        OwnerFilter::AnyOf(uids) => SharedOwners::AnyOf(Arc::clone(uids)),
+        OwnerFilter::Lineage(owners) => SharedOwners::Lineage(Arc::clone(owners)),
+        OwnerFilter::Controller(_) => return None,
+    };
+    Some(OwnedKey {
+        set,
+        namespace: ns.cloned(),
+        names: read.names.clone(),
+        selector: read
+            .selector
+            .as_deref()
+            .map(|s| serde_json::to_string(s).unwrap_or_default()),
+        either: read.either,
+        owners,
+    })
+}
 
 impl EvalCaches {
     /// Fresh caches (`record`: whether reads are recorded).
@@ -796,14 +848,34 @@ impl EvalCaches {
         ),
         intern: impl Fn(BTreeSet<(String, String)>) -> Arc<BTreeSet<(String, String)>>,
     ) -> Vec<Arc<Value>> {
-        if read.owner.is_some()
-            && let Some(found) = by_owner(ns.as_ref(), &read)
-        {
-            if self.record {
-                read.hits = intern(found.iter().filter_map(|o| key_of(o)).collect());
-                self.record_read(read);
+        if read.owner.is_some() {
+            let shared = owned_key(i, ns.as_ref(), &read);
+            let hit = shared
+                .as_ref()
+                .and_then(|k| self.inputs.borrow().owned.get(k).cloned());
+            let found = match hit {
+                Some(hit) => Some(hit),
+                None => by_owner(ns.as_ref(), &read).map(|found| {
+                    let hits = self
+                        .record
+                        .then(|| intern(found.iter().filter_map(|o| key_of(o)).collect()));
+                    if let Some(k) = shared {
+                        let owned = &mut self.inputs.borrow_mut().owned;
+                        if owned.len() >= FOUND_MAX {
+                            owned.clear();
+                        }
+                        owned.insert(k, (found.clone(), hits.clone()));
+                    }
+                    (found, hits)
+                }),
+            };
+            if let Some((found, hits)) = found {
+                if let Some(hits) = hits {
+                    read.hits = hits;
+                    self.record_read(read);
+                }
+                return found;
             }
-            return found;
         }
         // By the set (its kind) and its rendered filters: no text of the
         // kind built per render.

@@ -323,9 +323,11 @@ fn run_rule(
     );
     let deltas = apply_rendered(rm, dirty, rendered, listed_all, one_shot);
     // What the evaluator cached goes back to the rule's memo, bounded.
-    evaluator
-        .caches
-        .store_into(rm, (one_shot, handed_on), !deltas.is_empty());
+    evaluator.caches.store_into(
+        rm,
+        (one_shot, handed_on),
+        (!deltas.is_empty(), changes.objects_changed()),
+    );
     deltas
 }
 

@@ -231,7 +231,8 @@ impl EvalCaches {
     }
 
     /// Gives back to the rule's memo what it keeps, bounded; `changed`:
-    /// some trigger's outcome changed. Its derived values and item verdicts
+    /// some trigger's outcome changed; `objects_changed`: the objects
+    /// changed in this evaluation (each can leave one cached pin dead). Its derived values and item verdicts
     /// are kept, pruned of what was computed from objects gone, for a later
     /// rule of this evaluation to take over (`handed_on`) or for the next
     /// evaluation (the first rule of its chain takes them back, see
@@ -241,7 +242,7 @@ impl EvalCaches {
         &self,
         rm: &mut RuleMemo,
         (one_shot, handed_on): (bool, bool),
-        changed: bool,
+        (changed, objects_changed): (bool, usize),
     ) {
         let items = self.items.take();
         let derived = self.derived.take();
@@ -263,7 +264,7 @@ impl EvalCaches {
         if !one_shot {
             rm.derived = derived;
             if changed {
-                rm.derived.prune();
+                rm.derived.prune_after(objects_changed);
             }
         }
     }

@@ -405,6 +405,10 @@ pub(in crate::engine) struct RuleMemo {
     pub freed: Option<(Derived, ItemCache)>,
 }
 
+/// [`Derived::prune_after`] prunes once the changed objects could have
+/// left one pin in this many dead (at most a quarter of the cache stale).
+pub(in crate::engine) const PRUNE_SHARE: usize = 4;
+
 /// Values a render derives from its inputs, cached for the next render with
 /// the same inputs: a family's revisions all list the family's types, so
 /// the list and the vars built from it are computed once, not per
@@ -444,6 +448,9 @@ pub(in crate::engine) struct Derived {
     /// address is not reused while held, and an object no one else holds
     /// is gone from the cluster (its entries go with it).
     pub pins: HashMap<usize, Weak<Value>>,
+    /// Objects changed in the cluster (or by a rule's render) since the
+    /// last [`Derived::prune`]: each left at most one pin dead.
+    pub changed_since_prune: usize,
     /// A listField's entries extracted from one source object (before
     /// its conditions), with their JSON text and what extracting warned:
     /// by related set, whether templates see only its metadata (1) and its
@@ -733,9 +740,25 @@ impl Derived {
         addr
     }
 
+    /// Prunes ([`Derived::prune`]) once the objects changed since the
+    /// last prune, `changed` of them in this evaluation, could have left
+    /// a [`PRUNE_SHARE`] of the pins dead: a prune walks the whole cache,
+    /// so pruning after every change made a change cost what the cache
+    /// holds (a namespace rule's thousands of entries for an XRD added).
+    /// Amortised, a change pays a bounded share of one. A dead pin still
+    /// holds its object's allocation (a `Weak`), so its address is not
+    /// reused and the stale entries are never found for another object.
+    pub fn prune_after(&mut self, changed: usize) {
+        self.changed_since_prune = self.changed_since_prune.saturating_add(changed);
+        if self.changed_since_prune.saturating_mul(PRUNE_SHARE) >= self.pins.len() {
+            self.prune();
+        }
+    }
+
     /// Drops what was computed from objects gone from the cluster (only
     /// this cache holds them), and what was computed from that.
     pub fn prune(&mut self) {
+        self.changed_since_prune = 0;
         self.pins.retain(|_, o| o.strong_count() > 0);
         let pins = &self.pins;
         self.verdicts
@@ -1137,6 +1160,15 @@ impl Changes {
     pub fn add_emitted(&mut self, kind: OutputKind, gk: &GroupKind, key: ObjectKey) {
         self.emitted.insert((kind, key.clone()));
         self.add(gk, key);
+    }
+
+    /// How many objects changed (saturated when a kind or everything
+    /// changed as a whole).
+    pub fn objects_changed(&self) -> usize {
+        if self.all || !self.whole.is_empty() {
+            return usize::MAX;
+        }
+        self.keys.values().map(BTreeSet::len).sum()
     }
 
     /// Whether a kind changed as a whole (or everything did).
@@ -1894,6 +1926,32 @@ spec:
         assert!(d.expansions.is_empty());
         assert_eq!(d.verdicts.len(), 1);
         drop(a);
+    }
+
+    #[test]
+    fn prune_waits_until_the_changes_could_have_left_a_share_of_pins_dead() {
+        let mut d = Derived::default();
+        let objs: Vec<Arc<Value>> = (0..8)
+            .map(|i| Arc::new(json!({"metadata": {"name": i.to_string()}})))
+            .collect();
+        let pins: Vec<usize> = objs.iter().map(|o| d.pin(o)).collect();
+        for (i, p) in pins.iter().enumerate() {
+            d.verdicts.insert((i, *p, 0), (true, 0));
+        }
+        let mut objs = objs.into_iter();
+        drop(objs.next());
+        // One change among eight pins: not yet a quarter (1 × 4 < 8).
+        d.prune_after(1);
+        assert_eq!((d.pins.len(), d.verdicts.len()), (8, 8));
+        // A second: 2 × 4 ≥ 8, the dead pin and its verdict go.
+        drop(objs.next());
+        d.prune_after(1);
+        assert_eq!((d.pins.len(), d.verdicts.len()), (6, 6));
+        assert_eq!(d.changed_since_prune, 0);
+        // A change of everything prunes at once.
+        drop(objs.next());
+        d.prune_after(usize::MAX);
+        assert_eq!(d.pins.len(), 5);
     }
 
     #[test]

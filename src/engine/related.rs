@@ -65,6 +65,23 @@ struct PendingList {
     warned_before: usize,
 }
 
+/// What `controlledBy` and `notOlderThan` read of an object: its uid
+/// (non-empty), its controller's uid and its creation time.
+pub(super) struct LineageFact {
+    uid: String,
+    controller: Option<String>,
+    created: Option<i64>,
+}
+
+fn lineage_fact(o: &Value) -> Option<LineageFact> {
+    let uid = o["metadata"]["uid"].as_str().filter(|u| !u.is_empty())?;
+    Some(LineageFact {
+        uid: uid.to_string(),
+        controller: controller_uid(o).map(str::to_string),
+        created: creation_time(o),
+    })
+}
+
 /// The objects a read finds, whatever their owners: looked up by name
 /// when named in one namespace (or cluster-scoped), else listed.
 fn look_up(gk: &GroupKind, ns: Option<&String>, read: &Read, view: &View) -> Vec<Arc<Value>> {
@@ -755,49 +772,51 @@ impl Evaluator<'_> {
         trigger: Option<&Value>,
         ctx: &Context,
     ) -> BTreeMap<String, Option<i64>> {
-        // (uid, controller's uid, creation time) of each object of a set.
-        type Fact = (String, Option<String>, Option<i64>);
-        let fact = |o: &Value| -> Option<Fact> {
-            let uid = o["metadata"]["uid"].as_str().filter(|u| !u.is_empty())?;
-            Some((
-                uid.to_string(),
-                controller_uid(o).map(str::to_string),
-                creation_time(o),
-            ))
-        };
-        let facts = |name: &str| -> Vec<Fact> {
+        // The facts of each set: those of a set the caches hold are worked
+        // out once per rule run (a family's members all read the same
+        // Providers and family), the trigger's and the context's here.
+        let facts = |name: &str| -> Arc<Vec<LineageFact>> {
             if name == "trigger" {
-                return trigger.and_then(fact).into_iter().collect();
+                return Arc::new(trigger.and_then(lineage_fact).into_iter().collect());
             }
             self.caches
-                .with_objects(name, |objs| objs.iter().filter_map(|o| fact(o)).collect())
+                .lineage_facts(name, |objs| {
+                    objs.iter().filter_map(|o| lineage_fact(o)).collect()
+                })
                 .or_else(|| {
                     let items = ctx.data()["related"][name].as_array()?;
-                    Some(items.iter().filter_map(fact).collect())
+                    Some(Arc::new(items.iter().filter_map(lineage_fact).collect()))
                 })
                 .unwrap_or_default()
         };
         let allowed: Option<Vec<String>> = (!q.controlled_by.is_empty()).then(|| {
-            let all = q.controlled_by.iter().flat_map(|n| facts(n));
-            all.map(|(u, _, _)| u).collect()
+            let mut all = Vec::new();
+            for n in &q.controlled_by {
+                all.extend(facts(n).iter().map(|f| f.uid.clone()));
+            }
+            all
         });
         let Some(set) = &q.not_older_than else {
             return allowed.into_iter().flatten().map(|u| (u, None)).collect();
         };
-        // uid -> (an ancestor?, controller's uid, creation time).
-        let mut nodes: BTreeMap<String, (bool, Option<String>, Option<i64>)> = BTreeMap::new();
-        for (u, c, t) in facts(set) {
-            nodes.entry(u).or_insert((true, c, t));
-        }
         let through = std::iter::once("trigger").chain(
             q.controlled_by
                 .iter()
                 .map(String::as_str)
                 .filter(|n| *n != "trigger"),
         );
-        for name in through {
-            for (u, c, t) in facts(name) {
-                nodes.entry(u).or_insert((false, c, t));
+        // Held here so the map below borrows their text.
+        let held: Vec<(bool, Arc<Vec<LineageFact>>)> = std::iter::once((true, facts(set)))
+            .chain(through.map(|n| (false, facts(n))))
+            .collect();
+        // uid -> (an ancestor?, controller's uid, creation time); the
+        // first object with a uid names it, ancestors first.
+        let mut nodes: BTreeMap<&str, (bool, Option<&str>, Option<i64>)> = BTreeMap::new();
+        for (ancestor, facts) in &held {
+            for f in facts.iter() {
+                nodes
+                    .entry(f.uid.as_str())
+                    .or_insert((*ancestor, f.controller.as_deref(), f.created));
             }
         }
         let ancestor_time = |start: &str| -> Option<i64> {
@@ -811,12 +830,12 @@ impl Evaluator<'_> {
                 if *ancestor {
                     return *created;
                 }
-                at = controller.as_deref()?;
+                at = (*controller)?;
             }
         };
         let candidates: Vec<String> = match allowed {
             Some(a) => a,
-            None => nodes.keys().cloned().collect(),
+            None => nodes.keys().map(|u| u.to_string()).collect(),
         };
         candidates
             .into_iter()

@@ -19,6 +19,7 @@ use super::memo::{
 use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::fast_hash::HashMap;
 use crate::engine::limits;
+use crate::engine::related::LineageFact;
 use crate::engine::store::key_of;
 
 type Result<T> = std::result::Result<T, FieldError>;
@@ -152,6 +153,10 @@ struct Inputs {
     /// by triggers ([`OwnedKey`]): looked up, and their hits interned,
     /// once per rule run instead of once per trigger.
     owned: HashMap<OwnedKey, OwnedFound>,
+    /// What lineage filters read of a related set's objects, by the set's
+    /// name and the objects' addresses: the same for every trigger that
+    /// found the same objects.
+    lineage: HashMap<(String, Vec<usize>), Arc<Vec<LineageFact>>>,
 }
 
 impl Inputs {
@@ -587,6 +592,31 @@ impl EvalCaches {
     /// known.
     pub fn with_objects<R>(&self, name: &str, f: impl FnOnce(&[Arc<Value>]) -> R) -> Option<R> {
         self.inputs.borrow().objects.get(name).map(|o| f(o))
+    }
+
+    /// What lineage filters read of related set `name`'s objects (as kept
+    /// for this render), worked out by `facts` once per rule run for the
+    /// same objects; `None` when the set's objects are not kept.
+    pub fn lineage_facts(
+        &self,
+        name: &str,
+        facts: impl FnOnce(&[Arc<Value>]) -> Vec<LineageFact>,
+    ) -> Option<Arc<Vec<LineageFact>>> {
+        let mut inputs = self.inputs.borrow_mut();
+        let objects = inputs.objects.get(name)?;
+        let key = (
+            name.to_string(),
+            objects.iter().map(|o| Arc::as_ptr(o) as usize).collect(),
+        );
+        if let Some(hit) = inputs.lineage.get(&key) {
+            return Some(Arc::clone(hit));
+        }
+        let made = Arc::new(facts(objects));
+        if inputs.lineage.len() >= FOUND_MAX {
+            inputs.lineage.clear();
+        }
+        inputs.lineage.insert(key, Arc::clone(&made));
+        Some(made)
     }
 
     /// Keeps related set `name`'s objects as the store holds them, for the

@@ -599,27 +599,29 @@ pub fn check_marked_items(
                 let Some(data) = x.as_str().and_then(|s| s.strip_prefix(DATA_MARK)) else {
                     continue;
                 };
-                let at = format!("{field}[{}].{key}[{j}]", base + i);
+                // Named only when refused: a data value is the common
+                // case (every type a provider's CRDs name), a refusal rare.
+                let at = || format!("{field}[{}].{key}[{j}]", base + i);
                 if matches!(list, RuleList::ApiGroups) && is_own_group(data) {
                     // A grant on RbacRules makes its holder a rule author:
                     // only a rule's own literal text may give it.
                     let problem = format!(
                         "{data:?} from data is the controller's own API group, never granted from data"
                     );
-                    refusal.get_or_insert(FieldError::new(
-                        ErrorKind::EscalationDenied,
-                        at,
-                        problem,
-                    ));
+                    refusal.get_or_insert_with(|| {
+                        FieldError::new(ErrorKind::EscalationDenied, at(), problem)
+                    });
                     continue;
                 }
                 let Some(problem) = data_value_problem(list, data) else {
                     continue;
                 };
                 if !data.contains('*') {
-                    return Err(FieldError::new(ErrorKind::InvalidOutput, at, problem));
+                    return Err(FieldError::new(ErrorKind::InvalidOutput, at(), problem));
                 }
-                refusal.get_or_insert(FieldError::new(ErrorKind::EscalationDenied, at, problem));
+                refusal.get_or_insert_with(|| {
+                    FieldError::new(ErrorKind::EscalationDenied, at(), problem)
+                });
             }
         }
     }

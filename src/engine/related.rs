@@ -814,9 +814,11 @@ impl Evaluator<'_> {
         let mut nodes: BTreeMap<&str, (bool, Option<&str>, Option<i64>)> = BTreeMap::new();
         for (ancestor, facts) in &held {
             for f in facts.iter() {
-                nodes
-                    .entry(f.uid.as_str())
-                    .or_insert((*ancestor, f.controller.as_deref(), f.created));
+                nodes.entry(f.uid.as_str()).or_insert((
+                    *ancestor,
+                    f.controller.as_deref(),
+                    f.created,
+                ));
             }
         }
         let ancestor_time = |start: &str| -> Option<i64> {

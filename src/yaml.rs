@@ -1757,6 +1757,9 @@ mod tests {
         ("m: {\"<<\": 1, \"<<\": 2}\n", true),
         ("m: {!!merge <<: {a: 1}, b: 2}\n", false),
         ("m: {<<: 1}\n", false),
+        ("apiVersion: v1\nkind: K\nspec: 1\nspec: 2\n", true),
+        ("spec: 1\napiVersion: v1\nkind: K\nspec: 2\n", true),
+        ("apiVersion: v1\nkind: K\nspec: 1\n\"spec\": 2\n", true),
     ];
 
     /// Every mapping of [`KEYS`] reads the same with keys checked first as

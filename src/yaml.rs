@@ -666,11 +666,13 @@ impl<'de> serde::Deserialize<'de> for Read {
                 .map_or((None, false), |s| (s.prune.clone(), s.check))
         });
         let deepest = Cell::new(0);
+        let keys = RefCell::new(Vec::new());
         let node = Node {
             depth: 1,
             deepest: &deepest,
             prune: prune.as_deref(),
             check,
+            keys: &keys,
         };
         let value = serde::de::DeserializeSeed::deserialize(node, d)?;
         Ok(Read {
@@ -703,6 +705,8 @@ struct Node<'a> {
     prune: Option<&'a Prune>,
     /// Keys checked by [`Seen`] ([`Stream::run`]).
     check: bool,
+    /// The hashes of the keys of the mappings being read ([`Seen`]).
+    keys: &'a RefCell<Vec<u64>>,
 }
 
 impl<'a> Node<'a> {
@@ -721,6 +725,7 @@ impl<'a> Node<'a> {
             deepest: self.deepest,
             prune: None,
             check: self.check,
+            keys: self.keys,
         })
     }
 
@@ -932,9 +937,9 @@ impl<'de> serde::de::Visitor<'de> for Skip<'_> {
             }
             return Ok(());
         }
-        let mut seen = Seen::default();
+        let mut seen = Seen::new(self.0.keys);
         while let Some(key) = map.next_key_seed(SkipKey)? {
-            if !seen.admits(key) {
+            if !seen.admits(&key) {
                 return Err(check_failed());
             }
             map.next_value_seed(inner)?;
@@ -995,34 +1000,61 @@ impl<'de> serde::de::Visitor<'de> for SkipKey {
 /// What is not admitted may still be no
 /// duplicate (`1` and `"1"`, `a` and `!t a`): it is then read again with
 /// serde-saphyr's own check, which tells.
-#[derive(Default)]
-struct Seen<'k> {
-    /// The keys, while few.
-    keys: Vec<Cow<'k, str>>,
-    /// The keys, once many.
-    set: Option<std::collections::HashSet<Cow<'k, str>, foldhash::fast::RandomState>>,
+///
+/// A key is recorded by its hash, on a stack the document's mappings
+/// share (nothing allocated per mapping); two keys of one hash are taken
+/// as equal, which only sends a rare pair to serde-saphyr's check. A
+/// mapping of many keys has a set of its own.
+struct Seen<'s> {
+    /// The hashes of the keys of this mapping, from `start` (those of
+    /// the mappings it is in below).
+    stack: &'s RefCell<Vec<u64>>,
+    start: usize,
+    /// The hashes of this mapping's keys, once many.
+    set: Option<std::collections::HashSet<u64, foldhash::fast::FixedState>>,
     /// The integers the keys may read as.
     ints: Vec<(bool, u128)>,
 }
 
 /// Keys of a mapping [`Seen`] compares one by one; more go in a set.
-const SEEN_LINEAR: usize = 16;
+const SEEN_LINEAR: usize = 32;
 
-impl<'k> Seen<'k> {
+/// The hash of a key ([`Seen`]).
+fn key_hash(key: &str) -> u64 {
+    std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::with_seed(0x42), key)
+}
+
+impl<'s> Seen<'s> {
+    /// A mapping's keys, recorded above those of the mappings it is in.
+    fn new(stack: &'s RefCell<Vec<u64>>) -> Self {
+        let start = stack.borrow().len();
+        Seen {
+            stack,
+            start,
+            set: None,
+            ints: Vec::new(),
+        }
+    }
+
     /// Whether `key` is admitted; it is recorded.
-    fn admits(&mut self, key: Cow<'k, str>) -> bool {
-        if !Self::admits_scalar(&mut self.ints, &key) {
+    fn admits(&mut self, key: &str) -> bool {
+        if !Self::admits_scalar(&mut self.ints, key) {
             return false;
         }
+        let hash = key_hash(key);
         if let Some(set) = self.set.as_mut() {
-            return set.insert(key);
+            return set.insert(hash);
         }
-        if self.keys.contains(&key) {
+        let mut stack = self.stack.borrow_mut();
+        if stack
+            .get(self.start..)
+            .is_some_and(|keys| keys.contains(&hash))
+        {
             return false;
         }
-        self.keys.push(key);
-        if self.keys.len() > SEEN_LINEAR {
-            self.set = Some(self.keys.drain(..).collect());
+        stack.push(hash);
+        if stack.len() - self.start > SEEN_LINEAR {
+            self.set = Some(stack.drain(self.start..).collect());
         }
         true
     }
@@ -1041,6 +1073,13 @@ impl<'k> Seen<'k> {
         }
         ints.push(n);
         true
+    }
+}
+
+/// The mapping is read: its keys leave the stack.
+impl Drop for Seen<'_> {
+    fn drop(&mut self) {
+        self.stack.borrow_mut().truncate(self.start);
     }
 }
 
@@ -1713,6 +1752,7 @@ mod tests {
         ("a: 1\na: 2\n", true),
         ("m: {x: 1, x: 2}\n", true),
         ("m: {x: 1, y: {x: 2}}\n", false),
+        ("a: {b: 1, c: {d: 1}}\nb: 2\nd: 3\nc: 4\n", false),
         ("- {a: 1}\n- a: 1\n  a: 2\n", true),
         ("'a': 1\n\"a\": 2\n", true),
         ("\"a\\x41\": 1\naA: 2\n", true),
@@ -1772,15 +1812,20 @@ mod tests {
         let prune: Arc<Prune> = Arc::new(|_: &str, _: &str, key: &str| key == "spec");
         let indent =
             |text: &str| -> String { text.lines().map(|l| format!("    {l}\n")).collect() };
-        // 20 keys, then one of them again: the set past `SEEN_LINEAR`.
-        let many: String = (0..20).map(|i| format!("k{i}: {i}\n")).collect();
+        // 40 keys, then one of them again: the set past `SEEN_LINEAR`.
+        let many: String = (0..40).map(|i| format!("k{i}: {i}\n")).collect();
         let cases: Vec<(String, bool)> = KEYS
             .iter()
             .map(|(t, d)| (t.to_string(), *d))
             .chain([
                 (many.clone(), false),
                 (format!("{many}k3: again\n"), true),
-                (format!("{many}\"k19\": again\n"), true),
+                (format!("{many}\"k39\": again\n"), true),
+                (format!("{many}k3: {{k3: 1, k4: {{k3: 2}}}}\n"), true),
+                (
+                    format!("k3: {{{}}}\nk3: 2\n", many.replace('\n', ", ")),
+                    true,
+                ),
                 ("x: 1\ny: 2\non: 3\n".to_string(), false),
             ])
             .collect();

@@ -559,6 +559,13 @@ impl Stream {
     /// documents already handed on, with serde-saphyr's own checks and merge
     /// keys: errors, duplicate keys and merges read exactly as they always
     /// did, the check only decides which read gives them.
+    ///
+    /// The first read's check is written here, not taken from a crate:
+    /// serde-saphyr's policies either fingerprint every key (refuse, first
+    /// or last wins) or check nothing (pass through), and a check outside
+    /// the parser must sit in this reader's own visitors to see the keys of
+    /// fields dropped as parsed. It only ever sends a stream to
+    /// serde-saphyr's check, never accepts what that check refuses.
     fn run(&mut self, text: &str, options: serde_saphyr::Options) {
         let mut r = Ok(());
         if self.check_first {

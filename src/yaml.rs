@@ -2,6 +2,7 @@
 //! output in the key order `kubectl` users read (apiVersion, kind, metadata
 //! first).
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -497,6 +498,14 @@ struct Stream {
     result: Result<(), String>,
     /// What the parser counted against its budget.
     report: Option<serde_saphyr::budget::BudgetReport>,
+    /// Whether this read checks duplicate keys itself ([`Seen`]), serde-saphyr
+    /// passing them through.
+    check: bool,
+    /// Whether the stream is first read with that check ([`Stream::run`]);
+    /// `false`: read with serde-saphyr's own check alone (tests compare).
+    check_first: bool,
+    /// Whether the stream was read again after the first read failed.
+    read_again: bool,
 }
 
 thread_local! {
@@ -533,12 +542,59 @@ impl Stream {
             kept: Vec::new(),
             result: Ok(()),
             report: None,
+            check: false,
+            check_first: true,
+            read_again: false,
         }
     }
 
     /// Parses `text` with `options` into this stream (documents, error,
     /// budget report).
-    fn run(&mut self, text: &str, mut options: serde_saphyr::Options) {
+    ///
+    /// First with serde-saphyr's duplicate keys and merge keys (`<<`)
+    /// passed through to [`Node`] and [`Skip`], which refuse any key that
+    /// might repeat one of its mapping or be a merge key ([`Seen`]): its
+    /// duplicate-key fingerprints are a tenth of the parse. Whatever fails
+    /// that read (such a key, or any other error) is read again past the
+    /// documents already handed on, with serde-saphyr's own checks and merge
+    /// keys: errors, duplicate keys and merges read exactly as they always
+    /// did, the check only decides which read gives them.
+    ///
+    /// The first read's check is written here, not taken from a crate:
+    /// serde-saphyr's policies either fingerprint every key (refuse, first
+    /// or last wins) or check nothing (pass through), and a check outside
+    /// the parser must sit in this reader's own visitors to see the keys of
+    /// fields dropped as parsed. It only ever sends a stream to
+    /// serde-saphyr's check, never accepts what that check refuses.
+    fn run(&mut self, text: &str, options: serde_saphyr::Options) {
+        let mut r = Ok(());
+        if self.check_first {
+            let mut first = options.clone();
+            first.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::PassThrough;
+            first.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+            r = self.run_once(text, first, true);
+        }
+        if !self.check_first || r.is_err() {
+            self.read_again = self.check_first;
+            self.skip = self.skip.max(self.read);
+            self.read = 0;
+            r = self.run_once(text, options, false);
+        }
+        // The receiver's end: it sees the stream end.
+        self.to = None;
+        if let Err(e) = r {
+            self.result = Err(parse_message(&e));
+        }
+    }
+
+    /// One read of `text` ([`Stream::run`]); `check`: keys checked by
+    /// [`Seen`].
+    fn run_once(
+        &mut self,
+        text: &str,
+        mut options: serde_saphyr::Options,
+        check: bool,
+    ) -> Result<(), serde_saphyr::Error> {
         let report = Rc::new(RefCell::new(None));
         let to = Rc::clone(&report);
         options.budget_report_cb = Some(Rc::new(RefCell::new(
@@ -546,6 +602,7 @@ impl Stream {
                 *to.borrow_mut() = Some(r);
             },
         )));
+        self.check = check;
         let this = std::mem::replace(self, Stream::new(None, None, 0));
         // A stream parsed within another's (on the same thread) finds its
         // own, and the outer one's back after.
@@ -555,12 +612,8 @@ impl Stream {
         if let Some(done) = STREAM.with(|s| s.replace(outer)) {
             *self = done;
         }
-        // The receiver's end: it sees the stream end.
-        self.to = None;
-        if let Err(e) = r {
-            self.result = Err(parse_message(&e));
-        }
         self.report = report.borrow_mut().take();
+        r.map(|_| ())
     }
 }
 
@@ -614,12 +667,19 @@ impl Drop for Read {
 
 impl<'de> serde::Deserialize<'de> for Read {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let prune = STREAM.with(|s| s.borrow().as_ref().and_then(|s| s.prune.clone()));
+        let (prune, check) = STREAM.with(|s| {
+            s.borrow()
+                .as_ref()
+                .map_or((None, false), |s| (s.prune.clone(), s.check))
+        });
         let deepest = Cell::new(0);
+        let keys = RefCell::new(Vec::new());
         let node = Node {
             depth: 1,
             deepest: &deepest,
             prune: prune.as_deref(),
+            check,
+            keys: &keys,
         };
         let value = serde::de::DeserializeSeed::deserialize(node, d)?;
         Ok(Read {
@@ -650,6 +710,10 @@ struct Node<'a> {
     depth: usize,
     deepest: &'a Cell<usize>,
     prune: Option<&'a Prune>,
+    /// Keys checked by [`Seen`] ([`Stream::run`]).
+    check: bool,
+    /// The hashes of the keys of the mappings being read ([`Seen`]).
+    keys: &'a RefCell<Vec<u64>>,
 }
 
 impl<'a> Node<'a> {
@@ -667,6 +731,8 @@ impl<'a> Node<'a> {
             depth: self.depth + 1,
             deepest: self.deepest,
             prune: None,
+            check: self.check,
+            keys: self.keys,
         })
     }
 
@@ -759,9 +825,22 @@ impl<'de> serde::de::Visitor<'de> for Node<'_> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let inner = self.enter()?;
         let mut out = serde_json::Map::new();
+        // The keys dropped, and the integers read, when checked.
+        let mut dropped: Vec<String> = Vec::new();
+        let mut ints = Vec::new();
         while let Some(k) = map.next_key::<String>()? {
+            if self.check
+                && (out.contains_key(&k)
+                    || dropped.contains(&k)
+                    || !Seen::admits_scalar(&mut ints, &k))
+            {
+                return Err(check_failed());
+            }
             if self.drops(&out, &k) {
                 map.next_value_seed(Skip(inner))?;
+                if self.check {
+                    dropped.push(k);
+                }
                 continue;
             }
             let v = map.next_value_seed(inner)?;
@@ -859,11 +938,193 @@ impl<'de> serde::de::Visitor<'de> for Skip<'_> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let inner = Skip(self.0.enter()?);
-        while map.next_key_seed(inner)?.is_some() {
+        if !self.0.check {
+            while map.next_key_seed(inner)?.is_some() {
+                map.next_value_seed(inner)?;
+            }
+            return Ok(());
+        }
+        let mut seen = Seen::new(self.0.keys);
+        while let Some(key) = map.next_key_seed(SkipKey)? {
+            if !seen.admits(&key) {
+                return Err(check_failed());
+            }
             map.next_value_seed(inner)?;
         }
         Ok(())
     }
+}
+
+/// The error of a key [`Seen`] does not admit: the stream is then read
+/// again with serde-saphyr's own checks ([`Stream::run`]), whose error (or
+/// none) is the one given.
+fn check_failed<E: serde::de::Error>() -> E {
+    E::custom("a mapping key to check with serde-saphyr's own duplicate-key check")
+}
+
+/// A key of a mapping [`Skip`] reads, when keys are checked: its text, as
+/// [`Node`] reads a key (a string). A key serde-saphyr does not hand as one
+/// (null, a mapping, a list, `!!int 1`) fails the first read
+/// ([`Stream::run`]), and is read again as before.
+#[derive(Clone, Copy)]
+struct SkipKey;
+
+impl<'de> serde::de::DeserializeSeed<'de> for SkipKey {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for SkipKey {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+/// The keys of one mapping read so far, when a read checks keys itself
+/// ([`Stream::run`]): it admits a key only when serde-saphyr's
+/// duplicate-key check could not find that key equal to an earlier one
+/// and it is no merge key. serde-saphyr compares a key by its text and
+/// tag, and a plain integer by its value (`0xB` is `11`); so a key is not
+/// admitted when its text is an earlier key's text, when it reads as an
+/// integer an earlier key reads as ([`int_key`]), or when it is `<<`.
+/// What is not admitted may still be no
+/// duplicate (`1` and `"1"`, `a` and `!t a`): it is then read again with
+/// serde-saphyr's own check, which tells.
+///
+/// A key is recorded by its hash, on a stack the document's mappings
+/// share (nothing allocated per mapping); two keys of one hash are taken
+/// as equal, which only sends a rare pair to serde-saphyr's check. A
+/// mapping of many keys has a set of its own.
+struct Seen<'s> {
+    /// The hashes of the keys of this mapping, from `start` (those of
+    /// the mappings it is in below).
+    stack: &'s RefCell<Vec<u64>>,
+    start: usize,
+    /// The hashes of this mapping's keys, once many.
+    set: Option<std::collections::HashSet<u64, foldhash::fast::FixedState>>,
+    /// The integers the keys may read as.
+    ints: Vec<(bool, u128)>,
+}
+
+/// Keys of a mapping [`Seen`] compares one by one; more go in a set.
+const SEEN_LINEAR: usize = 32;
+
+/// The hash of a key ([`Seen`]).
+fn key_hash(key: &str) -> u64 {
+    std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::with_seed(0x42), key)
+}
+
+impl<'s> Seen<'s> {
+    /// A mapping's keys, recorded above those of the mappings it is in.
+    fn new(stack: &'s RefCell<Vec<u64>>) -> Self {
+        let start = stack.borrow().len();
+        Seen {
+            stack,
+            start,
+            set: None,
+            ints: Vec::new(),
+        }
+    }
+
+    /// Whether `key` is admitted; it is recorded.
+    fn admits(&mut self, key: &str) -> bool {
+        if !Self::admits_scalar(&mut self.ints, key) {
+            return false;
+        }
+        let hash = key_hash(key);
+        if let Some(set) = self.set.as_mut() {
+            return set.insert(hash);
+        }
+        let mut stack = self.stack.borrow_mut();
+        if stack
+            .get(self.start..)
+            .is_some_and(|keys| keys.contains(&hash))
+        {
+            return false;
+        }
+        stack.push(hash);
+        if stack.len() - self.start > SEEN_LINEAR {
+            self.set = Some(stack.drain(self.start..).collect());
+        }
+        true
+    }
+
+    /// Whether a key's text is no merge key and reads as no integer an
+    /// earlier key of its mapping reads as (recorded in `ints`).
+    fn admits_scalar(ints: &mut Vec<(bool, u128)>, key: &str) -> bool {
+        if key == "<<" {
+            return false;
+        }
+        let Some(n) = int_key(key) else {
+            return true;
+        };
+        if ints.contains(&n) {
+            return false;
+        }
+        ints.push(n);
+        true
+    }
+}
+
+/// The mapping is read: its keys leave the stack.
+impl Drop for Seen<'_> {
+    fn drop(&mut self) {
+        self.stack.borrow_mut().truncate(self.start);
+    }
+}
+
+/// The integer (sign, magnitude) a key's text may read as. serde-saphyr
+/// compares plain keys that read as integers by value (its default
+/// options: no legacy octal), and this is its syntax widened: ASCII
+/// padding trimmed, one sign, `0x`/`0o`/`0b` or decimal digits (leading
+/// zeros too), underscores anywhere. Every key it reads as an integer
+/// gives its value here (zero unsigned); more keys give one than it reads
+/// as integers, which only sends them to its own check.
+fn int_key(key: &str) -> Option<(bool, u128)> {
+    let t = key.trim_matches([' ', '\t', '\r', '\n']);
+    let (negative, rest) = match t.as_bytes().first()? {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if !rest.as_bytes().first()?.is_ascii_digit() {
+        return None;
+    }
+    let (radix, digits) = match rest.get(..2) {
+        Some("0x" | "0X") => (16, &rest[2..]),
+        Some("0o" | "0O") => (8, &rest[2..]),
+        Some("0b" | "0B") => (2, &rest[2..]),
+        _ => (10, rest),
+    };
+    let mut n: u128 = 0;
+    let mut digit = false;
+    for c in digits.chars() {
+        if c == '_' {
+            continue;
+        }
+        n = n
+            .checked_mul(u128::from(radix))?
+            .checked_add(u128::from(c.to_digit(radix)?))?;
+        digit = true;
+    }
+    digit.then_some((negative && n != 0, n))
 }
 
 /// `text` cut before each line that starts a document (`---` alone or
@@ -1468,6 +1729,175 @@ mod tests {
         let err = err.expect("an error");
         let want = format!("deep.yaml#{}: nests deeper than 10000", docs + 1);
         assert!(err.starts_with(&want), "{err}");
+    }
+
+    /// What `text` reads as, each document's value (or the error that
+    /// stopped it), read as always (`check_first`, keys checked by [`Seen`]
+    /// first) or with serde-saphyr's duplicate-key check alone; and whether
+    /// it was read again.
+    fn read_checked(
+        text: &str,
+        prune: Option<&Arc<Prune>>,
+        check_first: bool,
+    ) -> (Vec<Value>, Result<(), String>, bool) {
+        let mut s = Stream::new(prune, None, 0);
+        s.check_first = check_first;
+        s.run(text, options_for(text));
+        let docs = s
+            .kept
+            .iter_mut()
+            .map(|d| std::mem::take(&mut d.value))
+            .collect();
+        (docs, s.result.clone(), s.read_again)
+    }
+
+    /// Mappings whose keys are or are not duplicates to serde-saphyr
+    /// (`duplicate`: refused), each read at the top, nested, in a field a
+    /// prune drops, and in a list.
+    const KEYS: &[(&str, bool)] = &[
+        ("a: 1\nb: 2\n", false),
+        ("a: 1\na: 2\n", true),
+        ("m: {x: 1, x: 2}\n", true),
+        ("m: {x: 1, y: {x: 2}}\n", false),
+        ("a: {b: 1, c: {d: 1}}\nb: 2\nd: 3\nc: 4\n", false),
+        ("- {a: 1}\n- a: 1\n  a: 2\n", true),
+        ("'a': 1\n\"a\": 2\n", true),
+        ("\"a\\x41\": 1\naA: 2\n", true),
+        ("1: a\n\"1\": b\n", false),
+        ("0xB: a\n11: b\n", true),
+        ("0xb: a\n0XB: b\n", true),
+        ("+1: a\n1: b\n", true),
+        ("-0: a\n0: b\n", true),
+        ("-1: a\n1: b\n", false),
+        ("1_0: a\n10: b\n", true),
+        ("0o7: a\n7: b\n", true),
+        ("0b11: a\n3: b\n", true),
+        ("010: a\n10: b\n", false),
+        ("\"0xB\": a\n11: b\n", false),
+        ("340282366920938463463374607431768211456: a\n0: b\n", false),
+        ("0x10000000000000000: a\n18446744073709551616: b\n", true),
+        ("1.0: a\n1.00: b\n", false),
+        ("1.0: a\n1.0: b\n", true),
+        ("true: a\n\"true\": b\n", true),
+        ("True: a\ntrue: b\n", false),
+        ("~: a\nnull: b\n", false),
+        ("~: a\n~: b\n", true),
+        ("a: 1\n!t a: 2\n", false),
+        ("!t a: 1\n!t a: 2\n", true),
+        ("!!str a: 1\na: 2\n", true),
+        ("1: a\n!!int 1: b\n", true),
+        ("!!int 1: a\n1: b\n", true),
+        ("!!binary aGk=: 1\nhi: 2\n", false),
+        ("? [a, b]\n: 1\n? [a, b]\n: 2\n", true),
+        ("? {a: 1, b: 2}\n: 1\n? {b: 2, a: 1}\n: 2\n", true),
+        ("? [a]\n: 1\nz: 2\n", false),
+        ("? [a]\n: 1\n", false),
+        ("x: &k key\n*k : 1\nkey: 2\n", true),
+        ("x: &k key\n*k : 1\nother: 2\n", false),
+        ("b: &b {a: 1, c: 3}\nm:\n  <<: *b\n  a: 2\n", false),
+        ("b: &b {a: 1}\nm:\n  <<: *b\n  <<: {c: 1}\n", false),
+        (
+            "b: &b {a: 1}\nc: &c {a: 2, d: 1}\nm: {<<: [*b, *c], e: 1}\n",
+            false,
+        ),
+        ("m: {\"<<\": 1, a: 2}\n", false),
+        ("m: {\"<<\": 1, \"<<\": 2}\n", true),
+        ("m: {!!merge <<: {a: 1}, b: 2}\n", false),
+        ("m: {<<: 1}\n", false),
+        ("apiVersion: v1\nkind: K\nspec: 1\nspec: 2\n", true),
+        ("spec: 1\napiVersion: v1\nkind: K\nspec: 2\n", true),
+        ("apiVersion: v1\nkind: K\nspec: 1\n\"spec\": 2\n", true),
+    ];
+
+    /// Every mapping of [`KEYS`] reads the same with keys checked first as
+    /// with serde-saphyr's own duplicate-key check alone: the same
+    /// documents, values (merges), and errors (a duplicate names its line).
+    /// Mappings without a key to check are read once; each duplicate is
+    /// refused.
+    #[test]
+    fn keys_checked_first_read_as_serde_saphyrs_check_alone() {
+        let prune: Arc<Prune> = Arc::new(|_: &str, _: &str, key: &str| key == "spec");
+        let indent =
+            |text: &str| -> String { text.lines().map(|l| format!("    {l}\n")).collect() };
+        // 40 keys, then one of them again: the set past `SEEN_LINEAR`.
+        let many: String = (0..40).map(|i| format!("k{i}: {i}\n")).collect();
+        let cases: Vec<(String, bool)> = KEYS
+            .iter()
+            .map(|(t, d)| (t.to_string(), *d))
+            .chain([
+                (many.clone(), false),
+                (format!("{many}k3: again\n"), true),
+                (format!("{many}\"k39\": again\n"), true),
+                (format!("{many}k3: {{k3: 1, k4: {{k3: 2}}}}\n"), true),
+                (
+                    format!("k3: {{{}}}\nk3: 2\n", many.replace('\n', ", ")),
+                    true,
+                ),
+                ("x: 1\ny: 2\non: 3\n".to_string(), false),
+            ])
+            .collect();
+        for (keys, duplicate) in &cases {
+            let wraps = [
+                keys.clone(),
+                format!("apiVersion: v1\nkind: K\nkept:\n{}", indent(keys)),
+                format!("apiVersion: v1\nkind: K\nspec:\n{}", indent(keys)),
+                format!(
+                    "apiVersion: v1\nkind: K\nspec:\n  - x\n  -\n{}",
+                    indent(keys)
+                ),
+                format!(
+                    "apiVersion: v1\nkind: K\nmetadata: {{name: a}}\n---\nkind: K\n---\napiVersion: v1\nkind: K\nspec:\n  deeper:\n{}---\nkind: last\n",
+                    indent(&indent(keys))
+                ),
+            ];
+            for text in &wraps {
+                for prune in [None, Some(&prune)] {
+                    let (docs, result, again) = read_checked(text, prune, true);
+                    let (want_docs, want_result, _) = read_checked(text, prune, false);
+                    assert_eq!(docs, want_docs, "{text}");
+                    assert_eq!(result, want_result, "{text}");
+                    if *duplicate {
+                        // Null keys and `!!int` ones fail as such outside a
+                        // pruned field, before they are compared.
+                        let err = result.expect_err(text);
+                        let odd =
+                            text.contains('~') || text.contains("!!int") || text.contains('?');
+                        assert!(odd || err.contains("duplicate"), "{text}: {err}");
+                    }
+                    let plain = !text.contains("<<")
+                        && !text.contains('!')
+                        && !text.contains('~')
+                        && !text.contains('?')
+                        && !text.contains("1: a")
+                        && !text.contains("010")
+                        && !text.contains("0xB\"");
+                    if plain && !duplicate {
+                        assert!(!again, "read again: {text}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A document read again after a later one failed the first read is
+    /// handed on once: the documents before it are not repeated.
+    #[test]
+    fn a_stream_read_again_hands_each_document_on_once() {
+        let text = "a: 1\n---\n1: x\n\"1\": z\n---\nb: 2\n";
+        let (docs, result, again) = read_checked(text, None, true);
+        assert!(again && result.is_ok());
+        assert_eq!(docs, [json!({"a": 1}), json!({"1": "z"}), json!({"b": 2})]);
+    }
+
+    #[test]
+    fn int_keys_read_as_serde_saphyr_reads_integers() {
+        assert_eq!(int_key("0xB"), Some((false, 11)));
+        assert_eq!(int_key("-0"), Some((false, 0)));
+        assert_eq!(int_key("-0b1_0"), Some((true, 2)));
+        assert_eq!(int_key(" +7 "), Some((false, 7)));
+        for k in ["", "-", "+-1", "0x", "a1", "1a", "0o8", "1.0", ".5"] {
+            assert_eq!(int_key(k), None, "{k}");
+        }
     }
 
     #[test]

@@ -811,6 +811,7 @@ impl EvalCaches {
             let bytes = limits::used().saturating_sub(before);
             let mut derived = self.derived.borrow_mut();
             let token = derived.token();
+            derived.cached_now(bytes);
             derived.vars.insert(
                 key.clone(),
                 VarEntry {

@@ -406,8 +406,11 @@ pub(in crate::engine) struct RuleMemo {
 }
 
 /// [`Derived::prune_after`] prunes once the changed objects could have
-/// left one pin in this many dead (at most a quarter of the cache stale).
-pub(in crate::engine) const PRUNE_SHARE: usize = 4;
+/// left one pin in this many dead, or the values cached since hold this
+/// share of the bytes the cache held after the last prune (a value made
+/// stale is mostly replaced by a new one of its size: a family's type
+/// list after a CRD added).
+pub(in crate::engine) const PRUNE_SHARE: usize = 16;
 
 /// Values a render derives from its inputs, cached for the next render with
 /// the same inputs: a family's revisions all list the family's types, so
@@ -451,6 +454,10 @@ pub(in crate::engine) struct Derived {
     /// Objects changed in the cluster (or by a rule's render) since the
     /// last [`Derived::prune`]: each left at most one pin dead.
     pub changed_since_prune: usize,
+    /// Bytes of the values cached since the last prune, and those the
+    /// cache held after it (see [`PRUNE_SHARE`]).
+    pub bytes_since_prune: usize,
+    pub bytes_at_prune: usize,
     /// A listField's entries extracted from one source object (before
     /// its conditions), with their JSON text and what extracting warned:
     /// by related set, whether templates see only its metadata (1) and its
@@ -600,6 +607,7 @@ impl Derived {
         before: usize,
     ) {
         let bytes = limits::used().saturating_sub(before);
+        self.cached_now(bytes);
         self.expansions.insert(key, (value, bytes));
     }
 
@@ -643,6 +651,7 @@ impl Derived {
         hollow: bool,
     ) -> u64 {
         let token = self.token();
+        self.cached_now(bytes);
         self.lists.insert(
             key,
             ListEntry {
@@ -667,6 +676,7 @@ impl Derived {
     /// Caches a nested list, built since `before` (the budget used then).
     pub fn remember_nested_list(&mut self, key: NestedKey, value: Value, before: usize) {
         let bytes = limits::used().saturating_sub(before);
+        self.cached_now(bytes);
         self.nested.insert(key, (value, bytes));
     }
 
@@ -742,7 +752,7 @@ impl Derived {
 
     /// Prunes ([`Derived::prune`]) once the objects changed since the
     /// last prune, `changed` of them in this evaluation, could have left
-    /// a [`PRUNE_SHARE`] of the pins dead: a prune walks the whole cache,
+    /// one pin in [`PRUNE_SHARE`] dead: a prune walks the whole cache,
     /// so pruning after every change made a change cost what the cache
     /// holds (a namespace rule's thousands of entries for an XRD added).
     /// Amortised, a change pays a bounded share of one. A dead pin still
@@ -750,7 +760,9 @@ impl Derived {
     /// reused and the stale entries are never found for another object.
     pub fn prune_after(&mut self, changed: usize) {
         self.changed_since_prune = self.changed_since_prune.saturating_add(changed);
-        if self.changed_since_prune.saturating_mul(PRUNE_SHARE) >= self.pins.len() {
+        if self.changed_since_prune.saturating_mul(PRUNE_SHARE) >= self.pins.len()
+            || self.bytes_since_prune.saturating_mul(PRUNE_SHARE) > self.bytes_at_prune
+        {
             self.prune();
         }
     }
@@ -810,6 +822,13 @@ impl Derived {
         if self.assembled.len() > DERIVED_MAX {
             self.assembled.clear();
         }
+        self.bytes_since_prune = 0;
+        self.bytes_at_prune = self.cached_bytes();
+    }
+
+    /// Counts `bytes` of a value cached now (see [`Derived::prune_after`]).
+    pub fn cached_now(&mut self, bytes: usize) {
+        self.bytes_since_prune = self.bytes_since_prune.saturating_add(bytes);
     }
 }
 
@@ -1931,7 +1950,8 @@ spec:
     #[test]
     fn prune_waits_until_the_changes_could_have_left_a_share_of_pins_dead() {
         let mut d = Derived::default();
-        let objs: Vec<Arc<Value>> = (0..8)
+        let n = 2 * PRUNE_SHARE;
+        let objs: Vec<Arc<Value>> = (0..n)
             .map(|i| Arc::new(json!({"metadata": {"name": i.to_string()}})))
             .collect();
         let pins: Vec<usize> = objs.iter().map(|o| d.pin(o)).collect();
@@ -1940,18 +1960,45 @@ spec:
         }
         let mut objs = objs.into_iter();
         drop(objs.next());
-        // One change among eight pins: not yet a quarter (1 × 4 < 8).
+        // One change among 2 × PRUNE_SHARE pins: not yet one in PRUNE_SHARE.
         d.prune_after(1);
-        assert_eq!((d.pins.len(), d.verdicts.len()), (8, 8));
-        // A second: 2 × 4 ≥ 8, the dead pin and its verdict go.
+        assert_eq!((d.pins.len(), d.verdicts.len()), (n, n));
+        // A second: one in PRUNE_SHARE may be dead, the dead pins and
+        // their verdicts go.
         drop(objs.next());
         d.prune_after(1);
-        assert_eq!((d.pins.len(), d.verdicts.len()), (6, 6));
+        assert_eq!((d.pins.len(), d.verdicts.len()), (n - 2, n - 2));
         assert_eq!(d.changed_since_prune, 0);
         // A change of everything prunes at once.
         drop(objs.next());
         d.prune_after(usize::MAX);
-        assert_eq!(d.pins.len(), 5);
+        assert_eq!(d.pins.len(), n - 3);
+    }
+
+    #[test]
+    fn prune_comes_too_once_the_values_cached_since_hold_a_share_of_the_bytes() {
+        let mut d = Derived::default();
+        let a = Arc::new(json!({"metadata": {"name": "a"}}));
+        let b = Arc::new(json!({"metadata": {"name": "b"}}));
+        let (pa, pb) = (d.pin(&a), d.pin(&b));
+        let kept = PRUNE_SHARE * 100;
+        d.reserve_list((0, vec![pa]), Vec::new(), kept, false);
+        d.reserve_list((1, vec![pb]), Vec::new(), 1, false);
+        d.prune();
+        assert_eq!((d.bytes_at_prune, d.bytes_since_prune), (kept + 1, 0));
+        // `b` gone: no object change counted, and a small value cached
+        // since: kept stale.
+        drop(b);
+        d.reserve_list((2, vec![pa]), Vec::new(), 50, false);
+        d.prune_after(0);
+        assert_eq!(d.lists.len(), 3);
+        // Values of over a PRUNE_SHARE-th of the bytes cached since: pruned.
+        d.reserve_list((3, vec![pa]), Vec::new(), 60, false);
+        d.prune_after(0);
+        assert_eq!(d.lists.len(), 3);
+        assert!(!d.lists.contains_key(&(1, vec![pb])));
+        assert_eq!(d.bytes_since_prune, 0);
+        drop(a);
     }
 
     #[test]

@@ -1147,7 +1147,7 @@ fn compiled(name: &str, spec: &RbacRuleSpec, regexes: HashMap<String, Regex>) ->
 /// it reads. Ties go by name. A rule never reads its own outputs (the view
 /// hides them), so it does not depend on itself. Returns the order (indices)
 /// and, for rules caught in a cycle (which cannot run), the rules they wait on.
-pub fn order(rules: &[CompiledRule]) -> (Vec<usize>, BTreeMap<usize, Vec<String>>) {
+pub fn order(rules: &[std::sync::Arc<CompiledRule>]) -> (Vec<usize>, BTreeMap<usize, Vec<String>>) {
     let n = rules.len();
     // deps[b] = rules that must run before b.
     let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];

@@ -165,7 +165,7 @@ pub struct Engine {
     id: u64,
     templates: Templates,
     /// Valid rules in evaluation order.
-    rules: Vec<CompiledRule>,
+    rules: Vec<Arc<CompiledRule>>,
     /// Reports for rules that cannot run (invalid, cyclic, inactive).
     fixed_reports: BTreeMap<String, RuleReport>,
     /// Index in `rules` by name.
@@ -177,7 +177,7 @@ pub struct Engine {
     /// The rules it was made from: a later engine
     /// ([`Engine::with_previous`]) takes each rule whose source is the
     /// same as compiled here.
-    sources: Vec<RuleSource>,
+    sources: Vec<Arc<RuleSource>>,
     /// How many rules it compiled (the others it took from its
     /// predecessor).
     compiled: usize,
@@ -240,7 +240,7 @@ impl Engine {
                 rules: p.rules,
                 fixed_reports: p.fixed,
                 options,
-                sources: sources.to_vec(),
+                sources: shared_sources(sources, previous),
                 compiled: p.compiled,
             },
             Err(e) => {
@@ -373,7 +373,7 @@ impl Engine {
 /// texts, not a copy of them) has the stamp it had there: its text is
 /// not written again.
 fn stamp_of(
-    rules: &[CompiledRule],
+    rules: &[Arc<CompiledRule>],
     fixed_reports: &BTreeMap<String, RuleReport>,
     options: &Options,
     previous: Option<&Engine>,
@@ -415,8 +415,24 @@ pub fn interests(sources: &[RuleSource], options: &Options) -> Vec<Interest> {
     }
 }
 
+/// The sources an engine keeps, each shared with `previous`'s when equal
+/// (name, namespace, spec): a rule change copies, and its old engine
+/// frees, only the changed rule's spec.
+fn shared_sources(sources: &[RuleSource], previous: Option<&Engine>) -> Vec<Arc<RuleSource>> {
+    let before: HashMap<&str, &Arc<RuleSource>> = previous
+        .map(|p| p.sources.iter().map(|s| (s.name.as_str(), s)).collect())
+        .unwrap_or_default();
+    sources
+        .iter()
+        .map(|s| match before.get(s.name.as_str()) {
+            Some(b) if b.namespace == s.namespace && b.spec == s.spec => Arc::clone(b),
+            _ => Arc::new(s.clone()),
+        })
+        .collect()
+}
+
 /// Each rule's index in `rules` (evaluation order), by name.
-fn index_of(rules: &[CompiledRule]) -> HashMap<String, usize> {
+fn index_of(rules: &[Arc<CompiledRule>]) -> HashMap<String, usize> {
     rules
         .iter()
         .enumerate()
@@ -425,7 +441,7 @@ fn index_of(rules: &[CompiledRule]) -> HashMap<String, usize> {
 }
 
 /// Kinds the runnable `rules` read, merged per kind.
-fn interests_of_rules(rules: &[CompiledRule], options: &Options) -> Vec<Interest> {
+fn interests_of_rules(rules: &[Arc<CompiledRule>], options: &Options) -> Vec<Interest> {
     let mut all: Vec<Interest> = rules
         .iter()
         .flat_map(|r| r.interests.iter().cloned())

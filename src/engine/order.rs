@@ -23,7 +23,7 @@ pub struct Prepared {
     /// Every template of every rule, parsed.
     pub templates: Templates,
     /// The runnable rules, in evaluation order.
-    pub rules: Vec<CompiledRule>,
+    pub rules: Vec<Arc<CompiledRule>>,
     /// Reports of the rules that do not run: invalid, cyclic, inactive.
     pub fixed: BTreeMap<String, RuleReport>,
     /// How many rules were compiled, not taken from an [`Earlier`]
@@ -37,11 +37,11 @@ pub struct Prepared {
 /// it is, its templates copied from the registry it was compiled into.
 pub struct Earlier<'a> {
     /// The sources it was given.
-    pub sources: &'a [RuleSource],
+    pub sources: &'a [Arc<RuleSource>],
     /// Its options.
     pub options: &'a Options,
     /// Its runnable rules.
-    pub rules: &'a [CompiledRule],
+    pub rules: &'a [Arc<CompiledRule>],
     /// The registry they were compiled into.
     pub templates: &'a Templates,
 }
@@ -49,10 +49,10 @@ pub struct Earlier<'a> {
 impl<'a> Earlier<'a> {
     /// Its rules by name, each with the source it was compiled from (the
     /// first of several sources of one name is the one compiled).
-    fn by_name(&self) -> HashMap<&'a str, (&'a RuleSource, &'a CompiledRule)> {
+    fn by_name(&self) -> HashMap<&'a str, (&'a RuleSource, &'a Arc<CompiledRule>)> {
         let mut sources: HashMap<&str, &RuleSource> = HashMap::new();
         for s in self.sources {
-            sources.entry(s.name.as_str()).or_insert(s);
+            sources.entry(s.name.as_str()).or_insert(&**s);
         }
         self.rules
             .iter()
@@ -64,8 +64,8 @@ impl<'a> Earlier<'a> {
 /// Rule `src` as compiled before, when it was and its source is the same.
 fn taken<'r>(
     src: &RuleSource,
-    earlier: &HashMap<&str, (&RuleSource, &'r CompiledRule)>,
-) -> Option<&'r CompiledRule> {
+    earlier: &HashMap<&str, (&RuleSource, &'r Arc<CompiledRule>)>,
+) -> Option<&'r Arc<CompiledRule>> {
     let (was, rule) = earlier.get(src.name.as_str())?;
     (was.namespace == src.namespace && was.spec == src.spec).then_some(*rule)
 }
@@ -122,7 +122,7 @@ pub fn prepare_after(
         {
             // What copying compiled, if anything, is the rule's already.
             templates.take_registered();
-            compiled.push(rule.clone());
+            compiled.push(Arc::clone(rule));
             continue;
         }
         count += 1;
@@ -133,7 +133,7 @@ pub fn prepare_after(
         match result {
             Ok(mut rule) => {
                 rule.registered = registered;
-                compiled.push(rule);
+                compiled.push(Arc::new(rule));
             }
             Err(report) => {
                 fixed.insert(src.name.clone(), report);
@@ -152,7 +152,7 @@ pub fn prepare_after(
             failed(rule_error(name, ErrorKind::Cycle, "spec", &message)),
         );
     }
-    let mut slots: Vec<Option<CompiledRule>> = compiled.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Arc<CompiledRule>>> = compiled.into_iter().map(Some).collect();
     let rules = order.into_iter().filter_map(|i| slots[i].take()).collect();
     Prepared {
         templates,

@@ -630,3 +630,32 @@ fn a_namespace_out_of_time_fails_its_own_triggers_only() {
         4
     );
 }
+
+/// A tenant rule moved to another namespace and back, through engines
+/// each built from the one before (as the controller builds them): the
+/// last renders it where it is now, as a fresh engine does, never as an
+/// earlier engine compiled it for another namespace (a NamespacedRbacRule
+/// is named `<namespace>/<name>`, and an engine takes over a rule, or
+/// shares its source, only by an equal name and spec).
+#[test]
+fn a_tenant_rule_moved_and_moved_back_is_confined_where_it_is() {
+    let store = store_of(&cluster());
+    let at = |ns: &str| {
+        rules(&format!(
+            "apiVersion: rbacrules.io/v1alpha1\nkind: NamespacedRbacRule\nmetadata: {{name: mover, namespace: {ns}}}\nspec:\n  outputs:\n  - {{kind: Role, name: reader, rules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [get]}}]}}\n"
+        ))
+    };
+    let options = Options::default();
+    let a = Engine::new(&at("team-a"), options.clone());
+    let b = Engine::with_previous(&a, &at("team-b"), options.clone());
+    let back = Engine::with_previous(&b, &at("team-a"), options.clone());
+    let got = back.evaluate(&store);
+    let want = Engine::new(&at("team-a"), options).evaluate(&store);
+    assert!(
+        got.desired.iter().any(|d| d.namespace == "team-a"),
+        "the rule's Role is in team-a: {:?}",
+        got.reports
+    );
+    assert_eq!(got.desired, want.desired);
+    assert_eq!(*got.reports, *want.reports);
+}

@@ -65,7 +65,6 @@ impl Sight<'_> {
 }
 
 /// A rule that passed validation.
-#[derive(Clone)]
 pub struct CompiledRule {
     pub name: String,
     pub spec: RbacRuleSpec,

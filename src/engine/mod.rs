@@ -78,8 +78,9 @@ pub use compile::Interest;
 use compile::{CompiledRule, merge_interests};
 use template::Templates;
 
-/// A rule as handed to the engine.
-#[derive(Clone, Debug)]
+/// A rule as handed to the engine. Two equal sources compile to the
+/// same rule under the same options ([`Engine::with_previous`]).
+#[derive(Clone, Debug, PartialEq)]
 pub struct RuleSource {
     /// metadata.name of the RbacRule.
     pub name: String,
@@ -425,7 +426,7 @@ fn shared_sources(sources: &[RuleSource], previous: Option<&Engine>) -> Vec<Arc<
     sources
         .iter()
         .map(|s| match before.get(s.name.as_str()) {
-            Some(b) if b.namespace == s.namespace && b.spec == s.spec => Arc::clone(b),
+            Some(b) if b.as_ref() == s => Arc::clone(b),
             _ => Arc::new(s.clone()),
         })
         .collect()

@@ -67,7 +67,7 @@ fn taken<'r>(
     earlier: &HashMap<&str, (&RuleSource, &'r Arc<CompiledRule>)>,
 ) -> Option<&'r Arc<CompiledRule>> {
     let (was, rule) = earlier.get(src.name.as_str())?;
-    (was.namespace == src.namespace && was.spec == src.spec).then_some(*rule)
+    (*was == src).then_some(*rule)
 }
 
 impl Prepared {

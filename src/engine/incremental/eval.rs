@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::memo::{
     Assembly, CachedPolicy, Derived, ExtractedEntries, ITEM_CACHE_MAX, ItemCache, ItemVerdict,
-    NestedKey, OwnerFilter, Read, RuleMemo, VarEntry, cached_verdict, owner_uids, remember_verdict,
+    NestedKey, OwnerFilter, Read, RuleMemo, cached_verdict, owner_uids, remember_verdict,
 };
 use crate::engine::error::{FieldError, FieldWarning};
 use crate::engine::fast_hash::HashMap;
@@ -193,6 +193,13 @@ struct Found {
 
 type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
 
+/// A read's rendered selector as JSON, to key a lookup by.
+fn selector_text(read: &Read) -> Option<String> {
+    read.selector
+        .as_deref()
+        .map(|s| serde_json::to_string(s).unwrap_or_default())
+}
+
 /// The key a lookup by owner is kept under for the rule run, when its
 /// owner filter can be another trigger's too (see [`OwnedKey`]).
 fn owned_key(set: usize, ns: Option<&String>, read: &Read) -> Option<OwnedKey> {
@@ -205,10 +212,7 @@ fn owned_key(set: usize, ns: Option<&String>, read: &Read) -> Option<OwnedKey> {
         set,
         namespace: ns.cloned(),
         names: read.names.clone(),
-        selector: read
-            .selector
-            .as_deref()
-            .map(|s| serde_json::to_string(s).unwrap_or_default()),
+        selector: selector_text(read),
         either: read.either,
         owners,
     })
@@ -809,17 +813,7 @@ impl EvalCaches {
         let value = compute()?;
         if let Some(key) = key {
             let bytes = limits::used().saturating_sub(before);
-            let mut derived = self.derived.borrow_mut();
-            let token = derived.token();
-            derived.cached_now(bytes);
-            derived.vars.insert(
-                key.clone(),
-                VarEntry {
-                    value: None,
-                    bytes,
-                    token,
-                },
-            );
+            let token = self.derived.borrow_mut().reserve_var(key.clone(), bytes);
             let mut inputs = self.inputs.borrow_mut();
             inputs.var_tokens.insert(name.to_string(), token);
             inputs.lent.push(Lent::Var(name.to_string(), key));
@@ -911,14 +905,7 @@ impl EvalCaches {
         }
         // By the set (its kind) and its rendered filters: no text of the
         // kind built per render.
-        let lookup: FoundKey = (
-            i,
-            ns.clone(),
-            read.names.clone(),
-            read.selector
-                .as_deref()
-                .map(|s| serde_json::to_string(s).unwrap_or_default()),
-        );
+        let lookup: FoundKey = (i, ns.clone(), read.names.clone(), selector_text(&read));
         let mut inputs = self.inputs.borrow_mut();
         if !inputs.found.contains_key(&lookup) {
             let objects = look_up(ns.as_ref(), &read);

@@ -665,6 +665,22 @@ impl Derived {
         token
     }
 
+    /// Reserves a var's entry (filled when the render gives its value
+    /// back), with the bytes computing it charged: a fresh token for it.
+    pub fn reserve_var(&mut self, key: (usize, Vec<u64>), bytes: usize) -> u64 {
+        let token = self.token();
+        self.cached_now(bytes);
+        self.vars.insert(
+            key,
+            VarEntry {
+                value: None,
+                bytes,
+                token,
+            },
+        );
+        token
+    }
+
     /// A nested list cached before, charging the budget what building it
     /// charged; `None` over budget.
     pub fn nested_list(&self, key: &NestedKey) -> Option<Value> {
@@ -827,7 +843,7 @@ impl Derived {
     }
 
     /// Counts `bytes` of a value cached now (see [`Derived::prune_after`]).
-    pub fn cached_now(&mut self, bytes: usize) {
+    fn cached_now(&mut self, bytes: usize) {
         self.bytes_since_prune = self.bytes_since_prune.saturating_add(bytes);
     }
 }

@@ -789,25 +789,32 @@ impl Evaluator<'_> {
                 })
                 .unwrap_or_default()
         };
-        let allowed: Option<Vec<String>> = (!q.controlled_by.is_empty()).then(|| {
-            let mut all = Vec::new();
-            for n in &q.controlled_by {
-                all.extend(facts(n).iter().map(|f| f.uid.clone()));
-            }
-            all
+        // Each set `controlledBy` names, worked out once for both uses.
+        let controlled: Vec<(&str, Arc<Vec<LineageFact>>)> = q
+            .controlled_by
+            .iter()
+            .map(|n| (n.as_str(), facts(n)))
+            .collect();
+        let allowed: Option<Vec<String>> = (!controlled.is_empty()).then(|| {
+            let uids = controlled.iter().flat_map(|(_, f)| f.iter());
+            uids.map(|f| f.uid.clone()).collect()
         });
         let Some(set) = &q.not_older_than else {
             return allowed.into_iter().flatten().map(|u| (u, None)).collect();
         };
-        let through = std::iter::once("trigger").chain(
-            q.controlled_by
-                .iter()
-                .map(String::as_str)
-                .filter(|n| *n != "trigger"),
-        );
+        // The trigger first, then the other sets `controlledBy` names.
+        let trigger_facts = match controlled.iter().find(|(n, _)| *n == "trigger") {
+            Some((_, f)) => Arc::clone(f),
+            None => facts("trigger"),
+        };
+        let through = controlled
+            .iter()
+            .filter(|(n, _)| *n != "trigger")
+            .map(|(_, f)| (false, Arc::clone(f)));
         // Held here so the map below borrows their text.
-        let held: Vec<(bool, Arc<Vec<LineageFact>>)> = std::iter::once((true, facts(set)))
-            .chain(through.map(|n| (false, facts(n))))
+        let held: Vec<(bool, Arc<Vec<LineageFact>>)> = [(true, facts(set)), (false, trigger_facts)]
+            .into_iter()
+            .chain(through)
             .collect();
         // uid -> (an ancestor?, controller's uid, creation time); the
         // first object with a uid names it, ancestors first.

@@ -69,7 +69,22 @@ pub(super) fn shown<'o>(obj: &'o Value, seen: Sight<'_>) -> Cow<'o, Value> {
 /// where `obj` has none. Templates and conditions that read `obj` only by
 /// these paths see the same values in it.
 pub(super) fn project(obj: &Value, paths: &[Vec<String>], seen: Sight<'_>) -> Value {
-    if seen.fields.is_some() {
+    if let Some(fields) = seen.fields {
+        // Read of the object itself when that reads the same: no copy of
+        // what is seen first (a revision's whole metadata, per related
+        // object judged and per trigger rendered).
+        if obj.is_object()
+            && let Some(direct) = seen_paths(obj, paths, fields)
+        {
+            return project(
+                obj,
+                &direct,
+                Sight {
+                    fields: None,
+                    ..seen
+                },
+            );
+        }
         // What the paths read of what is seen.
         let base = shown(obj, seen);
         if let Cow::Owned(o) = &base {
@@ -125,6 +140,49 @@ pub(super) fn project(obj: &Value, paths: &[Vec<String>], seen: Sight<'_>) -> Va
         m.remove("managedFields");
     }
     Value::Object(out)
+}
+
+/// `paths` as [`project`] reads them of what `fields` let be seen of
+/// `obj` (see [`visible`]), when reading them of `obj` itself finds the
+/// same: each path lies inside a field whose value `obj` holds (its
+/// parents maps), so the seen copy holds that value and the maps above it
+/// as `obj` does; a path under a key no field starts with, or inside the
+/// only field under its key when `obj` lacks that field, reads nothing
+/// seen and is left out. `None` when a path is wider than a field or
+/// beside one under the same key (it would read the seen copy's maps), or
+/// inside a field `obj` lacks while other fields share its key: the copy
+/// is made then.
+fn seen_paths(
+    obj: &Value,
+    paths: &[Vec<String>],
+    fields: &[Vec<String>],
+) -> Option<Vec<Vec<String>>> {
+    let mut direct = Vec::with_capacity(paths.len());
+    for p in paths {
+        if p.is_empty() {
+            return None;
+        }
+        if let Some(f) = fields.iter().find(|f| p.starts_with(f)) {
+            let (last, parents) = f.split_last()?;
+            let held = parents
+                .iter()
+                .try_fold(obj, |v, k| v.as_object()?.get(k))
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.contains_key(last));
+            if held {
+                direct.push(p.clone());
+            } else if fields.iter().filter(|g| g.first() == p.first()).count() > 1 {
+                // Another field may hold maps above this one's place.
+                return None;
+            }
+            // Else the only field under its key, not held: nothing seen.
+        } else if fields.iter().any(|f| f.first() == p.first()) {
+            // Wider than a field, or beside one under the same key: it
+            // would read the seen copy's maps.
+            return None;
+        }
+    }
+    Some(direct)
 }
 
 pub(super) fn bind(ctx: &mut Context, name: &str, v: Value) -> Option<Value> {
@@ -421,5 +479,85 @@ mod tests {
         let kept = visible(&obj, seen);
         assert!(matches!(shown(&kept, seen), Cow::Borrowed(_)));
         assert!(matches!(shown(&obj, seen), Cow::Owned(_)));
+    }
+
+    /// With `fields`, a projection read of the object itself (when
+    /// [`seen_paths`] allows) is the projection of the seen copy, for
+    /// objects whose fields are maps, texts, empty, missing, and for paths
+    /// inside, across, beside and wider than the fields.
+    #[test]
+    fn a_projection_read_of_the_object_is_that_of_what_is_seen() {
+        let specs = [
+            json!({"image": "i", "other": {"deep": 1}, "list": [1]}),
+            json!({"other": {"deep": 2}}),
+            json!({}),
+            json!("text"),
+            Value::Null,
+        ];
+        let field_sets: [&[&str]; 7] = [
+            &["spec.image"],
+            &["spec.image", "spec.other.deep"],
+            &["spec"],
+            &["spec.other"],
+            &["status.phase", "spec.image"],
+            &["status.capabilities", "spec.image"],
+            &["status.capabilities", "status.phase"],
+        ];
+        let paths: [&[&str]; 12] = [
+            &["status", "capabilities"],
+            &["status", "capabilities", "x"],
+            &["spec", "image"],
+            &["spec", "image", "x"],
+            &["spec"],
+            &["spec", "other"],
+            &["spec", "other", "deep"],
+            &["spec", "list", "0"],
+            &["metadata", "name"],
+            &["metadata", "managedFields"],
+            &["status"],
+            &["kind"],
+        ];
+        let mut checked = 0;
+        for spec in &specs {
+            let mut obj = json!({
+                "apiVersion": "v1", "kind": "K",
+                "metadata": {"name": "n", "managedFields": [{"x": 1}]},
+                "status": {"phase": "p"},
+            });
+            if !spec.is_null() {
+                obj["spec"] = spec.clone();
+            }
+            for fields in field_sets {
+                let texts: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+                let fields = super::super::path::seen_fields(&texts);
+                let seen = Sight {
+                    metadata_only: false,
+                    fields: Some(&fields),
+                    id: 2,
+                };
+                // Every pair of paths.
+                for a in 0..paths.len() {
+                    for b in a..paths.len() {
+                        let read: Vec<Vec<String>> = [paths[a], paths[b]]
+                            .iter()
+                            .map(|p| p.iter().map(|k| k.to_string()).collect())
+                            .collect();
+                        let copy = visible(&obj, seen);
+                        let unseen = Sight {
+                            fields: None,
+                            ..seen
+                        };
+                        assert_eq!(
+                            project(&obj, &read, seen),
+                            project(&copy, &read, unseen),
+                            "{obj} {texts:?} {read:?}"
+                        );
+                        checked += usize::from(seen_paths(&obj, &read, &fields).is_some());
+                    }
+                }
+            }
+        }
+        // The direct read is taken for many of them, not only the plain ones.
+        assert!(checked >= 400, "{checked}");
     }
 }

@@ -878,7 +878,8 @@ impl Evaluator<'_> {
     }
 
     /// Related objects whose `where` reads only the object and the
-    /// trigger: each verdict is cached by both objects' addresses, and the
+    /// trigger: each verdict is cached by both objects' addresses (by the
+    /// object's alone when the `where` reads only the object), and the
     /// list of those cached by their addresses, so a family's revisions
     /// judge and copy each other once. `None` when the set is not such.
     fn cached_objects(
@@ -889,12 +890,22 @@ impl Evaluator<'_> {
         seen: Sight<'_>,
         ctx: &mut Context,
     ) -> Option<Result<Vec<Value>>> {
-        if !rel.require.is_empty() || !self.reads_of(i, rel).where_item_trigger {
+        let shape = self.reads_of(i, rel);
+        if !rel.require.is_empty() || !shape.where_item_trigger {
             return None;
         }
-        let passed = self
-            .caches
-            .judged_objects(i, found, |o| self.object_passes(i, rel, o, seen, ctx));
+        let passed = if rel.filter.is_empty() {
+            // No `where`: every object passes, none is judged (a copy of
+            // each, per trigger, was most of a revision's change).
+            Ok(self.caches.pinned_objects(found))
+        } else {
+            // A `where` that reads only the item judges it once for every
+            // trigger, a changed trigger included.
+            self.caches
+                .judged_objects((i, !shape.where_item), found, |o| {
+                    self.object_passes(i, rel, o, seen, ctx)
+                })
+        };
         let passed = match passed {
             Ok(p) => p,
             Err(e) => return Some(Err(e)),

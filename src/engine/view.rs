@@ -231,13 +231,10 @@ impl<'a> View<'a> {
             return None;
         }
         let uids = read.owner.as_ref()?.index_uids()?;
-        let keys = self
-            .caches
-            .owners
-            .borrow_mut()
-            .candidates(gk, ns, &uids, self.observed);
+        let mut owners = self.caches.owners.borrow_mut();
+        let keys = owners.candidates(gk, ns, &uids, self.observed);
         Some(
-            keys.iter()
+            keys.into_iter()
                 .filter_map(|k| self.observed.get_shared(gk, k))
                 .filter(|o| read.passes(o))
                 .cloned()

@@ -673,14 +673,14 @@ impl EvalCaches {
 
     /// The objects of `found` that related set `i`'s `where` keeps,
     /// each verdict (by `judge`) cached by the addresses of the object
-    /// and the trigger.
+    /// and, when the verdict reads it (`by_trigger`), the trigger.
     pub fn judged_objects(
         &self,
-        i: usize,
+        (i, by_trigger): (usize, bool),
         found: &[&Arc<Value>],
         mut judge: impl FnMut(&Arc<Value>) -> Result<bool>,
     ) -> Result<Vec<Arc<Value>>> {
-        let trigger = self.trigger();
+        let trigger = self.trigger().filter(|_| by_trigger);
         let t_addr = trigger
             .as_ref()
             .map_or(0, |t| self.derived.borrow_mut().pin(t));
@@ -705,8 +705,21 @@ impl EvalCaches {
         Ok(passed)
     }
 
+    /// The objects of `found`, each pinned as [`EvalCaches::judged_objects`]
+    /// pins them: a related set without `where` keeps them all.
+    pub fn pinned_objects(&self, found: &[&Arc<Value>]) -> Vec<Arc<Value>> {
+        let mut derived = self.derived.borrow_mut();
+        found
+            .iter()
+            .map(|o| {
+                derived.pin(o);
+                Arc::clone(o)
+            })
+            .collect()
+    }
+
     /// Related set `name`'s list of the objects `passed` (each pinned by
-    /// [`EvalCaches::judged_objects`]): lent from the cache, else made by
+    /// [`EvalCaches::judged_objects`] or [`EvalCaches::pinned_objects`]): lent from the cache, else made by
     /// `copy` (none when `hollow`: templates do not read it) and reserved;
     /// the objects kept for the sets after.
     pub fn objects_list(

@@ -96,28 +96,33 @@ impl OwnerIndex {
 
     /// The keys of the objects of kind `gk` (in namespace `ns`, when
     /// given) with an ownerReference of one of `uids` (`""`: a reference
-    /// without a uid), sorted.
+    /// without a uid), sorted; borrowed from the index, not copied (a
+    /// family's lookup finds hundreds of CRDs, two strings each).
     pub(in crate::engine) fn candidates(
         &mut self,
         gk: &GroupKind,
         ns: Option<&str>,
         uids: &[&str],
         observed: &ObjectStore,
-    ) -> BTreeSet<ObjectKey> {
-        let owners = self.kinds.entry(gk.clone()).or_insert_with(|| {
+    ) -> Vec<&ObjectKey> {
+        let owners: &KindOwners = self.kinds.entry(gk.clone()).or_insert_with(|| {
             let mut k = KindOwners::default();
             for (key, obj) in observed.entries(gk) {
                 k.add(key, obj);
             }
             k
         });
-        let mut keys = BTreeSet::new();
-        for u in uids {
-            for key in owners.by_uid.get(*u).into_iter().flatten() {
-                if ns.is_none_or(|ns| key.0 == ns) {
-                    keys.insert(key.clone());
-                }
-            }
+        let mut keys: Vec<&ObjectKey> = Vec::new();
+        let mut lists = 0;
+        for keys_of in uids.iter().filter_map(|u| owners.by_uid.get(*u)) {
+            lists += 1;
+            keys.extend(keys_of.iter().filter(|k| ns.is_none_or(|ns| k.0 == ns)));
+        }
+        // One uid's keys are sorted already; several are merged (an
+        // object can name more than one of them).
+        if lists > 1 {
+            keys.sort_unstable();
+            keys.dedup();
         }
         keys
     }
@@ -126,5 +131,58 @@ impl OwnerIndex {
     /// indexed (bounded by the store).
     pub fn entries(&self) -> usize {
         self.kinds.values().map(KindOwners::entries).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A ConfigMap in `ns` with ownerReferences of `uids`.
+    fn owned(ns: &str, name: &str, uids: &[&str]) -> Value {
+        let refs: Vec<Value> = uids.iter().map(|u| json!({"uid": u})).collect();
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "ownerReferences": refs},
+        })
+    }
+
+    /// Objects of several owners are found once each, sorted, only in
+    /// the namespace asked; a changed object is found by its new owners.
+    #[test]
+    fn candidates_of_several_owners_are_sorted_once_each_in_the_namespace_asked() {
+        let mut store = ObjectStore::new();
+        for o in [
+            owned("a", "z", &["u1", "u2"]),
+            owned("a", "m", &["u2"]),
+            owned("a", "b", &["u1"]),
+            owned("b", "c", &["u1"]),
+            owned("a", "n", &["u3"]),
+        ] {
+            assert!(store.insert(o).is_ok());
+        }
+        let gk = GroupKind::new("", "ConfigMap");
+        let mut index = OwnerIndex::default();
+        let names = |keys: Vec<&ObjectKey>| -> Vec<String> {
+            keys.iter().map(|k| format!("{}/{}", k.0, k.1)).collect()
+        };
+        let got = names(index.candidates(&gk, None, &["u2", "u1"], &store));
+        assert_eq!(got, ["a/b", "a/m", "a/z", "b/c"]);
+        let got = names(index.candidates(&gk, Some("a"), &["u1", "u2"], &store));
+        assert_eq!(got, ["a/b", "a/m", "a/z"]);
+        let got = names(index.candidates(&gk, None, &["u1"], &store));
+        assert_eq!(got, ["a/b", "a/z", "b/c"]);
+        assert!(index.candidates(&gk, None, &["none"], &store).is_empty());
+        // z leaves u1 for u3.
+        assert!(store.insert(owned("a", "z", &["u3"])).is_ok());
+        let key = ("a".to_string(), "z".to_string());
+        let changed: HashMap<GroupKind, BTreeSet<ObjectKey>> =
+            [(gk.clone(), BTreeSet::from([key]))].into_iter().collect();
+        index.update((false, &changed), &store);
+        let got = names(index.candidates(&gk, None, &["u1", "u3"], &store));
+        assert_eq!(got, ["a/b", "a/n", "a/z", "b/c"]);
+        let got = names(index.candidates(&gk, None, &["u2"], &store));
+        assert_eq!(got, ["a/m"]);
     }
 }

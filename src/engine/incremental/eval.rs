@@ -719,9 +719,10 @@ impl EvalCaches {
     }
 
     /// Related set `name`'s list of the objects `passed` (each pinned by
-    /// [`EvalCaches::judged_objects`] or [`EvalCaches::pinned_objects`]): lent from the cache, else made by
-    /// `copy` (none when `hollow`: templates do not read it) and reserved;
-    /// the objects kept for the sets after.
+    /// [`EvalCaches::judged_objects`] or [`EvalCaches::pinned_objects`]):
+    /// lent from the cache, else made by `copy` (none when `hollow`:
+    /// templates do not read it) and reserved; the objects kept for the
+    /// sets after.
     pub fn objects_list(
         &self,
         (i, name): (usize, &str),

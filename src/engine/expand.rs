@@ -557,7 +557,8 @@ mod tests {
                 }
             }
         }
-        // The direct read is taken for many of them, not only the plain ones.
-        assert!(checked >= 400, "{checked}");
+        // The direct read is taken for 1,326 of the 2,730: pinned, so that
+        // a change of when it is taken (a cost, not a result) is seen.
+        assert_eq!(checked, 1_326);
     }
 }

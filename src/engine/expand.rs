@@ -22,7 +22,7 @@ use super::incremental::eval::{EvalCaches, ExpansionKey};
 use super::incremental::keys::Loop;
 use super::limits;
 use super::model::Desired;
-use super::path::{At, fits_fields, keep_fields};
+use super::path::{At, field_value, fits_fields, keep_fields};
 use super::view::View;
 
 pub(super) type Result<T> = std::result::Result<T, FieldError>;
@@ -164,11 +164,11 @@ fn seen_paths(
         }
         if let Some(f) = fields.iter().find(|f| p.starts_with(f)) {
             let (last, parents) = f.split_last()?;
-            let held = parents
-                .iter()
-                .try_fold(obj, |v, k| v.as_object()?.get(k))
-                .and_then(Value::as_object)
-                .is_some_and(|m| m.contains_key(last));
+            // What the seen copy holds of `f`: what `keep_fields` keeps.
+            let held = obj
+                .as_object()
+                .and_then(|m| field_value(m, parents, last))
+                .is_some();
             if held {
                 direct.push(p.clone());
             } else if fields.iter().filter(|g| g.first() == p.first()).count() > 1 {

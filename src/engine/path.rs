@@ -238,11 +238,7 @@ pub fn keep_fields(entry: Cow<'_, Value>, paths: &[Vec<String>]) -> Value {
         if kept.iter().any(|k| p.starts_with(k)) {
             continue;
         }
-        let value = parents
-            .iter()
-            .try_fold(src, |m, k| m.get(k)?.as_object())
-            .and_then(|m| m.get(last));
-        let Some(value) = value else {
+        let Some(value) = field_value(src, parents, last) else {
             continue;
         };
         let mut to = &mut out;
@@ -260,6 +256,19 @@ pub fn keep_fields(entry: Cow<'_, Value>, paths: &[Vec<String>]) -> Value {
         kept.push(p);
     }
     Value::Object(out)
+}
+
+/// The value [`keep_fields`] keeps of `src` at the path `parents` then
+/// `last`: there only when each of `parents` is a map.
+pub fn field_value<'v>(
+    src: &'v serde_json::Map<String, Value>,
+    parents: &[String],
+    last: &str,
+) -> Option<&'v Value> {
+    parents
+        .iter()
+        .try_fold(src, |m, k| m.get(k)?.as_object())
+        .and_then(|m| m.get(last))
 }
 
 /// Text form of a scalar for comparisons: strings as they are, numbers and

@@ -193,13 +193,6 @@ struct Found {
 
 type OwnerIndex = (HashMap<String, Vec<usize>>, Vec<usize>);
 
-/// A read's rendered selector as JSON, to key a lookup by.
-fn selector_text(read: &Read) -> Option<String> {
-    read.selector
-        .as_deref()
-        .map(|s| serde_json::to_string(s).unwrap_or_default())
-}
-
 /// The key a lookup by owner is kept under for the rule run, when its
 /// owner filter can be another trigger's too (see [`OwnedKey`]).
 fn owned_key(set: usize, ns: Option<&String>, read: &Read) -> Option<OwnedKey> {
@@ -212,7 +205,7 @@ fn owned_key(set: usize, ns: Option<&String>, read: &Read) -> Option<OwnedKey> {
         set,
         namespace: ns.cloned(),
         names: read.names.clone(),
-        selector: selector_text(read),
+        selector: read.selector_text(),
         either: read.either,
         owners,
     })
@@ -919,7 +912,7 @@ impl EvalCaches {
         }
         // By the set (its kind) and its rendered filters: no text of the
         // kind built per render.
-        let lookup: FoundKey = (i, ns.clone(), read.names.clone(), selector_text(&read));
+        let lookup: FoundKey = (i, ns.clone(), read.names.clone(), read.selector_text());
         let mut inputs = self.inputs.borrow_mut();
         if !inputs.found.contains_key(&lookup) {
             let objects = look_up(ns.as_ref(), &read);

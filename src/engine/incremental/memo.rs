@@ -1127,6 +1127,14 @@ impl PartialEq for Read {
 }
 
 impl Read {
+    /// Its rendered selector as JSON, to key lookups and filters by (a
+    /// `LabelSelector` has no `Hash`).
+    pub fn selector_text(&self) -> Option<String> {
+        self.selector
+            .as_deref()
+            .map(|s| serde_json::to_string(s).unwrap_or_default())
+    }
+
     /// Whether `obj` passes this lookup's filters (its `where` conditions
     /// aside: passing these is enough to re-render).
     pub fn passes(&self, obj: &Value) -> bool {
@@ -1219,10 +1227,7 @@ struct FilterKey {
 fn filter_key(r: &Read) -> FilterKey {
     FilterKey {
         namespace: r.namespace.clone(),
-        selector: r
-            .selector
-            .as_deref()
-            .map(|s| serde_json::to_string(s).unwrap_or_default()),
+        selector: r.selector_text(),
         owner: r.owner.clone(),
     }
 }

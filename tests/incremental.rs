@@ -28,18 +28,33 @@ impl Rng {
 struct Cluster {
     store: ObjectStore,
     rv: u64,
+    /// The same objects again, every kind held as trees, when `store`
+    /// holds some packed.
+    plain: Option<ObjectStore>,
 }
 
 impl Cluster {
     fn put(&mut self, mut obj: Value) {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        if let Some(plain) = &mut self.plain {
+            plain.insert(obj.clone()).expect("valid object");
+        }
         self.store.insert(obj).expect("valid object");
     }
 
     fn remove(&mut self, api_group: &str, kind: &str, ns: &str, name: &str) {
         let gk = rbac_rules::engine::GroupKind::new(api_group, kind);
-        self.store.remove(&gk, &(ns.to_string(), name.to_string()));
+        let key = (ns.to_string(), name.to_string());
+        if let Some(plain) = &mut self.plain {
+            plain.remove(&gk, &key);
+        }
+        self.store.remove(&gk, &key);
+    }
+
+    /// The objects as trees: what full evaluations and the test read.
+    fn trees(&self) -> &ObjectStore {
+        self.plain.as_ref().unwrap_or(&self.store)
     }
 }
 
@@ -51,6 +66,7 @@ fn initial() -> Cluster {
     let mut c = Cluster {
         store: ObjectStore::new(),
         rv: 0,
+        plain: None,
     };
     for i in 0..XRDS {
         c.put(xrd(i, i % 2 == 0, false));
@@ -663,17 +679,27 @@ fn metadata_pairs(pool: &[Value], eval: &Evaluation, field: &str) -> Vec<(String
     out
 }
 
+/// Every shipped rule set, on its tests' objects changed at random: the
+/// incremental evaluation equals a full one. The incremental side reads a
+/// store holding the kinds read only as triggers packed, as the
+/// controller's does; the full side reads every object as a tree.
 #[test]
 fn incremental_equals_full_for_every_shipped_rule_set() {
+    let mut packed_sets = 0;
     for (set, rules, pool, waivers) in rule_sets() {
         let options = Options {
             waivers,
             ..Options::default()
         };
         let engine = Engine::new(&rules, options);
+        let mut store = ObjectStore::new();
+        let packed = rbac_rules::engine::shape::packable_kinds(&engine.interests());
+        packed_sets += usize::from(!packed.is_empty());
+        store.pack_kinds(packed);
         let mut c = Cluster {
-            store: ObjectStore::new(),
+            store,
             rv: 0,
+            plain: Some(ObjectStore::new()),
         };
         let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ set.len() as u64);
         for o in &pool {
@@ -682,7 +708,7 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
             }
         }
         let mut memo = Memo::new();
-        let mut previous = engine.evaluate(&c.store);
+        let mut previous = engine.evaluate(c.trees());
         let first = engine.evaluate_incremental(&c.store, &mut memo);
         assert_same(0, &format!("{set}: initial"), &first, &previous);
         assert_eq!(
@@ -694,7 +720,7 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
         for step in 1..=150 {
             let present: Vec<Value> = pool
                 .iter()
-                .filter_map(|o| c.store.get(&gk_of(o), &key_of(o)).cloned())
+                .filter_map(|o| c.trees().get(&gk_of(o), &key_of(o)).cloned())
                 .collect();
             let pick =
                 |rng: &mut Rng, from: &[Value]| from.get(rng.below(from.len().max(1))).cloned();
@@ -785,7 +811,7 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
                         .iter()
                         .filter_map(|d| {
                             let o = d.object.to_value();
-                            c.store.get(&gk_of(&o), &key_of(&o)).cloned()
+                            c.trees().get(&gk_of(&o), &key_of(&o)).cloned()
                         })
                         .collect();
                     match pick(&mut rng, &live) {
@@ -809,7 +835,7 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
                 }
             };
             let inc = engine.evaluate_incremental(&c.store, &mut memo);
-            let full = engine.evaluate(&c.store);
+            let full = engine.evaluate(c.trees());
             let label = format!("{set}: {what}");
             assert_same(step, &label, &inc, &full);
             assert_eq!(
@@ -825,7 +851,15 @@ fn incremental_equals_full_for_every_shipped_rule_set() {
             outputs > 0 && changed > 0,
             "{set}: {outputs} outputs, {changed} changes"
         );
+        // Read one at a time: no packed kind was read back whole.
+        assert_eq!(
+            c.store.trees_read_back(),
+            0,
+            "{set}: packed kinds read back"
+        );
     }
+    // The built-in rules read Namespaces and revisions only as triggers.
+    assert!(packed_sets > 0);
 }
 
 /// OwnerReferences of every object in the store.
@@ -1207,6 +1241,7 @@ fn selections_visited_per_change(teams: usize, rounds: usize) -> (u64, usize) {
     let mut c = Cluster {
         store: ObjectStore::new(),
         rv: 0,
+        plain: None,
     };
     for t in 0..teams {
         c.put(plain_namespace(&format!("t{t}")));
@@ -1295,6 +1330,7 @@ fn an_allow_list_verdict_visits_only_the_members_outside_it() {
         let mut c = Cluster {
             store: ObjectStore::new(),
             rv: 0,
+            plain: None,
         };
         c.put(plain_namespace("a"));
         let pods = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
@@ -1345,4 +1381,131 @@ fn an_allow_list_verdict_visits_only_the_members_outside_it() {
     let many = visits(150);
     assert!(few > 0, "the binding was judged again");
     assert_eq!(few, many, "members visited grew with covered members");
+}
+
+/// A binding is judged by what the role it names grants, so a role change
+/// judges bindings again; but only those that can name that role: a
+/// ClusterRoleBinding a ClusterRole, a RoleBinding a ClusterRole or a Role
+/// of its own namespace. A Namespace's claim types changing (its three
+/// Roles) judges those three Roles, not every binding of the cluster.
+#[test]
+fn a_role_change_judges_again_only_the_bindings_that_can_name_it() {
+    let mut rules = rbac_rules::rules::builtin().expect("built-in rules");
+    rules.extend(support::engine::rules(
+        r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: helper-binding}
+spec:
+  outputs:
+  - kind: RoleBinding
+    name: use-helper
+    namespace: team-0
+    roleRef: {kind: Role, name: helper}
+    subjects: [{kind: Group, name: helpers}]
+"#,
+    ));
+    let engine = Engine::new(&rules, Options::default());
+    let mut c = initial();
+    let helper = |ns: &str, rules: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "helper", "namespace": ns}, "rules": rules})
+    };
+    let pods = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+    let everything = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+    c.put(helper("team-0", pods.clone()));
+    c.put(helper("team-1", pods.clone()));
+    let mut memo = Memo::new();
+    let first = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_same(0, "initial", &first, &engine.evaluate(&c.store));
+    apply(&mut c, &first);
+    let first = engine.evaluate_incremental(&c.store, &mut memo);
+    let bindings = first
+        .desired
+        .iter()
+        .filter(|d| d.object.to_value().get("roleRef").is_some())
+        .count();
+    assert!(bindings > 3, "{bindings} bindings");
+    let binding = |e: &Evaluation| {
+        e.desired
+            .iter()
+            .any(|d| d.object.to_value()["metadata"]["name"] == "use-helper")
+    };
+    assert!(binding(&first));
+
+    // A Namespace accepts other claim types: its three Roles change, and
+    // only they are judged.
+    let before = memo.verdicts();
+    c.put(namespace(2, &[1, 5, 6]));
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_same(1, "namespace", &e, &engine.evaluate(&c.store));
+    assert_eq!(e.changed.len(), 3, "{:?}", e.changed);
+    assert_eq!(memo.verdicts() - before, 3);
+
+    // A Role of another namespace: judged itself (a live object), but no
+    // binding here can name it.
+    let before = memo.verdicts();
+    c.put(helper("team-1", everything.clone()));
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_same(2, "other namespace's role", &e, &engine.evaluate(&c.store));
+    assert_eq!(memo.verdicts() - before, 1);
+    assert!(binding(&e));
+
+    // The Role it names now grants everything: it and the binding are
+    // judged, and the binding refused.
+    let before = memo.verdicts();
+    c.put(helper("team-0", everything));
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_same(3, "named role", &e, &engine.evaluate(&c.store));
+    assert_eq!(memo.verdicts() - before, 2);
+    assert!(!binding(&e));
+
+    // And given back when it grants what it did.
+    c.put(helper("team-0", pods));
+    let e = engine.evaluate_incremental(&c.store, &mut memo);
+    assert_same(4, "named role again", &e, &engine.evaluate(&c.store));
+    assert!(binding(&e));
+}
+
+/// Two rules of one name (rule directories can hold them; a cluster
+/// cannot): the report under that name is the runnable rule's, whether the
+/// evaluation starts afresh or a new engine of the same rules takes the
+/// memo over.
+#[test]
+fn a_memo_taken_over_reports_a_duplicated_rule_as_a_fresh_evaluation_does() {
+    let rule = support::engine::rules(
+        r#"
+apiVersion: rbacrules.io/v1alpha1
+kind: RbacRule
+metadata: {name: r}
+spec:
+  trigger: {kind: Namespace}
+  outputs:
+  - kind: Role
+    name: x
+    rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+"#,
+    )
+    .remove(0);
+    let copy = rbac_rules::engine::RuleSource {
+        name: "r-copy".into(),
+        ..rule.clone()
+    };
+    let rules = vec![rule, copy.clone(), copy];
+    let mut c = initial();
+    c.put(plain_namespace("a"));
+    let options = Options::default();
+    let mut memo = Memo::new();
+    let first = Engine::new(&rules, options.clone()).evaluate_incremental(&c.store, &mut memo);
+    let fresh = Engine::new(&rules, options.clone()).evaluate(&c.store);
+    assert_same(0, "first", &first, &fresh);
+    let report = |e: &Evaluation| e.reports.get("r-copy").map(|r| r.state);
+    assert_eq!(
+        report(&fresh),
+        Some(rbac_rules::engine::RuleState::Evaluated)
+    );
+    let again = Engine::new(&rules, options.clone()).evaluate_incremental(&c.store, &mut memo);
+    assert_same(1, "taken over", &again, &fresh);
+    let reference = rbac_rules::reference::evaluate(&rules, &options, &c.store);
+    assert_eq!(again.reports, reference.reports);
 }

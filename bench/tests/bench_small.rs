@@ -55,6 +55,16 @@ fn bench_small_write_counts() {
             "{kind}: {t:?} in {r:#}"
         );
     }
+    // Namespaces and revisions held packed, as the controller holds them,
+    // and read one at a time through every kind of change.
+    assert!(
+        r["incremental_packed_kinds"]
+            .as_array()
+            .is_some_and(|k| k.contains(&serde_json::json!("Namespace"))),
+        "{r:#}"
+    );
+    assert!(n("incremental_packed_bytes") > 0, "{r:#}");
+    assert_eq!(n("incremental_trees_read_back"), 0, "{r:#}");
     assert_eq!(r["api_requests"]["unserved"], 0, "{r:#}");
     assert_eq!(r["api_requests"]["deletes"], serde_json::json!({}), "{r:#}");
 }

@@ -113,6 +113,7 @@ impl Watches {
     /// forgets kinds no rule reads any more.
     pub async fn reconcile_kinds(&mut self, world: &mut World) {
         let wanted = world.interests(self.manage);
+        world.pack_kinds(&wanted);
         for gk in world.kinds_not_in(&wanted) {
             tracing::info!(kind = %gk, "no rule reads this kind any more: watch stopped");
             world.forget_kind(&gk);
@@ -120,7 +121,10 @@ impl Watches {
         self.stop_unwatched(world);
         let mut groups: BTreeMap<String, Result<ApiGroup, String>> = BTreeMap::new();
         for (gk, interest) in wanted {
-            if world.interest_of(&gk) == Some(&interest) {
+            if world
+                .interest_of(&gk)
+                .is_some_and(|i| i.watched_as(&interest))
+            {
                 continue;
             }
             self.start_kind(world, &mut groups, interest).await;

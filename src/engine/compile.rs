@@ -300,12 +300,35 @@ pub struct Interest {
     /// `kind`, `metadata` and the union of the named fields. `None`: some
     /// rule sees objects whole.
     pub fields: Option<Vec<Vec<String>>>,
+    /// Whether every reader reads this kind's objects one at a time, by
+    /// key: as its rule's trigger (rendered again only when it changes),
+    /// or as the tenancy ceiling's Namespace. Then the controller's store
+    /// holds them packed ([`super::store::ObjectStore::pack_kinds`]); a
+    /// related set lists a kind and reads its objects many times over.
+    pub packable: bool,
 }
 
 impl Interest {
+    /// Whether one watch serves both: the same kind, version and fields
+    /// (how the store holds the objects is no matter of the watch).
+    pub fn watched_as(&self, other: &Interest) -> bool {
+        (&self.gk, &self.version, self.metadata_only, &self.fields)
+            == (
+                &other.gk,
+                &other.version,
+                other.metadata_only,
+                &other.fields,
+            )
+    }
+
     /// An interest in `gk` by one reader seeing objects as `metadata_only`
-    /// and `fields` say.
-    fn of(gk: GroupKind, version: Option<String>, metadata_only: bool, fields: &[String]) -> Self {
+    /// and `fields` say, reading them one at a time if `packable`.
+    fn of(
+        gk: GroupKind,
+        version: Option<String>,
+        (metadata_only, fields): (bool, &[String]),
+        packable: bool,
+    ) -> Self {
         let seen = (metadata_only || !fields.is_empty())
             .then(|| super::path::seen_fields(if metadata_only { &[] } else { fields }));
         Interest {
@@ -313,6 +336,7 @@ impl Interest {
             version,
             metadata_only,
             fields: seen,
+            packable,
         }
     }
 
@@ -336,32 +360,32 @@ pub(super) fn interests_of(spec: &RbacRuleSpec) -> Vec<Interest> {
         out.push(Interest::of(
             GroupKind::new(&t.api_group, &t.kind),
             t.version.clone(),
-            t.metadata_only,
-            &t.fields,
+            (t.metadata_only, &t.fields),
+            true,
         ));
     }
     for q in spec.related.iter().filter_map(|rel| rel.objects.as_ref()) {
         out.push(Interest::of(
             GroupKind::new(&q.api_group, &q.kind),
             q.version.clone(),
-            q.metadata_only,
-            &q.fields,
+            (q.metadata_only, &q.fields),
+            false,
         ));
     }
     if spec.outputs.iter().any(|o| o.rules_from.is_some()) {
         out.push(Interest::of(
             output_gk(OutputKind::ClusterRole),
             None,
+            (false, &[]),
             false,
-            &[],
         ));
     }
     merge_interests(out)
 }
 
 /// One interest per kind: metadata-only only if every reader says so, the
-/// fields of every reader when each names them; the first version named
-/// wins.
+/// fields of every reader when each names them, packable only if every
+/// reader reads one object at a time; the first version named wins.
 pub fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interest> {
     let mut out: BTreeMap<GroupKind, Interest> = BTreeMap::new();
     for i in items {
@@ -370,8 +394,10 @@ pub fn merge_interests(items: impl IntoIterator<Item = Interest>) -> Vec<Interes
             version: None,
             metadata_only: true,
             fields: Some(Vec::new()),
+            packable: true,
         });
         e.metadata_only &= i.metadata_only;
+        e.packable &= i.packable;
         e.fields = match (e.fields.take(), i.fields) {
             (Some(mut a), Some(b)) => {
                 a.extend(b);
@@ -1200,7 +1226,7 @@ mod tests {
         let gk = || GroupKind::new("example.org", "Widget");
         let reader = |m: bool, f: &[&str]| {
             let f: Vec<String> = f.iter().map(|s| s.to_string()).collect();
-            Interest::of(gk(), None, m, &f)
+            Interest::of(gk(), None, (m, &f), false)
         };
         let obj = serde_json::json!({"apiVersion": "example.org/v1", "kind": "Widget",
             "metadata": {"name": "w"},

@@ -29,7 +29,7 @@ use super::memo::{Changes, Emit, Emitters, Memo, Outcome, RuleMemo, TKey, Trigge
 use super::model::{Desired, Evaluation, OutKey};
 use super::policy::{Differing, apply_policy, settle_conflicts};
 use super::report::{changed_keys, update_reports};
-use super::store::{GroupKind, ObjectStore, key_of, object_ref};
+use super::store::{GroupKind, ObjectStore, object_ref};
 use super::view::View;
 use crate::api::OutputKind;
 
@@ -365,8 +365,7 @@ fn dirty_triggers(
         }
         Some(tgk) => {
             if full && rm.triggers.is_empty() {
-                let mut keys: Vec<TKey> = view.list(tgk, None).iter().map(|o| key_of(o)).collect();
-                keys.retain(Option::is_some);
+                let mut keys: Vec<TKey> = view.keys(tgk).into_iter().map(Some).collect();
                 if !keys.is_sorted_by(|a, b| a < b) {
                     keys.sort_unstable();
                     keys.dedup();
@@ -376,11 +375,7 @@ fn dirty_triggers(
                 for (k, _) in rm.triggers.iter() {
                     dirty.insert(Some(k.clone()));
                 }
-                for o in view.list(tgk, None).iter() {
-                    if let Some(k) = key_of(o) {
-                        dirty.insert(Some(k));
-                    }
-                }
+                dirty.extend(view.keys(tgk).into_iter().map(Some));
             } else if let Some(keys) = changes.keys.get(tgk) {
                 dirty.extend(keys.iter().cloned().map(Some));
             }
@@ -613,7 +608,10 @@ fn render_trigger(
                 },
             })
         }
-        (Some(k), Some(trigger), Some(tgk)) => view.get_shared(tgk, k).map(|obj| {
+        // Owned: a kind read only as triggers is held packed, and read
+        // back for this render alone.
+        (Some(k), Some(trigger), Some(tgk)) => view.get_owned(tgk, k).map(|obj| {
+            let obj = &obj;
             let tref = object_ref(obj);
             if let Some(m) = shed.and_then(|s| s.get(&Some(tref.clone()))) {
                 return RenderedTrigger {

@@ -43,6 +43,7 @@ mod model;
 pub(crate) mod order;
 pub mod output;
 mod outputs;
+pub mod packed;
 pub mod path;
 mod policy;
 mod related;
@@ -462,6 +463,8 @@ fn interests_of_rules(rules: &[Arc<CompiledRule>], options: &Options) -> Vec<Int
             version: None,
             metadata_only: true,
             fields: None,
+            // The ceiling reads one Namespace at a time (`get_owned`).
+            packable: true,
         });
     }
     let reads_roles = tenants
@@ -479,6 +482,7 @@ fn interests_of_rules(rules: &[Arc<CompiledRule>], options: &Options) -> Vec<Int
                 version: None,
                 metadata_only: false,
                 fields: None,
+                packable: false,
             });
         }
     }

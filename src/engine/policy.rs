@@ -312,17 +312,7 @@ pub(super) fn apply_policy(
     changes: &Changes,
     report_dirty: &mut BTreeSet<usize>,
 ) -> Vec<Judged> {
-    let role_kinds = [
-        output_gk(OutputKind::ClusterRole),
-        output_gk(OutputKind::Role),
-    ];
-    // Namespaces: a tenant output's ceiling is named by its Namespace's
-    // label.
-    let namespace_gk = GroupKind::new("", "Namespace");
-    let roles_changed = role_kinds
-        .iter()
-        .chain([&namespace_gk])
-        .any(|gk| changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty()));
+    let roles_changed = RoleChanges::of(changes);
     let all = changes.all;
     let (protected, allow_rules) = allow_list(engine, memo);
     let reached = View::new(observed, memo, engine, None).refresh_selections(changes);
@@ -332,6 +322,7 @@ pub(super) fn apply_policy(
         changed_keys_to_judge(memo, touched, changes, roles_changed, &reached)
     };
     let keys_list: Vec<&OutKey> = keys.iter().map(|k| &**k).collect();
+    memo.verdicts += keys_list.len() as u64;
     let policy = Policy {
         engine,
         observed,
@@ -428,11 +419,71 @@ fn every_key(observed: &ObjectStore, memo: &Memo, touched: &BTreeSet<OutKey>) ->
 
 /// The keys an incremental evaluation judges: what changed, and the
 /// dependents a change reached.
+/// Which roles (and Namespaces) changed: what decides which bindings and
+/// tenant outputs are judged again.
+struct RoleChanges<'c> {
+    /// Some ClusterRole.
+    cluster_roles: bool,
+    /// Every Role, as a whole.
+    all_roles: bool,
+    /// The Roles that changed, by namespace and name.
+    roles: Option<&'c BTreeSet<super::store::ObjectKey>>,
+    /// Some Namespace (a tenant output's ceiling is named by its label).
+    namespaces: bool,
+}
+
+impl<'c> RoleChanges<'c> {
+    fn of(changes: &'c Changes) -> Self {
+        let some = |gk: &GroupKind| {
+            changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty())
+        };
+        let role = output_gk(OutputKind::Role);
+        RoleChanges {
+            cluster_roles: some(&output_gk(OutputKind::ClusterRole)),
+            all_roles: changes.whole(&role),
+            roles: changes.keys.get(&role).filter(|k| !k.is_empty()),
+            namespaces: some(&GroupKind::new("", "Namespace")),
+        }
+    }
+
+    /// Some role changed.
+    fn any_role(&self) -> bool {
+        self.cluster_roles || self.all_roles || self.roles.is_some()
+    }
+
+    /// Whether the verdict of `key`, which depends on what the roles grant
+    /// (a binding: the role it names; a tenant output: its ceiling), can
+    /// have changed. A ClusterRoleBinding names a ClusterRole (Kubernetes
+    /// refuses any other `roleRef.kind`); a RoleBinding a ClusterRole or a
+    /// Role of its own namespace; a ClusterRole read by an aggregate can
+    /// be any. So a Role changed in one namespace judges again that
+    /// namespace's RoleBindings, not every binding of the cluster.
+    fn reach(&self, key: &OutKey) -> bool {
+        let (kind, namespace, name) = key;
+        if super::tenant::is_tenant_output(kind.as_str(), name) {
+            return self.any_role() || self.namespaces;
+        }
+        match kind {
+            OutputKind::ClusterRoleBinding => self.cluster_roles,
+            OutputKind::RoleBinding => {
+                self.cluster_roles
+                    || self.all_roles
+                    || self.roles.is_some_and(|keys| {
+                        keys.range((namespace.clone(), String::new())..)
+                            .next()
+                            .is_some_and(|(ns, _)| ns == namespace)
+                    })
+            }
+            _ => self.any_role(),
+        }
+    }
+}
+
 fn changed_keys_to_judge(
     memo: &Memo,
     touched: &BTreeSet<OutKey>,
     changes: &Changes,
-    roles_changed: bool,
+    roles_changed: RoleChanges<'_>,
     reached: &BTreeSet<String>,
 ) -> Vec<Arc<OutKey>> {
     // The changed keys of the output kinds (every output a rule
@@ -460,7 +511,7 @@ fn changed_keys_to_judge(
             .is_some_and(|c| c.contains(&(k.1.clone(), k.2.clone())))
     }));
     for (key, reads) in &memo.dependents {
-        let bound = reads.is_empty() && roles_changed;
+        let bound = reads.is_empty() && roles_changed.reach(key);
         if bound || reads.iter().any(|r| reached.contains(r)) {
             keys.push(Arc::new(key.clone()));
         }

@@ -388,12 +388,12 @@ impl Evaluator<'_> {
             either: false,
             owner: if q.controlled_by_trigger {
                 // Without a trigger nothing is controlled by it.
-                Some(OwnerFilter::Controller(trigger.map(Owner::of).unwrap_or(
-                    Owner {
+                Some(OwnerFilter::Controller(Box::new(
+                    trigger.map(Owner::of).unwrap_or(Owner {
                         uid: "\u{0}none".into(),
                         gk: None,
                         name: String::new(),
-                    },
+                    }),
                 )))
             } else if !q.owned_by.is_empty() {
                 Some(OwnerFilter::AnyOf(Arc::new(self.owner_uids(

@@ -28,6 +28,20 @@ pub fn interests(rules: &[RuleSource]) -> Vec<Interest> {
     }))
 }
 
+/// The kinds whose objects the store may hold packed
+/// ([`super::store::ObjectStore::pack_kinds`]): those every rule reads one
+/// object at a time ([`Interest::packable`]: triggers), never an output
+/// kind (policy and the live cache read those throughout).
+pub fn packable_kinds<'a>(
+    interests: impl IntoIterator<Item = &'a Interest>,
+) -> std::collections::BTreeSet<GroupKind> {
+    interests
+        .into_iter()
+        .filter(|i| i.packable && super::kinds::output_kind(&i.gk).is_none())
+        .map(|i| i.gk.clone())
+        .collect()
+}
+
 /// Shapes objects to what rules read, by kind.
 pub struct Shaper {
     interests: Vec<Interest>,
@@ -107,6 +121,7 @@ mod tests {
             version: None,
             metadata_only,
             fields: None,
+            packable: false,
         }
     }
 

@@ -1,11 +1,14 @@
 //! The observed objects the engine reads, indexed by group and kind.
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
+
+use super::packed::Held;
 
 /// API group and kind, the identity of a type regardless of version.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -125,9 +128,20 @@ pub fn object_ref(obj: &Value) -> String {
 /// another): the controller's slow lane evaluates the world's store as it
 /// was, while the world goes on changing its own, without a copy of every
 /// key of every kind.
+///
+/// The kinds named by [`ObjectStore::pack_kinds`] (those rules read only
+/// as triggers) are held as compact text ([`super::packed`]): read them
+/// with [`ObjectStore::get_owned`] and [`ObjectStore::keys`]. The other
+/// readers still see them, as trees read back once per kind and kept until
+/// the kind changes ([`ObjectStore::trees_read_back`] counts those).
 #[derive(Debug)]
 pub struct ObjectStore {
     kinds: BTreeMap<GroupKind, Arc<Kind>>,
+    /// The kinds held packed.
+    packs: BTreeSet<GroupKind>,
+    /// How many times a packed kind was read back whole for a reader of
+    /// trees (see [`ObjectStore::trees_read_back`]).
+    read_back: AtomicU64,
     /// Identity of this store's history (see [`ObjectStore::changes_since`]).
     id: u64,
     /// Generation: counts the changes.
@@ -143,7 +157,55 @@ pub struct ObjectStore {
 }
 
 /// One kind's objects by namespace and name.
-type Kind = BTreeMap<ObjectKey, Arc<Value>>;
+#[derive(Debug, Default)]
+struct Kind {
+    objects: BTreeMap<ObjectKey, Held>,
+    /// How many of them are packed: with none, every reader of trees reads
+    /// `objects` in place.
+    packed: usize,
+    /// Every object as a tree, read back on the first read of a tree of a
+    /// kind holding packed ones; dropped with any change.
+    trees: OnceLock<BTreeMap<ObjectKey, Arc<Value>>>,
+}
+
+impl Clone for Kind {
+    fn clone(&self) -> Self {
+        Kind {
+            objects: self.objects.clone(),
+            packed: self.packed,
+            trees: OnceLock::new(),
+        }
+    }
+}
+
+impl Kind {
+    /// Adds or replaces one object; the one it replaced.
+    fn insert(&mut self, key: ObjectKey, held: Held) -> Option<Held> {
+        self.packed += usize::from(held.is_packed());
+        let old = self.objects.insert(key, held);
+        self.forgot(old)
+    }
+
+    /// Removes one object.
+    fn remove(&mut self, key: &ObjectKey) -> Option<Held> {
+        let old = self.objects.remove(key);
+        self.forgot(old)
+    }
+
+    fn forgot(&mut self, old: Option<Held>) -> Option<Held> {
+        self.packed -= usize::from(old.as_ref().is_some_and(Held::is_packed));
+        self.trees.take();
+        old
+    }
+
+    fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+}
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -151,6 +213,8 @@ impl Default for ObjectStore {
     fn default() -> Self {
         ObjectStore {
             kinds: BTreeMap::new(),
+            packs: BTreeSet::new(),
+            read_back: AtomicU64::new(0),
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             generation: 0,
             journal: Vec::new(),
@@ -164,6 +228,7 @@ impl Clone for ObjectStore {
     fn clone(&self) -> Self {
         ObjectStore {
             kinds: self.kinds.clone(),
+            packs: self.packs.clone(),
             ..ObjectStore::default()
         }
     }
@@ -172,16 +237,13 @@ impl Clone for ObjectStore {
 /// Whether two versions of an object are the same: by resourceVersion,
 /// which changes with every write, or by content where there is none
 /// (offline renders, tests).
-fn same_version(a: &Value, b: &Value) -> bool {
-    let rv = |v: &Value| {
-        v["metadata"]["resourceVersion"]
-            .as_str()
-            .filter(|r| !r.is_empty())
-            .map(str::to_string)
-    };
-    match (rv(a), rv(b)) {
+fn same_version(a: &Held, b: &Held) -> bool {
+    if a.ptr_eq(b) {
+        return true;
+    }
+    match (a.version(), b.version()) {
         (Some(x), Some(y)) => x == y,
-        _ => a == b,
+        _ => a.tree() == b.tree(),
     }
 }
 
@@ -197,22 +259,62 @@ impl ObjectStore {
         self.insert_shared(Arc::new(obj))
     }
 
-    /// Like [`ObjectStore::insert`], for an object shared with others.
+    /// Like [`ObjectStore::insert`], for an object shared with others (a
+    /// kind held packed keeps it as text, not shared).
     pub fn insert_shared(&mut self, obj: Arc<Value>) -> Result<(), String> {
         let gk = GroupKind::of(&obj).ok_or("object has no apiVersion or kind")?;
         let key = key_of(&obj).ok_or_else(|| format!("{gk} has no metadata.name"))?;
+        let pack = self.packs.contains(&gk);
         let objects = self.kinds.entry(gk.clone()).or_default();
-        let old = objects.get(&key);
-        if old.is_some_and(|old| Arc::ptr_eq(old, &obj)) {
+        let old = objects.objects.get(&key);
+        if old
+            .and_then(Held::as_tree)
+            .is_some_and(|old| Arc::ptr_eq(old, &obj))
+        {
             // Nothing to write: a shared index stays shared.
             return Ok(());
         }
-        let same = old.is_some_and(|old| same_version(old, &obj));
-        Arc::make_mut(objects).insert(key.clone(), obj);
+        let held = Held::new(obj, pack);
+        let same = old.is_some_and(|old| same_version(old, &held));
+        Arc::make_mut(objects).insert(key.clone(), held);
         if !same {
             self.journal_change(&gk, key);
         }
         Ok(())
+    }
+
+    /// Holds the objects of `kinds` packed from now on, and those of every
+    /// other kind as trees (each object held the other way is converted;
+    /// nothing is journaled: no object changed). The controller packs the
+    /// kinds its rules read only as triggers
+    /// ([`super::compile::Interest::packable`]).
+    pub fn pack_kinds(&mut self, kinds: BTreeSet<GroupKind>) {
+        if kinds == self.packs {
+            return;
+        }
+        for (gk, objects) in &mut self.kinds {
+            let pack = kinds.contains(gk);
+            if pack == self.packs.contains(gk) && (pack || objects.packed == 0) {
+                continue;
+            }
+            let fresh: BTreeMap<ObjectKey, Held> = objects
+                .objects
+                .iter()
+                .map(|(k, h)| (k.clone(), h.repacked(pack)))
+                .collect();
+            let packed = fresh.values().filter(|h| h.is_packed()).count();
+            *objects = Arc::new(Kind {
+                objects: fresh,
+                packed,
+                trees: OnceLock::new(),
+            });
+        }
+        self.packs = kinds;
+    }
+
+    /// The kinds held packed.
+    pub fn packed_kinds(&self) -> &BTreeSet<GroupKind> {
+        &self.packs
     }
 
     /// Records a change to one object.
@@ -282,18 +384,21 @@ impl ObjectStore {
     /// Removes an object; returns it if it was there.
     pub fn remove(&mut self, gk: &GroupKind, key: &ObjectKey) -> Option<Value> {
         let objects = self.kinds.get_mut(gk)?;
-        if !objects.contains_key(key) {
+        if !objects.objects.contains_key(key) {
             return None;
         }
         let gone = Arc::make_mut(objects).remove(key)?;
         self.journal_change(gk, key.clone());
-        Some(Arc::unwrap_or_clone(gone))
+        match gone {
+            Held::Tree(v) => Some(Arc::unwrap_or_clone(v)),
+            packed => packed.tree().map(Arc::unwrap_or_clone),
+        }
     }
 
     /// Drops every object of a kind (a fresh list replaces them).
     pub fn clear_kind(&mut self, gk: &GroupKind) {
         if let Some(gone) = self.kinds.remove(gk) {
-            for key in gone.keys() {
+            for key in gone.objects.keys() {
                 self.journal_change(gk, key.clone());
             }
         }
@@ -306,24 +411,31 @@ impl ObjectStore {
     /// apiVersion, kind or name are skipped and reported.
     pub fn replace_kind(&mut self, gk: &GroupKind, objects: Vec<Arc<Value>>) -> Vec<String> {
         let mut errors = Vec::new();
-        let mut fresh: Kind = BTreeMap::new();
+        let pack = self.packs.contains(gk);
+        let mut fresh = Kind::default();
         for obj in objects {
             match key_of(&obj) {
                 Some(key) if GroupKind::of(&obj).as_ref() == Some(gk) => {
-                    fresh.insert(key, obj);
+                    fresh.insert(key, Held::new(obj, pack));
                 }
                 _ => errors.push(format!("{gk}: object without a name, or of another kind")),
             }
         }
         let old = self.kinds.remove(gk).unwrap_or_default();
         let mut changed: Vec<ObjectKey> = Vec::new();
-        for (key, obj) in old.iter() {
-            match fresh.get(key) {
-                Some(new) if Arc::ptr_eq(obj, new) || same_version(obj, new) => {}
+        for (key, obj) in old.objects.iter() {
+            match fresh.objects.get(key) {
+                Some(new) if same_version(obj, new) => {}
                 _ => changed.push(key.clone()),
             }
         }
-        changed.extend(fresh.keys().filter(|k| !old.contains_key(*k)).cloned());
+        changed.extend(
+            fresh
+                .objects
+                .keys()
+                .filter(|k| !old.objects.contains_key(*k))
+                .cloned(),
+        );
         if !fresh.is_empty() {
             self.kinds.insert(gk.clone(), Arc::new(fresh));
         }
@@ -357,15 +469,23 @@ impl ObjectStore {
                 continue;
             }
             let mut differ: Vec<ObjectKey> = ours
+                .objects
                 .iter()
                 .filter(|(key, obj)| {
                     theirs
+                        .objects
                         .get(*key)
-                        .is_none_or(|t| !Arc::ptr_eq(obj, t) && !same_version(obj, t))
+                        .is_none_or(|t| !same_version(obj, t))
                 })
                 .map(|(key, _)| key.clone())
                 .collect();
-            differ.extend(theirs.keys().filter(|k| !ours.contains_key(*k)).cloned());
+            differ.extend(
+                theirs
+                    .objects
+                    .keys()
+                    .filter(|k| !ours.objects.contains_key(*k))
+                    .cloned(),
+            );
             drop(ours);
             self.kinds.insert(gk.clone(), Arc::clone(theirs));
             changed |= !differ.is_empty();
@@ -385,22 +505,64 @@ impl ObjectStore {
             .count()
     }
 
+    /// One kind's objects as trees: in place when none is packed, else
+    /// read back once (see [`ObjectStore::trees_read_back`]).
+    fn trees(&self, gk: &GroupKind) -> Option<Trees<'_>> {
+        let kind = self.kinds.get(gk)?;
+        if kind.packed == 0 {
+            return Some(Trees::InPlace(&kind.objects));
+        }
+        Some(Trees::ReadBack(kind.trees.get_or_init(|| {
+            self.read_back.fetch_add(1, Ordering::Relaxed);
+            kind.objects
+                .iter()
+                .filter_map(|(k, h)| Some((k.clone(), h.tree()?)))
+                .collect()
+        })))
+    }
+
+    /// How many times a kind held packed was read back whole because a
+    /// reader asked for its objects as shared trees ([`ObjectStore::get`],
+    /// [`ObjectStore::list`], …) rather than one at a time
+    /// ([`ObjectStore::get_owned`]): what a packed kind should never need.
+    pub fn trees_read_back(&self) -> u64 {
+        self.read_back.load(Ordering::Relaxed)
+    }
+
     /// One object, shared.
     pub fn get_shared(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&Arc<Value>> {
-        self.kinds.get(gk).and_then(|m| m.get(key))
+        let kind = self.kinds.get(gk)?;
+        match kind.objects.get(key)? {
+            Held::Tree(v) => Some(v),
+            Held::Packed(_) => match self.trees(gk)? {
+                Trees::ReadBack(t) => t.get(key),
+                Trees::InPlace(_) => None,
+            },
+        }
     }
 
     /// One object.
     pub fn get(&self, gk: &GroupKind, key: &ObjectKey) -> Option<&Value> {
-        self.kinds.get(gk).and_then(|m| m.get(key)).map(|v| &**v)
+        self.get_shared(gk, key).map(|v| &**v)
+    }
+
+    /// One object, owned: a packed one is read back for this reader alone
+    /// and is gone when it lets go (the way to read a kind held packed).
+    pub fn get_owned(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Arc<Value>> {
+        self.kinds.get(gk)?.objects.get(key)?.tree()
+    }
+
+    /// The keys of a kind's objects, sorted by namespace and name.
+    pub fn keys(&self, gk: &GroupKind) -> impl Iterator<Item = &ObjectKey> {
+        self.kinds
+            .get(gk)
+            .into_iter()
+            .flat_map(|m| m.objects.keys())
     }
 
     /// Every object of a kind, sorted by namespace and name.
     pub fn list(&self, gk: &GroupKind) -> impl Iterator<Item = &Value> {
-        self.kinds
-            .get(gk)
-            .into_iter()
-            .flat_map(|m| m.values().map(|v| &**v))
+        self.entries(gk).map(|(_, v)| &**v)
     }
 
     /// Every object of a kind in one namespace.
@@ -409,18 +571,12 @@ impl ObjectStore {
         gk: &GroupKind,
         ns: &str,
     ) -> impl Iterator<Item = &'a Value> + use<'a> {
-        let ns = ns.to_string();
-        self.kinds.get(gk).into_iter().flat_map(move |m| {
-            let inner = ns.clone();
-            m.range((ns.clone(), String::new())..)
-                .take_while(move |((n, _), _)| *n == inner)
-                .map(|(_, v)| &**v)
-        })
+        self.entries_namespace(gk, ns).map(|(_, v)| &**v)
     }
 
     /// Every object of a kind with its key, sorted by namespace and name.
     pub fn entries(&self, gk: &GroupKind) -> impl Iterator<Item = (&ObjectKey, &Arc<Value>)> {
-        self.kinds.get(gk).into_iter().flat_map(|m| m.iter())
+        self.trees(gk).into_iter().flat_map(Trees::all)
     }
 
     /// Every object of a kind in one namespace, with its key.
@@ -430,11 +586,9 @@ impl ObjectStore {
         ns: &str,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + use<'a> {
         let ns = ns.to_string();
-        self.kinds.get(gk).into_iter().flat_map(move |m| {
-            let inner = ns.clone();
-            m.range((ns.clone(), String::new())..)
-                .take_while(move |((n, _), _)| *n == inner)
-        })
+        self.trees(gk)
+            .into_iter()
+            .flat_map(move |t| t.namespace(ns.clone()))
     }
 
     /// Kinds present.
@@ -447,9 +601,54 @@ impl ObjectStore {
         self.kinds.values().map(|m| m.len()).sum()
     }
 
+    /// Bytes of packed text held (for memory reports).
+    pub fn packed_bytes(&self) -> usize {
+        self.kinds
+            .values()
+            .flat_map(|k| k.objects.values())
+            .map(|h| match h {
+                Held::Packed(p) => p.len(),
+                Held::Tree(_) => 0,
+            })
+            .sum()
+    }
+
     /// Whether the store is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// One kind's objects as trees: where they are held as such, or read back.
+#[derive(Clone, Copy)]
+enum Trees<'a> {
+    InPlace(&'a BTreeMap<ObjectKey, Held>),
+    ReadBack(&'a BTreeMap<ObjectKey, Arc<Value>>),
+}
+
+impl<'a> Trees<'a> {
+    /// Every object with its key. In place, every object is a tree.
+    fn all(self) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + 'a> {
+        match self {
+            Trees::InPlace(m) => Box::new(m.iter().filter_map(|(k, h)| Some((k, h.as_tree()?)))),
+            Trees::ReadBack(m) => Box::new(m.iter()),
+        }
+    }
+
+    /// The objects of one namespace with their keys.
+    fn namespace(
+        self,
+        ns: String,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + 'a> {
+        let from = (ns.clone(), String::new());
+        match self {
+            Trees::InPlace(m) => Box::new(
+                m.range(from..)
+                    .take_while(move |((n, _), _)| *n == ns)
+                    .filter_map(|(k, h)| Some((k, h.as_tree()?))),
+            ),
+            Trees::ReadBack(m) => Box::new(m.range(from..).take_while(move |((n, _), _)| *n == ns)),
+        }
     }
 }
 
@@ -559,5 +758,62 @@ mod tests {
         s.forget_through(s.version());
         assert!(s.journal.is_empty());
         assert_eq!(s.changes_since(s.version()).map(Iterator::count), Some(0));
+    }
+
+    #[test]
+    fn a_packed_kind_is_read_one_object_at_a_time_and_journals_as_a_tree_would() {
+        let gk = GroupKind::new("", "Namespace");
+        let key = |n: &str| (String::new(), n.to_string());
+        let mut s = ObjectStore::new();
+        s.insert_shared(ns("a", "1")).expect("insert");
+        s.pack_kinds(BTreeSet::from([gk.clone()]));
+        // Converted where it lies: no object changed, nothing journaled.
+        let v = s.version();
+        s.insert_shared(ns("b", "1")).expect("insert");
+        assert_eq!(changed(&s, v), ["b"]);
+        assert!(s.packed_bytes() > 0);
+        // The same version again is no change, packed or not.
+        let v = s.version();
+        s.insert_shared(ns("a", "1")).expect("insert");
+        assert_eq!(s.version(), v);
+        s.insert_shared(ns("a", "2")).expect("insert");
+        assert_eq!(changed(&s, v), ["a"]);
+        // Read one at a time: keys, and an owned copy of each.
+        assert_eq!(
+            s.keys(&gk).map(|k| k.1.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(s.get_owned(&gk, &key("a")), Some(ns("a", "2")));
+        assert_eq!(s.get_owned(&gk, &key("c")), None);
+        assert_eq!(s.trees_read_back(), 0);
+        // A reader of trees still sees every object, read back once for
+        // all such reads until the kind changes.
+        assert_eq!(s.get(&gk, &key("b")), Some(&*ns("b", "1")));
+        assert_eq!(s.list(&gk).count(), 2);
+        assert_eq!(s.list_namespace(&gk, "").count(), 2);
+        assert_eq!(s.entries_namespace(&gk, "x").count(), 0);
+        assert_eq!(s.trees_read_back(), 1);
+        s.insert_shared(ns("c", "1")).expect("insert");
+        assert_eq!(s.entries(&gk).count(), 3);
+        assert_eq!(s.trees_read_back(), 2);
+        // Removed: the object as it was.
+        assert_eq!(s.remove(&gk, &key("c")), Some((*ns("c", "1")).clone()));
+        // A relist of equal versions journals nothing.
+        let v = s.version();
+        assert!(
+            s.replace_kind(&gk, vec![ns("a", "2"), ns("b", "1")])
+                .is_empty()
+        );
+        assert_eq!(changed(&s, v), Vec::<String>::new());
+        // A follower shares the packed index; unpacked, the same objects.
+        let mut lane = ObjectStore::new();
+        assert!(lane.follow(&s));
+        assert_eq!(lane.get_owned(&gk, &key("b")), Some(ns("b", "1")));
+        s.pack_kinds(BTreeSet::new());
+        assert_eq!(s.packed_bytes(), 0);
+        let reads = s.trees_read_back();
+        assert_eq!(s.get(&gk, &key("a")), Some(&*ns("a", "2")));
+        assert_eq!(s.trees_read_back(), reads);
+        assert!(!lane.follow(&s), "the same versions: nothing differs");
     }
 }

@@ -323,12 +323,17 @@ impl<'o> Ceiling<'o> {
     /// [`CEILING_LABEL`], or the setting.
     pub fn role_of(&self, namespace: &str) -> String {
         let gk = GroupKind::new("", "Namespace");
+        // One at a time: Namespaces may be held packed.
         let labelled = self
             .observed
-            .get(&gk, &(String::new(), namespace.to_string()))
-            .and_then(|n| n["metadata"]["labels"][CEILING_LABEL].as_str())
-            .filter(|s| !s.is_empty());
-        labelled.unwrap_or(&self.tenancy.ceiling).to_string()
+            .get_owned(&gk, &(String::new(), namespace.to_string()))
+            .and_then(|n| {
+                n["metadata"]["labels"][CEILING_LABEL]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+            });
+        labelled.unwrap_or_else(|| self.tenancy.ceiling.clone())
     }
 
     /// The rules of the ceiling ClusterRole `name`, aggregation resolved

@@ -180,6 +180,29 @@ impl<'a> View<'a> {
         self.get_seen(gk, key).map(|s| self.json(s))
     }
 
+    /// One object as the reader sees it, owned: how a trigger is read. A
+    /// kind held packed ([`ObjectStore::pack_kinds`]) is read back for this
+    /// reader alone.
+    pub fn get_owned(&self, gk: &GroupKind, key: &ObjectKey) -> Option<Arc<Value>> {
+        if output_kind(gk).is_none() {
+            return self.observed.get_owned(gk, key);
+        }
+        self.get_shared(gk, key).cloned()
+    }
+
+    /// The keys of every object of a kind the reader sees, sorted by
+    /// namespace and name: of a kind that is not emitted, the store's,
+    /// without reading an object.
+    pub fn keys(&self, gk: &GroupKind) -> Vec<ObjectKey> {
+        if output_kind(gk).is_none() {
+            return self.observed.keys(gk).cloned().collect();
+        }
+        self.list(gk, None)
+            .iter()
+            .filter_map(|o| super::store::key_of(o))
+            .collect()
+    }
+
     /// One object as the reader sees it, for a check made once: an
     /// emitted one's JSON is built afresh and not cached with it (unless
     /// some reader had it cached already).

@@ -25,10 +25,11 @@ impl World {
         k: &crate::engine::store::ObjectKey,
         o: &Value,
     ) -> bool {
+        // One at a time: the kind may be held packed.
         !self
             .store
-            .get(gk, k)
-            .is_some_and(|old| same_but_version(old, o))
+            .get_owned(gk, k)
+            .is_some_and(|old| same_but_version(&old, o))
     }
 
     /// An event of the watch on a kind the rules read (of its current
@@ -66,9 +67,9 @@ impl World {
                 w.listing.error = None;
                 let gone: Vec<_> = self
                     .store
-                    .list(gk)
-                    .filter_map(key_of)
-                    .filter(|k| !seen.contains(k))
+                    .keys(gk)
+                    .filter(|k| !seen.contains(*k))
+                    .cloned()
                     .collect();
                 for k in gone {
                     self.store.remove(gk, &k);
@@ -139,6 +140,15 @@ impl World {
             .into_iter()
             .map(|i| (i.gk.clone(), i))
             .collect()
+    }
+
+    /// Holds packed the objects of the kinds every rule in `wanted` reads
+    /// one at a time (as triggers): the Namespaces of a cluster, above all,
+    /// are a compact text each instead of a JSON tree
+    /// ([`crate::engine::packed`]).
+    pub(in crate::controller) fn pack_kinds(&mut self, wanted: &BTreeMap<GroupKind, Interest>) {
+        self.store
+            .pack_kinds(crate::engine::shape::packable_kinds(wanted.values()));
     }
 
     /// Kinds watched or waiting for discovery that `wanted` does not name.

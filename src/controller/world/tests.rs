@@ -186,6 +186,67 @@ fn a_new_resource_version_alone_is_not_a_change() {
 }
 
 #[test]
+fn a_kind_read_only_as_triggers_is_held_packed_and_read_one_at_a_time() {
+    let mut w = base_world();
+    let gk = GroupKind::new("example.org", "Widget");
+    let wanted = w.interests(ManageLevel::All);
+    assert!(wanted[&gk].packable);
+    w.pack_kinds(&wanted);
+    watch(&mut w, &gk, 1);
+    let version = |name: &str, rv: &str, label: &str| {
+        let mut o = widget(name);
+        o["metadata"]["resourceVersion"] = json!(rv);
+        o["metadata"]["labels"] = json!({"l": label});
+        o
+    };
+    let feed = |e| Feed::Kind(gk.clone(), 1, e);
+    listed(
+        &mut w,
+        feed,
+        vec![version("a", "1", "x"), version("b", "1", "x")],
+    );
+    assert!(w.store.packed_bytes() > 0);
+    let key = |n: &str| (String::new(), n.to_string());
+    // A new resourceVersion alone: no change, the stored copy stays.
+    assert!(!w.apply(feed(Event::Apply(version("a", "2", "x")))).dirty);
+    assert_eq!(
+        w.store.get_owned(&gk, &key("a")),
+        Some(Arc::new(version("a", "1", "x")))
+    );
+    // A relist without b: only b is journaled.
+    let before = w.store.version();
+    w.apply(feed(Event::Init));
+    w.apply(feed(Event::InitApply(version("a", "3", "x"))));
+    w.apply(feed(Event::InitDone));
+    let changed: Vec<_> = w.store.changes_since(before).expect("journal").collect();
+    assert_eq!(changed, [(&gk, &key("b"))]);
+    // A real change is one, with its version.
+    assert!(w.apply(feed(Event::Apply(version("a", "4", "y")))).dirty);
+    assert_eq!(
+        w.store.get_owned(&gk, &key("a")),
+        Some(Arc::new(version("a", "4", "y")))
+    );
+    // The events and the evaluation's keys read the kind one object at a
+    // time: never back into trees.
+    assert_eq!(w.store.trees_read_back(), 0);
+    // A rule that lists Widgets (a related set) takes the packing back.
+    let lister: RbacRuleSpec = serde_json::from_value(json!({
+        "related": [{"name": "all", "objects": {"apiGroup": "example.org", "kind": "Widget"}}],
+        "outputs": [{"kind": "ClusterRole", "name": "all-widgets"}]
+    }))
+    .expect("spec");
+    w.apply(Feed::Rules(Box::new(Event::Apply(RbacRule::new(
+        "lister", lister,
+    )))));
+    let wanted = w.interests(ManageLevel::All);
+    assert!(!wanted[&gk].packable);
+    w.pack_kinds(&wanted);
+    assert_eq!(w.store.packed_bytes(), 0);
+    assert_eq!(w.store.get(&gk, &key("a")), Some(&version("a", "4", "y")));
+    assert_eq!(w.store.trees_read_back(), 0);
+}
+
+#[test]
 fn a_rule_waits_for_its_kind_then_runs() {
     let mut w = base_world();
     let gk = GroupKind::new("example.org", "Widget");
@@ -1021,6 +1082,7 @@ fn watch_whole(w: &mut World, gk: &GroupKind) {
         version: None,
         metadata_only: false,
         fields: None,
+        packable: false,
     };
     let epoch = w.next_epoch();
     w.watch_kind(interest, epoch, None);

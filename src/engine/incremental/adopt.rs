@@ -76,10 +76,15 @@ pub(in crate::engine) fn adopt(
     // Rendered again below: the last result is not this engine's.
     memo.last = None;
     // The reports of the rules it cannot run are this engine's (their
-    // names are the same; their errors may not be).
+    // names are the same; their errors may not be). A second rule of a
+    // runnable rule's name is one of them, but the report under that name
+    // is the runnable one's, as when an evaluation starts afresh (its
+    // rules' reports are made after the fixed ones).
     let reports = Arc::make_mut(&mut memo.reports);
     for (name, report) in fixed {
-        reports.insert(name.clone(), report.clone());
+        if !stamp.rules.iter().any(|r| r.name == *name) {
+            reports.insert(name.clone(), report.clone());
+        }
     }
     memo.adopted = Some(adopted);
     true

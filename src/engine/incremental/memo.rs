@@ -106,6 +106,9 @@ pub struct Memo {
     /// Set when another engine took it over, until its first evaluation:
     /// the rules that changed.
     pub(in crate::engine) adopted: Option<super::stamp::Adopted>,
+    /// Outputs (desired or live) policy judged, over every evaluation
+    /// since the memo last started afresh (see [`Memo::verdicts`]).
+    pub(in crate::engine) verdicts: u64,
 }
 
 impl Memo {
@@ -142,6 +145,14 @@ impl Memo {
     /// through an owner filter, bounded by the cluster.
     pub fn owner_index_entries(&self) -> usize {
         self.caches.owners.borrow().entries()
+    }
+
+    /// Outputs policy judged, counted over the evaluations since the memo
+    /// last started afresh (a change of rules or everything starts it
+    /// afresh): a change costs the verdicts it can alter, not one per
+    /// output.
+    pub fn verdicts(&self) -> u64 {
+        self.verdicts
     }
 
     /// Selections a changed ClusterRole was checked against, counted over
@@ -1032,7 +1043,9 @@ impl Owner {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(in crate::engine) enum OwnerFilter {
     /// A controller ownerReference to this object (`controlledByTrigger`).
-    Controller(Owner),
+    /// Boxed: an `Owner` is 96 bytes, and every read of every trigger
+    /// holds an `Option<OwnerFilter>`, most of them `None`.
+    Controller(Box<Owner>),
     /// Any ownerReference whose uid is one of these (`ownedBy`).
     AnyOf(Arc<BTreeSet<String>>),
     /// A controller ownerReference whose uid is a key here, on an object
@@ -1413,6 +1426,19 @@ impl ReadIndex {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A memo holds three reads or so per trigger, thousands of triggers:
+    /// a read's owner filter, mostly absent, takes a pointer's room, not
+    /// an owner's (96 bytes).
+    #[test]
+    fn a_read_is_small_whatever_its_owner_filter() {
+        assert!(std::mem::size_of::<Option<OwnerFilter>>() <= 16);
+        assert!(
+            std::mem::size_of::<Read>() <= 72,
+            "{}",
+            std::mem::size_of::<Read>()
+        );
+    }
 
     /// A read of CRDs filtered by lineage: controllers `owners`, found
     /// nothing yet.

@@ -169,7 +169,7 @@ fn refresh_allow_rules(
 ) -> Option<Vec<PolicyRule>> {
     let allow = engine.options.allow.as_ref()?;
     let gk = output_gk(OutputKind::ClusterRole);
-    let roles_changed = changes.whole(&gk) || changes.keys.get(&gk).is_some_and(|k| !k.is_empty());
+    let roles_changed = changes.touches(&gk);
     let known = memo.allow_rules.is_some() && !changes.all;
     if known && !(allow.is_aggregated() && roles_changed) {
         return None;

@@ -38,10 +38,7 @@ impl Packed {
         }
         let json = serde_json::to_vec(obj).ok()?;
         let text = lz4_flex::compress_prepend_size(&json).into_boxed_slice();
-        let version = obj["metadata"]["resourceVersion"]
-            .as_str()
-            .filter(|r| !r.is_empty())
-            .map(Box::from);
+        let version = resource_version(obj).map(Box::from);
         Some(Packed { text, version })
     }
 
@@ -58,14 +55,17 @@ impl Packed {
     }
 
     /// Bytes held (the compressed text).
-    pub fn len(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.text.len()
     }
+}
 
-    /// Whether the text is empty (it never is: an object is at least `{}`).
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
-    }
+/// `metadata.resourceVersion` of `obj`, when it has a non-empty one: what
+/// tells two versions of an object apart.
+fn resource_version(obj: &Value) -> Option<&str> {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|r| !r.is_empty())
 }
 
 /// Whether `v` nests no deeper than `max` arrays and maps. Recursion
@@ -120,9 +120,7 @@ impl Held {
     /// Its `metadata.resourceVersion`, when it has one.
     pub fn version(&self) -> Option<&str> {
         match self {
-            Held::Tree(v) => v["metadata"]["resourceVersion"]
-                .as_str()
-                .filter(|r| !r.is_empty()),
+            Held::Tree(v) => resource_version(v),
             Held::Packed(p) => p.version(),
         }
     }
@@ -164,7 +162,7 @@ mod tests {
         let p = Packed::pack(&obj).expect("packed");
         assert_eq!(p.unpack(), Some(obj.clone()));
         assert_eq!(p.version(), Some("7"));
-        assert!(p.len() < 200);
+        assert!(p.bytes() < 200);
         // Annotations that repeat a prefix and a value, as a Namespace's
         // accepting claim types do, take a fraction of their text.
         let annotations: serde_json::Map<String, Value> = (0..18)
@@ -179,7 +177,7 @@ mod tests {
             "metadata": {"name": "team-a", "annotations": annotations}});
         let p = Packed::pack(&ns).expect("packed");
         let text = serde_json::to_vec(&ns).expect("json").len();
-        assert!(p.len() * 3 < text, "{} of {text} bytes", p.len());
+        assert!(p.bytes() * 3 < text, "{} of {text} bytes", p.bytes());
         assert_eq!(p.unpack(), Some(ns));
         // No version: none told.
         let bare = json!({"metadata": {"name": "b", "resourceVersion": ""}});

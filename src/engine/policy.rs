@@ -434,15 +434,12 @@ struct RoleChanges<'c> {
 
 impl<'c> RoleChanges<'c> {
     fn of(changes: &'c Changes) -> Self {
-        let some = |gk: &GroupKind| {
-            changes.whole(gk) || changes.keys.get(gk).is_some_and(|k| !k.is_empty())
-        };
         let role = output_gk(OutputKind::Role);
         RoleChanges {
-            cluster_roles: some(&output_gk(OutputKind::ClusterRole)),
+            cluster_roles: changes.touches(&output_gk(OutputKind::ClusterRole)),
             all_roles: changes.whole(&role),
             roles: changes.keys.get(&role).filter(|k| !k.is_empty()),
-            namespaces: some(&GroupKind::new("", "Namespace")),
+            namespaces: changes.touches(&GroupKind::new("", "Namespace")),
         }
     }
 

@@ -297,17 +297,11 @@ impl ObjectStore {
             if pack == self.packs.contains(gk) && (pack || objects.packed == 0) {
                 continue;
             }
-            let fresh: BTreeMap<ObjectKey, Held> = objects
-                .objects
-                .iter()
-                .map(|(k, h)| (k.clone(), h.repacked(pack)))
-                .collect();
-            let packed = fresh.values().filter(|h| h.is_packed()).count();
-            *objects = Arc::new(Kind {
-                objects: fresh,
-                packed,
-                trees: OnceLock::new(),
-            });
+            let mut fresh = Kind::default();
+            for (k, h) in &objects.objects {
+                fresh.insert(k.clone(), h.repacked(pack));
+            }
+            *objects = Arc::new(fresh);
         }
         self.packs = kinds;
     }
@@ -607,7 +601,7 @@ impl ObjectStore {
             .values()
             .flat_map(|k| k.objects.values())
             .map(|h| match h {
-                Held::Packed(p) => p.len(),
+                Held::Packed(p) => p.bytes(),
                 Held::Tree(_) => 0,
             })
             .sum()
@@ -640,16 +634,22 @@ impl<'a> Trees<'a> {
         self,
         ns: String,
     ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + 'a> {
-        let from = (ns.clone(), String::new());
         match self {
-            Trees::InPlace(m) => Box::new(
-                m.range(from..)
-                    .take_while(move |((n, _), _)| *n == ns)
-                    .filter_map(|(k, h)| Some((k, h.as_tree()?))),
-            ),
-            Trees::ReadBack(m) => Box::new(m.range(from..).take_while(move |((n, _), _)| *n == ns)),
+            Trees::InPlace(m) => {
+                Box::new(in_namespace(m, ns).filter_map(|(k, h)| Some((k, h.as_tree()?))))
+            }
+            Trees::ReadBack(m) => Box::new(in_namespace(m, ns)),
         }
     }
+}
+
+/// The entries of `m` in namespace `ns` (keys sort by namespace first).
+fn in_namespace<V>(
+    m: &BTreeMap<ObjectKey, V>,
+    ns: String,
+) -> impl Iterator<Item = (&ObjectKey, &V)> {
+    m.range((ns.clone(), String::new())..)
+        .take_while(move |((n, _), _)| *n == ns)
 }
 
 #[cfg(test)]

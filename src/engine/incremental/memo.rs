@@ -1223,6 +1223,12 @@ impl Changes {
     pub fn whole(&self, gk: &GroupKind) -> bool {
         self.all || self.whole.contains(gk)
     }
+
+    /// Whether some object of kind `gk` changed (or the kind, or
+    /// everything, as a whole).
+    pub fn touches(&self, gk: &GroupKind) -> bool {
+        self.whole(gk) || self.keys.get(gk).is_some_and(|k| !k.is_empty())
+    }
 }
 
 /// The shared part of a read's filters, compared by value: triggers whose
